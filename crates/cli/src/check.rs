@@ -1,0 +1,26 @@
+//! `bursar check DIR`: load and validate every policy file, report every error, exit 1 if any.
+
+use std::path::Path;
+
+use crate::{CliError, ErrorFormat, ExitCode, load_policies};
+
+/// Runs the check; prints a one-line summary to stderr on success.
+pub fn run(dir: &Path, format: ErrorFormat) -> Result<ExitCode, CliError> {
+    match load_policies(dir, format) {
+        Ok(set) => {
+            let files = set.files().len();
+            eprintln!(
+                "{}: {} policies in {files} file(s), all valid (set {})",
+                dir.display(),
+                set.len(),
+                &set.digest()[..12.min(set.digest().len())]
+            );
+            Ok(ExitCode::Ok)
+        }
+        Err(CliError::Policies { count }) => {
+            eprintln!("{}: {count} error(s)", dir.display());
+            Ok(ExitCode::Failed)
+        }
+        Err(e) => Err(e),
+    }
+}

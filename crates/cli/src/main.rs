@@ -1,0 +1,97 @@
+//! `bursar`: policy-as-code for shared GPU pools. A thin `main` over the `bursar` library: parse the
+//! arguments, run the subcommand, map the outcome to an exit code.
+
+use std::path::PathBuf;
+use std::process::ExitCode as ProcessExit;
+
+use bursar::{CliError, ErrorFormat, ExitCode};
+use bursar_model::Duration;
+use clap::{Parser, Subcommand};
+
+/// bursar: a policy engine that decides how a shared GPU pool is spent.
+///
+/// Policies are TOML files (and WebAssembly components) in a directory; events are JSON lines from the
+/// scheduler and billing system; decisions (allow, deny, require_approval, defer, reclaim, alert) come
+/// out as JSON lines. See docs/policy-language.md and docs/wire-format.md.
+#[derive(Debug, Parser)]
+#[command(name = "bursar", version, propagate_version = true)]
+struct Cli {
+    /// How errors are printed.
+    #[arg(long, global = true, value_enum, default_value_t = ErrorFormat::Human)]
+    error_format: ErrorFormat,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Validate every policy file in a directory; exit 1 if any has an error.
+    ///
+    /// Every error in every file is reported with file:line:col, the offending line and a hint.
+    Check {
+        /// The policy directory (or a single policy file).
+        dir: PathBuf,
+    },
+    /// Run policies over an event file (or stdin) and print decisions as JSON lines.
+    ///
+    /// Example: bursar eval --policies policies --events examples/events.jsonl
+    Eval {
+        /// The policy directory.
+        #[arg(long)]
+        policies: PathBuf,
+        /// The events, one JSON object per line; `-` reads stdin.
+        #[arg(long)]
+        events: PathBuf,
+        /// How long event ids are remembered to drop resent events (e.g. `24h`).
+        #[arg(long, default_value = "24h", value_parser = parse_duration)]
+        dedupe_window: Duration,
+        /// Print the summary as JSON on stderr instead of a sentence.
+        #[arg(long)]
+        summary_json: bool,
+    },
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    Duration::parse(s).map_err(|e| e.to_string())
+}
+
+fn run(cli: Cli) -> Result<ExitCode, CliError> {
+    match cli.command {
+        Command::Check { dir } => bursar::check::run(&dir, cli.error_format),
+        Command::Eval { policies, events, dedupe_window, summary_json } => {
+            let set = match bursar::load_policies(&policies, cli.error_format) {
+                Ok(s) => s,
+                Err(CliError::Policies { .. }) => return Ok(ExitCode::Failed),
+                Err(e) => return Err(e),
+            };
+            let input = bursar::eval::open_events(&events)?;
+            let opts = bursar::eval::EvalOptions {
+                source_name: if events.as_os_str() == "-" { "<stdin>".into() } else { events.display().to_string() },
+                engine: bursar_engine::EngineConfig { dedupe_window, ..Default::default() },
+                error_format: cli.error_format,
+            };
+            let stdout = std::io::stdout().lock();
+            let mut sink = bursar::sink::JsonLines::new(stdout);
+            let summary = bursar::eval::run(set, input, &mut sink, &opts)?;
+            if summary_json {
+                eprintln!("{}", serde_json::to_string(&summary).unwrap_or_default());
+            } else {
+                eprintln!("{summary}");
+            }
+            Ok(ExitCode::Ok)
+        }
+    }
+}
+
+fn main() -> ProcessExit {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => ProcessExit::from(code as u8),
+        Err(e) if e.is_broken_pipe() => ProcessExit::from(ExitCode::Ok as u8),
+        Err(e) => {
+            eprintln!("bursar: error: {e}");
+            ProcessExit::from(ExitCode::Error as u8)
+        }
+    }
+}

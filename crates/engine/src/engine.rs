@@ -1,0 +1,864 @@
+//! The engine: one writer that applies events in order, asks the policies, combines their verdicts
+//! into decisions and applies the effects.
+//!
+//! For each event: drop it if its id was seen; advance event time and fire the timers now due; let every
+//! policy that wants the event type (and whose selector matches the job) evaluate it against the state
+//! as it was before the event; combine the verdicts; apply the engine's own bookkeeping (reservations,
+//! starts, releases, settlement) and the policies' effects. Decisions come out in a deterministic order
+//! with deterministic ids (`<event id>/<n>`), so the same input always yields byte-identical output.
+
+use std::sync::Arc;
+
+use bursar_model::{Decision, DecisionKind, Duration, Event, EventKind, FinishStatus, Hints, JobSpec, Timestamp};
+use serde::{Deserialize, Serialize};
+
+use crate::dedupe::Dedupe;
+use crate::intern::Sym;
+use crate::policy::{Context, Effect, EventMask, Mode, Output, Policy, TimerContext, Verdict, VerdictKind};
+use crate::set::PolicySet;
+use crate::state::{JobPhase, JobRecord, Pending, State};
+use crate::timers::{Timer, TimerKind, TimerQueue};
+
+/// The policy id the engine itself uses for the decisions it makes without a policy.
+pub const ENGINE_POLICY: &str = "bursar/engine";
+
+/// Engine settings.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct EngineConfig {
+    /// How long event ids are remembered for deduplication.
+    pub dedupe_window: Duration,
+    /// How many event ids are remembered at most.
+    pub dedupe_capacity: usize,
+    /// How long a finished job's record is kept (for late billing charges) before it is dropped.
+    pub finished_retention: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            dedupe_window: Duration::hours(24),
+            dedupe_capacity: 4_000_000,
+            finished_retention: Duration::hours(24),
+        }
+    }
+}
+
+/// What happened to an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Applied.
+    Applied,
+    /// Its id was seen before; ignored.
+    Duplicate,
+}
+
+/// Counters since the engine started (or was restored).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Events applied.
+    pub events: u64,
+    /// Events ignored as duplicates.
+    pub duplicates: u64,
+    /// Job events for a job the engine does not know.
+    pub unknown_jobs: u64,
+    /// Decisions by kind, in [`DecisionKind::ALL`] order.
+    pub decisions: [u64; 6],
+    /// Dry-run decisions.
+    pub dry_run_decisions: u64,
+    /// Timers fired.
+    pub timers_fired: u64,
+}
+
+/// Everything needed to resume an engine: state, timers, remembered ids, counters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Engine state.
+    pub state: State,
+    /// Pending timers.
+    pub timers: Vec<Timer>,
+    /// Remembered event ids.
+    pub dedupe: Dedupe,
+    /// Counters.
+    pub stats: Stats,
+    /// Settings.
+    pub config: EngineConfig,
+}
+
+/// The evaluation engine.
+#[derive(Debug)]
+pub struct Engine {
+    state: State,
+    policies: Arc<PolicySet>,
+    timers: TimerQueue,
+    dedupe: Dedupe,
+    stats: Stats,
+    config: EngineConfig,
+    scratch: Vec<(usize, Output)>,
+    coverage: Option<Coverage>,
+}
+
+/// Which policy branches produced a verdict: `(policy id, branch index)`.
+pub type Coverage = std::collections::BTreeSet<(Arc<str>, u16)>;
+
+/// Builds decisions for one event, numbering them.
+struct Emitter<'a> {
+    cause: &'a str,
+    n: usize,
+    out: &'a mut Vec<Decision>,
+    stats: &'a mut Stats,
+    coverage: Option<&'a mut Coverage>,
+}
+
+/// The parts of a decision that vary.
+struct Draft {
+    time: Timestamp,
+    job_id: Option<Arc<str>>,
+    project: Option<Arc<str>>,
+    user: Option<Arc<str>>,
+    kind: DecisionKind,
+    until: Option<Timestamp>,
+    policies: Vec<Arc<str>>,
+    reason: String,
+    dry_run: bool,
+    admission: bool,
+    gpus: Option<u32>,
+    gpu_hours: Option<f64>,
+    hints: Option<Hints>,
+}
+
+impl Draft {
+    fn about(job_id: &Arc<str>, job: Option<&JobRecord>, time: Timestamp, kind: DecisionKind) -> Draft {
+        Draft {
+            time,
+            job_id: Some(job_id.clone()),
+            project: job.map(|j| j.project.clone()),
+            user: job.map(|j| j.user.clone()),
+            kind,
+            until: None,
+            policies: Vec::new(),
+            reason: String::new(),
+            dry_run: false,
+            admission: false,
+            gpus: job.map(|j| j.gpus),
+            gpu_hours: None,
+            hints: None,
+        }
+    }
+}
+
+impl Emitter<'_> {
+    fn cover(&mut self, policy: &Arc<str>, out: &Output) {
+        if let Some(c) = self.coverage.as_deref_mut() {
+            for v in &out.verdicts {
+                if let Some(b) = v.branch {
+                    c.insert((policy.clone(), b));
+                }
+            }
+        }
+    }
+
+    fn emit(&mut self, d: Draft) {
+        self.stats.decisions[DecisionKind::ALL.iter().position(|k| *k == d.kind).unwrap_or(0)] += 1;
+        if d.dry_run {
+            self.stats.dry_run_decisions += 1;
+        }
+        self.out.push(Decision {
+            decision_id: format!("{}/{}", self.cause, self.n),
+            event_id: self.cause.to_owned(),
+            time: d.time,
+            job_id: d.job_id,
+            project: d.project,
+            decision: d.kind,
+            until: d.until,
+            policies: d.policies,
+            reason: d.reason,
+            dry_run: d.dry_run,
+            admission: d.admission,
+            user: d.user,
+            gpus: d.gpus,
+            gpu_hours: d.gpu_hours,
+            hints: d.hints,
+        });
+        self.n += 1;
+    }
+}
+
+fn join_reasons<'a>(reasons: impl Iterator<Item = &'a str>) -> String {
+    let mut s = String::new();
+    for r in reasons.filter(|r| !r.is_empty()) {
+        if !s.is_empty() {
+            s.push_str("; ");
+        }
+        s.push_str(r);
+    }
+    s
+}
+
+/// GPU-hours a job would still have used had it run to its requested end.
+fn remaining_gpu_hours(job: &JobRecord, now: Timestamp) -> f64 {
+    let start = job.started.unwrap_or(job.submitted);
+    let end = start.plus(Duration((job.requested_hours * 3_600_000.0) as i64));
+    f64::from(job.gpus) * end.since(now).as_hours().max(0.0)
+}
+
+impl Engine {
+    /// An engine with empty state running `policies`.
+    pub fn new(policies: Arc<PolicySet>) -> Engine {
+        Engine::with_config(policies, EngineConfig::default())
+    }
+
+    /// An engine with explicit settings.
+    pub fn with_config(policies: Arc<PolicySet>, config: EngineConfig) -> Engine {
+        Engine {
+            state: State::default(),
+            policies,
+            timers: TimerQueue::default(),
+            dedupe: Dedupe::new(config.dedupe_window, config.dedupe_capacity),
+            stats: Stats::default(),
+            config,
+            scratch: Vec::new(),
+            coverage: None,
+        }
+    }
+
+    /// Resumes from a snapshot.
+    pub fn restore(policies: Arc<PolicySet>, snapshot: Snapshot) -> Engine {
+        let Snapshot { mut state, timers, mut dedupe, stats, config } = snapshot;
+        state.reintern();
+        dedupe.rebuild();
+        Engine {
+            state,
+            policies,
+            timers: TimerQueue::from_vec(timers),
+            dedupe,
+            stats,
+            config,
+            scratch: Vec::new(),
+            coverage: None,
+        }
+    }
+
+    /// A snapshot of everything needed to resume.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            state: self.state.clone(),
+            timers: self.timers.to_vec(),
+            dedupe: self.dedupe.clone(),
+            stats: self.stats.clone(),
+            config: self.config,
+        }
+    }
+
+    /// Swaps in a new policy set; state, timers and pending approvals are kept.
+    pub fn set_policies(&mut self, policies: Arc<PolicySet>) {
+        self.policies = policies;
+    }
+
+    /// The policy set in force.
+    pub fn policies(&self) -> &Arc<PolicySet> {
+        &self.policies
+    }
+
+    /// Read-only state.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Starts recording which policy branches produce verdicts (for `bursar test --coverage`).
+    pub fn enable_coverage(&mut self) {
+        self.coverage.get_or_insert_with(Coverage::new);
+    }
+
+    /// The branches recorded since [`Engine::enable_coverage`].
+    pub fn coverage(&self) -> Option<&Coverage> {
+        self.coverage.as_ref()
+    }
+
+    /// Pending timers.
+    pub fn timers(&self) -> &TimerQueue {
+        &self.timers
+    }
+
+    /// Applies one event and appends its decisions to `out`. `raw` is the line as received, passed to
+    /// policies that want the producer's own fields.
+    pub fn process(&mut self, event: &Event, raw: Option<&str>, out: &mut Vec<Decision>) -> Outcome {
+        if !self.dedupe.insert(&event.id, event.time.max(self.state.now)) {
+            self.stats.duplicates += 1;
+            return Outcome::Duplicate;
+        }
+        self.stats.events += 1;
+        let now = self.state.now.max(event.time);
+        self.state.now = now;
+        let policies = self.policies.clone();
+        let mut em = Emitter { cause: &event.id, n: 0, out, stats: &mut self.stats, coverage: self.coverage.as_mut() };
+        Self::fire_timers(&mut self.state, &mut self.timers, &policies, self.config, now, &mut em);
+
+        match &event.kind {
+            EventKind::JobSubmitted(spec) => {
+                Self::admit(&mut self.state, &mut self.timers, &policies, &mut self.scratch, event, raw, spec, &mut em)
+            }
+            _ => Self::observe(
+                &mut self.state,
+                &mut self.timers,
+                &policies,
+                &mut self.scratch,
+                self.config,
+                event,
+                raw,
+                &mut em,
+            ),
+        }
+        Outcome::Applied
+    }
+
+    /// Fires the timers due by `now` (from `serve`'s wall-clock ticker), attributing decisions to
+    /// `cause`, an id the caller makes up for the tick.
+    pub fn advance(&mut self, now: Timestamp, cause: &str, out: &mut Vec<Decision>) {
+        let now = self.state.now.max(now);
+        self.state.now = now;
+        let policies = self.policies.clone();
+        let mut em = Emitter { cause, n: 0, out, stats: &mut self.stats, coverage: self.coverage.as_mut() };
+        Self::fire_timers(&mut self.state, &mut self.timers, &policies, self.config, now, &mut em);
+    }
+
+    fn fire_timers(
+        state: &mut State,
+        timers: &mut TimerQueue,
+        policies: &PolicySet,
+        config: EngineConfig,
+        now: Timestamp,
+        em: &mut Emitter<'_>,
+    ) {
+        while let Some(timer) = timers.pop_due(now) {
+            em.stats.timers_fired += 1;
+            let Timer { at, job_id, kind, .. } = timer;
+            match kind {
+                TimerKind::Policy { policy, tag } => {
+                    let Some(p) = policies.get(&policy) else { continue };
+                    let mut out = Output::default();
+                    let cx = TimerContext { at, job_id: &job_id, job: state.jobs.get(&*job_id), tag, state };
+                    p.on_timer(&cx, &mut out);
+                    let mode = p.meta().mode;
+                    let id = p.meta().id.clone();
+                    em.cover(&id, &out);
+                    Self::follow_up(state, timers, config, at, &job_id, &[(id, mode, out)], em);
+                }
+                TimerKind::ApprovalExpiry => {
+                    let expired = state.jobs.get(&*job_id).is_some_and(|j| {
+                        j.phase == JobPhase::PendingApproval && j.pending.as_ref().is_some_and(|p| p.expires == at)
+                    });
+                    if !expired {
+                        continue;
+                    }
+                    if let Some(job) = state.jobs.remove(&*job_id) {
+                        let pending = job.pending.clone();
+                        let mut d = Draft::about(&job_id, Some(&job), at, DecisionKind::Deny);
+                        d.admission = true;
+                        d.gpu_hours = Some(f64::from(job.gpus) * job.requested_hours);
+                        if let Some(p) = pending {
+                            d.policies = p.policies.clone();
+                            d.reason = format!("approval request expired unanswered at {at} ({})", p.reason);
+                        }
+                        em.emit(d);
+                    }
+                }
+                TimerKind::DeferRelease => {
+                    let Some(job) = state.jobs.get_mut(&*job_id) else { continue };
+                    if job.phase != JobPhase::Deferred || job.defer_until != Some(at) {
+                        continue;
+                    }
+                    job.phase = JobPhase::Admitted;
+                    let mut d = Draft::about(&job_id, Some(job), at, DecisionKind::Allow);
+                    d.policies = vec![Arc::from(ENGINE_POLICY)];
+                    d.reason = format!("deferral of job {job_id} ended at {at}; it may start now");
+                    em.emit(d);
+                }
+                TimerKind::Forget => {
+                    if state
+                        .jobs
+                        .get(&*job_id)
+                        .is_some_and(|j| !j.phase.is_live() && j.phase != JobPhase::PendingApproval)
+                    {
+                        state.jobs.remove(&*job_id);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs the policies that want `event` and whose selector matches, collecting (index, output).
+    fn ask<'s>(
+        policies: &PolicySet,
+        scratch: &'s mut Vec<(usize, Output)>,
+        cx: &Context<'_>,
+        matches: impl Fn(&dyn Policy) -> bool,
+    ) -> &'s [(usize, Output)] {
+        scratch.clear();
+        for &i in policies.for_type(EventMask::index(&cx.event.kind)) {
+            let Some(p) = policies.policies().get(i) else { continue };
+            if !matches(p.as_ref()) {
+                continue;
+            }
+            let mut out = Output::default();
+            p.evaluate(cx, &mut out);
+            if !out.verdicts.is_empty() || !out.effects.is_empty() {
+                scratch.push((i, out));
+            }
+        }
+        scratch
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn admit(
+        state: &mut State,
+        timers: &mut TimerQueue,
+        policies: &PolicySet,
+        scratch: &mut Vec<(usize, Output)>,
+        event: &Event,
+        raw: Option<&str>,
+        spec: &JobSpec,
+        em: &mut Emitter<'_>,
+    ) {
+        let now = state.now;
+        let job_id: Sym = Arc::from(spec.id.as_str());
+        let requested = spec.requested_gpu_hours();
+        if let Some(existing) = state.jobs.get(&*job_id) {
+            let mut d = Draft::about(&job_id, Some(existing), event.time, DecisionKind::Deny);
+            d.admission = true;
+            d.policies = vec![Arc::from(ENGINE_POLICY)];
+            d.reason = format!(
+                "job id {} is already known ({}, submitted {}); a second submission with a new event id is refused",
+                spec.id,
+                existing.phase.as_str(),
+                existing.submitted
+            );
+            d.gpus = Some(spec.gpus);
+            d.gpu_hours = Some(requested);
+            em.emit(d);
+            return;
+        }
+
+        let cx = Context { event, raw, now, state, job: None };
+        let results = Self::ask(policies, scratch, &cx, |p| p.meta().selector.matches(spec));
+        for (i, out) in results {
+            em.cover(&policies.policies()[*i].meta().id, out);
+        }
+
+        // Combine enforced verdicts: any deny wins; then require-approval; then defer; else allow.
+        let mut kind = DecisionKind::Allow;
+        for (i, out) in results {
+            if policies.policies()[*i].meta().mode != Mode::Enforce {
+                continue;
+            }
+            for v in &out.verdicts {
+                let k = v.kind.decision();
+                let rank = |k: DecisionKind| match k {
+                    DecisionKind::Deny => 3,
+                    DecisionKind::RequireApproval => 2,
+                    DecisionKind::Defer => 1,
+                    _ => 0,
+                };
+                if rank(k) > rank(kind) {
+                    kind = k;
+                }
+            }
+        }
+        let mut policy_ids: Vec<Arc<str>> = Vec::new();
+        let mut reasons: Vec<&str> = Vec::new();
+        let mut until: Option<Timestamp> = None;
+        let mut approvers: Vec<Sym> = Vec::new();
+        let mut expires_after: Option<Duration> = None;
+        let mut hints = Hints::default();
+        for (i, out) in results {
+            let meta = policies.policies()[*i].meta();
+            if meta.mode != Mode::Enforce {
+                continue;
+            }
+            let mut counted = false;
+            for v in out.verdicts.iter().filter(|v| v.kind.decision() == kind) {
+                if !counted {
+                    policy_ids.push(meta.id.clone());
+                    counted = true;
+                }
+                reasons.push(&v.reason);
+                match &v.kind {
+                    VerdictKind::Defer { until: u } => until = Some(until.map_or(*u, |x: Timestamp| x.max(*u))),
+                    VerdictKind::RequireApproval { approvers: a, expires_after: e } => {
+                        for name in a {
+                            if !approvers.iter().any(|x| &**x == name) {
+                                approvers.push(Arc::from(name.as_str()));
+                            }
+                        }
+                        expires_after = Some(expires_after.map_or(*e, |x: Duration| x.min(*e)));
+                    }
+                    VerdictKind::Allow(h) => {
+                        hints.queue = hints.queue.take().or_else(|| h.queue.clone());
+                        hints.priority = hints.priority.or(h.priority);
+                        hints.region = hints.region.take().or_else(|| h.region.clone());
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let mut reason = join_reasons(reasons.into_iter());
+        if kind == DecisionKind::Allow && reason.is_empty() {
+            reason = if policy_ids.is_empty() {
+                "no policy applies to this job".to_owned()
+            } else {
+                "no policy objects".to_owned()
+            };
+        }
+
+        let mut record = state.record_from_spec(spec, now);
+        let mut d = Draft::about(&job_id, Some(&record), event.time, kind);
+        d.admission = true;
+        d.policies = policy_ids.clone();
+        d.gpu_hours = Some(requested);
+        match kind {
+            DecisionKind::Allow => {
+                d.hints = Some(hints);
+                state.reserve(&mut record);
+            }
+            DecisionKind::Defer => {
+                d.until = until;
+                record.phase = JobPhase::Deferred;
+                record.defer_until = until;
+                state.reserve(&mut record);
+                if let Some(u) = until {
+                    timers.set(u, job_id.clone(), TimerKind::DeferRelease);
+                }
+            }
+            DecisionKind::RequireApproval => {
+                let expires = now.plus(expires_after.unwrap_or(Duration::hours(24)));
+                record.phase = JobPhase::PendingApproval;
+                record.pending =
+                    Some(Box::new(Pending { approvers, expires, policies: policy_ids, reason: reason.clone() }));
+                timers.set(expires, job_id.clone(), TimerKind::ApprovalExpiry);
+            }
+            _ => {}
+        }
+        d.reason = reason;
+        em.emit(d);
+
+        // Alerts, then dry-run verdicts, in policy order.
+        for (i, out) in results {
+            let meta = policies.policies()[*i].meta();
+            for v in &out.verdicts {
+                let dry = meta.mode == Mode::DryRun;
+                let k = v.kind.decision();
+                if k == DecisionKind::Alert || (dry && k != DecisionKind::Allow) {
+                    let mut a = Draft::about(&job_id, Some(&record), event.time, k);
+                    a.policies = vec![meta.id.clone()];
+                    a.reason = v.reason.clone();
+                    a.dry_run = dry;
+                    if dry && k != DecisionKind::Alert {
+                        a.gpu_hours = Some(requested);
+                    }
+                    if let VerdictKind::Defer { until } = v.kind {
+                        a.until = Some(until);
+                    }
+                    em.emit(a);
+                }
+            }
+        }
+
+        if kind != DecisionKind::Deny {
+            state.jobs.insert(job_id.clone(), record);
+            Self::apply_effects(
+                state,
+                timers,
+                results.iter().map(|(i, o)| (policies.policies()[*i].meta().id.clone(), o)),
+            );
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn observe(
+        state: &mut State,
+        timers: &mut TimerQueue,
+        policies: &PolicySet,
+        scratch: &mut Vec<(usize, Output)>,
+        config: EngineConfig,
+        event: &Event,
+        raw: Option<&str>,
+        em: &mut Emitter<'_>,
+    ) {
+        let now = state.now;
+        let job_id: Option<Sym> = event.kind.job_id().map(Arc::from);
+        let is_job_event = !matches!(
+            event.kind,
+            EventKind::BillingCharge(_) | EventKind::AssetRegistered { .. } | EventKind::ClockTick
+        );
+        let job = job_id.as_deref().and_then(|id| state.jobs.get(id));
+        if is_job_event && job.is_none() {
+            em.stats.unknown_jobs += 1;
+            return;
+        }
+
+        // Engine-level handling of approvals comes first: it is the resolution of an admission.
+        match &event.kind {
+            EventKind::ApprovalGranted { by, .. } | EventKind::ApprovalRejected { by, .. } => {
+                Self::resolve_approval(state, timers, event, job_id.as_ref(), by.as_deref(), em);
+                return;
+            }
+            _ => {}
+        }
+
+        let cx = Context { event, raw, now, state, job };
+        let results = Self::ask(policies, scratch, &cx, |p| job.is_none_or(|j| p.meta().selector.matches(j)));
+        for (i, out) in results {
+            em.cover(&policies.policies()[*i].meta().id, out);
+        }
+        let outputs: Vec<(Arc<str>, Mode, Output)> = results
+            .iter()
+            .map(|(i, o)| {
+                let m = policies.policies()[*i].meta();
+                (m.id.clone(), m.mode, Output { verdicts: o.verdicts.clone(), effects: o.effects.clone() })
+            })
+            .collect();
+
+        // The engine's own bookkeeping for the event.
+        match &event.kind {
+            EventKind::JobStarted { .. } => {
+                if let Some(id) = &job_id
+                    && let Some(mut j) = state.jobs.remove(&**id)
+                {
+                    if matches!(j.phase, JobPhase::Admitted | JobPhase::Deferred) {
+                        state.start(&mut j, event.time);
+                    }
+                    state.jobs.insert(id.clone(), j);
+                }
+            }
+            EventKind::JobSample { gpu_util, mem_util, .. } => {
+                if let Some(j) = job_id.as_deref().and_then(|id| state.jobs.get_mut(id)) {
+                    let u = &mut j.util;
+                    u.avg_gpu_util =
+                        if u.samples == 0 { *gpu_util as f32 } else { 0.8 * u.avg_gpu_util + 0.2 * *gpu_util as f32 };
+                    u.samples += 1;
+                    u.last_sample = Some(event.time);
+                    u.gpu_util = *gpu_util as f32;
+                    u.mem_util = mem_util.unwrap_or(0.0) as f32;
+                }
+            }
+            EventKind::JobKeepalive { .. } => {
+                if let Some(j) = job_id.as_deref().and_then(|id| state.jobs.get_mut(id)) {
+                    j.util.keepalive = Some(event.time);
+                }
+            }
+            EventKind::BillingCharge(c) => state.charge(&c.project, c.job_id.as_deref(), c.gpu_hours, event.time),
+            EventKind::AssetRegistered { project, asset } => {
+                let rec = crate::state::AssetRecord {
+                    kind: state.intern(&asset.kind),
+                    project: state.intern(project),
+                    uri: asset.uri.clone(),
+                    registered: event.time,
+                };
+                state.assets.insert(asset.fingerprint.as_str().into(), rec);
+            }
+            _ => {}
+        }
+
+        if let Some(id) = &job_id {
+            Self::follow_up(state, timers, config, event.time, id, &outputs, em);
+        } else {
+            // Events without a job (billing without job id, assets, ticks): report alerts only.
+            for (pid, mode, out) in &outputs {
+                for v in &out.verdicts {
+                    if v.kind.decision() == DecisionKind::Alert {
+                        em.emit(Draft {
+                            time: event.time,
+                            job_id: None,
+                            project: None,
+                            user: None,
+                            kind: DecisionKind::Alert,
+                            until: None,
+                            policies: vec![pid.clone()],
+                            reason: v.reason.clone(),
+                            dry_run: *mode == Mode::DryRun,
+                            admission: false,
+                            gpus: None,
+                            gpu_hours: None,
+                            hints: None,
+                        });
+                    }
+                }
+            }
+            Self::apply_effects(state, timers, outputs.iter().map(|(id, _, o)| (id.clone(), o)));
+        }
+
+        if let EventKind::JobFinished { status, .. } = &event.kind
+            && let Some(id) = &job_id
+            && let Some(mut j) = state.jobs.remove(&**id)
+        {
+            j.status = Some(*status);
+            if j.started.is_some() {
+                j.ended = Some(event.time);
+            }
+            if j.phase.is_live() {
+                state.release(&mut j, event.time, JobPhase::Finished);
+            }
+            j.phase = if j.phase == JobPhase::Reclaimed { JobPhase::Reclaimed } else { JobPhase::Finished };
+            if j.started.is_some() || *status == FinishStatus::Succeeded {
+                state.record_run(j.config, j.gpus, *status, event.time);
+            }
+            state.jobs.insert(id.clone(), j);
+            timers.set(event.time.plus(config.finished_retention), id.clone(), TimerKind::Forget);
+        }
+    }
+
+    fn resolve_approval(
+        state: &mut State,
+        timers: &mut TimerQueue,
+        event: &Event,
+        job_id: Option<&Sym>,
+        by: Option<&str>,
+        em: &mut Emitter<'_>,
+    ) {
+        let Some(id) = job_id else { return };
+        let Some(mut job) = state.jobs.remove(&**id) else { return };
+        let pending = match (&job.phase, job.pending.take()) {
+            (JobPhase::PendingApproval, Some(p)) => p,
+            (_, p) => {
+                job.pending = p;
+                state.jobs.insert(id.clone(), job);
+                return;
+            }
+        };
+        let who = by.unwrap_or("an unnamed approver");
+        if let EventKind::ApprovalGranted { .. } = event.kind
+            && !pending.approvers.is_empty()
+            && !pending.approvers.iter().any(|a| Some(&**a) == by)
+        {
+            // Not an allowed approver: the request stays pending.
+            let mut d = Draft::about(id, Some(&job), event.time, DecisionKind::Alert);
+            d.policies = pending.policies.clone();
+            d.reason = format!(
+                "approval of job {id} by {who} ignored: only {} may approve it",
+                pending.approvers.iter().map(|a| &**a).collect::<Vec<_>>().join(", ")
+            );
+            em.emit(d);
+            job.pending = Some(pending);
+            state.jobs.insert(id.clone(), job);
+            return;
+        }
+        let granted = matches!(event.kind, EventKind::ApprovalGranted { .. });
+        let mut d =
+            Draft::about(id, Some(&job), event.time, if granted { DecisionKind::Allow } else { DecisionKind::Deny });
+        d.admission = true;
+        d.policies = pending.policies.clone();
+        d.gpu_hours = Some(f64::from(job.gpus) * job.requested_hours);
+        if granted {
+            d.reason = format!("approved by {who} (asked because: {})", pending.reason);
+            job.phase = JobPhase::Admitted;
+            state.reserve(&mut job);
+            em.emit(d);
+            state.jobs.insert(id.clone(), job);
+        } else {
+            d.reason = format!("approval rejected by {who} (asked because: {})", pending.reason);
+            em.emit(d);
+        }
+        let _ = timers;
+    }
+
+    /// Turns the verdicts of non-admission inputs (events after submission, policy timers) into
+    /// decisions about `job_id`, one per decision kind, and applies reclaims and effects.
+    fn follow_up(
+        state: &mut State,
+        timers: &mut TimerQueue,
+        config: EngineConfig,
+        time: Timestamp,
+        job_id: &Sym,
+        outputs: &[(Arc<str>, Mode, Output)],
+        em: &mut Emitter<'_>,
+    ) {
+        const ORDER: [DecisionKind; 6] = [
+            DecisionKind::Reclaim,
+            DecisionKind::Deny,
+            DecisionKind::RequireApproval,
+            DecisionKind::Defer,
+            DecisionKind::Allow,
+            DecisionKind::Alert,
+        ];
+        for dry in [false, true] {
+            for kind in ORDER {
+                let mut ids: Vec<Arc<str>> = Vec::new();
+                let mut reasons: Vec<&str> = Vec::new();
+                for (pid, mode, out) in outputs {
+                    if (*mode == Mode::DryRun) != dry {
+                        continue;
+                    }
+                    let mut counted = false;
+                    for v in out.verdicts.iter().filter(|v| v.kind.decision() == kind) {
+                        if v.job_id.as_ref().is_some_and(|j| j != job_id) {
+                            continue;
+                        }
+                        if !counted {
+                            ids.push(pid.clone());
+                            counted = true;
+                        }
+                        reasons.push(&v.reason);
+                    }
+                }
+                if ids.is_empty() {
+                    continue;
+                }
+                let job = state.jobs.get(&**job_id);
+                // A reclaim of a job that no longer holds GPUs is moot.
+                if kind == DecisionKind::Reclaim && !dry && job.is_none_or(|j| !j.phase.is_live()) {
+                    continue;
+                }
+                let mut d = Draft::about(job_id, job, time, kind);
+                d.policies = ids;
+                d.reason = join_reasons(reasons.into_iter());
+                d.dry_run = dry;
+                if kind == DecisionKind::Reclaim {
+                    d.gpu_hours = job.map(|j| remaining_gpu_hours(j, time));
+                }
+                em.emit(d);
+                if kind == DecisionKind::Reclaim
+                    && !dry
+                    && let Some(mut j) = state.jobs.remove(&**job_id)
+                {
+                    state.release(&mut j, time, JobPhase::Reclaimed);
+                    state.jobs.insert(job_id.clone(), j);
+                    timers.set(time.plus(config.finished_retention), job_id.clone(), TimerKind::Forget);
+                }
+            }
+        }
+        Self::apply_effects(state, timers, outputs.iter().map(|(id, _, o)| (id.clone(), o)));
+    }
+
+    fn apply_effects<'o>(
+        state: &mut State,
+        timers: &mut TimerQueue,
+        outputs: impl Iterator<Item = (Arc<str>, &'o Output)>,
+    ) {
+        for (policy, out) in outputs {
+            for e in &out.effects {
+                match e {
+                    Effect::Timer { at, job_id, tag } => {
+                        timers.set(*at, job_id.clone(), TimerKind::Policy { policy: policy.clone(), tag: *tag })
+                    }
+                    Effect::Mark { job_id, key, value } => {
+                        if let Some(j) = state.jobs.get_mut(&**job_id) {
+                            j.marks.retain(|m| m.key != *key);
+                            if let Some(v) = value {
+                                j.marks.push(crate::state::Mark { key: *key, value: *v });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Convenience for tests and tools: a verdict about the current job.
+pub fn verdict(kind: VerdictKind, reason: impl Into<String>) -> Verdict {
+    Verdict::new(kind, reason)
+}

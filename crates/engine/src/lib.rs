@@ -1,0 +1,33 @@
+//! bursar's evaluation engine: the single writer that turns a stream of events into decisions.
+//!
+//! It owns all mutable state (jobs, usage ledgers, pending approvals, assets, trial history, timers) and
+//! applies events strictly in order, so replaying a file gives the same decisions as the live run did.
+//! Policies are trait objects ([`Policy`]) that read the state and return verdicts; the TOML language
+//! (`bursar-lang`) and the WebAssembly host (`bursar-wasm`) both implement the trait, and the engine
+//! combines their verdicts the same way: any deny wins, then require-approval, then defer, else allow.
+//!
+//! Boundaries: no I/O, no parsing of policy files, no SQLite. Persistence is a [`Snapshot`] that the
+//! caller stores; the audit log is fed from the decisions this crate returns.
+//!
+//! Layout:
+//! - [`policy`]: the [`Policy`] trait, [`Verdict`]s, [`Effect`]s, [`Selector`].
+//! - [`set`]: [`PolicySet`], the immutable set swapped whole on reload.
+//! - [`state`]: jobs, ledgers and what policies may ask of them.
+//! - [`engine`]: [`Engine::process`], timer firing and decision combination.
+//! - [`timers`], [`dedupe`], [`intern`]: supporting structures.
+
+pub mod dedupe;
+pub mod engine;
+pub mod intern;
+pub mod policy;
+pub mod set;
+pub mod state;
+pub mod timers;
+
+pub use engine::{Coverage, ENGINE_POLICY, Engine, EngineConfig, Outcome, Snapshot, Stats};
+pub use intern::Sym;
+pub use policy::{
+    Context, Effect, EventMask, Mode, Output, Policy, PolicyMeta, Selector, TimerContext, Verdict, VerdictKind,
+};
+pub use set::{PolicySet, SetError, SourceFile};
+pub use state::{JobFacts, JobPhase, JobRecord, Ledger, ScopeKind, State, Usage, mark_key};

@@ -1,0 +1,326 @@
+//! The contract between the engine and a policy, whatever language the policy is written in.
+//!
+//! A policy sees one input at a time (an event, or a timer it scheduled), together with a read-only
+//! view of the engine's [`State`], and pushes [`Verdict`]s and [`Effect`]s into an [`Output`]. It never
+//! mutates state itself: the engine combines the verdicts of all policies and then applies the effects,
+//! which is what makes TOML and WebAssembly policies interchangeable and replay deterministic.
+
+use std::fmt;
+use std::sync::Arc;
+
+use bursar_model::{DecisionKind, Duration, Event, EventKind, Hints, JobSpec, Timestamp};
+use serde::{Deserialize, Serialize};
+
+use crate::state::{JobFacts, JobRecord, State};
+
+/// Whether a policy's verdicts are enforced or only reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Verdicts count.
+    #[default]
+    Enforce,
+    /// Verdicts are reported as `dry_run` decisions and never change the outcome.
+    DryRun,
+}
+
+impl Mode {
+    /// The keyword used in policy files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::DryRun => "dry_run",
+        }
+    }
+}
+
+/// A set of event types, as a bit mask over [`bursar_model::EVENT_TYPES`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct EventMask(pub u16);
+
+impl EventMask {
+    /// Every event type.
+    pub const ALL: EventMask = EventMask((1 << 10) - 1);
+    /// No event type.
+    pub const NONE: EventMask = EventMask(0);
+
+    /// The bit index of an event kind.
+    pub fn index(kind: &EventKind) -> usize {
+        match kind {
+            EventKind::JobSubmitted(_) => 0,
+            EventKind::JobStarted { .. } => 1,
+            EventKind::JobSample { .. } => 2,
+            EventKind::JobFinished { .. } => 3,
+            EventKind::JobKeepalive { .. } => 4,
+            EventKind::BillingCharge(_) => 5,
+            EventKind::ApprovalGranted { .. } => 6,
+            EventKind::ApprovalRejected { .. } => 7,
+            EventKind::AssetRegistered { .. } => 8,
+            EventKind::ClockTick => 9,
+        }
+    }
+
+    /// The mask of one type name (`job.sample`), if it is a v1 type.
+    pub fn of_name(name: &str) -> Option<EventMask> {
+        bursar_model::EVENT_TYPES.iter().position(|t| *t == name).map(|i| EventMask(1 << i))
+    }
+
+    /// The union.
+    pub fn with(self, other: EventMask) -> EventMask {
+        EventMask(self.0 | other.0)
+    }
+
+    /// True when `kind` is in the set.
+    pub fn contains(self, kind: &EventKind) -> bool {
+        self.0 & (1 << Self::index(kind)) != 0
+    }
+}
+
+/// Which jobs a policy applies to. Empty lists match everything; every non-empty list must match.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Selector {
+    /// Projects.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub projects: Vec<String>,
+    /// Users.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<String>,
+    /// Queues.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queues: Vec<String>,
+    /// Stages.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<String>,
+    /// GPU types.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_types: Vec<String>,
+    /// Tags that must be present with these values.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<(String, String)>,
+}
+
+impl Selector {
+    /// True when the selector selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.projects.is_empty()
+            && self.users.is_empty()
+            && self.queues.is_empty()
+            && self.stages.is_empty()
+            && self.gpu_types.is_empty()
+            && self.tags.is_empty()
+    }
+
+    /// Does the job match?
+    pub fn matches(&self, job: &impl JobFacts) -> bool {
+        fn any(list: &[String], v: &str) -> bool {
+            list.is_empty() || list.iter().any(|x| x == v)
+        }
+        fn any_opt(list: &[String], v: Option<&str>) -> bool {
+            list.is_empty() || v.is_some_and(|v| list.iter().any(|x| x == v))
+        }
+        any(&self.projects, job.project())
+            && any(&self.users, job.user())
+            && any_opt(&self.queues, job.queue())
+            && any_opt(&self.stages, job.stage())
+            && any_opt(&self.gpu_types, job.gpu_type())
+            && self.tags.iter().all(|(k, v)| job.tag(k) == Some(v.as_str()))
+    }
+}
+
+/// What every policy declares about itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyMeta {
+    /// Unique id, e.g. `quota/monthly-gpu-hours`.
+    pub id: Arc<str>,
+    /// What the policy is for, in a sentence.
+    pub description: String,
+    /// Enforce or dry-run.
+    pub mode: Mode,
+    /// Which jobs it applies to.
+    pub selector: Selector,
+    /// Which event types it wants to see.
+    pub events: EventMask,
+    /// The file it came from.
+    pub source: String,
+    /// The kind of policy (`quota`, `reclaim`, `rule`, `wasm`, …), for listings.
+    pub kind: &'static str,
+    /// Named branches (rules, conditions) it can take, for coverage reports.
+    pub branches: Vec<String>,
+}
+
+/// What a policy concluded about one input.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    /// The decision it asks for.
+    pub kind: VerdictKind,
+    /// The job concerned; `None` means the job of the input.
+    pub job_id: Option<Arc<str>>,
+    /// A sentence a person can read.
+    pub reason: String,
+    /// GPU-hours concerned, when the policy knows better than the engine.
+    pub gpu_hours: Option<f64>,
+    /// Index into [`PolicyMeta::branches`] of the branch that produced it.
+    pub branch: Option<u16>,
+}
+
+impl Verdict {
+    /// A verdict about the input's job.
+    pub fn new(kind: VerdictKind, reason: impl Into<String>) -> Verdict {
+        Verdict { kind, job_id: None, reason: reason.into(), gpu_hours: None, branch: None }
+    }
+
+    /// The same verdict, tagged with the branch that produced it.
+    pub fn on_branch(mut self, branch: u16) -> Verdict {
+        self.branch = Some(branch);
+        self
+    }
+}
+
+/// The decision a verdict asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum VerdictKind {
+    /// No objection; may carry placement hints.
+    Allow(Hints),
+    /// Refuse.
+    Deny,
+    /// Hold for a person's approval.
+    RequireApproval {
+        /// Who may approve; empty means anyone.
+        approvers: Vec<String>,
+        /// How long the request stays open.
+        expires_after: Duration,
+    },
+    /// Admit later.
+    Defer {
+        /// When.
+        until: Timestamp,
+    },
+    /// Release the job's GPUs.
+    Reclaim,
+    /// Tell the owner.
+    Alert,
+}
+
+impl VerdictKind {
+    /// The decision kind this verdict maps to.
+    pub fn decision(&self) -> DecisionKind {
+        match self {
+            VerdictKind::Allow(_) => DecisionKind::Allow,
+            VerdictKind::Deny => DecisionKind::Deny,
+            VerdictKind::RequireApproval { .. } => DecisionKind::RequireApproval,
+            VerdictKind::Defer { .. } => DecisionKind::Defer,
+            VerdictKind::Reclaim => DecisionKind::Reclaim,
+            VerdictKind::Alert => DecisionKind::Alert,
+        }
+    }
+}
+
+/// A change to state a policy asks the engine to make after combining.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Call the policy's [`Policy::on_timer`] at `at` for `job_id` with `tag`.
+    Timer {
+        /// When.
+        at: Timestamp,
+        /// The job.
+        job_id: Arc<str>,
+        /// A number the policy chooses to tell its timers apart.
+        tag: u32,
+    },
+    /// Store (or with `None`, clear) a private note on a job.
+    Mark {
+        /// The job.
+        job_id: Arc<str>,
+        /// Key, usually [`crate::state::mark_key`].
+        key: u64,
+        /// Value.
+        value: Option<i64>,
+    },
+}
+
+/// Where a policy writes its verdicts and effects.
+#[derive(Debug, Default)]
+pub struct Output {
+    /// Verdicts.
+    pub verdicts: Vec<Verdict>,
+    /// Effects.
+    pub effects: Vec<Effect>,
+}
+
+impl Output {
+    /// Adds a verdict.
+    pub fn verdict(&mut self, v: Verdict) {
+        self.verdicts.push(v);
+    }
+
+    /// Adds an effect.
+    pub fn effect(&mut self, e: Effect) {
+        self.effects.push(e);
+    }
+
+    /// Empties both lists, keeping their memory.
+    pub fn clear(&mut self) {
+        self.verdicts.clear();
+        self.effects.clear();
+    }
+}
+
+/// What a policy sees when it evaluates an event.
+#[derive(Debug, Clone, Copy)]
+pub struct Context<'a> {
+    /// The event.
+    pub event: &'a Event,
+    /// The event as the producer sent it, when the caller has it.
+    pub raw: Option<&'a str>,
+    /// Event time of the engine (the latest time seen).
+    pub now: Timestamp,
+    /// The engine's state before this event's effects.
+    pub state: &'a State,
+    /// For job events other than `job.submitted`: the stored job.
+    pub job: Option<&'a JobRecord>,
+}
+
+impl<'a> Context<'a> {
+    /// The submitted job, for `job.submitted`.
+    pub fn submitted(&self) -> Option<&'a JobSpec> {
+        match &self.event.kind {
+            EventKind::JobSubmitted(j) => Some(j),
+            _ => None,
+        }
+    }
+}
+
+/// What a policy sees when one of its timers fires.
+#[derive(Debug, Clone, Copy)]
+pub struct TimerContext<'a> {
+    /// When the timer was due.
+    pub at: Timestamp,
+    /// The job it was set for.
+    pub job_id: &'a Arc<str>,
+    /// The job's record, if the job is still known.
+    pub job: Option<&'a JobRecord>,
+    /// The tag it was set with.
+    pub tag: u32,
+    /// The engine's state.
+    pub state: &'a State,
+}
+
+/// A compiled policy. Implemented by the TOML families, general rules and WebAssembly components.
+///
+/// Implementations must be deterministic: the same input and state give the same output.
+pub trait Policy: Send + Sync + fmt::Debug {
+    /// Id, mode, selector, event types.
+    fn meta(&self) -> &PolicyMeta;
+
+    /// Evaluates one event of a type in `meta().events`. For job events the engine has already checked
+    /// the selector against the job.
+    fn evaluate(&self, cx: &Context<'_>, out: &mut Output);
+
+    /// Handles a timer this policy scheduled through [`Effect::Timer`].
+    fn on_timer(&self, _cx: &TimerContext<'_>, _out: &mut Output) {}
+
+    /// Times this policy failed (a trapped guest, a timeout), for reports. TOML policies never fail.
+    fn failures(&self) -> u64 {
+        0
+    }
+}

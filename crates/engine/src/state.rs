@@ -1,0 +1,680 @@
+//! What the engine remembers between events: jobs, usage ledgers, pending approvals, registered assets
+//! and successful trial runs.
+//!
+//! Policies read this through `&State` and never write it; the engine changes it only after it has
+//! combined the policies' verdicts for an event. Usage is kept in day buckets per ledger (a project, a
+//! user, or a tag pair such as `team=search`), so a quota over a day, an ISO week or a calendar month is
+//! a sum over at most 31 buckets, and one admission touches one bucket per ledger. Everything here is
+//! `Serialize` so that `serve` can persist it and resume after a restart.
+//!
+//! Partitioning: every ledger, job and approval belongs to one project, which is the partition key for a
+//! future multi-core or multi-machine engine. Tag ledgers (`team=search`) span projects; they are kept in
+//! the same single-writer state today, and a partitioned deployment would route tag-scoped quotas through
+//! one owner partition per tag (see `docs/architecture.md`).
+
+use std::collections::VecDeque;
+use std::hash::{Hash, Hasher};
+
+use bursar_model::{FinishStatus, JobSpec, Period, Timestamp};
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+
+use crate::intern::{Interner, Sym};
+
+/// How long usage buckets are kept: enough for the longest quota period (a month) plus settlement lag.
+pub const LEDGER_RETENTION_DAYS: i64 = 62;
+
+/// Whose usage a ledger counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScopeKind {
+    /// A project.
+    Project,
+    /// A user.
+    User,
+    /// A tag pair `key=value`.
+    Tag,
+}
+
+/// The key of one ledger: a scope kind and its value (`nlp`, `alice`, `team=search`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct LedgerKey {
+    /// Project, user or tag.
+    pub kind: ScopeKind,
+    /// The name; for a tag, `key=value`.
+    pub name: Sym,
+}
+
+/// Every ledger, one map per scope kind so a lookup by name needs no allocation.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Ledgers {
+    /// By project.
+    pub project: FxHashMap<Sym, Ledger>,
+    /// By user.
+    pub user: FxHashMap<Sym, Ledger>,
+    /// By tag pair `key=value`.
+    pub tag: FxHashMap<Sym, Ledger>,
+}
+
+impl Ledgers {
+    /// The map of one scope kind.
+    pub fn of(&self, kind: ScopeKind) -> &FxHashMap<Sym, Ledger> {
+        match kind {
+            ScopeKind::Project => &self.project,
+            ScopeKind::User => &self.user,
+            ScopeKind::Tag => &self.tag,
+        }
+    }
+
+    fn of_mut(&mut self, kind: ScopeKind) -> &mut FxHashMap<Sym, Ledger> {
+        match kind {
+            ScopeKind::Project => &mut self.project,
+            ScopeKind::User => &mut self.user,
+            ScopeKind::Tag => &mut self.tag,
+        }
+    }
+
+    /// Number of ledgers.
+    pub fn len(&self) -> usize {
+        self.project.len() + self.user.len() + self.tag.len()
+    }
+
+    /// True when no ledger exists.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// GPU-hours of one day in one ledger.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct DayUsage {
+    /// Day number since 1970-01-01 (UTC) of the admissions counted here.
+    pub day: i64,
+    /// Reserved at admission, not yet settled (gpus × requested hours).
+    pub reserved: f64,
+    /// Settled from actual runtime (gpus × hours from start to release).
+    pub used: f64,
+    /// Charged by `billing.charge` events.
+    pub charged: f64,
+    /// Settled from runtime but not yet charged (for quotas that count billing).
+    pub unbilled: f64,
+}
+
+/// Usage summed over a period.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Reserved, not yet settled.
+    pub reserved: f64,
+    /// Settled from runtime.
+    pub used: f64,
+    /// Charged by billing.
+    pub charged: f64,
+    /// Settled from runtime, not yet charged.
+    pub unbilled: f64,
+}
+
+impl Usage {
+    /// Usage when settlement is by runtime: reserved + used.
+    pub fn by_runtime(&self) -> f64 {
+        self.reserved + self.used
+    }
+
+    /// Usage when settlement is by billing: reserved + finished-but-uncharged + charged.
+    pub fn by_billing(&self) -> f64 {
+        self.reserved + self.unbilled + self.charged
+    }
+}
+
+/// One ledger: usage by day, and what is held right now.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Ledger {
+    /// Day buckets, oldest first.
+    pub days: VecDeque<DayUsage>,
+    /// GPUs of admitted jobs not yet released.
+    pub held_gpus: u32,
+    /// GPUs of started jobs not yet released.
+    pub running_gpus: u32,
+    /// Held GPUs per queue.
+    pub queues: Vec<(Sym, u32)>,
+}
+
+impl Ledger {
+    fn bucket(&mut self, day: i64) -> &mut DayUsage {
+        let pos = self.days.iter().rposition(|d| d.day <= day);
+        match pos {
+            Some(i) if self.days[i].day == day => &mut self.days[i],
+            Some(i) => {
+                self.days.insert(i + 1, DayUsage { day, ..DayUsage::default() });
+                &mut self.days[i + 1]
+            }
+            None => {
+                self.days.push_front(DayUsage { day, ..DayUsage::default() });
+                &mut self.days[0]
+            }
+        }
+    }
+
+    fn prune(&mut self) {
+        if let Some(newest) = self.days.back().map(|d| d.day) {
+            while self.days.front().is_some_and(|d| d.day < newest - LEDGER_RETENTION_DAYS) {
+                self.days.pop_front();
+            }
+        }
+    }
+
+    /// Usage over the period of `period` containing `day`.
+    pub fn usage(&self, period: Period, day: i64) -> Usage {
+        let (from, to) = period.bounds(day);
+        let mut u = Usage::default();
+        for d in self.days.iter().rev() {
+            if d.day < from {
+                break;
+            }
+            if d.day < to {
+                u.reserved += d.reserved;
+                u.used += d.used;
+                u.charged += d.charged;
+                u.unbilled += d.unbilled;
+            }
+        }
+        u
+    }
+
+    /// GPUs held in `queue`.
+    pub fn queue_gpus(&self, queue: &str) -> u32 {
+        self.queues.iter().find(|(q, _)| &**q == queue).map_or(0, |(_, g)| *g)
+    }
+
+    fn add_queue(&mut self, queue: &Sym, delta: i64) {
+        if let Some(e) = self.queues.iter_mut().find(|(q, _)| q == queue) {
+            e.1 = (i64::from(e.1) + delta).max(0) as u32;
+        } else if delta > 0 {
+            self.queues.push((queue.clone(), delta as u32));
+        }
+    }
+}
+
+/// Where a job is in its life, as far as bursar knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobPhase {
+    /// Waiting for a person's approval.
+    PendingApproval,
+    /// Admitted to start later.
+    Deferred,
+    /// Admitted, not started.
+    Admitted,
+    /// Started.
+    Running,
+    /// Ended; kept until billed or forgotten.
+    Finished,
+    /// GPUs released by a reclaim decision.
+    Reclaimed,
+}
+
+impl JobPhase {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobPhase::PendingApproval => "pending_approval",
+            JobPhase::Deferred => "deferred",
+            JobPhase::Admitted => "admitted",
+            JobPhase::Running => "running",
+            JobPhase::Finished => "finished",
+            JobPhase::Reclaimed => "reclaimed",
+        }
+    }
+
+    /// True while the job holds (or is about to hold) GPUs.
+    pub fn is_live(self) -> bool {
+        matches!(self, JobPhase::Admitted | JobPhase::Running | JobPhase::Deferred)
+    }
+}
+
+/// A pending approval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pending {
+    /// Who may approve; empty means anyone.
+    pub approvers: Vec<Sym>,
+    /// When the request lapses.
+    pub expires: Timestamp,
+    /// The policies that asked for approval.
+    pub policies: Vec<Sym>,
+    /// Their reasons.
+    pub reason: String,
+}
+
+/// The latest utilisation the engine saw for a job.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Utilisation {
+    /// When the last sample arrived.
+    pub last_sample: Option<Timestamp>,
+    /// GPU utilisation of the last sample.
+    pub gpu_util: f32,
+    /// Memory utilisation of the last sample.
+    pub mem_util: f32,
+    /// Exponentially weighted average of GPU utilisation (α = 0.2).
+    pub avg_gpu_util: f32,
+    /// Samples seen.
+    pub samples: u32,
+    /// Last `job.keepalive`.
+    pub keepalive: Option<Timestamp>,
+}
+
+/// A policy's private note on a job (for example "utilisation low since t"): set through
+/// [`crate::Effect::Mark`], read with [`JobRecord::mark`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mark {
+    /// A key the policy chose, usually [`mark_key`] of its id and a slot.
+    pub key: u64,
+    /// The value.
+    pub value: i64,
+}
+
+/// A stable key for a policy's mark: the policy id and a slot number.
+pub fn mark_key(policy_id: &str, slot: u8) -> u64 {
+    let mut h = rustc_hash::FxHasher::default();
+    policy_id.hash(&mut h);
+    slot.hash(&mut h);
+    h.finish()
+}
+
+/// What the engine keeps per job: about 200 bytes plus the id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// Project.
+    pub project: Sym,
+    /// User.
+    pub user: Sym,
+    /// Queue.
+    pub queue: Option<Sym>,
+    /// Stage.
+    pub stage: Option<Sym>,
+    /// GPU model.
+    pub gpu_type: Option<Sym>,
+    /// Tags as `(key, value)`.
+    pub tags: Box<[(Sym, Sym)]>,
+    /// GPUs.
+    pub gpus: u32,
+    /// Nodes.
+    pub nodes: u32,
+    /// Requested hours.
+    pub requested_hours: f64,
+    /// Submission time.
+    pub submitted: Timestamp,
+    /// Day whose buckets hold the job's usage.
+    pub usage_day: i64,
+    /// GPU-hours reserved and not yet settled.
+    pub reserved: f64,
+    /// GPU-hours settled from runtime and not yet charged.
+    pub unbilled: f64,
+    /// Start time.
+    pub started: Option<Timestamp>,
+    /// End time.
+    pub ended: Option<Timestamp>,
+    /// How it ended.
+    pub status: Option<FinishStatus>,
+    /// Phase.
+    pub phase: JobPhase,
+    /// Deferred until.
+    pub defer_until: Option<Timestamp>,
+    /// Pending approval.
+    pub pending: Option<Box<Pending>>,
+    /// Latest utilisation.
+    pub util: Utilisation,
+    /// Hash of the configuration key (trial-before-scale).
+    pub config: u64,
+    /// Deferrable work.
+    pub deferrable: bool,
+    /// Policies' notes.
+    pub marks: Vec<Mark>,
+}
+
+impl JobRecord {
+    /// The value a policy stored under `key`.
+    pub fn mark(&self, key: u64) -> Option<i64> {
+        self.marks.iter().find(|m| m.key == key).map(|m| m.value)
+    }
+
+    /// The tag value for `key`.
+    pub fn tag(&self, key: &str) -> Option<&str> {
+        self.tags.iter().find(|(k, _)| &**k == key).map(|(_, v)| &**v)
+    }
+
+    /// GPU-hours of runtime so far (or until the end).
+    pub fn runtime_gpu_hours(&self, now: Timestamp) -> f64 {
+        match self.started {
+            Some(s) => f64::from(self.gpus) * self.ended.unwrap_or(now).since(s).as_hours().max(0.0),
+            None => 0.0,
+        }
+    }
+}
+
+/// Facts about a job that selectors match on, shared by a submitted [`JobSpec`] and a stored
+/// [`JobRecord`].
+pub trait JobFacts {
+    /// Project.
+    fn project(&self) -> &str;
+    /// User.
+    fn user(&self) -> &str;
+    /// Queue.
+    fn queue(&self) -> Option<&str>;
+    /// Stage.
+    fn stage(&self) -> Option<&str>;
+    /// GPU type.
+    fn gpu_type(&self) -> Option<&str>;
+    /// A tag's value.
+    fn tag(&self, key: &str) -> Option<&str>;
+}
+
+impl JobFacts for JobSpec {
+    fn project(&self) -> &str {
+        &self.project
+    }
+    fn user(&self) -> &str {
+        &self.user
+    }
+    fn queue(&self) -> Option<&str> {
+        self.queue.as_deref()
+    }
+    fn stage(&self) -> Option<&str> {
+        self.stage.as_deref()
+    }
+    fn gpu_type(&self) -> Option<&str> {
+        self.gpu_type.as_deref()
+    }
+    fn tag(&self, key: &str) -> Option<&str> {
+        JobSpec::tag(self, key)
+    }
+}
+
+impl JobFacts for JobRecord {
+    fn project(&self) -> &str {
+        &self.project
+    }
+    fn user(&self) -> &str {
+        &self.user
+    }
+    fn queue(&self) -> Option<&str> {
+        self.queue.as_deref()
+    }
+    fn stage(&self) -> Option<&str> {
+        self.stage.as_deref()
+    }
+    fn gpu_type(&self) -> Option<&str> {
+        self.gpu_type.as_deref()
+    }
+    fn tag(&self, key: &str) -> Option<&str> {
+        JobRecord::tag(self, key)
+    }
+}
+
+/// A registered asset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AssetRecord {
+    /// `dataset` or `image`.
+    pub kind: Sym,
+    /// Owning project.
+    pub project: Sym,
+    /// Where it is.
+    pub uri: String,
+    /// When it was registered.
+    pub registered: Timestamp,
+}
+
+/// Run history of one configuration, for trial-before-scale.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TrialHistory {
+    /// Latest success per GPU count, at most 8 entries.
+    pub successes: Vec<(u32, Timestamp)>,
+    /// Latest failure.
+    pub last_failure: Option<Timestamp>,
+}
+
+impl TrialHistory {
+    /// The latest success of a run with at most `max_gpus` GPUs.
+    pub fn last_success_at_most(&self, max_gpus: u32) -> Option<(u32, Timestamp)> {
+        self.successes.iter().filter(|(g, _)| *g <= max_gpus).max_by_key(|(_, t)| *t).copied()
+    }
+
+    fn record_success(&mut self, gpus: u32, at: Timestamp) {
+        if let Some(e) = self.successes.iter_mut().find(|(g, _)| *g == gpus) {
+            e.1 = e.1.max(at);
+        } else {
+            self.successes.push((gpus, at));
+            if self.successes.len() > 8 {
+                // Forget the oldest.
+                if let Some(i) = self.successes.iter().enumerate().min_by_key(|(_, (_, t))| *t).map(|(i, _)| i) {
+                    self.successes.swap_remove(i);
+                }
+            }
+        }
+    }
+}
+
+/// A stable 64-bit hash of a configuration key.
+pub fn config_hash(key: &str) -> u64 {
+    let mut h = rustc_hash::FxHasher::default();
+    key.hash(&mut h);
+    h.finish()
+}
+
+/// The engine's whole state.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct State {
+    /// Latest event time seen.
+    pub now: Timestamp,
+    /// Jobs by id.
+    pub jobs: FxHashMap<Sym, JobRecord>,
+    /// Ledgers of projects, users and tag pairs.
+    pub ledgers: Ledgers,
+    /// Registered assets by fingerprint.
+    pub assets: FxHashMap<Box<str>, AssetRecord>,
+    /// Run history by configuration hash.
+    pub trials: FxHashMap<u64, TrialHistory>,
+    #[serde(skip)]
+    pub(crate) names: Interner,
+}
+
+impl State {
+    /// A job's record.
+    pub fn job(&self, id: &str) -> Option<&JobRecord> {
+        self.jobs.get(id)
+    }
+
+    /// A ledger, if anything was ever counted in it.
+    pub fn ledger(&self, kind: ScopeKind, name: &str) -> Option<&Ledger> {
+        self.ledgers.of(kind).get(name)
+    }
+
+    /// Usage of a ledger over `period` containing `at`.
+    pub fn usage(&self, kind: ScopeKind, name: &str, period: Period, at: Timestamp) -> Usage {
+        self.ledger(kind, name).map(|l| l.usage(period, at.day())).unwrap_or_default()
+    }
+
+    /// The asset registered under `fingerprint`.
+    pub fn asset(&self, fingerprint: &str) -> Option<&AssetRecord> {
+        self.assets.get(fingerprint)
+    }
+
+    /// Run history of a configuration key.
+    pub fn trial(&self, config_key: &str) -> Option<&TrialHistory> {
+        self.trials.get(&config_hash(config_key))
+    }
+
+    /// Number of live (admitted, deferred, running or pending) jobs.
+    pub fn live_jobs(&self) -> usize {
+        self.jobs.len()
+    }
+
+    pub(crate) fn intern(&mut self, s: &str) -> Sym {
+        self.names.intern(s)
+    }
+
+    /// Rebuilds the interner after loading a persisted state, so names are shared again.
+    pub fn reintern(&mut self) {
+        let mut names = Interner::default();
+        for job in self.jobs.values_mut() {
+            job.project = names.intern(&job.project);
+            job.user = names.intern(&job.user);
+        }
+        self.names = names;
+    }
+
+    pub(crate) fn record_from_spec(&mut self, spec: &JobSpec, now: Timestamp) -> JobRecord {
+        let tags: Box<[(Sym, Sym)]> = spec.tags.iter().map(|(k, v)| (self.intern(k), self.intern(v))).collect();
+        JobRecord {
+            project: self.intern(&spec.project),
+            user: self.intern(&spec.user),
+            queue: spec.queue.as_deref().map(|q| self.intern(q)),
+            stage: spec.stage.as_deref().map(|s| self.intern(s)),
+            gpu_type: spec.gpu_type.as_deref().map(|g| self.intern(g)),
+            tags,
+            gpus: spec.gpus,
+            nodes: spec.nodes,
+            requested_hours: spec.requested_hours,
+            submitted: now,
+            usage_day: now.day(),
+            reserved: 0.0,
+            unbilled: 0.0,
+            started: None,
+            ended: None,
+            status: None,
+            phase: JobPhase::Admitted,
+            defer_until: None,
+            pending: None,
+            util: Utilisation::default(),
+            config: config_hash(&spec.config_key()),
+            deferrable: spec.deferrable,
+            marks: Vec::new(),
+        }
+    }
+
+    fn ledger_keys(&mut self, job: &JobRecord) -> Vec<LedgerKey> {
+        let mut keys = Vec::with_capacity(2 + job.tags.len());
+        keys.push(LedgerKey { kind: ScopeKind::Project, name: job.project.clone() });
+        keys.push(LedgerKey { kind: ScopeKind::User, name: job.user.clone() });
+        for (k, v) in job.tags.iter() {
+            let name = self.intern(&format!("{k}={v}"));
+            keys.push(LedgerKey { kind: ScopeKind::Tag, name });
+        }
+        keys
+    }
+
+    fn for_each_ledger(&mut self, job: &JobRecord, mut f: impl FnMut(&mut Ledger)) {
+        for key in self.ledger_keys(job) {
+            f(self.ledgers.of_mut(key.kind).entry(key.name).or_default());
+        }
+    }
+
+    /// Reserves the job's requested GPU-hours and holds its GPUs.
+    pub(crate) fn reserve(&mut self, job: &mut JobRecord) {
+        let hours = f64::from(job.gpus) * job.requested_hours;
+        job.reserved = hours;
+        let (day, gpus, queue) = (job.usage_day, job.gpus, job.queue.clone());
+        self.for_each_ledger(job, |l| {
+            l.bucket(day).reserved += hours;
+            l.held_gpus += gpus;
+            if let Some(q) = &queue {
+                l.add_queue(q, i64::from(gpus));
+            }
+            l.prune();
+        });
+    }
+
+    /// Marks a held job as started.
+    pub(crate) fn start(&mut self, job: &mut JobRecord, at: Timestamp) {
+        if job.started.is_none() {
+            job.started = Some(at);
+            let gpus = job.gpus;
+            self.for_each_ledger(job, |l| l.running_gpus += gpus);
+        }
+        job.phase = JobPhase::Running;
+    }
+
+    /// Releases the job's GPUs and settles its reservation from runtime.
+    pub(crate) fn release(&mut self, job: &mut JobRecord, at: Timestamp, phase: JobPhase) {
+        if !job.phase.is_live() {
+            job.phase = phase;
+            return;
+        }
+        if job.started.is_some() && job.ended.is_none() {
+            job.ended = Some(at);
+        }
+        let used = job.runtime_gpu_hours(at);
+        let (day, gpus, queue, reserved, running) =
+            (job.usage_day, job.gpus, job.queue.clone(), job.reserved, job.started.is_some());
+        self.for_each_ledger(job, |l| {
+            let b = l.bucket(day);
+            b.reserved = (b.reserved - reserved).max(0.0);
+            b.used += used;
+            b.unbilled += used;
+            l.held_gpus = l.held_gpus.saturating_sub(gpus);
+            if running {
+                l.running_gpus = l.running_gpus.saturating_sub(gpus);
+            }
+            if let Some(q) = &queue {
+                l.add_queue(q, -i64::from(gpus));
+            }
+        });
+        job.reserved = 0.0;
+        job.unbilled = used;
+        job.phase = phase;
+    }
+
+    /// Counts a billing charge; when it names a known job, that job's runtime usage counts as billed.
+    pub(crate) fn charge(&mut self, project: &str, job_id: Option<&str>, gpu_hours: f64, at: Timestamp) {
+        let job = job_id.and_then(|id| self.jobs.get(id)).cloned();
+        match job {
+            Some(mut job) => {
+                let (day, unbilled) = (job.usage_day, job.unbilled);
+                self.for_each_ledger(&job, |l| {
+                    let b = l.bucket(day);
+                    b.charged += gpu_hours;
+                    b.unbilled = (b.unbilled - unbilled).max(0.0);
+                });
+                job.unbilled = 0.0;
+                if let Some(id) = job_id
+                    && let Some(j) = self.jobs.get_mut(id)
+                {
+                    j.unbilled = 0.0;
+                }
+            }
+            None => {
+                let name = self.intern(project);
+                let l = self.ledgers.project.entry(name).or_default();
+                l.bucket(at.day()).charged += gpu_hours;
+                l.prune();
+            }
+        }
+    }
+
+    pub(crate) fn record_run(&mut self, config: u64, gpus: u32, status: FinishStatus, at: Timestamp) {
+        let h = self.trials.entry(config).or_default();
+        match status {
+            FinishStatus::Succeeded => h.record_success(gpus, at),
+            FinishStatus::Failed => h.last_failure = Some(at),
+            FinishStatus::Cancelled => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ledger_buckets_stay_sorted_and_sum_by_period() {
+        let mut l = Ledger::default();
+        let d0 = Timestamp::parse("2026-11-02T09:00:00Z").unwrap().day();
+        l.bucket(d0 + 2).reserved += 1.0;
+        l.bucket(d0).reserved += 2.0;
+        l.bucket(d0 + 1).used += 4.0;
+        l.bucket(d0 - 10).used += 8.0; // 2026-10-23: previous month
+        let days: Vec<i64> = l.days.iter().map(|d| d.day).collect();
+        assert_eq!(days, vec![d0 - 10, d0, d0 + 1, d0 + 2]);
+        let m = l.usage(Period::Month, d0);
+        assert_eq!(m.by_runtime(), 7.0);
+        assert_eq!(l.usage(Period::Day, d0).by_runtime(), 2.0);
+    }
+}

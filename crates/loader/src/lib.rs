@@ -1,0 +1,130 @@
+//! Loading a policy directory into one [`PolicySet`]: find the files, compile each, collect every error
+//! of every file, hand `kind = "wasm"` declarations to a [`ComponentHost`], and fingerprint the set.
+//!
+//! Which files are policy files: every `*.toml` under the directory, recursively, except `Cargo.toml`,
+//! `rust-toolchain.toml`, test files (`*.test.toml`, see `docs/testing-policies.md`) and anything under a
+//! hidden directory, `target/`, `src/` or `tests/`. Files are read in sorted path order, so the set (and
+//! its digest) does not depend on the file system's listing order.
+//!
+//! The digest of a set is SHA-256 over the sorted list of `path NUL sha256(content) LF`; it is what the
+//! audit log records as the policy-set version of every decision.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bursar_engine::{Policy, PolicySet, SourceFile};
+use bursar_lang::{Diagnostic, WasmDecl};
+use sha2::{Digest, Sha256};
+
+/// Instantiates WebAssembly policies declared in manifests.
+pub trait ComponentHost {
+    /// Compiles (or fetches from a cache) and prepares the component of `decl`.
+    fn instantiate(&self, decl: &WasmDecl) -> Result<Arc<dyn Policy>, Diagnostic>;
+}
+
+/// A host for builds without WebAssembly support: every `kind = "wasm"` policy is an error.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoComponents;
+
+impl ComponentHost for NoComponents {
+    fn instantiate(&self, decl: &WasmDecl) -> Result<Arc<dyn Policy>, Diagnostic> {
+        Err(decl.component_at.clone().with_help("this build of bursar was made without WebAssembly support"))
+    }
+}
+
+/// Hex SHA-256 of bytes.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let d = Sha256::digest(bytes);
+    let mut s = String::with_capacity(64);
+    for b in d.iter() {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+fn skip_dir(name: &str) -> bool {
+    name.starts_with('.') || matches!(name, "target" | "src" | "tests")
+}
+
+fn is_policy_file(name: &str) -> bool {
+    name.ends_with(".toml") && !name.ends_with(".test.toml") && !matches!(name, "Cargo.toml" | "rust-toolchain.toml")
+}
+
+/// The policy files under `dir`, sorted. A file given directly is returned as is.
+pub fn policy_files(dir: &Path) -> Result<Vec<PathBuf>, Diagnostic> {
+    let mut out = Vec::new();
+    if dir.is_file() {
+        out.push(dir.to_path_buf());
+        return Ok(out);
+    }
+    fn walk(d: &Path, out: &mut Vec<PathBuf>) -> Result<(), Diagnostic> {
+        let entries = std::fs::read_dir(d)
+            .map_err(|e| Diagnostic::file(&d.display().to_string(), format!("cannot read directory: {e}")))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| Diagnostic::file(&d.display().to_string(), format!("cannot list: {e}")))?;
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let ft = entry.file_type().map_err(|e| Diagnostic::file(&path.display().to_string(), e.to_string()))?;
+            if ft.is_dir() {
+                if !skip_dir(&name) {
+                    walk(&path, out)?;
+                }
+            } else if is_policy_file(&name) {
+                out.push(path);
+            }
+        }
+        Ok(())
+    }
+    walk(dir, &mut out)?;
+    out.sort();
+    Ok(out)
+}
+
+/// Loads every policy file under `dir` into one set, or returns every error found.
+pub fn load_dir(dir: &Path, host: &dyn ComponentHost) -> Result<PolicySet, Vec<Diagnostic>> {
+    let files = policy_files(dir).map_err(|d| vec![d])?;
+    let mut errors = Vec::new();
+    let mut policies: Vec<Arc<dyn Policy>> = Vec::new();
+    let mut sources = Vec::new();
+    for path in &files {
+        let name = path.display().to_string();
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) => {
+                errors.push(Diagnostic::file(&name, format!("cannot read file: {e}")));
+                continue;
+            }
+        };
+        sources.push(SourceFile { path: name.clone(), digest: sha256_hex(&bytes) });
+        let Ok(text) = String::from_utf8(bytes) else {
+            errors.push(Diagnostic::file(&name, "file is not UTF-8 text"));
+            continue;
+        };
+        let base = path.parent().unwrap_or(Path::new("."));
+        match bursar_lang::compile_str(&name, &text, base) {
+            Ok(compiled) => {
+                policies.extend(compiled.policies);
+                for decl in &compiled.wasm {
+                    match host.instantiate(decl) {
+                        Ok(p) => policies.push(p),
+                        Err(d) => errors.push(d),
+                    }
+                }
+            }
+            Err(mut ds) => errors.append(&mut ds),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let mut listing = String::new();
+    for s in &sources {
+        listing.push_str(&s.path);
+        listing.push('\0');
+        listing.push_str(&s.digest);
+        listing.push('\n');
+    }
+    let digest = sha256_hex(listing.as_bytes());
+    PolicySet::new(policies, sources, digest)
+        .map_err(|e| vec![Diagnostic::file(&dir.display().to_string(), e.to_string())])
+}

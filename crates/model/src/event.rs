@@ -1,0 +1,766 @@
+//! Events, wire format v1: one JSON object per line with `id`, `time` (RFC 3339) and `type`.
+//!
+//! The decoder is written by hand over serde's visitor API rather than derived: it reads each object in
+//! one pass whatever the order of its keys (a producer may put `type` last), keeps every field it does
+//! not know as raw JSON (so nothing a producer adds is lost), and checks ranges (`gpu_util` is a fraction)
+//! with messages that say what was expected.
+
+use std::fmt;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::time::Timestamp;
+
+/// Fields a producer added that v1 does not define, kept verbatim in arrival order.
+pub type Extra = Vec<(String, RawJson)>;
+
+/// A JSON value kept as the exact text the producer sent.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RawJson(pub Box<RawValue>);
+
+impl RawJson {
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl PartialEq for RawJson {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+/// One event from the scheduler, the billing system or an approver.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// Unique id; an event whose id was already seen is ignored.
+    pub id: String,
+    /// When it happened; drives every window and timer.
+    pub time: Timestamp,
+    /// What happened.
+    pub kind: EventKind,
+    /// Top-level fields v1 does not define.
+    pub extra: Extra,
+}
+
+/// The v1 event types and their payloads.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EventKind {
+    /// `job.submitted`: a job asks for GPUs; it always gets exactly one admission decision.
+    JobSubmitted(Box<JobSpec>),
+    /// `job.started`: the scheduler placed the job.
+    JobStarted {
+        /// The job.
+        job_id: String,
+    },
+    /// `job.sample`: a utilisation sample.
+    JobSample {
+        /// The job.
+        job_id: String,
+        /// GPU utilisation, 0.0 to 1.0.
+        gpu_util: f64,
+        /// GPU memory utilisation, 0.0 to 1.0, if known.
+        mem_util: Option<f64>,
+    },
+    /// `job.finished`.
+    JobFinished {
+        /// The job.
+        job_id: String,
+        /// How it ended.
+        status: FinishStatus,
+    },
+    /// `job.keepalive`: the owner confirms an idle job should continue.
+    JobKeepalive {
+        /// The job.
+        job_id: String,
+        /// Who confirmed.
+        by: Option<String>,
+    },
+    /// `billing.charge`: the billing system charged a project.
+    BillingCharge(BillingCharge),
+    /// `approval.granted`.
+    ApprovalGranted {
+        /// The job.
+        job_id: String,
+        /// The approver.
+        by: Option<String>,
+    },
+    /// `approval.rejected`.
+    ApprovalRejected {
+        /// The job.
+        job_id: String,
+        /// The approver.
+        by: Option<String>,
+    },
+    /// `asset.registered`: a dataset or image now exists and can be reused.
+    AssetRegistered {
+        /// The owning project.
+        project: String,
+        /// The asset.
+        asset: Asset,
+    },
+    /// `clock.tick`: time passes; timers due by now fire.
+    ClockTick,
+}
+
+impl EventKind {
+    /// The wire name of the type, e.g. `job.submitted`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            EventKind::JobSubmitted(_) => "job.submitted",
+            EventKind::JobStarted { .. } => "job.started",
+            EventKind::JobSample { .. } => "job.sample",
+            EventKind::JobFinished { .. } => "job.finished",
+            EventKind::JobKeepalive { .. } => "job.keepalive",
+            EventKind::BillingCharge(_) => "billing.charge",
+            EventKind::ApprovalGranted { .. } => "approval.granted",
+            EventKind::ApprovalRejected { .. } => "approval.rejected",
+            EventKind::AssetRegistered { .. } => "asset.registered",
+            EventKind::ClockTick => "clock.tick",
+        }
+    }
+
+    /// The job the event is about, if any.
+    pub fn job_id(&self) -> Option<&str> {
+        match self {
+            EventKind::JobSubmitted(j) => Some(&j.id),
+            EventKind::JobStarted { job_id }
+            | EventKind::JobSample { job_id, .. }
+            | EventKind::JobFinished { job_id, .. }
+            | EventKind::JobKeepalive { job_id, .. }
+            | EventKind::ApprovalGranted { job_id, .. }
+            | EventKind::ApprovalRejected { job_id, .. } => Some(job_id),
+            EventKind::BillingCharge(c) => c.job_id.as_deref(),
+            EventKind::AssetRegistered { .. } | EventKind::ClockTick => None,
+        }
+    }
+}
+
+/// Every v1 event type name, in the order of the brief.
+pub const EVENT_TYPES: [&str; 10] = [
+    "job.submitted",
+    "job.started",
+    "job.sample",
+    "job.finished",
+    "job.keepalive",
+    "billing.charge",
+    "approval.granted",
+    "approval.rejected",
+    "asset.registered",
+    "clock.tick",
+];
+
+/// What a submitted job asks for. Fields other than `id` and `project` may be absent; a policy that
+/// needs an absent field says so in its decision rather than guessing.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct JobSpec {
+    /// Job id, unique in the scheduler.
+    pub id: String,
+    /// Project (cost centre) the GPU-hours are charged to.
+    pub project: String,
+    /// Submitting user.
+    pub user: String,
+    /// Scheduler queue or partition.
+    pub queue: Option<String>,
+    /// GPUs requested in total.
+    pub gpus: u32,
+    /// GPU model, e.g. `H200`.
+    pub gpu_type: Option<String>,
+    /// Memory of one GPU in GB.
+    pub gpu_mem_gb: Option<f64>,
+    /// Nodes the job spans.
+    pub nodes: u32,
+    /// Wall-clock hours requested.
+    pub requested_hours: f64,
+    /// Pipeline stage: `data_prep`, `pretrain`, `finetune`, `eval`, `image_build`, …
+    pub stage: Option<String>,
+    /// Model size in billions of parameters.
+    pub model_params_b: Option<f64>,
+    /// Container image.
+    pub image: Option<String>,
+    /// Input dataset id.
+    pub dataset: Option<String>,
+    /// Digest of the job's script.
+    pub script_hash: Option<String>,
+    /// What the submitter declares ready.
+    pub ready: Ready,
+    /// Whether the work may run later (evaluation, preprocessing, format conversion).
+    pub deferrable: bool,
+    /// Free-form labels, e.g. `team = "search"`; sorted by key.
+    pub tags: Vec<(String, String)>,
+    /// Extension (v1.x): mixed precision enabled.
+    pub mixed_precision: Option<bool>,
+    /// Extension (v1.x): per-GPU batch size.
+    pub batch_size: Option<u32>,
+    /// Extension (v1.x): data loader worker processes (0 = loading in the training process).
+    pub dataloader_workers: Option<u32>,
+    /// Extension (v1.x): interconnect between nodes, e.g. `infiniband`, `ethernet`.
+    pub interconnect: Option<String>,
+    /// Extension (v1.x): region the job asks for.
+    pub region: Option<String>,
+    /// Extension (v1.x): a name for the job's configuration, for trial-before-scale; when absent the
+    /// configuration is image + dataset + script + model size.
+    pub config: Option<String>,
+    /// Fields v1 does not define.
+    pub extra: Extra,
+}
+
+impl JobSpec {
+    /// The value of tag `key`, if the job carries it.
+    pub fn tag(&self, key: &str) -> Option<&str> {
+        self.tags.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    /// The GPU-hours the job asks for: gpus × requested hours.
+    pub fn requested_gpu_hours(&self) -> f64 {
+        f64::from(self.gpus) * self.requested_hours
+    }
+
+    /// The configuration key used by trial-before-scale.
+    pub fn config_key(&self) -> String {
+        if let Some(c) = &self.config {
+            return c.clone();
+        }
+        let o = |s: &Option<String>| s.clone().unwrap_or_default();
+        format!(
+            "{}|{}|{}|{}",
+            o(&self.image),
+            o(&self.dataset),
+            o(&self.script_hash),
+            self.model_params_b.map(|p| p.to_string()).unwrap_or_default()
+        )
+    }
+}
+
+/// Readiness declared by the submitter; `None` means not declared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ready {
+    /// The image is built and pushed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<bool>,
+    /// The data is staged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<bool>,
+    /// The scripts are final.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<bool>,
+}
+
+/// How a job ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishStatus {
+    /// Exited successfully.
+    Succeeded,
+    /// Crashed or exited non-zero.
+    Failed,
+    /// Cancelled by a person or the scheduler.
+    Cancelled,
+}
+
+impl FinishStatus {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishStatus::Succeeded => "succeeded",
+            FinishStatus::Failed => "failed",
+            FinishStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// A charge from the billing system.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BillingCharge {
+    /// Project charged.
+    pub project: String,
+    /// Job the charge is for, if any.
+    pub job_id: Option<String>,
+    /// GPU-hours charged.
+    pub gpu_hours: f64,
+    /// Money charged.
+    pub amount: Option<f64>,
+    /// ISO currency code.
+    pub currency: Option<String>,
+    /// Billing mode.
+    pub mode: Option<BillingMode>,
+}
+
+/// How GPU time is billed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BillingMode {
+    /// Pay per GPU-hour.
+    OnDemand,
+    /// A reserved block.
+    Reserved,
+    /// Per task.
+    PerTask,
+}
+
+/// A reusable artefact: a prepared dataset or a built image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Asset {
+    /// `dataset` or `image`.
+    pub kind: String,
+    /// Dataset + script fingerprint, or image reference.
+    pub fingerprint: String,
+    /// Where it lives.
+    #[serde(default)]
+    pub uri: String,
+}
+
+/// Why a line is not a v1 event.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DecodeError {
+    /// Not JSON, or not an object of the right shape.
+    #[error("column {column}: {message}")]
+    Json {
+        /// 1-based column where the JSON parser stopped.
+        column: usize,
+        /// What it found.
+        message: String,
+    },
+    /// Valid JSON but not a valid event.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Decodes one line of wire format v1.
+pub fn decode_event(line: &str) -> Result<Event, DecodeError> {
+    let mut de = serde_json::Deserializer::from_str(line);
+    let event = match Event::deserialize(&mut de) {
+        Ok(e) => e,
+        Err(e) => return Err(classify(e)),
+    };
+    de.end().map_err(classify)?;
+    Ok(event)
+}
+
+fn classify(e: serde_json::Error) -> DecodeError {
+    use serde_json::error::Category;
+    let mut message = e.to_string();
+    // serde_json appends " at line L column C"; the caller reports the line, so keep the column only.
+    if let Some(cut) = message.rfind(" at line ") {
+        message.truncate(cut);
+    }
+    match e.classify() {
+        Category::Data if e.column() == 0 => DecodeError::Invalid(message),
+        _ => DecodeError::Json { column: e.column(), message },
+    }
+}
+
+/// A map key that may or may not borrow from the input.
+struct Key<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// A timestamp field, parsed as it is read.
+struct Time(Timestamp);
+
+impl<'de> Deserialize<'de> for Time {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Time;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an RFC 3339 time string")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Time, E> {
+                Timestamp::parse(v).map(Time).map_err(E::custom)
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+fn fraction<E: de::Error>(field: &str, v: f64) -> Result<f64, E> {
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else if (0.0..=100.0).contains(&v) {
+        Err(E::custom(format!("`{field}` must be a fraction from 0 to 1, got {v} (a percentage? divide by 100)")))
+    } else {
+        Err(E::custom(format!("`{field}` must be a fraction from 0 to 1, got {v}")))
+    }
+}
+
+fn non_negative<E: de::Error>(field: &str, v: f64) -> Result<f64, E> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(v)
+    } else {
+        Err(E::custom(format!("`{field}` must be a number of at least 0, got {v}")))
+    }
+}
+
+impl<'de> Deserialize<'de> for Event {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(EventVisitor)
+    }
+}
+
+struct EventVisitor;
+
+impl<'de> Visitor<'de> for EventVisitor {
+    type Value = Event;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an event object with `id`, `time` and `type`")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Event, A::Error> {
+        let mut id: Option<String> = None;
+        let mut time: Option<Timestamp> = None;
+        let mut ty: Option<Key<'de>> = None;
+        let mut job: Option<JobSpec> = None;
+        let mut job_id: Option<String> = None;
+        let mut gpu_util: Option<f64> = None;
+        let mut mem_util: Option<f64> = None;
+        let mut status: Option<FinishStatus> = None;
+        let mut by: Option<String> = None;
+        let mut project: Option<String> = None;
+        let mut gpu_hours: Option<f64> = None;
+        let mut amount: Option<f64> = None;
+        let mut currency: Option<String> = None;
+        let mut mode: Option<BillingMode> = None;
+        let mut asset: Option<Asset> = None;
+        let mut extra: Extra = Vec::new();
+
+        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+            match &*key {
+                "id" => id = Some(map.next_value()?),
+                "time" => time = Some(map.next_value::<Time>()?.0),
+                "type" => ty = Some(map.next_value()?),
+                "job" => job = Some(map.next_value()?),
+                "job_id" => job_id = map.next_value()?,
+                "gpu_util" => gpu_util = Some(fraction("gpu_util", map.next_value()?)?),
+                "mem_util" => {
+                    mem_util = map.next_value::<Option<f64>>()?.map(|v| fraction("mem_util", v)).transpose()?
+                }
+                "status" => status = Some(map.next_value()?),
+                "by" => by = map.next_value()?,
+                "project" => project = Some(map.next_value()?),
+                "gpu_hours" => gpu_hours = Some(non_negative("gpu_hours", map.next_value()?)?),
+                "amount" => amount = map.next_value()?,
+                "currency" => currency = map.next_value()?,
+                "mode" => mode = map.next_value()?,
+                "asset" => asset = Some(map.next_value()?),
+                _ => extra.push((key.into_owned(), map.next_value()?)),
+            }
+        }
+
+        let id = id.ok_or_else(|| de::Error::missing_field("id"))?;
+        if id.is_empty() {
+            return Err(de::Error::custom("`id` must not be empty"));
+        }
+        let time = time.ok_or_else(|| de::Error::missing_field("time"))?;
+        let ty = ty.ok_or_else(|| de::Error::missing_field("type"))?;
+        let need = |v: Option<String>, f: &'static str| v.ok_or_else(|| de::Error::missing_field(f));
+        let kind = match ty.0.as_ref() {
+            "job.submitted" => EventKind::JobSubmitted(Box::new(job.ok_or_else(|| de::Error::missing_field("job"))?)),
+            "job.started" => EventKind::JobStarted { job_id: need(job_id, "job_id")? },
+            "job.sample" => EventKind::JobSample {
+                job_id: need(job_id, "job_id")?,
+                gpu_util: gpu_util.ok_or_else(|| de::Error::missing_field("gpu_util"))?,
+                mem_util,
+            },
+            "job.finished" => EventKind::JobFinished {
+                job_id: need(job_id, "job_id")?,
+                status: status.ok_or_else(|| de::Error::missing_field("status"))?,
+            },
+            "job.keepalive" => EventKind::JobKeepalive { job_id: need(job_id, "job_id")?, by },
+            "billing.charge" => EventKind::BillingCharge(BillingCharge {
+                project: need(project, "project")?,
+                job_id,
+                gpu_hours: gpu_hours.ok_or_else(|| de::Error::missing_field("gpu_hours"))?,
+                amount,
+                currency,
+                mode,
+            }),
+            "approval.granted" => EventKind::ApprovalGranted { job_id: need(job_id, "job_id")?, by },
+            "approval.rejected" => EventKind::ApprovalRejected { job_id: need(job_id, "job_id")?, by },
+            "asset.registered" => EventKind::AssetRegistered {
+                project: need(project, "project")?,
+                asset: asset.ok_or_else(|| de::Error::missing_field("asset"))?,
+            },
+            "clock.tick" => EventKind::ClockTick,
+            other => return Err(de::Error::unknown_variant(other, &EVENT_TYPES)),
+        };
+        Ok(Event { id, time, kind, extra })
+    }
+}
+
+impl<'de> Deserialize<'de> for JobSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(JobVisitor)
+    }
+}
+
+struct JobVisitor;
+
+impl<'de> Visitor<'de> for JobVisitor {
+    type Value = JobSpec;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a job object with at least `id` and `project`")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<JobSpec, A::Error> {
+        let mut j = JobSpec { nodes: 1, ..JobSpec::default() };
+        let (mut has_id, mut has_project) = (false, false);
+        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+            match &*key {
+                "id" => {
+                    j.id = map.next_value()?;
+                    has_id = true;
+                }
+                "project" => {
+                    j.project = map.next_value()?;
+                    has_project = true;
+                }
+                "user" => j.user = map.next_value::<Option<String>>()?.unwrap_or_default(),
+                "queue" => j.queue = map.next_value()?,
+                "gpus" => j.gpus = map.next_value()?,
+                "gpu_type" => j.gpu_type = map.next_value()?,
+                "gpu_mem_gb" => {
+                    j.gpu_mem_gb =
+                        map.next_value::<Option<f64>>()?.map(|v| non_negative("job.gpu_mem_gb", v)).transpose()?
+                }
+                "nodes" => j.nodes = map.next_value()?,
+                "requested_hours" => j.requested_hours = non_negative("job.requested_hours", map.next_value()?)?,
+                "stage" => j.stage = map.next_value()?,
+                "model_params_b" => {
+                    j.model_params_b =
+                        map.next_value::<Option<f64>>()?.map(|v| non_negative("job.model_params_b", v)).transpose()?
+                }
+                "image" => j.image = map.next_value()?,
+                "dataset" => j.dataset = map.next_value()?,
+                "script_hash" => j.script_hash = map.next_value()?,
+                "ready" => j.ready = map.next_value::<Option<Ready>>()?.unwrap_or_default(),
+                "deferrable" => j.deferrable = map.next_value::<Option<bool>>()?.unwrap_or(false),
+                "tags" => {
+                    let tags: Option<std::collections::BTreeMap<String, String>> = map.next_value()?;
+                    j.tags = tags.unwrap_or_default().into_iter().collect();
+                }
+                "mixed_precision" => j.mixed_precision = map.next_value()?,
+                "batch_size" => j.batch_size = map.next_value()?,
+                "dataloader_workers" => j.dataloader_workers = map.next_value()?,
+                "interconnect" => j.interconnect = map.next_value()?,
+                "region" => j.region = map.next_value()?,
+                "config" => j.config = map.next_value()?,
+                _ => j.extra.push((key.into_owned(), map.next_value()?)),
+            }
+        }
+        if !has_id || j.id.is_empty() {
+            return Err(de::Error::custom("`job.id` is missing or empty"));
+        }
+        if !has_project || j.project.is_empty() {
+            return Err(de::Error::custom("`job.project` is missing or empty"));
+        }
+        if j.nodes == 0 {
+            return Err(de::Error::custom("`job.nodes` must be at least 1"));
+        }
+        Ok(j)
+    }
+}
+
+impl Serialize for JobSpec {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("id", &self.id)?;
+        m.serialize_entry("project", &self.project)?;
+        m.serialize_entry("user", &self.user)?;
+        if let Some(v) = &self.queue {
+            m.serialize_entry("queue", v)?;
+        }
+        m.serialize_entry("gpus", &self.gpus)?;
+        if let Some(v) = &self.gpu_type {
+            m.serialize_entry("gpu_type", v)?;
+        }
+        if let Some(v) = &self.gpu_mem_gb {
+            m.serialize_entry("gpu_mem_gb", v)?;
+        }
+        m.serialize_entry("nodes", &self.nodes)?;
+        m.serialize_entry("requested_hours", &self.requested_hours)?;
+        macro_rules! opt {
+            ($($f:ident),*) => {$(if let Some(v) = &self.$f { m.serialize_entry(stringify!($f), v)?; })*};
+        }
+        opt!(stage, model_params_b, image, dataset, script_hash);
+        if self.ready != Ready::default() {
+            m.serialize_entry("ready", &self.ready)?;
+        }
+        m.serialize_entry("deferrable", &self.deferrable)?;
+        if !self.tags.is_empty() {
+            let tags: std::collections::BTreeMap<&str, &str> =
+                self.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            m.serialize_entry("tags", &tags)?;
+        }
+        opt!(mixed_precision, batch_size, dataloader_workers, interconnect, region, config);
+        for (k, v) in &self.extra {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+impl Serialize for Event {
+    /// The canonical form: known fields first in a fixed order, then the producer's extra fields.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("id", &self.id)?;
+        m.serialize_entry("time", &self.time.to_string())?;
+        m.serialize_entry("type", self.kind.type_name())?;
+        match &self.kind {
+            EventKind::JobSubmitted(job) => m.serialize_entry("job", job)?,
+            EventKind::JobStarted { job_id } => m.serialize_entry("job_id", job_id)?,
+            EventKind::JobSample { job_id, gpu_util, mem_util } => {
+                m.serialize_entry("job_id", job_id)?;
+                m.serialize_entry("gpu_util", gpu_util)?;
+                if let Some(v) = mem_util {
+                    m.serialize_entry("mem_util", v)?;
+                }
+            }
+            EventKind::JobFinished { job_id, status } => {
+                m.serialize_entry("job_id", job_id)?;
+                m.serialize_entry("status", status)?;
+            }
+            EventKind::JobKeepalive { job_id, by }
+            | EventKind::ApprovalGranted { job_id, by }
+            | EventKind::ApprovalRejected { job_id, by } => {
+                m.serialize_entry("job_id", job_id)?;
+                if let Some(v) = by {
+                    m.serialize_entry("by", v)?;
+                }
+            }
+            EventKind::BillingCharge(c) => {
+                m.serialize_entry("project", &c.project)?;
+                if let Some(v) = &c.job_id {
+                    m.serialize_entry("job_id", v)?;
+                }
+                m.serialize_entry("gpu_hours", &c.gpu_hours)?;
+                if let Some(v) = &c.amount {
+                    m.serialize_entry("amount", v)?;
+                }
+                if let Some(v) = &c.currency {
+                    m.serialize_entry("currency", v)?;
+                }
+                if let Some(v) = &c.mode {
+                    m.serialize_entry("mode", v)?;
+                }
+            }
+            EventKind::AssetRegistered { project, asset } => {
+                m.serialize_entry("project", project)?;
+                m.serialize_entry("asset", asset)?;
+            }
+            EventKind::ClockTick => {}
+        }
+        for (k, v) in &self.extra {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+impl Event {
+    /// The event in its canonical JSON form (one line).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SUBMIT: &str = r#"{"id":"e1","time":"2026-11-02T09:00:00Z","type":"job.submitted","job":{"id":"j1","project":"nlp","user":"alice","queue":"short","gpus":8,"gpu_type":"H200","gpu_mem_gb":141,"nodes":1,"requested_hours":4.0,"stage":"finetune","model_params_b":7.0,"image":"registry/llm:1.4","dataset":"ds-42","script_hash":"sha256:ab12","ready":{"image":true,"data":true,"script":true},"deferrable":false,"tags":{"team":"search"}}}"#;
+
+    #[test]
+    fn decodes_the_brief_example() {
+        let e = decode_event(SUBMIT).unwrap();
+        assert_eq!(e.id, "e1");
+        let EventKind::JobSubmitted(j) = &e.kind else { panic!("wrong kind") };
+        assert_eq!(j.gpus, 8);
+        assert_eq!(j.tag("team"), Some("search"));
+        assert_eq!(j.ready.data, Some(true));
+        assert_eq!(j.requested_gpu_hours(), 32.0);
+    }
+
+    #[test]
+    fn every_type_decodes() {
+        let lines = [
+            r#"{"id":"a","time":"2026-11-02T09:00:00Z","type":"job.started","job_id":"j1"}"#,
+            r#"{"id":"b","time":"2026-11-02T09:00:00Z","type":"job.sample","job_id":"j1","gpu_util":0.03,"mem_util":0.41}"#,
+            r#"{"id":"c","time":"2026-11-02T09:00:00Z","type":"job.finished","job_id":"j1","status":"failed"}"#,
+            r#"{"id":"d","time":"2026-11-02T09:00:00Z","type":"job.keepalive","job_id":"j1","by":"alice"}"#,
+            r#"{"id":"e","time":"2026-11-02T09:00:00Z","type":"billing.charge","project":"nlp","job_id":"j1","gpu_hours":32.0,"amount":480.0,"currency":"CNY","mode":"on_demand"}"#,
+            r#"{"id":"f","time":"2026-11-02T09:00:00Z","type":"approval.granted","job_id":"j1","by":"bob"}"#,
+            r#"{"id":"g","time":"2026-11-02T09:00:00Z","type":"approval.rejected","job_id":"j1","by":"bob"}"#,
+            r#"{"id":"h","time":"2026-11-02T09:00:00Z","type":"asset.registered","project":"nlp","asset":{"kind":"dataset","fingerprint":"fp","uri":"s3://x"}}"#,
+            r#"{"id":"i","time":"2026-11-02T09:00:00Z","type":"clock.tick"}"#,
+        ];
+        for l in lines {
+            let e = decode_event(l).unwrap_or_else(|err| panic!("{l}: {err}"));
+            // Canonical form decodes to the same event.
+            assert_eq!(decode_event(&e.to_json()).unwrap(), e);
+        }
+    }
+
+    #[test]
+    fn keeps_unknown_fields_and_accepts_any_key_order() {
+        let l = r#"{"job_id":"j1","x-site":{"rack":7},"type":"job.started","time":"2026-11-02T09:00:00Z","id":"a"}"#;
+        let e = decode_event(l).unwrap();
+        assert_eq!(e.extra.len(), 1);
+        assert_eq!(e.extra[0].0, "x-site");
+        assert_eq!(e.extra[0].1.get(), r#"{"rack":7}"#);
+        assert!(e.to_json().contains(r#""x-site":{"rack":7}"#));
+        let j = decode_event(&SUBMIT.replace(r#""gpus":8"#, r#""gpus":8,"priority_class":"gold""#)).unwrap();
+        let EventKind::JobSubmitted(j) = j.kind else { panic!() };
+        assert_eq!(j.extra[0].0, "priority_class");
+    }
+
+    #[test]
+    fn reasons_for_bad_lines() {
+        let cases = [
+            ("{", "EOF"),
+            ("[1]", "invalid type"),
+            (r#"{"id":"a","time":"2026-11-02T09:00:00Z"}"#, "missing field `type`"),
+            (r#"{"id":"a","time":"yesterday","type":"clock.tick"}"#, "RFC 3339"),
+            (r#"{"id":"a","time":"2026-11-02T09:00:00Z","type":"job.exploded"}"#, "unknown variant `job.exploded`"),
+            (
+                r#"{"id":"a","time":"2026-11-02T09:00:00Z","type":"job.sample","job_id":"j","gpu_util":37}"#,
+                "percentage",
+            ),
+            (r#"{"id":"a","time":"2026-11-02T09:00:00Z","type":"job.started"}"#, "missing field `job_id`"),
+            (r#"{"id":"a","time":"2026-11-02T09:00:00Z","type":"clock.tick"} x"#, "trailing"),
+        ];
+        for (line, want) in cases {
+            let err = decode_event(line).unwrap_err().to_string();
+            assert!(err.contains(want), "{line}: got `{err}`, wanted `{want}`");
+        }
+    }
+}
