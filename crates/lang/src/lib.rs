@@ -16,13 +16,18 @@
 //! - `expr`: the expression language of `rule` policies, `when` conditions and reason templates.
 //! - `families`: the nine families and `rule`, each implementing [`Policy`].
 
+mod compile;
 pub mod diag;
+pub mod expr;
+pub mod families;
+pub mod reader;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use bursar_engine::{Policy, PolicyMeta};
 
+pub use compile::KINDS;
 pub use diag::Diagnostic;
 
 /// What a guest failure turns into.
@@ -80,6 +85,5 @@ pub struct CompiledFile {
 /// Compiles one policy file. `file` is the name used in diagnostics; `base_dir` resolves relative paths
 /// (a WebAssembly component next to its manifest). Returns every error found in the file.
 pub fn compile_str(file: &str, source: &str, base_dir: &std::path::Path) -> Result<CompiledFile, Vec<Diagnostic>> {
-    let _ = (file, source, base_dir);
-    Ok(CompiledFile::default())
+    compile::compile(file, source, base_dir)
 }

@@ -1,0 +1,934 @@
+//! The nine policy families of the brief and the general `rule`, each a [`Policy`].
+//!
+//! Every family reads its settings once at load (see `compile.rs`) into the plain structs here; at
+//! run time `evaluate` does arithmetic on the event and the read-only state and pushes verdicts. Each
+//! verdict is tagged with the branch (check) that produced it, which is what `bursar test --coverage`
+//! counts.
+
+use std::sync::Arc;
+
+use bursar_engine::{
+    Context, Effect, JobPhase, JobRecord, Output, Policy, PolicyMeta, ScopeKind, TimerContext, Verdict, VerdictKind,
+};
+use bursar_model::{Duration, EventKind, Hints, JobSpec, Period, Timestamp};
+
+use crate::expr::{Env, Expr, Template};
+
+/// Formats GPU-hours for people: `10,250`, `12.5`.
+pub fn fmt_num(v: f64) -> String {
+    let rounded = (v * 10.0).round() / 10.0;
+    let int = rounded.trunc() as i64;
+    let frac = (rounded.fract().abs() * 10.0).round() as i64;
+    let digits = int.abs().to_string();
+    let mut s = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            s.push(',');
+        }
+        s.push(c);
+    }
+    let sign = if rounded < 0.0 { "-" } else { "" };
+    if frac == 0 { format!("{sign}{s}") } else { format!("{sign}{s}.{frac}") }
+}
+
+/// What a quota counts against.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scope {
+    /// The job's project.
+    Project,
+    /// The job's user.
+    User,
+    /// The job's value of a tag.
+    Tag(String),
+}
+
+impl Scope {
+    fn resolve<'a>(&self, job: &'a JobSpec) -> Option<(ScopeKind, std::borrow::Cow<'a, str>, String)> {
+        match self {
+            Scope::Project => {
+                Some((ScopeKind::Project, job.project.as_str().into(), format!("project {}", job.project)))
+            }
+            Scope::User => Some((ScopeKind::User, job.user.as_str().into(), format!("user {}", job.user))),
+            Scope::Tag(k) => {
+                let v = job.tag(k)?;
+                Some((ScopeKind::Tag, format!("{k}={v}").into(), format!("{k} {v}")))
+            }
+        }
+    }
+}
+
+/// Where settled usage comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    /// Actual runtime at release.
+    Runtime,
+    /// `billing.charge` events.
+    Billing,
+}
+
+/// What a policy does when its check fails.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Deny.
+    Deny,
+    /// Require approval.
+    RequireApproval {
+        /// Who may approve.
+        approvers: Vec<String>,
+        /// How long the request is open.
+        expires: Duration,
+    },
+    /// Only alert.
+    Alert,
+}
+
+impl Action {
+    fn verdict(&self, reason: String) -> VerdictKind {
+        let _ = reason;
+        match self {
+            Action::Deny => VerdictKind::Deny,
+            Action::RequireApproval { approvers, expires } => {
+                VerdictKind::RequireApproval { approvers: approvers.clone(), expires_after: *expires }
+            }
+            Action::Alert => VerdictKind::Alert,
+        }
+    }
+
+    fn emit(&self, out: &mut Output, reason: String, branch: u16) {
+        let kind = self.verdict(String::new());
+        out.verdict(Verdict::new(kind, reason).on_branch(branch));
+    }
+}
+
+/// Quota: GPU-hours per period, concurrent GPUs, per-queue caps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Quota {
+    /// Whose usage.
+    pub scope: Scope,
+    /// Period of `gpu_hours`.
+    pub period: Period,
+    /// Default GPU-hours per period per scope value.
+    pub gpu_hours: Option<f64>,
+    /// Per scope value overrides of `gpu_hours`.
+    pub overrides: Vec<(String, f64)>,
+    /// Concurrent GPUs per scope value.
+    pub max_gpus: Option<u32>,
+    /// Concurrent GPUs per queue per scope value.
+    pub queues: Vec<(String, u32)>,
+    /// Settlement source.
+    pub settle: Settle,
+    /// What exhaustion does.
+    pub on_exhaust: Action,
+}
+
+/// Approval: which jobs need a person's yes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Approval {
+    /// More GPUs than this.
+    pub gpus_over: Option<u32>,
+    /// More requested hours than this.
+    pub hours_over: Option<f64>,
+    /// More GPU-hours than this.
+    pub gpu_hours_over: Option<f64>,
+    /// These GPU types.
+    pub gpu_types: Vec<String>,
+    /// A general condition.
+    pub when: Option<(String, Expr)>,
+    /// Who may approve.
+    pub approvers: Vec<String>,
+    /// How long a request stays open.
+    pub expires: Duration,
+}
+
+/// Idle reclaim settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Idle {
+    /// Utilisation under this is idle.
+    pub below: f64,
+    /// For this long.
+    pub window: Duration,
+    /// Time between the alert and the reclaim.
+    pub grace: Duration,
+}
+
+/// Reclaim: finished jobs, maximum runtime, idle jobs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reclaim {
+    /// Release at once when a job ends.
+    pub on_finish: bool,
+    /// Maximum runtime.
+    pub max_runtime: Option<Duration>,
+    /// Idle detection.
+    pub idle: Option<Idle>,
+    /// Mark keys: low-utilisation-since, alerted-at.
+    pub keys: (u64, u64),
+}
+
+/// Asset reuse: refuse to prepare again what exists.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AssetReuse {
+    /// Stages that prepare datasets.
+    pub dataset_stages: Vec<String>,
+    /// Stages that build images.
+    pub image_stages: Vec<String>,
+    /// Deny or alert.
+    pub action: Action,
+}
+
+/// Readiness: image, data and scripts ready before GPUs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Readiness {
+    /// What must be ready: `image`, `data`, `script`.
+    pub require: Vec<String>,
+    /// Deny or alert.
+    pub action: Action,
+}
+
+/// Fit: memory, interconnect, stage tiers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fit {
+    /// Memory check: (bytes per parameter, overhead factor, shard across GPUs).
+    pub memory: Option<(f64, f64, bool)>,
+    /// Interconnects multi-node jobs may use.
+    pub multi_node: Option<Vec<String>>,
+    /// Allowed GPU types per stage.
+    pub tiers: Vec<(String, Vec<String>)>,
+    /// Deny or alert.
+    pub action: Action,
+}
+
+/// Trial before scale.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trial {
+    /// Jobs with more GPUs than this need a trial.
+    pub above_gpus: u32,
+    /// A trial has at most this many GPUs.
+    pub trial_max_gpus: u32,
+    /// How recent the trial must be.
+    pub within: Duration,
+    /// Deny or require approval.
+    pub action: Action,
+}
+
+/// A duration lane: jobs up to `max_hours` go to `queue` with `priority`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lane {
+    /// Upper bound of requested hours.
+    pub max_hours: f64,
+    /// Queue hint.
+    pub queue: Option<String>,
+    /// Priority hint.
+    pub priority: Option<i64>,
+}
+
+/// Off-peak window for deferrable work.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OffPeak {
+    /// Start, ms after local midnight.
+    pub start: i64,
+    /// End, ms after local midnight.
+    pub end: i64,
+    /// Local offset from UTC.
+    pub offset: Duration,
+    /// The window as written, for reasons.
+    pub label: String,
+    /// Stages that are deferrable whatever the job says.
+    pub stages: Vec<String>,
+}
+
+/// Placement hints.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placement {
+    /// Duration lanes, in order.
+    pub lanes: Vec<Lane>,
+    /// Off-peak deferral.
+    pub off_peak: Option<OffPeak>,
+    /// Region hint.
+    pub region: Option<String>,
+}
+
+/// Efficiency advice.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Efficiency {
+    /// Alert when mixed precision is off.
+    pub mixed_precision: bool,
+    /// Alert under this batch size.
+    pub min_batch_size: Option<u32>,
+    /// Alert when data loading runs in the training process.
+    pub dataloader_workers: bool,
+}
+
+/// A general rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    /// The condition.
+    pub when: Expr,
+    /// What to decide.
+    pub decision: RuleDecision,
+    /// The reason.
+    pub reason: Template,
+}
+
+/// What a rule decides.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RuleDecision {
+    /// Allow (with hints).
+    Allow,
+    /// Deny.
+    Deny,
+    /// Require approval.
+    RequireApproval {
+        /// Approvers.
+        approvers: Vec<String>,
+        /// Expiry.
+        expires: Duration,
+    },
+    /// Defer for a while.
+    Defer(Duration),
+    /// Reclaim.
+    Reclaim,
+    /// Alert.
+    Alert,
+}
+
+/// A family's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Family {
+    /// `quota`
+    Quota(Quota),
+    /// `approval`
+    Approval(Approval),
+    /// `reclaim`
+    Reclaim(Reclaim),
+    /// `asset_reuse`
+    AssetReuse(AssetReuse),
+    /// `readiness`
+    Readiness(Readiness),
+    /// `fit`
+    Fit(Fit),
+    /// `trial`
+    Trial(Trial),
+    /// `placement`
+    Placement(Placement),
+    /// `efficiency`
+    Efficiency(Efficiency),
+    /// `rule`
+    Rule(Rule),
+}
+
+/// A compiled TOML policy.
+#[derive(Debug)]
+pub struct TomlPolicy {
+    /// Id, mode, selector, events, branches.
+    pub meta: PolicyMeta,
+    /// Settings.
+    pub family: Family,
+}
+
+const IDLE_CHECK: u32 = 1;
+const IDLE_RECLAIM: u32 = 2;
+const MAX_RUNTIME: u32 = 3;
+
+fn allow(out: &mut Output, note: String, branch: u16) {
+    out.verdict(Verdict::new(VerdictKind::Allow(Hints::default()), note).on_branch(branch));
+}
+
+impl Policy for TomlPolicy {
+    fn meta(&self) -> &PolicyMeta {
+        &self.meta
+    }
+
+    fn evaluate(&self, cx: &Context<'_>, out: &mut Output) {
+        match &self.family {
+            Family::Reclaim(r) => r.on_event(cx, out),
+            Family::Rule(r) => r.on_event(cx, out),
+            family => {
+                let Some(job) = cx.submitted() else { return };
+                match family {
+                    Family::Quota(q) => q.admit(job, cx, out),
+                    Family::Approval(a) => a.admit(job, cx, out),
+                    Family::AssetReuse(a) => a.admit(job, cx, out),
+                    Family::Readiness(r) => r.admit(job, out),
+                    Family::Fit(f) => f.admit(job, out),
+                    Family::Trial(t) => t.admit(job, cx, out),
+                    Family::Placement(p) => p.admit(job, cx, out),
+                    Family::Efficiency(e) => e.admit(job, out),
+                    Family::Reclaim(_) | Family::Rule(_) => {}
+                }
+            }
+        }
+    }
+
+    fn on_timer(&self, cx: &TimerContext<'_>, out: &mut Output) {
+        if let Family::Reclaim(r) = &self.family {
+            r.on_timer(cx, out);
+        }
+    }
+}
+
+impl Quota {
+    fn admit(&self, job: &JobSpec, cx: &Context<'_>, out: &mut Output) {
+        let Some((kind, key, label)) = self.scope.resolve(job) else { return };
+        let ledger = cx.state.ledger(kind, &key);
+        let mut objections: Vec<String> = Vec::new();
+        let mut note = String::new();
+        let mut branch = 3;
+        let limit = self.overrides.iter().find(|(k, _)| **k == *key).map(|(_, v)| *v).or(self.gpu_hours);
+        if let Some(limit) = limit {
+            let day = cx.now.day();
+            let usage = ledger.map(|l| l.usage(self.period, day)).unwrap_or_default();
+            let current = match self.settle {
+                Settle::Runtime => usage.by_runtime(),
+                Settle::Billing => usage.by_billing(),
+            };
+            let after = current + job.requested_gpu_hours();
+            let period = self.period.label(day);
+            if after > limit + 1e-9 {
+                branch = 0;
+                objections.push(format!(
+                    "{label} would reach {} of its {} GPU-hours for {period}",
+                    fmt_num(after),
+                    fmt_num(limit)
+                ));
+            } else {
+                note = format!("{label} at {} of {} GPU-hours for {period}", fmt_num(after), fmt_num(limit));
+            }
+        }
+        if let Some(max) = self.max_gpus {
+            let held = ledger.map_or(0, |l| l.held_gpus);
+            if held + job.gpus > max {
+                branch = branch.min(1);
+                objections.push(format!(
+                    "{label} would hold {} GPUs at once, over its cap of {max} ({held} held now)",
+                    held + job.gpus
+                ));
+            }
+        }
+        if let Some(q) = &job.queue
+            && let Some((_, cap)) = self.queues.iter().find(|(name, _)| name == q)
+        {
+            let held = ledger.map_or(0, |l| l.queue_gpus(q));
+            if held + job.gpus > *cap {
+                branch = branch.min(2);
+                objections
+                    .push(format!("{label} would hold {} GPUs in queue {q}, over its cap of {cap}", held + job.gpus));
+            }
+        }
+        if objections.is_empty() {
+            allow(out, note, 3);
+        } else {
+            self.on_exhaust.emit(out, objections.join("; "), branch);
+        }
+    }
+}
+
+impl Approval {
+    fn admit(&self, job: &JobSpec, cx: &Context<'_>, out: &mut Output) {
+        let mut why: Vec<String> = Vec::new();
+        let mut branch = None;
+        if let Some(n) = self.gpus_over
+            && job.gpus > n
+        {
+            why.push(format!("{} GPUs is over {n}", job.gpus));
+            branch = branch.or(Some(0));
+        }
+        if let Some(h) = self.hours_over
+            && job.requested_hours > h
+        {
+            why.push(format!("{} hours is over {}", fmt_num(job.requested_hours), fmt_num(h)));
+            branch = branch.or(Some(1));
+        }
+        if let Some(h) = self.gpu_hours_over
+            && job.requested_gpu_hours() > h
+        {
+            why.push(format!("{} GPU-hours is over {}", fmt_num(job.requested_gpu_hours()), fmt_num(h)));
+            branch = branch.or(Some(2));
+        }
+        if let Some(t) = &job.gpu_type
+            && self.gpu_types.iter().any(|g| g == t)
+        {
+            why.push(format!("GPU type {t} needs approval"));
+            branch = branch.or(Some(3));
+        }
+        if let Some((text, cond)) = &self.when {
+            let env = Env { event: cx.event, spec: Some(job), job: None, state: cx.state, now: cx.now };
+            if cond.truthy(&env) {
+                why.push(format!("`{text}` holds"));
+                branch = branch.or(Some(4));
+            }
+        }
+        match branch {
+            Some(b) => {
+                let who = if self.approvers.is_empty() {
+                    String::new()
+                } else {
+                    format!("; approver: {}", self.approvers.join(" or "))
+                };
+                out.verdict(
+                    Verdict::new(
+                        VerdictKind::RequireApproval { approvers: self.approvers.clone(), expires_after: self.expires },
+                        format!("job {} needs approval: {}{who}", job.id, why.join(", ")),
+                    )
+                    .on_branch(b),
+                );
+            }
+            None => allow(out, String::new(), 5),
+        }
+    }
+}
+
+impl Reclaim {
+    fn live(job: &JobRecord) -> bool {
+        matches!(job.phase, JobPhase::Running | JobPhase::Admitted)
+    }
+
+    fn on_event(&self, cx: &Context<'_>, out: &mut Output) {
+        let Some(job) = cx.job else { return };
+        let Some(id) = cx.event.kind.job_id() else { return };
+        let id: Arc<str> = Arc::from(id);
+        let t = cx.event.time;
+        match &cx.event.kind {
+            EventKind::JobStarted { .. } => {
+                if let Some(max) = self.max_runtime {
+                    out.effect(Effect::Timer { at: t.plus(max), job_id: id, tag: MAX_RUNTIME });
+                }
+            }
+            EventKind::JobFinished { status, .. } => {
+                if self.on_finish && job.phase.is_live() {
+                    out.verdict(
+                        Verdict::new(
+                            VerdictKind::Reclaim,
+                            format!("job {id} {} at {t}: release its {} GPUs now", status.as_str(), job.gpus),
+                        )
+                        .on_branch(0),
+                    );
+                }
+            }
+            EventKind::JobSample { gpu_util, .. } => {
+                let Some(idle) = &self.idle else { return };
+                if !Self::live(job) {
+                    return;
+                }
+                let (low_key, alert_key) = self.keys;
+                if *gpu_util < idle.below {
+                    if job.mark(low_key).is_none() {
+                        out.effect(Effect::Mark { job_id: id.clone(), key: low_key, value: Some(t.millis()) });
+                        out.effect(Effect::Timer { at: t.plus(idle.window), job_id: id, tag: IDLE_CHECK });
+                    }
+                } else if job.mark(low_key).is_some() {
+                    out.effect(Effect::Mark { job_id: id.clone(), key: low_key, value: None });
+                    if job.mark(alert_key).is_some() {
+                        out.effect(Effect::Mark { job_id: id, key: alert_key, value: None });
+                    }
+                }
+            }
+            EventKind::JobKeepalive { by, .. } => {
+                let Some(idle) = &self.idle else { return };
+                let (low_key, alert_key) = self.keys;
+                if job.mark(low_key).is_none() {
+                    return;
+                }
+                out.effect(Effect::Mark { job_id: id.clone(), key: alert_key, value: None });
+                out.effect(Effect::Mark { job_id: id.clone(), key: low_key, value: Some(t.millis()) });
+                out.effect(Effect::Timer { at: t.plus(idle.window), job_id: id.clone(), tag: IDLE_CHECK });
+                if job.mark(alert_key).is_some() {
+                    out.verdict(
+                        Verdict::new(
+                            VerdictKind::Alert,
+                            format!(
+                                "keepalive from {} for job {id}: idle reclaim called off; the job is watched for another {}",
+                                by.as_deref().unwrap_or("its owner"),
+                                idle.window
+                            ),
+                        )
+                        .on_branch(4),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn on_timer(&self, cx: &TimerContext<'_>, out: &mut Output) {
+        let Some(job) = cx.job else { return };
+        if !Self::live(job) {
+            return;
+        }
+        let id = cx.job_id;
+        match cx.tag {
+            MAX_RUNTIME => {
+                if let (Some(max), Some(started)) = (self.max_runtime, job.started)
+                    && started.plus(max) <= cx.at
+                    && job.phase == JobPhase::Running
+                {
+                    out.verdict(
+                        Verdict::new(
+                            VerdictKind::Reclaim,
+                            format!("job {id} has run for {max} since {started}, its maximum runtime"),
+                        )
+                        .on_branch(1),
+                    );
+                }
+            }
+            IDLE_CHECK => {
+                let Some(idle) = &self.idle else { return };
+                let (low_key, alert_key) = self.keys;
+                let Some(since) = job.mark(low_key).map(Timestamp) else { return };
+                if since.plus(idle.window) > cx.at || job.mark(alert_key).is_some() {
+                    return;
+                }
+                let deadline = cx.at.plus(idle.grace);
+                out.verdict(
+                    Verdict::new(
+                        VerdictKind::Alert,
+                        format!(
+                            "job {id} has used under {}% of its {} GPUs since {since} ({}); it will be reclaimed at {deadline} unless its owner sends a keepalive",
+                            fmt_num(idle.below * 100.0),
+                            job.gpus,
+                            idle.window
+                        ),
+                    )
+                    .on_branch(2),
+                );
+                out.effect(Effect::Mark { job_id: id.clone(), key: alert_key, value: Some(cx.at.millis()) });
+                out.effect(Effect::Timer { at: deadline, job_id: id.clone(), tag: IDLE_RECLAIM });
+            }
+            IDLE_RECLAIM => {
+                let Some(idle) = &self.idle else { return };
+                let (low_key, alert_key) = self.keys;
+                let (Some(since), Some(alerted)) = (job.mark(low_key), job.mark(alert_key)) else { return };
+                if Timestamp(alerted).plus(idle.grace) > cx.at {
+                    return;
+                }
+                out.verdict(
+                    Verdict::new(
+                        VerdictKind::Reclaim,
+                        format!(
+                            "job {id} idle under {}% since {}; alerted at {}, no keepalive within {}",
+                            fmt_num(idle.below * 100.0),
+                            Timestamp(since),
+                            Timestamp(alerted),
+                            idle.grace
+                        ),
+                    )
+                    .on_branch(3),
+                );
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The fingerprint a data-preparation job would register: the job's own `fingerprint` field if it has
+/// one, else `<dataset>+<script_hash>`.
+pub fn dataset_fingerprint(job: &JobSpec) -> Option<String> {
+    if let Some((_, v)) = job.extra.iter().find(|(k, _)| k == "fingerprint")
+        && let Ok(s) = serde_json::from_str::<String>(v.get())
+    {
+        return Some(s);
+    }
+    Some(format!("{}+{}", job.dataset.as_deref()?, job.script_hash.as_deref()?))
+}
+
+impl AssetReuse {
+    fn admit(&self, job: &JobSpec, cx: &Context<'_>, out: &mut Output) {
+        let Some(stage) = job.stage.as_deref() else { return allow(out, String::new(), 2) };
+        let (fp, what, branch) = if self.dataset_stages.iter().any(|s| s == stage) {
+            match dataset_fingerprint(job) {
+                Some(fp) => (fp, "dataset", 0),
+                None => return allow(out, String::new(), 2),
+            }
+        } else if self.image_stages.iter().any(|s| s == stage) {
+            match &job.image {
+                Some(img) => (img.clone(), "image", 1),
+                None => return allow(out, String::new(), 2),
+            }
+        } else {
+            return allow(out, String::new(), 2);
+        };
+        match cx.state.asset(&fp) {
+            Some(a) => self.action.emit(
+                out,
+                format!(
+                    "{what} `{fp}` already exists at {} (registered by project {} at {}): reuse it instead of building it again",
+                    a.uri, a.project, a.registered
+                ),
+                branch,
+            ),
+            None => allow(out, String::new(), 2),
+        }
+    }
+}
+
+impl Readiness {
+    fn admit(&self, job: &JobSpec, out: &mut Output) {
+        let mut missing: Vec<&str> = Vec::new();
+        let mut branch = None;
+        for (i, item) in ["image", "data", "script"].iter().enumerate() {
+            if !self.require.iter().any(|r| r == item) {
+                continue;
+            }
+            let ready = match *item {
+                "image" => job.ready.image,
+                "data" => job.ready.data,
+                _ => job.ready.script,
+            };
+            if ready != Some(true) {
+                missing.push(item);
+                branch = branch.or(Some(i as u16));
+            }
+        }
+        match branch {
+            Some(b) => self.action.emit(
+                out,
+                format!(
+                    "job {} is not ready: {} not declared ready; GPUs are granted only when {} are ready",
+                    job.id,
+                    missing.join(", "),
+                    self.require.join(", ")
+                ),
+                b,
+            ),
+            None => allow(out, String::new(), 3),
+        }
+    }
+}
+
+impl Fit {
+    fn admit(&self, job: &JobSpec, out: &mut Output) {
+        let mut why: Vec<String> = Vec::new();
+        let mut branch = None;
+        if let (Some((bytes, overhead, sharded)), Some(params), Some(mem)) =
+            (self.memory, job.model_params_b, job.gpu_mem_gb)
+        {
+            let shards = if sharded { f64::from(job.gpus.max(1)) } else { 1.0 };
+            let need = params * bytes * overhead / shards;
+            if need > mem {
+                why.push(format!(
+                    "the model needs {} GB per GPU ({}B parameters × {} bytes × {} overhead / {} shard(s)) but a {} has {} GB",
+                    fmt_num(need),
+                    fmt_num(params),
+                    fmt_num(bytes),
+                    overhead,
+                    shards,
+                    job.gpu_type.as_deref().unwrap_or("GPU"),
+                    fmt_num(mem)
+                ));
+                branch = branch.or(Some(0));
+            }
+        }
+        if let Some(allowed) = &self.multi_node
+            && job.nodes > 1
+        {
+            let ic = job.interconnect.as_deref();
+            if !ic.is_some_and(|i| allowed.iter().any(|a| a == i)) {
+                why.push(format!(
+                    "a {}-node job needs a fast interconnect ({}), it has {}",
+                    job.nodes,
+                    allowed.join(" or "),
+                    ic.unwrap_or("none declared")
+                ));
+                branch = branch.or(Some(1));
+            }
+        }
+        if let Some(stage) = &job.stage
+            && let Some((_, types)) = self.tiers.iter().find(|(s, _)| s == stage)
+        {
+            let t = job.gpu_type.as_deref().unwrap_or("none");
+            if !types.iter().any(|x| x == t) {
+                why.push(format!("stage {stage} runs on {}, not {t}", types.join(" or ")));
+                branch = branch.or(Some(2));
+            }
+        }
+        match branch {
+            Some(b) => self.action.emit(out, format!("job {} does not fit: {}", job.id, why.join("; ")), b),
+            None => allow(out, String::new(), 3),
+        }
+    }
+}
+
+impl Trial {
+    fn admit(&self, job: &JobSpec, cx: &Context<'_>, out: &mut Output) {
+        if job.gpus <= self.above_gpus {
+            return allow(out, String::new(), 2);
+        }
+        let key = job.config_key();
+        let last = cx.state.trial(&key).and_then(|h| h.last_success_at_most(self.trial_max_gpus));
+        let since = Timestamp(cx.now.millis().saturating_sub(self.within.millis()));
+        match last {
+            Some((gpus, at)) if at >= since => allow(
+                out,
+                format!("trial of this configuration on {gpus} GPUs succeeded at {at}"),
+                2,
+            ),
+            Some((gpus, at)) => self.action.emit(
+                out,
+                format!(
+                    "job {} asks {} GPUs; the last successful trial of its configuration ({gpus} GPUs at {at}) is older than {}: run a small trial first",
+                    job.id, job.gpus, self.within
+                ),
+                1,
+            ),
+            None => self.action.emit(
+                out,
+                format!(
+                    "job {} asks {} GPUs but its configuration has no successful trial on {} or fewer GPUs in the last {}: run a small trial first",
+                    job.id, job.gpus, self.trial_max_gpus, self.within
+                ),
+                0,
+            ),
+        }
+    }
+}
+
+impl OffPeak {
+    fn inside(&self, tod: i64) -> bool {
+        if self.start <= self.end { tod >= self.start && tod < self.end } else { tod >= self.start || tod < self.end }
+    }
+
+    /// The next start of the window at or after `now`.
+    pub fn next_start(&self, now: Timestamp) -> Timestamp {
+        let tod = now.time_of_day(self.offset);
+        let day_ms = 86_400_000;
+        let wait = (self.start - tod).rem_euclid(day_ms);
+        Timestamp(now.millis() + wait)
+    }
+}
+
+impl Placement {
+    fn admit(&self, job: &JobSpec, cx: &Context<'_>, out: &mut Output) {
+        if let Some(op) = &self.off_peak {
+            let deferrable = job.deferrable || job.stage.as_deref().is_some_and(|s| op.stages.iter().any(|x| x == s));
+            if deferrable && !op.inside(cx.now.time_of_day(op.offset)) {
+                let until = op.next_start(cx.now);
+                out.verdict(
+                    Verdict::new(
+                        VerdictKind::Defer { until },
+                        format!(
+                            "deferrable work waits for off-peak hours ({}); job {} may start at {until}",
+                            op.label, job.id
+                        ),
+                    )
+                    .on_branch(1),
+                );
+                return;
+            }
+        }
+        let mut hints = Hints::default();
+        let mut branch = 3;
+        if let Some(lane) = self.lanes.iter().find(|l| job.requested_hours <= l.max_hours) {
+            hints.queue = lane.queue.clone();
+            hints.priority = lane.priority;
+            branch = 0;
+        }
+        if self.region.is_some() {
+            hints.region = self.region.clone();
+            if branch == 3 {
+                branch = 2;
+            }
+        }
+        let note = match (&hints.queue, hints.priority) {
+            (Some(q), Some(p)) => format!("{} h job goes to queue {q} at priority {p}", fmt_num(job.requested_hours)),
+            (Some(q), None) => format!("{} h job goes to queue {q}", fmt_num(job.requested_hours)),
+            (None, Some(p)) => format!("{} h job runs at priority {p}", fmt_num(job.requested_hours)),
+            (None, None) => String::new(),
+        };
+        out.verdict(Verdict::new(VerdictKind::Allow(hints), note).on_branch(branch));
+    }
+}
+
+impl Efficiency {
+    fn admit(&self, job: &JobSpec, out: &mut Output) {
+        if self.mixed_precision && job.mixed_precision == Some(false) {
+            out.verdict(
+                Verdict::new(
+                    VerdictKind::Alert,
+                    format!(
+                        "job {} runs without mixed precision: bf16/fp16 usually halves memory and speeds up training",
+                        job.id
+                    ),
+                )
+                .on_branch(0),
+            );
+        }
+        if let (Some(min), Some(b)) = (self.min_batch_size, job.batch_size)
+            && b < min
+        {
+            out.verdict(
+                Verdict::new(
+                    VerdictKind::Alert,
+                    format!("job {} uses a batch size of {b} per GPU (under {min}): the GPUs will mostly wait", job.id),
+                )
+                .on_branch(1),
+            );
+        }
+        if self.dataloader_workers && job.dataloader_workers == Some(0) {
+            out.verdict(
+                Verdict::new(
+                    VerdictKind::Alert,
+                    format!(
+                        "job {} loads data in the training process (0 workers): use background data loader workers",
+                        job.id
+                    ),
+                )
+                .on_branch(2),
+            );
+        }
+    }
+}
+
+impl Rule {
+    fn on_event(&self, cx: &Context<'_>, out: &mut Output) {
+        let env = Env { event: cx.event, spec: cx.submitted(), job: cx.job, state: cx.state, now: cx.now };
+        if !self.when.truthy(&env) {
+            if cx.submitted().is_some() {
+                allow(out, String::new(), 1);
+            }
+            return;
+        }
+        let reason = self.reason.render(&env);
+        let kind = match &self.decision {
+            RuleDecision::Allow => VerdictKind::Allow(Hints::default()),
+            RuleDecision::Deny => VerdictKind::Deny,
+            RuleDecision::RequireApproval { approvers, expires } => {
+                VerdictKind::RequireApproval { approvers: approvers.clone(), expires_after: *expires }
+            }
+            RuleDecision::Defer(d) => VerdictKind::Defer { until: cx.now.plus(*d) },
+            RuleDecision::Reclaim => VerdictKind::Reclaim,
+            RuleDecision::Alert => VerdictKind::Alert,
+        };
+        out.verdict(Verdict::new(kind, reason).on_branch(0));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_for_people() {
+        assert_eq!(fmt_num(10250.0), "10,250");
+        assert_eq!(fmt_num(12.5), "12.5");
+        assert_eq!(fmt_num(999.0), "999");
+        assert_eq!(fmt_num(1_000_000.04), "1,000,000");
+        assert_eq!(fmt_num(-1500.0), "-1,500");
+    }
+
+    #[test]
+    fn off_peak_next_start() {
+        let op = OffPeak {
+            start: 22 * 3_600_000,
+            end: 6 * 3_600_000,
+            offset: Duration::hours(8),
+            label: "22:00-06:00 +08:00".into(),
+            stages: vec![],
+        };
+        // 09:00Z is 17:00 local: next start is 22:00 local = 14:00Z.
+        let now = Timestamp::parse("2026-11-02T09:00:00Z").unwrap();
+        assert!(!op.inside(now.time_of_day(op.offset)));
+        assert_eq!(op.next_start(now).to_string(), "2026-11-02T14:00:00Z");
+        // 23:00 local is inside.
+        let late = Timestamp::parse("2026-11-02T15:00:00Z").unwrap();
+        assert!(op.inside(late.time_of_day(op.offset)));
+    }
+}
