@@ -1,0 +1,69 @@
+//! Errors of the audit log: typed, lowercase, with what was being done and what to try.
+
+/// What went wrong in the audit log.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// SQLite refused an operation (disk full, file unwritable, locked, corrupt).
+    #[error("audit log: cannot {context}: {source}{}", help_for(source))]
+    Sqlite {
+        /// What was being done.
+        context: String,
+        /// The SQLite error.
+        source: rusqlite::Error,
+    },
+    /// The file was written by a newer bursar.
+    #[error(
+        "audit log `{path}` has schema version {found}, newer than this bursar understands (up to {supported})\n  help: use the bursar release that wrote it, or a newer one"
+    )]
+    SchemaTooNew {
+        /// The database file.
+        path: String,
+        /// Version in the file.
+        found: i64,
+        /// Newest version this build knows.
+        supported: i64,
+    },
+    /// A value in the database could not be read back (hand-edited JSON, say).
+    #[error("audit log: {0}")]
+    Invalid(String),
+    /// The writer thread stopped (after an error it already reported, or a panic).
+    #[error("audit log: the writer thread stopped{}", .0.as_deref().map(|e| format!(": {e}")).unwrap_or_default())]
+    WriterStopped(Option<String>),
+    /// Handing committed decisions on (to stdout, say) failed.
+    #[error("cannot write decisions: {0}")]
+    Output(#[source] std::io::Error),
+}
+
+fn help_for(e: &rusqlite::Error) -> &'static str {
+    match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::DiskFull) => {
+            "\n  help: the disk holding the audit log is full; free space (or prune old rows with `bursar audit prune`) and rerun: events already logged are skipped"
+        }
+        Some(
+            rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::PermissionDenied | rusqlite::ErrorCode::CannotOpen,
+        ) => "\n  help: check that the audit log's file and directory exist and are writable",
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
+            "\n  help: another bursar process is writing this audit log; use one writer per file"
+        }
+        Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt) => {
+            "\n  help: the file is not a bursar audit log or is damaged"
+        }
+        _ => "",
+    }
+}
+
+impl AuditError {
+    /// Wraps a SQLite error with what was being done.
+    pub fn sqlite(context: impl Into<String>) -> impl FnOnce(rusqlite::Error) -> AuditError {
+        let context = context.into();
+        move |source| AuditError::Sqlite { context, source }
+    }
+
+    /// True when the error means the disk (or the page limit) is full.
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, AuditError::Sqlite { source, .. } if source.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull))
+    }
+}
+
+/// Results of the audit log.
+pub type Result<T, E = AuditError> = std::result::Result<T, E>;

@@ -1,0 +1,672 @@
+//! [`AuditLog`]: one connection to an audit database, the synchronous core every other part uses.
+//!
+//! Appends go through [`AuditLog::append`]: a batch of [`Entry`]s (an event and its decisions) is
+//! written in ONE transaction with prepared statements, and the hash chains advance only once the
+//! commit succeeded. Reads ([`AuditLog::decisions_since`], [`AuditLog::events_since`]) work on the
+//! same connection or on a second one opened with [`AuditLog::open_read`] (WAL lets readers run
+//! beside the writer).
+
+use std::ops::Range;
+use std::path::Path;
+use std::sync::Arc;
+
+use bursar_engine::SourceFile;
+use bursar_model::{Decision, Event, EventKind, Timestamp};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use serde::Serialize;
+
+use crate::canon::{Canon, GENESIS, Hash};
+use crate::error::{AuditError, Result};
+use crate::schema;
+
+/// How hard a commit tries to reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// `synchronous=FULL`: a committed transaction survives power loss. The default.
+    #[default]
+    Durable,
+    /// `synchronous=NORMAL` (with WAL): survives a crash of bursar, but the last transactions (a few
+    /// milliseconds) may be lost on power loss or an OS crash.
+    Fast,
+}
+
+/// The columns of an event that queries use, and its raw line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRow {
+    /// Event id (unique).
+    pub id: String,
+    /// Event time.
+    pub time: Timestamp,
+    /// Wire type name, e.g. `job.submitted`.
+    pub kind: &'static str,
+    /// The job it is about.
+    pub job: Option<String>,
+    /// The project, when the event names one.
+    pub project: Option<String>,
+    /// The user, when the event names one.
+    pub user: Option<String>,
+    /// The line as received.
+    pub raw: String,
+}
+
+impl EventRow {
+    /// The row for `event`, read from `raw`.
+    pub fn new(raw: &str, event: &Event) -> EventRow {
+        let (project, user) = match &event.kind {
+            EventKind::JobSubmitted(j) => (Some(j.project.clone()), Some(j.user.clone()).filter(|u| !u.is_empty())),
+            EventKind::BillingCharge(c) => (Some(c.project.clone()), None),
+            EventKind::AssetRegistered { project, .. } => (Some(project.clone()), None),
+            _ => (None, None),
+        };
+        EventRow {
+            id: event.id.clone(),
+            time: event.time,
+            kind: event.kind.type_name(),
+            job: event.kind.job_id().map(str::to_owned),
+            project,
+            user,
+            raw: raw.to_owned(),
+        }
+    }
+}
+
+/// One unit of the log: an applied event (absent for decisions a wall-clock tick produced) and the
+/// decisions made while handling it, under the policy set with digest `policy_set`.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// The event.
+    pub event: Option<EventRow>,
+    /// Its decisions, in order.
+    pub decisions: Vec<Decision>,
+    /// Digest of the policy set that made them.
+    pub policy_set: Arc<str>,
+}
+
+impl Entry {
+    /// An entry for `event` (read from `raw`) and its decisions.
+    pub fn new(raw: &str, event: &Event, decisions: Vec<Decision>, policy_set: Arc<str>) -> Entry {
+        Entry { event: Some(EventRow::new(raw, event)), decisions, policy_set }
+    }
+
+    /// An entry for decisions with no event of their own (timers fired by a wall-clock tick).
+    pub fn without_event(decisions: Vec<Decision>, policy_set: Arc<str>) -> Entry {
+        Entry { event: None, decisions, policy_set }
+    }
+}
+
+/// What [`AuditLog::append`] did with one entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appended {
+    /// The event's sequence number (None for an entry without event, or a duplicate).
+    pub event_seq: Option<i64>,
+    /// The event id was already in the log: the event and its decisions were skipped.
+    pub duplicate: bool,
+    /// Sequence numbers given to the entry's decisions (empty when skipped).
+    pub decisions: Range<i64>,
+}
+
+/// A decision as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoredDecision {
+    /// Decision sequence number (the stream cursor).
+    pub seq: i64,
+    /// The decision's id.
+    pub decision_id: String,
+    /// The event that produced it.
+    pub event_id: String,
+    /// That event's sequence number, if it is in the log.
+    pub event_seq: Option<i64>,
+    /// Event time, ms since the epoch.
+    pub time: i64,
+    /// Wall time it was recorded, ms since the epoch.
+    pub recorded_at: i64,
+    /// Job.
+    pub job: Option<String>,
+    /// Project.
+    pub project: Option<String>,
+    /// User.
+    pub user: Option<String>,
+    /// Kind, e.g. `deny`.
+    pub decision: String,
+    /// Made by dry-run policies.
+    pub dry_run: bool,
+    /// An admission decision.
+    pub admission: bool,
+    /// Policies that produced it.
+    pub policies: Vec<String>,
+    /// Why.
+    pub reason: String,
+    /// For `defer`, ms since the epoch.
+    pub until: Option<i64>,
+    /// GPUs concerned.
+    pub gpus: Option<i64>,
+    /// GPU-hours concerned.
+    pub gpu_hours: Option<f64>,
+    /// Digest of the policy set in force.
+    pub policy_set: String,
+    /// The decision's wire JSON.
+    pub json: String,
+}
+
+/// An event as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoredEvent {
+    /// Event sequence number.
+    pub seq: i64,
+    /// Event id.
+    pub event_id: String,
+    /// Event time, ms since the epoch.
+    pub time: i64,
+    /// Wire type.
+    pub kind: String,
+    /// Job.
+    pub job: Option<String>,
+    /// Project.
+    pub project: Option<String>,
+    /// User.
+    pub user: Option<String>,
+    /// The line as received.
+    pub raw: String,
+    /// Wall time it was recorded, ms since the epoch.
+    pub recorded_at: i64,
+}
+
+/// An engine snapshot as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredSnapshot {
+    /// The last event sequence number the snapshot includes.
+    pub event_seq: i64,
+    /// Wall time it was stored, ms since the epoch.
+    pub taken_at: i64,
+    /// Digest of the policy set in force then.
+    pub policy_set: Option<String>,
+    /// The opaque blob.
+    pub blob: Vec<u8>,
+}
+
+/// A policy-set load (or failed reload) as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PolicyLoad {
+    /// Load sequence number.
+    pub seq: i64,
+    /// Wall time, ms since the epoch.
+    pub at: i64,
+    /// Last event sequence number applied before the load.
+    pub event_seq: i64,
+    /// Whether it succeeded.
+    pub ok: bool,
+    /// The set's digest (for a failure: the set still in force, if any).
+    pub digest: Option<String>,
+    /// The error of a failed load.
+    pub error: Option<String>,
+}
+
+/// Wall-clock time in ms since the epoch.
+pub fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Where a chain stands: the last sequence number and its hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Head {
+    pub seq: i64,
+    pub hash: Hash,
+}
+
+/// The three hash chains.
+pub(crate) const CHAINS: [&str; 3] = ["events", "decisions", "policy_loads"];
+
+const INSERT_EVENT: &str = "INSERT INTO events (seq, event_id, time, type, job, project, user, raw, recorded_at, hash) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT(event_id) DO NOTHING";
+const INSERT_DECISION: &str = "INSERT INTO decisions (seq, decision_id, event_id, event_seq, time, recorded_at, job, \
+     project, user, decision, dry_run, admission, policies, reason, until, gpus, gpu_hours, policy_set, json, hash) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)";
+const UPSERT_HEAD: &str = "INSERT INTO chain_heads (chain, seq, hash) VALUES (?1, ?2, ?3) \
+     ON CONFLICT(chain) DO UPDATE SET seq = excluded.seq, hash = excluded.hash";
+pub(crate) const DECISION_COLUMNS: &str = "seq, decision_id, event_id, event_seq, time, recorded_at, job, project, \
+     user, decision, dry_run, admission, policies, reason, until, gpus, gpu_hours, policy_set, json";
+pub(crate) const EVENT_COLUMNS: &str = "seq, event_id, time, type, job, project, user, raw, recorded_at";
+pub(crate) const LOAD_COLUMNS: &str = "seq, at, event_seq, ok, digest, error";
+
+/// An open audit database.
+#[derive(Debug)]
+pub struct AuditLog {
+    pub(crate) conn: Connection,
+    path: String,
+    events: Head,
+    decisions: Head,
+    loads: Head,
+}
+
+impl AuditLog {
+    /// Opens (creating if needed) the audit database at `path` for writing, in WAL mode, migrating the
+    /// schema forward.
+    pub fn open(path: impl AsRef<Path>, durability: Durability) -> Result<AuditLog> {
+        let path_ref = path.as_ref();
+        let shown = path_ref.display().to_string();
+        let mut conn = Connection::open(path_ref).map_err(AuditError::sqlite(format!("open `{shown}`")))?;
+        conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(AuditError::sqlite("set the busy timeout"))?;
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .map_err(AuditError::sqlite(format!("switch `{shown}` to WAL mode")))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(AuditError::Invalid(format!("`{shown}` cannot use WAL mode (got `{mode}`)")));
+        }
+        let sync = match durability {
+            Durability::Durable => "FULL",
+            Durability::Fast => "NORMAL",
+        };
+        conn.pragma_update(None, "synchronous", sync).map_err(AuditError::sqlite("set the synchronous mode"))?;
+        schema::migrate(&mut conn, &shown)?;
+        let mut log = AuditLog { conn, path: shown, events: head0(), decisions: head0(), loads: head0() };
+        log.events = log.load_head("events")?;
+        log.decisions = log.load_head("decisions")?;
+        log.loads = log.load_head("policy_loads")?;
+        Ok(log)
+    }
+
+    /// Opens an existing audit database read-only (for queries, `verify`, and readers beside a writer).
+    pub fn open_read(path: impl AsRef<Path>) -> Result<AuditLog> {
+        let path_ref = path.as_ref();
+        let shown = path_ref.display().to_string();
+        if !path_ref.exists() {
+            return Err(AuditError::Invalid(format!(
+                "`{shown}` does not exist\n  help: create it with `bursar eval --audit {shown} …`"
+            )));
+        }
+        let conn = Connection::open_with_flags(
+            path_ref,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI,
+        )
+        .map_err(AuditError::sqlite(format!("open `{shown}`")))?;
+        conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(AuditError::sqlite("set the busy timeout"))?;
+        let found: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(AuditError::sqlite(format!("read `{shown}`")))?;
+        if found > schema::SCHEMA_VERSION {
+            return Err(AuditError::SchemaTooNew { path: shown, found, supported: schema::SCHEMA_VERSION });
+        }
+        if found < schema::SCHEMA_VERSION {
+            return Err(AuditError::Invalid(format!(
+                "`{shown}` is not a bursar audit log (or one of an older schema: open it for writing once to migrate it)"
+            )));
+        }
+        let mut log = AuditLog { conn, path: shown, events: head0(), decisions: head0(), loads: head0() };
+        log.events = log.load_head("events")?;
+        log.decisions = log.load_head("decisions")?;
+        log.loads = log.load_head("policy_loads")?;
+        Ok(log)
+    }
+
+    /// The database path, for messages.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The underlying connection, for ad-hoc reads.
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// The sequence number of the newest event (0 when none).
+    pub fn last_event_seq(&self) -> i64 {
+        self.events.seq
+    }
+
+    /// The sequence number of the newest decision (0 when none).
+    pub fn last_decision_seq(&self) -> i64 {
+        self.decisions.seq
+    }
+
+    /// Where the chain `chain` stands: the newest row, else the newest prune checkpoint, else genesis.
+    fn load_head(&self, chain: &str) -> Result<Head> {
+        let sql = format!("SELECT seq, hash FROM {chain} ORDER BY seq DESC LIMIT 1");
+        let row: Option<(i64, Vec<u8>)> = self
+            .conn
+            .query_row(&sql, [], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+            .map_err(AuditError::sqlite(format!("read the newest row of `{chain}`")))?;
+        let row = match row {
+            Some(r) => Some(r),
+            None => self
+                .conn
+                .query_row(
+                    "SELECT through_seq, hash FROM checkpoints WHERE chain = ?1 ORDER BY id DESC LIMIT 1",
+                    [chain],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .map_err(AuditError::sqlite("read the prune checkpoints"))?,
+        };
+        match row {
+            None => Ok(head0()),
+            Some((seq, h)) => Ok(Head { seq, hash: to_hash(&h, chain, seq)? }),
+        }
+    }
+
+    /// Appends `entries` in one transaction and returns what happened to each. An entry whose event id
+    /// is already in the log is skipped whole (event and decisions): reruns are idempotent. Nothing is
+    /// written if any statement or the commit fails (disk full, read-only file): the error says why.
+    pub fn append(&mut self, entries: &[Entry]) -> Result<Vec<Appended>> {
+        let now = wall_ms();
+        let mut ev = self.events;
+        let mut de = self.decisions;
+        let mut out = Vec::with_capacity(entries.len());
+        let tx = self.conn.transaction().map_err(AuditError::sqlite("start a transaction"))?;
+        {
+            let mut ins_ev = tx.prepare_cached(INSERT_EVENT).map_err(AuditError::sqlite("prepare the event insert"))?;
+            let mut ins_de =
+                tx.prepare_cached(INSERT_DECISION).map_err(AuditError::sqlite("prepare the decision insert"))?;
+            let mut json = String::new();
+            let mut policies = String::new();
+            for entry in entries {
+                let mut event_seq = None;
+                if let Some(e) = &entry.event {
+                    let seq = ev.seq + 1;
+                    let time = e.time.millis();
+                    let mut c = Canon::after(&ev.hash);
+                    c.int(seq)
+                        .text(&e.id)
+                        .int(time)
+                        .text(e.kind)
+                        .opt_text(e.job.as_deref())
+                        .opt_text(e.project.as_deref())
+                        .opt_text(e.user.as_deref())
+                        .text(&e.raw)
+                        .int(now);
+                    let hash = c.finish();
+                    let n = ins_ev
+                        .execute(params![seq, e.id, time, e.kind, e.job, e.project, e.user, e.raw, now, &hash[..]])
+                        .map_err(AuditError::sqlite(format!("insert event `{}`", e.id)))?;
+                    if n == 0 {
+                        out.push(Appended { event_seq: None, duplicate: true, decisions: de.seq + 1..de.seq + 1 });
+                        continue;
+                    }
+                    ev = Head { seq, hash };
+                    event_seq = Some(seq);
+                }
+                let first = de.seq + 1;
+                for d in &entry.decisions {
+                    let seq = de.seq + 1;
+                    json.clear();
+                    policies.clear();
+                    // Serialising our own types into a String cannot fail; keep going regardless.
+                    if let Ok(s) = serde_json::to_string(d) {
+                        json.push_str(&s);
+                    }
+                    if let Ok(s) = serde_json::to_string(&d.policies) {
+                        policies.push_str(&s);
+                    }
+                    let time = d.time.millis();
+                    let until = d.until.map(Timestamp::millis);
+                    let gpus = d.gpus.map(i64::from);
+                    let mut c = Canon::after(&de.hash);
+                    c.int(seq)
+                        .text(&d.decision_id)
+                        .text(&d.event_id)
+                        .opt_int(event_seq)
+                        .int(time)
+                        .int(now)
+                        .opt_text(d.job_id.as_deref())
+                        .opt_text(d.project.as_deref())
+                        .opt_text(d.user.as_deref())
+                        .text(d.decision.as_str())
+                        .int(i64::from(d.dry_run))
+                        .int(i64::from(d.admission))
+                        .text(&policies)
+                        .text(&d.reason)
+                        .opt_int(until)
+                        .opt_int(gpus)
+                        .opt_real(d.gpu_hours)
+                        .text(&entry.policy_set)
+                        .text(&json);
+                    let hash = c.finish();
+                    ins_de
+                        .execute(params![
+                            seq,
+                            d.decision_id,
+                            d.event_id,
+                            event_seq,
+                            time,
+                            now,
+                            d.job_id.as_deref(),
+                            d.project.as_deref(),
+                            d.user.as_deref(),
+                            d.decision.as_str(),
+                            d.dry_run,
+                            d.admission,
+                            policies,
+                            d.reason,
+                            until,
+                            gpus,
+                            d.gpu_hours,
+                            &*entry.policy_set,
+                            json,
+                            &hash[..]
+                        ])
+                        .map_err(AuditError::sqlite(format!("insert decision `{}`", d.decision_id)))?;
+                    de = Head { seq, hash };
+                }
+                out.push(Appended { event_seq, duplicate: false, decisions: first..de.seq + 1 });
+            }
+            let mut head = tx.prepare_cached(UPSERT_HEAD).map_err(AuditError::sqlite("prepare the head update"))?;
+            if ev != self.events {
+                head.execute(params!["events", ev.seq, &ev.hash[..]])
+                    .map_err(AuditError::sqlite("update a chain head"))?;
+            }
+            if de != self.decisions {
+                head.execute(params!["decisions", de.seq, &de.hash[..]])
+                    .map_err(AuditError::sqlite("update a chain head"))?;
+            }
+        }
+        tx.commit().map_err(AuditError::sqlite(format!("commit to `{}`", self.path)))?;
+        self.events = ev;
+        self.decisions = de;
+        Ok(out)
+    }
+
+    /// Records that the policy set `digest` (made of `files`) was loaded; returns the load's sequence number.
+    pub fn record_policy_set(&mut self, digest: &str, files: &[SourceFile]) -> Result<i64> {
+        let files = serde_json::to_string(files).map_err(|e| AuditError::Invalid(e.to_string()))?;
+        self.record_load(true, Some(digest), None, Some(&files))
+    }
+
+    /// Records a failed (re)load with its error; `in_force` is the digest of the set that stays in force.
+    pub fn record_policy_failure(&mut self, error: &str, in_force: Option<&str>) -> Result<i64> {
+        self.record_load(false, in_force, Some(error), None)
+    }
+
+    fn record_load(&mut self, ok: bool, digest: Option<&str>, error: Option<&str>, files: Option<&str>) -> Result<i64> {
+        let now = wall_ms();
+        let seq = self.loads.seq + 1;
+        let event_seq = self.events.seq;
+        let mut c = Canon::after(&self.loads.hash);
+        c.int(seq).int(now).int(event_seq).int(i64::from(ok)).opt_text(digest).opt_text(error);
+        let hash = c.finish();
+        let tx = self.conn.transaction().map_err(AuditError::sqlite("start a transaction"))?;
+        if let (Some(d), Some(f)) = (digest, files) {
+            tx.execute(
+                "INSERT INTO policy_sets (digest, files, first_loaded_at) VALUES (?1, ?2, ?3) ON CONFLICT(digest) DO NOTHING",
+                params![d, f, now],
+            )
+            .map_err(AuditError::sqlite("record a policy set"))?;
+        }
+        tx.execute(
+            "INSERT INTO policy_loads (seq, at, event_seq, ok, digest, error, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![seq, now, event_seq, ok, digest, error, &hash[..]],
+        )
+        .map_err(AuditError::sqlite("record a policy load"))?;
+        tx.execute(UPSERT_HEAD, params!["policy_loads", seq, &hash[..]])
+            .map_err(AuditError::sqlite("update a chain head"))?;
+        tx.commit().map_err(AuditError::sqlite(format!("commit to `{}`", self.path)))?;
+        self.loads = Head { seq, hash };
+        Ok(seq)
+    }
+
+    /// Up to `limit` decisions with a sequence number above `after`, oldest first.
+    pub fn decisions_since(&self, after: i64, limit: usize) -> Result<Vec<StoredDecision>> {
+        let sql = format!("SELECT {DECISION_COLUMNS} FROM decisions WHERE seq > ?1 ORDER BY seq LIMIT ?2");
+        let mut st = self.conn.prepare_cached(&sql).map_err(AuditError::sqlite("prepare a decision read"))?;
+        let rows = st
+            .query_map(params![after, limit_i64(limit)], decision_from_row)
+            .map_err(AuditError::sqlite("read decisions"))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(AuditError::sqlite("read decisions"))
+    }
+
+    /// Up to `limit` events with a sequence number above `after`, oldest first (for replay).
+    pub fn events_since(&self, after: i64, limit: usize) -> Result<Vec<StoredEvent>> {
+        let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2");
+        let mut st = self.conn.prepare_cached(&sql).map_err(AuditError::sqlite("prepare an event read"))?;
+        let rows = st
+            .query_map(params![after, limit_i64(limit)], event_from_row)
+            .map_err(AuditError::sqlite("read events"))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(AuditError::sqlite("read events"))
+    }
+
+    /// Every policy load, oldest first.
+    pub fn policy_loads(&self) -> Result<Vec<PolicyLoad>> {
+        let sql = format!("SELECT {LOAD_COLUMNS} FROM policy_loads ORDER BY seq");
+        let mut st = self.conn.prepare(&sql).map_err(AuditError::sqlite("prepare a policy-load read"))?;
+        let rows = st
+            .query_map([], |r| {
+                Ok(PolicyLoad {
+                    seq: r.get(0)?,
+                    at: r.get(1)?,
+                    event_seq: r.get(2)?,
+                    ok: r.get(3)?,
+                    digest: r.get(4)?,
+                    error: r.get(5)?,
+                })
+            })
+            .map_err(AuditError::sqlite("read policy loads"))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(AuditError::sqlite("read policy loads"))
+    }
+
+    /// The files of policy set `digest`, if it was recorded.
+    pub fn policy_set_files(&self, digest: &str) -> Result<Option<(Vec<SourceFile>, i64)>> {
+        let row: Option<(String, i64)> = self
+            .conn
+            .query_row("SELECT files, first_loaded_at FROM policy_sets WHERE digest = ?1", [digest], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()
+            .map_err(AuditError::sqlite("read a policy set"))?;
+        match row {
+            None => Ok(None),
+            Some((files, at)) => {
+                let files = serde_json::from_str(&files)
+                    .map_err(|e| AuditError::Invalid(format!("policy set `{digest}` has unreadable files: {e}")))?;
+                Ok(Some((files, at)))
+            }
+        }
+    }
+
+    /// Stores an engine snapshot covering every event up to `event_seq` (replacing one at the same seq).
+    pub fn save_snapshot(&mut self, event_seq: i64, policy_set: Option<&str>, blob: &[u8]) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT INTO engine_snapshots (event_seq, taken_at, policy_set, blob) VALUES (?1, ?2, ?3, ?4) \
+                 ON CONFLICT(event_seq) DO UPDATE SET taken_at = excluded.taken_at, policy_set = excluded.policy_set, blob = excluded.blob",
+                params![event_seq, wall_ms(), policy_set, blob],
+            )
+            .map_err(AuditError::sqlite("store an engine snapshot"))?;
+        Ok(())
+    }
+
+    /// The newest engine snapshot, if any.
+    pub fn latest_snapshot(&self) -> Result<Option<StoredSnapshot>> {
+        self.conn
+            .query_row(
+                "SELECT event_seq, taken_at, policy_set, blob FROM engine_snapshots ORDER BY event_seq DESC LIMIT 1",
+                [],
+                |r| {
+                    Ok(StoredSnapshot {
+                        event_seq: r.get(0)?,
+                        taken_at: r.get(1)?,
+                        policy_set: r.get(2)?,
+                        blob: r.get(3)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(AuditError::sqlite("read the newest engine snapshot"))
+    }
+
+    /// Deletes every snapshot but the `keep` newest; returns how many went.
+    pub fn prune_snapshots(&mut self, keep: usize) -> Result<usize> {
+        self.conn
+            .execute(
+                "DELETE FROM engine_snapshots WHERE event_seq NOT IN \
+                 (SELECT event_seq FROM engine_snapshots ORDER BY event_seq DESC LIMIT ?1)",
+                [limit_i64(keep)],
+            )
+            .map_err(AuditError::sqlite("delete old engine snapshots"))
+    }
+
+    /// Limits the file to `pages` pages (`PRAGMA max_page_count`): appends past it fail as a full
+    /// disk would. For tests of the disk-full path and for capping a log's size.
+    pub fn set_max_pages(&self, pages: i64) -> Result<()> {
+        self.conn.pragma_update(None, "max_page_count", pages).map_err(AuditError::sqlite("set max_page_count"))
+    }
+}
+
+fn head0() -> Head {
+    Head { seq: 0, hash: GENESIS }
+}
+
+pub(crate) fn to_hash(bytes: &[u8], chain: &str, seq: i64) -> Result<Hash> {
+    let mut h = GENESIS;
+    if bytes.len() != h.len() {
+        return Err(AuditError::Invalid(format!("{chain} row {seq} has a malformed hash ({} bytes)", bytes.len())));
+    }
+    h.copy_from_slice(bytes);
+    Ok(h)
+}
+
+pub(crate) fn limit_i64(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Reads a row selected with [`DECISION_COLUMNS`].
+pub(crate) fn decision_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredDecision> {
+    let policies: String = r.get(12)?;
+    Ok(StoredDecision {
+        seq: r.get(0)?,
+        decision_id: r.get(1)?,
+        event_id: r.get(2)?,
+        event_seq: r.get(3)?,
+        time: r.get(4)?,
+        recorded_at: r.get(5)?,
+        job: r.get(6)?,
+        project: r.get(7)?,
+        user: r.get(8)?,
+        decision: r.get(9)?,
+        dry_run: r.get(10)?,
+        admission: r.get(11)?,
+        policies: serde_json::from_str(&policies).unwrap_or_else(|_| vec![policies]),
+        reason: r.get(13)?,
+        until: r.get(14)?,
+        gpus: r.get(15)?,
+        gpu_hours: r.get(16)?,
+        policy_set: r.get(17)?,
+        json: r.get(18)?,
+    })
+}
+
+/// Reads a row selected with [`EVENT_COLUMNS`].
+pub(crate) fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEvent> {
+    Ok(StoredEvent {
+        seq: r.get(0)?,
+        event_id: r.get(1)?,
+        time: r.get(2)?,
+        kind: r.get(3)?,
+        job: r.get(4)?,
+        project: r.get(5)?,
+        user: r.get(6)?,
+        raw: r.get(7)?,
+        recorded_at: r.get(8)?,
+    })
+}

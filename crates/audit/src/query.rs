@@ -1,0 +1,1 @@
+//! Queries: filters, `explain`, `stats`.
