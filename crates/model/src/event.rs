@@ -509,7 +509,12 @@ impl<'de> Visitor<'de> for EventVisitor {
                 asset: asset.ok_or_else(|| de::Error::missing_field("asset"))?,
             },
             "clock.tick" => EventKind::ClockTick,
-            other => return Err(de::Error::unknown_variant(other, &EVENT_TYPES)),
+            other => {
+                return Err(de::Error::custom(format!(
+                    "unknown event type `{other}`, expected one of {}",
+                    EVENT_TYPES.iter().map(|t| format!("`{t}`")).collect::<Vec<_>>().join(", ")
+                )));
+            }
         };
         Ok(Event { id, time, kind, extra })
     }
@@ -750,7 +755,7 @@ mod tests {
             ("[1]", "invalid type"),
             (r#"{"id":"a","time":"2026-11-02T09:00:00Z"}"#, "missing field `type`"),
             (r#"{"id":"a","time":"yesterday","type":"clock.tick"}"#, "RFC 3339"),
-            (r#"{"id":"a","time":"2026-11-02T09:00:00Z","type":"job.exploded"}"#, "unknown variant `job.exploded`"),
+            (r#"{"id":"a","time":"2026-11-02T09:00:00Z","type":"job.exploded"}"#, "unknown event type `job.exploded`"),
             (
                 r#"{"id":"a","time":"2026-11-02T09:00:00Z","type":"job.sample","job_id":"j","gpu_util":37}"#,
                 "percentage",
