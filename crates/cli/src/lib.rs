@@ -8,6 +8,7 @@
 
 pub mod check;
 pub mod eval;
+pub mod serve;
 pub mod sink;
 
 use std::fmt;

@@ -50,6 +50,10 @@ enum Command {
         #[arg(long)]
         summary_json: bool,
     },
+    /// Run the live engine: events in over HTTP, admissions answered, decisions streamed, hot reload.
+    ///
+    /// Example: bursar serve --policies policies --audit audit.db --listen 127.0.0.1:7878
+    Serve(bursar::serve::ServeArgs),
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -59,6 +63,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 fn run(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
         Command::Check { dir } => bursar::check::run(&dir, cli.error_format),
+        Command::Serve(args) => bursar::serve::run(&args, cli.error_format),
         Command::Eval { policies, events, dedupe_window, summary_json } => {
             let set = match bursar::load_policies(&policies, cli.error_format) {
                 Ok(s) => s,

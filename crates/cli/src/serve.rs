@@ -1,0 +1,161 @@
+//! `bursar serve`: parse the options, check the bind address, start the tokio runtime and run
+//! `bursar-serve` until `SIGTERM`/`SIGINT`. The server itself lives in the `bursar-serve` crate; this
+//! module only wires the command line to it (and passes the same policy loader as `check` and `eval`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration as StdDuration;
+
+use bursar_model::Duration;
+
+use crate::{CliError, ErrorFormat, ExitCode};
+
+/// Log format of `serve`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// For people.
+    #[default]
+    Human,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Options of `bursar serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// The policy directory (watched: edits take effect without a restart).
+    #[arg(long)]
+    pub policies: PathBuf,
+    /// The audit database (SQLite, created if missing); also holds the engine snapshots.
+    #[arg(long)]
+    pub audit: PathBuf,
+    /// Address to listen on. Anything but loopback requires --token.
+    #[arg(long, default_value = "127.0.0.1:7878")]
+    pub listen: SocketAddr,
+    /// Bearer token required on every route but /healthz (clients send `Authorization: Bearer TOKEN`).
+    #[arg(long)]
+    pub token: Option<String>,
+    /// Write the bound port here once listening (useful with `--listen 127.0.0.1:0`).
+    #[arg(long)]
+    pub port_file: Option<PathBuf>,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Human)]
+    pub log_format: LogFormat,
+    /// Log level: error, warn, info, debug, trace.
+    #[arg(long, default_value = "info")]
+    pub log_level: tracing_level::Level,
+    /// Wall-clock tick that drives timers (idle windows, maximum runtimes, approval expiry).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub tick: Duration,
+    /// How often the engine state is snapshotted into the audit database (when it changed).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub snapshot_every: Duration,
+    /// Quiet time after a policy file changes before reloading.
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    pub debounce: Duration,
+    /// Do not watch the policy directory (reload with SIGHUP or POST /v1/reload only).
+    #[arg(long)]
+    pub no_watch: bool,
+    /// Request body limit in bytes.
+    #[arg(long, default_value_t = 8 * 1024 * 1024)]
+    pub max_body: usize,
+    /// Engine queue length; requests beyond it wait (back-pressure).
+    #[arg(long, default_value_t = 4096)]
+    pub queue: usize,
+    /// Commit with `synchronous=NORMAL`: survives a crash of bursar, may lose the last milliseconds on
+    /// power loss. The default (`FULL`) survives power loss.
+    #[arg(long)]
+    pub fast_commit: bool,
+    /// How long event ids are remembered to drop resent events.
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    pub dedupe_window: Duration,
+}
+
+/// Log levels as a clap value.
+pub mod tracing_level {
+    /// A log level.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+    pub enum Level {
+        /// Errors only.
+        Error,
+        /// Warnings and errors.
+        Warn,
+        /// Normal operation.
+        Info,
+        /// Details.
+        Debug,
+        /// Everything.
+        Trace,
+    }
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    Duration::parse(s).map_err(|e| e.to_string())
+}
+
+fn std_duration(d: Duration) -> StdDuration {
+    StdDuration::from_millis(u64::try_from(d.millis()).unwrap_or(0).max(1))
+}
+
+/// Runs the server until SIGTERM or SIGINT.
+pub fn run(args: &ServeArgs, error_format: ErrorFormat) -> Result<ExitCode, CliError> {
+    if let Err(e) = bursar_serve::check_bind(args.listen, args.token.as_deref()) {
+        return Err(CliError::Message(e.to_string()));
+    }
+    let level = match args.log_level {
+        tracing_level::Level::Error => tracing::Level::ERROR,
+        tracing_level::Level::Warn => tracing::Level::WARN,
+        tracing_level::Level::Info => tracing::Level::INFO,
+        tracing_level::Level::Debug => tracing::Level::DEBUG,
+        tracing_level::Level::Trace => tracing::Level::TRACE,
+    };
+    let format = match args.log_format {
+        LogFormat::Human => bursar_serve::LogFormat::Human,
+        LogFormat::Json => bursar_serve::LogFormat::Json,
+    };
+    bursar_serve::init_logging(format, level);
+
+    let mut config = bursar_serve::Config::new(&args.policies, &args.audit);
+    config.durable = !args.fast_commit;
+    config.token = args.token.clone().filter(|t| !t.is_empty());
+    config.tick = std_duration(args.tick);
+    config.snapshot_every = std_duration(args.snapshot_every);
+    config.debounce = std_duration(args.debounce);
+    config.watch = !args.no_watch;
+    config.max_body = args.max_body;
+    config.queue = args.queue;
+    config.engine = bursar_engine::EngineConfig { dedupe_window: args.dedupe_window, ..Default::default() };
+    config.loader =
+        std::sync::Arc::new(|dir: &std::path::Path| bursar_loader::load_dir(dir, &bursar_loader::NoComponents));
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("bursar-serve")
+        .build()
+        .map_err(|e| CliError::io("cannot start the async runtime", e))?;
+    let port_file = args.port_file.clone();
+    let listen = args.listen;
+    let result = rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|e| CliError::io(format!("cannot listen on `{listen}`"), e))?;
+        let addr = listener.local_addr().map_err(|e| CliError::io("cannot read the bound address", e))?;
+        if let Some(path) = &port_file {
+            let tmp = path.with_extension("tmp");
+            std::fs::write(&tmp, format!("{}\n", addr.port()))
+                .and_then(|()| std::fs::rename(&tmp, path))
+                .map_err(|e| CliError::io(format!("cannot write the port file `{}`", path.display()), e))?;
+        }
+        eprintln!("bursar serve: listening on {addr}");
+        match bursar_serve::serve(config, listener, bursar_serve::shutdown_signal()).await {
+            Ok(()) => Ok(ExitCode::Ok),
+            Err(bursar_serve::ServeError::Policies { errors, .. }) => {
+                crate::print_diagnostics(&errors, error_format);
+                Ok(ExitCode::Failed)
+            }
+            Err(e) => Err(CliError::Message(e.to_string())),
+        }
+    });
+    rt.shutdown_timeout(StdDuration::from_secs(5));
+    result
+}

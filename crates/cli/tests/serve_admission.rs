@@ -1,0 +1,134 @@
+//! `bursar serve`: an admission round trip over real HTTP with the audit log on, event batches with
+//! per-line outcomes, malformed requests refused with a 400 that changes nothing, the job and project
+//! views, `/metrics`, and a clean SIGTERM.
+
+mod serve_support;
+
+use serve_support::*;
+
+#[test]
+fn admission_round_trip_is_durable_and_idempotent() {
+    let s = Scratch::new("serve-admit");
+    let server = Server::start(&s, &[]);
+
+    let line = submit("e1", "j1", "nlp", 8, 4.0);
+    let r = server.post("/v1/admit", &line);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let d = r.json().unwrap();
+    assert_eq!(d["decision"], "allow", "{d}");
+    assert_eq!(d["admission"], true);
+    assert_eq!(d["job_id"], "j1");
+    assert_eq!(d["event_id"], "e1");
+    assert_eq!(d["gpu_hours"], 32.0);
+    let seq = d["seq"].as_u64().unwrap();
+    assert!(seq >= 1);
+
+    // The answer came after the commit: the decision is already in the audit log, readable by a
+    // second connection.
+    let logged = server.decisions(0);
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert_eq!(logged[0]["seq"].as_u64(), Some(seq));
+    assert_eq!(logged[0]["decision_id"], "e1/0");
+
+    // A producer resending after a timeout gets the same decision, and nothing is decided twice.
+    let again = server.post("/v1/admit", &line).json().unwrap();
+    assert_eq!(again["seq"].as_u64(), Some(seq));
+    assert_eq!(again["duplicate"], true);
+    assert_eq!(again["decision"], "allow");
+    assert_eq!(server.decisions(0).len(), 1);
+
+    // The job is live and its GPU-hours are reserved against the project.
+    let job = server.get_json("/v1/jobs/j1");
+    assert_eq!(job["phase"], "admitted");
+    assert_eq!(job["gpus"], 8);
+    let p = server.get_json("/v1/projects/nlp");
+    assert_eq!(p["held_gpus"], 8);
+    assert_eq!(p["month"]["reserved"], 32.0);
+    assert_eq!(server.get("/v1/jobs/nope").unwrap().status, 404);
+
+    let (status, log) = server.terminate();
+    assert!(status.success(), "exit {status:?}\n{log}");
+    assert!(log.contains("stopped cleanly"), "{log}");
+}
+
+#[test]
+fn event_batches_report_each_line_and_malformed_requests_change_nothing() {
+    let s = Scratch::new("serve-events");
+    let server = Server::start(&s, &[]);
+    assert_eq!(server.post("/v1/admit", &submit("e1", "j1", "nlp", 2, 1.0)).status, 200);
+
+    // Three lines: a good one, a broken one, a duplicate of an earlier event, and a good one.
+    let body = format!(
+        "{}\n{{\"id\":\"e3\",\"time\":\"not a time\",\"type\":\"job.sample\"}}\n{}\n{}\n",
+        job_event("e2", "job.started", "j1", ""),
+        submit("e1", "j1", "nlp", 2, 1.0),
+        job_event("e4", "job.sample", "j1", r#","gpu_util":0.5"#),
+    );
+    let r = server.post("/v1/events", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json().unwrap();
+    assert_eq!(v["accepted"], 2, "{v}");
+    assert_eq!(v["rejected"][0]["line"], 2, "{v}");
+    assert!(v["rejected"][0]["reason"].as_str().unwrap().contains("time"), "{v}");
+    assert_eq!(v["duplicates"][0]["line"], 3, "{v}");
+    assert_eq!(v["duplicates"][0]["id"], "e1", "{v}");
+    let job = server.get_json("/v1/jobs/j1");
+    assert_eq!(job["phase"], "running");
+    assert_eq!(job["utilisation"]["samples"], 1);
+
+    let before = server.decisions(0).len();
+    let metrics_before = server.get("/metrics").unwrap().text();
+    // Malformed requests: not JSON, not UTF-8, the wrong event type for /v1/admit, two events, and a
+    // reserved id. Each is a 400 with a reason.
+    for (path, body) in [
+        ("/v1/admit", b"{not json".to_vec()),
+        ("/v1/admit", b"\xff\xfe\xfd".to_vec()),
+        ("/v1/admit", job_event("e9", "job.started", "j1", "").into_bytes()),
+        (
+            "/v1/admit",
+            format!("{}\n{}", submit("e10", "j10", "nlp", 1, 1.0), submit("e11", "j11", "nlp", 1, 1.0)).into_bytes(),
+        ),
+        ("/v1/events", b"garbage\n".to_vec()),
+        ("/v1/events", b"".to_vec()),
+        ("/v1/events", format!(r#"{{"id":"bursar-tick-1","time":"{}","type":"clock.tick"}}"#, now()).into_bytes()),
+    ] {
+        let r = server.conn().request("POST", path, &body).unwrap();
+        assert_eq!(r.status, 400, "{path} {:?}: {}", String::from_utf8_lossy(&body), r.text());
+        assert!(r.json().unwrap()["error"].as_str().is_some_and(|e| !e.is_empty()), "{}", r.text());
+    }
+    assert_eq!(server.decisions(0).len(), before);
+    assert_eq!(server.get("/v1/jobs/j10").unwrap().status, 404);
+    let applied =
+        |m: &str| m.lines().find(|l| l.starts_with("bursar_events_total{outcome=\"applied\"}")).map(str::to_owned);
+    assert_eq!(applied(&server.get("/metrics").unwrap().text()), applied(&metrics_before));
+
+    // The body limit answers 413 and changes nothing either.
+    drop(server);
+    let server = Server::start(&s, &["--max-body", "1024"]);
+    let big = format!("{}{}", submit("e20", "j20", "nlp", 1, 1.0), " ".repeat(4096));
+    assert_eq!(server.conn().request("POST", "/v1/admit", big.as_bytes()).unwrap().status, 413);
+    assert_eq!(server.get("/v1/jobs/j20").unwrap().status, 404);
+}
+
+#[test]
+fn metrics_and_health_are_served() {
+    let s = Scratch::new("serve-metrics");
+    let server = Server::start(&s, &[]);
+    assert_eq!(server.post("/v1/admit", &submit("e1", "j1", "nlp", 1, 1.0)).status, 200);
+    let h = server.get("/healthz").unwrap();
+    assert_eq!((h.status, h.text().trim()), (200, "ok"));
+    let m = server.get("/metrics").unwrap();
+    assert!(m.header("content-type").is_some_and(|c| c.starts_with("text/plain")));
+    let text = m.text();
+    for needle in [
+        "bursar_events_total{outcome=\"applied\"} 1\n",
+        "bursar_admissions_total 1\n",
+        "bursar_decisions_total{kind=\"allow\",policy=\"\"} 1\n",
+        "bursar_eval_seconds_count 1\n",
+        "bursar_admit_seconds_count 1\n",
+        "bursar_reloads_total{outcome=\"failed\"} 0\n",
+        "bursar_live_jobs 1\n",
+    ] {
+        assert!(text.contains(needle), "missing `{}` in\n{text}", needle.trim());
+    }
+}

@@ -1,0 +1,206 @@
+//! Shared helpers of the `serve_*` integration tests: start the real `bursar serve` binary on
+//! `127.0.0.1:0` with a real policy directory and a real SQLite audit file, talk to it over real
+//! sockets, stop it with SIGTERM or SIGKILL.
+
+#![allow(dead_code, unused_imports)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+pub use bursar_serve::client::{Conn, LineStream, Response};
+use serde_json::Value;
+
+/// A scratch directory removed on drop.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+        let dir = std::env::temp_dir().join(format!("bursar-{name}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(dir.join("policies")).unwrap();
+        Scratch(dir)
+    }
+
+    pub fn policies(&self) -> PathBuf {
+        self.0.join("policies")
+    }
+
+    pub fn audit(&self) -> PathBuf {
+        self.0.join("audit.db")
+    }
+
+    /// Writes a policy file the way an editor that saves by rename does: a temporary file, then a rename.
+    pub fn write_policy(&self, name: &str, text: &str) {
+        let tmp = self.policies().join(format!(".{name}.swp"));
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, self.policies().join(name)).unwrap();
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running `bursar serve`.
+pub struct Server {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub log: PathBuf,
+    pub token: Option<String>,
+}
+
+/// Event time now, RFC 3339.
+pub fn now() -> String {
+    bursar_model::Timestamp(wall_ms()).to_string()
+}
+
+pub fn wall_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// A `job.submitted` line.
+pub fn submit(id: &str, job: &str, project: &str, gpus: u32, hours: f64) -> String {
+    format!(
+        r#"{{"id":"{id}","time":"{}","type":"job.submitted","job":{{"id":"{job}","project":"{project}","user":"alice","gpus":{gpus},"requested_hours":{hours},"ready":{{"image":true,"data":true,"script":true}}}}}}"#,
+        now()
+    )
+}
+
+/// Any other event line about a job.
+pub fn job_event(id: &str, kind: &str, job: &str, extra: &str) -> String {
+    format!(r#"{{"id":"{id}","time":"{}","type":"{kind}","job_id":"{job}"{extra}}}"#, now())
+}
+
+impl Server {
+    /// Starts the binary and waits until `/healthz` answers.
+    pub fn start(scratch: &Scratch, extra: &[&str]) -> Server {
+        Self::try_start(scratch, extra).unwrap_or_else(|log| panic!("bursar serve did not start:\n{log}"))
+    }
+
+    /// Starts the binary; on failure returns its log.
+    pub fn try_start(scratch: &Scratch, extra: &[&str]) -> Result<Server, String> {
+        let port_file = scratch.0.join("port");
+        let _ = std::fs::remove_file(&port_file);
+        let n = std::fs::read_dir(&scratch.0).map(|d| d.count()).unwrap_or(0);
+        let log = scratch.0.join(format!("serve-{n}.log"));
+        let child = Command::new(env!("CARGO_BIN_EXE_bursar"))
+            .arg("serve")
+            .arg("--policies")
+            .arg(scratch.policies())
+            .arg("--audit")
+            .arg(scratch.audit())
+            .args(["--listen", "127.0.0.1:0", "--log-level", "debug", "--port-file"])
+            .arg(&port_file)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let token = extra.iter().position(|a| *a == "--token").and_then(|i| extra.get(i + 1)).map(|s| s.to_string());
+        let mut server = Server { child, addr: "127.0.0.1:1".parse().unwrap(), log, token };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(_)) = server.child.try_wait() {
+                return Err(server.log_text());
+            }
+            if let Some(port) = std::fs::read_to_string(&port_file).ok().and_then(|s| s.trim().parse::<u16>().ok()) {
+                server.addr = SocketAddr::from(([127, 0, 0, 1], port));
+                if server.get("/healthz").is_ok_and(|r| r.status == 200) {
+                    // /healthz answers as soon as the socket accepts; wait for the API (policies compiled).
+                    if server.get("/v1/policies").is_ok_and(|r| r.status == 200) {
+                        return Ok(server);
+                    }
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(server.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn conn(&self) -> Conn {
+        Conn::connect(self.addr, self.token.as_deref()).unwrap()
+    }
+
+    pub fn get(&self, path: &str) -> std::io::Result<Response> {
+        Conn::connect(self.addr, self.token.as_deref())?.request("GET", path, b"")
+    }
+
+    pub fn post(&self, path: &str, body: &str) -> Response {
+        self.conn().request("POST", path, body.as_bytes()).unwrap()
+    }
+
+    pub fn get_json(&self, path: &str) -> Value {
+        let r = self.get(path).unwrap();
+        assert_eq!(r.status, 200, "GET {path}: {}", r.text());
+        r.json().unwrap()
+    }
+
+    /// Every decision in the log after `after`, read with `follow=false`.
+    pub fn decisions(&self, after: u64) -> Vec<Value> {
+        let r = self.get(&format!("/v1/decisions?after={after}&follow=false")).unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.text().lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+
+    /// Polls `f` until it returns `Some`, for at most `secs` seconds.
+    pub fn wait_for<T>(&self, secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(v) = f() {
+                return v;
+            }
+            if Instant::now() > deadline {
+                panic!("timed out waiting for {what}; server log:\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// SIGTERM, then wait for the exit.
+    pub fn terminate(mut self) -> (ExitStatus, String) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return (st, self.log_text());
+            }
+            if Instant::now() > deadline {
+                panic!("bursar serve did not exit after SIGTERM:\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL (kill -9): no chance to clean up.
+    pub fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The decisions of a `/v1/events` answer.
+pub fn decisions_of(r: &Response) -> Vec<Value> {
+    r.json().unwrap()["decisions"].as_array().cloned().unwrap_or_default()
+}
+
+pub fn exists(p: &Path) -> bool {
+    p.exists()
+}

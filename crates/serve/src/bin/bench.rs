@@ -1,0 +1,2 @@
+//! Load generator for `bursar serve` (filled in below).
+fn main() {}

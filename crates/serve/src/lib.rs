@@ -1,0 +1,386 @@
+//! `bursar serve`: the live engine. A long-lived process beside the scheduler that takes events over
+//! HTTP, answers admissions synchronously once they are durable, streams decisions, drives timers from
+//! the wall clock, reloads policies when their files change, and resumes after a restart (even a
+//! `kill -9`) with the same state and no lost decision.
+//!
+//! Shape: one engine thread owns the [`bursar_engine::Engine`] and the audit log's write connection
+//! ([`core`]); everything else (HTTP handlers, the ticker, the reloader) sends it work over one bounded
+//! channel and awaits the reply. The engine thread applies work in batches and commits each batch to the
+//! audit log in one transaction before answering (group commit), so throughput grows with concurrency
+//! while every answer is durable.
+//!
+//! Boundaries: no policy semantics here (the engine decides), no SQL (the audit crate stores), no
+//! policy parsing (a [`Loader`] compiles the directory; `bursar serve` passes the same loader as the
+//! other subcommands, so WebAssembly policies load here exactly as in `check` and `eval`).
+//!
+//! Layout:
+//! - [`core`]: the engine thread, group commit, recovery from snapshot + log replay.
+//! - [`http`]: routes, decoding, token check.
+//! - [`stream`]: `GET /v1/decisions`, catch-up from the log then live.
+//! - [`reload`]: watcher, debounce, off-thread compile, swap.
+//! - [`store`]: the calls into `bursar-audit`.
+//! - [`metrics`], [`views`]: `/metrics`; job and project views.
+//! - [`client`]: a minimal HTTP/1.1 client for the load generator and the integration tests.
+
+pub mod client;
+pub mod core;
+pub mod http;
+pub mod metrics;
+pub mod reload;
+pub mod store;
+pub mod stream;
+pub mod views;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use bursar_engine::{EngineConfig, PolicySet};
+use bursar_lang::Diagnostic;
+use bursar_model::Timestamp;
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+
+pub use crate::core::TICK_PREFIX;
+pub use crate::metrics::Metrics;
+
+/// Compiles a policy directory into a set, or returns every error.
+pub type Loader = Arc<dyn Fn(&Path) -> Result<PolicySet, Vec<Diagnostic>> + Send + Sync>;
+
+/// The loader for builds without WebAssembly: TOML policies only.
+pub fn toml_loader() -> Loader {
+    Arc::new(|dir: &Path| bursar_loader::load_dir(dir, &bursar_loader::NoComponents))
+}
+
+/// Why the server could not start or stopped badly.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A non-loopback address without a token.
+    #[error(
+        "refusing to listen on `{0}` without a token: every request would be unauthenticated\n  help: pass `--token SECRET` (clients send `Authorization: Bearer SECRET`), or listen on 127.0.0.1"
+    )]
+    NeedsToken(SocketAddr),
+    /// The policies do not compile at start.
+    #[error("{} error(s) in the policies in `{dir}`; not starting", .errors.len())]
+    Policies {
+        /// The directory.
+        dir: String,
+        /// Every error.
+        errors: Vec<Diagnostic>,
+    },
+    /// The audit log could not be opened or replayed.
+    #[error("{0}")]
+    Audit(String),
+    /// Socket, watcher or runtime trouble.
+    #[error("{context}: {message}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The error.
+        message: String,
+    },
+    /// The engine thread stopped on an error (already logged).
+    #[error("the engine stopped on an audit-log error; restart to resume from the log")]
+    EngineFailed,
+}
+
+/// Server settings.
+#[derive(Clone)]
+pub struct Config {
+    /// The policy directory.
+    pub policies: PathBuf,
+    /// The audit database (created if missing).
+    pub audit: PathBuf,
+    /// `synchronous=FULL` commits (survive power loss) rather than `NORMAL` (survive a process crash).
+    pub durable: bool,
+    /// Bearer token required on every route but `/healthz`.
+    pub token: Option<String>,
+    /// Wall-clock tick interval.
+    pub tick: Duration,
+    /// How often the engine state is snapshotted (when it changed).
+    pub snapshot_every: Duration,
+    /// Request body limit in bytes.
+    pub max_body: usize,
+    /// Engine queue length (requests waiting beyond it wait for room).
+    pub queue: usize,
+    /// Quiet time after a file change before reloading.
+    pub debounce: Duration,
+    /// Watch the policy directory.
+    pub watch: bool,
+    /// Engine settings for a fresh state (a restored one keeps its own).
+    pub engine: EngineConfig,
+    /// Compiles the policy directory.
+    pub loader: Loader,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("policies", &self.policies)
+            .field("audit", &self.audit)
+            .field("durable", &self.durable)
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("tick", &self.tick)
+            .field("snapshot_every", &self.snapshot_every)
+            .field("max_body", &self.max_body)
+            .field("queue", &self.queue)
+            .field("debounce", &self.debounce)
+            .field("watch", &self.watch)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Config {
+    /// Defaults for `policies` and `audit`.
+    pub fn new(policies: impl Into<PathBuf>, audit: impl Into<PathBuf>) -> Config {
+        Config {
+            policies: policies.into(),
+            audit: audit.into(),
+            durable: true,
+            token: None,
+            tick: Duration::from_secs(1),
+            snapshot_every: Duration::from_secs(30),
+            max_body: 8 * 1024 * 1024,
+            queue: 4096,
+            debounce: Duration::from_millis(100),
+            watch: true,
+            engine: EngineConfig::default(),
+            loader: toml_loader(),
+        }
+    }
+}
+
+/// Refuses a non-loopback address without a token.
+pub fn check_bind(addr: SocketAddr, token: Option<&str>) -> Result<(), ServeError> {
+    if addr.ip().is_loopback() || token.is_some_and(|t| !t.is_empty()) {
+        Ok(())
+    } else {
+        Err(ServeError::NeedsToken(addr))
+    }
+}
+
+/// The wall clock as event time.
+pub fn wall_time() -> Timestamp {
+    Timestamp(bursar_audit::wall_ms())
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// For people.
+    #[default]
+    Human,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Sends `tracing` output to stderr at `level` (`error`, `warn`, `info`, `debug`, `trace`).
+pub fn init_logging(format: LogFormat, level: tracing::Level) {
+    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr).with_max_level(level).with_target(false);
+    let _ = match format {
+        LogFormat::Human => builder.with_ansi(false).try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+}
+
+/// Resolves on `SIGTERM` or `SIGINT`.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    match (term, int) {
+        (Ok(mut t), Ok(mut i)) => {
+            tokio::select! {
+                _ = t.recv() => tracing::info!("SIGTERM: draining"),
+                _ = i.recv() => tracing::info!("SIGINT: draining"),
+            }
+        }
+        _ => {
+            tracing::warn!("cannot install signal handlers; stop with kill -9");
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// What a running server reports once it stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stopped {
+    /// Event seq of the final snapshot.
+    pub event_seq: u64,
+}
+
+/// Runs the server on `listener` until `shutdown` resolves, then drains: stops accepting, finishes
+/// in-flight requests, ends the streams, lets the engine apply what is queued, writes a snapshot.
+pub async fn serve(
+    config: Config,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let addr = listener
+        .local_addr()
+        .map_err(|e| ServeError::Io { context: "read the bound address".into(), message: e.to_string() })?;
+    check_bind(addr, config.token.as_deref())?;
+
+    // Policies first: a server with broken policies does not start.
+    let set = {
+        let loader = config.loader.clone();
+        let dir = config.policies.clone();
+        tokio::task::spawn_blocking(move || loader(&dir))
+            .await
+            .map_err(|e| ServeError::Io { context: "compile the policies".into(), message: e.to_string() })?
+    };
+    let set =
+        Arc::new(set.map_err(|errors| ServeError::Policies { dir: config.policies.display().to_string(), errors })?);
+
+    // The audit log, and the engine rebuilt from it.
+    let metrics = Arc::new(Metrics::default());
+    let (decisions_tx, _) = broadcast::channel(8192);
+    let core = {
+        let audit = config.audit.clone();
+        let durable = config.durable;
+        let set = set.clone();
+        let engine_config = config.engine;
+        let metrics = metrics.clone();
+        let decisions_tx = decisions_tx.clone();
+        tokio::task::spawn_blocking(move || -> Result<core::Core, ServeError> {
+            let mut store = store::Store::open(&audit, durable).map_err(|e| ServeError::Audit(e.0))?;
+            let started = std::time::Instant::now();
+            let (engine, seq, replayed) =
+                core::recover(&mut store, set.clone(), engine_config).map_err(|e| ServeError::Audit(e.0))?;
+            tracing::info!(
+                event_seq = seq,
+                replayed,
+                live_jobs = engine.state().live_jobs(),
+                ms = started.elapsed().as_secs_f64() * 1e3,
+                "engine state recovered from the audit log"
+            );
+            store.record_load(seq, Some(&set), None).map_err(|e| ServeError::Audit(e.0))?;
+            metrics.policies.store(set.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            metrics.live_jobs.store(engine.state().live_jobs() as u64, std::sync::atomic::Ordering::Relaxed);
+            Ok(core::Core::new(engine, store, metrics, decisions_tx, seq))
+        })
+        .await
+        .map_err(|e| ServeError::Io { context: "open the audit log".into(), message: e.to_string() })??
+    };
+
+    let (engine_tx, engine_rx) = mpsc::channel::<core::Work>(config.queue.max(1));
+    let snapshot_every = config.snapshot_every;
+    let engine_thread = std::thread::Builder::new()
+        .name("bursar-engine".into())
+        .spawn(move || core.run(engine_rx, snapshot_every))
+        .map_err(|e| ServeError::Io { context: "start the engine thread".into(), message: e.to_string() })?;
+
+    let status: reload::SharedStatus = Arc::new(RwLock::new(reload::PolicyStatus {
+        set: Some(set.clone()),
+        loaded_at: wall_time().to_string(),
+        last: None,
+    }));
+    let (reload_tx, reload_rx) = mpsc::channel::<reload::ReloadRequest>(64);
+    let reloader = tokio::spawn(
+        reload::Reloader {
+            dir: config.policies.clone(),
+            loader: config.loader.clone(),
+            engine: engine_tx.clone(),
+            status: status.clone(),
+            metrics: metrics.clone(),
+        }
+        .run(reload_rx),
+    );
+    let _watcher = if config.watch {
+        Some(reload::watch(&config.policies, config.debounce, reload_tx.clone()).map_err(|e| ServeError::Io {
+            context: format!("watch `{}`", config.policies.display()),
+            message: e.to_string(),
+        })?)
+    } else {
+        None
+    };
+
+    // SIGHUP reloads.
+    let hup = {
+        let reload_tx = reload_tx.clone();
+        tokio::spawn(async move {
+            use tokio::signal::unix::{SignalKind, signal};
+            let Ok(mut s) = signal(SignalKind::hangup()) else { return };
+            while s.recv().await.is_some() {
+                tracing::info!("SIGHUP: reloading policies");
+                if reload_tx.send(reload::ReloadRequest { cause: "sighup", reply: None }).await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
+
+    // The wall-clock ticker.
+    let ticker = {
+        let engine_tx = engine_tx.clone();
+        let every = config.tick;
+        tokio::spawn(async move {
+            let mut iv = tokio::time::interval(every);
+            iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                iv.tick().await;
+                if engine_tx.send(core::Work::Tick(wall_time())).await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
+
+    // Periodic snapshot requests (the engine thread also snapshots on its own after a batch).
+    let snapshotter = {
+        let engine_tx = engine_tx.clone();
+        tokio::spawn(async move {
+            let mut iv = tokio::time::interval(snapshot_every);
+            iv.tick().await;
+            loop {
+                iv.tick().await;
+                if engine_tx.send(core::Work::Snapshot { reply: None }).await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let state = http::AppState {
+        engine: engine_tx.clone(),
+        reload: reload_tx.clone(),
+        decisions: decisions_tx.clone(),
+        status,
+        metrics: metrics.clone(),
+        audit: config.audit.clone(),
+        token: config.token.as_deref().map(Arc::from),
+        shutdown: shutdown_rx,
+    };
+    let app = http::router(state, config.max_body);
+    tracing::info!(%addr, policies = set.len(), digest = set.digest(), "listening");
+
+    let drain = async move {
+        shutdown.await;
+        let _ = shutdown_tx.send(true);
+    };
+    let served = axum::serve(listener, app).with_graceful_shutdown(drain).await;
+
+    // Drain: nothing new arrives now; stop the producers, let the engine finish its queue.
+    ticker.abort();
+    snapshotter.abort();
+    hup.abort();
+    drop(_watcher);
+    drop(reload_tx);
+    let _ = reloader.await;
+    let (tx, rx) = oneshot::channel();
+    let _ = engine_tx.send(core::Work::Snapshot { reply: Some(tx) }).await;
+    let _ = engine_tx.send(core::Work::Shutdown).await;
+    drop(engine_tx);
+    let snap = rx.await;
+    let joined = tokio::task::spawn_blocking(move || engine_thread.join()).await;
+    served.map_err(|e| ServeError::Io { context: "serve HTTP".into(), message: e.to_string() })?;
+    match (snap, joined) {
+        (Ok(Ok(seq)), Ok(Ok(()))) => {
+            tracing::info!(event_seq = seq, "stopped cleanly");
+            Ok(())
+        }
+        _ => Err(ServeError::EngineFailed),
+    }
+}

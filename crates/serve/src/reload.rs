@@ -1,0 +1,243 @@
+//! Hot reload: a file watcher (debounced), `SIGHUP` and `POST /v1/reload` all ask the reloader task to
+//! compile the policy directory again.
+//!
+//! Compiling runs on a blocking thread, never on the engine thread or the async workers. A set that
+//! compiles is handed to the engine thread, which swaps it in between two batches (so no event is
+//! evaluated half under one set and half under the other) and records the load in the audit log. A set
+//! that fails leaves the previous one in force; the errors (`file:line:col: message`) are logged,
+//! recorded in the audit log and kept for `GET /v1/policies`. Requests that arrive while a compile runs
+//! are served by the next compile, so a burst of writes costs at most two compiles.
+//!
+//! The watcher watches the directory, not the files, so an editor that saves by writing a temporary
+//! file and renaming it over the original is seen. Only changes to `*.toml`, `*.wasm` and `*.wat`
+//! files count (the loader's own reads, editor swap files and backups do not).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use bursar_engine::PolicySet;
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::core::Work;
+use crate::metrics::Metrics;
+use crate::{Loader, wall_time};
+
+/// What one reload attempt did.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReloadOutcome {
+    /// Whether the new set is in force (or the files were unchanged).
+    pub ok: bool,
+    /// `loaded`, `unchanged` or `failed`.
+    pub status: &'static str,
+    /// What asked for it: `startup`, `watch`, `sighup` or `http`.
+    pub cause: &'static str,
+    /// When it finished (RFC 3339, wall clock).
+    pub at: String,
+    /// Digest of the set in force afterwards.
+    pub digest: String,
+    /// For a failure: every error, `file:line:col: message`.
+    pub errors: Vec<String>,
+    /// Milliseconds spent compiling.
+    pub compile_ms: f64,
+}
+
+/// What `GET /v1/policies` shows.
+#[derive(Debug, Clone, Default)]
+pub struct PolicyStatus {
+    /// The set in force.
+    pub set: Option<Arc<PolicySet>>,
+    /// When it was loaded.
+    pub loaded_at: String,
+    /// The last reload's outcome.
+    pub last: Option<ReloadOutcome>,
+}
+
+/// Shared policy status.
+pub type SharedStatus = Arc<RwLock<PolicyStatus>>;
+
+/// A request to reload.
+#[derive(Debug)]
+pub struct ReloadRequest {
+    /// What asked.
+    pub cause: &'static str,
+    /// Where to send the outcome, if anyone waits.
+    pub reply: Option<oneshot::Sender<ReloadOutcome>>,
+}
+
+/// The reloader: owns nothing but the channels; one runs per server.
+pub struct Reloader {
+    /// The policy directory.
+    pub dir: PathBuf,
+    /// Compiles it.
+    pub loader: Loader,
+    /// The engine thread.
+    pub engine: mpsc::Sender<Work>,
+    /// Shown by `/v1/policies`.
+    pub status: SharedStatus,
+    /// Counters.
+    pub metrics: Arc<Metrics>,
+}
+
+impl Reloader {
+    /// Serves reload requests until the channel closes.
+    pub async fn run(self, mut rx: mpsc::Receiver<ReloadRequest>) {
+        while let Some(first) = rx.recv().await {
+            let mut waiting = vec![first];
+            while let Ok(more) = rx.try_recv() {
+                waiting.push(more);
+            }
+            let cause = waiting[0].cause;
+            let outcome = self.reload(cause).await;
+            for w in waiting {
+                if let Some(r) = w.reply {
+                    let _ = r.send(outcome.clone());
+                }
+            }
+        }
+    }
+
+    async fn reload(&self, cause: &'static str) -> ReloadOutcome {
+        let dir = self.dir.clone();
+        let loader = self.loader.clone();
+        let started = Instant::now();
+        let result = tokio::task::spawn_blocking(move || loader(&dir)).await;
+        let compile = started.elapsed();
+        self.metrics.reload.observe(compile);
+        let current = self.status.read().ok().and_then(|s| s.set.as_ref().map(|s| s.digest().to_owned()));
+        let mut outcome = ReloadOutcome {
+            ok: false,
+            status: "failed",
+            cause,
+            at: wall_time().to_string(),
+            digest: current.clone().unwrap_or_default(),
+            errors: Vec::new(),
+            compile_ms: compile.as_secs_f64() * 1e3,
+        };
+        match result {
+            Ok(Ok(set)) if current.as_deref() == Some(set.digest()) => {
+                outcome.ok = true;
+                outcome.status = "unchanged";
+                self.metrics.reloads_unchanged.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(cause, digest = set.digest(), "policy files unchanged");
+            }
+            Ok(Ok(set)) => {
+                let set = Arc::new(set);
+                let (tx, rx) = oneshot::channel();
+                let sent = self.engine.send(Work::Policies { set: set.clone(), cause, reply: tx }).await;
+                match (sent, rx.await) {
+                    (Ok(()), Ok(Ok(()))) => {
+                        outcome.ok = true;
+                        outcome.status = "loaded";
+                        outcome.digest = set.digest().to_owned();
+                        self.metrics.reloads_ok.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!(
+                            cause,
+                            digest = set.digest(),
+                            policies = set.len(),
+                            compile_ms = outcome.compile_ms,
+                            "policies reloaded"
+                        );
+                        if let Ok(mut st) = self.status.write() {
+                            st.set = Some(set);
+                            st.loaded_at = outcome.at.clone();
+                        }
+                    }
+                    _ => {
+                        outcome.errors.push("the engine is shutting down; the new set was not swapped in".into());
+                        self.metrics.reloads_failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            Ok(Err(diags)) => {
+                outcome.errors = diags.iter().map(|d| d.headline()).collect();
+                self.fail(&mut outcome).await;
+            }
+            Err(e) => {
+                outcome.errors.push(format!("the policy compiler crashed: {e}"));
+                self.fail(&mut outcome).await;
+            }
+        }
+        if let Ok(mut st) = self.status.write() {
+            st.last = Some(outcome.clone());
+        }
+        outcome
+    }
+
+    async fn fail(&self, outcome: &mut ReloadOutcome) {
+        self.metrics.reloads_failed.fetch_add(1, Ordering::Relaxed);
+        let text = outcome.errors.join("\n");
+        for e in &outcome.errors {
+            tracing::error!(cause = outcome.cause, error = %e, "policy reload failed; the previous policies stay in force");
+        }
+        let (tx, rx) = oneshot::channel();
+        if self.engine.send(Work::ReloadFailed { error: text, reply: tx }).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
+
+/// True for paths whose change should trigger a reload.
+pub fn relevant(path: &Path) -> bool {
+    matches!(path.extension().and_then(|e| e.to_str()), Some("toml" | "wasm" | "wat"))
+}
+
+/// Watches `dir` and sends a reload request after `debounce` of quiet following a relevant change.
+/// Returns the watcher, which stops watching when dropped.
+pub fn watch(
+    dir: &Path,
+    debounce: Duration,
+    reload: mpsc::Sender<ReloadRequest>,
+) -> Result<notify::RecommendedWatcher, notify::Error> {
+    use notify::event::{AccessKind, AccessMode};
+    use notify::{EventKind, RecursiveMode, Watcher};
+
+    let (tx, mut rx) = mpsc::channel::<()>(1);
+    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+        let Ok(ev) = res else { return };
+        let counts = matches!(
+            ev.kind,
+            EventKind::Create(_)
+                | EventKind::Modify(_)
+                | EventKind::Remove(_)
+                | EventKind::Access(AccessKind::Close(AccessMode::Write))
+        );
+        if counts && ev.paths.iter().any(|p| relevant(p)) {
+            // A full channel already holds a wake-up: this change is covered by it.
+            let _ = tx.try_send(());
+        }
+    })?;
+    watcher.watch(dir, RecursiveMode::Recursive)?;
+    tokio::spawn(async move {
+        while rx.recv().await.is_some() {
+            // Wait until the directory has been quiet for `debounce`.
+            loop {
+                match tokio::time::timeout(debounce, rx.recv()).await {
+                    Ok(Some(())) => continue,
+                    Ok(None) => return,
+                    Err(_) => break,
+                }
+            }
+            if reload.send(ReloadRequest { cause: "watch", reply: None }).await.is_err() {
+                return;
+            }
+        }
+    });
+    Ok(watcher)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_policy_files_count() {
+        assert!(relevant(Path::new("/p/quota.toml")));
+        assert!(relevant(Path::new("/p/guest.wasm")));
+        assert!(!relevant(Path::new("/p/.quota.toml.swp")));
+        assert!(!relevant(Path::new("/p/quota.toml~")));
+        assert!(!relevant(Path::new("/p/4913")));
+    }
+}
