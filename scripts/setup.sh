@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what bursar's build and tests need on a fresh Debian machine, and nothing that is already
+# there. Idempotent; run by scripts/test.sh and scripts/run-example.sh.
+#
+#   rustup target wasm32-unknown-unknown   the example WebAssembly policies are built from source
+#   chromium                               the HTML report test renders its charts headless
+#   slurmctld slurmd slurm-client munge    the end-to-end test against a real one-node Slurm
+#
+# Set BURSAR_SETUP_MINIMAL=1 to install only what `cargo build` and the example need (the rustup target).
+set -euo pipefail
+
+if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
+    echo "setup: rustup target add wasm32-unknown-unknown" >&2
+    rustup target add wasm32-unknown-unknown
+fi
+
+[ "${BURSAR_SETUP_MINIMAL:-0}" = 1 ] && exit 0
+
+need=()
+command -v chromium >/dev/null || need+=(chromium)
+command -v slurmctld >/dev/null || need+=(slurmctld)
+command -v slurmd >/dev/null || need+=(slurmd)
+command -v sbatch >/dev/null || need+=(slurm-client)
+command -v munged >/dev/null || need+=(munge)
+command -v curl >/dev/null || need+=(curl)
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "setup: missing ${need[*]}; run as root (or install them) to run every test" >&2
+        exit 0
+    fi
+    echo "setup: apt-get install ${need[*]}" >&2
+    # Keep the packages' init scripts from starting daemons on their default ports.
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+        chmod +x /usr/sbin/policy-rc.d
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
