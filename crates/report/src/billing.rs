@@ -1,0 +1,326 @@
+//! The billing-mode comparison: what a project's actual usage curve would have cost under each mode,
+//! from rates in a small TOML price file.
+//!
+//! ```toml
+//! currency = "CNY"
+//! [on_demand]
+//! per_gpu_hour = 15.0            # every GPU-hour used
+//! [reserved]
+//! per_gpu_month = 6_000.0        # a block of B GPUs, paid for every month whether used or not
+//! overage_per_gpu_hour = 15.0    # use above the block (default: the on-demand rate)
+//! [per_task]
+//! per_task = 2.0                 # a fixed fee per job
+//! per_gpu_hour = 14.0            # plus the job's GPU-hours
+//! ```
+//!
+//! # The arithmetic
+//!
+//! The usage curve is the project's nominal GPU-hours per clock hour, `u_h` (= the average number of
+//! GPUs held in hour h), over every hour of the period, idle hours included as 0.
+//!
+//! - **On demand**: `per_gpu_hour × Σ u_h`.
+//! - **Reserved block of B GPUs**: `B × per_gpu_month × months + overage × Σ max(0, u_h − B)`, where
+//!   `months` is the number of calendar months the period covers. The best B is found by trying every
+//!   whole B from 0 to `ceil(max u_h)` (the cost is convex in B, and a block above the peak only adds
+//!   cost); ties go to the smaller block. B = 0 is "no block": everything at the overage rate.
+//! - **Per task**: `Σ over jobs (per_task + per_gpu_hour × job GPU-hours in the period)`.
+//!
+//! The cheapest mode wins; the saving is reported against the next cheapest and against on demand.
+//! Sections other than `[on_demand]` are optional: a mode without rates is left out.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ReportError, Result};
+
+/// A price file.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Prices {
+    /// Currency of every rate, shown beside the amounts.
+    #[serde(default)]
+    pub currency: Option<String>,
+    /// Pay per GPU-hour.
+    pub on_demand: OnDemand,
+    /// A monthly reserved block.
+    #[serde(default)]
+    pub reserved: Option<Reserved>,
+    /// Per-task pricing.
+    #[serde(default)]
+    pub per_task: Option<PerTask>,
+}
+
+/// `[on_demand]`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct OnDemand {
+    /// Price of one GPU-hour.
+    pub per_gpu_hour: f64,
+}
+
+/// `[reserved]`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reserved {
+    /// Price of one reserved GPU for one calendar month.
+    pub per_gpu_month: f64,
+    /// Price of a GPU-hour above the block; the on-demand rate when absent.
+    #[serde(default)]
+    pub overage_per_gpu_hour: Option<f64>,
+}
+
+/// `[per_task]`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PerTask {
+    /// Fixed fee per job.
+    #[serde(default)]
+    pub per_task: f64,
+    /// Price of one GPU-hour of a task.
+    pub per_gpu_hour: f64,
+}
+
+impl Prices {
+    /// Parses a price file; `path` names it in errors.
+    pub fn parse(text: &str, path: &str) -> Result<Prices> {
+        let prices: Prices = toml::from_str(text)
+            .map_err(|e| ReportError::Prices { path: path.to_owned(), message: e.to_string().trim_end().to_owned() })?;
+        let bad = |key: &str, v: f64| ReportError::Prices {
+            path: path.to_owned(),
+            message: format!("`{key}` must be a finite number of at least 0, got {v}"),
+        };
+        let check = |key: &str, v: f64| if v.is_finite() && v >= 0.0 { Ok(()) } else { Err(bad(key, v)) };
+        check("on_demand.per_gpu_hour", prices.on_demand.per_gpu_hour)?;
+        if let Some(r) = &prices.reserved {
+            check("reserved.per_gpu_month", r.per_gpu_month)?;
+            if let Some(o) = r.overage_per_gpu_hour {
+                check("reserved.overage_per_gpu_hour", o)?;
+            }
+        }
+        if let Some(t) = &prices.per_task {
+            check("per_task.per_task", t.per_task)?;
+            check("per_task.per_gpu_hour", t.per_gpu_hour)?;
+        }
+        Ok(prices)
+    }
+
+    /// Reads and parses a price file.
+    pub fn from_file(path: &Path) -> Result<Prices> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ReportError::Read { path: shown.clone(), source })?;
+        Prices::parse(&text, &shown)
+    }
+}
+
+/// A project's usage in the period, as the comparison needs it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Usage {
+    /// GPU-hours per clock hour, one entry per hour that had any use (hours without use are zeros
+    /// and need not be listed).
+    pub hourly: Vec<f64>,
+    /// Calendar months the period covers (the reserved block is paid for each).
+    pub months: u32,
+    /// GPU-hours of each job in the period.
+    pub jobs: Vec<f64>,
+}
+
+/// The best reserved block for a curve.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReservedQuote {
+    /// GPUs in the block.
+    pub block_gpus: u32,
+    /// What the block costs for the period.
+    pub block_cost: f64,
+    /// GPU-hours above the block.
+    pub overage_gpu_hours: f64,
+    /// What they cost.
+    pub overage_cost: f64,
+    /// The total.
+    pub cost: f64,
+}
+
+/// One mode's cost.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModeCost {
+    /// `on_demand`, `reserved` or `per_task`.
+    pub mode: &'static str,
+    /// Total for the period.
+    pub cost: f64,
+}
+
+/// The comparison for one project.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Comparison {
+    /// GPU-hours used.
+    pub gpu_hours: f64,
+    /// Highest hourly use (average GPUs held in the busiest hour).
+    pub peak_gpus: f64,
+    /// Pay per GPU-hour.
+    pub on_demand: f64,
+    /// The best reserved block, if the price file has `[reserved]`.
+    pub reserved: Option<ReservedQuote>,
+    /// Per-task pricing, if the price file has `[per_task]`.
+    pub per_task: Option<f64>,
+    /// Every available mode, cheapest first.
+    pub ranking: Vec<ModeCost>,
+    /// The cheapest mode.
+    pub cheapest: &'static str,
+    /// How much cheaper it is than the next cheapest mode (0 with a single mode).
+    pub saving_vs_next: f64,
+    /// How much cheaper it is than on demand.
+    pub saving_vs_on_demand: f64,
+}
+
+/// The cost of a block of `b` GPUs over the sorted curve `asc` with suffix sums `suffix`.
+fn block_cost(b: u32, asc: &[f64], suffix: &[f64], per_block: f64, overage: f64) -> (f64, f64) {
+    let bf = f64::from(b);
+    let idx = asc.partition_point(|u| *u <= bf);
+    let above = suffix.get(idx).copied().unwrap_or(0.0) - bf * (asc.len() - idx) as f64;
+    let above = above.max(0.0);
+    (bf * per_block + overage * above, above)
+}
+
+/// The best reserved block for `hourly` over `months` months.
+pub fn best_block(hourly: &[f64], months: u32, r: &Reserved, on_demand: f64) -> ReservedQuote {
+    let overage = r.overage_per_gpu_hour.unwrap_or(on_demand);
+    let per_block = r.per_gpu_month * f64::from(months);
+    let mut asc: Vec<f64> = hourly.iter().copied().filter(|u| *u > 0.0).collect();
+    asc.sort_by(f64::total_cmp);
+    let mut suffix = vec![0.0; asc.len() + 1];
+    for i in (0..asc.len()).rev() {
+        suffix[i] = suffix[i + 1] + asc[i];
+    }
+    let peak = asc.last().copied().unwrap_or(0.0);
+    let top = peak.ceil().min(f64::from(u32::MAX)) as u32;
+    let mut best = (0u32, f64::INFINITY, 0.0);
+    for b in 0..=top {
+        let (cost, above) = block_cost(b, &asc, &suffix, per_block, overage);
+        if cost < best.1 - 1e-9 {
+            best = (b, cost, above);
+        }
+    }
+    let block = f64::from(best.0) * per_block;
+    ReservedQuote {
+        block_gpus: best.0,
+        block_cost: block,
+        overage_gpu_hours: best.2,
+        overage_cost: best.1 - block,
+        cost: best.1,
+    }
+}
+
+/// Compares the modes for one project's usage.
+pub fn compare(usage: &Usage, prices: &Prices) -> Comparison {
+    let gpu_hours: f64 = usage.hourly.iter().sum();
+    let peak_gpus = usage.hourly.iter().copied().fold(0.0, f64::max);
+    let od = prices.on_demand.per_gpu_hour;
+    let on_demand = od * gpu_hours;
+    let reserved = prices.reserved.as_ref().map(|r| best_block(&usage.hourly, usage.months.max(1), r, od));
+    let per_task =
+        prices.per_task.as_ref().map(|t| usage.jobs.iter().map(|h| t.per_task + t.per_gpu_hour * h).sum::<f64>());
+    let mut ranking = vec![ModeCost { mode: "on_demand", cost: on_demand }];
+    if let Some(r) = &reserved {
+        ranking.push(ModeCost { mode: "reserved", cost: r.cost });
+    }
+    if let Some(c) = per_task {
+        ranking.push(ModeCost { mode: "per_task", cost: c });
+    }
+    // Stable: on a tie the earlier (simpler) mode stays first.
+    ranking.sort_by(|a, b| a.cost.total_cmp(&b.cost));
+    let cheapest = ranking[0].mode;
+    let best = ranking[0].cost;
+    let saving_vs_next = ranking.get(1).map_or(0.0, |n| n.cost - best);
+    Comparison {
+        gpu_hours,
+        peak_gpus,
+        on_demand,
+        reserved,
+        per_task,
+        saving_vs_on_demand: on_demand - best,
+        ranking,
+        cheapest,
+        saving_vs_next,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prices() -> Prices {
+        Prices::parse(
+            r#"
+currency = "CNY"
+[on_demand]
+per_gpu_hour = 10.0
+[reserved]
+per_gpu_month = 30.0
+overage_per_gpu_hour = 12.0
+[per_task]
+per_task = 5.0
+per_gpu_hour = 9.0
+"#,
+            "p.toml",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn hand_computed_steady_curve_prefers_the_block() {
+        // 4 GPUs busy for 10 hours, 2 GPUs for 10 more: 60 GPU-hours, two jobs of 40 and 20.
+        let mut hourly = vec![4.0; 10];
+        hourly.extend([2.0; 10]);
+        let usage = Usage { hourly, months: 1, jobs: vec![40.0, 20.0] };
+        let c = compare(&usage, &prices());
+        // on demand: 60 × 10 = 600.
+        assert_eq!(c.on_demand, 600.0);
+        // B=0: 60×12=720; B=1: 30 + 40×12=510; B=2: 60 + 20×12=300; B=3: 90 + 10×12=210;
+        // B=4: 120 + 0 = 120. Best: 4 GPUs, 120.
+        let r = c.reserved.clone().unwrap();
+        assert_eq!((r.block_gpus, r.cost, r.block_cost, r.overage_gpu_hours), (4, 120.0, 120.0, 0.0));
+        // per task: 2×5 + 60×9 = 550.
+        assert_eq!(c.per_task, Some(550.0));
+        assert_eq!(c.cheapest, "reserved");
+        assert_eq!(c.saving_vs_next, 430.0);
+        assert_eq!(c.saving_vs_on_demand, 480.0);
+    }
+
+    #[test]
+    fn hand_computed_spiky_curve_prefers_paying_per_use() {
+        // One 8-GPU hour and one 1-GPU hour in a two-month period: block months = 2, so each GPU of
+        // block costs 60. B=0: 9×12=108; B=1: 60 + 7×12=144. On demand: 9×10 = 90.
+        let usage = Usage { hourly: vec![8.0, 1.0], months: 2, jobs: vec![8.0, 1.0] };
+        let c = compare(&usage, &prices());
+        let r = c.reserved.clone().unwrap();
+        assert_eq!((r.block_gpus, r.cost), (0, 108.0));
+        assert_eq!(c.on_demand, 90.0);
+        // per task: 2×5 + 9×9 = 91.
+        assert_eq!(c.per_task, Some(91.0));
+        assert_eq!(c.cheapest, "on_demand");
+        assert_eq!(c.saving_vs_next, 1.0);
+        assert_eq!(c.saving_vs_on_demand, 0.0);
+        assert_eq!(c.peak_gpus, 8.0);
+    }
+
+    #[test]
+    fn fractional_hours_and_the_block_optimum() {
+        // 2.5 GPUs average for 100 hours; block 60/month, overage 1: each block GPU saves 100 hours ×1
+        // = 100 > 60 while the curve is above it. B=2: 120 + 0.5×100 = 170; B=3: 180. Best B=2.
+        let r = best_block(&[2.5; 100], 1, &Reserved { per_gpu_month: 60.0, overage_per_gpu_hour: Some(1.0) }, 1.0);
+        assert_eq!((r.block_gpus, r.cost), (2, 170.0));
+    }
+
+    #[test]
+    fn price_file_errors_name_the_key() {
+        let e = Prices::parse("[on_demand]\nper_gpu_hour = -1.0\n", "x.toml").unwrap_err().to_string();
+        assert!(e.contains("`on_demand.per_gpu_hour`") && e.contains("x.toml"), "{e}");
+        let e = Prices::parse("[on_demand]\nper_gpu_hour = 1.0\n[reservd]\n", "x.toml").unwrap_err().to_string();
+        assert!(e.contains("reservd"), "{e}");
+        let e = Prices::parse("[reserved]\nper_gpu_month = 1.0\n", "x.toml").unwrap_err().to_string();
+        assert!(e.contains("on_demand"), "{e}");
+        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/prices.toml");
+        let p = Prices::from_file(&example).unwrap();
+        assert!(p.reserved.is_some() && p.per_task.is_some());
+    }
+}

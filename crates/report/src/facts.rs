@@ -1,0 +1,858 @@
+//! Facts: per job, where its GPU-hours went, kept in SQLite tables beside the audit log and brought up
+//! to date from the log incrementally, so a report over a year is a query, not a replay.
+//!
+//! # Where the facts come from
+//!
+//! The audit log already holds every applied event (raw line, in commit order) and every decision.
+//! [`FactsStore::catch_up`] reads what was committed after its cursors (`facts_meta`), applies it to the
+//! open jobs' accounting state and writes the result in one transaction per batch together with the
+//! new cursors, so a crash never double-counts and a rerun of `catch_up` is a no-op. `bursar eval
+//! --audit` calls it after the stream; `serve` calls it before it answers a report; `bursar report`
+//! calls it first. The facts are derived data: dropping the `facts_*` tables and catching up rebuilds
+//! them (that is what happens when the idle threshold changes).
+//!
+//! # The accounting rules (docs/reports.md has the long form)
+//!
+//! All amounts are integer **GPU-milliseconds** (gpus × ms), so the split adds up exactly:
+//! `productive + idle + failure + held = nominal` for every job and day, and so for every sum of them.
+//!
+//! - **Nominal**: from `job.started` to release, × gpus. Release is `job.finished` or an *enforced*
+//!   `reclaim` decision for the job, whichever comes first. A job that sends samples without a
+//!   `job.started` is taken to start at its first sample.
+//! - **Samples are piecewise constant**: a sample's utilisation holds from its time until the next
+//!   sample (or the release); the stretch from the start to the first sample takes the first sample's
+//!   value. A job without any sample counts as productive (no evidence of waste); its hours are also
+//!   reported as `unsampled`.
+//! - **Productive**: stretches at or above the idle threshold. **Idle**: stretches under it.
+//! - **Held**: the trailing idle stretches after the last productive one, up to the release — the GPUs
+//!   were held after the work ended. A job that never had a productive stretch has no "end of work":
+//!   its hours are idle, not held.
+//! - **Failure**: every hour of a job that `failed`; and every hour of a **rerun** that did not
+//!   succeed. A rerun is a job submitted while the last finished job of the same project and
+//!   configuration ([`bursar_model::JobSpec::config_key`]) had failed. A rerun that succeeds keeps its
+//!   normal split: its hours produced the result, and the failed attempt's hours are already counted
+//!   as failure (counting both would count the same loss twice). Jobs with no configuration at all
+//!   (no `config`, image, dataset, script or model size) are never matched as reruns.
+//! - **Queue wait**: submission to start, in hours of time (not GPU-hours), on the day the job started.
+//! - Hours are attributed to the UTC day (and hour, for the usage curve) in which they passed, so a
+//!   job crossing a month boundary is split between the months.
+//!
+//! A running job is counted up to its latest sample; the stretch since then is added at release.
+//! Decisions of wall-clock timers (an entry without event) are applied after the events committed
+//! before them.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+
+use bursar_model::{EventKind, FinishStatus, JobSpec, decode_event};
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ReportError, Result};
+use crate::period::{DAY_MS, HOUR_MS};
+use crate::policy::PolicyHints;
+
+/// Version of the `facts_*` tables; a different stored version is rebuilt from the log.
+pub const FACTS_VERSION: i64 = 1;
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS facts_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS facts_jobs (
+    job           TEXT PRIMARY KEY,
+    project       TEXT NOT NULL,
+    user          TEXT NOT NULL,
+    tags          TEXT NOT NULL,
+    config        TEXT,
+    gpus          INTEGER NOT NULL,
+    submitted     INTEGER,
+    started       INTEGER,
+    released      INTEGER,
+    status        TEXT,
+    rerun         INTEGER NOT NULL,
+    queue_wait_ms INTEGER,
+    unsampled     INTEGER NOT NULL,
+    state         TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS facts_jobs_project ON facts_jobs(project);
+CREATE TABLE IF NOT EXISTS facts_job_day (
+    job        TEXT NOT NULL,
+    day        INTEGER NOT NULL,
+    nominal    INTEGER NOT NULL,
+    productive INTEGER NOT NULL,
+    idle       INTEGER NOT NULL,
+    failure    INTEGER NOT NULL,
+    held       INTEGER NOT NULL,
+    PRIMARY KEY (job, day)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS facts_job_day_day ON facts_job_day(day);
+CREATE TABLE IF NOT EXISTS facts_usage_hour (
+    project TEXT NOT NULL,
+    hour    INTEGER NOT NULL,
+    gpu_ms  INTEGER NOT NULL,
+    PRIMARY KEY (project, hour)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS facts_configs (
+    project TEXT NOT NULL,
+    config  TEXT NOT NULL,
+    failed  INTEGER NOT NULL,
+    PRIMARY KEY (project, config)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS facts_charges (
+    event_seq INTEGER PRIMARY KEY,
+    day       INTEGER NOT NULL,
+    project   TEXT NOT NULL,
+    job       TEXT,
+    gpu_ms    INTEGER NOT NULL,
+    amount    REAL,
+    currency  TEXT,
+    mode      TEXT
+);
+"#;
+
+const DROP: &str =
+    "DROP TABLE IF EXISTS facts_meta; DROP TABLE IF EXISTS facts_jobs; DROP TABLE IF EXISTS facts_job_day;
+DROP TABLE IF EXISTS facts_usage_hour; DROP TABLE IF EXISTS facts_configs; DROP TABLE IF EXISTS facts_charges;";
+
+/// How a job's GPU-milliseconds split. `productive + idle + failure + held == nominal`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Split {
+    /// From start to release.
+    pub nominal: i64,
+    /// At or above the idle threshold.
+    pub productive: i64,
+    /// Under the idle threshold, before the work ended.
+    pub idle: i64,
+    /// Failed jobs and unsuccessful reruns.
+    pub failure: i64,
+    /// After the last productive stretch, until release.
+    pub held: i64,
+}
+
+impl Split {
+    /// Adds `o` field by field.
+    pub fn add(&mut self, o: &Split) {
+        self.nominal += o.nominal;
+        self.productive += o.productive;
+        self.idle += o.idle;
+        self.failure += o.failure;
+        self.held += o.held;
+    }
+
+    /// Whether the parts add up to the whole.
+    pub fn adds_up(&self) -> bool {
+        self.productive + self.idle + self.failure + self.held == self.nominal
+    }
+}
+
+/// The accounting state of one job (kept as JSON while the job is open).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobFacts {
+    /// Project.
+    pub project: String,
+    /// User.
+    pub user: String,
+    /// Tags, sorted by key.
+    pub tags: Vec<(String, String)>,
+    /// Configuration key, when the job has one (see the module docs).
+    pub config: Option<String>,
+    /// GPUs.
+    pub gpus: u32,
+    /// Submission time, ms.
+    pub submitted: Option<i64>,
+    /// Start time, ms.
+    pub started: Option<i64>,
+    /// Release time, ms.
+    pub released: Option<i64>,
+    /// `succeeded`, `failed`, `cancelled` or `reclaimed`.
+    pub status: Option<String>,
+    /// Submitted while its configuration's last finished run had failed.
+    pub rerun: bool,
+    /// Latest sample: time and utilisation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    last: Option<(i64, f64)>,
+    #[serde(default)]
+    had_productive: bool,
+    /// GPU-ms with no sample to classify them.
+    #[serde(default)]
+    pub unsampled: i64,
+    /// Idle GPU-ms per day since the last productive stretch.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    tail: BTreeMap<i64, i64>,
+    /// Split per day (emptied once written after release).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub days: BTreeMap<i64, Split>,
+    /// GPU-ms per hour added since the last flush.
+    #[serde(skip)]
+    usage: BTreeMap<i64, i64>,
+    /// Days changed since the last flush.
+    #[serde(skip)]
+    days_dirty: bool,
+}
+
+/// The configuration key of `spec`, or None when it carries no configuration at all.
+pub fn config_of(spec: &JobSpec) -> Option<String> {
+    let key = spec.config_key();
+    (spec.config.is_some() || key.chars().any(|c| c != '|')).then_some(key)
+}
+
+impl JobFacts {
+    /// A submitted job.
+    pub fn submitted(spec: &JobSpec, at: i64, rerun: bool) -> JobFacts {
+        JobFacts {
+            project: spec.project.clone(),
+            user: spec.user.clone(),
+            tags: spec.tags.clone(),
+            config: config_of(spec),
+            gpus: spec.gpus,
+            submitted: Some(at),
+            rerun,
+            ..JobFacts::default()
+        }
+    }
+
+    /// The job's total split.
+    pub fn total(&self) -> Split {
+        let mut s = Split::default();
+        for d in self.days.values() {
+            s.add(d);
+        }
+        s
+    }
+
+    /// Queue wait in ms, once started.
+    pub fn queue_wait(&self) -> Option<i64> {
+        Some(self.started? - self.submitted?).filter(|w| *w >= 0)
+    }
+
+    /// `job.started` at `t`. Returns whether anything changed.
+    pub fn start(&mut self, t: i64) -> bool {
+        if self.started.is_some() || self.released.is_some() {
+            return false;
+        }
+        self.started = Some(t);
+        true
+    }
+
+    /// A utilisation sample at `t`.
+    pub fn sample(&mut self, t: i64, util: f64, threshold: f64) -> bool {
+        if self.released.is_some() {
+            return false;
+        }
+        let started = match self.started {
+            Some(s) => s,
+            None => {
+                self.started = Some(t);
+                t
+            }
+        };
+        let (from, value) = match self.last {
+            None => (started, util),
+            Some((lt, lu)) => (lt, lu),
+        };
+        if t < from {
+            return false; // out of order: the stretch it would describe is already counted
+        }
+        self.accrue(from, t, Some(value), threshold);
+        self.last = Some((t, util));
+        true
+    }
+
+    /// Release at `t` (finish or enforced reclaim) with `status`.
+    pub fn release(&mut self, t: i64, status: &str, threshold: f64) -> bool {
+        if self.released.is_some() {
+            return false;
+        }
+        self.status = Some(status.to_owned());
+        let Some(started) = self.started else {
+            self.released = Some(t);
+            return true;
+        };
+        let t = t.max(started);
+        let (from, value) = match self.last {
+            None => (started, None),
+            Some((lt, lu)) => (lt, Some(lu)),
+        };
+        self.accrue(from, t, value, threshold);
+        self.released = Some(t);
+        self.last = None;
+        if status == "failed" || (self.rerun && status != "succeeded") {
+            for d in self.days.values_mut() {
+                d.failure += d.productive + d.idle + d.held;
+                d.productive = 0;
+                d.idle = 0;
+                d.held = 0;
+            }
+        } else if self.had_productive {
+            for (day, ms) in std::mem::take(&mut self.tail) {
+                if let Some(d) = self.days.get_mut(&day) {
+                    d.idle -= ms;
+                    d.held += ms;
+                }
+            }
+        }
+        self.tail.clear();
+        self.days_dirty = true;
+        true
+    }
+
+    /// Counts `[a, b)` at utilisation `util` (None: no sample, productive), split by hour and day.
+    fn accrue(&mut self, a: i64, b: i64, util: Option<f64>, threshold: f64) {
+        let g = i64::from(self.gpus);
+        let mut t = a;
+        while t < b {
+            let end = b.min((t.div_euclid(HOUR_MS) + 1) * HOUR_MS);
+            let ms = (end - t) * g;
+            let day = t.div_euclid(DAY_MS);
+            *self.usage.entry(t.div_euclid(HOUR_MS)).or_insert(0) += ms;
+            let d = self.days.entry(day).or_default();
+            d.nominal += ms;
+            match util {
+                None => {
+                    d.productive += ms;
+                    self.unsampled += ms;
+                    self.had_productive = true;
+                    self.tail.clear();
+                }
+                Some(u) if u >= threshold => {
+                    d.productive += ms;
+                    self.had_productive = true;
+                    self.tail.clear();
+                }
+                Some(_) => {
+                    d.idle += ms;
+                    *self.tail.entry(day).or_insert(0) += ms;
+                }
+            }
+            t = end;
+        }
+        if b > a {
+            self.days_dirty = true;
+        }
+    }
+}
+
+/// What one [`FactsStore::catch_up`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct CatchUp {
+    /// Events read from the log.
+    pub events: u64,
+    /// Decisions read from the log.
+    pub decisions: u64,
+    /// Events about a job that was never submitted (not attributable to a project).
+    pub unattributed: u64,
+    /// Event cursor after the run.
+    pub event_cursor: i64,
+}
+
+/// The facts tables of one audit database.
+#[derive(Debug)]
+pub struct FactsStore {
+    conn: Connection,
+    path: String,
+    hints: PolicyHints,
+}
+
+/// Events read per transaction.
+const BATCH: i64 = 20_000;
+
+impl FactsStore {
+    /// Opens the facts of the audit database at `path` (which must exist), creating the tables if
+    /// needed. With `hints`, they are stored as the policies in force; if their idle threshold differs
+    /// from the stored one, the facts are rebuilt from the log on the next [`FactsStore::catch_up`].
+    pub fn open(path: impl AsRef<Path>, hints: Option<&PolicyHints>) -> Result<FactsStore> {
+        let p = path.as_ref();
+        let shown = p.display().to_string();
+        if !p.exists() {
+            return Err(ReportError::Invalid(format!(
+                "`{shown}` does not exist\n  help: create it with `bursar eval --policies policies --events events.jsonl --audit {shown}`"
+            )));
+        }
+        let conn = Connection::open(p).map_err(ReportError::sqlite(format!("open `{shown}`")))?;
+        conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(ReportError::sqlite("set the busy timeout"))?;
+        let is_audit: bool = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('events', 'decisions')",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n == 2)
+            .map_err(ReportError::sqlite(format!("read `{shown}`")))?;
+        if !is_audit {
+            return Err(ReportError::Invalid(format!(
+                "`{shown}` is not a bursar audit log\n  help: create one with `bursar eval … --audit {shown}`"
+            )));
+        }
+        let mut store = FactsStore { conn, path: shown, hints: PolicyHints::default() };
+        store.ensure_schema()?;
+        let stored: Option<PolicyHints> = store.meta("hints")?.and_then(|s| serde_json::from_str(&s).ok());
+        match (hints, stored) {
+            (Some(h), stored) => {
+                if stored.as_ref().map(PolicyHints::idle_threshold) != Some(h.idle_threshold()) {
+                    store.reset()?;
+                }
+                store.set_meta("hints", &serde_json::to_string(h).unwrap_or_default())?;
+                store.hints = h.clone();
+            }
+            (None, Some(s)) => store.hints = s,
+            (None, None) => {}
+        }
+        Ok(store)
+    }
+
+    fn ensure_schema(&mut self) -> Result<()> {
+        let version: Option<i64> = self
+            .conn
+            .query_row("SELECT count(*) FROM sqlite_master WHERE name = 'facts_meta'", [], |r| r.get::<_, i64>(0))
+            .map_err(ReportError::sqlite("read the facts schema"))
+            .and_then(
+                |n| if n == 0 { Ok(None) } else { self.meta("version").map(|v| v.and_then(|v| v.parse().ok())) },
+            )?;
+        if version.is_some_and(|v| v != FACTS_VERSION) {
+            self.conn.execute_batch(DROP).map_err(ReportError::sqlite("drop facts of another version"))?;
+        }
+        self.conn
+            .execute_batch(SCHEMA)
+            .map_err(ReportError::sqlite(format!("create the facts tables in `{}`", self.path)))?;
+        self.set_meta("version", &FACTS_VERSION.to_string())
+    }
+
+    /// Drops every fact: the next catch-up rebuilds them from the start of the log.
+    pub fn reset(&mut self) -> Result<()> {
+        let hints = self.meta("hints")?;
+        self.conn.execute_batch(DROP).map_err(ReportError::sqlite("drop the facts"))?;
+        self.conn.execute_batch(SCHEMA).map_err(ReportError::sqlite("create the facts tables"))?;
+        self.set_meta("version", &FACTS_VERSION.to_string())?;
+        if let Some(h) = hints {
+            self.set_meta("hints", &h)?;
+        }
+        Ok(())
+    }
+
+    fn meta(&self, key: &str) -> Result<Option<String>> {
+        self.conn
+            .query_row("SELECT value FROM facts_meta WHERE key = ?1", [key], |r| r.get(0))
+            .optional()
+            .map_err(ReportError::sqlite("read the facts cursor"))
+    }
+
+    fn set_meta(&self, key: &str, value: &str) -> Result<()> {
+        self.conn
+            .execute("INSERT OR REPLACE INTO facts_meta(key, value) VALUES (?1, ?2)", [key, value])
+            .map(|_| ())
+            .map_err(ReportError::sqlite("write the facts cursor"))
+    }
+
+    /// The connection (for queries over the facts and the audit tables).
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// The database path, as given.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The policy hints in force.
+    pub fn hints(&self) -> &PolicyHints {
+        &self.hints
+    }
+
+    /// The idle threshold the facts were computed with.
+    pub fn idle_threshold(&self) -> f64 {
+        self.hints.idle_threshold()
+    }
+
+    /// Applies everything the log committed after the cursors, one transaction per batch.
+    pub fn catch_up(&mut self) -> Result<CatchUp> {
+        let threshold = self.idle_threshold();
+        let mut total = CatchUp::default();
+        loop {
+            let tx = self.conn.transaction().map_err(ReportError::sqlite("start a facts transaction"))?;
+            let n = catch_up_batch(&tx, threshold, &mut total)?;
+            tx.commit().map_err(ReportError::sqlite("commit the facts"))?;
+            if n == 0 {
+                return Ok(total);
+            }
+        }
+    }
+}
+
+fn get_cursor(tx: &Transaction<'_>, key: &str) -> Result<i64> {
+    let v: Option<String> = tx
+        .query_row("SELECT value FROM facts_meta WHERE key = ?1", [key], |r| r.get(0))
+        .optional()
+        .map_err(ReportError::sqlite("read the facts cursor"))?;
+    Ok(v.and_then(|v| v.parse().ok()).unwrap_or(0))
+}
+
+fn set_cursor(tx: &Transaction<'_>, key: &str, v: i64) -> Result<()> {
+    tx.execute("INSERT OR REPLACE INTO facts_meta(key, value) VALUES (?1, ?2)", params![key, v.to_string()])
+        .map(|_| ())
+        .map_err(ReportError::sqlite("write the facts cursor"))
+}
+
+enum Item {
+    Event { seq: i64, raw: String },
+    Reclaim { job: String, time: i64 },
+}
+
+/// One batch: returns how many log rows it consumed.
+fn catch_up_batch(tx: &Transaction<'_>, threshold: f64, total: &mut CatchUp) -> Result<u64> {
+    let ecur = get_cursor(tx, "event_cursor")?;
+    let dcur = get_cursor(tx, "decision_cursor")?;
+    let mut items: Vec<((i64, u8, i64), Item)> = Vec::new();
+    let mut emax = ecur;
+    {
+        let mut st = tx
+            .prepare_cached("SELECT seq, raw FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2")
+            .map_err(ReportError::sqlite("read the audit events"))?;
+        let rows = st
+            .query_map(params![ecur, BATCH], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+            .map_err(ReportError::sqlite("read the audit events"))?;
+        for row in rows {
+            let (seq, raw) = row.map_err(ReportError::sqlite("read an audit event"))?;
+            emax = seq;
+            items.push(((seq, 0, 0), Item::Event { seq, raw }));
+        }
+    }
+    let mut dnew = dcur;
+    let mut ndec = 0u64;
+    {
+        let mut st = tx
+            .prepare_cached(
+                "SELECT seq, event_seq, time, job, decision, dry_run FROM decisions WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+            )
+            .map_err(ReportError::sqlite("read the audit decisions"))?;
+        let rows = st
+            .query_map(params![dcur, BATCH * 4], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, Option<i64>>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, bool>(5)?,
+                ))
+            })
+            .map_err(ReportError::sqlite("read the audit decisions"))?;
+        let mut anchor = ecur;
+        for row in rows {
+            let (seq, event_seq, time, job, kind, dry_run) =
+                row.map_err(ReportError::sqlite("read an audit decision"))?;
+            match event_seq {
+                Some(e) if e > emax => break,
+                // Decisions of events the next batch reads wait for it.
+                Some(e) => anchor = e,
+                None => {}
+            }
+            dnew = seq;
+            ndec += 1;
+            if kind == "reclaim"
+                && !dry_run
+                && let Some(job) = job
+            {
+                items.push(((anchor, 1, seq), Item::Reclaim { job, time }));
+            }
+        }
+    }
+    items.sort_by_key(|(k, _)| *k);
+    let nev = (emax - ecur).max(0) as u64;
+    if nev == 0 && ndec == 0 {
+        total.event_cursor = ecur;
+        return Ok(0);
+    }
+
+    let mut batch =
+        Batch { tx, jobs: HashMap::new(), dirty: HashSet::new(), configs: HashMap::new(), usage: HashMap::new() };
+    for (_, item) in items {
+        match item {
+            Item::Event { seq, raw } => {
+                let Ok(ev) = decode_event(&raw) else { continue };
+                let t = ev.time.millis();
+                match &ev.kind {
+                    EventKind::JobSubmitted(spec) => {
+                        if batch.job(&spec.id)?.is_some() {
+                            continue;
+                        }
+                        let rerun = match config_of(spec) {
+                            Some(c) => batch.config_failed(&spec.project, &c)?,
+                            None => false,
+                        };
+                        batch.jobs.insert(spec.id.clone(), Some(JobFacts::submitted(spec, t, rerun)));
+                        batch.dirty.insert(spec.id.clone());
+                    }
+                    EventKind::JobStarted { job_id } => batch.with(job_id, total, |j| j.start(t))?,
+                    EventKind::JobSample { job_id, gpu_util, .. } => {
+                        batch.with(job_id, total, |j| j.sample(t, *gpu_util, threshold))?
+                    }
+                    EventKind::JobFinished { job_id, status } => {
+                        let mut ended: Option<(String, Option<String>, bool)> = None;
+                        batch.with(job_id, total, |j| {
+                            let was_running = j.started.is_some();
+                            let changed = j.release(t, status.as_str(), threshold);
+                            if changed && was_running {
+                                ended = Some((j.project.clone(), j.config.clone(), false));
+                            }
+                            changed
+                        })?;
+                        if let Some((project, Some(config), _)) = ended {
+                            match status {
+                                FinishStatus::Failed => batch.configs.insert((project, config), true),
+                                FinishStatus::Succeeded => batch.configs.insert((project, config), false),
+                                FinishStatus::Cancelled => None,
+                            };
+                        }
+                    }
+                    EventKind::BillingCharge(c) => {
+                        let gpu_ms = (c.gpu_hours * HOUR_MS as f64).round() as i64;
+                        tx.execute(
+                            "INSERT OR IGNORE INTO facts_charges(event_seq, day, project, job, gpu_ms, amount, currency, mode)
+                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                            params![
+                                seq,
+                                t.div_euclid(DAY_MS),
+                                c.project,
+                                c.job_id,
+                                gpu_ms,
+                                c.amount,
+                                c.currency,
+                                c.mode.map(|m| match m {
+                                    bursar_model::BillingMode::OnDemand => "on_demand",
+                                    bursar_model::BillingMode::Reserved => "reserved",
+                                    bursar_model::BillingMode::PerTask => "per_task",
+                                })
+                            ],
+                        )
+                        .map_err(ReportError::sqlite("store a billing charge"))?;
+                    }
+                    _ => {}
+                }
+            }
+            Item::Reclaim { job, time } => {
+                batch.with(&job, total, |j| j.started.is_some() && j.release(time, "reclaimed", threshold))?
+            }
+        }
+    }
+    batch.flush()?;
+    set_cursor(tx, "event_cursor", emax)?;
+    set_cursor(tx, "decision_cursor", dnew)?;
+    total.events += nev;
+    total.decisions += ndec;
+    total.event_cursor = emax;
+    Ok(nev + ndec)
+}
+
+struct Batch<'a, 'c> {
+    tx: &'a Transaction<'c>,
+    /// Loaded jobs; None = not in the facts (never submitted).
+    jobs: HashMap<String, Option<JobFacts>>,
+    dirty: HashSet<String>,
+    configs: HashMap<(String, String), bool>,
+    usage: HashMap<(String, i64), i64>,
+}
+
+impl Batch<'_, '_> {
+    fn job(&mut self, id: &str) -> Result<Option<&mut JobFacts>> {
+        if !self.jobs.contains_key(id) {
+            let state: Option<String> = self
+                .tx
+                .query_row("SELECT state FROM facts_jobs WHERE job = ?1", [id], |r| r.get(0))
+                .optional()
+                .map_err(ReportError::sqlite(format!("read the facts of job `{id}`")))?;
+            let facts = state.and_then(|s| serde_json::from_str::<JobFacts>(&s).ok());
+            self.jobs.insert(id.to_owned(), facts);
+        }
+        Ok(self.jobs.get_mut(id).and_then(Option::as_mut))
+    }
+
+    fn with(&mut self, id: &str, total: &mut CatchUp, f: impl FnOnce(&mut JobFacts) -> bool) -> Result<()> {
+        match self.job(id)? {
+            None => total.unattributed += 1,
+            Some(j) => {
+                if f(j) {
+                    self.dirty.insert(id.to_owned());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn config_failed(&mut self, project: &str, config: &str) -> Result<bool> {
+        let key = (project.to_owned(), config.to_owned());
+        if let Some(v) = self.configs.get(&key) {
+            return Ok(*v);
+        }
+        let v: Option<bool> = self
+            .tx
+            .query_row("SELECT failed FROM facts_configs WHERE project = ?1 AND config = ?2", [project, config], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(ReportError::sqlite("read a configuration's last outcome"))?;
+        let v = v.unwrap_or(false);
+        self.configs.insert(key, v);
+        Ok(v)
+    }
+
+    fn flush(mut self) -> Result<()> {
+        let e = || ReportError::sqlite("write the facts");
+        let mut up_job = self
+            .tx
+            .prepare_cached(
+                "INSERT INTO facts_jobs(job, project, user, tags, config, gpus, submitted, started, released, status, rerun,
+                   queue_wait_ms, unsampled, state)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+                 ON CONFLICT(job) DO UPDATE SET started = excluded.started, released = excluded.released,
+                   status = excluded.status, queue_wait_ms = excluded.queue_wait_ms, unsampled = excluded.unsampled,
+                   state = excluded.state",
+            )
+            .map_err(e())?;
+        let mut up_day = self
+            .tx
+            .prepare_cached(
+                "INSERT OR REPLACE INTO facts_job_day(job, day, nominal, productive, idle, failure, held)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )
+            .map_err(e())?;
+        let mut dirty: Vec<String> = self.dirty.drain().collect();
+        dirty.sort();
+        for id in dirty {
+            let Some(Some(j)) = self.jobs.get_mut(&id) else { continue };
+            for (hour, ms) in std::mem::take(&mut j.usage) {
+                *self.usage.entry((j.project.clone(), hour)).or_insert(0) += ms;
+            }
+            if j.days_dirty {
+                for (day, s) in &j.days {
+                    up_day.execute(params![id, day, s.nominal, s.productive, s.idle, s.failure, s.held]).map_err(e())?;
+                }
+                j.days_dirty = false;
+            }
+            if j.released.is_some() {
+                j.days.clear();
+                j.tail.clear();
+            }
+            let tags: BTreeMap<&str, &str> = j.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let state = serde_json::to_string(&*j).unwrap_or_default();
+            up_job
+                .execute(params![
+                    id,
+                    j.project,
+                    j.user,
+                    serde_json::to_string(&tags).unwrap_or_default(),
+                    j.config,
+                    j.gpus,
+                    j.submitted,
+                    j.started,
+                    j.released,
+                    j.status,
+                    j.rerun,
+                    j.queue_wait(),
+                    j.unsampled,
+                    state
+                ])
+                .map_err(e())?;
+        }
+        let mut up_usage = self
+            .tx
+            .prepare_cached(
+                "INSERT INTO facts_usage_hour(project, hour, gpu_ms) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(project, hour) DO UPDATE SET gpu_ms = gpu_ms + excluded.gpu_ms",
+            )
+            .map_err(e())?;
+        for ((project, hour), ms) in &self.usage {
+            up_usage.execute(params![project, hour, ms]).map_err(e())?;
+        }
+        let mut up_cfg = self
+            .tx
+            .prepare_cached("INSERT OR REPLACE INTO facts_configs(project, config, failed) VALUES (?1, ?2, ?3)")
+            .map_err(e())?;
+        for ((project, config), failed) in &self.configs {
+            up_cfg.execute(params![project, config, failed]).map_err(e())?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H: i64 = HOUR_MS;
+
+    fn job(gpus: u32) -> JobFacts {
+        let spec = JobSpec { id: "j".into(), project: "p".into(), gpus, ..JobSpec::default() };
+        JobFacts::submitted(&spec, 0, false)
+    }
+
+    #[test]
+    fn samples_are_piecewise_constant_and_the_tail_is_held() {
+        // 2 GPUs, start at 1h; samples at 2h (0.9), 4h (0.01), 5h (0.8), 6h (0.02); finish at 9h.
+        let mut j = job(2);
+        j.start(H);
+        j.sample(2 * H, 0.9, 0.05); // [1h,2h) takes the first sample's value: productive
+        j.sample(4 * H, 0.01, 0.05); // [2h,4h) productive
+        j.sample(5 * H, 0.8, 0.05); // [4h,5h) idle (work resumes later)
+        j.sample(6 * H, 0.02, 0.05); // [5h,6h) productive
+        j.release(9 * H, "succeeded", 0.05); // [6h,9h) idle after the last productive stretch: held
+        let t = j.total();
+        assert_eq!(t.nominal, 2 * 8 * H);
+        assert_eq!(t.productive, 2 * 4 * H);
+        assert_eq!(t.idle, 2 * H);
+        assert_eq!(t.held, 2 * 3 * H);
+        assert_eq!(t.failure, 0);
+        assert!(t.adds_up());
+        assert_eq!(j.queue_wait(), Some(H));
+    }
+
+    #[test]
+    fn failure_takes_everything_and_all_idle_is_not_held() {
+        let mut j = job(4);
+        j.start(0);
+        j.sample(H, 0.9, 0.05);
+        j.release(3 * H, "failed", 0.05);
+        let t = j.total();
+        assert_eq!((t.nominal, t.failure, t.productive), (12 * H, 12 * H, 0));
+
+        let mut k = job(1);
+        k.start(0);
+        k.sample(H, 0.0, 0.05);
+        k.release(2 * H, "cancelled", 0.05);
+        let t = k.total();
+        assert_eq!((t.idle, t.held), (2 * H, 0));
+    }
+
+    #[test]
+    fn unsampled_jobs_are_productive_and_split_across_days() {
+        let mut j = job(1);
+        j.start(DAY_MS - H);
+        j.release(DAY_MS + 2 * H, "succeeded", 0.05);
+        assert_eq!(j.days.len(), 2);
+        assert_eq!(j.days[&0].productive, H);
+        assert_eq!(j.days[&1].productive, 2 * H);
+        assert_eq!(j.unsampled, 3 * H);
+        assert_eq!(j.usage.len(), 3);
+    }
+
+    #[test]
+    fn reruns_that_do_not_succeed_are_failure() {
+        let spec =
+            JobSpec { id: "r".into(), project: "p".into(), gpus: 1, config: Some("c".into()), ..JobSpec::default() };
+        let mut j = JobFacts::submitted(&spec, 0, true);
+        j.start(0);
+        j.sample(H / 2, 0.9, 0.05);
+        j.release(H, "cancelled", 0.05);
+        assert_eq!(j.total().failure, H);
+        let mut ok = JobFacts::submitted(&spec, 0, true);
+        ok.start(0);
+        ok.release(H, "succeeded", 0.05);
+        assert_eq!(ok.total().productive, H);
+    }
+
+    #[test]
+    fn jobs_without_configuration_are_never_reruns() {
+        let spec = JobSpec { id: "x".into(), project: "p".into(), ..JobSpec::default() };
+        assert_eq!(config_of(&spec), None);
+        let spec = JobSpec { image: Some("img".into()), ..spec };
+        assert!(config_of(&spec).is_some());
+    }
+}

@@ -1,0 +1,258 @@
+//! The HTML report: one self-contained file — inline CSS and inline SVG, no script, no external
+//! reference of any kind — so it can be mailed, archived or opened offline.
+
+use std::fmt::Write;
+
+use super::svg::{self, Series, esc, short};
+use crate::report::Report;
+
+const PRODUCTIVE: &str = "#2e7d32";
+const IDLE: &str = "#f9a825";
+const FAILURE: &str = "#c62828";
+const HELD: &str = "#6a1b9a";
+const PALETTE: [&str; 8] = ["#1565c0", "#ef6c00", "#2e7d32", "#ad1457", "#00838f", "#6d4c41", "#5e35b1", "#9e9d24"];
+
+const CSS: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:960px}
+h1{font-size:22px}h2{font-size:17px;margin-top:28px}table{border-collapse:collapse;font-size:13px}
+td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}td:first-child,th:first-child{text-align:left}
+tr.total td{font-weight:600;border-top:2px solid #888}svg{display:block;margin:8px 0;background:#fff}
+.ct{font-size:14px;font-weight:600}.tick,.lg,.lb,.val{font-size:11px;fill:#333}.grid{stroke:#e3e3e3}
+.frame{fill:none;stroke:#ccc}.nd{font-size:13px;fill:#888}.small{display:flex;flex-wrap:wrap;gap:8px}
+.note{color:#555;font-size:12px}";
+
+fn pct(v: f64) -> String {
+    format!("{:.1}%", v * 100.0)
+}
+
+/// Renders the whole report as one HTML page.
+pub fn html(r: &Report) -> String {
+    let mut o = String::with_capacity(64 * 1024);
+    let range = match (&r.from, &r.to) {
+        (Some(a), Some(b)) => format!("{a} to {b}"),
+        _ => "no facts yet".into(),
+    };
+    let _ = write!(
+        o,
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>bursar report {}</title><style>{CSS}</style></head><body>",
+        esc(&r.period)
+    );
+    let _ = write!(
+        o,
+        "<h1>Where the GPU-hours went: {}</h1><p>{} &middot; by {} &middot; idle below {} utilisation &middot; {} audit events</p>",
+        esc(&r.period),
+        esc(&range),
+        esc(&r.by),
+        pct(r.idle_threshold),
+        r.events_covered
+    );
+    let t = &r.total.gpu_hours;
+    let _ = write!(
+        o,
+        "<p><b>{}</b> nominal GPU-hours, <b>{}</b> effective ({}); idle {}, lost to failure {}, held after the work ended {}.</p>",
+        short(t.nominal),
+        short(t.productive),
+        pct(r.total.effective_ratio),
+        short(t.idle),
+        short(t.failure),
+        short(t.held)
+    );
+
+    // 1. Nominal vs effective.
+    let groups: Vec<_> = r.groups.iter().take(25).collect();
+    let labels: Vec<String> = groups.iter().map(|g| g.key.clone()).collect();
+    let seg = |name: &str, color: &str, f: &dyn Fn(&crate::report::Hours) -> f64| Series {
+        name: name.into(),
+        color: color.into(),
+        values: groups.iter().map(|g| Some(f(&g.gpu_hours))).collect(),
+    };
+    let bars = [
+        seg("productive", PRODUCTIVE, &|h| h.productive),
+        seg("idle", IDLE, &|h| h.idle),
+        seg("failure", FAILURE, &|h| h.failure),
+        seg("held", HELD, &|h| h.held),
+    ];
+    let _ = write!(o, "<h2>Nominal vs effective GPU-hours by {}</h2>", esc(&r.by));
+    o.push_str(&svg::stacked_bars(
+        "split",
+        &format!("Nominal GPU-hours by {}, split into effective (productive) and leaks", r.by),
+        &labels,
+        &bars,
+        "GPU-h",
+    ));
+    if r.groups.len() > groups.len() {
+        let _ = write!(
+            o,
+            "<p class=\"note\">The {} largest of {} shown; the table below has all.</p>",
+            groups.len(),
+            r.groups.len()
+        );
+    }
+
+    // The table.
+    let _ = write!(
+        o,
+        "<table><tr><th>{}</th><th>jobs</th><th>nominal</th><th>productive</th><th>idle</th><th>failure</th><th>held</th><th>effective</th><th>queue wait h</th><th>charged</th><th>prevented</th><th>dry-run would save</th><th>top leak</th></tr>",
+        esc(&r.by)
+    );
+    for (g, cls) in r.groups.iter().map(|g| (g, "")).chain(std::iter::once((&r.total, " class=\"total\""))) {
+        let h = &g.gpu_hours;
+        let charged = if g.charged.is_empty() {
+            "-".to_owned()
+        } else {
+            g.charged.iter().map(|c| format!("{:.2} {}", c.amount, c.currency)).collect::<Vec<_>>().join(" + ")
+        };
+        let leak = g.top_leaks.first().map_or("-".to_owned(), |l| format!("{} {}", l.leak, pct(l.share)));
+        let _ = write!(
+            o,
+            "<tr{cls}><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td></tr>",
+            esc(&g.key),
+            g.jobs,
+            h.nominal,
+            h.productive,
+            h.idle,
+            h.failure,
+            h.held,
+            pct(g.effective_ratio),
+            g.queue_wait_hours,
+            esc(&charged),
+            g.prevented.total(),
+            g.dry_run_would_save.total(),
+            esc(&leak)
+        );
+    }
+    o.push_str("</table><p class=\"note\">GPU-hours; nominal = productive + idle + failure + held (exactly, in GPU-milliseconds). Prevented: GPU-hours of enforced deny, defer and reclaim decisions; dry-run: what dry-run policies would have stopped.</p>");
+
+    // 2. Utilisation over time.
+    let days: Vec<String> = r.daily.iter().map(|d| d.day.get(5..).unwrap_or(&d.day).to_owned()).collect();
+    let mut util = vec![Series {
+        name: "all projects".into(),
+        color: "#222".into(),
+        values: r
+            .daily
+            .iter()
+            .map(|d| (d.gpu_hours.nominal > 0.0).then(|| d.gpu_hours.productive / d.gpu_hours.nominal))
+            .collect(),
+    }];
+    let mut by_use: Vec<&crate::report::Burndown> = r.burndown.iter().collect();
+    by_use.truncate(5);
+    for (i, b) in by_use.iter().enumerate() {
+        if let Some(v) = r.daily_ratio_by_project.get(&b.project) {
+            util.push(Series { name: b.project.clone(), color: PALETTE[i % PALETTE.len()].into(), values: v.clone() });
+        }
+    }
+    o.push_str("<h2>Utilisation over time</h2>");
+    o.push_str(&svg::lines(
+        "utilisation",
+        "Effective share of nominal GPU-hours per day (the pool and its five largest projects)",
+        &days,
+        &util,
+        Some(1.0),
+        |v| format!("{:.0}%", v * 100.0),
+        (900, 300),
+    ));
+    let pool = vec![
+        Series {
+            name: "nominal".into(),
+            color: "#1565c0".into(),
+            values: r.daily.iter().map(|d| Some(d.gpu_hours.nominal)).collect(),
+        },
+        Series {
+            name: "productive".into(),
+            color: PRODUCTIVE.into(),
+            values: r.daily.iter().map(|d| Some(d.gpu_hours.productive)).collect(),
+        },
+    ];
+    o.push_str(&svg::lines(
+        "daily-hours",
+        "GPU-hours per day, nominal and productive",
+        &days,
+        &pool,
+        None,
+        short,
+        (900, 260),
+    ));
+
+    // 3. Quota burn-down.
+    o.push_str("<h2>Quota burn-down</h2><div class=\"small\">");
+    if r.burndown.is_empty() {
+        o.push_str(&svg::lines("burndown", "No project used GPUs in this period", &[], &[], None, short, (440, 200)));
+    }
+    for (i, b) in r.burndown.iter().take(12).enumerate() {
+        let (title, values, max) = match b.budget_gpu_hours {
+            Some(budget) => (
+                format!("{}: budget left of {} GPU-h", b.project, short(budget)),
+                b.cumulative_gpu_hours.iter().map(|c| Some((budget - c).max(0.0))).collect::<Vec<_>>(),
+                Some(budget),
+            ),
+            None => (
+                format!("{}: GPU-h used (no monthly budget)", b.project),
+                b.cumulative_gpu_hours.iter().map(|c| Some(*c)).collect(),
+                None,
+            ),
+        };
+        let s = Series { name: b.project.clone(), color: PALETTE[i % PALETTE.len()].into(), values };
+        o.push_str(&svg::lines(&format!("burndown-{i}"), &title, &days, &[s], max, short, (440, 200)));
+    }
+    o.push_str("</div>");
+    if r.burndown.iter().all(|b| b.budget_gpu_hours.is_none()) {
+        o.push_str("<p class=\"note\">No budget lines: budgets come from enforced monthly project quotas (pass <code>--policies</code>) and are drawn for a one-month period.</p>");
+    }
+
+    // 4. Billing.
+    o.push_str("<h2>Billing modes</h2>");
+    match &r.billing {
+        None => o.push_str("<p class=\"note\">Pass <code>--prices FILE</code> to compare pay-per-GPU-hour, a reserved block and per-task pricing.</p>"),
+        Some(b) => {
+            let cur = b.currency.clone().unwrap_or_default();
+            let projects: Vec<_> = b.projects.iter().take(15).collect();
+            let cats: Vec<String> = projects.iter().map(|p| p.project.clone()).collect();
+            let mut series = vec![Series {
+                name: "on demand".into(),
+                color: "#1565c0".into(),
+                values: projects.iter().map(|p| Some(p.comparison.on_demand)).collect(),
+            }];
+            if b.prices.reserved.is_some() {
+                series.push(Series {
+                    name: "reserved (best block)".into(),
+                    color: "#ef6c00".into(),
+                    values: projects.iter().map(|p| p.comparison.reserved.as_ref().map(|r| r.cost)).collect(),
+                });
+            }
+            if b.prices.per_task.is_some() {
+                series.push(Series {
+                    name: "per task".into(),
+                    color: "#2e7d32".into(),
+                    values: projects.iter().map(|p| p.comparison.per_task).collect(),
+                });
+            }
+            o.push_str(&svg::grouped_bars("billing", &format!("Cost of each project's usage under each billing mode ({cur})"), &cats, &series, &cur));
+            o.push_str("<table><tr><th>project</th><th>GPU-h</th><th>peak GPUs</th><th>on demand</th><th>reserved</th><th>block GPUs</th><th>per task</th><th>cheapest</th><th>saves vs next</th></tr>");
+            for p in &b.projects {
+                let c = &p.comparison;
+                let _ = write!(
+                    o,
+                    "<tr><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.2}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td></tr>",
+                    esc(&p.project),
+                    c.gpu_hours,
+                    c.peak_gpus,
+                    c.on_demand,
+                    c.reserved.as_ref().map_or("-".into(), |r| format!("{:.2}", r.cost)),
+                    c.reserved.as_ref().map_or("-".into(), |r| r.block_gpus.to_string()),
+                    c.per_task.map_or("-".into(), |v| format!("{v:.2}")),
+                    c.cheapest,
+                    c.saving_vs_next
+                );
+            }
+            let _ = write!(
+                o,
+                "</table><p>Each project on its cheapest mode: <b>{:.2} {}</b>, against {:.2} on demand ({} month(s) of reserved block).</p>",
+                b.total_cheapest,
+                esc(&cur),
+                b.total_on_demand,
+                b.months
+            );
+        }
+    }
+    o.push_str("<p class=\"note\">Generated by bursar report. Rules: docs/reports.md.</p></body></html>\n");
+    o
+}

@@ -1,0 +1,627 @@
+//! [`Report`]: the numbers of one report, read from the facts tables and the audit decisions with a
+//! handful of grouped queries, ready for any renderer.
+
+use std::collections::BTreeMap;
+
+use bursar_model::time::civil_from_days;
+use rusqlite::{Connection, params};
+use serde::Serialize;
+
+use crate::billing::{Comparison, Prices, Usage, compare};
+use crate::error::{ReportError, Result};
+use crate::facts::{FactsStore, Split};
+use crate::period::{DAY_MS, HOUR_MS, Span, day_label, hours};
+
+/// What the rows are grouped by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupBy {
+    /// The job's project.
+    Project,
+    /// The job's user.
+    User,
+    /// The value of one tag (`(none)` for jobs without it).
+    Tag(String),
+}
+
+impl GroupBy {
+    /// Parses `project`, `user` or `tag:KEY`.
+    pub fn parse(s: &str) -> Result<GroupBy> {
+        match s {
+            "project" => Ok(GroupBy::Project),
+            "user" => Ok(GroupBy::User),
+            t if t.starts_with("tag:") && t.len() > 4 && !t[4..].contains(['"', '\\']) => {
+                Ok(GroupBy::Tag(t[4..].to_owned()))
+            }
+            _ => Err(ReportError::Invalid(format!(
+                "`--by {s}` is not a grouping\n  help: use `project`, `user` or `tag:KEY` (e.g. `tag:team`)"
+            ))),
+        }
+    }
+
+    /// The name shown in headers.
+    pub fn label(&self) -> String {
+        match self {
+            GroupBy::Project => "project".into(),
+            GroupBy::User => "user".into(),
+            GroupBy::Tag(k) => format!("tag:{k}"),
+        }
+    }
+
+    /// SQL for the group key of a row with job columns under alias `j`; `fallback` names a column used
+    /// first (a charge's or decision's own project/user).
+    fn sql(&self, fallback: Option<&str>) -> String {
+        match (self, fallback) {
+            (GroupBy::Project, Some(f)) => format!("COALESCE({f}.project, j.project, '(none)')"),
+            (GroupBy::Project, None) => "j.project".into(),
+            (GroupBy::User, Some(f)) => format!("COALESCE(NULLIF({f}.user, ''), NULLIF(j.user, ''), '(none)')"),
+            (GroupBy::User, None) => "COALESCE(NULLIF(j.user, ''), '(none)')".into(),
+            (GroupBy::Tag(k), _) => format!("COALESCE(json_extract(j.tags, '$.\"{k}\"'), '(none)')"),
+        }
+    }
+}
+
+/// GPU-hours split the report's way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Hours {
+    /// Start to release.
+    pub nominal: f64,
+    /// Effective: at or above the idle threshold.
+    pub productive: f64,
+    /// Under the threshold, before the work ended.
+    pub idle: f64,
+    /// Failed jobs and unsuccessful reruns.
+    pub failure: f64,
+    /// Held after the work ended.
+    pub held: f64,
+}
+
+impl From<Split> for Hours {
+    fn from(s: Split) -> Hours {
+        Hours {
+            nominal: hours(s.nominal),
+            productive: hours(s.productive),
+            idle: hours(s.idle),
+            failure: hours(s.failure),
+            held: hours(s.held),
+        }
+    }
+}
+
+/// Money from `billing.charge` events, per currency.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Charged {
+    /// Currency (`""` when the charges named none).
+    pub currency: String,
+    /// Sum of `amount`.
+    pub amount: f64,
+    /// Sum of `gpu_hours` charged.
+    pub gpu_hours: f64,
+    /// Charges.
+    pub charges: u64,
+}
+
+/// GPU-hours named by deny, defer and reclaim decisions (each job counted once per kind).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Prevented {
+    /// Denied admissions (requested GPU-hours).
+    pub denied: f64,
+    /// Deferred admissions.
+    pub deferred: f64,
+    /// Reclaimed (GPU-hours still reserved when reclaimed).
+    pub reclaimed: f64,
+}
+
+impl Prevented {
+    /// The sum.
+    pub fn total(&self) -> f64 {
+        self.denied + self.deferred + self.reclaimed
+    }
+}
+
+/// One leak and its size.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Leak {
+    /// `idle`, `failure` or `held`.
+    pub leak: &'static str,
+    /// GPU-hours.
+    pub gpu_hours: f64,
+    /// Share of the group's nominal GPU-hours.
+    pub share: f64,
+}
+
+/// One row: a project, user or tag value (or the total).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Group {
+    /// The group's key.
+    pub key: String,
+    /// Jobs that held GPUs in the period.
+    pub jobs: u64,
+    /// The split, in GPU-hours.
+    pub gpu_hours: Hours,
+    /// productive / nominal (0 when nothing ran).
+    pub effective_ratio: f64,
+    /// The same split in integer GPU-milliseconds: these add up exactly.
+    pub exact_gpu_ms: Split,
+    /// Jobs without any utilisation sample (counted productive).
+    pub unsampled_jobs: u64,
+    /// Jobs that started in the period.
+    pub started_jobs: u64,
+    /// Their total queue wait (submission to start), hours of time.
+    pub queue_wait_hours: f64,
+    /// Their mean queue wait, hours.
+    pub mean_queue_wait_hours: f64,
+    /// Money charged.
+    pub charged: Vec<Charged>,
+    /// What enforced policies prevented.
+    pub prevented: Prevented,
+    /// What dry-run policies would have saved.
+    pub dry_run_would_save: Prevented,
+    /// The GPU-hour leaks, largest first (zero ones left out).
+    pub top_leaks: Vec<Leak>,
+}
+
+impl Group {
+    fn new(key: String) -> Group {
+        Group {
+            key,
+            jobs: 0,
+            gpu_hours: Hours::default(),
+            effective_ratio: 0.0,
+            exact_gpu_ms: Split::default(),
+            unsampled_jobs: 0,
+            started_jobs: 0,
+            queue_wait_hours: 0.0,
+            mean_queue_wait_hours: 0.0,
+            charged: Vec::new(),
+            prevented: Prevented::default(),
+            dry_run_would_save: Prevented::default(),
+            top_leaks: Vec::new(),
+        }
+    }
+
+    fn finish(&mut self) {
+        self.gpu_hours = self.exact_gpu_ms.into();
+        let n = self.exact_gpu_ms.nominal;
+        self.effective_ratio = if n > 0 { self.exact_gpu_ms.productive as f64 / n as f64 } else { 0.0 };
+        self.mean_queue_wait_hours =
+            if self.started_jobs > 0 { self.queue_wait_hours / self.started_jobs as f64 } else { 0.0 };
+        let h = self.gpu_hours;
+        let mut leaks: Vec<Leak> = [("idle", h.idle), ("failure", h.failure), ("held", h.held)]
+            .into_iter()
+            .filter(|(_, v)| *v > 0.0)
+            .map(|(leak, v)| Leak { leak, gpu_hours: v, share: if h.nominal > 0.0 { v / h.nominal } else { 0.0 } })
+            .collect();
+        leaks.sort_by(|a, b| b.gpu_hours.total_cmp(&a.gpu_hours));
+        self.top_leaks = leaks;
+    }
+
+    fn absorb(&mut self, o: &Group) {
+        self.jobs += o.jobs;
+        self.exact_gpu_ms.add(&o.exact_gpu_ms);
+        self.unsampled_jobs += o.unsampled_jobs;
+        self.started_jobs += o.started_jobs;
+        self.queue_wait_hours += o.queue_wait_hours;
+        for c in &o.charged {
+            match self.charged.iter_mut().find(|x| x.currency == c.currency) {
+                Some(x) => {
+                    x.amount += c.amount;
+                    x.gpu_hours += c.gpu_hours;
+                    x.charges += c.charges;
+                }
+                None => self.charged.push(c.clone()),
+            }
+        }
+        for (a, b) in [(&mut self.prevented, &o.prevented), (&mut self.dry_run_would_save, &o.dry_run_would_save)] {
+            a.denied += b.denied;
+            a.deferred += b.deferred;
+            a.reclaimed += b.reclaimed;
+        }
+    }
+}
+
+/// One day of the whole pool (or one project).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DayPoint {
+    /// `2026-11-02`.
+    pub day: String,
+    /// The split that day, GPU-hours.
+    pub gpu_hours: Hours,
+}
+
+/// A project's cumulative use through the period against its monthly budget.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Burndown {
+    /// Project.
+    pub project: String,
+    /// Monthly budget from the quota policies (only for a one-month period).
+    pub budget_gpu_hours: Option<f64>,
+    /// Nominal GPU-hours used through the end of each day of the period.
+    pub cumulative_gpu_hours: Vec<f64>,
+}
+
+/// The billing comparison of one project.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProjectBilling {
+    /// Project.
+    pub project: String,
+    /// The comparison.
+    #[serde(flatten)]
+    pub comparison: Comparison,
+}
+
+/// The billing section.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Billing {
+    /// Currency of the price file.
+    pub currency: Option<String>,
+    /// Calendar months the period covers (the block is paid for each).
+    pub months: u32,
+    /// The rates used.
+    pub prices: Prices,
+    /// Per project, largest use first.
+    pub projects: Vec<ProjectBilling>,
+    /// The sum of each project's cheapest mode, against the sum on demand.
+    pub total_cheapest: f64,
+    /// Everything on demand.
+    pub total_on_demand: f64,
+}
+
+/// A whole report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// The database.
+    pub db: String,
+    /// The period asked for.
+    pub period: String,
+    /// First day covered (`2026-11-01`), when the period or the data has one.
+    pub from: Option<String>,
+    /// Last day covered, inclusive.
+    pub to: Option<String>,
+    /// The grouping.
+    pub by: String,
+    /// Utilisation under this is idle.
+    pub idle_threshold: f64,
+    /// Audit events the facts cover.
+    pub events_covered: i64,
+    /// One row per group, largest nominal first.
+    pub groups: Vec<Group>,
+    /// All groups together.
+    pub total: Group,
+    /// The largest leaks across groups: (group, leak), largest first, at most 10.
+    pub top_leaks: Vec<(String, Leak)>,
+    /// The whole pool per day.
+    pub daily: Vec<DayPoint>,
+    /// Effective ratio per project per day (same days as `daily`; None when the project held nothing).
+    pub daily_ratio_by_project: BTreeMap<String, Vec<Option<f64>>>,
+    /// Quota burn-down per project.
+    pub burndown: Vec<Burndown>,
+    /// The billing comparison, with `--prices`.
+    pub billing: Option<Billing>,
+}
+
+/// What to report.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The period.
+    pub span: Span,
+    /// The grouping.
+    pub by: GroupBy,
+    /// Rates for the billing comparison.
+    pub prices: Option<Prices>,
+}
+
+fn e(context: &str) -> impl FnOnce(rusqlite::Error) -> ReportError + '_ {
+    move |source| ReportError::Sqlite { context: context.to_owned(), source }
+}
+
+/// The first and last day with facts, if any.
+fn data_days(conn: &Connection) -> Result<Option<(i64, i64)>> {
+    conn.query_row("SELECT min(day), max(day) FROM facts_job_day", [], |r| {
+        Ok(r.get::<_, Option<i64>>(0)?.zip(r.get::<_, Option<i64>>(1)?))
+    })
+    .map_err(e("read the facts"))
+}
+
+/// Builds the report from an up-to-date [`FactsStore`] (call [`FactsStore::catch_up`] first).
+pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
+    let conn = store.connection();
+    let (lo, hi) = opts.span.sql_bounds();
+    let (tlo, thi) = (lo.saturating_mul(DAY_MS), hi.saturating_mul(DAY_MS));
+    let mut groups: BTreeMap<String, Group> = BTreeMap::new();
+    let by = &opts.by;
+
+    // The split.
+    let sql = format!(
+        "SELECT {k} AS k, count(DISTINCT d.job), sum(d.nominal), sum(d.productive), sum(d.idle), sum(d.failure), sum(d.held)
+         FROM facts_job_day d JOIN facts_jobs j ON j.job = d.job WHERE d.day >= ?1 AND d.day < ?2 GROUP BY k",
+        k = by.sql(None)
+    );
+    let mut st = conn.prepare(&sql).map_err(e("query the split"))?;
+    let rows = st
+        .query_map(params![lo, hi], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)?,
+                Split {
+                    nominal: r.get(2)?,
+                    productive: r.get(3)?,
+                    idle: r.get(4)?,
+                    failure: r.get(5)?,
+                    held: r.get(6)?,
+                },
+            ))
+        })
+        .map_err(e("query the split"))?;
+    for row in rows {
+        let (k, jobs, split) = row.map_err(e("read the split"))?;
+        let g = groups.entry(k.clone()).or_insert_with(|| Group::new(k));
+        g.jobs = jobs as u64;
+        g.exact_gpu_ms = split;
+    }
+
+    // Unsampled jobs and queue waits, by the day the job started.
+    let sql = format!(
+        "SELECT {k} AS k, count(*), sum(queue_wait_ms), sum(unsampled > 0) FROM facts_jobs j
+         WHERE started IS NOT NULL AND started >= ?1 AND started < ?2 GROUP BY k",
+        k = by.sql(None)
+    );
+    let mut st = conn.prepare(&sql).map_err(e("query queue waits"))?;
+    let rows = st
+        .query_map(params![tlo, thi], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, Option<i64>>(2)?, r.get::<_, i64>(3)?))
+        })
+        .map_err(e("query queue waits"))?;
+    for row in rows {
+        let (k, n, wait, unsampled) = row.map_err(e("read queue waits"))?;
+        let g = groups.entry(k.clone()).or_insert_with(|| Group::new(k));
+        g.started_jobs = n as u64;
+        g.queue_wait_hours = hours(wait.unwrap_or(0));
+        g.unsampled_jobs = unsampled as u64;
+    }
+
+    // Money.
+    let sql = format!(
+        "SELECT {k} AS k, COALESCE(c.currency, ''), sum(c.amount), sum(c.gpu_ms), count(*) FROM facts_charges c
+         LEFT JOIN facts_jobs j ON j.job = c.job WHERE c.day >= ?1 AND c.day < ?2 GROUP BY k, 2 ORDER BY k, 2",
+        k = by.sql(Some("c")).replace("c.user", "NULL")
+    );
+    let mut st = conn.prepare(&sql).map_err(e("query charges"))?;
+    let rows = st
+        .query_map(params![lo, hi], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Option<f64>>(2)?,
+                r.get::<_, i64>(3)?,
+                r.get::<_, i64>(4)?,
+            ))
+        })
+        .map_err(e("query charges"))?;
+    for row in rows {
+        let (k, currency, amount, gpu_ms, n) = row.map_err(e("read charges"))?;
+        let g = groups.entry(k.clone()).or_insert_with(|| Group::new(k));
+        g.charged.push(Charged {
+            currency,
+            amount: amount.unwrap_or(0.0),
+            gpu_hours: hours(gpu_ms),
+            charges: n as u64,
+        });
+    }
+
+    // What policies prevented and would have prevented: one amount per job and kind (the largest).
+    let sql = format!(
+        "SELECT k, decision, dry_run, sum(gh) FROM (
+           SELECT {k} AS k, d.decision AS decision, d.dry_run AS dry_run, max(d.gpu_hours) AS gh
+           FROM decisions d LEFT JOIN facts_jobs j ON j.job = d.job
+           WHERE d.time >= ?1 AND d.time < ?2 AND d.decision IN ('deny', 'defer', 'reclaim') AND d.gpu_hours IS NOT NULL
+           GROUP BY COALESCE(d.job, d.decision_id), d.decision, d.dry_run
+         ) GROUP BY k, decision, dry_run",
+        k = by.sql(Some("d"))
+    );
+    let mut st = conn.prepare(&sql).map_err(e("query decisions"))?;
+    let rows = st
+        .query_map(params![tlo, thi], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, bool>(2)?, r.get::<_, f64>(3)?))
+        })
+        .map_err(e("query decisions"))?;
+    for row in rows {
+        let (k, kind, dry, gh) = row.map_err(e("read decisions"))?;
+        let g = groups.entry(k.clone()).or_insert_with(|| Group::new(k));
+        let p = if dry { &mut g.dry_run_would_save } else { &mut g.prevented };
+        match kind.as_str() {
+            "deny" => p.denied += gh,
+            "defer" => p.deferred += gh,
+            _ => p.reclaimed += gh,
+        }
+    }
+
+    let mut total = Group::new("(total)".into());
+    let mut rows: Vec<Group> = groups.into_values().collect();
+    for g in &mut rows {
+        g.finish();
+        total.absorb(g);
+    }
+    // A job counted in two groups cannot happen (one key per job), so the sum of jobs is right.
+    total.finish();
+    rows.sort_by(|a, b| b.exact_gpu_ms.nominal.cmp(&a.exact_gpu_ms.nominal).then_with(|| a.key.cmp(&b.key)));
+    let mut top_leaks: Vec<(String, Leak)> =
+        rows.iter().flat_map(|g| g.top_leaks.iter().map(|l| (g.key.clone(), l.clone()))).collect();
+    top_leaks.sort_by(|a, b| b.1.gpu_hours.total_cmp(&a.1.gpu_hours));
+    top_leaks.truncate(10);
+
+    // Days covered: the period's, clipped to the data for open spans.
+    let data = data_days(conn)?;
+    let first = opts.span.from_day.or(data.map(|d| d.0));
+    let last = opts.span.to_day.map(|t| t - 1).or(data.map(|d| d.1));
+    let days: Vec<i64> = match (first, last) {
+        (Some(a), Some(b)) if b >= a && b - a < 3700 => (a..=b).collect(),
+        _ => Vec::new(),
+    };
+    let (daily, ratio, per_project_day) = daily_series(conn, &days)?;
+    let burndown = burndown(store, opts, &days, &per_project_day);
+    let billing = match &opts.prices {
+        Some(p) => Some(billing(conn, &days, p)?),
+        None => None,
+    };
+    let events_covered = conn
+        .query_row("SELECT value FROM facts_meta WHERE key = 'event_cursor'", [], |r| r.get::<_, String>(0))
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    Ok(Report {
+        db: store.path().to_owned(),
+        period: opts.span.label.clone(),
+        from: days.first().map(|d| day_label(*d)),
+        to: days.last().map(|d| day_label(*d)),
+        by: by.label(),
+        idle_threshold: store.idle_threshold(),
+        events_covered,
+        groups: rows,
+        total,
+        top_leaks,
+        daily,
+        daily_ratio_by_project: ratio,
+        burndown,
+        billing,
+    })
+}
+
+type PerProjectDay = BTreeMap<String, BTreeMap<i64, Split>>;
+
+fn daily_series(
+    conn: &Connection,
+    days: &[i64],
+) -> Result<(Vec<DayPoint>, BTreeMap<String, Vec<Option<f64>>>, PerProjectDay)> {
+    let (Some(a), Some(b)) = (days.first(), days.last()) else {
+        return Ok((Vec::new(), BTreeMap::new(), BTreeMap::new()));
+    };
+    let mut st = conn
+        .prepare(
+            "SELECT j.project, d.day, sum(d.nominal), sum(d.productive), sum(d.idle), sum(d.failure), sum(d.held)
+             FROM facts_job_day d JOIN facts_jobs j ON j.job = d.job WHERE d.day >= ?1 AND d.day <= ?2
+             GROUP BY j.project, d.day",
+        )
+        .map_err(e("query the daily series"))?;
+    let rows = st
+        .query_map(params![a, b], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)?,
+                Split {
+                    nominal: r.get(2)?,
+                    productive: r.get(3)?,
+                    idle: r.get(4)?,
+                    failure: r.get(5)?,
+                    held: r.get(6)?,
+                },
+            ))
+        })
+        .map_err(e("query the daily series"))?;
+    let mut per: PerProjectDay = BTreeMap::new();
+    let mut all: BTreeMap<i64, Split> = BTreeMap::new();
+    for row in rows {
+        let (p, day, s) = row.map_err(e("read the daily series"))?;
+        all.entry(day).or_default().add(&s);
+        per.entry(p).or_default().insert(day, s);
+    }
+    let daily = days
+        .iter()
+        .map(|d| DayPoint { day: day_label(*d), gpu_hours: all.get(d).copied().unwrap_or_default().into() })
+        .collect();
+    let ratio = per
+        .iter()
+        .map(|(p, m)| {
+            let v = days
+                .iter()
+                .map(|d| m.get(d).filter(|s| s.nominal > 0).map(|s| s.productive as f64 / s.nominal as f64))
+                .collect();
+            (p.clone(), v)
+        })
+        .collect();
+    Ok((daily, ratio, per))
+}
+
+fn months_in(days: &[i64]) -> u32 {
+    let (Some(a), Some(b)) = (days.first(), days.last()) else { return 1 };
+    let (ya, ma, _) = civil_from_days(*a);
+    let (yb, mb, _) = civil_from_days(*b);
+    let n = (yb - ya) * 12 + i64::from(mb) - i64::from(ma) + 1;
+    u32::try_from(n.max(1)).unwrap_or(1)
+}
+
+fn burndown(store: &FactsStore, opts: &Options, days: &[i64], per: &PerProjectDay) -> Vec<Burndown> {
+    let one_month = opts.span.from_day.is_some()
+        && Span::month_of(opts.span.from_day.unwrap_or(0)).to_day == opts.span.to_day
+        && Span::month_of(opts.span.from_day.unwrap_or(0)).from_day == opts.span.from_day;
+    let mut out: Vec<Burndown> = per
+        .iter()
+        .map(|(p, m)| {
+            let mut acc = 0i64;
+            let cumulative = days
+                .iter()
+                .map(|d| {
+                    acc += m.get(d).map_or(0, |s| s.nominal);
+                    hours(acc)
+                })
+                .collect();
+            let budget = if one_month { store.hints().monthly_budget(p) } else { None };
+            Burndown { project: p.clone(), budget_gpu_hours: budget, cumulative_gpu_hours: cumulative }
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        let la = a.cumulative_gpu_hours.last().copied().unwrap_or(0.0);
+        let lb = b.cumulative_gpu_hours.last().copied().unwrap_or(0.0);
+        lb.total_cmp(&la).then_with(|| a.project.cmp(&b.project))
+    });
+    out
+}
+
+fn billing(conn: &Connection, days: &[i64], prices: &Prices) -> Result<Billing> {
+    let months = months_in(days);
+    let mut usage: BTreeMap<String, Usage> = BTreeMap::new();
+    if let (Some(a), Some(b)) = (days.first(), days.last()) {
+        let (hlo, hhi) = (a * 24, (b + 1) * 24);
+        let mut st = conn
+            .prepare("SELECT project, gpu_ms FROM facts_usage_hour WHERE hour >= ?1 AND hour < ?2")
+            .map_err(e("query the usage curve"))?;
+        let rows = st
+            .query_map(params![hlo, hhi], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+            .map_err(e("query the usage curve"))?;
+        for row in rows {
+            let (p, ms) = row.map_err(e("read the usage curve"))?;
+            usage
+                .entry(p)
+                .or_insert_with(|| Usage { months, ..Usage::default() })
+                .hourly
+                .push(ms as f64 / HOUR_MS as f64);
+        }
+        let mut st = conn
+            .prepare(
+                "SELECT j.project, sum(d.nominal) FROM facts_job_day d JOIN facts_jobs j ON j.job = d.job
+                 WHERE d.day >= ?1 AND d.day <= ?2 GROUP BY d.job HAVING sum(d.nominal) > 0",
+            )
+            .map_err(e("query job usage"))?;
+        let rows = st
+            .query_map(params![a, b], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+            .map_err(e("query job usage"))?;
+        for row in rows {
+            let (p, ms) = row.map_err(e("read job usage"))?;
+            usage.entry(p).or_insert_with(|| Usage { months, ..Usage::default() }).jobs.push(hours(ms));
+        }
+    }
+    let mut projects: Vec<ProjectBilling> =
+        usage.into_iter().map(|(project, u)| ProjectBilling { project, comparison: compare(&u, prices) }).collect();
+    projects.sort_by(|a, b| {
+        b.comparison.gpu_hours.total_cmp(&a.comparison.gpu_hours).then_with(|| a.project.cmp(&b.project))
+    });
+    let total_cheapest = projects.iter().map(|p| p.comparison.ranking[0].cost).sum();
+    let total_on_demand = projects.iter().map(|p| p.comparison.on_demand).sum();
+    Ok(Billing {
+        currency: prices.currency.clone(),
+        months,
+        prices: prices.clone(),
+        projects,
+        total_cheapest,
+        total_on_demand,
+    })
+}
