@@ -8,8 +8,11 @@
 
 pub mod check;
 pub mod eval;
+pub mod replay;
 pub mod serve;
 pub mod sink;
+pub mod test;
+pub mod tomlfmt;
 
 use std::fmt;
 

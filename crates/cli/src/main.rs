@@ -54,6 +54,16 @@ enum Command {
     ///
     /// Example: bursar serve --policies policies --audit audit.db --listen 127.0.0.1:7878
     Serve(bursar::serve::ServeArgs),
+    /// Run the policy tests (`*.test.toml`) under a policy directory; exit 1 if any case fails.
+    ///
+    /// Example: bursar test policies --coverage --min-coverage 80
+    Test(bursar::test::TestArgs),
+    /// Re-evaluate history under a candidate policy set and report what would have changed.
+    ///
+    /// Example: bursar replay --policies policies-new --events history.jsonl --baseline policies
+    Replay(bursar::replay::ReplayArgs),
+    /// Normalise the layout of TOML policy files, keeping every comment; --check for CI.
+    Fmt(bursar::tomlfmt::FmtArgs),
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -63,6 +73,9 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 fn run(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
         Command::Check { dir } => bursar::check::run(&dir, cli.error_format),
+        Command::Test(args) => bursar::test::run(&args, cli.error_format),
+        Command::Replay(args) => bursar::replay::run(&args, cli.error_format),
+        Command::Fmt(args) => bursar::tomlfmt::run(&args),
         Command::Serve(args) => bursar::serve::run(&args, cli.error_format),
         Command::Eval { policies, events, dedupe_window, summary_json } => {
             let set = match bursar::load_policies(&policies, cli.error_format) {

@@ -6,7 +6,8 @@
 //!
 //! - in each `[[policy]]` table the keys `id`, `description`, `kind`, `mode` come first, in that order
 //!   (a stable sort: other keys keep their order, and a comment written above a key moves with it);
-//! - `key = value` with single spaces, no indentation, a trailing comment as `value # comment`;
+//! - `key = value` with single spaces, no indentation; a trailing comment keeps the spaces before it
+//!   (so aligned comments stay aligned);
 //! - at most one blank line between keys, exactly one before each table header, none at the end;
 //! - an array without comments on one line if that fits in 100 columns, else one element per line.
 //!
@@ -109,10 +110,15 @@ fn norm_prefix(decor: &mut Decor, lead: Lead) {
     decor.set_prefix(norm_lines(&raw, lead));
 }
 
+/// A trailing comment keeps the spaces before it (people align them); anything else after a value or
+/// a table header goes.
 fn norm_suffix(decor: &mut Decor) {
     let raw = decor.suffix().and_then(RawString::as_str).unwrap_or("").to_owned();
-    let t = raw.trim();
-    decor.set_suffix(if t.starts_with('#') { format!(" {t}") } else { String::new() });
+    let t = raw.trim_end();
+    decor.set_suffix(match t.find('#') {
+        Some(i) => format!("{}{}", if i == 0 { " " } else { &t[..i] }, &t[i..]),
+        None => String::new(),
+    });
 }
 
 fn has_comment(s: &str) -> bool {
@@ -340,7 +346,7 @@ windows = [
 # the id must be unique
 id = "quota/nlp-monthly"
 description = "NLP gets 10,000 GPU-hours a month"
-kind = "quota" # the family
+kind = "quota"     # the family
 
 projects = ["nlp", "nlp-eval"]
 limit = 10000

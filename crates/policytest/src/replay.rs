@@ -133,11 +133,13 @@ pub struct ReplayReport {
     pub dry_run_decisions: BTreeMap<&'static str, Delta<u64>>,
     /// GPU-hours of enforced decisions by kind: denied, deferred, held for approval, reclaimed.
     pub gpu_hours: BTreeMap<&'static str, Delta<f64>>,
-    /// Enforced decisions naming each policy, by kind.
+    /// Enforced decisions naming each policy, by kind (allows excluded: an allow names every policy
+    /// that did not object).
     pub policies: BTreeMap<String, BTreeMap<&'static str, Delta<u64>>>,
     /// Per project.
     pub projects: BTreeMap<String, ProjectDelta>,
-    /// Admission outcomes that changed, `from -> to`: (jobs, GPU-hours requested).
+    /// Admission outcomes whose kind changed, `from -> to` (`none` when one side made no admission
+    /// decision for that event): (jobs, GPU-hours requested).
     pub admission_changes: BTreeMap<String, (u64, f64)>,
     /// Shadow decisions, by side (`baseline`, `candidate`), policy and kind.
     pub shadow: BTreeMap<String, BTreeMap<String, BTreeMap<&'static str, Shadow>>>,
@@ -291,7 +293,7 @@ fn compare(r: &mut ReplayReport, limit: usize, event: &Event, base: &[Decision],
         if let Some(p) = &project {
             r.projects.entry(p.to_string()).or_default().changed += 1;
         }
-        if k.1 == "admission" {
+        if k.1 == "admission" && bd.map(|d| d.decision) != cd.map(|d| d.decision) {
             let from = bd.map_or("none", |d| d.decision.as_str());
             let to = cd.map_or("none", |d| d.decision.as_str());
             let hours = cd.or(bd).and_then(|d| d.gpu_hours).unwrap_or(0.0);
@@ -329,8 +331,11 @@ fn count(r: &mut ReplayReport, ds: &[Decision], candidate: bool) {
             continue;
         }
         bump(r.decisions.entry(kind).or_default(), candidate, 1);
-        for p in &d.policies {
-            bump(r.policies.entry(p.to_string()).or_default().entry(kind).or_default(), candidate, 1);
+        // An allow names every policy that did not object: counting those says nothing.
+        if d.decision != DecisionKind::Allow {
+            for p in &d.policies {
+                bump(r.policies.entry(p.to_string()).or_default().entry(kind).or_default(), candidate, 1);
+            }
         }
         let hours = HOURS_KINDS.contains(&d.decision).then(|| d.gpu_hours.unwrap_or(0.0));
         if let Some(h) = hours {
@@ -571,7 +576,8 @@ mod tests {
         );
         let row = |a: &str, b: &str, c: &str, d: &str| format!("\n{a:<36}  {b:>10}  {c:>10}  {d:>10}\n");
         assert!(text.contains(&row("  denied", "0.0", "56.0", "+56.0")), "{text}");
-        assert!(text.contains(&row("  cap/gpus: allow", "5", "3", "-2")), "{text}");
+        assert!(text.contains(&row("  cap/gpus: deny", "0", "2", "+2")), "{text}");
+        assert!(!text.contains("cap/gpus: allow"), "{text}");
     }
 
     #[test]
