@@ -6,6 +6,7 @@
 //! Layout: [`check`] validates a policy directory; [`eval`] runs policies over an event stream;
 //! [`sink`] is where decisions go (stdout, and later the audit log).
 
+pub mod audit;
 pub mod check;
 pub mod eval;
 pub mod replay;

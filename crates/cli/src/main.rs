@@ -49,7 +49,18 @@ enum Command {
         /// Print the summary as JSON on stderr instead of a sentence.
         #[arg(long)]
         summary_json: bool,
+        /// Log every event and decision to this SQLite audit database; a decision is printed only
+        /// after it is committed there.
+        #[arg(long, value_name = "FILE")]
+        audit: Option<PathBuf>,
+        /// With --audit: `durable` (fsync each group commit) or `fast` (may lose the last few ms on power loss).
+        #[arg(long, value_enum, default_value_t = bursar::audit::DurabilityArg::Durable, requires = "audit")]
+        durability: bursar::audit::DurabilityArg,
     },
+    /// Query, explain, verify, prune and summarise an audit database.
+    ///
+    /// Example: bursar audit --db audit.db explain j42
+    Audit(bursar::audit::AuditArgs),
     /// Run the live engine: events in over HTTP, admissions answered, decisions streamed, hot reload.
     ///
     /// Example: bursar serve --policies policies --audit audit.db --listen 127.0.0.1:7878
@@ -77,7 +88,8 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Replay(args) => bursar::replay::run(&args, cli.error_format),
         Command::Fmt(args) => bursar::tomlfmt::run(&args),
         Command::Serve(args) => bursar::serve::run(&args, cli.error_format),
-        Command::Eval { policies, events, dedupe_window, summary_json } => {
+        Command::Audit(args) => bursar::audit::run(&args, cli.error_format),
+        Command::Eval { policies, events, dedupe_window, summary_json, audit, durability } => {
             let set = match bursar::load_policies(&policies, cli.error_format) {
                 Ok(s) => s,
                 Err(CliError::Policies { .. }) => return Ok(ExitCode::Failed),
@@ -89,9 +101,14 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
                 engine: bursar_engine::EngineConfig { dedupe_window, ..Default::default() },
                 error_format: cli.error_format,
             };
-            let stdout = std::io::stdout().lock();
-            let mut sink = bursar::sink::JsonLines::new(stdout);
-            let summary = bursar::eval::run(set, input, &mut sink, &opts)?;
+            let summary = match &audit {
+                Some(db) => bursar::audit::run_eval(set, input, &opts, db, durability)?,
+                None => {
+                    let stdout = std::io::stdout().lock();
+                    let mut sink = bursar::sink::JsonLines::new(stdout);
+                    bursar::eval::run(set, input, &mut sink, &opts)?
+                }
+            };
             if summary_json {
                 eprintln!("{}", serde_json::to_string(&summary).unwrap_or_default());
             } else {

@@ -1,0 +1,614 @@
+//! `bursar audit query|explain|verify|prune|stats` over an audit database, and the audit sink that
+//! `bursar eval --audit FILE` writes through.
+//!
+//! The sink ([`AuditSink`]) hands each applied event and its decisions to the `bursar-audit` writer
+//! thread; the thread commits them in groups and only after each commit writes that group's decisions
+//! to stdout. So every decision printed is already in the log (in durable mode: on disk), and a failed
+//! commit (disk full, unwritable file) stops `eval` with the reason instead of dropping rows.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bursar_audit::query::{Filter, Step, Story};
+use bursar_audit::{AuditError, AuditLog, Durability, Entry, StoredDecision, Writer, WriterConfig, WriterStats};
+use bursar_engine::PolicySet;
+use bursar_model::{Decision, Event, Timestamp};
+
+use crate::sink::DecisionSink;
+use crate::{CliError, ErrorFormat, ExitCode};
+
+/// How hard each audit commit tries to reach the disk (`--durability`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum DurabilityArg {
+    /// Commit with `synchronous=FULL`; decisions are printed only once on disk. The default.
+    #[default]
+    Durable,
+    /// `synchronous=NORMAL`: faster; the last few milliseconds of decisions may be lost on power loss.
+    Fast,
+}
+
+impl From<DurabilityArg> for Durability {
+    fn from(d: DurabilityArg) -> Durability {
+        match d {
+            DurabilityArg::Durable => Durability::Durable,
+            DurabilityArg::Fast => Durability::Fast,
+        }
+    }
+}
+
+fn audit_err(e: AuditError) -> CliError {
+    CliError::Message(e.to_string())
+}
+
+fn to_io(e: AuditError) -> std::io::Error {
+    match e {
+        AuditError::Output(io) => io,
+        other => std::io::Error::other(other.to_string()),
+    }
+}
+
+/// A [`DecisionSink`] that logs every event and decision, and prints decisions only once committed.
+#[derive(Debug)]
+pub struct AuditSink {
+    writer: Option<Writer>,
+    policy_set: Arc<str>,
+    stats: Option<WriterStats>,
+}
+
+impl AuditSink {
+    /// Opens `db`, records the policy set being loaded, and starts the writer thread, which prints
+    /// committed decisions as JSON lines to `out`.
+    pub fn open(
+        db: &Path,
+        durability: Durability,
+        set: &PolicySet,
+        mut out: Box<dyn Write + Send>,
+    ) -> Result<AuditSink, CliError> {
+        let mut log = AuditLog::open(db, durability).map_err(audit_err)?;
+        log.record_policy_set(set.digest(), set.files()).map_err(audit_err)?;
+        let mut buf = Vec::with_capacity(64 * 1024);
+        let writer = Writer::spawn(
+            log,
+            WriterConfig::default(),
+            Box::new(move |entries: &[Entry], _| {
+                for e in entries {
+                    for d in &e.decisions {
+                        d.write_line(&mut buf);
+                    }
+                }
+                if buf.is_empty() {
+                    return Ok(());
+                }
+                out.write_all(&buf)?;
+                buf.clear();
+                out.flush()
+            }),
+        )
+        .map_err(audit_err)?;
+        Ok(AuditSink { writer: Some(writer), policy_set: Arc::from(set.digest()), stats: None })
+    }
+
+    /// What the writer did (after [`DecisionSink::finish`]).
+    pub fn stats(&self) -> Option<&WriterStats> {
+        self.stats.as_ref()
+    }
+}
+
+impl DecisionSink for AuditSink {
+    fn accept(&mut self, raw: &str, event: &Event, decisions: &[Decision]) -> std::io::Result<()> {
+        let Some(w) = self.writer.as_mut() else {
+            return Err(std::io::Error::other("the audit writer has already stopped"));
+        };
+        w.send(Entry::new(raw, event, decisions.to_vec(), self.policy_set.clone())).map_err(to_io)
+    }
+
+    fn finish(&mut self) -> std::io::Result<()> {
+        if let Some(w) = self.writer.take() {
+            self.stats = Some(w.finish().map_err(to_io)?);
+        }
+        Ok(())
+    }
+}
+
+/// `bursar eval --audit DB`: like `eval`, with every event and decision committed to `db` before the
+/// decision is printed.
+pub fn run_eval(
+    set: Arc<PolicySet>,
+    input: impl std::io::Read,
+    opts: &crate::eval::EvalOptions,
+    db: &Path,
+    durability: DurabilityArg,
+) -> Result<crate::eval::Summary, CliError> {
+    let mut sink = AuditSink::open(db, durability.into(), &set, Box::new(std::io::stdout()))?;
+    let summary = crate::eval::run(set, input, &mut sink, opts).map_err(|e| match e {
+        CliError::Io { context, source } if source.kind() != std::io::ErrorKind::BrokenPipe => CliError::Message(
+            format!("{context}: {source}\n  stopped: no event after the last printed decision was logged"),
+        ),
+        other => other,
+    })?;
+    if let Some(s) = sink.stats() {
+        eprintln!(
+            "audit: {} events and {} decisions logged to `{}` in {} commits{}",
+            s.events,
+            s.decisions,
+            db.display(),
+            s.commits,
+            if s.duplicates > 0 { format!(" ({} events were already logged)", s.duplicates) } else { String::new() }
+        );
+    }
+    Ok(summary)
+}
+
+/// `bursar audit …`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AuditArgs {
+    /// The audit database.
+    #[arg(long, global = true, default_value = "audit.db")]
+    pub db: PathBuf,
+    #[command(subcommand)]
+    command: AuditCommand,
+}
+
+/// Output formats of `audit query`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum QueryFormat {
+    /// Columns sized to the terminal.
+    #[default]
+    Table,
+    /// One JSON object per line: the decision as emitted plus `seq`, `recorded_at`, `policy_set`.
+    Json,
+    /// RFC 4180 CSV with a header row.
+    Csv,
+}
+
+/// Output formats of the other audit commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum TextFormat {
+    /// For people.
+    #[default]
+    Text,
+    /// One JSON document.
+    Json,
+}
+
+#[derive(Debug, Clone, clap::Subcommand)]
+enum AuditCommand {
+    /// List decisions matching filters, oldest first.
+    ///
+    /// Example: bursar audit query --db audit.db --project nlp --decision deny --since 2026-11-01
+    Query {
+        /// Project.
+        #[arg(long)]
+        project: Option<String>,
+        /// User.
+        #[arg(long)]
+        user: Option<String>,
+        /// Job id.
+        #[arg(long)]
+        job: Option<String>,
+        /// Decision kind: allow, deny, require_approval, defer, reclaim, alert.
+        #[arg(long, value_parser = parse_kind)]
+        decision: Option<String>,
+        /// A policy id that produced the decision; `*` is a wildcard (`quota/*`).
+        #[arg(long)]
+        policy: Option<String>,
+        /// Event time at or after: RFC 3339 or a date (`2026-11-02`, midnight UTC).
+        #[arg(long, value_parser = parse_when)]
+        since: Option<Timestamp>,
+        /// Event time before: RFC 3339 or a date.
+        #[arg(long, value_parser = parse_when)]
+        until: Option<Timestamp>,
+        /// Only decisions of dry-run policies.
+        #[arg(long, conflicts_with = "enforced")]
+        dry_run: bool,
+        /// Only enforced decisions (no dry-run).
+        #[arg(long)]
+        enforced: bool,
+        /// At most this many decisions.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = QueryFormat::Table)]
+        format: QueryFormat,
+    },
+    /// Tell one job's story: its events and decisions in order, with reasons, policies and policy set.
+    ///
+    /// Example: bursar audit explain --db audit.db j42
+    Explain {
+        /// The job id.
+        job: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = TextFormat::Text)]
+        format: TextFormat,
+    },
+    /// Re-walk the hash chains; name the first row edited, removed or reordered and exit 1.
+    Verify {
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = TextFormat::Text)]
+        format: TextFormat,
+    },
+    /// Delete events and decisions older than a date, keeping the rest verifiable with a checkpoint.
+    Prune {
+        /// Remove rows whose event time is before this (RFC 3339 or a date).
+        #[arg(long, value_parser = parse_when)]
+        before: Timestamp,
+    },
+    /// Summarise decisions by kind, policy and project, and what dry-run policies would have changed.
+    Stats {
+        /// Period start (inclusive): RFC 3339 or a date.
+        #[arg(long, value_parser = parse_when)]
+        since: Option<Timestamp>,
+        /// Period end (exclusive).
+        #[arg(long, value_parser = parse_when)]
+        until: Option<Timestamp>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = TextFormat::Text)]
+        format: TextFormat,
+    },
+}
+
+fn parse_kind(s: &str) -> Result<String, String> {
+    match bursar_model::DecisionKind::parse(s) {
+        Some(k) => Ok(k.as_str().to_owned()),
+        None => Err(format!("`{s}` is not a decision kind (allow, deny, require_approval, defer, reclaim, alert)")),
+    }
+}
+
+/// Parses RFC 3339 or a bare date (midnight UTC).
+pub fn parse_when(s: &str) -> Result<Timestamp, String> {
+    if s.len() == 10 {
+        return Timestamp::parse(&format!("{s}T00:00:00Z"))
+            .map_err(|_| format!("`{s}` is not a date (expected e.g. `2026-11-02` or `2026-11-02T09:00:00Z`)"));
+    }
+    Timestamp::parse(s).map_err(|e| e.to_string())
+}
+
+/// Runs an `audit` subcommand.
+pub fn run(args: &AuditArgs, _format: ErrorFormat) -> Result<ExitCode, CliError> {
+    let mut out = std::io::stdout().lock();
+    let io = |e: std::io::Error| CliError::io("cannot write the answer", e);
+    match &args.command {
+        AuditCommand::Query {
+            project,
+            user,
+            job,
+            decision,
+            policy,
+            since,
+            until,
+            dry_run,
+            enforced,
+            limit,
+            format,
+        } => {
+            let log = AuditLog::open_read(&args.db).map_err(audit_err)?;
+            let filter = Filter {
+                project: project.clone(),
+                user: user.clone(),
+                job: job.clone(),
+                decision: decision.clone(),
+                policy: policy.clone(),
+                since: since.map(Timestamp::millis),
+                until: until.map(Timestamp::millis),
+                dry_run: if *dry_run {
+                    Some(true)
+                } else if *enforced {
+                    Some(false)
+                } else {
+                    None
+                },
+                limit: *limit,
+            };
+            query(&log, &filter, *format, &mut out)?;
+            out.flush().map_err(io)?;
+            Ok(ExitCode::Ok)
+        }
+        AuditCommand::Explain { job, format } => {
+            let log = AuditLog::open_read(&args.db).map_err(audit_err)?;
+            let story = bursar_audit::query::explain(&log, job).map_err(audit_err)?;
+            if story.steps.is_empty() {
+                eprintln!("bursar: job `{job}` is not in `{}`", args.db.display());
+                return Ok(ExitCode::Failed);
+            }
+            match format {
+                TextFormat::Json => {
+                    let s = serde_json::to_string(&story).map_err(|e| CliError::Message(e.to_string()))?;
+                    writeln!(out, "{s}").map_err(io)?;
+                }
+                TextFormat::Text => write_story(&story, &mut out).map_err(io)?,
+            }
+            out.flush().map_err(io)?;
+            Ok(ExitCode::Ok)
+        }
+        AuditCommand::Verify { format } => {
+            let log = AuditLog::open_read(&args.db).map_err(audit_err)?;
+            let rep = bursar_audit::verify::verify(&log).map_err(audit_err)?;
+            match format {
+                TextFormat::Json => {
+                    let s = serde_json::to_string(&rep).map_err(|e| CliError::Message(e.to_string()))?;
+                    writeln!(out, "{s}").map_err(io)?;
+                }
+                TextFormat::Text => {
+                    for c in &rep.chains {
+                        let from = if c.from_seq > 0 {
+                            format!(" (after prune checkpoint {})", c.from_seq)
+                        } else {
+                            String::new()
+                        };
+                        writeln!(
+                            out,
+                            "{:<13} {:>10} rows, through {}{from}, head {}",
+                            c.chain,
+                            c.rows,
+                            c.last_seq,
+                            &c.head[..16]
+                        )
+                        .map_err(io)?;
+                    }
+                    if rep.is_ok() {
+                        writeln!(out, "ok: `{}` verifies", args.db.display()).map_err(io)?;
+                    }
+                }
+            }
+            out.flush().map_err(io)?;
+            if rep.is_ok() {
+                return Ok(ExitCode::Ok);
+            }
+            for p in &rep.problems {
+                eprintln!("bursar: `{}` does not verify: {}", args.db.display(), p.message);
+            }
+            Ok(ExitCode::Failed)
+        }
+        AuditCommand::Prune { before } => {
+            let mut log = AuditLog::open(&args.db, Durability::Durable).map_err(audit_err)?;
+            let rep = bursar_audit::verify::prune(&mut log, before.millis()).map_err(audit_err)?;
+            writeln!(
+                out,
+                "pruned {} events (through seq {}) and {} decisions (through seq {}) before {before}; checkpoints recorded",
+                rep.events, rep.events_through, rep.decisions, rep.decisions_through
+            )
+            .map_err(io)?;
+            Ok(ExitCode::Ok)
+        }
+        AuditCommand::Stats { since, until, format } => {
+            let log = AuditLog::open_read(&args.db).map_err(audit_err)?;
+            let st = bursar_audit::query::stats(&log, since.map(Timestamp::millis), until.map(Timestamp::millis))
+                .map_err(audit_err)?;
+            match format {
+                TextFormat::Json => {
+                    let s = serde_json::to_string(&st).map_err(|e| CliError::Message(e.to_string()))?;
+                    writeln!(out, "{s}").map_err(io)?;
+                }
+                TextFormat::Text => write_stats(&st, &mut out).map_err(io)?,
+            }
+            out.flush().map_err(io)?;
+            Ok(ExitCode::Ok)
+        }
+    }
+}
+
+fn ts(ms: i64) -> String {
+    Timestamp(ms).to_string()
+}
+
+/// Writes the answer of a query in `format`.
+pub fn query(log: &AuditLog, filter: &Filter, format: QueryFormat, out: &mut dyn Write) -> Result<u64, CliError> {
+    let width = std::env::var("COLUMNS").ok().and_then(|c| c.parse::<usize>().ok()).unwrap_or(120).max(97);
+    if format == QueryFormat::Csv {
+        writeln!(out, "seq,time,decision,dry_run,job,project,user,policies,reason,until,gpus,gpu_hours,policy_set,decision_id,event_id")
+            .map_err(|e| CliError::io("cannot write the answer", e))?;
+    }
+    if format == QueryFormat::Table {
+        let head = format!(
+            "{:>7}  {:<20}  {:<16}  {:<12}  {:<10}  {:<10}  POLICIES / REASON",
+            "SEQ", "TIME", "DECISION", "JOB", "PROJECT", "USER"
+        );
+        writeln!(out, "{}", clip(&head, width)).map_err(|e| CliError::io("cannot write the answer", e))?;
+    }
+    let n = bursar_audit::query::query_each(log, filter, |d| match format {
+        QueryFormat::Json => write_json(&d, out),
+        QueryFormat::Csv => write_csv(&d, out),
+        QueryFormat::Table => write_row(&d, width, out),
+    })
+    .map_err(|e| match e {
+        AuditError::Output(io) => CliError::io("cannot write the answer", io),
+        other => audit_err(other),
+    })?;
+    if format == QueryFormat::Table {
+        writeln!(out, "({n} decision{})", if n == 1 { "" } else { "s" })
+            .map_err(|e| CliError::io("cannot write the answer", e))?;
+    }
+    Ok(n)
+}
+
+fn write_json(d: &StoredDecision, out: &mut dyn Write) -> std::io::Result<()> {
+    // The stored wire JSON, with the log's own fields put first; key order is kept.
+    let rest = d.json.strip_prefix('{').unwrap_or(&d.json);
+    let set = serde_json::to_string(&d.policy_set).unwrap_or_default();
+    writeln!(out, "{{\"seq\":{},\"recorded_at\":\"{}\",\"policy_set\":{set},{rest}", d.seq, ts(d.recorded_at))
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_owned() }
+}
+
+fn write_csv(d: &StoredDecision, out: &mut dyn Write) -> std::io::Result<()> {
+    let o = |v: &Option<String>| csv_field(v.as_deref().unwrap_or(""));
+    writeln!(
+        out,
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+        d.seq,
+        ts(d.time),
+        d.decision,
+        d.dry_run,
+        o(&d.job),
+        o(&d.project),
+        o(&d.user),
+        csv_field(&d.policies.join(";")),
+        csv_field(&d.reason),
+        d.until.map(ts).unwrap_or_default(),
+        d.gpus.map(|g| g.to_string()).unwrap_or_default(),
+        d.gpu_hours.map(|g| g.to_string()).unwrap_or_default(),
+        csv_field(&d.policy_set),
+        csv_field(&d.decision_id),
+        csv_field(&d.event_id),
+    )
+}
+
+fn clip(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        return s.to_owned();
+    }
+    let mut t: String = s.chars().take(n.saturating_sub(1)).collect();
+    t.push('…');
+    t
+}
+
+fn write_row(d: &StoredDecision, width: usize, out: &mut dyn Write) -> std::io::Result<()> {
+    let kind = if d.dry_run { format!("{} (dry)", d.decision) } else { d.decision.clone() };
+    let o = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let tail = format!("[{}] {}", d.policies.join(","), d.reason);
+    let used = 7 + 2 + 20 + 2 + 16 + 2 + 12 + 2 + 10 + 2 + 10 + 2;
+    writeln!(
+        out,
+        "{:>7}  {:<20}  {:<16}  {:<12}  {:<10}  {:<10}  {}",
+        d.seq,
+        ts(d.time),
+        clip(&kind, 16),
+        clip(&o(&d.job), 12),
+        clip(&o(&d.project), 10),
+        clip(&o(&d.user), 10),
+        clip(&tail, width.saturating_sub(used).max(20))
+    )
+}
+
+fn short(digest: &str) -> &str {
+    &digest[..12.min(digest.len())]
+}
+
+fn write_story(s: &Story, out: &mut dyn Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "job {} (project {}, user {})",
+        s.job,
+        s.project.as_deref().unwrap_or("?"),
+        s.user.as_deref().unwrap_or("?")
+    )?;
+    let mut last_set: Option<&str> = None;
+    for step in &s.steps {
+        match step {
+            Step::Event(e) => {
+                writeln!(out, "{}  event {} {}", ts(e.time), e.event_id, e.kind)?;
+                writeln!(out, "    {}", clip(&e.raw, 200))?;
+            }
+            Step::Decision(d) => {
+                if last_set != Some(d.policy_set.as_str()) {
+                    writeln!(out, "    (policy set {} in force)", short(&d.policy_set))?;
+                    last_set = Some(d.policy_set.as_str());
+                }
+                let until = d.until.map(|u| format!(" until {}", ts(u))).unwrap_or_default();
+                let dry = if d.dry_run { " (dry-run: not enforced)" } else { "" };
+                let cause = match d.event_seq {
+                    Some(_) if d.event_id.is_empty() => String::new(),
+                    Some(_) => format!(" on event {}", d.event_id),
+                    None => format!(" on timer tick {}", d.event_id),
+                };
+                writeln!(out, "{}  decision #{} {}{until}{dry}{cause}", ts(d.time), d.seq, d.decision.to_uppercase())?;
+                if !d.policies.is_empty() {
+                    writeln!(out, "    policies: {}", d.policies.join(", "))?;
+                }
+                writeln!(out, "    reason: {}", d.reason)?;
+            }
+        }
+    }
+    for set in &s.policy_sets {
+        match set.first_loaded_at {
+            Some(at) => {
+                writeln!(
+                    out,
+                    "policy set {} first loaded {} from {} file(s):",
+                    short(&set.digest),
+                    ts(at),
+                    set.files.len()
+                )?;
+                for f in &set.files {
+                    writeln!(out, "    {} {}", short(&f.digest), f.path)?;
+                }
+            }
+            None => writeln!(out, "policy set {} (not recorded in this log)", short(&set.digest))?,
+        }
+    }
+    for l in s.loads.iter().filter(|l| !l.ok) {
+        writeln!(
+            out,
+            "note: a policy reload failed at {} (the set in force stayed): {}",
+            ts(l.at),
+            l.error.as_deref().unwrap_or("?")
+        )?;
+    }
+    Ok(())
+}
+
+fn write_stats(st: &bursar_audit::query::Stats, out: &mut dyn Write) -> std::io::Result<()> {
+    let period = match (st.since, st.until) {
+        (None, None) => "all time".to_owned(),
+        (s, u) => {
+            format!("{} to {}", s.map(ts).unwrap_or_else(|| "start".into()), u.map(ts).unwrap_or_else(|| "now".into()))
+        }
+    };
+    writeln!(out, "{period}: {} events, {} decisions enforced, {} dry-run", st.events, st.decisions, st.dry_run)?;
+    writeln!(out, "\nby decision:")?;
+    for c in &st.by_kind {
+        writeln!(out, "  {:<18} {:>10}  {:>12.1} GPU-h", c.key, c.count, c.gpu_hours)?;
+    }
+    writeln!(out, "\nby policy:")?;
+    for c in &st.by_policy {
+        writeln!(out, "  {:<40} {:<18} {:>10}  {:>12.1} GPU-h", c.key, c.decision, c.count, c.gpu_hours)?;
+    }
+    writeln!(out, "\nby project:")?;
+    for c in &st.by_project {
+        writeln!(out, "  {:<20} {:<18} {:>10}  {:>12.1} GPU-h", c.key, c.decision, c.count, c.gpu_hours)?;
+    }
+    let differ: u64 = st.dry_run_diffs.iter().filter(|d| d.differs).map(|d| d.count).sum();
+    writeln!(out, "\ndry-run policies ({differ} decision(s) would have differed from what was enforced):")?;
+    if st.dry_run_diffs.is_empty() {
+        writeln!(out, "  none")?;
+    }
+    for d in &st.dry_run_diffs {
+        writeln!(
+            out,
+            "  {:<40} would {:<16} where enforced {:<16} {:>8} times  {:>10.1} GPU-h{}",
+            d.policy,
+            d.would,
+            d.enforced,
+            d.count,
+            d.gpu_hours,
+            if d.differs { "" } else { "  (same)" }
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_and_times_parse() {
+        assert_eq!(parse_when("2026-11-02").unwrap(), Timestamp::parse("2026-11-02T00:00:00Z").unwrap());
+        assert!(parse_when("2026-13-02").is_err());
+        assert!(parse_when("yesterday").is_err());
+        assert_eq!(parse_kind("require_approval").unwrap(), "require_approval");
+        assert!(parse_kind("maybe").is_err());
+    }
+
+    #[test]
+    fn csv_quotes_only_when_needed() {
+        assert_eq!(csv_field("plain"), "plain");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(clip("abcdef", 4), "abc…");
+        assert_eq!(clip("abc", 4), "abc");
+    }
+}
