@@ -1,0 +1,12 @@
+//! Fuzz the `sacct` importer: any bytes must parse to jobs or a typed error, and whatever parses must
+//! emit as v1 events without panicking.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(jobs) = bursar_traces::sacct::parse_bytes(data) {
+        let mut report = bursar_traces::Report::new("sacct");
+        let _ = bursar_traces::emit(&jobs, &bursar_traces::EmitOptions::default(), &mut std::io::sink(), &mut report);
+    }
+});
