@@ -93,8 +93,15 @@ pub struct Engine {
     dedupe: Dedupe,
     stats: Stats,
     config: EngineConfig,
-    scratch: Vec<(usize, Output)>,
+    scratch: Scratch,
     coverage: Option<Coverage>,
+}
+
+/// Reused per-policy output buffers, so evaluating an event allocates no vectors once warm.
+#[derive(Debug, Default)]
+struct Scratch {
+    slots: Vec<(usize, Output)>,
+    used: usize,
 }
 
 /// Which policy branches produced a verdict: `(policy id, branch index)`.
@@ -162,8 +169,12 @@ impl Emitter<'_> {
         if d.dry_run {
             self.stats.dry_run_decisions += 1;
         }
+        let mut decision_id = String::with_capacity(self.cause.len() + 3);
+        decision_id.push_str(self.cause);
+        decision_id.push('/');
+        bursar_model::push_int(&mut decision_id, self.n as i64);
         self.out.push(Decision {
-            decision_id: format!("{}/{}", self.cause, self.n),
+            decision_id,
             event_id: self.cause.to_owned(),
             time: d.time,
             job_id: d.job_id,
@@ -216,7 +227,7 @@ impl Engine {
             dedupe: Dedupe::new(config.dedupe_window, config.dedupe_capacity),
             stats: Stats::default(),
             config,
-            scratch: Vec::new(),
+            scratch: Scratch::default(),
             coverage: None,
         }
     }
@@ -233,7 +244,7 @@ impl Engine {
             dedupe,
             stats,
             config,
-            scratch: Vec::new(),
+            scratch: Scratch::default(),
             coverage: None,
         }
     }
@@ -394,23 +405,28 @@ impl Engine {
     /// Runs the policies that want `event` and whose selector matches, collecting (index, output).
     fn ask<'s>(
         policies: &PolicySet,
-        scratch: &'s mut Vec<(usize, Output)>,
+        scratch: &'s mut Scratch,
         cx: &Context<'_>,
         matches: impl Fn(&dyn Policy) -> bool,
     ) -> &'s [(usize, Output)] {
-        scratch.clear();
+        scratch.used = 0;
         for &i in policies.for_type(EventMask::index(&cx.event.kind)) {
             let Some(p) = policies.policies().get(i) else { continue };
             if !matches(p.as_ref()) {
                 continue;
             }
-            let mut out = Output::default();
-            p.evaluate(cx, &mut out);
-            if !out.verdicts.is_empty() || !out.effects.is_empty() {
-                scratch.push((i, out));
+            if scratch.used == scratch.slots.len() {
+                scratch.slots.push((i, Output::default()));
+            }
+            let slot = &mut scratch.slots[scratch.used];
+            slot.0 = i;
+            slot.1.clear();
+            p.evaluate(cx, &mut slot.1);
+            if !slot.1.verdicts.is_empty() || !slot.1.effects.is_empty() {
+                scratch.used += 1;
             }
         }
-        scratch
+        &scratch.slots[..scratch.used]
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -418,7 +434,7 @@ impl Engine {
         state: &mut State,
         timers: &mut TimerQueue,
         policies: &PolicySet,
-        scratch: &mut Vec<(usize, Output)>,
+        scratch: &mut Scratch,
         event: &Event,
         raw: Option<&str>,
         spec: &JobSpec,
@@ -582,7 +598,7 @@ impl Engine {
         state: &mut State,
         timers: &mut TimerQueue,
         policies: &PolicySet,
-        scratch: &mut Vec<(usize, Output)>,
+        scratch: &mut Scratch,
         config: EngineConfig,
         event: &Event,
         raw: Option<&str>,

@@ -294,6 +294,8 @@ pub struct JobRecord {
     pub gpu_type: Option<Sym>,
     /// Tags as `(key, value)`.
     pub tags: Box<[(Sym, Sym)]>,
+    /// The tag ledgers the job counts in (`key=value`), computed once at submission.
+    pub tag_ledgers: Box<[Sym]>,
     /// GPUs.
     pub gpus: u32,
     /// Nodes.
@@ -474,6 +476,9 @@ pub struct State {
     pub trials: FxHashMap<u64, TrialHistory>,
     #[serde(skip)]
     pub(crate) names: Interner,
+    /// Scratch space for building keys without allocating.
+    #[serde(skip)]
+    buf: String,
 }
 
 impl State {
@@ -517,12 +522,31 @@ impl State {
         for job in self.jobs.values_mut() {
             job.project = names.intern(&job.project);
             job.user = names.intern(&job.user);
+            for s in job.tag_ledgers.iter_mut() {
+                *s = names.intern(s);
+            }
         }
         self.names = names;
     }
 
     pub(crate) fn record_from_spec(&mut self, spec: &JobSpec, now: Timestamp) -> JobRecord {
         let tags: Box<[(Sym, Sym)]> = spec.tags.iter().map(|(k, v)| (self.intern(k), self.intern(v))).collect();
+        let mut buf = std::mem::take(&mut self.buf);
+        let tag_ledgers: Box<[Sym]> = spec
+            .tags
+            .iter()
+            .map(|(k, v)| {
+                buf.clear();
+                buf.push_str(k);
+                buf.push('=');
+                buf.push_str(v);
+                self.names.intern(&buf)
+            })
+            .collect();
+        buf.clear();
+        spec.write_config_key(&mut buf);
+        let config = config_hash(&buf);
+        self.buf = buf;
         JobRecord {
             project: self.intern(&spec.project),
             user: self.intern(&spec.user),
@@ -530,6 +554,7 @@ impl State {
             stage: spec.stage.as_deref().map(|s| self.intern(s)),
             gpu_type: spec.gpu_type.as_deref().map(|g| self.intern(g)),
             tags,
+            tag_ledgers,
             gpus: spec.gpus,
             nodes: spec.nodes,
             requested_hours: spec.requested_hours,
@@ -544,26 +569,20 @@ impl State {
             defer_until: None,
             pending: None,
             util: Utilisation::default(),
-            config: config_hash(&spec.config_key()),
+            config,
             deferrable: spec.deferrable,
             marks: Vec::new(),
         }
     }
 
-    fn ledger_keys(&mut self, job: &JobRecord) -> Vec<LedgerKey> {
-        let mut keys = Vec::with_capacity(2 + job.tags.len());
-        keys.push(LedgerKey { kind: ScopeKind::Project, name: job.project.clone() });
-        keys.push(LedgerKey { kind: ScopeKind::User, name: job.user.clone() });
-        for (k, v) in job.tags.iter() {
-            let name = self.intern(&format!("{k}={v}"));
-            keys.push(LedgerKey { kind: ScopeKind::Tag, name });
-        }
-        keys
-    }
-
     fn for_each_ledger(&mut self, job: &JobRecord, mut f: impl FnMut(&mut Ledger)) {
-        for key in self.ledger_keys(job) {
-            f(self.ledgers.of_mut(key.kind).entry(key.name).or_default());
+        fn get<'a>(map: &'a mut FxHashMap<Sym, Ledger>, name: &Sym) -> &'a mut Ledger {
+            map.entry(name.clone()).or_default()
+        }
+        f(get(&mut self.ledgers.project, &job.project));
+        f(get(&mut self.ledgers.user, &job.user));
+        for t in job.tag_ledgers.iter() {
+            f(get(&mut self.ledgers.tag, t));
         }
     }
 

@@ -16,19 +16,54 @@ use crate::expr::{Env, Expr, Template};
 
 /// Formats GPU-hours for people: `10,250`, `12.5`.
 pub fn fmt_num(v: f64) -> String {
-    let rounded = (v * 10.0).round() / 10.0;
-    let int = rounded.trunc() as i64;
-    let frac = (rounded.fract().abs() * 10.0).round() as i64;
-    let digits = int.abs().to_string();
     let mut s = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            s.push(',');
-        }
-        s.push(c);
+    push_num(&mut s, v);
+    s
+}
+
+/// Appends `v` rounded to one decimal with thousands separators (`10,250`, `12.5`) to `out`, without
+/// formatting machinery: reasons are built on the admission path.
+pub fn push_num(out: &mut String, v: f64) {
+    let tenths = (v * 10.0).round();
+    if !tenths.is_finite() || tenths.abs() >= 9e17 {
+        out.push_str(if v.is_nan() {
+            "NaN"
+        } else if v > 0.0 {
+            "inf"
+        } else {
+            "-inf"
+        });
+        return;
     }
-    let sign = if rounded < 0.0 { "-" } else { "" };
-    if frac == 0 { format!("{sign}{s}") } else { format!("{sign}{s}.{frac}") }
+    let tenths = tenths as i64;
+    let (mut int, frac) = (tenths.unsigned_abs() / 10, tenths.unsigned_abs() % 10);
+    // Written right to left into a stack buffer, then pushed once.
+    let mut b = [0u8; 32];
+    let mut i = b.len();
+    if frac != 0 {
+        i -= 2;
+        b[i] = b'.';
+        b[i + 1] = b'0' + frac as u8;
+    }
+    let mut digits = 0;
+    loop {
+        if digits > 0 && digits % 3 == 0 {
+            i -= 1;
+            b[i] = b',';
+        }
+        i -= 1;
+        b[i] = b'0' + (int % 10) as u8;
+        int /= 10;
+        digits += 1;
+        if int == 0 {
+            break;
+        }
+    }
+    if tenths < 0 {
+        i -= 1;
+        b[i] = b'-';
+    }
+    out.push_str(std::str::from_utf8(&b[i..]).unwrap_or("?"));
 }
 
 /// What a quota counts against.
@@ -368,12 +403,54 @@ impl Policy for TomlPolicy {
 
 impl Quota {
     fn admit(&self, job: &JobSpec, cx: &Context<'_>, out: &mut Output) {
-        let Some((kind, key, label)) = self.scope.resolve(job) else { return };
-        let ledger = cx.state.ledger(kind, &key);
-        let mut objections: Vec<String> = Vec::new();
+        let (kind, tag_key): (ScopeKind, Option<String>) = match &self.scope {
+            Scope::Project => (ScopeKind::Project, None),
+            Scope::User => (ScopeKind::User, None),
+            Scope::Tag(k) => match job.tag(k) {
+                Some(v) => {
+                    let mut t = String::with_capacity(k.len() + v.len() + 1);
+                    t.push_str(k);
+                    t.push('=');
+                    t.push_str(v);
+                    (ScopeKind::Tag, Some(t))
+                }
+                None => return,
+            },
+        };
+        let key: &str = match (&self.scope, &tag_key) {
+            (Scope::Project, _) => &job.project,
+            (Scope::User, _) => &job.user,
+            (_, Some(t)) => t,
+            (Scope::Tag(_), None) => return,
+        };
+        // "project nlp", "user alice", "team search".
+        let label = |s: &mut String| match &self.scope {
+            Scope::Project => {
+                s.push_str("project ");
+                s.push_str(&job.project);
+            }
+            Scope::User => {
+                s.push_str("user ");
+                s.push_str(&job.user);
+            }
+            Scope::Tag(k) => {
+                s.push_str(k);
+                s.push(' ');
+                s.push_str(job.tag(k).unwrap_or(""));
+            }
+        };
+        let ledger = cx.state.ledger(kind, key);
+        let mut objections = String::new();
         let mut note = String::new();
         let mut branch = 3;
-        let limit = self.overrides.iter().find(|(k, _)| **k == *key).map(|(_, v)| *v).or(self.gpu_hours);
+        let mut object = |s: &mut String| {
+            if s.is_empty() {
+                s.reserve(128);
+            } else {
+                s.push_str("; ");
+            }
+        };
+        let limit = self.overrides.iter().find(|(k, _)| k == key).map(|(_, v)| *v).or(self.gpu_hours);
         if let Some(limit) = limit {
             let day = cx.now.day();
             let usage = ledger.map(|l| l.usage(self.period, day)).unwrap_or_default();
@@ -382,26 +459,37 @@ impl Quota {
                 Settle::Billing => usage.by_billing(),
             };
             let after = current + job.requested_gpu_hours();
-            let period = self.period.label(day);
-            if after > limit + 1e-9 {
+            let s = if after > limit + 1e-9 {
                 branch = 0;
-                objections.push(format!(
-                    "{label} would reach {} of its {} GPU-hours for {period}",
-                    fmt_num(after),
-                    fmt_num(limit)
-                ));
+                object(&mut objections);
+                label(&mut objections);
+                objections.push_str(" would reach ");
+                &mut objections
             } else {
-                note = format!("{label} at {} of {} GPU-hours for {period}", fmt_num(after), fmt_num(limit));
-            }
+                note.reserve(96);
+                label(&mut note);
+                note.push_str(" at ");
+                &mut note
+            };
+            push_num(s, after);
+            s.push_str(if branch == 0 { " of its " } else { " of " });
+            push_num(s, limit);
+            s.push_str(" GPU-hours for ");
+            self.period.write_label(day, s);
         }
         if let Some(max) = self.max_gpus {
             let held = ledger.map_or(0, |l| l.held_gpus);
             if held + job.gpus > max {
                 branch = branch.min(1);
-                objections.push(format!(
-                    "{label} would hold {} GPUs at once, over its cap of {max} ({held} held now)",
-                    held + job.gpus
-                ));
+                object(&mut objections);
+                label(&mut objections);
+                objections.push_str(" would hold ");
+                bursar_model::push_int(&mut objections, i64::from(held + job.gpus));
+                objections.push_str(" GPUs at once, over its cap of ");
+                bursar_model::push_int(&mut objections, i64::from(max));
+                objections.push_str(" (");
+                bursar_model::push_int(&mut objections, i64::from(held));
+                objections.push_str(" held now)");
             }
         }
         if let Some(q) = &job.queue
@@ -410,14 +498,20 @@ impl Quota {
             let held = ledger.map_or(0, |l| l.queue_gpus(q));
             if held + job.gpus > *cap {
                 branch = branch.min(2);
-                objections
-                    .push(format!("{label} would hold {} GPUs in queue {q}, over its cap of {cap}", held + job.gpus));
+                object(&mut objections);
+                label(&mut objections);
+                objections.push_str(" would hold ");
+                bursar_model::push_int(&mut objections, i64::from(held + job.gpus));
+                objections.push_str(" GPUs in queue ");
+                objections.push_str(q);
+                objections.push_str(", over its cap of ");
+                bursar_model::push_int(&mut objections, i64::from(*cap));
             }
         }
         if objections.is_empty() {
             allow(out, note, 3);
         } else {
-            self.on_exhaust.emit(out, objections.join("; "), branch);
+            self.on_exhaust.emit(out, objections, branch);
         }
     }
 }
@@ -827,12 +921,25 @@ impl Placement {
                 branch = 2;
             }
         }
-        let note = match (&hints.queue, hints.priority) {
-            (Some(q), Some(p)) => format!("{} h job goes to queue {q} at priority {p}", fmt_num(job.requested_hours)),
-            (Some(q), None) => format!("{} h job goes to queue {q}", fmt_num(job.requested_hours)),
-            (None, Some(p)) => format!("{} h job runs at priority {p}", fmt_num(job.requested_hours)),
-            (None, None) => String::new(),
-        };
+        let mut note = String::new();
+        if hints.queue.is_some() || hints.priority.is_some() {
+            note.reserve(48);
+            push_num(&mut note, job.requested_hours);
+            note.push_str(" h job ");
+            if let Some(q) = &hints.queue {
+                note.push_str("goes to queue ");
+                note.push_str(q);
+                if hints.priority.is_some() {
+                    note.push_str(" at");
+                }
+            } else {
+                note.push_str("runs at");
+            }
+            if let Some(p) = hints.priority {
+                note.push_str(" priority ");
+                bursar_model::push_int(&mut note, p);
+            }
+        }
         out.verdict(Verdict::new(VerdictKind::Allow(hints), note).on_branch(branch));
     }
 }
@@ -912,6 +1019,9 @@ mod tests {
         assert_eq!(fmt_num(999.0), "999");
         assert_eq!(fmt_num(1_000_000.04), "1,000,000");
         assert_eq!(fmt_num(-1500.0), "-1,500");
+        assert_eq!(fmt_num(1_002_003.0), "1,002,003");
+        assert_eq!(fmt_num(0.04), "0");
+        assert_eq!(fmt_num(2240.56), "2,240.6");
     }
 
     #[test]

@@ -221,19 +221,46 @@ impl JobSpec {
         f64::from(self.gpus) * self.requested_hours
     }
 
-    /// The configuration key used by trial-before-scale.
+    /// The configuration key used by trial-before-scale: `config` when the job names one, else
+    /// `image|dataset|script_hash|model_params_b`.
     pub fn config_key(&self) -> String {
+        let mut s = String::new();
+        self.write_config_key(&mut s);
+        s
+    }
+
+    /// Appends [`JobSpec::config_key`] to `out` (no allocation when `out` has room).
+    pub fn write_config_key(&self, out: &mut String) {
         if let Some(c) = &self.config {
-            return c.clone();
+            out.push_str(c);
+            return;
         }
-        let o = |s: &Option<String>| s.clone().unwrap_or_default();
-        format!(
-            "{}|{}|{}|{}",
-            o(&self.image),
-            o(&self.dataset),
-            o(&self.script_hash),
-            self.model_params_b.map(|p| p.to_string()).unwrap_or_default()
-        )
+        for (i, part) in [&self.image, &self.dataset, &self.script_hash].into_iter().enumerate() {
+            if i > 0 {
+                out.push('|');
+            }
+            out.push_str(part.as_deref().unwrap_or(""));
+        }
+        out.push('|');
+        if let Some(p) = self.model_params_b {
+            // Up to three decimals, written with integer arithmetic: 7 → "7", 1.5 → "1.5".
+            let milli = (p * 1000.0).round();
+            if milli.is_finite() && milli.abs() < 9e15 {
+                let milli = milli as i64;
+                crate::time::push_int(out, milli / 1000);
+                let mut frac = (milli % 1000).abs();
+                if frac != 0 {
+                    out.push('.');
+                    let mut digits = [b'0'; 3];
+                    for d in digits.iter_mut().rev() {
+                        *d = b'0' + (frac % 10) as u8;
+                        frac /= 10;
+                    }
+                    let text = std::str::from_utf8(&digits).unwrap_or("");
+                    out.push_str(text.trim_end_matches('0'));
+                }
+            }
+        }
     }
 }
 
@@ -713,6 +740,16 @@ mod tests {
         assert_eq!(j.tag("team"), Some("search"));
         assert_eq!(j.ready.data, Some(true));
         assert_eq!(j.requested_gpu_hours(), 32.0);
+    }
+
+    #[test]
+    fn config_keys() {
+        let mut j = JobSpec { image: Some("img".into()), model_params_b: Some(7.0), ..JobSpec::default() };
+        assert_eq!(j.config_key(), "img|||7");
+        j.model_params_b = Some(1.25);
+        assert_eq!(j.config_key(), "img|||1.25");
+        j.config = Some("named".into());
+        assert_eq!(j.config_key(), "named");
     }
 
     #[test]

@@ -19,4 +19,4 @@ pub use event::{
     Asset, BillingCharge, BillingMode, DecodeError, EVENT_TYPES, Event, EventKind, FinishStatus, JobSpec, RawJson,
     Ready, decode_event,
 };
-pub use time::{Duration, Period, TimeError, Timestamp};
+pub use time::{Duration, Period, TimeError, Timestamp, push_int};

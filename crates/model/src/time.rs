@@ -299,10 +299,30 @@ impl Period {
 
     /// The name people use for the period containing `day`: `2026-11-02`, `2026-W45`, `2026-11`.
     pub fn label(self, day: i64) -> String {
-        match self {
+        let mut s = String::with_capacity(10);
+        self.write_label(day, &mut s);
+        s
+    }
+
+    /// Appends [`Period::label`] to `out` without formatting machinery (it is on the admission path).
+    pub fn write_label(self, day: i64, out: &mut String) {
+        let mut b = [b'0'; 10];
+        let put = |b: &mut [u8; 10], at: usize, width: usize, v: i64| {
+            let mut v = v.unsigned_abs();
+            for i in (at..at + width).rev() {
+                b[i] = b'0' + (v % 10) as u8;
+                v /= 10;
+            }
+        };
+        let len = match self {
             Period::Day => {
                 let (y, m, d) = civil_from_days(day);
-                format!("{y:04}-{m:02}-{d:02}")
+                put(&mut b, 0, 4, y);
+                b[4] = b'-';
+                put(&mut b, 5, 2, i64::from(m));
+                b[7] = b'-';
+                put(&mut b, 8, 2, i64::from(d));
+                10
             }
             Period::Week => {
                 let (start, _) = self.bounds(day);
@@ -310,13 +330,21 @@ impl Period {
                 let (y, _, _) = civil_from_days(start + 3);
                 let jan4 = days_from_civil(y, 1, 4);
                 let (week1, _) = Period::Week.bounds(jan4);
-                format!("{y:04}-W{:02}", (start - week1) / 7 + 1)
+                put(&mut b, 0, 4, y);
+                b[4] = b'-';
+                b[5] = b'W';
+                put(&mut b, 6, 2, (start - week1) / 7 + 1);
+                8
             }
             Period::Month => {
                 let (y, m, _) = civil_from_days(day);
-                format!("{y:04}-{m:02}")
+                put(&mut b, 0, 4, y);
+                b[4] = b'-';
+                put(&mut b, 5, 2, i64::from(m));
+                7
             }
-        }
+        };
+        out.push_str(std::str::from_utf8(&b[..len]).unwrap_or("????"));
     }
 
     /// The keyword used in policy files.
@@ -327,6 +355,25 @@ impl Period {
             Period::Month => "month",
         }
     }
+}
+
+/// Appends the decimal form of `v` to `out`, without formatting machinery.
+pub fn push_int(out: &mut String, v: i64) {
+    if v < 0 {
+        out.push('-');
+    }
+    let mut n = v.unsigned_abs();
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or(""));
 }
 
 #[cfg(test)]
@@ -367,6 +414,10 @@ mod tests {
         // 2027-01-01 is a Friday in ISO week 2026-W53.
         let ny = days_from_civil(2027, 1, 1);
         assert_eq!(Period::Week.label(ny), "2026-W53");
+        let mut s = String::new();
+        push_int(&mut s, -1205);
+        push_int(&mut s, 0);
+        assert_eq!(s, "-12050");
     }
 
     proptest! {
