@@ -106,7 +106,9 @@ fn events(steps: &[Step]) -> Vec<Event> {
                 }))
             }
             Step::Start(n) => EventKind::JobStarted { job_id: job(n) },
-            Step::Sample(n, u) => EventKind::JobSample { job_id: job(n), gpu_util: f64::from(*u) / 100.0, mem_util: None },
+            Step::Sample(n, u) => {
+                EventKind::JobSample { job_id: job(n), gpu_util: f64::from(*u) / 100.0, mem_util: None }
+            }
             Step::Finish(n, s) => EventKind::JobFinished {
                 job_id: job(n),
                 status: [FinishStatus::Succeeded, FinishStatus::Failed, FinishStatus::Cancelled][usize::from(*s)],
@@ -187,4 +189,3 @@ proptest! {
         prop_assert_eq!(line(&whole), line(&out));
     }
 }
-
