@@ -1,0 +1,12 @@
+//! Rust types and glue generated from the `bursar:policy` WIT package in `wit/`.
+//!
+//! `Policy` is the world (its exports `init` and `evaluate`), `PolicyPre` its pre-instantiated form;
+//! `bursar::policy::types` holds the records and `bursar::policy::state::Host` the imports the host
+//! implements.
+
+#![allow(missing_docs, clippy::all)]
+
+wasmtime::component::bindgen!({
+    path: "../../wit",
+    world: "policy",
+});

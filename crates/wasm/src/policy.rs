@@ -1,0 +1,277 @@
+//! [`WasmPolicy`]: one loaded component as an engine [`Policy`], with its limits, its instance
+//! strategy, its failure count and its quarantine.
+//!
+//! Every call gets a fresh fuel budget and epoch deadline. A failure (trap, deadline, fuel, memory cap,
+//! an `Err` from the guest, an invalid verdict) drops the instance (a trapped instance refuses further
+//! calls), is counted, and becomes the manifest's `on_error` outcome: for `job.submitted`, `deny` or
+//! `allow` with a reason naming the policy and the failure; for other events an `alert` with that reason
+//! (`skip` stays silent). After `max_failures` failures the policy is quarantined: the guest is no longer
+//! called and every input gets the `on_error` outcome with a reason saying so.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bursar_engine::{Context, Output, Policy, PolicyMeta, Verdict, VerdictKind};
+use bursar_lang::{OnError, WasmDecl};
+use bursar_model::{EventKind, Hints};
+use wasmtime::{Store, Trap};
+
+use crate::bindings::Policy as WorldBindings;
+use crate::bindings::bursar::policy::types as t;
+use crate::host::{Compiled, Limiter, Limits, StoreData, Strategy, TICK};
+
+/// The least deadline `init` gets when a policy is loaded.
+const LOAD_DEADLINE_MS: u64 = 1000;
+
+/// Why one call of a guest failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Failure {
+    /// It ran past its wall-clock deadline.
+    #[error("exceeded its deadline of {0} ms")]
+    Deadline(u64),
+    /// It used up its fuel.
+    #[error("ran out of fuel ({0} units)")]
+    Fuel(u64),
+    /// It tried to grow memory past the cap.
+    #[error("exceeded its memory cap of {0} MiB")]
+    Memory(u64),
+    /// It trapped.
+    #[error("trapped: {0}")]
+    Trap(String),
+    /// It returned an `Err`.
+    #[error("reported an error: {0}")]
+    Guest(String),
+    /// It returned a value out of range.
+    #[error("returned an invalid verdict: {0}")]
+    BadOutput(String),
+    /// It could not be instantiated or initialised.
+    #[error("could not start: {0}")]
+    Start(String),
+}
+
+/// A live instance of the component.
+struct Worker {
+    store: Store<StoreData>,
+    bindings: WorldBindings,
+}
+
+/// A WebAssembly policy.
+pub struct WasmPolicy {
+    meta: PolicyMeta,
+    compiled: Compiled,
+    config_json: String,
+    on_error: OnError,
+    limits: Limits,
+    strategy: Strategy,
+    /// Idle instances (strategy [`Strategy::Reuse`]); a caller takes one and puts it back when healthy.
+    idle: Mutex<Vec<Worker>>,
+    failures: AtomicU64,
+    last_failure: Mutex<Option<Failure>>,
+}
+
+impl std::fmt::Debug for WasmPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WasmPolicy")
+            .field("id", &self.meta.id)
+            .field("digest", &self.compiled.digest)
+            .field("on_error", &self.on_error)
+            .field("limits", &self.limits)
+            .field("strategy", &self.strategy)
+            .field("failures", &self.failures())
+            .finish_non_exhaustive()
+    }
+}
+
+impl WasmPolicy {
+    /// Prepares the policy and checks that `init` accepts its config (the first instance is kept).
+    pub(crate) fn new(
+        decl: &WasmDecl,
+        compiled: Compiled,
+        limits: Limits,
+        strategy: Strategy,
+    ) -> Result<WasmPolicy, String> {
+        let mut meta = decl.meta.clone();
+        meta.kind = "wasm";
+        let config_json = if decl.config_json.trim().is_empty() { "{}".to_owned() } else { decl.config_json.clone() };
+        let p = WasmPolicy {
+            meta,
+            compiled,
+            config_json,
+            on_error: decl.on_error,
+            limits,
+            strategy,
+            idle: Mutex::new(Vec::new()),
+            failures: AtomicU64::new(0),
+            last_failure: Mutex::new(None),
+        };
+        // At load, compile-time page faults and a busy machine are not the guest's fault: `init` gets at
+        // least a second.
+        let worker = p.start(limits.deadline_ms.max(LOAD_DEADLINE_MS)).map_err(|f| f.to_string())?;
+        if strategy == Strategy::Reuse
+            && let Ok(mut idle) = p.idle.lock()
+        {
+            idle.push(worker);
+        }
+        Ok(p)
+    }
+
+    /// SHA-256 of the component's bytes.
+    pub fn digest(&self) -> &str {
+        &self.compiled.digest
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// True once the policy has failed `max_failures` times; the guest is no longer called.
+    pub fn quarantined(&self) -> bool {
+        self.failures() >= u64::from(self.limits.max_failures)
+    }
+
+    /// The most recent failure.
+    pub fn last_failure(&self) -> Option<Failure> {
+        self.last_failure.lock().ok().and_then(|f| f.clone())
+    }
+
+    fn arm(&self, store: &mut Store<StoreData>, deadline_ms: u64) -> Result<(), Failure> {
+        store.set_fuel(self.limits.fuel).map_err(|e| Failure::Start(e.to_string()))?;
+        let ticks = deadline_ms.div_ceil(TICK.as_millis().max(1) as u64).max(1);
+        // One tick more: the current tick may be about to end.
+        store.set_epoch_deadline(ticks + 1);
+        store.data_mut().limiter.hit = false;
+        Ok(())
+    }
+
+    /// A new instance with `init` run, within `deadline_ms`.
+    fn start(&self, deadline_ms: u64) -> Result<Worker, Failure> {
+        let engine = self.compiled.pre.engine();
+        let data = StoreData {
+            limiter: Limiter {
+                max_memory: usize::try_from(self.limits.memory_mb << 20).unwrap_or(usize::MAX),
+                hit: false,
+            },
+        };
+        let mut store = Store::new(engine, data);
+        store.limiter(|d| &mut d.limiter);
+        self.arm(&mut store, deadline_ms)?;
+        let bindings = match self.compiled.pre.instantiate(&mut store) {
+            Ok(b) => b,
+            Err(e) => return Err(self.classify(&store, e, Failure::Start)),
+        };
+        match bindings.call_init(&mut store, &self.config_json) {
+            Ok(Ok(())) => Ok(Worker { store, bindings }),
+            Ok(Err(m)) => Err(Failure::Start(format!("`init` rejected the config: {m}"))),
+            Err(e) => Err(self.classify(&store, e, |m| Failure::Start(format!("`init` failed: {m}")))),
+        }
+    }
+
+    fn classify(&self, store: &Store<StoreData>, e: wasmtime::Error, other: impl Fn(String) -> Failure) -> Failure {
+        if store.data().limiter.hit {
+            return Failure::Memory(self.limits.memory_mb);
+        }
+        match e.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt) => Failure::Deadline(self.limits.deadline_ms),
+            Some(Trap::OutOfFuel) => Failure::Fuel(self.limits.fuel),
+            Some(trap) => {
+                let m = trap.to_string();
+                Failure::Trap(m.strip_prefix("wasm trap: ").unwrap_or(&m).to_owned())
+            }
+            None => other(format!("{e:#}")),
+        }
+    }
+
+    /// Runs the guest on one event.
+    fn call(&self, event: &t::Event, cx: &Context<'_>) -> Result<Vec<Verdict>, Failure> {
+        let taken = match self.strategy {
+            Strategy::Reuse => self.idle.lock().ok().and_then(|mut idle| idle.pop()),
+            Strategy::Fresh => None,
+        };
+        let mut worker = match taken {
+            Some(w) => w,
+            None => self.start(self.limits.deadline_ms)?,
+        };
+        self.arm(&mut worker.store, self.limits.deadline_ms)?;
+        let result = crate::state::CURRENT.set(cx.state, || worker.bindings.call_evaluate(&mut worker.store, event));
+        let verdicts = match result {
+            Ok(Ok(vs)) => crate::convert::verdicts(vs, cx.event.time)?,
+            Ok(Err(m)) => return Err(Failure::Guest(m)),
+            // A trap poisons the instance (it refuses further calls), and an error that is not a trap
+            // comes from lifting the guest's result (an invalid discriminant, string or pointer): either
+            // way the instance is dropped.
+            Err(e) => return Err(self.classify(&worker.store, e, Failure::BadOutput)),
+        };
+        if self.strategy == Strategy::Reuse
+            && let Ok(mut idle) = self.idle.lock()
+        {
+            idle.push(worker);
+        }
+        Ok(verdicts)
+    }
+
+    /// The `on_error` outcome for an input, with `reason`.
+    fn fallback(&self, cx: &Context<'_>, out: &mut Output, reason: String) {
+        let admission = matches!(cx.event.kind, EventKind::JobSubmitted(_));
+        let kind = match (self.on_error, admission) {
+            (OnError::Skip, _) => return,
+            (OnError::Deny, true) => VerdictKind::Deny,
+            (OnError::Allow, true) => VerdictKind::Allow(Hints::default()),
+            (_, false) => VerdictKind::Alert,
+        };
+        out.verdict(Verdict::new(kind, reason));
+    }
+
+    fn on_error_word(&self) -> &'static str {
+        match self.on_error {
+            OnError::Deny => "deny",
+            OnError::Allow => "allow",
+            OnError::Skip => "skip",
+        }
+    }
+}
+
+impl Policy for WasmPolicy {
+    fn meta(&self) -> &PolicyMeta {
+        &self.meta
+    }
+
+    fn evaluate(&self, cx: &Context<'_>, out: &mut Output) {
+        let id = &self.meta.id;
+        if self.quarantined() {
+            let last = self.last_failure().map(|f| format!("; last failure: it {f}")).unwrap_or_default();
+            let reason = format!(
+                "wasm policy {id} is quarantined after {} failures{last} (on_error = {})",
+                self.failures(),
+                self.on_error_word()
+            );
+            self.fallback(cx, out, reason);
+            return;
+        }
+        let event = crate::convert::event(cx);
+        match self.call(&event, cx) {
+            Ok(verdicts) => {
+                for v in verdicts {
+                    out.verdict(v);
+                }
+            }
+            Err(failure) => {
+                let n = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+                let quarantine = if n >= u64::from(self.limits.max_failures) {
+                    format!("; quarantined after {n} failures")
+                } else {
+                    String::new()
+                };
+                let reason = format!("wasm policy {id} {failure} (on_error = {}){quarantine}", self.on_error_word());
+                if let Ok(mut last) = self.last_failure.lock() {
+                    *last = Some(failure);
+                }
+                self.fallback(cx, out, reason);
+            }
+        }
+    }
+
+    fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,50 @@
+//! Differential tests: every case under `tests/cases-wasm/<name>/` holds a TOML policy set (`toml/`),
+//! its WebAssembly twin (`wasm/`) and an event stream (`events.jsonl`). Both sets run over the stream
+//! through the real engine and must make identical decisions: same kind, job, policies and reason, in
+//! the same order.
+
+mod common;
+
+use std::path::Path;
+
+use bursar_wasm::{HostConfig, WasmHost};
+use common::*;
+
+fn decisions(dir: &Path, host: &WasmHost, events: &str) -> Vec<(String, Option<String>, Vec<String>, String)> {
+    let policies = load_dir(dir, host);
+    let lines: Vec<&str> = events.lines().filter(|l| !l.trim().is_empty()).collect();
+    run(policies, &lines)
+        .into_iter()
+        .map(|d| {
+            (
+                d.decision.as_str().to_owned(),
+                d.job_id.map(|j| j.to_string()),
+                d.policies.iter().map(|p| p.to_string()).collect(),
+                d.reason,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn every_wasm_twin_decides_like_its_toml_policy() {
+    ensure_built();
+    let host = WasmHost::new(HostConfig::default()).unwrap();
+    let cases = root().join("tests/cases-wasm");
+    let mut ran = 0;
+    for entry in std::fs::read_dir(&cases).unwrap() {
+        let case = entry.unwrap().path();
+        let events = std::fs::read_to_string(case.join("events.jsonl")).unwrap();
+        let toml = decisions(&case.join("toml"), &host, &events);
+        let wasm = decisions(&case.join("wasm"), &host, &events);
+        assert!(!toml.is_empty(), "case {} made no decisions", case.display());
+        assert_eq!(toml.len(), wasm.len(), "case {}: different number of decisions", case.display());
+        for (i, (t, w)) in toml.iter().zip(&wasm).enumerate() {
+            assert_eq!(t, w, "case {}: decision {i} differs (left TOML, right WebAssembly)", case.display());
+        }
+        // The case must exercise both outcomes, or it proves little.
+        assert!(toml.iter().any(|d| d.0 == "deny") && toml.iter().any(|d| d.0 == "allow"));
+        ran += 1;
+    }
+    assert!(ran >= 1);
+}
