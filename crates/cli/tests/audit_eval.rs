@@ -4,6 +4,8 @@
 //! every query format answers; an SQL edit or delete makes `verify` exit 1 naming the row; `prune`
 //! keeps the rest verifiable; an unwritable log stops eval with the reason.
 
+#![expect(clippy::unwrap_used, reason = "test helpers: a failure is a test failure")]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

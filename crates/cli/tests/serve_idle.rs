@@ -5,7 +5,6 @@ mod serve_support;
 
 use std::time::Duration;
 
-use serde_json::Value;
 use serve_support::*;
 
 const IDLE: &str = r#"[[policy]]
@@ -17,15 +16,6 @@ below = 0.1
 window = "2s"
 grace = "1s"
 "#;
-
-fn next_json(s: &mut LineStream) -> Value {
-    loop {
-        let line = s.next_line().unwrap().expect("the stream ended");
-        if !line.trim().is_empty() {
-            return serde_json::from_str(&line).unwrap();
-        }
-    }
-}
 
 #[test]
 fn idle_job_is_alerted_then_reclaimed_by_the_wall_clock() {

@@ -5,17 +5,7 @@ mod serve_support;
 
 use std::time::Duration;
 
-use serde_json::Value;
 use serve_support::*;
-
-fn next_json(s: &mut LineStream) -> Value {
-    loop {
-        let line = s.next_line().unwrap().expect("the stream ended");
-        if !line.trim().is_empty() {
-            return serde_json::from_str(&line).unwrap();
-        }
-    }
-}
 
 #[test]
 fn decision_stream_resumes_from_a_cursor_after_a_disconnect() {

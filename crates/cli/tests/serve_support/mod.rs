@@ -3,6 +3,7 @@
 //! sockets, stop it with SIGTERM or SIGKILL.
 
 #![allow(dead_code, unused_imports)]
+#![expect(clippy::unwrap_used, clippy::panic, reason = "test helpers: a failure should stop the test with its message")]
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -193,6 +194,16 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// The next non-blank line of a JSON Lines stream, as JSON.
+pub fn next_json(s: &mut LineStream) -> Value {
+    loop {
+        let line = s.next_line().unwrap().unwrap_or_else(|| panic!("the stream ended"));
+        if !line.trim().is_empty() {
+            return serde_json::from_str(&line).unwrap();
+        }
     }
 }
 

@@ -1,2 +1,391 @@
-//! Load generator for `bursar serve` (filled in below).
-fn main() {}
+//! `bursar-serve-bench`: a bounded load generator for `bursar serve` over loopback HTTP.
+//!
+//! It starts the real server in-process on `127.0.0.1:0` (policies and a fresh audit database in a
+//! scratch directory), then measures, in one run:
+//! 1. the HTTP floor: `GET /healthz` from the same concurrent clients (the baseline);
+//! 2. `POST /v1/admit` with the audit log committed `synchronous=FULL` (the default) and, on a second
+//!    server, `synchronous=NORMAL` (`--fast-commit`): latency percentiles and throughput;
+//! 3. reload latency: from the moment a policy file is renamed into place to the moment
+//!    `/v1/policies` shows the new digest (watcher + debounce + compile + swap), and `POST /v1/reload`;
+//! 4. reloads under load: admissions while the policy file is rewritten every 50 ms, then a check that
+//!    every admission has exactly one decision in the audit log.
+//!
+//! Usage: `bursar-serve-bench [--requests N] [--concurrency C] [--reloads K]`. Every loop is bounded
+//! by count; only 127.0.0.1 is ever contacted.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bursar_serve::client::Conn;
+
+const POLICIES: &str = r#"[[policy]]
+id = "quota/monthly"
+description = "monthly GPU-hours per project"
+kind = "quota"
+gpu_hours = 100000000
+
+[[policy]]
+id = "readiness/ready"
+description = "GPUs only when image, data and script are ready"
+kind = "readiness"
+
+[[policy]]
+id = "reclaim/idle"
+description = "release idle GPUs"
+kind = "reclaim"
+max_runtime = "72h"
+[policy.idle]
+below = 0.1
+window = "1h"
+grace = "15m"
+"#;
+
+struct Opts {
+    requests: usize,
+    concurrency: usize,
+    reloads: usize,
+}
+
+fn parse_opts() -> Result<Opts, String> {
+    let mut o = Opts { requests: 20_000, concurrency: 32, reloads: 20 };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut num = |name: &str| -> Result<usize, String> {
+            args.next().and_then(|v| v.parse().ok()).ok_or_else(|| format!("`{name}` needs a number"))
+        };
+        match a.as_str() {
+            "--requests" => o.requests = num("--requests")?.clamp(1, 2_000_000),
+            "--concurrency" => o.concurrency = num("--concurrency")?.clamp(1, 512),
+            "--reloads" => o.reloads = num("--reloads")?.clamp(1, 1000),
+            "-h" | "--help" => {
+                return Err("usage: bursar-serve-bench [--requests N] [--concurrency C] [--reloads K]".into());
+            }
+            other => return Err(format!("unknown argument `{other}`")),
+        }
+    }
+    Ok(o)
+}
+
+/// A running in-process server.
+struct Running {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
+}
+
+impl Running {
+    fn start(dir: &Path, audit: &Path, durable: bool) -> Result<Running, String> {
+        let mut config = bursar_serve::Config::new(dir, audit);
+        config.durable = durable;
+        config.debounce = Duration::from_millis(20);
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || -> Result<(), String> {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
+                let addr = listener.local_addr().map_err(|e| e.to_string())?;
+                let _ = addr_tx.send(addr);
+                bursar_serve::serve(config, listener, async move {
+                    let _ = stop_rx.await;
+                })
+                .await
+                .map_err(|e| e.to_string())
+            })
+        });
+        let addr = addr_rx.recv_timeout(Duration::from_secs(60)).map_err(|_| "the server did not start".to_owned())?;
+        let r = Running { addr, stop: Some(stop_tx), thread: Some(thread) };
+        // Wait until the API answers (policies compiled, state recovered).
+        for _ in 0..6000 {
+            if Conn::connect(addr, None)
+                .and_then(|mut c| c.request("GET", "/v1/policies", b""))
+                .is_ok_and(|r| r.status == 200)
+            {
+                return Ok(r);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Err("the server did not answer".into())
+    }
+
+    fn stop(mut self) -> Result<(), String> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err("the server thread panicked".into()),
+            None => Ok(()),
+        }
+    }
+}
+
+fn now_rfc3339() -> String {
+    bursar_serve::wall_time().to_string()
+}
+
+fn submit_line(tag: &str, n: usize) -> String {
+    format!(
+        r#"{{"id":"{tag}-e{n}","time":"{}","type":"job.submitted","job":{{"id":"{tag}-j{n}","project":"p{}","user":"u{}","queue":"batch","gpus":{},"gpu_type":"H100","gpu_mem_gb":80,"nodes":1,"requested_hours":2.0,"stage":"finetune","model_params_b":7.0,"ready":{{"image":true,"data":true,"script":true}},"deferrable":false}}}}"#,
+        now_rfc3339(),
+        n % 20,
+        n % 97,
+        1 + n % 8,
+    )
+}
+
+/// Latencies in microseconds, sorted.
+struct Run {
+    micros: Vec<u64>,
+    wall: Duration,
+    errors: u64,
+}
+
+impl Run {
+    fn pct(&self, p: f64) -> f64 {
+        if self.micros.is_empty() {
+            return 0.0;
+        }
+        let i = ((self.micros.len() as f64 - 1.0) * p).round() as usize;
+        self.micros[i.min(self.micros.len() - 1)] as f64 / 1000.0
+    }
+
+    fn rate(&self) -> f64 {
+        self.micros.len() as f64 / self.wall.as_secs_f64()
+    }
+
+    fn row(&self, name: &str) -> String {
+        format!(
+            "| {name} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {} |",
+            self.micros.len(),
+            self.rate(),
+            self.pct(0.50),
+            self.pct(0.90),
+            self.pct(0.99),
+            self.pct(0.999),
+            self.pct(1.0),
+            self.errors
+        )
+    }
+}
+
+/// `concurrency` clients on keep-alive connections send `requests` requests in all.
+fn load(
+    addr: SocketAddr,
+    requests: usize,
+    concurrency: usize,
+    make: impl Fn(usize) -> (&'static str, &'static str, Vec<u8>) + Send + Sync + 'static,
+) -> Result<Run, String> {
+    let make = Arc::new(make);
+    let next = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    for _ in 0..concurrency {
+        let make = make.clone();
+        let next = next.clone();
+        let errors = errors.clone();
+        handles.push(std::thread::spawn(move || -> Result<Vec<u64>, String> {
+            let mut conn = Conn::connect(addr, None).map_err(|e| e.to_string())?;
+            let mut lat = Vec::with_capacity(requests / concurrency + 1);
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed) as usize;
+                if n >= requests {
+                    break;
+                }
+                let (method, path, body) = make(n);
+                let t = Instant::now();
+                let r = conn.request(method, path, &body).map_err(|e| e.to_string())?;
+                lat.push(t.elapsed().as_micros() as u64);
+                if r.status != 200 {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Ok(lat)
+        }));
+    }
+    let mut micros = Vec::with_capacity(requests);
+    for h in handles {
+        micros.extend(h.join().map_err(|_| "a client thread panicked".to_owned())??);
+    }
+    let wall = started.elapsed();
+    micros.sort_unstable();
+    Ok(Run { micros, wall, errors: errors.load(Ordering::Relaxed) })
+}
+
+fn digest(addr: SocketAddr) -> Result<String, String> {
+    let r =
+        Conn::connect(addr, None).and_then(|mut c| c.request("GET", "/v1/policies", b"")).map_err(|e| e.to_string())?;
+    let v = r.json().map_err(|e| e.to_string())?;
+    Ok(v["digest"].as_str().unwrap_or_default().to_owned())
+}
+
+fn write_by_rename(dir: &Path, text: &str) -> Result<(), String> {
+    let tmp = dir.join(".policies.toml.tmp");
+    std::fs::write(&tmp, text).map_err(|e| e.to_string())?;
+    std::fs::rename(&tmp, dir.join("policies.toml")).map_err(|e| e.to_string())
+}
+
+fn variant(i: usize) -> String {
+    POLICIES.replace("gpu_hours = 100000000", &format!("gpu_hours = {}", 100_000_000 + i))
+}
+
+fn run() -> Result<(), String> {
+    let o = parse_opts()?;
+    let scratch: PathBuf = std::env::temp_dir().join(format!("bursar-serve-bench-{}", std::process::id()));
+    let policies = scratch.join("policies");
+    std::fs::create_dir_all(&policies).map_err(|e| e.to_string())?;
+    write_by_rename(&policies, POLICIES)?;
+
+    println!(
+        "# bursar-serve-bench: {} requests, {} concurrent clients, {} reloads",
+        o.requests, o.concurrency, o.reloads
+    );
+    println!(
+        "machine: {} cores (std::thread::available_parallelism)",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!();
+    println!("| run | requests | per second | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | non-200 |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+
+    // 1 and 2: FULL durability.
+    let server = Running::start(&policies, &scratch.join("full.db"), true)?;
+    let floor = load(server.addr, o.requests, o.concurrency, |_| ("GET", "/healthz", Vec::new()))?;
+    println!("{}", floor.row("GET /healthz (HTTP floor)"));
+    let full =
+        load(server.addr, o.requests, o.concurrency, |n| ("POST", "/v1/admit", submit_line("full", n).into_bytes()))?;
+    println!("{}", full.row("POST /v1/admit, audit synchronous=FULL"));
+    let single =
+        load(server.addr, o.requests.min(5000), 1, |n| ("POST", "/v1/admit", submit_line("single", n).into_bytes()))?;
+    println!("{}", single.row("POST /v1/admit, FULL, 1 client"));
+
+    // 3: reload latency, watcher path and explicit path.
+    let mut watch_ms = Vec::new();
+    for i in 0..o.reloads {
+        let before = digest(server.addr)?;
+        let t = Instant::now();
+        write_by_rename(&policies, &variant(i + 1))?;
+        let mut ok = false;
+        for _ in 0..20_000 {
+            if digest(server.addr)? != before {
+                ok = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        if !ok {
+            return Err(format!("reload {i} never took effect"));
+        }
+        watch_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let mut post_ms = Vec::new();
+    for i in 0..o.reloads {
+        std::fs::write(policies.join("policies.toml"), variant(10_000 + i)).map_err(|e| e.to_string())?;
+        std::thread::sleep(Duration::from_millis(60)); // let the watcher's own reload pass first
+        let t = Instant::now();
+        let r = Conn::connect(server.addr, None)
+            .and_then(|mut c| c.request("POST", "/v1/reload", b""))
+            .map_err(|e| e.to_string())?;
+        post_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        if r.status != 200 {
+            return Err(format!("POST /v1/reload failed: {}", r.text()));
+        }
+    }
+    server.stop()?;
+
+    // 2b: NORMAL durability, same load.
+    let server = Running::start(&policies, &scratch.join("normal.db"), false)?;
+    let normal =
+        load(server.addr, o.requests, o.concurrency, |n| ("POST", "/v1/admit", submit_line("normal", n).into_bytes()))?;
+    println!("{}", normal.row("POST /v1/admit, audit synchronous=NORMAL"));
+
+    // 4: admissions while the policy file is rewritten every 50 ms.
+    let stop = Arc::new(AtomicBool::new(false));
+    let rewriter = {
+        let stop = stop.clone();
+        let policies = policies.clone();
+        std::thread::spawn(move || {
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) && i < 10_000 {
+                let _ = write_by_rename(&policies, &variant(20_000 + i));
+                i += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            i
+        })
+    };
+    let under =
+        load(server.addr, o.requests, o.concurrency, |n| ("POST", "/v1/admit", submit_line("reload", n).into_bytes()))?;
+    stop.store(true, Ordering::Relaxed);
+    let rewrites = rewriter.join().unwrap_or(0);
+    println!("{}", under.row("POST /v1/admit, NORMAL, policy rewritten every 50 ms"));
+    server.stop()?;
+
+    // Check: one admission decision per admitted event across all those reloads.
+    let audit = bursar_audit::AuditLog::open_read(scratch.join("normal.db")).map_err(|e| e.to_string())?;
+    let mut seen = std::collections::HashMap::<String, u32>::new();
+    let mut after = 0;
+    loop {
+        let page = audit.decisions_since(after, 10_000).map_err(|e| e.to_string())?;
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        for d in page.iter().filter(|d| d.admission && d.event_id.starts_with("reload-")) {
+            *seen.entry(d.event_id.clone()).or_default() += 1;
+        }
+    }
+    let twice = seen.values().filter(|n| **n > 1).count();
+    let loads = audit.policy_loads().map_err(|e| e.to_string())?.len();
+    println!();
+    println!(
+        "reloads under load: {rewrites} rewrites, {loads} policy loads recorded; {} of {} admissions logged, {} decided twice",
+        seen.len(),
+        o.requests,
+        twice
+    );
+
+    let stats = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let p = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize];
+        (p(0.5), p(0.9), v[v.len() - 1])
+    };
+    let (w50, w90, wmax) = stats(&mut watch_ms);
+    let (p50, p90, pmax) = stats(&mut post_ms);
+    println!();
+    println!("| reload | trials | p50 ms | p90 ms | max ms |");
+    println!("|---|---|---|---|---|");
+    println!(
+        "| file renamed -> new digest in /v1/policies (watch, 20 ms debounce) | {} | {w50:.1} | {w90:.1} | {wmax:.1} |",
+        watch_ms.len()
+    );
+    println!(
+        "| POST /v1/reload (compile + swap + audit record) | {} | {p50:.1} | {p90:.1} | {pmax:.1} |",
+        post_ms.len()
+    );
+    println!();
+    println!(
+        "ratios: admit FULL p99 / healthz p99 = {:.1}x; admit FULL rate / healthz rate = {:.2}; NORMAL rate / FULL rate = {:.2}",
+        full.pct(0.99) / floor.pct(0.99).max(1e-9),
+        full.rate() / floor.rate(),
+        normal.rate() / full.rate()
+    );
+    let _ = std::fs::remove_dir_all(&scratch);
+    if twice > 0 || seen.len() != o.requests {
+        return Err("admissions were lost or decided twice across reloads".into());
+    }
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bursar-serve-bench: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
