@@ -127,8 +127,10 @@ async fn metrics(State(st): State<AppState>) -> Response {
     r
 }
 
-/// Decodes a body of JSON Lines: the events, and the rejected lines with their reasons.
-fn decode_body(body: &Bytes) -> Result<(Vec<Incoming>, Vec<Value>), String> {
+/// Decodes a request body of JSON Lines: the events (with their 1-based line numbers), and the
+/// rejected lines as `{"line": N, "reason": "…"}`. Blank lines are skipped; a body that is not UTF-8
+/// is refused whole. This is the only parser of request bodies (fuzzed by `fuzz/fuzz_targets/serve_body.rs`).
+pub fn decode_body(body: &[u8]) -> Result<(Vec<Incoming>, Vec<Value>), String> {
     let text =
         std::str::from_utf8(body).map_err(|e| format!("the body is not UTF-8 text (byte {})", e.valid_up_to()))?;
     let mut ok = Vec::new();
