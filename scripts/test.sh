@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Every test: installs what the tests need (scripts/setup.sh), builds the example WebAssembly policies
-# from source, runs the whole workspace's tests (unit, integration, table-driven cases, property tests),
-# compiles the benchmarks so they never rot, and runs the end-to-end test against a real Slurm.
+# from source, and runs the whole workspace's tests: unit, integration (the real binary on real files,
+# sockets and SQLite), table-driven cases, property tests, doc examples, and every criterion benchmark
+# once in test mode so none of them rots (`--all-targets` reuses the debug build instead of compiling
+# everything again in release, as `cargo bench --no-run` would).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 scripts/setup.sh
 scripts/build-wasm.sh
-cargo test --workspace --quiet
-cargo bench --workspace --no-run --quiet
+cargo test --workspace --all-targets --quiet
+cargo test --workspace --doc --quiet
