@@ -367,6 +367,8 @@ queues = ["short"]
 # trailing comment
 "#;
 
+    pub(super) const MESSY_FOR_ROBUSTNESS: &str = MESSY;
+
     #[test]
     fn formats_a_messy_file_keeping_every_comment() {
         let out = format_toml(MESSY).unwrap();
@@ -409,5 +411,46 @@ queues = ["short"]
     fn verify_catches_lost_comments_and_changed_values() {
         assert_eq!(verify("a = 1 # c\n", "a = 1\n"), Err(FmtError::Unsafe("lose or change a comment")));
         assert_eq!(verify("a = 1\n", "a = 2\n"), Err(FmtError::Unsafe("change the values")));
+    }
+}
+
+#[cfg(test)]
+mod robustness {
+    //! A poor man's fuzzer that runs in `cargo test` (the real one is `fuzz/fuzz_targets/fmt_toml.rs`):
+    //! prefixes of the example policy files cut every 37 characters, and each file with a comment, a
+    //! blank line or a key spliced in at every line boundary, must format or be refused without panicking, and
+    //! formatting must be a fixed point.
+    use super::*;
+
+    fn check(text: &str) {
+        if let Ok(once) = format_toml(text) {
+            assert_eq!(format_toml(&once).as_deref(), Ok(once.as_str()), "not idempotent for:\n{text}\n---\n{once}");
+        }
+    }
+
+    #[test]
+    fn prefixes_and_splices_of_the_example_policies() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies");
+        let mut sources = vec![super::tests::MESSY_FOR_ROBUSTNESS.to_owned()];
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                sources.push(std::fs::read_to_string(&path).unwrap());
+            }
+        }
+        for src in &sources {
+            // Every 37th character: a prefix cut anywhere (mid-key, mid-string, mid-comment).
+            for (i, _) in src.char_indices().step_by(37) {
+                check(&src[..i]);
+            }
+            let lines: Vec<&str> = src.split_inclusive('\n').collect();
+            let splices = ["# spliced\n", "\n\n", "   # indented\n", "x = 1 # new\n"];
+            for i in 0..=lines.len() {
+                let mut s: String = lines[..i].concat();
+                s.push_str(splices[i % splices.len()]);
+                s.push_str(&lines[i..].concat());
+                check(&s);
+            }
+        }
     }
 }
