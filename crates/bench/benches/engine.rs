@@ -1,0 +1,121 @@
+//! criterion benches of the engine with the example policy set (`policies/`).
+//!
+//! - `admission/example_set`: one `job.submitted` → one decision, on an engine primed with a realistic
+//!   stream (ledgers with usage, jobs running). Submissions are timed in batches of 1,000 and each batch
+//!   is then finished (untimed) so the state does not grow with the iteration count.
+//! - `admission/<file>`: the same with each policy file alone (one family per file).
+//! - `admission/empty_set`: the engine's own cost with no policy (dedupe, job record, combination).
+//! - `eval/decode_only` and `eval/decode_and_process`: `bursar eval`'s loop over a generated stream, in
+//!   events per second, without the audit log.
+//!
+//! Run: `cargo bench -p bursar-bench` (figures in docs/perf/bench.md).
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bursar_bench::{example_files, example_policies, finish_event, load, primed_engine, submissions, submit_event};
+use bursar_engine::{Engine, PolicySet};
+use bursar_model::{Decision, Event, Timestamp, decode_event};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+
+const BATCH: u64 = 1_000;
+
+fn admission_loop(engine: &mut Engine, start: Timestamp, iters: u64) -> Duration {
+    let specs = submissions(512, 16, 5);
+    let mut out: Vec<Decision> = Vec::with_capacity(8);
+    let mut total = Duration::ZERO;
+    let mut done = 0u64;
+    let mut clock = start.millis();
+    while done < iters {
+        let n = BATCH.min(iters - done);
+        let batch: Vec<Event> = (0..n)
+            .map(|i| {
+                clock += 1;
+                let k = done + i;
+                submit_event(&specs[(k % specs.len() as u64) as usize], &format!("bench-{k}"), Timestamp(clock))
+            })
+            .collect();
+        let t = Instant::now();
+        for e in &batch {
+            out.clear();
+            black_box(engine.process(e, None, &mut out));
+        }
+        total += t.elapsed();
+        for i in 0..n {
+            clock += 1;
+            out.clear();
+            engine.process(&finish_event(&format!("bench-{}", done + i), Timestamp(clock)), None, &mut out);
+        }
+        done += n;
+    }
+    total
+}
+
+fn bench_admission(c: &mut Criterion) {
+    let mut g = c.benchmark_group("admission");
+    let mut sets: Vec<(String, Arc<PolicySet>)> = vec![("empty_set".into(), Arc::new(PolicySet::empty()))];
+    match load(&example_policies()) {
+        Ok(set) => sets.push(("example_set".into(), set)),
+        Err(e) => eprintln!("example policies do not load, skipping: {e}"),
+    }
+    for file in example_files() {
+        let name = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        match load(&file) {
+            Ok(set) => sets.push((format!("file/{name}"), set)),
+            Err(e) => eprintln!("{} does not load alone, skipping: {e}", file.display()),
+        }
+    }
+    for (name, set) in sets {
+        let (mut engine, last) = primed_engine(set, 2_000, 16);
+        let mut start = Timestamp(last.millis() + 1);
+        g.bench_function(&name, |b| {
+            b.iter_custom(|iters| {
+                let d = admission_loop(&mut engine, start, iters);
+                start = Timestamp(start.millis() + 2 * iters as i64 + 2);
+                d
+            })
+        });
+    }
+    g.finish();
+}
+
+fn bench_eval(c: &mut Criterion) {
+    let lines = bursar_bench::stream_lines(10_000, 16, 11);
+    let mut g = c.benchmark_group("eval");
+    g.throughput(Throughput::Elements(lines.len() as u64));
+    g.sample_size(10);
+    g.bench_function("decode_only", |b| {
+        b.iter(|| {
+            let mut n = 0usize;
+            for l in &lines {
+                n += decode_event(l).is_ok() as usize;
+            }
+            black_box(n)
+        })
+    });
+    let set = load(&example_policies()).unwrap_or_else(|_| Arc::new(PolicySet::empty()));
+    g.bench_function("decode_and_process", |b| {
+        b.iter(|| {
+            let mut engine = Engine::new(set.clone());
+            let mut out = Vec::new();
+            let mut decisions = 0usize;
+            for l in &lines {
+                if let Ok(e) = decode_event(l) {
+                    out.clear();
+                    engine.process(&e, Some(l), &mut out);
+                    decisions += out.len();
+                }
+            }
+            black_box(decisions)
+        })
+    });
+    g.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3))
+}
+
+criterion_group! { name = benches; config = config(); targets = bench_admission, bench_eval }
+criterion_main!(benches);
