@@ -12,6 +12,7 @@ pub mod eval;
 pub mod replay;
 pub mod serve;
 pub mod sink;
+pub mod slurm;
 pub mod test;
 pub mod tomlfmt;
 

@@ -65,6 +65,10 @@ enum Command {
     ///
     /// Example: bursar serve --policies policies --audit audit.db --listen 127.0.0.1:7878
     Serve(bursar::serve::ServeArgs),
+    /// Slurm agents: `watch` sends job starts and ends, `enforce` executes reclaims and approvals.
+    ///
+    /// Example: bursar slurm enforce --cluster lab --state /var/lib/bursar/slurm-enforce.json
+    Slurm(bursar::slurm::SlurmArgs),
     /// Run the policy tests (`*.test.toml`) under a policy directory; exit 1 if any case fails.
     ///
     /// Example: bursar test policies --coverage --min-coverage 80
@@ -88,6 +92,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Replay(args) => bursar::replay::run(&args, cli.error_format),
         Command::Fmt(args) => bursar::tomlfmt::run(&args),
         Command::Serve(args) => bursar::serve::run(&args, cli.error_format),
+        Command::Slurm(args) => bursar::slurm::run(&args),
         Command::Audit(args) => bursar::audit::run(&args, cli.error_format),
         Command::Eval { policies, events, dedupe_window, summary_json, audit, durability } => {
             let set = match bursar::load_policies(&policies, cli.error_format) {

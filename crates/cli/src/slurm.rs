@@ -1,0 +1,166 @@
+//! `bursar slurm watch|enforce`: the Slurm agents. The command line only; the agents live in the
+//! `bursar-slurm` crate, and `integrations/slurm/` holds the `job_submit.lua` hook and the lab scripts
+//! (docs/integrations/slurm.md).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration as StdDuration;
+
+use bursar_model::Duration;
+use bursar_slurm::enforce::EnforceConfig;
+use bursar_slurm::server::Server;
+use bursar_slurm::slurm::Slurm;
+use bursar_slurm::watch::WatchConfig;
+
+use crate::{CliError, ExitCode};
+
+/// Options of `bursar slurm`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SlurmArgs {
+    #[command(subcommand)]
+    command: SlurmCommand,
+}
+
+/// Options both agents share.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Common {
+    /// Where `bursar serve` listens.
+    #[arg(long, default_value = "127.0.0.1:7878")]
+    server: SocketAddr,
+    /// File holding serve's bearer token (serve --token), if it has one.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// Cluster name, used in event ids and records (keep it stable).
+    #[arg(long, default_value = "slurm")]
+    cluster: String,
+    /// The agent's state file (created if missing; keep it on local disk).
+    #[arg(long, value_name = "FILE")]
+    state: PathBuf,
+    /// Run one pass and exit: one poll (watch), or until caught up with the stream (enforce).
+    #[arg(long)]
+    once: bool,
+    /// The squeue command.
+    #[arg(long, default_value = "squeue")]
+    squeue: String,
+    /// The scancel command.
+    #[arg(long, default_value = "scancel")]
+    scancel: String,
+    /// The scontrol command.
+    #[arg(long, default_value = "scontrol")]
+    scontrol: String,
+    /// Log level: error, warn, info, debug, trace.
+    #[arg(long, value_enum, default_value = "info")]
+    log_level: crate::serve::tracing_level::Level,
+}
+
+#[derive(Debug, Clone, clap::Subcommand)]
+enum SlurmCommand {
+    /// Send job.started / job.finished for every job job_submit.lua admitted (polls squeue --json).
+    ///
+    /// Example: bursar slurm watch --cluster lab --state /var/lib/bursar/slurm-watch.json
+    Watch {
+        #[command(flatten)]
+        common: Common,
+        /// Time between two polls; keep it far below Slurm's MinJobAge.
+        #[arg(long, default_value = "2s", value_parser = parse_duration)]
+        interval: Duration,
+    },
+    /// Follow the decision stream and execute reclaims (scancel) and approvals (scontrol release).
+    ///
+    /// Example: bursar slurm enforce --cluster lab --state /var/lib/bursar/slurm-enforce.json
+    Enforce {
+        #[command(flatten)]
+        common: Common,
+        /// With no state file yet, start after this decision seq (0: the whole stream).
+        #[arg(long, default_value_t = 0)]
+        start_after: u64,
+        /// Tries of a failing Slurm command before the failure is recorded.
+        #[arg(long, default_value_t = 5)]
+        max_attempts: u32,
+        /// Wait after the first failed try; doubles each time.
+        #[arg(long, default_value = "1s", value_parser = parse_duration)]
+        retry_delay: Duration,
+    },
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    Duration::parse(s).map_err(|e| e.to_string())
+}
+
+fn std_duration(d: Duration) -> StdDuration {
+    StdDuration::from_millis(u64::try_from(d.millis()).unwrap_or(0))
+}
+
+fn init_logging(level: crate::serve::tracing_level::Level) {
+    use crate::serve::tracing_level::Level;
+    let level = match level {
+        Level::Error => tracing::Level::ERROR,
+        Level::Warn => tracing::Level::WARN,
+        Level::Info => tracing::Level::INFO,
+        Level::Debug => tracing::Level::DEBUG,
+        Level::Trace => tracing::Level::TRACE,
+    };
+    bursar_serve::init_logging(bursar_serve::LogFormat::Human, level);
+}
+
+impl Common {
+    fn server(&self) -> Result<Server, CliError> {
+        let token = match &self.token_file {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .map_err(|e| CliError::io(format!("read the token file `{}`", path.display()), e))?
+                    .trim()
+                    .to_owned(),
+            ),
+            None => None,
+        };
+        Ok(Server { addr: self.server, token })
+    }
+
+    fn slurm(&self) -> Slurm {
+        Slurm { squeue: self.squeue.clone(), scancel: self.scancel.clone(), scontrol: self.scontrol.clone() }
+    }
+}
+
+/// Runs `bursar slurm …`.
+pub fn run(args: &SlurmArgs) -> Result<ExitCode, CliError> {
+    let fail = |e: bursar_slurm::Error| CliError::Message(e.to_string());
+    match &args.command {
+        SlurmCommand::Watch { common, interval } => {
+            init_logging(common.log_level);
+            let cfg = WatchConfig {
+                server: common.server()?,
+                slurm: common.slurm(),
+                cluster: common.cluster.clone(),
+                state: common.state.clone(),
+                interval: std_duration(*interval),
+            };
+            let r = bursar_slurm::watch::run(&cfg, common.once).map_err(fail)?;
+            if common.once {
+                eprintln!(
+                    "slurm watch: {} jobs listed, {} events sent ({} already known)",
+                    r.listed, r.sent, r.duplicates
+                );
+            }
+            Ok(ExitCode::Ok)
+        }
+        SlurmCommand::Enforce { common, start_after, max_attempts, retry_delay } => {
+            init_logging(common.log_level);
+            let cfg = EnforceConfig {
+                server: common.server()?,
+                slurm: common.slurm(),
+                cluster: common.cluster.clone(),
+                state: common.state.clone(),
+                start_after: *start_after,
+                max_attempts: *max_attempts,
+                retry_delay: std_duration(*retry_delay),
+            };
+            let r = bursar_slurm::enforce::run(&cfg, common.once).map_err(fail)?;
+            eprintln!(
+                "slurm enforce: {} decisions read, {} actions recorded, cursor {}",
+                r.decisions, r.recorded, r.cursor
+            );
+            Ok(ExitCode::Ok)
+        }
+    }
+}

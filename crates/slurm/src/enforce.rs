@@ -1,0 +1,315 @@
+//! `bursar slurm enforce`: executes bursar's decisions on Slurm.
+//!
+//! It follows `GET /v1/decisions?after=CURSOR` and, for each decision that asks something of Slurm:
+//!
+//! | decision                                   | action                                         |
+//! |--------------------------------------------|------------------------------------------------|
+//! | `reclaim`                                  | `scancel` the job                              |
+//! | `allow` resolving a held job (approval)    | clear `bursar_hold=1`, `scontrol release`      |
+//! | `deny` resolving a held job (rejection,    | `scancel` the job                              |
+//! | expiry)                                    |                                                |
+//!
+//! Admission decisions made at submission (event id `sub-<job id>`, written by `job_submit.lua`) were
+//! already applied by the hook; `alert`, `defer`, `require_approval` and dry-run decisions ask nothing of
+//! Slurm (alerts are logged). Each action starts by looking the job up (by bursar's id in its
+//! AdminComment): a job that already ended is not touched, which makes every action idempotent.
+//!
+//! Every action is recorded in the audit log (an `enforce-<decision id>` event, see
+//! [`events::enforcement`]) with its outcome, `done`, `failed` (after `max_attempts` tries, with
+//! Slurm's error) or `skipped` (and why). The cursor advances only after the record was accepted, so
+//! after a crash the agent redoes at most the decisions whose record was not yet durable; serve drops a
+//! record it already has (same id).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::events::{self, Outcome, Record};
+use crate::server::Server;
+use crate::slurm::{Phase, Slurm, SlurmJob};
+use crate::state::{self, EnforceState};
+use crate::{Error, Result};
+
+/// What a decision asks of Slurm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// Cancel the job.
+    Cancel,
+    /// Release a job held for approval.
+    Release,
+}
+
+/// The fields of a decision the enforcer reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    /// Position in the stream.
+    pub seq: u64,
+    /// Decision id.
+    pub decision_id: String,
+    /// `reclaim`, `allow`, …
+    pub decision: String,
+    /// bursar's job id.
+    pub job_id: Option<String>,
+    /// The reason, for logs.
+    pub reason: String,
+}
+
+/// What `decision` asks of Slurm, if anything. Pure.
+pub fn ask(decision: &Value) -> Option<Ask> {
+    let s = |k: &str| decision.get(k).and_then(Value::as_str).unwrap_or("");
+    let b = |k: &str| decision.get(k).and_then(Value::as_bool).unwrap_or(false);
+    if b("dry_run") || s("job_id").is_empty() {
+        return None;
+    }
+    let at_submission = s("event_id") == format!("sub-{}", s("job_id"));
+    match s("decision") {
+        "reclaim" => Some(Ask::Cancel),
+        "allow" if b("admission") && !at_submission => Some(Ask::Release),
+        "deny" if b("admission") && !at_submission => Some(Ask::Cancel),
+        _ => None,
+    }
+}
+
+/// The action to take on `job` (as Slurm lists it now, or `None` if it does not) for `ask`: `Ok` to act,
+/// `Err` with the reason nothing needs doing. Pure.
+pub fn action(ask: Ask, job: Option<&SlurmJob>) -> Result<(), String> {
+    let Some(job) = job else {
+        return Err(
+            "Slurm lists no job for it (ended more than MinJobAge ago, or never submitted through job_submit.lua)"
+                .into(),
+        );
+    };
+    match (ask, job.phase()) {
+        (_, Phase::Ended { .. }) => Err(format!("Slurm job {} already ended ({})", job.job_id, job.job_state)),
+        (Ask::Cancel, _) => Ok(()),
+        (Ask::Release, _) if job.held_by_bursar() => Ok(()),
+        (Ask::Release, _) => Err(format!("Slurm job {} is not held by bursar ({})", job.job_id, job.job_state)),
+    }
+}
+
+/// Settings of `bursar slurm enforce`.
+#[derive(Debug, Clone)]
+pub struct EnforceConfig {
+    /// serve.
+    pub server: Server,
+    /// The Slurm commands.
+    pub slurm: Slurm,
+    /// Cluster name, recorded with each action.
+    pub cluster: String,
+    /// The state file (the cursor).
+    pub state: PathBuf,
+    /// Cursor to start from when there is no state file yet.
+    pub start_after: u64,
+    /// Tries of a failing Slurm command before the failure is recorded.
+    pub max_attempts: u32,
+    /// Wait after the first failed try (doubles each time).
+    pub retry_delay: Duration,
+}
+
+/// Carries out `ask` for job `job_id`, retrying failed Slurm commands; returns the record to log.
+pub fn execute(cfg: &EnforceConfig, seen: &Seen, ask: Ask, job_id: &str) -> Record {
+    let mut record = Record {
+        decision_id: seen.decision_id.clone(),
+        decision_seq: seen.seq,
+        decision: seen.decision.clone(),
+        job_id: job_id.to_owned(),
+        slurm_job_id: None,
+        action: match ask {
+            Ask::Cancel => "scancel".into(),
+            Ask::Release => "scontrol release".into(),
+        },
+        outcome: Outcome::Failed,
+        detail: String::new(),
+        attempts: 0,
+    };
+    let mut delay = cfg.retry_delay;
+    let max = cfg.max_attempts.max(1);
+    loop {
+        record.attempts += 1;
+        let step = cfg.slurm.find(job_id).and_then(|job| {
+            record.slurm_job_id = job.as_ref().map(|j| j.job_id).or(record.slurm_job_id);
+            match (action(ask, job.as_ref()), job) {
+                (Err(why), _) => Ok((Outcome::Skipped, format!("nothing to do: {why}"))),
+                (Ok(()), Some(job)) => {
+                    match ask {
+                        Ask::Cancel => cfg.slurm.cancel(job.job_id)?,
+                        Ask::Release => cfg.slurm.release(&job)?,
+                    }
+                    let what = match ask {
+                        Ask::Cancel => "cancelled",
+                        Ask::Release => "released",
+                    };
+                    Ok((Outcome::Done, format!("{what} Slurm job {} ({} before)", job.job_id, job.job_state)))
+                }
+                (Ok(()), None) => Ok((Outcome::Skipped, "nothing to do: the job is gone".into())),
+            }
+        });
+        match step {
+            Ok((outcome, detail)) => {
+                record.outcome = outcome;
+                record.detail = detail;
+                return record;
+            }
+            Err(e) if record.attempts >= max => {
+                record.outcome = Outcome::Failed;
+                record.detail = format!("gave up after {} attempts: {e}", record.attempts);
+                return record;
+            }
+            Err(e) => {
+                tracing::warn!(job = job_id, attempt = record.attempts, error = %e, "action failed; retrying");
+                std::thread::sleep(delay);
+                delay = delay.saturating_mul(2);
+            }
+        }
+    }
+}
+
+fn seen(v: &Value) -> Seen {
+    let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    Seen {
+        seq: v.get("seq").and_then(Value::as_u64).unwrap_or(0),
+        decision_id: s("decision_id"),
+        decision: s("decision"),
+        job_id: v.get("job_id").and_then(Value::as_str).map(str::to_owned),
+        reason: s("reason"),
+    }
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EnforceReport {
+    /// Decisions read.
+    pub decisions: u64,
+    /// Actions recorded (done, failed or skipped).
+    pub recorded: u64,
+    /// The cursor at the end.
+    pub cursor: u64,
+}
+
+/// Handles the decisions of one connection to the stream; returns when the stream ends or breaks.
+fn follow(cfg: &EnforceConfig, st: &mut EnforceState, follow: bool, report: &mut EnforceReport) -> Result<()> {
+    let mut stream = cfg.server.decisions(st.cursor, follow)?;
+    let mut saved = Instant::now();
+    let mut dirty = false;
+    let result = loop {
+        let d = match stream.next_decision() {
+            Ok(Some(d)) => d,
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e),
+        };
+        let seen = seen(&d);
+        report.decisions += 1;
+        if seen.decision == "alert" && !d.get("dry_run").and_then(Value::as_bool).unwrap_or(false) {
+            tracing::info!(job = seen.job_id.as_deref().unwrap_or("-"), reason = %seen.reason, "alert");
+        }
+        if let (Some(ask), Some(job_id)) = (ask(&d), seen.job_id.as_deref()) {
+            let record = execute(cfg, &seen, ask, job_id);
+            tracing::info!(
+                job = job_id,
+                slurm_job = record.slurm_job_id.unwrap_or(0),
+                decision = %seen.decision,
+                outcome = record.outcome.as_str(),
+                detail = %record.detail,
+                "enforced"
+            );
+            let ev = events::enforcement(&cfg.cluster, &record, bursar_serve::wall_time());
+            // Not recorded, not done: the cursor stays before this decision and it is redone.
+            if let Err(e) = cfg.server.post(&[ev]) {
+                break Err(e);
+            }
+            report.recorded += 1;
+            st.cursor = seen.seq;
+            state::save(&cfg.state, st)?;
+            saved = Instant::now();
+            dirty = false;
+        } else {
+            st.cursor = seen.seq;
+            dirty = true;
+            // Decisions that need nothing are cheap to redo: persist their cursor at most once a second.
+            if saved.elapsed() >= Duration::from_secs(1) {
+                state::save(&cfg.state, st)?;
+                saved = Instant::now();
+                dirty = false;
+            }
+        }
+        report.cursor = st.cursor;
+    };
+    if dirty {
+        state::save(&cfg.state, st)?;
+    }
+    result
+}
+
+/// Follows the decision stream forever (reconnecting with a back-off), or with `once` until it has
+/// caught up. Returns on a state-file error, or with `once` on any error.
+pub fn run(cfg: &EnforceConfig, once: bool) -> Result<EnforceReport> {
+    let mut st: EnforceState = state::load(&cfg.state)?;
+    if st.version == 0 {
+        st = EnforceState { version: 1, cursor: st.cursor.max(cfg.start_after) };
+    }
+    let mut report = EnforceReport { cursor: st.cursor, ..EnforceReport::default() };
+    tracing::info!(state = %cfg.state.display(), cursor = st.cursor, "slurm enforce starting");
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        match follow(cfg, &mut st, !once, &mut report) {
+            Ok(()) if once => return Ok(report),
+            Ok(()) => backoff = Duration::from_millis(200),
+            Err(e @ Error::State { .. }) => return Err(e),
+            Err(e) if once => return Err(e),
+            Err(e) => {
+                tracing::warn!(error = %e, cursor = st.cursor, "decision stream broke; reconnecting");
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+        }
+        std::thread::sleep(backoff);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::slurm::parse_squeue;
+    use serde_json::json;
+
+    const REAL: &str = include_str!("../tests/data/squeue-22.05.json");
+
+    fn d(decision: &str, event_id: &str, admission: bool) -> Value {
+        json!({"seq": 5, "decision_id": "x", "event_id": event_id, "job_id": "lab-1", "decision": decision,
+               "admission": admission, "dry_run": false, "policies": [], "reason": "r"})
+    }
+
+    #[test]
+    fn which_decisions_ask_something_of_slurm() {
+        assert_eq!(ask(&d("reclaim", "tick-1", false)), Some(Ask::Cancel));
+        assert_eq!(ask(&d("allow", "e-approve", true)), Some(Ask::Release));
+        assert_eq!(ask(&d("deny", "e-reject", true)), Some(Ask::Cancel));
+        // Applied by job_submit.lua already.
+        assert_eq!(ask(&d("allow", "sub-lab-1", true)), None);
+        assert_eq!(ask(&d("deny", "sub-lab-1", true)), None);
+        for k in ["alert", "defer", "require_approval"] {
+            assert_eq!(ask(&d(k, "e", false)), None, "{k}");
+        }
+        let mut dry = d("reclaim", "e", false);
+        dry["dry_run"] = json!(true);
+        assert_eq!(ask(&dry), None);
+        let mut no_job = d("reclaim", "e", false);
+        no_job["job_id"] = Value::Null;
+        assert_eq!(ask(&no_job), None);
+    }
+
+    #[test]
+    fn actions_are_idempotent_on_the_job_state() {
+        let jobs = parse_squeue(REAL).unwrap();
+        let by = |id: u64| jobs.iter().find(|j| j.job_id == id);
+        let done = action(Ask::Cancel, by(1)).unwrap_err();
+        assert!(done.contains("already ended (COMPLETED)"), "{done}");
+        assert!(action(Ask::Cancel, None).unwrap_err().contains("MinJobAge"));
+        // Job 3 is pending for its begin time: cancellable, but not held by bursar.
+        assert!(action(Ask::Cancel, by(3)).is_ok());
+        assert!(action(Ask::Release, by(3)).unwrap_err().contains("not held"));
+        let mut held = by(4).cloned().unwrap();
+        held.job_state = "PENDING".into();
+        assert!(action(Ask::Release, Some(&held)).is_ok());
+    }
+}

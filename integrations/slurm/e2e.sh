@@ -1,0 +1,284 @@
+#!/bin/bash
+# End-to-end test: bursar governing a real one-node Slurm cluster (docs/integrations/slurm.md).
+#
+# As root: installs slurmctld, slurmd, slurm-client, munge and curl from Debian if missing (without
+# letting their init scripts start anything), starts munge + Slurm with 8 fake GPUs in a temporary
+# folder, `bursar serve` with the example policies (idle window shortened to seconds), and the two
+# agents (`bursar slurm watch`, `bursar slurm enforce`), then shows:
+#   1. a job over quota rejected by sbatch with bursar's reason;
+#   2. an allowed job running;
+#   3. a job needing approval held (and not releasable by its owner), then released after approval.granted;
+#   4. a deferrable job given bursar's begin time;
+#   5. an idle job (low utilisation samples) alerted, then cancelled by the enforcer, the action recorded;
+#   6. each decision in the audit log next to Slurm's job id;
+#   7. with bursar down, submissions rejected (fail closed).
+# Every daemon it started is stopped by PID on exit, pass or fail.
+#
+#   sudo integrations/slurm/e2e.sh                 # builds bursar with cargo unless BURSAR=path is set
+#   KEEP=1 sudo integrations/slurm/e2e.sh          # keep the work folder (logs, audit.db) afterwards
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+T0=$(date +%s)
+say() { printf '[%3ss] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
+fail() { say "FAIL: $*"; exit 1; }
+ok() { say "ok: $*"; }
+
+[ "$(id -u)" = 0 ] || { echo "e2e.sh: run as root (it installs Slurm and starts its daemons)" >&2; exit 2; }
+
+# --- 1. packages ---------------------------------------------------------------------------------------
+missing=0
+for b in slurmctld slurmd sbatch squeue scancel scontrol munged mungekey curl sqlite3; do
+  command -v "$b" >/dev/null 2>&1 || missing=1
+done
+if [ $missing = 1 ]; then
+  say "installing Slurm and munge from Debian"
+  made_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then   # keep the packages' init scripts from starting daemons
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod 755 /usr/sbin/policy-rc.d; made_policy=1
+  fi
+  pkgs=(slurmctld slurmd slurm-client munge curl sqlite3)
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null 2>&1 \
+    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null; }
+  [ $made_policy = 1 ] && rm -f /usr/sbin/policy-rc.d
+fi
+
+# --- 2. bursar -----------------------------------------------------------------------------------------
+if [ -z "${BURSAR:-}" ]; then
+  say "building bursar"
+  (cd "$ROOT" && cargo build -q -p bursar)
+  BURSAR=${CARGO_TARGET_DIR:-$ROOT/target}/debug/bursar
+fi
+[ -x "$BURSAR" ] || fail "no bursar binary at $BURSAR"
+
+# --- 3. work folder and cleanup ------------------------------------------------------------------------
+WORK=$(mktemp -d /tmp/bursar-slurm-e2e.XXXXXX)
+chmod 755 "$WORK"
+LAB=$WORK/lab
+SERVE_PID= WATCH_PID= ENFORCE_PID=
+alive() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null); [ -n "$st" ] && [ "${st#Z}" = "$st" ]; }
+stop_pid() {  # $1 = pid of a child of this shell
+  [ -n "$1" ] || return 0
+  if alive "$1"; then
+    kill "$1" 2>/dev/null || true
+    for _ in $(seq 100); do alive "$1" || break; sleep 0.1; done
+    alive "$1" && kill -9 "$1" 2>/dev/null
+  fi
+  wait "$1" 2>/dev/null || true
+}
+cleanup() {
+  local rc=$?
+  set +e
+  stop_pid "$ENFORCE_PID"; stop_pid "$WATCH_PID"
+  [ -d "$LAB" ] && LAB=$LAB "$HERE/down.sh"
+  stop_pid "$SERVE_PID"
+  local left=""
+  for p in $ENFORCE_PID $WATCH_PID $SERVE_PID; do alive "$p" && left="$left $p"; done
+  for f in "$LAB/run/slurmctld.pid" "$LAB/run/slurmd.pid" "$LAB/munge/munged.pid"; do
+    [ -f "$f" ] && alive "$(cat "$f")" && left="$left $(cat "$f")"
+  done
+  [ -n "$left" ] && { echo "e2e.sh: processes still running:$left" >&2; rc=1; }
+  if [ $rc != 0 ]; then
+    for f in serve.log watch.log enforce.log lab/log/slurmctld.log; do
+      [ -f "$WORK/$f" ] && { echo "----- $f (last 25 lines)"; tail -n 25 "$WORK/$f"; }
+    done
+    echo "e2e.sh: FAILED (work folder kept: $WORK)"
+  elif [ -n "${KEEP:-}" ]; then
+    echo "e2e.sh: passed in $(( $(date +%s) - T0 )) s (work folder kept: $WORK)"
+  else
+    rm -rf "$WORK"
+    echo "e2e.sh: passed in $(( $(date +%s) - T0 )) s; every daemon stopped"
+  fi
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- 4. policies: the TOML examples, with the test's short idle window and an off-peak window 2 h ahead ---
+# (The TOML examples only: WebAssembly policies need a build with WebAssembly support and say nothing
+# about Slurm.)
+mkdir -p "$WORK/policies"
+for f in "$ROOT"/policies/*.toml; do grep -q '^kind = "wasm"' "$f" || cp "$f" "$WORK/policies/"; done
+cp "$HERE"/e2e/*.toml "$WORK/policies/"
+OFF_START=$(( ($(date -u +%-H) + 2) % 24 ))
+OFF_END=$(( (OFF_START + 1) % 24 ))
+sed -i -e "s/^start = .*/start = \"$(printf %02d $OFF_START):00\"/" -e "s/^end = .*/end = \"$(printf %02d $OFF_END):00\"/" \
+       -e 's/^utc_offset = .*/utc_offset = "+00:00"/' "$WORK/policies/placement.toml"
+grep -q "start = \"$(printf %02d $OFF_START):00\"" "$WORK/policies/placement.toml" || fail "could not set the off-peak window"
+
+# --- 5. bursar serve -----------------------------------------------------------------------------------
+"$BURSAR" serve --policies "$WORK/policies" --audit "$WORK/audit.db" --listen 127.0.0.1:0 \
+  --port-file "$WORK/port" --fast-commit --tick 500ms > "$WORK/serve.log" 2>&1 &
+SERVE_PID=$!
+for _ in $(seq 300); do [ -s "$WORK/port" ] && break; alive $SERVE_PID || break; sleep 0.1; done
+[ -s "$WORK/port" ] || fail "bursar serve did not start"
+PORT=$(cat "$WORK/port")
+API=http://127.0.0.1:$PORT
+curl -sf "$API/healthz" >/dev/null || fail "bursar serve does not answer /healthz"
+ok "bursar serve on port $PORT (pid $SERVE_PID)"
+
+# --- 6. the cluster ------------------------------------------------------------------------------------
+LAB=$LAB BURSAR_URL=$API/v1/admit SLURMCTLD_PORT=${SLURMCTLD_PORT:-16817} SLURMD_PORT=${SLURMD_PORT:-16818} \
+  "$HERE/up.sh" | sed 's/^/    /'
+export SLURM_CONF=$LAB/etc/slurm.conf
+ok "Slurm up: $(sinfo -h -o '%n %T %G')"
+
+# --- 7. the agents -------------------------------------------------------------------------------------
+"$BURSAR" slurm watch --server "127.0.0.1:$PORT" --cluster lab --state "$WORK/watch.json" --interval 300ms \
+  > "$WORK/watch.log" 2>&1 &
+WATCH_PID=$!
+"$BURSAR" slurm enforce --server "127.0.0.1:$PORT" --cluster lab --state "$WORK/enforce.json" \
+  --retry-delay 200ms > "$WORK/enforce.log" 2>&1 &
+ENFORCE_PID=$!
+ok "agents running (watch pid $WATCH_PID, enforce pid $ENFORCE_PID)"
+
+# --- helpers -------------------------------------------------------------------------------------------
+cd "$LAB/out"
+NOW() { date -u +%Y-%m-%dT%H:%M:%S.%3NZ; }
+state_of() { squeue -h -t all -j "$1" -o %T 2>/dev/null; }
+wait_state() {  # job, state, seconds
+  local s=""
+  for _ in $(seq $(( $3 * 5 ))); do s=$(state_of "$1"); [ "$s" = "$2" ] && return 0; sleep 0.2; done
+  fail "Slurm job $1 is $s, expected $2 within $3 s"
+}
+bid_in() { grep -o 'lab-[0-9a-f]\{12\}' "$1" | head -1; }
+post() { curl -sf -H 'content-type: application/json' --data-binary "$1" "$API/v1/events" >/dev/null \
+  || fail "POST /v1/events refused: $1"; }
+job_view() { curl -sf "$API/v1/jobs/$1" || true; }
+explain() { "$BURSAR" audit --db "$WORK/audit.db" explain --format json "$1"; }
+# A job's story (`bursar audit explain`) must hold decision $2.
+audit_has() {  # bursar id, decision
+  local story; story=$(explain "$1") || fail "bursar audit explain $1 failed"
+  echo "$story" | grep -q "\"decision\":\"$2\"" || { echo "$story" >&2; fail "audit: no $2 decision for $1"; }
+}
+
+# --- scenario 1: over quota ----------------------------------------------------------------------------
+say "1. a job over its project's quota"
+if sbatch --parsable -A speech --gpus=8 -t 300:00:00 -J over-quota \
+     --comment 'stage=finetune ready=image,data,script' --wrap 'sleep 60' > deny.out 2> deny.err; then
+  fail "sbatch accepted a job over quota: $(cat deny.out deny.err)"
+fi
+sed 's/^/    /' deny.err
+grep -q 'bursar denied job lab-[0-9a-f]\{12\}: .*speech.*' deny.err || fail "sbatch did not show bursar's reason"
+grep -q 'quota/monthly-gpu-hours' deny.err || fail "the reason does not name the quota policy"
+DENY_BID=$(bid_in deny.err)
+ok "rejected by sbatch with bursar's reason (bursar job $DENY_BID)"
+
+# --- scenario 2: allowed -------------------------------------------------------------------------------
+say "2. an allowed job"
+ALLOW=$(sbatch --parsable -A nlp --gpus=2 -t 30 -J allowed \
+  --comment 'stage=finetune ready=image,data,script model_params_b=7' --wrap 'echo GPUS=$CUDA_VISIBLE_DEVICES; sleep 300' 2> allow.err) \
+  || fail "sbatch refused the allowed job: $(cat allow.err)"
+wait_state "$ALLOW" RUNNING 20
+ALLOW_BID=$(scontrol show job "$ALLOW" | grep -o 'bursar_job=lab-[0-9a-f]\{12\}' | cut -d= -f2)
+[ -n "$ALLOW_BID" ] || fail "job $ALLOW has no bursar id in its AdminComment"
+ok "Slurm job $ALLOW (bursar $ALLOW_BID) running"
+
+# --- scenario 3: approval ------------------------------------------------------------------------------
+say "3. a job that needs approval"
+HELD=$(sbatch --parsable -A nlp --gpus=1 -t 4-00:00:00 -J needs-approval \
+  --comment 'stage=finetune ready=image,data,script' --wrap 'sleep 300' 2> held.err) \
+  || fail "sbatch refused the job needing approval: $(cat held.err)"
+sed 's/^/    /' held.err
+grep -q 'is held until approved: .*bob' held.err || fail "sbatch did not say the job waits for bob's approval"
+HELD_BID=$(bid_in held.err)
+sleep 2
+[ "$(state_of "$HELD")" = PENDING ] || fail "held job $HELD is $(state_of "$HELD")"
+squeue -h -j "$HELD" -o %r | grep -q Held || fail "job $HELD is pending but not held: $(squeue -h -j "$HELD" -o %r)"
+chown nobody "$LAB/out"
+HELD_USER=$(runuser -u nobody -- sbatch --parsable --chdir="$LAB/out" -A nlp --gpus=1 -t 4-00:00:00 \
+  --comment 'ready=image,data,script' --wrap 'sleep 300' 2>/dev/null)
+if runuser -u nobody -- scontrol release "$HELD_USER" 2>/dev/null; then
+  fail "the owner released their own job $HELD_USER that waits for bursar's approval"
+fi
+scancel "$HELD_USER"
+ok "Slurm job $HELD held (bursar $HELD_BID); its owner cannot release such a job"
+post "{\"id\":\"e2e-approve-$HELD_BID\",\"time\":\"$(NOW)\",\"type\":\"approval.granted\",\"job_id\":\"$HELD_BID\",\"by\":\"bob\"}"
+wait_state "$HELD" RUNNING 30
+ok "approved by bob: the enforcer released Slurm job $HELD, now running"
+
+# --- scenario 4: deferred ------------------------------------------------------------------------------
+say "4. deferrable work outside the off-peak window"
+DEFER=$(sbatch --parsable -A nlp --gres=gpu:h100:1 -t 60 -J convert \
+  --comment 'stage=format_conversion deferrable=true ready=image,data,script' --wrap 'sleep 30' 2> defer.err) \
+  || fail "sbatch refused the conversion job: $(cat defer.err)"
+sed 's/^/    /' defer.err
+DEFER_BID=$(bid_in defer.err)
+grep -q 'deferred until' defer.err || fail "the conversion job was not deferred"
+[ "$(squeue -h -j "$DEFER" -o %r)" = BeginTime ] || fail "job $DEFER is not waiting for its begin time"
+BEGIN=$(squeue -h -j "$DEFER" -o %S)
+[ "$BEGIN" = "$(date -u +%Y-%m-%d)T$(printf %02d $OFF_START):00:00" ] \
+  || [ "$BEGIN" = "$(date -u -d tomorrow +%Y-%m-%d)T$(printf %02d $OFF_START):00:00" ] \
+  || fail "job $DEFER begins at $BEGIN, not at the off-peak start $(printf %02d $OFF_START):00"
+ok "Slurm job $DEFER (bursar $DEFER_BID) deferred to $BEGIN"
+scancel "$DEFER"
+
+# --- scenario 5: idle ----------------------------------------------------------------------------------
+say "5. an idle job"
+IDLE=$(sbatch --parsable -A vision --gpus=1 -t 60 -J idle \
+  --comment 'stage=finetune ready=image,data,script' --wrap 'sleep 300' 2> idle.err) \
+  || fail "sbatch refused the idle job: $(cat idle.err)"
+wait_state "$IDLE" RUNNING 20
+IDLE_BID=$(scontrol show job "$IDLE" | grep -o 'bursar_job=lab-[0-9a-f]\{12\}' | cut -d= -f2)
+for _ in $(seq 50); do job_view "$IDLE_BID" | grep -q '"started":"' && break; sleep 0.2; done
+job_view "$IDLE_BID" | grep -q '"started":"' || fail "the watcher did not report job $IDLE as started"
+n=0
+while [ "$(state_of "$IDLE")" = RUNNING ] && [ $n -lt 60 ]; do
+  n=$((n + 1))
+  post "{\"id\":\"e2e-sample-$IDLE-$n\",\"time\":\"$(NOW)\",\"type\":\"job.sample\",\"job_id\":\"$IDLE_BID\",\"gpu_util\":0.01,\"mem_util\":0.2}"
+  sleep 0.5
+done
+wait_state "$IDLE" CANCELLED 10
+grep -q "alert.*$IDLE_BID\|$IDLE_BID.*alert" "$WORK/enforce.log" || fail "the enforcer saw no alert for $IDLE_BID"
+ok "Slurm job $IDLE (bursar $IDLE_BID) alerted, then cancelled after $n low samples"
+
+# --- scenario 6: the audit log -------------------------------------------------------------------------
+say "6. the audit log"
+sql() { sqlite3 -readonly "$WORK/audit.db" "$1"; }
+audit_has "$DENY_BID" deny
+sql "SELECT count(*) FROM decisions WHERE job='$DENY_BID' AND decision='deny' AND admission=1" | grep -qx 1 \
+  || fail "audit: the deny of $DENY_BID is not there once"
+for _ in $(seq 50); do   # the watcher reports the ends of the cancelled jobs
+  explain "$IDLE_BID" | grep -q '"kind":"job.finished"' && explain "$DEFER_BID" | grep -q '"kind":"job.finished"' && break
+  sleep 0.2
+done
+audit_has "$ALLOW_BID" allow
+audit_has "$HELD_BID" require_approval
+audit_has "$HELD_BID" allow
+audit_has "$DEFER_BID" defer
+audit_has "$IDLE_BID" alert
+audit_has "$IDLE_BID" reclaim
+# Every decision about a job that reached Slurm sits next to an event naming its Slurm job id.
+for pair in "$ALLOW_BID:$ALLOW" "$HELD_BID:$HELD" "$DEFER_BID:$DEFER" "$IDLE_BID:$IDLE"; do
+  b=${pair%%:*}; s=${pair#*:}
+  unlinked=$(sql "SELECT count(*) FROM decisions d WHERE d.job='$b' AND NOT EXISTS (SELECT 1 FROM events e
+    WHERE e.job=d.job AND json_extract(e.raw,'\$.slurm_job_id')='$s')")
+  [ "$unlinked" = 0 ] || fail "audit: $unlinked decision(s) of $b not linked to Slurm job $s"
+  printf '    Slurm job %-3s = bursar %s: %s\n' "$s" "$b" \
+    "$(sql "SELECT group_concat(decision, ', ') FROM (SELECT decision FROM decisions WHERE job='$b' ORDER BY seq)")"
+done
+# The enforcer's records: the release and the cancel, done, with both ids.
+for rec in "$HELD_BID:$HELD:scontrol release" "$IDLE_BID:$IDLE:scancel"; do
+  b=${rec%%:*}; rest=${rec#*:}; s=${rest%%:*}; action=${rest#*:}
+  q="SELECT count(*) FROM events WHERE event_id LIKE 'enforce-%' AND json_extract(raw,'\$.job_id')='$b'
+     AND json_extract(raw,'\$.slurm_job_id')='$s' AND json_extract(raw,'\$.enforcement.action')='$action'
+     AND json_extract(raw,'\$.enforcement.outcome')='done'"
+  for _ in $(seq 50); do [ "$(sql "$q")" = 1 ] && break; sleep 0.2; done
+  [ "$(sql "$q")" = 1 ] || fail "audit: no record that '$action' on Slurm job $s was done"
+  printf '    recorded: %s\n' "$(sql "SELECT json_extract(raw,'\$.enforcement') FROM events WHERE event_id LIKE 'enforce-%'
+     AND json_extract(raw,'\$.job_id')='$b' AND json_extract(raw,'\$.enforcement.outcome')='done'")"
+done
+ok "every decision is in the audit log next to Slurm's job id; the enforcer's actions are recorded"
+
+# --- scenario 7: bursar down ---------------------------------------------------------------------------
+say "7. bursar unreachable"
+stop_pid "$ENFORCE_PID"; ENFORCE_PID=
+stop_pid "$WATCH_PID"; WATCH_PID=
+stop_pid "$SERVE_PID"; SERVE_PID=
+if sbatch --parsable --gpus=1 -t 5 --comment 'ready=image,data,script' --wrap true > down.out 2> down.err; then
+  fail "a job was accepted while bursar was down (fail closed is the default)"
+fi
+sed 's/^/    /' down.err
+grep -q 'bursar: job rejected: the admission service gave no decision' down.err || fail "no fail-closed message"
+ok "rejected while bursar is down (fail closed)"
