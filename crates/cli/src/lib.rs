@@ -9,6 +9,8 @@
 pub mod audit;
 pub mod check;
 pub mod eval;
+pub mod generate;
+pub mod import;
 pub mod replay;
 pub mod serve;
 pub mod sink;

@@ -57,6 +57,45 @@ enum Command {
         #[arg(long, value_enum, default_value_t = bursar::audit::DurabilityArg::Durable, requires = "audit")]
         durability: bursar::audit::DurabilityArg,
     },
+    /// Convert a cluster trace (philly, openb, sacct) to v1 events on stdout; the report goes to stderr.
+    ///
+    /// Example: bursar import philly tests/data/philly/sampled_jobs.json | bursar eval --policies policies --events -
+    Import {
+        /// The trace format.
+        #[arg(value_enum)]
+        format: bursar::import::Format,
+        /// The trace file.
+        file: PathBuf,
+        /// GPU duty-cycle series (Alibaba GenAI CSV, or its .tar.gz) to attach as job.sample events.
+        #[arg(long)]
+        util: Option<PathBuf>,
+        /// Seed of the job-to-series rule (see docs/importers.md).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Time between two utilisation samples of a running job (with --util).
+        #[arg(long, default_value = "10m", value_parser = parse_duration)]
+        sample_every: Duration,
+        /// Philly only: declare image, data and script ready on every job (the trace has no readiness).
+        #[arg(long)]
+        assume_ready: bool,
+    },
+    /// Generate a synthetic v1 event stream (seeded, streaming) on stdout.
+    ///
+    /// Example: bursar gen --jobs 1000000 --projects 20 --seed 7 > events.jsonl
+    Gen {
+        /// Jobs to submit.
+        #[arg(long)]
+        jobs: u64,
+        /// Projects to spread them over.
+        #[arg(long, default_value_t = 8)]
+        projects: u32,
+        /// Seed: the same seed gives the same stream.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Time between two utilisation samples of a running job.
+        #[arg(long, default_value = "10m", value_parser = parse_duration)]
+        sample_every: Duration,
+    },
     /// Query, explain, verify, prune and summarise an audit database.
     ///
     /// Example: bursar audit --db audit.db explain j42
@@ -119,6 +158,31 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             } else {
                 eprintln!("{summary}");
             }
+            Ok(ExitCode::Ok)
+        }
+        Command::Import { format, file, util, seed, sample_every, assume_ready } => {
+            let opts = bursar::import::ImportOptions {
+                format,
+                file,
+                util,
+                seed,
+                sample_every_secs: (sample_every.millis() / 1000).max(1),
+                assume_ready,
+            };
+            let report = bursar::import::run(&opts, &mut std::io::stdout().lock())?;
+            eprint!("{report}");
+            Ok(ExitCode::Ok)
+        }
+        Command::Gen { jobs, projects, seed, sample_every } => {
+            let cfg = bursar_traces::workload::GenConfig {
+                jobs,
+                projects,
+                seed,
+                sample_every_secs: (sample_every.millis() / 1000).max(1),
+                ..Default::default()
+            };
+            let n = bursar::generate::run(cfg, &mut std::io::stdout().lock())?;
+            eprintln!("gen: {n} events for {jobs} jobs over {projects} projects, seed {seed}");
             Ok(ExitCode::Ok)
         }
     }
