@@ -216,6 +216,44 @@ fn load(
     Ok(Run { micros, wall, errors: errors.load(Ordering::Relaxed) })
 }
 
+/// Sums and counts of the server's histograms, from `/metrics`.
+#[derive(Debug, Default, Clone, Copy)]
+struct Scrape {
+    eval_sum: f64,
+    eval_n: f64,
+    commit_sum: f64,
+    commit_n: f64,
+}
+
+fn scrape(addr: SocketAddr) -> Result<Scrape, String> {
+    let r = Conn::connect(addr, None).and_then(|mut c| c.request("GET", "/metrics", b"")).map_err(|e| e.to_string())?;
+    let text = r.text();
+    let get = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or(0.0)
+    };
+    Ok(Scrape {
+        eval_sum: get("bursar_eval_seconds_sum"),
+        eval_n: get("bursar_eval_seconds_count"),
+        commit_sum: get("bursar_audit_commit_seconds_sum"),
+        commit_n: get("bursar_audit_commit_seconds_count"),
+    })
+}
+
+/// Engine and audit cost per admission over a run: mean engine µs per event, mean commit ms, mean
+/// requests per commit.
+fn breakdown(name: &str, before: Scrape, after: Scrape) -> String {
+    let ev = after.eval_n - before.eval_n;
+    let cn = after.commit_n - before.commit_n;
+    format!(
+        "| {name} | {:.1} | {:.2} | {:.1} |",
+        if ev > 0.0 { (after.eval_sum - before.eval_sum) / ev * 1e6 } else { 0.0 },
+        if cn > 0.0 { (after.commit_sum - before.commit_sum) / cn * 1e3 } else { 0.0 },
+        if cn > 0.0 { ev / cn } else { 0.0 },
+    )
+}
+
 fn digest(addr: SocketAddr) -> Result<String, String> {
     let r =
         Conn::connect(addr, None).and_then(|mut c| c.request("GET", "/v1/policies", b"")).map_err(|e| e.to_string())?;
@@ -256,11 +294,14 @@ fn run() -> Result<(), String> {
     let server = Running::start(&policies, &scratch.join("full.db"), true)?;
     let floor = load(server.addr, o.requests, o.concurrency, |_| ("GET", "/healthz", Vec::new()))?;
     println!("{}", floor.row("GET /healthz (HTTP floor)"));
+    let m0 = scrape(server.addr)?;
     let full =
         load(server.addr, o.requests, o.concurrency, |n| ("POST", "/v1/admit", submit_line("full", n).into_bytes()))?;
+    let m1 = scrape(server.addr)?;
     println!("{}", full.row("POST /v1/admit, audit synchronous=FULL"));
     let single =
         load(server.addr, o.requests.min(5000), 1, |n| ("POST", "/v1/admit", submit_line("single", n).into_bytes()))?;
+    let m2 = scrape(server.addr)?;
     println!("{}", single.row("POST /v1/admit, FULL, 1 client"));
 
     // 3: reload latency, watcher path and explicit path.
@@ -300,8 +341,10 @@ fn run() -> Result<(), String> {
 
     // 2b: NORMAL durability, same load.
     let server = Running::start(&policies, &scratch.join("normal.db"), false)?;
+    let m3 = scrape(server.addr)?;
     let normal =
         load(server.addr, o.requests, o.concurrency, |n| ("POST", "/v1/admit", submit_line("normal", n).into_bytes()))?;
+    let m4 = scrape(server.addr)?;
     println!("{}", normal.row("POST /v1/admit, audit synchronous=NORMAL"));
 
     // 4: admissions while the policy file is rewritten every 50 ms.
@@ -347,6 +390,15 @@ fn run() -> Result<(), String> {
         o.requests,
         twice
     );
+
+    println!();
+    println!(
+        "| where the time goes (from /metrics) | engine µs per admission | audit commit ms | admissions per commit |"
+    );
+    println!("|---|---|---|---|");
+    println!("{}", breakdown("FULL, concurrent", m0, m1));
+    println!("{}", breakdown("FULL, 1 client", m1, m2));
+    println!("{}", breakdown("NORMAL, concurrent", m3, m4));
 
     let stats = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
