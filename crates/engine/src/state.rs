@@ -66,14 +66,6 @@ impl Ledgers {
         }
     }
 
-    fn of_mut(&mut self, kind: ScopeKind) -> &mut FxHashMap<Sym, Ledger> {
-        match kind {
-            ScopeKind::Project => &mut self.project,
-            ScopeKind::User => &mut self.user,
-            ScopeKind::Tag => &mut self.tag,
-        }
-    }
-
     /// Number of ledgers.
     pub fn len(&self) -> usize {
         self.project.len() + self.user.len() + self.tag.len()

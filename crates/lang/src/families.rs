@@ -77,21 +77,6 @@ pub enum Scope {
     Tag(String),
 }
 
-impl Scope {
-    fn resolve<'a>(&self, job: &'a JobSpec) -> Option<(ScopeKind, std::borrow::Cow<'a, str>, String)> {
-        match self {
-            Scope::Project => {
-                Some((ScopeKind::Project, job.project.as_str().into(), format!("project {}", job.project)))
-            }
-            Scope::User => Some((ScopeKind::User, job.user.as_str().into(), format!("user {}", job.user))),
-            Scope::Tag(k) => {
-                let v = job.tag(k)?;
-                Some((ScopeKind::Tag, format!("{k}={v}").into(), format!("{k} {v}")))
-            }
-        }
-    }
-}
-
 /// Where settled usage comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Settle {
@@ -443,7 +428,7 @@ impl Quota {
         let mut objections = String::new();
         let mut note = String::new();
         let mut branch = 3;
-        let mut object = |s: &mut String| {
+        let object = |s: &mut String| {
             if s.is_empty() {
                 s.reserve(128);
             } else {
@@ -587,16 +572,14 @@ impl Reclaim {
                     out.effect(Effect::Timer { at: t.plus(max), job_id: id, tag: MAX_RUNTIME });
                 }
             }
-            EventKind::JobFinished { status, .. } => {
-                if self.on_finish && job.phase.is_live() {
-                    out.verdict(
-                        Verdict::new(
-                            VerdictKind::Reclaim,
-                            format!("job {id} {} at {t}: release its {} GPUs now", status.as_str(), job.gpus),
-                        )
-                        .on_branch(0),
-                    );
-                }
+            EventKind::JobFinished { status, .. } if self.on_finish && job.phase.is_live() => {
+                out.verdict(
+                    Verdict::new(
+                        VerdictKind::Reclaim,
+                        format!("job {id} {} at {t}: release its {} GPUs now", status.as_str(), job.gpus),
+                    )
+                    .on_branch(0),
+                );
             }
             EventKind::JobSample { gpu_util, .. } => {
                 let Some(idle) = &self.idle else { return };

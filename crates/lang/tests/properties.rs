@@ -6,6 +6,8 @@
 //! - resending events (the same ids) changes nothing;
 //! - snapshot and restore at any point (a restart) gives the same decisions as an uninterrupted run.
 
+#![expect(clippy::expect_used, reason = "test fixtures that fail to build should stop the test loudly")]
+
 use std::path::Path;
 use std::sync::Arc;
 
