@@ -56,6 +56,9 @@ pub struct ServeArgs {
     /// Do not watch the policy directory (reload with SIGHUP or POST /v1/reload only).
     #[arg(long)]
     pub no_watch: bool,
+    /// Also take events as JSON Lines on this Unix socket (one answer line per input line).
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
     /// Request body limit in bytes.
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
     pub max_body: usize,
@@ -123,6 +126,7 @@ pub fn run(args: &ServeArgs, error_format: ErrorFormat) -> Result<ExitCode, CliE
     config.debounce = std_duration(args.debounce);
     config.watch = !args.no_watch;
     config.max_body = args.max_body;
+    config.socket = args.socket.clone();
     config.queue = args.queue;
     config.engine = bursar_engine::EngineConfig { dedupe_window: args.dedupe_window, ..Default::default() };
     config.loader =

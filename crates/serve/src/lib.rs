@@ -18,6 +18,7 @@
 //! - [`http`]: routes, decoding, token check.
 //! - [`stream`]: `GET /v1/decisions`, catch-up from the log then live.
 //! - [`reload`]: watcher, debounce, off-thread compile, swap.
+//! - [`socket`]: events as JSON Lines over a Unix socket.
 //! - [`store`]: the calls into `bursar-audit`.
 //! - [`metrics`], [`views`]: `/metrics`; job and project views.
 //! - [`client`]: a minimal HTTP/1.1 client for the load generator and the integration tests.
@@ -27,6 +28,7 @@ pub mod core;
 pub mod http;
 pub mod metrics;
 pub mod reload;
+pub mod socket;
 pub mod store;
 pub mod stream;
 pub mod views;
@@ -108,6 +110,8 @@ pub struct Config {
     pub debounce: Duration,
     /// Watch the policy directory.
     pub watch: bool,
+    /// Also take events as JSON Lines on this Unix socket.
+    pub socket: Option<PathBuf>,
     /// Engine settings for a fresh state (a restored one keeps its own).
     pub engine: EngineConfig,
     /// Compiles the policy directory.
@@ -127,6 +131,7 @@ impl std::fmt::Debug for Config {
             .field("queue", &self.queue)
             .field("debounce", &self.debounce)
             .field("watch", &self.watch)
+            .field("socket", &self.socket)
             .finish_non_exhaustive()
     }
 }
@@ -145,6 +150,7 @@ impl Config {
             queue: 4096,
             debounce: Duration::from_millis(100),
             watch: true,
+            socket: None,
             engine: EngineConfig::default(),
             loader: toml_loader(),
         }
@@ -343,6 +349,14 @@ pub async fn serve(
     };
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let socket_task = match &config.socket {
+        Some(path) => {
+            Some(socket::listen(path, engine_tx.clone(), config.max_body, shutdown_rx.clone()).map_err(|e| {
+                ServeError::Io { context: format!("listen on the socket `{}`", path.display()), message: e.to_string() }
+            })?)
+        }
+        None => None,
+    };
     let state = http::AppState {
         engine: engine_tx.clone(),
         reload: reload_tx.clone(),
@@ -368,7 +382,10 @@ pub async fn serve(
     hup.abort();
     drop(_watcher);
     drop(reload_tx);
-    let _ = reloader.await;
+    if let Some(t) = socket_task {
+        let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(10), reloader).await;
     let (tx, rx) = oneshot::channel();
     let _ = engine_tx.send(core::Work::Snapshot { reply: Some(tx) }).await;
     let _ = engine_tx.send(core::Work::Shutdown).await;
