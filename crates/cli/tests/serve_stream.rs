@@ -61,4 +61,14 @@ fn decision_stream_resumes_from_a_cursor_after_a_disconnect() {
 
     // A bad cursor is a 400.
     assert_eq!(server.get("/v1/decisions?after=minus-one").unwrap().status, 400);
+
+    // SIGTERM with streams open: they end, the server drains and exits 0.
+    let (status, log) = server.terminate();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("stopped cleanly"), "{log}");
+    let mut rest = 0;
+    while back.next_line().unwrap().is_some() {
+        rest += 1;
+    }
+    assert!(rest <= 1, "only keep-alives may follow: {rest} lines");
 }
