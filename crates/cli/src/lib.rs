@@ -12,6 +12,7 @@ pub mod eval;
 pub mod generate;
 pub mod import;
 pub mod replay;
+pub mod report;
 pub mod serve;
 pub mod sink;
 pub mod slurm;

@@ -108,6 +108,10 @@ enum Command {
     ///
     /// Example: bursar slurm enforce --cluster lab --state /var/lib/bursar/slurm-enforce.json
     Slurm(bursar::slurm::SlurmArgs),
+    /// Where the GPU-hours went: nominal vs effective by project, user or tag, billing-mode comparison.
+    ///
+    /// Example: bursar report --db audit.db --period 2026-11 --by project --format html -o report.html
+    Report(bursar::report::ReportArgs),
     /// Run the policy tests (`*.test.toml`) under a policy directory; exit 1 if any case fails.
     ///
     /// Example: bursar test policies --coverage --min-coverage 80
@@ -133,6 +137,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Serve(args) => bursar::serve::run(&args, cli.error_format),
         Command::Slurm(args) => bursar::slurm::run(&args),
         Command::Audit(args) => bursar::audit::run(&args, cli.error_format),
+        Command::Report(args) => bursar::report::run(&args),
         Command::Eval { policies, events, dedupe_window, summary_json, audit, durability } => {
             let set = match bursar::load_policies(&policies, cli.error_format) {
                 Ok(s) => s,
@@ -146,7 +151,12 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
                 error_format: cli.error_format,
             };
             let summary = match &audit {
-                Some(db) => bursar::audit::run_eval(set, input, &opts, db, durability)?,
+                Some(db) => {
+                    let summary = bursar::audit::run_eval(set, input, &opts, db, durability)?;
+                    // Bring the report facts (crates/report) up to date with what was just logged.
+                    bursar::report::update_facts(db, Some(&policies))?;
+                    summary
+                }
                 None => {
                     let stdout = std::io::stdout().lock();
                     let mut sink = bursar::sink::JsonLines::new(stdout);

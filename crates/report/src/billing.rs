@@ -22,7 +22,8 @@
 //! - **Reserved block of B GPUs**: `B × per_gpu_month × months + overage × Σ max(0, u_h − B)`, where
 //!   `months` is the number of calendar months the period covers. The best B is found by trying every
 //!   whole B from 0 to `ceil(max u_h)` (the cost is convex in B, and a block above the peak only adds
-//!   cost); ties go to the smaller block. B = 0 is "no block": everything at the overage rate.
+//!   cost; only 0 and the floors and ceilings of the curve's values need pricing, since the cost is
+//!   linear between them); ties go to the smaller block. B = 0 is "no block": everything at the overage rate.
 //! - **Per task**: `Σ over jobs (per_task + per_gpu_hour × job GPU-hours in the period)`.
 //!
 //! The cheapest mode wins; the saving is reported against the next cheapest and against on demand.
@@ -181,6 +182,10 @@ fn block_cost(b: u32, asc: &[f64], suffix: &[f64], per_block: f64, overage: f64)
     (bf * per_block + overage * above, above)
 }
 
+fn clamp_u32(v: f64) -> u32 {
+    if v.is_finite() { v.clamp(0.0, f64::from(u32::MAX)) as u32 } else { 0 }
+}
+
 /// The best reserved block for `hourly` over `months` months.
 pub fn best_block(hourly: &[f64], months: u32, r: &Reserved, on_demand: f64) -> ReservedQuote {
     let overage = r.overage_per_gpu_hour.unwrap_or(on_demand);
@@ -191,10 +196,15 @@ pub fn best_block(hourly: &[f64], months: u32, r: &Reserved, on_demand: f64) -> 
     for i in (0..asc.len()).rev() {
         suffix[i] = suffix[i + 1] + asc[i];
     }
-    let peak = asc.last().copied().unwrap_or(0.0);
-    let top = peak.ceil().min(f64::from(u32::MAX)) as u32;
+    // The cost is convex and piecewise linear in B with its kinks at the curve's values, so the best
+    // whole B is 0 or the floor or ceiling of one of them: price only those (in ascending order, so a
+    // tie keeps the smaller block).
+    let mut candidates: Vec<u32> =
+        std::iter::once(0).chain(asc.iter().flat_map(|u| [clamp_u32(u.floor()), clamp_u32(u.ceil())])).collect();
+    candidates.sort_unstable();
+    candidates.dedup();
     let mut best = (0u32, f64::INFINITY, 0.0);
-    for b in 0..=top {
+    for b in candidates {
         let (cost, above) = block_cost(b, &asc, &suffix, per_block, overage);
         if cost < best.1 - 1e-9 {
             best = (b, cost, above);
@@ -309,6 +319,27 @@ per_gpu_hour = 9.0
         // = 100 > 60 while the curve is above it. B=2: 120 + 0.5×100 = 170; B=3: 180. Best B=2.
         let r = best_block(&[2.5; 100], 1, &Reserved { per_gpu_month: 60.0, overage_per_gpu_hour: Some(1.0) }, 1.0);
         assert_eq!((r.block_gpus, r.cost), (2, 170.0));
+    }
+
+    #[test]
+    fn the_candidate_search_agrees_with_trying_every_block() {
+        let r = Reserved { per_gpu_month: 37.0, overage_per_gpu_hour: Some(1.3) };
+        let mut x: u64 = 7;
+        for _ in 0..50 {
+            let hourly: Vec<f64> = (0..60)
+                .map(|_| {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    (x >> 40) as f64 / (1u64 << 24) as f64 * 12.0
+                })
+                .collect();
+            let q = best_block(&hourly, 1, &r, 2.0);
+            let total = |b: u32| -> f64 {
+                f64::from(b) * 37.0 + 1.3 * hourly.iter().map(|u| (u - f64::from(b)).max(0.0)).sum::<f64>()
+            };
+            let brute = (0..=13).map(total).fold(f64::INFINITY, f64::min);
+            assert!((q.cost - brute).abs() < 1e-6, "{} vs {brute}", q.cost);
+            assert!((total(q.block_gpus) - q.cost).abs() < 1e-6);
+        }
     }
 
     #[test]

@@ -38,7 +38,9 @@
 //!   job crossing a month boundary is split between the months.
 //!
 //! A running job is counted up to its latest sample; the stretch since then is added at release.
-//! Decisions of wall-clock timers (an entry without event) are applied after the events committed
+//! A decision is applied after the event that produced it, except a timer's decision due before that
+//! event's time (a max-runtime reclaim noticed when the next event arrives), which is applied before
+//! it. Decisions of wall-clock timers (an entry without event) are applied after the events committed
 //! before them.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -502,17 +504,19 @@ fn catch_up_batch(tx: &Transaction<'_>, threshold: f64, total: &mut CatchUp) -> 
     let dcur = get_cursor(tx, "decision_cursor")?;
     let mut items: Vec<((i64, u8, i64), Item)> = Vec::new();
     let mut emax = ecur;
+    let mut event_time: HashMap<i64, i64> = HashMap::new();
     {
         let mut st = tx
-            .prepare_cached("SELECT seq, raw FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2")
+            .prepare_cached("SELECT seq, raw, time FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2")
             .map_err(ReportError::sqlite("read the audit events"))?;
         let rows = st
-            .query_map(params![ecur, BATCH], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+            .query_map(params![ecur, BATCH], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))
             .map_err(ReportError::sqlite("read the audit events"))?;
         for row in rows {
-            let (seq, raw) = row.map_err(ReportError::sqlite("read an audit event"))?;
+            let (seq, raw, time) = row.map_err(ReportError::sqlite("read an audit event"))?;
             emax = seq;
-            items.push(((seq, 0, 0), Item::Event { seq, raw }));
+            event_time.insert(seq, time);
+            items.push(((seq, 1, 0), Item::Event { seq, raw }));
         }
     }
     let mut dnew = dcur;
@@ -551,7 +555,9 @@ fn catch_up_batch(tx: &Transaction<'_>, threshold: f64, total: &mut CatchUp) -> 
                 && !dry_run
                 && let Some(job) = job
             {
-                items.push(((anchor, 1, seq), Item::Reclaim { job, time }));
+                // A timer that fell due before its event's time fired before the event was applied.
+                let before = event_time.get(&anchor).is_some_and(|t| time < *t);
+                items.push(((anchor, if before { 0 } else { 2 }, seq), Item::Reclaim { job, time }));
             }
         }
     }

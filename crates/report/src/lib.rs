@@ -18,7 +18,8 @@
 //! # let _ = html; Ok(()) }
 //! ```
 //!
-//! For `serve`: [`current_json`] and [`current_html`] catch up and render the current calendar month.
+//! For `serve`: [`current_json`] and [`current_html`] catch up and render the current month (the month
+//! of the newest event) or a `period` and `by` from the query string.
 //!
 //! # Layout
 //! - [`facts`] — [`FactsStore`]: the facts tables, the accounting rules, incremental catch-up.
@@ -46,21 +47,51 @@ pub use period::Span;
 pub use policy::PolicyHints;
 pub use report::{GroupBy, Options, Report, build};
 
-/// Catches up the facts of `db` and builds the report of the calendar month containing `now_ms`
-/// (milliseconds since the epoch), grouped by project.
-pub fn current_report(db: &Path, now_ms: i64, prices: Option<&Prices>) -> Result<Report> {
+/// The report `serve` answers: catches up the facts of `db` and builds the report for `period`
+/// (default: the calendar month of the newest event in the log — the engine's "now", which is also
+/// right for a replayed history — or of `now_ms` when the log is empty), grouped by `by` (default
+/// `project`).
+pub fn serve_report(
+    db: &Path,
+    period: Option<&str>,
+    by: Option<&str>,
+    prices: Option<&Prices>,
+    now_ms: i64,
+) -> Result<Report> {
     let mut store = FactsStore::open(db, None)?;
     store.catch_up()?;
-    let span = Span::month_of(now_ms.div_euclid(period::DAY_MS));
-    build(&store, &Options { span, by: GroupBy::Project, prices: prices.cloned() })
+    let span = match period {
+        Some(p) => Span::parse(p)?,
+        None => {
+            let newest: Option<i64> = store
+                .connection()
+                .query_row("SELECT max(time) FROM events", [], |r| r.get(0))
+                .map_err(ReportError::sqlite("read the newest event time"))?;
+            Span::month_of(newest.unwrap_or(now_ms).div_euclid(period::DAY_MS))
+        }
+    };
+    let by = GroupBy::parse(by.unwrap_or("project"))?;
+    build(&store, &Options { span, by, prices: prices.cloned() })
 }
 
-/// `GET /v1/report` for `serve`: the current month's report as JSON.
-pub fn current_json(db: &Path, now_ms: i64, prices: Option<&Prices>) -> Result<String> {
-    current_report(db, now_ms, prices).map(|r| render::json(&r))
+/// `GET /v1/report[?period=2026-11&by=project]` for `serve`: [`serve_report`] as JSON.
+pub fn current_json(db: &Path, period: Option<&str>, by: Option<&str>, now_ms: i64) -> Result<String> {
+    serve_report(db, period, by, None, now_ms).map(|r| render::json(&r))
 }
 
-/// `GET /report` for `serve`: the current month's report as one self-contained HTML page.
-pub fn current_html(db: &Path, now_ms: i64, prices: Option<&Prices>) -> Result<String> {
-    current_report(db, now_ms, prices).map(|r| render::html(&r))
+/// `GET /report[?period=…&by=…]` for `serve`: [`serve_report`] as one self-contained HTML page.
+pub fn current_html(db: &Path, period: Option<&str>, by: Option<&str>, now_ms: i64) -> Result<String> {
+    serve_report(db, period, by, None, now_ms).map(|r| render::html(&r))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serve_reports_need_an_audit_log() {
+        let missing = std::env::temp_dir().join(format!("bursar-report-none-{}.db", std::process::id()));
+        let e = current_json(&missing, None, None, 0).unwrap_err().to_string();
+        assert!(e.contains("does not exist"), "{e}");
+    }
 }

@@ -29,7 +29,7 @@ impl GroupBy {
         match s {
             "project" => Ok(GroupBy::Project),
             "user" => Ok(GroupBy::User),
-            t if t.starts_with("tag:") && t.len() > 4 && !t[4..].contains(['"', '\\']) => {
+            t if t.starts_with("tag:") && t.len() > 4 && !t[4..].contains(['"', '\\', '\'']) => {
                 Ok(GroupBy::Tag(t[4..].to_owned()))
             }
             _ => Err(ReportError::Invalid(format!(

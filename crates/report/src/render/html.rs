@@ -12,7 +12,7 @@ const FAILURE: &str = "#c62828";
 const HELD: &str = "#6a1b9a";
 const PALETTE: [&str; 8] = ["#1565c0", "#ef6c00", "#2e7d32", "#ad1457", "#00838f", "#6d4c41", "#5e35b1", "#9e9d24"];
 
-const CSS: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:960px}
+const CSS: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:20px;color:#222;max-width:930px}
 h1{font-size:22px}h2{font-size:17px;margin-top:28px}table{border-collapse:collapse;font-size:13px}
 td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}td:first-child,th:first-child{text-align:left}
 tr.total td{font-weight:600;border-top:2px solid #888}svg{display:block;margin:8px 0;background:#fff}

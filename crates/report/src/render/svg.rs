@@ -138,8 +138,8 @@ pub fn stacked_bars(name: &str, title: &str, labels: &[String], series: &[Series
     }
     let _ = write!(
         out,
-        r#"<text class="tick" x="{:.1}" y="{:.1}">{}</text>"#,
-        f64::from(w) - right + 4.0,
+        r#"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+        left - 6.0,
         bottom + 14.0,
         esc(unit)
     );

@@ -1,0 +1,146 @@
+//! `bursar import philly … | bursar eval --audit r.db` then `bursar report --db r.db --by project` on the
+//! real Philly excerpt (`tests/data/philly`): every virtual cluster gets a row, and the split adds up.
+//! The expected nominal and failure GPU-hours are computed here straight from the trace's JSON,
+//! independently of the importer and of the report.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use bursar_model::Timestamp;
+use serde_json::Value;
+
+fn data(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data").join(rel)
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("bursar-report-philly-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("policies")).unwrap();
+    dir
+}
+
+/// `bursar import philly [extra…] | bursar eval --policies dir/policies --audit dir/r.db`.
+fn import_and_eval(dir: &Path, extra: &[&str]) {
+    let bin = env!("CARGO_BIN_EXE_bursar");
+    let trace = data("philly/sampled_jobs.json");
+    let mut import = Command::new(bin)
+        .args(["import", "philly", trace.to_str().unwrap()])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let eval = Command::new(bin)
+        .args(["eval", "--policies", dir.join("policies").to_str().unwrap(), "--events", "-"])
+        .args(["--audit", dir.join("r.db").to_str().unwrap(), "--durability", "fast"])
+        .stdin(import.stdout.take().unwrap())
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(import.wait().unwrap().success());
+    assert!(eval.status.success(), "eval failed: {}", String::from_utf8_lossy(&eval.stderr));
+}
+
+fn report(dir: &Path) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_bursar"))
+        .args(["report", "--db", dir.join("r.db").to_str().unwrap(), "--by", "project", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn exact(g: &Value) -> [i64; 5] {
+    let s = &g["exact_gpu_ms"];
+    let v = |k: &str| s[k].as_i64().unwrap();
+    [v("nominal"), v("productive"), v("idle"), v("failure"), v("held")]
+}
+
+fn check_adds_up(r: &Value) {
+    let mut sum = [0i64; 5];
+    for g in r["groups"].as_array().unwrap() {
+        let [n, p, i, f, h] = exact(g);
+        assert_eq!(p + i + f + h, n, "project {}", g["key"]);
+        for (a, b) in sum.iter_mut().zip(exact(g)) {
+            *a += b;
+        }
+    }
+    let [n, p, i, f, h] = exact(&r["total"]);
+    assert_eq!(p + i + f + h, n, "total");
+    assert_eq!(sum, exact(&r["total"]), "the total is the sum of the projects");
+}
+
+fn time(rec: &Value, key: &str) -> Option<i64> {
+    let s = rec[key].as_str().filter(|s| !s.is_empty() && *s != "None")?;
+    Some(Timestamp::parse(&format!("{}Z", s.replace(' ', "T"))).unwrap().millis())
+}
+
+/// Per virtual cluster: (GPU-ms from start to end, GPU-ms of failed jobs), from the raw trace.
+fn expected() -> BTreeMap<String, (i64, i64)> {
+    let text = std::fs::read_to_string(data("philly/sampled_jobs.json")).unwrap();
+    let records: Vec<Value> = serde_json::from_str(&text).unwrap();
+    let mut out = BTreeMap::new();
+    for rec in &records {
+        let vc = rec["vc"].as_str().unwrap().to_owned();
+        let gpus: i64 =
+            rec["detail"].as_array().unwrap().iter().map(|m| m["gpus"].as_array().unwrap().len() as i64).sum();
+        let e: &mut (i64, i64) = out.entry(vc).or_default();
+        if let (Some(s), Some(t)) = (time(rec, "start_time"), time(rec, "end_time")) {
+            e.0 += gpus * (t - s);
+            if rec["status"] == "Failed" {
+                e.1 += gpus * (t - s);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_virtual_cluster_is_split_and_the_split_adds_up() {
+    // No reclaim policy: release is the trace's end, so nominal must equal the trace exactly.
+    let dir = tmp("plain");
+    std::fs::write(
+        dir.join("policies/q.toml"),
+        "[[policy]]\nid = \"quota/big\"\ndescription = \"A budget nobody reaches.\"\nkind = \"quota\"\ngpu_hours = 100_000_000\n",
+    )
+    .unwrap();
+    import_and_eval(&dir, &[]);
+    let r = report(&dir);
+    check_adds_up(&r);
+    let want = expected();
+    let groups: BTreeMap<String, &Value> =
+        r["groups"].as_array().unwrap().iter().map(|g| (g["key"].as_str().unwrap().to_owned(), g)).collect();
+    assert_eq!(groups.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>(), "one row per virtual cluster");
+    for (vc, (nominal, failure)) in &want {
+        let [n, p, i, f, h] = exact(groups[vc]);
+        assert_eq!(n, *nominal, "{vc}: nominal GPU-ms from start to end");
+        assert_eq!(f, *failure, "{vc}: GPU-ms of failed jobs");
+        // No utilisation samples: nothing is idle or held, the rest is productive.
+        assert_eq!((i, h, p), (0, 0, n - f), "{vc}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn with_utilisation_samples_and_an_idle_rule_the_split_still_adds_up() {
+    let dir = tmp("util");
+    std::fs::write(
+        dir.join("policies/r.toml"),
+        "[[policy]]\nid = \"reclaim/idle\"\ndescription = \"Idle GPUs go back.\"\nkind = \"reclaim\"\n[policy.idle]\nbelow = 0.05\nwindow = \"12h\"\ngrace = \"1h\"\n",
+    )
+    .unwrap();
+    let util = data("alibaba-genai-2026/pod_gpu_duty_cycle_excerpt.csv");
+    import_and_eval(&dir, &["--util", util.to_str().unwrap(), "--sample-every", "12h"]);
+    let r = report(&dir);
+    check_adds_up(&r);
+    let want = expected();
+    assert_eq!(r["groups"].as_array().unwrap().len(), want.len(), "one row per virtual cluster");
+    let [n, _, idle, _, held] = exact(&r["total"]);
+    assert!(idle > 0 && held > 0, "samples under 5% make idle and held hours");
+    // Reclaims only ever shorten a job: nominal never exceeds the trace.
+    let trace_total: i64 = want.values().map(|v| v.0).sum();
+    assert!(n <= trace_total, "{n} > {trace_total}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
