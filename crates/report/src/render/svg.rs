@@ -348,7 +348,7 @@ mod tests {
     #[test]
     fn charts_escape_labels_and_draw_something() {
         let s = Series { name: "prod".into(), color: "#123".into(), values: vec![Some(3.0), Some(1.0)] };
-        let svg = stacked_bars("x", "t<1>", &["a&b".into(), "c".into()], &[s.clone()], "GPU-h");
+        let svg = stacked_bars("x", "t<1>", &["a&b".into(), "c".into()], std::slice::from_ref(&s), "GPU-h");
         assert!(svg.contains("a&amp;b") && svg.contains("t&lt;1&gt;"));
         assert_eq!(svg.matches("<rect x=").count(), 2 + 1, "two bars and a legend swatch");
         let empty = stacked_bars("x", "t", &[], &[], "GPU-h");
