@@ -1,6 +1,11 @@
 //! Queries, explain and stats over a real file, checked against what was appended.
 
+#![expect(clippy::unwrap_used, reason = "test helpers: a failure is a test failure")]
+
 mod common;
+
+/// One appended row: (i, project, user, day, kind, policy).
+type Row<'a> = (u64, &'a str, &'a str, u32, DecisionKind, &'a str);
 
 use std::sync::Arc;
 
@@ -33,9 +38,9 @@ fn filters_select_exactly_the_matching_decisions() {
     }
     log.append(&batch).unwrap();
 
-    let check = |f: Filter, pred: &dyn Fn(&(u64, &str, &str, u32, DecisionKind, &str)) -> bool| {
+    let check = |f: Filter, pred: &dyn Fn(&Row<'_>) -> bool| {
         let got: Vec<String> = query(&log, &f).unwrap().into_iter().map(|d| d.decision_id).collect();
-        let mut want: Vec<&(u64, &str, &str, u32, DecisionKind, &str)> = all.iter().filter(|r| pred(r)).collect();
+        let mut want: Vec<&Row<'_>> = all.iter().filter(|r| pred(r)).collect();
         want.sort_by_key(|r| (r.3, r.0));
         let want: Vec<String> = want.iter().map(|r| format!("e{}/0", r.0)).collect();
         assert_eq!(got, want, "{f:?}");

@@ -1,6 +1,8 @@
 //! Tamper evidence on real files: every kind of edit made with plain SQL is found and the row named;
 //! pruning keeps the rest verifiable; a tampered log is not pruned.
 
+#![expect(clippy::unwrap_used, reason = "test helpers: a failure is a test failure")]
+
 mod common;
 
 use bursar_audit::verify::{ProblemKind, prune, verify};

@@ -121,12 +121,7 @@ pub fn run_eval(
     durability: DurabilityArg,
 ) -> Result<crate::eval::Summary, CliError> {
     let mut sink = AuditSink::open(db, durability.into(), &set, Box::new(std::io::stdout()))?;
-    let summary = crate::eval::run(set, input, &mut sink, opts).map_err(|e| match e {
-        CliError::Io { context, source } if source.kind() != std::io::ErrorKind::BrokenPipe => CliError::Message(
-            format!("{context}: {source}\n  stopped: no event after the last printed decision was logged"),
-        ),
-        other => other,
-    })?;
+    let summary = crate::eval::run(set, input, &mut sink, opts)?;
     if let Some(s) = sink.stats() {
         eprintln!(
             "audit: {} events and {} decisions logged to `{}` in {} commits{}",
