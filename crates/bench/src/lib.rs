@@ -29,6 +29,26 @@ pub fn load(path: &Path) -> Result<Arc<PolicySet>, String> {
         .map_err(|ds| ds.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("\n"))
 }
 
+/// The TOML policies of a directory: every policy file that loads without a WebAssembly host, merged
+/// into one set, and the files left out (those declaring `kind = "wasm"` policies). The benches use
+/// this so they do not depend on wasmtime; the WebAssembly policies are measured by `bursar-wasm`.
+pub fn load_toml(dir: &Path) -> (Arc<PolicySet>, Vec<PathBuf>) {
+    let mut policies = Vec::new();
+    let mut files = Vec::new();
+    let mut skipped = Vec::new();
+    for file in bursar_loader::policy_files(dir).unwrap_or_default() {
+        match bursar_loader::load_dir(&file, &bursar_loader::NoComponents) {
+            Ok(set) => {
+                policies.extend(set.policies().iter().cloned());
+                files.extend(set.files().iter().cloned());
+            }
+            Err(_) => skipped.push(file),
+        }
+    }
+    let set = PolicySet::new(policies, files, "bench-toml-only".to_owned()).unwrap_or_else(|_| PolicySet::empty());
+    (Arc::new(set), skipped)
+}
+
 /// The policy files under the example directory, sorted (each family alone).
 pub fn example_files() -> Vec<PathBuf> {
     bursar_loader::policy_files(&example_policies()).unwrap_or_default()
