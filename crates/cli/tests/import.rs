@@ -126,7 +126,8 @@ fn sacct_sample_maps_allocations_only() {
 #[test]
 fn a_wrong_format_is_an_error_not_a_silent_empty_stream() {
     let file = data("sacct/sacct_parsable2.txt");
-    let out = Command::new(env!("CARGO_BIN_EXE_bursar")).args(["import", "openb", file.to_str().unwrap()]).output().unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_bursar")).args(["import", "openb", file.to_str().unwrap()]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not an OpenB pod list"));
