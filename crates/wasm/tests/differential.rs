@@ -1,13 +1,13 @@
 //! Differential tests: every case under `tests/cases-wasm/<name>/` holds a TOML policy set (`toml/`),
 //! its WebAssembly twin (`wasm/`) and an event stream (`events.jsonl`). Both sets run over the stream
 //! through the real engine and must make identical decisions: same kind, job, policies and reason, in
-//! the same order.
+//! the same order, whether the host reuses instances or starts a fresh one per call.
 
 mod common;
 
 use std::path::Path;
 
-use bursar_wasm::{HostConfig, WasmHost};
+use bursar_wasm::{HostConfig, Strategy, WasmHost};
 use common::*;
 
 fn decisions(dir: &Path, host: &WasmHost, events: &str) -> Vec<(String, Option<String>, Vec<String>, String)> {
@@ -30,6 +30,7 @@ fn decisions(dir: &Path, host: &WasmHost, events: &str) -> Vec<(String, Option<S
 fn every_wasm_twin_decides_like_its_toml_policy() {
     ensure_built();
     let host = WasmHost::new(HostConfig::default()).unwrap();
+    let fresh = WasmHost::new(HostConfig { strategy: Strategy::Fresh, ..HostConfig::default() }).unwrap();
     let cases = root().join("tests/cases-wasm");
     let mut ran = 0;
     for entry in std::fs::read_dir(&cases).unwrap() {
@@ -37,6 +38,9 @@ fn every_wasm_twin_decides_like_its_toml_policy() {
         let events = std::fs::read_to_string(case.join("events.jsonl")).unwrap();
         let toml = decisions(&case.join("toml"), &host, &events);
         let wasm = decisions(&case.join("wasm"), &host, &events);
+        // The instance strategy must not change a decision either.
+        let wasm_fresh = decisions(&case.join("wasm"), &fresh, &events);
+        assert_eq!(wasm, wasm_fresh, "case {}: reused and fresh instances disagree", case.display());
         assert!(!toml.is_empty(), "case {} made no decisions", case.display());
         assert_eq!(toml.len(), wasm.len(), "case {}: different number of decisions", case.display());
         for (i, (t, w)) in toml.iter().zip(&wasm).enumerate() {
