@@ -6,7 +6,8 @@
 //!
 //! Routes: `POST /v1/events`, `POST /v1/admit`, `GET /v1/decisions`, `GET /v1/jobs/{id}`,
 //! `GET /v1/projects/{name}`, `GET /v1/policies`, `POST /v1/reload`, `POST /v1/snapshot`,
-//! `GET /healthz`, `GET /metrics`. See `docs/serve.md` for the bodies.
+//! `GET /healthz`, `GET /metrics`, `GET /v1/report` and `GET /report` (the `bursar report` JSON and
+//! HTML, see `docs/reports.md`). See `docs/serve.md` for the bodies.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -64,6 +65,8 @@ pub fn router(state: AppState, max_body: usize) -> Router {
         .route("/v1/reload", post(reload))
         .route("/v1/snapshot", post(snapshot))
         .route("/metrics", get(metrics))
+        .route("/v1/report", get(report_json))
+        .route("/report", get(report_html))
         .layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
         .route("/healthz", get(healthz))
@@ -456,5 +459,47 @@ mod tests {
         assert!(same(b"abc", b"abc"));
         assert!(!same(b"abc", b"abd"));
         assert!(!same(b"abc", b"ab"));
+    }
+}
+
+/// `?period=2026-11&by=project` of the report routes; both optional (default: the month of the
+/// newest event, by project).
+#[derive(Debug, Deserialize)]
+struct ReportQuery {
+    period: Option<String>,
+    by: Option<String>,
+}
+
+async fn report_json(State(st): State<AppState>, Query(q): Query<ReportQuery>) -> Response {
+    report_answer(st, q, false).await
+}
+
+async fn report_html(State(st): State<AppState>, Query(q): Query<ReportQuery>) -> Response {
+    report_answer(st, q, true).await
+}
+
+/// Catches the report facts up from the audit log and renders them, off the async threads.
+async fn report_answer(st: AppState, q: ReportQuery, html: bool) -> Response {
+    let audit = st.audit.clone();
+    let now = bursar_audit::wall_ms();
+    let done = tokio::task::spawn_blocking(move || {
+        let (period, by) = (q.period.as_deref(), q.by.as_deref());
+        if html {
+            bursar_report::current_html(&audit, period, by, now)
+        } else {
+            bursar_report::current_json(&audit, period, by, now)
+        }
+    })
+    .await;
+    match done {
+        Ok(Ok(body)) if html => {
+            let mut r = (StatusCode::OK, body).into_response();
+            r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+            r
+        }
+        Ok(Ok(body)) => json_response(StatusCode::OK, body),
+        Ok(Err(bursar_report::ReportError::Invalid(m))) => error(StatusCode::BAD_REQUEST, m),
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
