@@ -129,8 +129,9 @@ pub fn run(args: &ServeArgs, error_format: ErrorFormat) -> Result<ExitCode, CliE
     config.socket = args.socket.clone();
     config.queue = args.queue;
     config.engine = bursar_engine::EngineConfig { dedupe_window: args.dedupe_window, ..Default::default() };
-    config.loader =
-        std::sync::Arc::new(|dir: &std::path::Path| bursar_loader::load_dir(dir, &bursar_loader::NoComponents));
+    // The same loader as `check` and `eval`: TOML policies and WebAssembly components.
+    let host = bursar_wasm::WasmHost::shared().map_err(|e| CliError::Message(e.to_string()))?;
+    config.loader = std::sync::Arc::new(move |dir: &std::path::Path| bursar_loader::load_dir(dir, host));
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
