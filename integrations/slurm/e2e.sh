@@ -10,8 +10,9 @@
 #   3. a job needing approval held (and not releasable by its owner), then released after approval.granted;
 #   4. a deferrable job given bursar's begin time;
 #   5. an idle job (low utilisation samples) alerted, then cancelled by the enforcer, the action recorded;
-#   6. each decision in the audit log next to Slurm's job id;
-#   7. with bursar down, submissions rejected (fail closed).
+#   6. each decision in the audit log next to Slurm's job id, and each enforcer action recorded;
+#   7. both agents killed and restarted from scratch: nothing done or recorded twice;
+#   8. with bursar down, submissions rejected (fail closed).
 # Every daemon it started is stopped by PID on exit, pass or fail.
 #
 #   sudo integrations/slurm/e2e.sh                 # builds bursar with cargo unless BURSAR=path is set
@@ -271,8 +272,33 @@ for rec in "$HELD_BID:$HELD:scontrol release" "$IDLE_BID:$IDLE:scancel"; do
 done
 ok "every decision is in the audit log next to Slurm's job id; the enforcer's actions are recorded"
 
-# --- scenario 7: bursar down ---------------------------------------------------------------------------
-say "7. bursar unreachable"
+# --- scenario 7: agents restarted ----------------------------------------------------------------------
+say "7. agents killed and restarted: nothing done or recorded twice"
+AGENT_EVENTS="SELECT count(*) FROM events WHERE event_id LIKE 'slurm-%' OR event_id LIKE 'enforce-%'"
+EVENTS_BEFORE=$(sql "$AGENT_EVENTS")
+kill -9 "$ENFORCE_PID" "$WATCH_PID"; wait "$ENFORCE_PID" "$WATCH_PID" 2>/dev/null || true
+rm -f "$WORK/watch.json"      # the watcher forgets everything: it resends, serve drops the resends
+CURSOR=$(grep -o '"cursor":[0-9]*' "$WORK/enforce.json" | cut -d: -f2)
+echo '{"version":1,"cursor":0}' > "$WORK/enforce.json"   # the enforcer redoes every decision
+"$BURSAR" slurm watch --server "127.0.0.1:$PORT" --cluster lab --state "$WORK/watch.json" --once \
+  > "$WORK/watch-again.log" 2>&1 || fail "watch --once failed: $(cat "$WORK/watch-again.log")"
+"$BURSAR" slurm enforce --server "127.0.0.1:$PORT" --cluster lab --state "$WORK/enforce.json" --once \
+  > "$WORK/enforce-again.log" 2>&1 || fail "enforce --once failed: $(cat "$WORK/enforce-again.log")"
+sed 's/^/    /' "$WORK/watch-again.log" | grep -v INFO || true
+sed 's/^/    /' "$WORK/enforce-again.log" | grep -v INFO || true
+grep -q "already known" "$WORK/watch-again.log" || fail "watch did not report its resends"
+grep -q " 0 actions recorded ([1-9][0-9]* recorded before)" "$WORK/enforce-again.log" \
+  || fail "the enforcer did not find its earlier records"
+[ "$(sql "$AGENT_EVENTS")" = "$EVENTS_BEFORE" ] \
+  || fail "the restarted agents added $(( $(sql "$AGENT_EVENTS") - EVENTS_BEFORE )) events"
+[ "$(state_of "$ALLOW")" = RUNNING ] && [ "$(state_of "$HELD")" = RUNNING ] || fail "a restart disturbed running jobs"
+AGAIN=$(grep -o "cursor [0-9]*$" "$WORK/enforce-again.log" | cut -d" " -f2)
+[ -n "$AGAIN" ] && [ "$AGAIN" -ge "$CURSOR" ] || fail "enforce came back to cursor ${AGAIN:-?}, not past $CURSOR"
+ok "redone from scratch: $EVENTS_BEFORE agent events before and after, running jobs untouched"
+WATCH_PID= ENFORCE_PID=
+
+# --- scenario 8: bursar down ---------------------------------------------------------------------------
+say "8. bursar unreachable"
 stop_pid "$ENFORCE_PID"; ENFORCE_PID=
 stop_pid "$WATCH_PID"; WATCH_PID=
 stop_pid "$SERVE_PID"; SERVE_PID=

@@ -157,8 +157,8 @@ pub fn run(args: &SlurmArgs) -> Result<ExitCode, CliError> {
             };
             let r = bursar_slurm::enforce::run(&cfg, common.once).map_err(fail)?;
             eprintln!(
-                "slurm enforce: {} decisions read, {} actions recorded, cursor {}",
-                r.decisions, r.recorded, r.cursor
+                "slurm enforce: {} decisions read, {} actions recorded ({} recorded before), cursor {}",
+                r.decisions, r.recorded, r.already_recorded, r.cursor
             );
             Ok(ExitCode::Ok)
         }

@@ -78,7 +78,7 @@ fn a_reclaim_that_cannot_be_executed_is_recorded_as_failed_once() {
     let out = bursar(&args);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("1 actions recorded"), "{stderr}");
+    assert!(stderr.contains("1 actions recorded (0 recorded before)"), "{stderr}");
 
     let records = enforcement_records(&s);
     assert_eq!(records.len(), 1, "{records:?}");
@@ -100,12 +100,17 @@ fn a_reclaim_that_cannot_be_executed_is_recorded_as_failed_once() {
     assert!(saved["cursor"].as_u64().unwrap() >= reclaim["seq"].as_u64().unwrap(), "{saved}");
     let again = bursar(&args);
     assert!(again.status.success());
-    assert!(String::from_utf8_lossy(&again.stderr).contains("0 decisions read, 0 actions recorded"));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("0 decisions read, 0 actions recorded (0 recorded before)")
+    );
     assert_eq!(enforcement_records(&s).len(), 1);
 
     // A lost state file means the decision is handled again: the record keeps its id, serve drops it.
     std::fs::remove_file(&state).unwrap();
-    assert!(bursar(&args).status.success());
+    let redo = bursar(&args);
+    assert!(redo.status.success());
+    let stderr = String::from_utf8_lossy(&redo.stderr);
+    assert!(stderr.contains("0 actions recorded (1 recorded before)"), "{stderr}");
     assert_eq!(enforcement_records(&s).len(), 1);
 }
 

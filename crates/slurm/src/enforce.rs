@@ -181,8 +181,10 @@ fn seen(v: &Value) -> Seen {
 pub struct EnforceReport {
     /// Decisions read.
     pub decisions: u64,
-    /// Actions recorded (done, failed or skipped).
+    /// Actions recorded (done, failed or skipped) for the first time.
     pub recorded: u64,
+    /// Actions whose record serve already had (the decision was handled before a restart).
+    pub already_recorded: u64,
     /// The cursor at the end.
     pub cursor: u64,
 }
@@ -215,10 +217,11 @@ fn follow(cfg: &EnforceConfig, st: &mut EnforceState, follow: bool, report: &mut
             );
             let ev = events::enforcement(&cfg.cluster, &record, bursar_serve::wall_time());
             // Not recorded, not done: the cursor stays before this decision and it is redone.
-            if let Err(e) = cfg.server.post(&[ev]) {
-                break Err(e);
+            match cfg.server.post(&[ev]) {
+                Ok(p) if p.duplicates > 0 => report.already_recorded += 1,
+                Ok(_) => report.recorded += 1,
+                Err(e) => break Err(e),
             }
-            report.recorded += 1;
             st.cursor = seen.seq;
             state::save(&cfg.state, st)?;
             saved = Instant::now();
