@@ -490,10 +490,7 @@ type PerProjectDay = BTreeMap<String, BTreeMap<i64, Split>>;
 /// The pool per day, each project's effective ratio per day, and each project's split per day.
 type DailySeries = (Vec<DayPoint>, BTreeMap<String, Vec<Option<f64>>>, PerProjectDay);
 
-fn daily_series(
-    conn: &Connection,
-    days: &[i64],
-) -> Result<DailySeries> {
+fn daily_series(conn: &Connection, days: &[i64]) -> Result<DailySeries> {
     let (Some(a), Some(b)) = (days.first(), days.last()) else {
         return Ok((Vec::new(), BTreeMap::new(), BTreeMap::new()));
     };
