@@ -144,7 +144,9 @@ pub struct PolicyMeta {
     pub source: String,
     /// The kind of policy (`quota`, `reclaim`, `rule`, `wasm`, …), for listings.
     pub kind: &'static str,
-    /// Named branches (rules, conditions) it can take, for coverage reports.
+    /// Named branches (rules, conditions) it can take, for coverage reports; verdicts refer to them by
+    /// index. An empty name marks a branch this policy's configuration can never take (a check it does
+    /// not configure): coverage reports leave it out.
     pub branches: Vec<String>,
 }
 

@@ -117,6 +117,11 @@ fn action(r: &mut Reader<'_>, f: &mut Fields<'_, '_>, key: &str, options: &[&'st
     }
 }
 
+/// Branch names, with an empty name for each branch the configuration cannot take.
+fn branches<'a>(list: &[(&'a str, bool)]) -> Vec<&'a str> {
+    list.iter().map(|(name, on)| if *on { *name } else { "" }).collect()
+}
+
 fn mask(names: &[&str]) -> EventMask {
     names.iter().filter_map(|n| EventMask::of_name(n)).fold(EventMask::NONE, EventMask::with)
 }
@@ -339,7 +344,12 @@ fn compile_policy(
                 meta(
                     submitted,
                     "quota",
-                    &["gpu_hours exceeded", "max_gpus exceeded", "queue cap exceeded", "within quota"],
+                    &branches(&[
+                        ("gpu_hours exceeded", gpu_hours.is_some() || !overrides.is_empty()),
+                        ("max_gpus exceeded", max_gpus.is_some()),
+                        ("queue cap exceeded", !queues.is_empty()),
+                        ("within quota", true),
+                    ]),
                 ),
                 Family::Quota(Quota { scope, period, gpu_hours, overrides, max_gpus, queues, settle, on_exhaust }),
             )
@@ -374,7 +384,14 @@ fn compile_policy(
                 meta(
                     submitted,
                     "approval",
-                    &["gpus_over", "hours_over", "gpu_hours_over", "gpu_types", "when", "no approval needed"],
+                    &branches(&[
+                        ("gpus_over", gpus_over.is_some()),
+                        ("hours_over", hours_over.is_some()),
+                        ("gpu_hours_over", gpu_hours_over.is_some()),
+                        ("gpu_types", !gpu_types.is_empty()),
+                        ("when", when.is_some()),
+                        ("no approval needed", true),
+                    ]),
                 ),
                 Family::Approval(Approval {
                     gpus_over,
@@ -427,7 +444,17 @@ fn compile_policy(
             f.finish(r, &known(&["on_finish", "max_runtime", "idle"]));
             let keys = (mark_key(&id_text, 0), mark_key(&id_text, 1));
             (
-                meta(mask(&names), "reclaim", &["finished", "max_runtime", "idle alert", "idle reclaim", "keepalive"]),
+                meta(
+                    mask(&names),
+                    "reclaim",
+                    &branches(&[
+                        ("finished", on_finish),
+                        ("max_runtime", max_runtime.is_some()),
+                        ("idle alert", idle.is_some()),
+                        ("idle reclaim", idle.is_some()),
+                        ("keepalive", idle.is_some()),
+                    ]),
+                ),
                 Family::Reclaim(Reclaim { on_finish, max_runtime, idle, keys }),
             )
         }
@@ -440,7 +467,15 @@ fn compile_policy(
             let action = action(r, &mut f, "action", &["deny", "alert"], "deny");
             f.finish(r, &known(&["dataset_stages", "image_stages", "action"]));
             (
-                meta(submitted, "asset_reuse", &["dataset exists", "image exists", "nothing to reuse"]),
+                meta(
+                    submitted,
+                    "asset_reuse",
+                    &branches(&[
+                        ("dataset exists", !dataset_stages.is_empty()),
+                        ("image exists", !image_stages.is_empty()),
+                        ("nothing to reuse", true),
+                    ]),
+                ),
                 Family::AssetReuse(AssetReuse { dataset_stages, image_stages, action }),
             )
         }
@@ -462,7 +497,16 @@ fn compile_policy(
             let action = action(r, &mut f, "action", &["deny", "alert"], "deny");
             f.finish(r, &known(&["require", "action"]));
             (
-                meta(submitted, "readiness", &["image not ready", "data not ready", "script not ready", "ready"]),
+                meta(
+                    submitted,
+                    "readiness",
+                    &branches(&[
+                        ("image not ready", require.iter().any(|r| r == "image")),
+                        ("data not ready", require.iter().any(|r| r == "data")),
+                        ("script not ready", require.iter().any(|r| r == "script")),
+                        ("ready", true),
+                    ]),
+                ),
                 Family::Readiness(Readiness { require, action }),
             )
         }
@@ -518,7 +562,16 @@ fn compile_policy(
             }
             f.finish(r, &known(&["memory", "interconnect", "tiers", "action"]));
             (
-                meta(submitted, "fit", &["memory", "interconnect", "tier", "fits"]),
+                meta(
+                    submitted,
+                    "fit",
+                    &branches(&[
+                        ("memory", memory.is_some()),
+                        ("interconnect", multi_node.is_some()),
+                        ("tier", !tiers.is_empty()),
+                        ("fits", true),
+                    ]),
+                ),
                 Family::Fit(Fit { memory, multi_node, tiers, action }),
             )
         }
@@ -574,7 +627,16 @@ fn compile_policy(
             let region = f.str(r, "region").map(|(s, _)| s);
             f.finish(r, &known(&["lanes", "off_peak", "region"]));
             (
-                meta(submitted, "placement", &["lane", "off-peak deferral", "region", "no hint"]),
+                meta(
+                    submitted,
+                    "placement",
+                    &branches(&[
+                        ("lane", !lanes.is_empty()),
+                        ("off-peak deferral", off_peak.is_some()),
+                        ("region", region.is_some()),
+                        ("no hint", true),
+                    ]),
+                ),
                 Family::Placement(Placement { lanes, off_peak, region }),
             )
         }
@@ -584,7 +646,15 @@ fn compile_policy(
             let dataloader_workers = f.bool(r, "dataloader_workers").unwrap_or(false);
             f.finish(r, &known(&["mixed_precision", "min_batch_size", "dataloader_workers"]));
             (
-                meta(submitted, "efficiency", &["mixed precision off", "tiny batch", "inline data loading"]),
+                meta(
+                    submitted,
+                    "efficiency",
+                    &branches(&[
+                        ("mixed precision off", mixed_precision),
+                        ("tiny batch", min_batch_size.is_some()),
+                        ("inline data loading", dataloader_workers),
+                    ]),
+                ),
                 Family::Efficiency(Efficiency { mixed_precision, min_batch_size, dataloader_workers }),
             )
         }

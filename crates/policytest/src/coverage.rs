@@ -62,6 +62,8 @@ impl CoverageReport {
                 meta.branches
                     .iter()
                     .enumerate()
+                    // An empty name is a branch this policy's configuration can never take.
+                    .filter(|(_, name)| !name.is_empty())
                     .map(|(i, name)| BranchCoverage {
                         name: name.clone(),
                         covered: u16::try_from(i).is_ok_and(|i| taken.contains(&(meta.id.clone(), i))),
