@@ -11,3 +11,11 @@ scripts/setup.sh
 scripts/build-wasm.sh
 cargo test --workspace --all-targets --quiet
 cargo test --workspace --doc --quiet
+
+# End to end against a real one-node Slurm 22.05 with 8 fake GPUs and the real `bursar serve` (root only:
+# it starts munge, slurmctld and slurmd, and stops each by PID when it ends, pass or fail).
+if [ "$(id -u)" = 0 ]; then
+    BURSAR="${CARGO_TARGET_DIR:-$root/target}/debug/bursar" integrations/slurm/e2e.sh
+else
+    echo "test.sh: skipping integrations/slurm/e2e.sh (it needs root to run Slurm)" >&2
+fi
