@@ -81,7 +81,9 @@ pub fn load_policies(
     dir: &std::path::Path,
     format: ErrorFormat,
 ) -> Result<std::sync::Arc<bursar_engine::PolicySet>, CliError> {
-    match bursar_loader::load_dir(dir, &bursar_loader::NoComponents) {
+    // One process-wide WebAssembly host, so a reload reuses the components it already compiled.
+    let host = bursar_wasm::WasmHost::shared().map_err(|e| CliError::Message(e.to_string()))?;
+    match bursar_loader::load_dir(dir, host) {
         Ok(set) => Ok(std::sync::Arc::new(set)),
         Err(diags) => {
             print_diagnostics(&diags, format);
