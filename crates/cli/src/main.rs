@@ -57,6 +57,10 @@ enum Command {
         #[arg(long, value_enum, default_value_t = bursar::audit::DurabilityArg::Durable, requires = "audit")]
         durability: bursar::audit::DurabilityArg,
     },
+    /// Query, explain, verify, prune and summarise an audit database.
+    ///
+    /// Example: bursar audit --db audit.db explain j42
+    Audit(bursar::audit::AuditArgs),
     /// Convert a cluster trace (philly, openb, sacct) to v1 events on stdout; the report goes to stderr.
     ///
     /// Example: bursar import philly tests/data/philly/sampled_jobs.json | bursar eval --policies policies --events -
@@ -96,10 +100,16 @@ enum Command {
         #[arg(long, default_value = "10m", value_parser = parse_duration)]
         sample_every: Duration,
     },
-    /// Query, explain, verify, prune and summarise an audit database.
+    /// Run the policy tests (`*.test.toml`) under a policy directory; exit 1 if any case fails.
     ///
-    /// Example: bursar audit --db audit.db explain j42
-    Audit(bursar::audit::AuditArgs),
+    /// Example: bursar test policies --coverage --min-coverage 80
+    Test(bursar::test::TestArgs),
+    /// Re-evaluate history under a candidate policy set and report what would have changed.
+    ///
+    /// Example: bursar replay --policies policies-new --events history.jsonl --baseline policies
+    Replay(bursar::replay::ReplayArgs),
+    /// Normalise the layout of TOML policy files, keeping every comment; --check for CI.
+    Fmt(bursar::tomlfmt::FmtArgs),
     /// Run the live engine: events in over HTTP, admissions answered, decisions streamed, hot reload.
     ///
     /// Example: bursar serve --policies policies --audit audit.db --listen 127.0.0.1:7878
@@ -112,16 +122,6 @@ enum Command {
     ///
     /// Example: bursar report --db audit.db --period 2026-11 --by project --format html -o report.html
     Report(bursar::report::ReportArgs),
-    /// Run the policy tests (`*.test.toml`) under a policy directory; exit 1 if any case fails.
-    ///
-    /// Example: bursar test policies --coverage --min-coverage 80
-    Test(bursar::test::TestArgs),
-    /// Re-evaluate history under a candidate policy set and report what would have changed.
-    ///
-    /// Example: bursar replay --policies policies-new --events history.jsonl --baseline policies
-    Replay(bursar::replay::ReplayArgs),
-    /// Normalise the layout of TOML policy files, keeping every comment; --check for CI.
-    Fmt(bursar::tomlfmt::FmtArgs),
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
