@@ -474,7 +474,7 @@ fn write_row(d: &StoredDecision, width: usize, out: &mut dyn Write) -> std::io::
         clip(&o(&d.job), 12),
         clip(&o(&d.project), 10),
         clip(&o(&d.user), 10),
-        clip(&tail, width.saturating_sub(used).max(20))
+        clip(&tail, width.saturating_sub(used).max(10))
     )
 }
 
