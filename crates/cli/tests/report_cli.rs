@@ -1,6 +1,8 @@
 //! `bursar report` end to end on a small stream whose every number is computed by hand below: the real
 //! binary, a real policy directory, a real SQLite audit log written by `bursar eval --audit`.
 
+#![expect(clippy::unwrap_used, clippy::panic, reason = "test helpers: a failure stops the test with its message")]
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -53,6 +55,7 @@ on_exhaust = "deny"
 ///   2 in November and 2 in December.
 /// - j6 p1/alice, 1 GPU, started 2026-11-10 00:00, no sample, finished 11-20 but reclaimed by the
 ///   7-day max runtime at 11-17 00:00: nominal 168, productive 168.
+///
 /// November by project: p1 nominal 186 (productive 178, idle 2, held 6); p2 nominal 24 (productive 8,
 /// failure 16).
 const EVENTS: &str = r#"{"id":"s1","time":"2026-11-02T00:00:00Z","type":"job.submitted","job":{"id":"j1","project":"p1","user":"alice","gpus":2,"requested_hours":10,"config":"cfgA","tags":{"team":"a"}}}

@@ -3,6 +3,8 @@
 //! The expected nominal and failure GPU-hours are computed here straight from the trace's JSON,
 //! independently of the importer and of the report.
 
+#![expect(clippy::unwrap_used, reason = "test helpers: a failed setup step aborts the test with its error")]
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
