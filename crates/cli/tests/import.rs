@@ -1,6 +1,13 @@
 //! `bursar import` and `bursar gen` end to end: the real binary on the trace excerpts in `tests/data/`,
 //! its output decoded as wire format v1 and fed to the real `bursar eval`.
 
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test helpers: a failed setup step aborts the test with its error"
+)]
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
