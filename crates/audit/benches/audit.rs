@@ -112,7 +112,8 @@ fn writer(c: &mut Criterion) {
 }
 
 fn rows() -> u64 {
-    std::env::var("BURSAR_BENCH_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000_000)
+    let default = if benching() { 10_000_000 } else { 10_000 };
+    std::env::var("BURSAR_BENCH_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 /// Builds (once) the big log the query benchmark reads.
@@ -149,6 +150,12 @@ fn big_log(rows: u64) -> Option<PathBuf> {
     log.connection().execute_batch("PRAGMA wal_checkpoint(TRUNCATE); ANALYZE;").ok()?;
     eprintln!("built {} with {rows} decisions in {:.1}s", path.display(), started.elapsed().as_secs_f64());
     Some(path)
+}
+
+/// True under `cargo bench` (which passes `--bench`); under `cargo test --benches` each benchmark runs
+/// once as a test, on small inputs, so CI checks that it works without building a 10-million-row log.
+fn benching() -> bool {
+    std::env::args().any(|a| a == "--bench")
 }
 
 fn query_bench(c: &mut Criterion) {

@@ -132,3 +132,26 @@ fn metrics_and_health_are_served() {
         assert!(text.contains(needle), "missing `{}` in\n{text}", needle.trim());
     }
 }
+
+/// A WebAssembly policy in force gets its failure counter in `/metrics` (the counting itself, for
+/// traps, deadlines, fuel and memory, is tested with hostile guests in `crates/wasm/tests/hostile.rs`).
+#[test]
+fn metrics_count_webassembly_policy_failures() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let built = std::process::Command::new("bash").arg(root.join("scripts/build-wasm.sh")).status();
+    assert!(built.is_ok_and(|s| s.success()), "scripts/build-wasm.sh failed");
+    let s = Scratch::new("serve-wasm-metrics");
+    std::fs::copy(root.join("policies/wasm/readiness.wasm"), s.policies().join("readiness.wasm")).unwrap();
+    std::fs::write(
+        s.policies().join("data.toml"),
+        "[[policy]]\nid = \"wasm/data-ready\"\ndescription = \"The data must be ready.\"\nkind = \"wasm\"\n\
+         component = \"readiness.wasm\"\n\n[policy.limits]\ndeadline_ms = 60000\n\n[policy.config]\nrequire = [\"data\"]\n",
+    )
+    .unwrap();
+    let server = Server::start(&s, &[]);
+    let d = server.post("/v1/admit", &submit("e1", "j1", "nlp", 1, 1.0)).json().unwrap();
+    assert_eq!(d["policies"][0], "wasm/data-ready", "{d}");
+    let text = server.get("/metrics").unwrap().text();
+    assert!(text.contains("# TYPE bursar_policy_failures_total counter\n"), "{text}");
+    assert!(text.contains("bursar_policy_failures_total{policy=\"wasm/data-ready\"} 0\n"), "{text}");
+}

@@ -125,7 +125,20 @@ async fn healthz() -> &'static str {
 }
 
 async fn metrics(State(st): State<AppState>) -> Response {
-    let mut r = st.metrics.render().into_response();
+    let mut text = st.metrics.render();
+    // Failures of policies that can fail (WebAssembly guests: deadline, fuel, memory cap, trap, bad
+    // output), by policy, from the set in force.
+    let set = st.status.read().ok().and_then(|s| s.set.clone());
+    text.push_str(
+        "# HELP bursar_policy_failures_total Policy calls that failed (WebAssembly: deadline, fuel, memory, trap, bad output) and took the policy's on_error outcome.\n# TYPE bursar_policy_failures_total counter\n",
+    );
+    if let Some(set) = set {
+        for p in set.policies().iter().filter(|p| p.meta().kind == "wasm") {
+            let id = p.meta().id.replace('\\', "\\\\").replace('"', "\\\"");
+            text.push_str(&format!("bursar_policy_failures_total{{policy=\"{id}\"}} {}\n", p.failures()));
+        }
+    }
+    let mut r = text.into_response();
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
     r
 }
