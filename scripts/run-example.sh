@@ -7,8 +7,10 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 BURSAR_SETUP_MINIMAL=1 scripts/setup.sh
 scripts/build-wasm.sh
-cargo build --release --quiet -p bursar
-bin="${CARGO_TARGET_DIR:-$root/target}/release/bursar"
+# A debug build: it shares its artifacts with scripts/test.sh and is plenty for the example; use
+# `cargo build --release -p bursar` for real event volumes.
+cargo build --quiet -p bursar
+bin="${CARGO_TARGET_DIR:-$root/target}/debug/bursar"
 "$bin" check policies
 rm -f target/example-audit.db target/example-audit.db-wal target/example-audit.db-shm
 "$bin" eval --policies policies --events examples/events.jsonl --audit target/example-audit.db
