@@ -337,21 +337,7 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
         k = by.sql(None)
     );
     let mut st = conn.prepare(&sql).map_err(e("query the split"))?;
-    let rows = st
-        .query_map(params![lo, hi], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, i64>(1)?,
-                Split {
-                    nominal: r.get(2)?,
-                    productive: r.get(3)?,
-                    idle: r.get(4)?,
-                    failure: r.get(5)?,
-                    held: r.get(6)?,
-                },
-            ))
-        })
-        .map_err(e("query the split"))?;
+    let rows = st.query_map(params![lo, hi], key_count_split).map_err(e("query the split"))?;
     for row in rows {
         let (k, jobs, split) = row.map_err(e("read the split"))?;
         let g = groups.entry(k.clone()).or_insert_with(|| Group::new(k));
@@ -501,21 +487,7 @@ fn daily_series(conn: &Connection, days: &[i64]) -> Result<DailySeries> {
              GROUP BY j.project, d.day",
         )
         .map_err(e("query the daily series"))?;
-    let rows = st
-        .query_map(params![a, b], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, i64>(1)?,
-                Split {
-                    nominal: r.get(2)?,
-                    productive: r.get(3)?,
-                    idle: r.get(4)?,
-                    failure: r.get(5)?,
-                    held: r.get(6)?,
-                },
-            ))
-        })
-        .map_err(e("query the daily series"))?;
+    let rows = st.query_map(params![a, b], key_count_split).map_err(e("query the daily series"))?;
     let mut per: PerProjectDay = BTreeMap::new();
     let mut all: BTreeMap<i64, Split> = BTreeMap::new();
     for row in rows {
@@ -623,4 +595,13 @@ fn billing(conn: &Connection, days: &[i64], prices: &Prices) -> Result<Billing> 
         total_cheapest,
         total_on_demand,
     })
+}
+
+/// Reads a `(key, count, nominal, productive, idle, failure, held)` row, the shape of every split query.
+fn key_count_split(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, i64, Split)> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        Split { nominal: r.get(2)?, productive: r.get(3)?, idle: r.get(4)?, failure: r.get(5)?, held: r.get(6)? },
+    ))
 }
