@@ -120,8 +120,8 @@ struct Emitter<'a> {
 struct Draft {
     time: Timestamp,
     job_id: Option<Arc<str>>,
-    project: Option<Arc<str>>,
-    user: Option<Arc<str>>,
+    project: Option<Sym>,
+    user: Option<Sym>,
     kind: DecisionKind,
     until: Option<Timestamp>,
     policies: Vec<Arc<str>>,
@@ -178,14 +178,14 @@ impl Emitter<'_> {
             event_id: self.cause.to_owned(),
             time: d.time,
             job_id: d.job_id,
-            project: d.project,
+            project: d.project.as_ref().map(Sym::to_arc),
             decision: d.kind,
             until: d.until,
             policies: d.policies,
             reason: d.reason,
             dry_run: d.dry_run,
             admission: d.admission,
-            user: d.user,
+            user: d.user.as_ref().map(Sym::to_arc),
             gpus: d.gpus,
             gpu_hours: d.gpu_hours,
             hints: d.hints,
@@ -207,7 +207,7 @@ fn join_reasons<'a>(reasons: impl Iterator<Item = &'a str>) -> String {
 
 /// GPU-hours a job would still have used had it run to its requested end.
 fn remaining_gpu_hours(job: &JobRecord, now: Timestamp) -> f64 {
-    let start = job.started.unwrap_or(job.submitted);
+    let start = job.started.get().unwrap_or(job.submitted);
     let end = start.plus(Duration((job.requested_hours * 3_600_000.0) as i64));
     f64::from(job.gpus) * end.since(now).as_hours().max(0.0)
 }
@@ -352,7 +352,7 @@ impl Engine {
                 TimerKind::Policy { policy, tag } => {
                     let Some(p) = policies.get(&policy) else { continue };
                     let mut out = Output::default();
-                    let cx = TimerContext { at, job_id: &job_id, job: state.jobs.get(&*job_id), tag, state };
+                    let cx = TimerContext { at, job_id: &job_id, job: state.job(&job_id), tag, state };
                     p.on_timer(&cx, &mut out);
                     let mode = p.meta().mode;
                     let id = p.meta().id.clone();
@@ -380,7 +380,7 @@ impl Engine {
                 }
                 TimerKind::DeferRelease => {
                     let Some(job) = state.jobs.get_mut(&*job_id) else { continue };
-                    if job.phase != JobPhase::Deferred || job.defer_until != Some(at) {
+                    if job.phase != JobPhase::Deferred || job.defer_until.get() != Some(at) {
                         continue;
                     }
                     job.phase = JobPhase::Admitted;
@@ -441,7 +441,7 @@ impl Engine {
         em: &mut Emitter<'_>,
     ) {
         let now = state.now;
-        let job_id: Sym = Arc::from(spec.id.as_str());
+        let job_id: Arc<str> = Arc::from(spec.id.as_str());
         let requested = spec.requested_gpu_hours();
         if let Some(existing) = state.jobs.get(&*job_id) {
             let mut d = Draft::about(&job_id, Some(existing), event.time, DecisionKind::Deny);
@@ -487,7 +487,7 @@ impl Engine {
         let mut policy_ids: Vec<Arc<str>> = Vec::new();
         let mut reasons: Vec<&str> = Vec::new();
         let mut until: Option<Timestamp> = None;
-        let mut approvers: Vec<Sym> = Vec::new();
+        let mut approvers: Vec<Arc<str>> = Vec::new();
         let mut expires_after: Option<Duration> = None;
         let mut hints = Hints::default();
         for (i, out) in results {
@@ -543,7 +543,7 @@ impl Engine {
             DecisionKind::Defer => {
                 d.until = until;
                 record.phase = JobPhase::Deferred;
-                record.defer_until = until;
+                record.defer_until = until.into();
                 state.reserve(&mut record);
                 if let Some(u) = until {
                     timers.set(u, job_id.clone(), TimerKind::DeferRelease);
@@ -584,7 +584,7 @@ impl Engine {
         }
 
         if kind != DecisionKind::Deny {
-            state.jobs.insert(job_id.clone(), record);
+            state.jobs.insert(job_id.clone(), Box::new(record));
             Self::apply_effects(
                 state,
                 timers,
@@ -605,12 +605,12 @@ impl Engine {
         em: &mut Emitter<'_>,
     ) {
         let now = state.now;
-        let job_id: Option<Sym> = event.kind.job_id().map(Arc::from);
+        let job_id: Option<Arc<str>> = event.kind.job_id().map(Arc::from);
         let is_job_event = !matches!(
             event.kind,
             EventKind::BillingCharge(_) | EventKind::AssetRegistered { .. } | EventKind::ClockTick
         );
-        let job = job_id.as_deref().and_then(|id| state.jobs.get(id));
+        let job = job_id.as_deref().and_then(|id| state.job(id));
         if is_job_event && job.is_none() {
             em.stats.unknown_jobs += 1;
             return;
@@ -656,14 +656,14 @@ impl Engine {
                     u.avg_gpu_util =
                         if u.samples == 0 { *gpu_util as f32 } else { 0.8 * u.avg_gpu_util + 0.2 * *gpu_util as f32 };
                     u.samples += 1;
-                    u.last_sample = Some(event.time);
+                    u.last_sample = event.time.into();
                     u.gpu_util = *gpu_util as f32;
                     u.mem_util = mem_util.unwrap_or(0.0) as f32;
                 }
             }
             EventKind::JobKeepalive { .. } => {
                 if let Some(j) = job_id.as_deref().and_then(|id| state.jobs.get_mut(id)) {
-                    j.util.keepalive = Some(event.time);
+                    j.util.keepalive = event.time.into();
                 }
             }
             EventKind::BillingCharge(c) => state.charge(&c.project, c.job_id.as_deref(), c.gpu_hours, event.time),
@@ -713,7 +713,7 @@ impl Engine {
         {
             j.status = Some(*status);
             if j.started.is_some() {
-                j.ended = Some(event.time);
+                j.ended = event.time.into();
             }
             if j.phase.is_live() {
                 state.release(&mut j, event.time, JobPhase::Finished);
@@ -731,7 +731,7 @@ impl Engine {
         state: &mut State,
         timers: &mut TimerQueue,
         event: &Event,
-        job_id: Option<&Sym>,
+        job_id: Option<&Arc<str>>,
         by: Option<&str>,
         em: &mut Emitter<'_>,
     ) {
@@ -788,7 +788,7 @@ impl Engine {
         timers: &mut TimerQueue,
         config: EngineConfig,
         time: Timestamp,
-        job_id: &Sym,
+        job_id: &Arc<str>,
         outputs: &[(Arc<str>, Mode, Output)],
         em: &mut Emitter<'_>,
     ) {
@@ -823,7 +823,7 @@ impl Engine {
                 if ids.is_empty() {
                     continue;
                 }
-                let job = state.jobs.get(&**job_id);
+                let job = state.job(job_id);
                 // A reclaim of a job that no longer holds GPUs is moot.
                 if kind == DecisionKind::Reclaim && !dry && job.is_none_or(|j| !j.phase.is_live()) {
                     continue;
@@ -862,10 +862,7 @@ impl Engine {
                     }
                     Effect::Mark { job_id, key, value } => {
                         if let Some(j) = state.jobs.get_mut(&**job_id) {
-                            j.marks.retain(|m| m.key != *key);
-                            if let Some(v) = value {
-                                j.marks.push(crate::state::Mark { key: *key, value: *v });
-                            }
+                            j.set_mark(*key, *value);
                         }
                     }
                 }

@@ -14,6 +14,7 @@
 
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use bursar_model::{FinishStatus, JobSpec, Period, Timestamp};
 use rustc_hash::FxHashMap;
@@ -227,11 +228,11 @@ impl JobPhase {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Pending {
     /// Who may approve; empty means anyone.
-    pub approvers: Vec<Sym>,
+    pub approvers: Vec<Arc<str>>,
     /// When the request lapses.
     pub expires: Timestamp,
     /// The policies that asked for approval.
-    pub policies: Vec<Sym>,
+    pub policies: Vec<Arc<str>>,
     /// Their reasons.
     pub reason: String,
 }
@@ -240,7 +241,7 @@ pub struct Pending {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Utilisation {
     /// When the last sample arrived.
-    pub last_sample: Option<Timestamp>,
+    pub last_sample: OptTime,
     /// GPU utilisation of the last sample.
     pub gpu_util: f32,
     /// Memory utilisation of the last sample.
@@ -250,7 +251,7 @@ pub struct Utilisation {
     /// Samples seen.
     pub samples: u32,
     /// Last `job.keepalive`.
-    pub keepalive: Option<Timestamp>,
+    pub keepalive: OptTime,
 }
 
 /// A policy's private note on a job (for example "utilisation low since t"): set through
@@ -271,7 +272,86 @@ pub fn mark_key(policy_id: &str, slot: u8) -> u64 {
     h.finish()
 }
 
-/// What the engine keeps per job: about 200 bytes plus the id.
+/// An optional event time in 8 bytes (`Option<Timestamp>` takes 16): `i64::MIN` stands for "none",
+/// an instant no wire timestamp (years 0001–9999) can reach. Serialized as `Option<Timestamp>`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OptTime(i64);
+
+impl OptTime {
+    /// No time.
+    pub const NONE: OptTime = OptTime(i64::MIN);
+
+    /// The time, if set.
+    pub fn get(self) -> Option<Timestamp> {
+        (self.0 != i64::MIN).then_some(Timestamp(self.0))
+    }
+
+    /// True when a time is set.
+    pub fn is_some(self) -> bool {
+        self.0 != i64::MIN
+    }
+
+    /// True when no time is set.
+    pub fn is_none(self) -> bool {
+        self.0 == i64::MIN
+    }
+}
+
+impl Default for OptTime {
+    fn default() -> OptTime {
+        OptTime::NONE
+    }
+}
+
+impl From<Option<Timestamp>> for OptTime {
+    fn from(t: Option<Timestamp>) -> OptTime {
+        t.map_or(OptTime::NONE, |t| OptTime(t.0))
+    }
+}
+
+impl From<Timestamp> for OptTime {
+    fn from(t: Timestamp) -> OptTime {
+        OptTime(t.0)
+    }
+}
+
+impl From<OptTime> for Option<Timestamp> {
+    fn from(t: OptTime) -> Option<Timestamp> {
+        t.get()
+    }
+}
+
+impl std::fmt::Debug for OptTime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.get(), f)
+    }
+}
+
+impl Serialize for OptTime {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.get().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for OptTime {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<OptTime, D::Error> {
+        Ok(Option::<Timestamp>::deserialize(d)?.into())
+    }
+}
+
+/// One tag of a job: its key, its value, and the tag ledger (`key=value`) it counts in, all interned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobTag {
+    /// Key.
+    pub key: Sym,
+    /// Value.
+    pub value: Sym,
+    /// The tag ledger's name, `key=value`, computed once at submission.
+    pub ledger: Sym,
+}
+
+/// What the engine keeps per job: 192 bytes plus the id (the size is pinned by a test, because it is
+/// most of the memory per tracked job; see `docs/performance.md`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {
     /// Project.
@@ -284,10 +364,8 @@ pub struct JobRecord {
     pub stage: Option<Sym>,
     /// GPU model.
     pub gpu_type: Option<Sym>,
-    /// Tags as `(key, value)`.
-    pub tags: Box<[(Sym, Sym)]>,
-    /// The tag ledgers the job counts in (`key=value`), computed once at submission.
-    pub tag_ledgers: Box<[Sym]>,
+    /// Tags, in the order submitted.
+    pub tags: Box<[JobTag]>,
     /// GPUs.
     pub gpus: u32,
     /// Nodes.
@@ -303,42 +381,54 @@ pub struct JobRecord {
     /// GPU-hours settled from runtime and not yet charged.
     pub unbilled: f64,
     /// Start time.
-    pub started: Option<Timestamp>,
+    pub started: OptTime,
     /// End time.
-    pub ended: Option<Timestamp>,
-    /// How it ended.
-    pub status: Option<FinishStatus>,
-    /// Phase.
-    pub phase: JobPhase,
+    pub ended: OptTime,
     /// Deferred until.
-    pub defer_until: Option<Timestamp>,
+    pub defer_until: OptTime,
     /// Pending approval.
     pub pending: Option<Box<Pending>>,
     /// Latest utilisation.
     pub util: Utilisation,
     /// Hash of the configuration key (trial-before-scale).
     pub config: u64,
+    /// Policies' notes (rare, so a single pointer when there are none).
+    pub marks: Option<Box<Vec<Mark>>>,
+    /// How it ended.
+    pub status: Option<FinishStatus>,
+    /// Phase.
+    pub phase: JobPhase,
     /// Deferrable work.
     pub deferrable: bool,
-    /// Policies' notes.
-    pub marks: Vec<Mark>,
 }
 
 impl JobRecord {
     /// The value a policy stored under `key`.
     pub fn mark(&self, key: u64) -> Option<i64> {
-        self.marks.iter().find(|m| m.key == key).map(|m| m.value)
+        self.marks.as_deref().and_then(|m| m.iter().find(|m| m.key == key)).map(|m| m.value)
+    }
+
+    /// Sets (or with `None` removes) the value a policy stores under `key`.
+    pub fn set_mark(&mut self, key: u64, value: Option<i64>) {
+        let marks = self.marks.get_or_insert_default();
+        marks.retain(|m| m.key != key);
+        if let Some(value) = value {
+            marks.push(Mark { key, value });
+        }
+        if marks.is_empty() {
+            self.marks = None;
+        }
     }
 
     /// The tag value for `key`.
     pub fn tag(&self, key: &str) -> Option<&str> {
-        self.tags.iter().find(|(k, _)| &**k == key).map(|(_, v)| &**v)
+        self.tags.iter().find(|t| &*t.key == key).map(|t| &*t.value)
     }
 
     /// GPU-hours of runtime so far (or until the end).
     pub fn runtime_gpu_hours(&self, now: Timestamp) -> f64 {
-        match self.started {
-            Some(s) => f64::from(self.gpus) * self.ended.unwrap_or(now).since(s).as_hours().max(0.0),
+        match self.started.get() {
+            Some(s) => f64::from(self.gpus) * self.ended.get().unwrap_or(now).since(s).as_hours().max(0.0),
             None => 0.0,
         }
     }
@@ -458,8 +548,9 @@ pub fn config_hash(key: &str) -> u64 {
 pub struct State {
     /// Latest event time seen.
     pub now: Timestamp,
-    /// Jobs by id.
-    pub jobs: FxHashMap<Sym, JobRecord>,
+    /// Jobs by id. Records are boxed so the table's empty slots (up to half of them right after it
+    /// grows) cost a pointer each rather than a whole record.
+    pub jobs: FxHashMap<Arc<str>, Box<JobRecord>>,
     /// Ledgers of projects, users and tag pairs.
     pub ledgers: Ledgers,
     /// Registered assets by fingerprint.
@@ -476,7 +567,7 @@ pub struct State {
 impl State {
     /// A job's record.
     pub fn job(&self, id: &str) -> Option<&JobRecord> {
-        self.jobs.get(id)
+        self.jobs.get(id).map(|j| &**j)
     }
 
     /// A ledger, if anything was ever counted in it.
@@ -514,17 +605,21 @@ impl State {
         for job in self.jobs.values_mut() {
             job.project = names.intern(&job.project);
             job.user = names.intern(&job.user);
-            for s in job.tag_ledgers.iter_mut() {
-                *s = names.intern(s);
+            for name in [&mut job.queue, &mut job.stage, &mut job.gpu_type].into_iter().flatten() {
+                *name = names.intern(name);
+            }
+            for t in job.tags.iter_mut() {
+                t.key = names.intern(&t.key);
+                t.value = names.intern(&t.value);
+                t.ledger = names.intern(&t.ledger);
             }
         }
         self.names = names;
     }
 
     pub(crate) fn record_from_spec(&mut self, spec: &JobSpec, now: Timestamp) -> JobRecord {
-        let tags: Box<[(Sym, Sym)]> = spec.tags.iter().map(|(k, v)| (self.intern(k), self.intern(v))).collect();
         let mut buf = std::mem::take(&mut self.buf);
-        let tag_ledgers: Box<[Sym]> = spec
+        let tags: Box<[JobTag]> = spec
             .tags
             .iter()
             .map(|(k, v)| {
@@ -532,7 +627,7 @@ impl State {
                 buf.push_str(k);
                 buf.push('=');
                 buf.push_str(v);
-                self.names.intern(&buf)
+                JobTag { key: self.names.intern(k), value: self.names.intern(v), ledger: self.names.intern(&buf) }
             })
             .collect();
         buf.clear();
@@ -546,7 +641,6 @@ impl State {
             stage: spec.stage.as_deref().map(|s| self.intern(s)),
             gpu_type: spec.gpu_type.as_deref().map(|g| self.intern(g)),
             tags,
-            tag_ledgers,
             gpus: spec.gpus,
             nodes: spec.nodes,
             requested_hours: spec.requested_hours,
@@ -554,16 +648,16 @@ impl State {
             usage_day: now.day(),
             reserved: 0.0,
             unbilled: 0.0,
-            started: None,
-            ended: None,
+            started: OptTime::NONE,
+            ended: OptTime::NONE,
             status: None,
             phase: JobPhase::Admitted,
-            defer_until: None,
+            defer_until: OptTime::NONE,
             pending: None,
             util: Utilisation::default(),
             config,
             deferrable: spec.deferrable,
-            marks: Vec::new(),
+            marks: None,
         }
     }
 
@@ -573,8 +667,8 @@ impl State {
         }
         f(get(&mut self.ledgers.project, &job.project));
         f(get(&mut self.ledgers.user, &job.user));
-        for t in job.tag_ledgers.iter() {
-            f(get(&mut self.ledgers.tag, t));
+        for t in job.tags.iter() {
+            f(get(&mut self.ledgers.tag, &t.ledger));
         }
     }
 
@@ -596,7 +690,7 @@ impl State {
     /// Marks a held job as started.
     pub(crate) fn start(&mut self, job: &mut JobRecord, at: Timestamp) {
         if job.started.is_none() {
-            job.started = Some(at);
+            job.started = at.into();
             let gpus = job.gpus;
             self.for_each_ledger(job, |l| l.running_gpus += gpus);
         }
@@ -610,7 +704,7 @@ impl State {
             return;
         }
         if job.started.is_some() && job.ended.is_none() {
-            job.ended = Some(at);
+            job.ended = at.into();
         }
         let used = job.runtime_gpu_hours(at);
         let (day, gpus, queue, reserved, running) =
@@ -635,9 +729,9 @@ impl State {
 
     /// Counts a billing charge; when it names a known job, that job's runtime usage counts as billed.
     pub(crate) fn charge(&mut self, project: &str, job_id: Option<&str>, gpu_hours: f64, at: Timestamp) {
-        let job = job_id.and_then(|id| self.jobs.get(id)).cloned();
+        let job = job_id.and_then(|id| self.jobs.remove_entry(id));
         match job {
-            Some(mut job) => {
+            Some((id, mut job)) => {
                 let (day, unbilled) = (job.usage_day, job.unbilled);
                 self.for_each_ledger(&job, |l| {
                     let b = l.bucket(day);
@@ -645,11 +739,7 @@ impl State {
                     b.unbilled = (b.unbilled - unbilled).max(0.0);
                 });
                 job.unbilled = 0.0;
-                if let Some(id) = job_id
-                    && let Some(j) = self.jobs.get_mut(id)
-                {
-                    j.unbilled = 0.0;
-                }
+                self.jobs.insert(id, job);
             }
             None => {
                 let name = self.intern(project);
@@ -687,5 +777,24 @@ mod tests {
         let m = l.usage(Period::Month, d0);
         assert_eq!(m.by_runtime(), 7.0);
         assert_eq!(l.usage(Period::Day, d0).by_runtime(), 2.0);
+    }
+
+    #[test]
+    fn a_job_record_stays_small() {
+        // Most of the memory per tracked job; docs/performance.md explains the budget.
+        assert_eq!(size_of::<JobRecord>(), 192);
+        assert_eq!(size_of::<OptTime>(), 8);
+    }
+
+    #[test]
+    fn an_optional_time_round_trips_as_an_option() {
+        let t = Timestamp(1_793_577_600_000);
+        for v in [None, Some(t), Some(Timestamp(0)), Some(Timestamp(-5))] {
+            let o = OptTime::from(v);
+            assert_eq!(o.get(), v);
+            let json = serde_json::to_string(&o).unwrap();
+            assert_eq!(json, serde_json::to_string(&v).unwrap());
+            assert_eq!(serde_json::from_str::<OptTime>(&json).unwrap(), o);
+        }
     }
 }

@@ -694,7 +694,7 @@ impl Name {
             F::Deferrable => Val::Bool(j.deferrable),
             F::Phase => Val::Str(j.phase.as_str()),
             F::RuntimeHours => {
-                j.started.map_or(Val::Missing, |s| Val::Num(j.ended.unwrap_or(env.now).since(s).as_hours()))
+                j.started.get().map_or(Val::Missing, |s| Val::Num(j.ended.get().unwrap_or(env.now).since(s).as_hours()))
             }
             F::GpuUtil => {
                 if j.util.samples > 0 {

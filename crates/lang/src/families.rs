@@ -634,7 +634,7 @@ impl Reclaim {
         let id = cx.job_id;
         match cx.tag {
             MAX_RUNTIME => {
-                if let (Some(max), Some(started)) = (self.max_runtime, job.started)
+                if let (Some(max), Some(started)) = (self.max_runtime, job.started.get())
                     && started.plus(max) <= cx.at
                     && job.phase == JobPhase::Running
                 {

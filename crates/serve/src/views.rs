@@ -6,8 +6,8 @@ use bursar_engine::{Engine, JobRecord, ScopeKind};
 use bursar_model::Period;
 use serde_json::{Value, json};
 
-fn ts(t: Option<bursar_model::Timestamp>) -> Value {
-    t.map_or(Value::Null, |t| Value::String(t.to_string()))
+fn ts(t: impl Into<Option<bursar_model::Timestamp>>) -> Value {
+    t.into().map_or(Value::Null, |t| Value::String(t.to_string()))
 }
 
 /// What bursar knows about job `id`, or `None`.
@@ -47,7 +47,7 @@ pub fn job(engine: &Engine, id: &str) -> Option<Value> {
             "samples": j.util.samples,
             "keepalive": ts(j.util.keepalive),
         },
-        "tags": j.tags.iter().map(|(k, v)| (k.to_string(), Value::String(v.to_string()))).collect::<serde_json::Map<_, _>>(),
+        "tags": j.tags.iter().map(|t| (t.key.to_string(), Value::String(t.value.to_string()))).collect::<serde_json::Map<_, _>>(),
         "engine_time": now.to_string(),
     }))
 }

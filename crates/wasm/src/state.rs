@@ -91,14 +91,14 @@ impl wit_state::Host for StoreData {
                 requested_hours: j.requested_hours,
                 phase: phase(j.phase),
                 submitted: j.submitted.millis(),
-                started: j.started.map(Timestamp::millis),
-                ended: j.ended.map(Timestamp::millis),
+                started: j.started.get().map(Timestamp::millis),
+                ended: j.ended.get().map(Timestamp::millis),
                 status: j.status.map(status),
                 gpu_util: j.util.gpu_util,
                 avg_gpu_util: j.util.avg_gpu_util,
                 samples: j.util.samples,
-                last_sample: j.util.last_sample.map(Timestamp::millis),
-                keepalive: j.util.keepalive.map(Timestamp::millis),
+                last_sample: j.util.last_sample.get().map(Timestamp::millis),
+                keepalive: j.util.keepalive.get().map(Timestamp::millis),
             })
         })
     }
