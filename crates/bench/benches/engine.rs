@@ -21,6 +21,10 @@ use bursar_engine::{Engine, PolicySet};
 use bursar_model::{Decision, Event, Timestamp, decode_event};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
+// The allocator the `bursar` binary uses, so the figures are those of what runs in production.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const BATCH: u64 = 1_000;
 
 fn admission_loop(engine: &mut Engine, start: Timestamp, iters: u64) -> Duration {

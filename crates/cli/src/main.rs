@@ -8,6 +8,12 @@ use bursar::{CliError, ErrorFormat, ExitCode};
 use bursar_model::Duration;
 use clap::{Parser, Subcommand};
 
+// mimalloc rather than the system allocator: the engine allocates a few small strings per decision
+// (ids, reasons), and glibc's malloc/free were a quarter of the instructions of an admission
+// (docs/performance.md, "Admission: where the time goes").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// bursar: a policy engine that decides how a shared GPU pool is spent.
 ///
 /// Policies are TOML files (and WebAssembly components) in a directory; events are JSON lines from the
