@@ -1,6 +1,6 @@
 //! Remembering event ids so that a resent event is ignored, in bounded memory.
 //!
-//! Each id is kept as a 128-bit hash (two SipHash-1-3 passes with fixed keys: deterministic across runs
+//! Each id is kept as a 128-bit hash (two SipHash-2-4 passes with fixed keys: deterministic across runs
 //! and machines) for a window of event time (24 h by default) and up to a capacity (4 million ids by
 //! default), whichever is reached first. A producer that resends within the window is deduplicated; the
 //! memory bound is `capacity × ~40 bytes` whatever the length of the input.
