@@ -1,25 +1,38 @@
-//! One admission policy in five engines, the same generated requests, one run.
+//! One admission policy in six engines, the same generated requests, one run.
 //!
 //! The policy (see `policy/`): readiness (image, data and script declared ready), a project GPU-hour
 //! quota (20,000 per month, reserved at admission), memory fit (params × 2 bytes × 1.2 / GPUs ≤ GPU
 //! memory), a per-queue cap on the GPUs a project holds (32 in `short`, 256 in `long`), and approval for
 //! jobs over 32 GPUs or 48 hours. Any deny wins, then require-approval, else allow.
 //!
-//! Engines: bursar (the TOML policy, run by the real engine with its own state), the plain Rust
-//! function (the floor), Cedar (`cedar-policy`), Regorus's interpreter and Regorus's compiled VM
-//! (RVM). Cedar and Regorus are stateless, so the project's usage and the GPUs it holds in the queue
-//! travel in each request; bursar looks them up in its own state. The requests are built by replaying a
-//! generated stream (`bursar gen`'s model: submissions, starts, finishes) through bursar and reading its
+//! Engines: bursar (the TOML policy, run by the real engine with its own state), bursar with the same
+//! policy as a WebAssembly component (a Rust guest in `policy/wasm-admission/`, built for
+//! `wasm32-unknown-unknown` by this binary and run by the engine through `bursar-wasm`; it asks the
+//! engine's state through the WIT `state` queries), the plain Rust function (the floor), Cedar
+//! (`cedar-policy`), Regorus's interpreter and Regorus's compiled VM (RVM). Cedar and Regorus are
+//! stateless, so the project's usage and the GPUs it holds in the queue travel in each request; bursar
+//! looks them up in its own state.
+//!
+//! The WIT `state` interface answers GPUs held per ledger (project, user, tag pair) but not per queue, so
+//! the WebAssembly row replays a copy of the stream whose submissions carry the tag
+//! `project_queue = "<project>/<queue>"`, and the guest reads that tag pair's ledger. The engine then
+//! keeps one more ledger per job; the TOML policy is also timed on that tagged copy, so the WebAssembly
+//! versus TOML ratio compares identical work apart from the policy call.
+//!
+//! The requests are built by replaying a generated stream (`bursar gen`'s model: submissions, starts, finishes) through bursar and reading its
 //! state just before each submission, so every engine sees exactly what bursar saw.
 //!
 //! Every engine is checked against the plain function on every request; any disagreement is printed
 //! and the process exits 1. Then each engine is timed over all requests for several rounds.
 //!
-//! Run: `cd peers && cargo run --release -- [--requests N] [--rounds R] [--seed S]`.
+//! Run: `cd peers && cargo run --release -- [--requests N] [--rounds R] [--seed S]`. The guest is built
+//! with `$CARGO build --release --target wasm32-unknown-unknown` into `$BURSAR_GUEST_TARGET` (default
+//! `peers/target/wasm-guests`) and copied to `policy/wasm-admission.wasm`; `--no-guest-build` skips that
+//! step and loads the `.wasm` already there.
 
 use std::hint::black_box;
-use std::path::Path;
-use std::process::ExitCode;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,7 +51,7 @@ enum Dec {
 }
 
 /// One admission request with the usage a stateless engine needs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 struct Req {
     gpus: u32,
     hours: f64,
@@ -84,6 +97,32 @@ struct Recorded {
     reqs: Vec<Req>,
     bursar: Vec<Dec>,
     events: Vec<Event>,
+    /// Submissions whose `project_queue` tag ledger held a different number of GPUs than the project
+    /// ledger's count for the queue (always 0; checked because the WebAssembly row relies on it).
+    tag_mismatches: usize,
+}
+
+/// The tag that carries `<project>/<queue>` in the WebAssembly row's stream (see `tagged`).
+const QUEUE_TAG: &str = "project_queue";
+
+/// A copy of the stream whose submissions carry `project_queue = "<project>/<queue>"`, so a WebAssembly
+/// policy can read the GPUs a project holds in a queue as that tag pair's ledger (the WIT `state`
+/// interface has no per-queue query).
+fn tagged(events: &[Event]) -> Vec<Event> {
+    events
+        .iter()
+        .map(|e| {
+            let mut e = e.clone();
+            if let EventKind::JobSubmitted(j) = &mut e.kind
+                && let Some(q) = &j.queue
+            {
+                let value = format!("{}/{q}", j.project);
+                j.tags.push((QUEUE_TAG.to_owned(), value));
+                j.tags.sort();
+            }
+            e
+        })
+        .collect()
 }
 
 fn stream(requests: usize, seed: u64) -> Vec<Event> {
@@ -132,9 +171,16 @@ fn record(set: &Arc<PolicySet>, events: Vec<Event>) -> Recorded {
     let mut engine = Engine::new(set.clone());
     let mut out = Vec::new();
     let (mut reqs, mut bursar) = (Vec::new(), Vec::new());
+    let mut tag_mismatches = 0;
     for e in &events {
         if let EventKind::JobSubmitted(j) = &e.kind {
-            reqs.push(to_req(j, engine.state(), e));
+            let r = to_req(j, engine.state(), e);
+            if let Some(v) = j.tag(QUEUE_TAG) {
+                let ledger = format!("{QUEUE_TAG}={v}");
+                let held = engine.state().ledger(ScopeKind::Tag, &ledger).map_or(0, |l| l.held_gpus);
+                tag_mismatches += usize::from(held != r.queue_held);
+            }
+            reqs.push(r);
         }
         out.clear();
         engine.process(e, None, &mut out);
@@ -142,7 +188,7 @@ fn record(set: &Arc<PolicySet>, events: Vec<Event>) -> Recorded {
             bursar.push(admission(&out).unwrap_or(Dec::Deny));
         }
     }
-    Recorded { reqs, bursar, events }
+    Recorded { reqs, bursar, events, tag_mismatches }
 }
 
 /// bursar with its own state: replays the stream, timing only the submissions (each timed alone,
@@ -175,6 +221,46 @@ fn clock_overhead_ns() -> f64 {
         total += black_box(t.elapsed());
     }
     total.as_nanos() as f64 / f64::from(n)
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The WebAssembly guest: built from source on every run (a no-op when up to date).
+
+const GUEST_TARGET: &str = "wasm32-unknown-unknown";
+
+/// Builds `policy/wasm-admission/` for `wasm32-unknown-unknown` with the cargo that runs this binary and
+/// copies the core module to `policy/wasm-admission.wasm`, where `admission-wasm.toml` points; the host
+/// wraps it into a component when it loads it.
+fn build_guest(policy_dir: &Path) -> Result<(), String> {
+    let manifest = policy_dir.join("wasm-admission").join("Cargo.toml");
+    let target_dir = std::env::var_os("BURSAR_GUEST_TARGET")
+        .map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target").join("wasm-guests"), PathBuf::from);
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let by_hand = format!(
+        "rustup target add {GUEST_TARGET} && CARGO_TARGET_DIR={dir} cargo build --release --target {GUEST_TARGET} \
+         --manifest-path {manifest} && cp {dir}/{GUEST_TARGET}/release/bursar_peers_admission.wasm {out}\n\
+         and run again with --no-guest-build",
+        dir = target_dir.display(),
+        manifest = manifest.display(),
+        out = policy_dir.join("wasm-admission.wasm").display(),
+    );
+    eprintln!("building the WebAssembly guest (policy/wasm-admission, {GUEST_TARGET}) into {}", target_dir.display());
+    let status = Command::new(&cargo)
+        .args(["build", "--release", "--quiet", "--target", GUEST_TARGET, "--manifest-path"])
+        .arg(&manifest)
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}; build the guest by hand:\n    {by_hand}", cargo.to_string_lossy()))?;
+    if !status.success() {
+        return Err(format!(
+            "building the WebAssembly guest failed ({status}); is the {GUEST_TARGET} target installed? \
+             Build it by hand:\n    {by_hand}"
+        ));
+    }
+    let built = target_dir.join(GUEST_TARGET).join("release").join("bursar_peers_admission.wasm");
+    std::fs::copy(&built, policy_dir.join("wasm-admission.wasm"))
+        .map(|_| ())
+        .map_err(|e| format!("cannot copy {}: {e}; build the guest by hand:\n    {by_hand}", built.display()))
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -396,7 +482,43 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if !args.iter().any(|a| a == "--no-guest-build")
+        && let Err(e) = build_guest(&here)
+    {
+        eprintln!("{e}");
+        return ExitCode::FAILURE;
+    }
+    let host = match bursar_wasm::WasmHost::shared() {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let wasm_set = match bursar_loader::load_dir(&here.join("admission-wasm.toml"), host) {
+        Ok(s) => Arc::new(s),
+        Err(ds) => {
+            for d in ds {
+                eprint!("{d}");
+            }
+            return ExitCode::FAILURE;
+        }
+    };
     let rec = record(&set, stream(requests, seed));
+    // The WebAssembly row's stream, and the TOML policy on it too (the same events, apart from the policy).
+    let tagged_events = tagged(&rec.events);
+    let wasm = record(&wasm_set, tagged_events.clone());
+    let toml_tagged = record(&set, tagged_events.clone());
+    if wasm.reqs != rec.reqs || toml_tagged.reqs != rec.reqs || wasm.tag_mismatches + toml_tagged.tag_mismatches > 0 {
+        eprintln!(
+            "the tagged stream changed what bursar saw: requests equal {} / {}, tag ledger mismatches {} / {}",
+            wasm.reqs == rec.reqs,
+            toml_tagged.reqs == rec.reqs,
+            wasm.tag_mismatches,
+            toml_tagged.tag_mismatches
+        );
+        return ExitCode::FAILURE;
+    }
     let cedar = match Cedar::new(&read("admission.cedar")) {
         Ok(c) => c,
         Err(e) => {
@@ -429,6 +551,8 @@ fn main() -> ExitCode {
         mix[want as usize] += 1;
         let got = [
             ("bursar", rec.bursar[i]),
+            ("bursar-wasm", wasm.bursar[i]),
+            ("bursar, tagged stream", toml_tagged.bursar[i]),
             ("cedar", cedar.decide(&cedar_reqs[i])),
             ("regorus-interpreter", rego.interp(rego_inputs[i].clone())),
             ("regorus-rvm", rego.rvm(rego_inputs[i].clone())),
@@ -443,16 +567,33 @@ fn main() -> ExitCode {
         }
     }
     println!(
-        "agreement: {n} requests × 4 engines checked against the plain function: {disagreements} disagreements \
+        "agreement: {n} requests × 6 runs (bursar TOML on the plain and on the tagged stream, bursar \
+         WebAssembly, Cedar, Regorus interpreter, Regorus RVM) checked against the plain function: \
+         {disagreements} disagreements \
          (floor decisions: allow {}, deny {}, require_approval {})",
         mix[0], mix[1], mix[2]
     );
+    let failures = || wasm_set.policies().iter().map(|p| p.failures()).sum::<u64>();
+    if failures() > 0 {
+        eprintln!("the WebAssembly policy failed {} times (its on_error decided those requests)", failures());
+        return ExitCode::FAILURE;
+    }
     if disagreements > 0 {
         return ExitCode::FAILURE;
     }
 
     // Timing.
     let clock = clock_overhead_ns();
+    let bursar_rounds = |set: &Arc<PolicySet>, events: &[Event]| {
+        let mut v: Vec<f64> = (0..rounds)
+            .map(|_| {
+                let (d, k) = time_bursar(set, events, clock);
+                d.as_nanos() as f64 / k as f64
+            })
+            .collect();
+        v.sort_by(f64::total_cmp);
+        (v[0], v[v.len() / 2])
+    };
     let mut rows: Vec<(&str, (f64, f64))> = Vec::new();
     rows.push((
         "plain Rust function (floor), usage in the request",
@@ -468,16 +609,12 @@ fn main() -> ExitCode {
             rounds,
         ),
     ));
-    rows.push(("bursar TOML, engine with its own state lookups", {
-        let mut v: Vec<f64> = (0..rounds)
-            .map(|_| {
-                let (d, k) = time_bursar(&set, &rec.events, clock);
-                d.as_nanos() as f64 / k as f64
-            })
-            .collect();
-        v.sort_by(f64::total_cmp);
-        (v[0], v[v.len() / 2])
-    }));
+    rows.push(("bursar TOML, engine with its own state lookups", bursar_rounds(&set, &rec.events)));
+    rows.push((
+        "bursar WebAssembly (Rust guest), engine with its own state lookups, tagged stream",
+        bursar_rounds(&wasm_set, &tagged_events),
+    ));
+    rows.push(("bursar TOML on the tagged stream (the WebAssembly row's events)", bursar_rounds(&set, &tagged_events)));
     rows.push((
         "Cedar, usage in the request (request prebuilt)",
         per_decision(
@@ -553,6 +690,18 @@ fn main() -> ExitCode {
     println!();
     println!(
         "{n} requests, {rounds} rounds; clock read cost {clock:.0} ns, subtracted from bursar's per-submission timing"
+    );
+    if failures() > 0 {
+        eprintln!("the WebAssembly policy failed {} times while timed (its on_error decided those)", failures());
+        return ExitCode::FAILURE;
+    }
+    let (wasm_ns, toml_tagged_ns) = (rows[2].1.1, rows[3].1.1);
+    println!(
+        "WebAssembly policy vs its TOML twin (medians, same tagged events): {:.2}× ({wasm_ns:.0} vs \
+         {toml_tagged_ns:.0} ns per submission, {:+.0} ns); vs the TOML row on the plain stream: {:.2}×",
+        wasm_ns / toml_tagged_ns.max(0.01),
+        wasm_ns - toml_tagged_ns,
+        wasm_ns / bursar_ns.max(0.01)
     );
 
     let specs: Vec<JobSpec> = rec
