@@ -695,13 +695,18 @@ fn main() -> ExitCode {
         eprintln!("the WebAssembly policy failed {} times while timed (its on_error decided those)", failures());
         return ExitCode::FAILURE;
     }
-    let (wasm_ns, toml_tagged_ns) = (rows[2].1.1, rows[3].1.1);
+    // The same tagged events through the same engine: only the policy differs. Best and median of the
+    // rounds, since a shared machine moves medians more than bests.
+    let ((wasm_best, wasm_med), (toml_best, toml_med)) = (rows[2].1, rows[3].1);
     println!(
-        "WebAssembly policy vs its TOML twin (medians, same tagged events): {:.2}× ({wasm_ns:.0} vs \
-         {toml_tagged_ns:.0} ns per submission, {:+.0} ns); vs the TOML row on the plain stream: {:.2}×",
-        wasm_ns / toml_tagged_ns.max(0.01),
-        wasm_ns - toml_tagged_ns,
-        wasm_ns / bursar_ns.max(0.01)
+        "WebAssembly policy vs its TOML twin, same tagged events: {:.2}× by median ({wasm_med:.0} vs {toml_med:.0} \
+         ns per submission, {:+.0} ns), {:.2}× by best ({wasm_best:.0} vs {toml_best:.0} ns, {:+.0} ns); \
+         median vs the TOML row on the plain stream: {:.2}×",
+        wasm_med / toml_med.max(0.01),
+        wasm_med - toml_med,
+        wasm_best / toml_best.max(0.01),
+        wasm_best - toml_best,
+        wasm_med / bursar_ns.max(0.01)
     );
 
     let specs: Vec<JobSpec> = rec
