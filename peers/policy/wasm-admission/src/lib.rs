@@ -60,7 +60,8 @@ impl Policy for Admission {
             queue_tag: config.str_or("queue_tag", "project_queue")?,
             bytes_per_param: positive(config, "bytes_per_param", 2.0)?,
             overhead: positive(config, "overhead", 1.2)?,
-            gpus_over: u32::try_from(config.u64_or("gpus_over", 32)?).map_err(|e| format!("config `gpus_over`: {e}"))?,
+            gpus_over: u32::try_from(config.u64_or("gpus_over", 32)?)
+                .map_err(|e| format!("config `gpus_over`: {e}"))?,
             hours_over: positive(config, "hours_over", 48.0)?,
             approvers,
             expires_ms: (positive(config, "expires_hours", 24.0)? * 3_600_000.0).round() as i64,
