@@ -4,6 +4,7 @@
 //!
 //! Usage: `bursar-bench-profile admission [N]` — N `job.submitted` events (default 20,000) through the
 //! example TOML set on an engine primed like `admission/example_set`, each batch of 1,000 then finished;
+//! `bursar-bench-profile admission-empty [N]` — the same with no policy (the engine's own cost);
 //! `bursar-bench-profile eval [JOBS]` — decode and process a generated stream of JOBS jobs (default
 //! 2,000), like `eval/decode_and_process`. A run prints what it did, so two profiles can be compared.
 //!
@@ -30,8 +31,9 @@ fn admit(engine: &mut Engine, e: &Event, out: &mut Vec<Decision>) -> usize {
     black_box(out.len())
 }
 
-fn admission(n: u64) {
-    let (set, _) = load_toml(&example_policies());
+fn admission(n: u64, empty: bool) {
+    let set =
+        if empty { std::sync::Arc::new(bursar_engine::PolicySet::empty()) } else { load_toml(&example_policies()).0 };
     let (mut engine, last) = primed_engine(set, 2_000, 16);
     let specs = submissions(512, 16, 5);
     let mut clock = last.millis() + 1;
@@ -80,10 +82,11 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let n = |default: u64| args.get(1).and_then(|a| a.parse().ok()).unwrap_or(default);
     match args.first().map(String::as_str) {
-        Some("admission") => admission(n(20_000)),
+        Some("admission") => admission(n(20_000), false),
+        Some("admission-empty") => admission(n(20_000), true),
         Some("eval") => eval(n(2_000)),
         _ => {
-            eprintln!("usage: bursar-bench-profile admission [N] | eval [JOBS]");
+            eprintln!("usage: bursar-bench-profile admission [N] | admission-empty [N] | eval [JOBS]");
             return ExitCode::from(2);
         }
     }
