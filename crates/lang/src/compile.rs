@@ -13,7 +13,7 @@ use crate::diag::Diagnostic;
 use crate::expr::{ExprError, Template, compile_condition};
 use crate::families::*;
 use crate::reader::{Fields, Reader, type_name};
-use crate::{CompiledFile, OnError, WasmDecl, WasmLimits};
+use crate::{CompiledFile, OnError, WasmDecl, WasmLimits, WasmStrategy};
 
 /// Every `kind`.
 pub const KINDS: &[&str] = &[
@@ -754,8 +754,13 @@ fn compile_policy(
                         fuel: t.positive(r, "fuel").map(|v| v as u64),
                         memory_mb: t.positive(r, "memory_mb").map(|v| v as u64),
                         max_failures: t.count(r, "max_failures"),
+                        strategy: match t.keyword(r, "strategy", &["reuse", "fresh"]) {
+                            Some("reuse") => Some(WasmStrategy::Reuse),
+                            Some("fresh") => Some(WasmStrategy::Fresh),
+                            _ => None,
+                        },
                     };
-                    t.finish(r, &["deadline_ms", "fuel", "memory_mb", "max_failures"]);
+                    t.finish(r, &["deadline_ms", "fuel", "memory_mb", "max_failures", "strategy"]);
                     l
                 })
                 .unwrap_or_default();

@@ -43,6 +43,16 @@ pub enum OnError {
     Skip,
 }
 
+/// How a WebAssembly policy's instances are used across calls (`strategy` in `[policy.limits]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WasmStrategy {
+    /// One instance, initialised once and reused for every call (the host's default).
+    Reuse,
+    /// A new instance, with `init`, for every call: no guest memory survives a call.
+    Fresh,
+}
+
 /// Resource limits of a WebAssembly policy; `None` means the host's default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WasmLimits {
@@ -54,6 +64,8 @@ pub struct WasmLimits {
     pub memory_mb: Option<u64>,
     /// Failures before the policy is quarantined.
     pub max_failures: Option<u32>,
+    /// Instance strategy; a host configured for fresh instances keeps them whatever the manifest says.
+    pub strategy: Option<WasmStrategy>,
 }
 
 /// A `kind = "wasm"` policy as declared in a manifest, for the WebAssembly host to instantiate.

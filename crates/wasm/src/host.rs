@@ -94,6 +94,8 @@ pub struct StoreData {
 pub(crate) struct Limiter {
     pub(crate) max_memory: usize,
     pub(crate) hit: bool,
+    /// The largest linear memory this instance was granted, in bytes (see [`crate::Usage`]).
+    pub(crate) peak: usize,
 }
 
 const MAX_TABLE_ELEMENTS: usize = 100_000;
@@ -104,6 +106,7 @@ impl ResourceLimiter for Limiter {
             self.hit = true;
             wasmtime::bail!("memory cap of {} MiB reached (asked for {desired} bytes)", self.max_memory >> 20);
         }
+        self.peak = self.peak.max(desired);
         Ok(true)
     }
 
@@ -230,7 +233,17 @@ impl WasmHost {
     pub fn load_bytes(&self, decl: &WasmDecl, bytes: &[u8]) -> Result<Arc<WasmPolicy>, String> {
         let compiled = self.compile(bytes)?;
         let limits = self.config.limits.with(&decl.limits);
-        WasmPolicy::new(decl, compiled, limits, self.config.strategy).map(Arc::new)
+        WasmPolicy::new(decl, compiled, limits, self.strategy_for(decl)).map(Arc::new)
+    }
+
+    /// The strategy a policy runs with: fresh instances when the host or the manifest
+    /// (`strategy = "fresh"` in `[policy.limits]`) asks for them, else reuse. A manifest cannot weaken a
+    /// host built for fresh instances.
+    pub fn strategy_for(&self, decl: &WasmDecl) -> Strategy {
+        match (self.config.strategy, decl.limits.strategy) {
+            (Strategy::Fresh, _) | (_, Some(bursar_lang::WasmStrategy::Fresh)) => Strategy::Fresh,
+            _ => Strategy::Reuse,
+        }
     }
 }
 

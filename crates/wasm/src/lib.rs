@@ -27,4 +27,4 @@ pub mod policy;
 mod state;
 
 pub use host::{HostConfig, HostError, Limits, Strategy, WasmHost};
-pub use policy::{Failure, WasmPolicy};
+pub use policy::{Failure, Usage, WasmPolicy};

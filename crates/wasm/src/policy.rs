@@ -49,6 +49,18 @@ pub enum Failure {
     Start(String),
 }
 
+/// The most a policy's guest has used so far, for sizing its manifest's `[policy.limits]`: a limit
+/// should sit well above what a correct policy uses (see docs/wasm-policies.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// The most fuel one start used: instantiation and `init`.
+    pub init_fuel: u64,
+    /// The most fuel one `evaluate` used.
+    pub call_fuel: u64,
+    /// The largest linear memory an instance was granted, in bytes.
+    pub memory_bytes: u64,
+}
+
 /// A live instance of the component.
 struct Worker {
     store: Store<StoreData>,
@@ -67,6 +79,9 @@ pub struct WasmPolicy {
     idle: Mutex<Vec<Worker>>,
     failures: AtomicU64,
     last_failure: Mutex<Option<Failure>>,
+    peak_init_fuel: AtomicU64,
+    peak_call_fuel: AtomicU64,
+    peak_memory: AtomicU64,
 }
 
 impl std::fmt::Debug for WasmPolicy {
@@ -103,6 +118,9 @@ impl WasmPolicy {
             idle: Mutex::new(Vec::new()),
             failures: AtomicU64::new(0),
             last_failure: Mutex::new(None),
+            peak_init_fuel: AtomicU64::new(0),
+            peak_call_fuel: AtomicU64::new(0),
+            peak_memory: AtomicU64::new(0),
         };
         // At load, compile-time page faults and a busy machine are not the guest's fault: `init` gets at
         // least a second.
@@ -123,6 +141,27 @@ impl WasmPolicy {
     /// The limits in force.
     pub fn limits(&self) -> Limits {
         self.limits
+    }
+
+    /// The instance strategy in force.
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    /// The most the guest has used so far (successful starts and calls only).
+    pub fn usage(&self) -> Usage {
+        Usage {
+            init_fuel: self.peak_init_fuel.load(Ordering::Relaxed),
+            call_fuel: self.peak_call_fuel.load(Ordering::Relaxed),
+            memory_bytes: self.peak_memory.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Records the fuel `store` used since it was armed, and its peak memory, into `peak_fuel`.
+    fn record(&self, store: &Store<StoreData>, peak_fuel: &AtomicU64) {
+        let used = self.limits.fuel.saturating_sub(store.get_fuel().unwrap_or(self.limits.fuel));
+        peak_fuel.fetch_max(used, Ordering::Relaxed);
+        self.peak_memory.fetch_max(store.data().limiter.peak as u64, Ordering::Relaxed);
     }
 
     /// True once the policy has failed `max_failures` times; the guest is no longer called.
@@ -151,6 +190,7 @@ impl WasmPolicy {
             limiter: Limiter {
                 max_memory: usize::try_from(self.limits.memory_mb << 20).unwrap_or(usize::MAX),
                 hit: false,
+                peak: 0,
             },
         };
         let mut store = Store::new(engine, data);
@@ -161,7 +201,10 @@ impl WasmPolicy {
             Err(e) => return Err(self.classify(&store, e, Failure::Start)),
         };
         match bindings.call_init(&mut store, &self.config_json) {
-            Ok(Ok(())) => Ok(Worker { store, bindings }),
+            Ok(Ok(())) => {
+                self.record(&store, &self.peak_init_fuel);
+                Ok(Worker { store, bindings })
+            }
             Ok(Err(m)) => Err(Failure::Start(format!("`init` rejected the config: {m}"))),
             Err(e) => Err(self.classify(&store, e, |m| Failure::Start(format!("`init` failed: {m}")))),
         }
@@ -195,7 +238,10 @@ impl WasmPolicy {
         self.arm(&mut worker.store, self.limits.deadline_ms)?;
         let result = crate::state::CURRENT.set(cx.state, || worker.bindings.call_evaluate(&mut worker.store, event));
         let verdicts = match result {
-            Ok(Ok(vs)) => crate::convert::verdicts(vs, cx.event.time)?,
+            Ok(Ok(vs)) => {
+                self.record(&worker.store, &self.peak_call_fuel);
+                crate::convert::verdicts(vs, cx.event.time)?
+            }
             Ok(Err(m)) => return Err(Failure::Guest(m)),
             // A trap poisons the instance (it refuses further calls), and an error that is not a trap
             // comes from lifting the guest's result (an invalid discriminant, string or pointer): either

@@ -52,3 +52,36 @@ fn every_wasm_twin_decides_like_its_toml_policy() {
     }
     assert!(ran >= 1);
 }
+
+#[test]
+fn a_manifest_can_ask_for_fresh_instances_and_decides_the_same() {
+    ensure_built();
+    let host = WasmHost::new(HostConfig::default()).unwrap();
+    let case = root().join("tests/cases-wasm/readiness");
+    let events = std::fs::read_to_string(case.join("events.jsonl")).unwrap();
+    let reused = decisions(&case.join("wasm"), &host, &events);
+
+    // The case's manifest with `strategy = "fresh"`, in a directory of its own.
+    let dir = std::env::temp_dir().join(format!("bursar-wasm-fresh-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let component = root().join("policies/wasm/readiness.wasm");
+    let manifest = std::fs::read_to_string(case.join("wasm/readiness.toml"))
+        .unwrap()
+        .replace("../../../../policies/wasm/readiness.wasm", &component.display().to_string())
+        .replace("[policy.config]", "[policy.limits]\nstrategy = \"fresh\"\n\n[policy.config]");
+    std::fs::write(dir.join("readiness.toml"), &manifest).unwrap();
+
+    let decl = bursar_lang::compile_str("readiness.toml", &manifest, &dir).unwrap().wasm.remove(0);
+    assert_eq!(decl.limits.strategy, Some(bursar_lang::WasmStrategy::Fresh));
+    assert_eq!(host.load(&decl).unwrap().strategy(), Strategy::Fresh, "the manifest's strategy was ignored");
+    let fresh = decisions(&dir, &host, &events);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(reused, fresh, "fresh instances decided differently from reused ones");
+
+    // A host built for fresh instances keeps them whatever a manifest says.
+    let strict = WasmHost::new(HostConfig { strategy: Strategy::Fresh, ..HostConfig::default() }).unwrap();
+    let mut reuse = decl.clone();
+    reuse.limits.strategy = Some(bursar_lang::WasmStrategy::Reuse);
+    assert_eq!(strict.strategy_for(&reuse), Strategy::Fresh);
+    assert_eq!(host.strategy_for(&reuse), Strategy::Reuse);
+}
