@@ -5,6 +5,8 @@
 #   rustup target wasm32-unknown-unknown   the example WebAssembly policies are built from source
 #   chromium                               the HTML report test renders its charts headless
 #   slurmctld slurmd slurm-client munge    the end-to-end test against a real one-node Slurm
+#   nodejs npm                             the JavaScript example policy (examples/js-policy/build.sh
+#                                          installs its pinned npm packages itself)
 #
 # Set BURSAR_SETUP_MINIMAL=1 to install only what `cargo build` and the example need (the rustup target).
 set -euo pipefail
@@ -23,6 +25,8 @@ command -v slurmd >/dev/null || need+=(slurmd)
 command -v sbatch >/dev/null || need+=(slurm-client)
 command -v munged >/dev/null || need+=(munge)
 command -v curl >/dev/null || need+=(curl)
+command -v node >/dev/null || need+=(nodejs)
+command -v npm >/dev/null || need+=(npm)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" != 0 ]; then
         echo "setup: missing ${need[*]}; run as root (or install them) to run every test" >&2

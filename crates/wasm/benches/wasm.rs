@@ -1,7 +1,8 @@
 //! Per-call cost of a WebAssembly policy against its TOML twin, measured side by side in one run.
 //!
 //! `readiness/toml` is the TOML readiness family; `readiness/wasm-reuse` and `readiness/wasm-fresh` run
-//! its WebAssembly twin (`policies/wasm/readiness`) with the two instance strategies. Each iteration is
+//! its WebAssembly twin (`policies/wasm/readiness`) with the two instance strategies, and
+//! `readiness/wasm-js` the JavaScript twin (`examples/js-policy`, reused instance) when it is built. Each iteration is
 //! one `Policy::evaluate` of a `job.submitted` (event conversion, argument passing, the guest, verdict
 //! validation). `scripts/build-wasm.sh` must have been run (the bench runs it if the component is missing).
 //!
@@ -15,7 +16,7 @@ use std::sync::Arc;
 use bursar_engine::{Context, EventMask, Mode, Output, Policy, PolicyMeta, Selector, State};
 use bursar_lang::{Diagnostic, OnError, WasmDecl, WasmLimits};
 use bursar_model::{Timestamp, decode_event};
-use bursar_wasm::{HostConfig, Strategy, WasmHost};
+use bursar_wasm::{HostConfig, Strategy, WasmHost, WasmPolicy};
 use criterion::{Criterion, criterion_group, criterion_main};
 
 const EVENT: &str = r#"{"id":"e1","time":"2026-11-02T09:00:00Z","type":"job.submitted","job":{"id":"j1","project":"nlp","user":"alice","queue":"short","gpus":8,"gpu_type":"H200","gpu_mem_gb":141,"nodes":1,"requested_hours":4.0,"stage":"finetune","model_params_b":7.0,"image":"registry/llm:1.4","dataset":"ds-42","script_hash":"sha256:ab12","ready":{"image":true,"data":false,"script":true},"deferrable":false,"tags":{"team":"search"}}}"#;
@@ -52,6 +53,24 @@ fn wasm_policy(strategy: Strategy) -> Arc<dyn Policy> {
     host.load_bytes(&decl, &bytes).unwrap()
 }
 
+/// The JavaScript twin (`examples/js-policy`), loaded through its manifest, when `build.sh` has built it.
+/// Only under `cargo bench`: in test mode (`cargo test --all-targets`) compiling its 12 MB component
+/// would cost more than every other benchmark together, and `crates/wasm/tests/js.rs` covers it.
+fn js_policy() -> Option<Arc<WasmPolicy>> {
+    let dir = root().join("examples/js-policy");
+    if !std::env::args().any(|a| a == "--bench") || !dir.join("readiness.wasm").exists() {
+        eprintln!("readiness/wasm-js: skipped (only under `cargo bench`, after examples/js-policy/build.sh)");
+        return None;
+    }
+    let manifest = std::fs::read_to_string(dir.join("policy.toml")).unwrap();
+    let decl = bursar_lang::compile_str("policy.toml", &manifest, &dir).unwrap().wasm.remove(0);
+    let host = WasmHost::new(HostConfig::default()).unwrap();
+    let t = std::time::Instant::now();
+    let policy = host.load(&decl).unwrap();
+    eprintln!("readiness/wasm-js: compiled and started in {:.2?}", t.elapsed());
+    Some(policy)
+}
+
 fn toml_policy() -> Arc<dyn Policy> {
     let path = root().join("tests/cases-wasm/readiness/toml/readiness.toml");
     let text = std::fs::read_to_string(&path).unwrap();
@@ -64,11 +83,14 @@ fn bench(c: &mut Criterion) {
     let state = State::default();
     let cx = Context { event: &event, raw: Some(EVENT), now: Timestamp(event.time.millis()), state: &state, job: None };
     let mut group = c.benchmark_group("readiness");
-    for (name, policy) in [
+    let mut variants = vec![
         ("toml", toml_policy()),
         ("wasm-reuse", wasm_policy(Strategy::Reuse)),
         ("wasm-fresh", wasm_policy(Strategy::Fresh)),
-    ] {
+    ];
+    let js = js_policy();
+    variants.extend(js.clone().map(|p| ("wasm-js", p as Arc<dyn Policy>)));
+    for (name, policy) in variants {
         // Same answer from every variant, or the comparison is meaningless.
         let mut out = Output::default();
         policy.evaluate(&cx, &mut out);
@@ -82,6 +104,10 @@ fn bench(c: &mut Criterion) {
         });
     }
     group.finish();
+    if let Some(js) = js {
+        // After every iteration on one reused instance: what the JavaScript engine needed at most.
+        eprintln!("readiness/wasm-js: {:?} under {:?}", js.usage(), js.limits());
+    }
 }
 
 criterion_group!(benches, bench);
