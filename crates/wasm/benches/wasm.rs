@@ -106,7 +106,7 @@ fn bench(c: &mut Criterion) {
     group.finish();
     if let Some(js) = js {
         // After every iteration on one reused instance: what the JavaScript engine needed at most.
-        eprintln!("readiness/wasm-js: {:?} under {:?}", js.usage(), js.limits());
+        eprintln!("readiness/wasm-js: {:?} under {:?}, {} failures", js.usage(), js.limits(), js.failures());
     }
 }
 

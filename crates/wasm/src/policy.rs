@@ -248,7 +248,13 @@ impl WasmPolicy {
             // way the instance is dropped.
             Err(e) => return Err(self.classify(&worker.store, e, Failure::BadOutput)),
         };
+        // A reused instance whose memory has passed three quarters of the cap is retired, not put back:
+        // linear memory never shrinks, and a guest whose heap creeps up with every call (the JavaScript
+        // engine of componentize-js grows by about 0.8 KiB a call) would otherwise hit the cap in the
+        // middle of a call, fail and be quarantined. The next call starts a new instance with `init`.
+        let retire = worker.store.data().limiter.peak > worker.store.data().limiter.max_memory / 4 * 3;
         if self.strategy == Strategy::Reuse
+            && !retire
             && let Ok(mut idle) = self.idle.lock()
         {
             idle.push(worker);
