@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use bursar_bench::{
     example_files, example_policies, finish_event, load, load_toml, primed_engine, submissions, submit_event,
 };
-use bursar_engine::{Engine, PolicySet};
+use bursar_engine::{Engine, Outcome, PolicySet};
 use bursar_model::{Decision, Event, Timestamp, decode_event};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
@@ -27,31 +27,39 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const BATCH: u64 = 1_000;
 
-fn admission_loop(engine: &mut Engine, start: Timestamp, iters: u64) -> Duration {
+/// Times `iters` admissions. `next_job` numbers the jobs across calls: criterion calls this many times
+/// on the same engine, and a reused id would be a resent event (dropped by dedupe) or a known job, not
+/// an admission.
+fn admission_loop(engine: &mut Engine, start: Timestamp, iters: u64, next_job: &mut u64) -> Duration {
     let specs = submissions(512, 16, 5);
     let mut out: Vec<Decision> = Vec::with_capacity(8);
     let mut total = Duration::ZERO;
     let mut done = 0u64;
     let mut clock = start.millis();
+    let first = *next_job;
+    *next_job += iters;
     while done < iters {
         let n = BATCH.min(iters - done);
         let batch: Vec<Event> = (0..n)
             .map(|i| {
                 clock += 1;
-                let k = done + i;
+                let k = first + done + i;
                 submit_event(&specs[(k % specs.len() as u64) as usize], &format!("bench-{k}"), Timestamp(clock))
             })
             .collect();
         let t = Instant::now();
+        let mut duplicates = 0u64;
         for e in &batch {
             out.clear();
-            black_box(engine.process(e, None, &mut out));
+            duplicates += u64::from(black_box(engine.process(e, None, &mut out)) == Outcome::Duplicate);
         }
         total += t.elapsed();
+        // A bench that timed dedupe instead of admissions once went unnoticed; never again.
+        assert_eq!(duplicates, 0, "the timed submissions must be new events, not resends");
         for i in 0..n {
             clock += 1;
             out.clear();
-            engine.process(&finish_event(&format!("bench-{}", done + i), Timestamp(clock)), None, &mut out);
+            engine.process(&finish_event(&format!("bench-{}", first + done + i), Timestamp(clock)), None, &mut out);
         }
         done += n;
     }
@@ -76,9 +84,10 @@ fn bench_admission(c: &mut Criterion) {
     for (name, set) in sets {
         let (mut engine, last) = primed_engine(set, 2_000, 16);
         let mut start = Timestamp(last.millis() + 1);
+        let mut next_job = 0u64;
         g.bench_function(&name, |b| {
             b.iter_custom(|iters| {
-                let d = admission_loop(&mut engine, start, iters);
+                let d = admission_loop(&mut engine, start, iters, &mut next_job);
                 start = Timestamp(start.millis() + 2 * iters as i64 + 2);
                 d
             })
