@@ -3,7 +3,7 @@
 //!
 //! Which files are policy files: every `*.toml` under the directory, recursively, except `Cargo.toml`,
 //! `rust-toolchain.toml`, test files (`*.test.toml`, see `docs/testing-policies.md`) and anything under a
-//! hidden directory, `target/`, `src/` or `tests/`. Files are read in sorted path order, so the set (and
+//! hidden directory, `target/`, `src/`, `tests/` or `node_modules/` (a JavaScript policy's build tools). Files are read in sorted path order, so the set (and
 //! its digest) does not depend on the file system's listing order.
 //!
 //! The digest of a set is SHA-256 over the sorted list of `path NUL sha256(content) LF`; it is what the
@@ -43,7 +43,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 fn skip_dir(name: &str) -> bool {
-    name.starts_with('.') || matches!(name, "target" | "src" | "tests")
+    name.starts_with('.') || matches!(name, "target" | "src" | "tests" | "node_modules")
 }
 
 fn is_policy_file(name: &str) -> bool {
@@ -127,4 +127,38 @@ pub fn load_dir(dir: &Path, host: &dyn ComponentHost) -> Result<PolicySet, Vec<D
     let digest = sha256_hex(listing.as_bytes());
     PolicySet::new(policies, sources, digest)
         .map_err(|e| vec![Diagnostic::file(&dir.display().to_string(), e.to_string())])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_files_skip_build_and_tool_directories() {
+        let root = std::env::temp_dir().join(format!("bursar-loader-walk-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for dir in ["team", "node_modules/pkg", "target/x", ".git", "src", "tests"] {
+            std::fs::create_dir_all(root.join(dir)).unwrap();
+        }
+        for file in [
+            "quota.toml",
+            "quota.test.toml",
+            "Cargo.toml",
+            "team/fit.toml",
+            "node_modules/pkg/config.toml",
+            "target/x/a.toml",
+            ".git/b.toml",
+            "src/c.toml",
+            "tests/d.toml",
+        ] {
+            std::fs::write(root.join(file), "").unwrap();
+        }
+        let found: Vec<String> = policy_files(&root)
+            .unwrap()
+            .iter()
+            .map(|p| p.strip_prefix(&root).unwrap().to_string_lossy().into_owned())
+            .collect();
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(found, ["quota.toml", "team/fit.toml"]);
+    }
 }
