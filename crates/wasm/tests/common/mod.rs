@@ -85,9 +85,15 @@ pub fn guest_with(body: &str, data: &str) -> Vec<u8> {
 
 /// `evaluate` returns `ok([verdict { kind: <case>, reason: "no from wat", gpu-hours: none }])`.
 pub fn answering(case: u8) -> Vec<u8> {
+    answering_after("", case)
+}
+
+/// Like [`answering`], running `prelude` (WAT instructions that leave nothing on the stack) first.
+pub fn answering_after(prelude: &str, case: u8) -> Vec<u8> {
     guest_with(
         &format!(
-            r#"(i32.store8 (i32.const 256) (i32.const {case}))
+            r#"{prelude}
+    (i32.store8 (i32.const 256) (i32.const {case}))
     (i32.store (i32.const 312) (i32.const 512))
     (i32.store (i32.const 316) (i32.const 11))
     (i32.store8 (i32.const 320) (i32.const 0))
