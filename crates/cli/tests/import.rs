@@ -87,7 +87,7 @@ fn util_attachment_is_seeded_and_reads_the_real_series() {
     let samples: Vec<f64> = evs
         .iter()
         .filter_map(|e| match e.kind {
-            EventKind::JobSample { gpu_util, .. } => Some(gpu_util),
+            EventKind::JobSample(bursar_model::Sample { gpu_util, .. }) => Some(gpu_util),
             _ => None,
         })
         .collect();

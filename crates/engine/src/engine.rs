@@ -9,7 +9,9 @@
 
 use std::sync::Arc;
 
-use bursar_model::{Decision, DecisionKind, Duration, Event, EventKind, FinishStatus, Hints, JobSpec, Timestamp};
+use bursar_model::{
+    Decision, DecisionKind, Duration, Event, EventKind, FinishStatus, Hints, JobSpec, Sample, Timestamp,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::dedupe::Dedupe;
@@ -650,7 +652,7 @@ impl Engine {
                     state.jobs.insert(id.clone(), j);
                 }
             }
-            EventKind::JobSample { gpu_util, mem_util, .. } => {
+            EventKind::JobSample(Sample { gpu_util, mem_util, .. }) => {
                 if let Some(j) = job_id.as_deref().and_then(|id| state.jobs.get_mut(id)) {
                     let u = &mut j.util;
                     u.avg_gpu_util =

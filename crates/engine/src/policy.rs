@@ -49,7 +49,7 @@ impl EventMask {
         match kind {
             EventKind::JobSubmitted(_) => 0,
             EventKind::JobStarted { .. } => 1,
-            EventKind::JobSample { .. } => 2,
+            EventKind::JobSample(_) => 2,
             EventKind::JobFinished { .. } => 3,
             EventKind::JobKeepalive { .. } => 4,
             EventKind::BillingCharge(_) => 5,

@@ -730,8 +730,8 @@ impl Name {
                 match (f, &e.kind) {
                     (F::Type, k) => Val::Str(k.type_name()),
                     (F::Id, _) => Val::Str(&e.id),
-                    (F::GpuUtil, EventKind::JobSample { gpu_util, .. }) => Val::Num(*gpu_util),
-                    (F::MemUtil, EventKind::JobSample { mem_util, .. }) => opt_num(*mem_util),
+                    (F::GpuUtil, EventKind::JobSample(s)) => Val::Num(s.gpu_util),
+                    (F::MemUtil, EventKind::JobSample(s)) => opt_num(s.mem_util),
                     (F::Status, EventKind::JobFinished { status, .. }) => Val::Str(status.as_str()),
                     (
                         F::By,

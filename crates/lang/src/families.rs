@@ -581,7 +581,7 @@ impl Reclaim {
                     .on_branch(0),
                 );
             }
-            EventKind::JobSample { gpu_util, .. } => {
+            EventKind::JobSample(bursar_model::Sample { gpu_util, .. }) => {
                 let Some(idle) = &self.idle else { return };
                 if !Self::live(job) {
                     return;

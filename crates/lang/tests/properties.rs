@@ -102,15 +102,17 @@ fn events(steps: &[Step]) -> Vec<Event> {
                     gpus: *gpus,
                     nodes: 1,
                     requested_hours: f64::from(*hours),
-                    ready: Ready { image: Some(true), data: Some(true), script: Some(true) },
+                    ready: Ready::all(),
                     deferrable: *deferrable,
                     ..JobSpec::default()
                 }))
             }
             Step::Start(n) => EventKind::JobStarted { job_id: job(n) },
-            Step::Sample(n, u) => {
-                EventKind::JobSample { job_id: job(n), gpu_util: f64::from(*u) / 100.0, mem_util: None }
-            }
+            Step::Sample(n, u) => EventKind::JobSample(bursar_model::Sample {
+                job_id: job(n),
+                gpu_util: f64::from(*u) / 100.0,
+                ..Default::default()
+            }),
             Step::Finish(n, s) => EventKind::JobFinished {
                 job_id: job(n),
                 status: [FinishStatus::Succeeded, FinishStatus::Failed, FinishStatus::Cancelled][usize::from(*s)],

@@ -133,6 +133,16 @@ pub struct Decision {
 impl Serialize for Decision {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
+        self.serialize_fields(&mut m)?;
+        m.end()
+    }
+}
+
+impl Decision {
+    /// Writes the decision's fields, in wire order, into a map being serialized: the one definition
+    /// of the decision's shape, shared by the bare decision and by the API bodies that put a `seq`
+    /// before it ([`crate::api::Sequenced`]).
+    pub fn serialize_fields<M: SerializeMap>(&self, m: &mut M) -> Result<(), M::Error> {
         m.serialize_entry("decision_id", &self.decision_id)?;
         m.serialize_entry("event_id", &self.event_id)?;
         m.serialize_entry("time", &self.time.to_string())?;
@@ -166,7 +176,7 @@ impl Serialize for Decision {
         if let Some(h) = self.hints.as_ref().filter(|h| !h.is_empty()) {
             m.serialize_entry("hints", h)?;
         }
-        m.end()
+        Ok(())
     }
 }
 

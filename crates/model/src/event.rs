@@ -12,6 +12,7 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use crate::input::{Action, ActionOutcome, Input, WallTick};
 use crate::time::Timestamp;
 
 /// Fields a producer added that v1 does not define, kept verbatim in arrival order.
@@ -59,14 +60,7 @@ pub enum EventKind {
         job_id: String,
     },
     /// `job.sample`: a utilisation sample.
-    JobSample {
-        /// The job.
-        job_id: String,
-        /// GPU utilisation, 0.0 to 1.0.
-        gpu_util: f64,
-        /// GPU memory utilisation, 0.0 to 1.0, if known.
-        mem_util: Option<f64>,
-    },
+    JobSample(Sample),
     /// `job.finished`.
     JobFinished {
         /// The job.
@@ -114,7 +108,7 @@ impl EventKind {
         match self {
             EventKind::JobSubmitted(_) => "job.submitted",
             EventKind::JobStarted { .. } => "job.started",
-            EventKind::JobSample { .. } => "job.sample",
+            EventKind::JobSample(_) => "job.sample",
             EventKind::JobFinished { .. } => "job.finished",
             EventKind::JobKeepalive { .. } => "job.keepalive",
             EventKind::BillingCharge(_) => "billing.charge",
@@ -130,7 +124,7 @@ impl EventKind {
         match self {
             EventKind::JobSubmitted(j) => Some(&j.id),
             EventKind::JobStarted { job_id }
-            | EventKind::JobSample { job_id, .. }
+            | EventKind::JobSample(Sample { job_id, .. })
             | EventKind::JobFinished { job_id, .. }
             | EventKind::JobKeepalive { job_id, .. }
             | EventKind::ApprovalGranted { job_id, .. }
@@ -154,6 +148,34 @@ pub const EVENT_TYPES: [&str; 10] = [
     "asset.registered",
     "clock.tick",
 ];
+
+/// A `job.sample`: how busy a running job's GPUs were at `time`.
+///
+/// `gpu_util` is the one field every producer sends; the others are what a utilisation source that
+/// sees each GPU (the Prometheus/DCGM source) or the job itself can add. All are optional on the wire.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Sample {
+    /// The job.
+    pub job_id: String,
+    /// GPU utilisation, 0.0 to 1.0 (for a job on several GPUs: the mean over them).
+    pub gpu_util: f64,
+    /// GPU memory utilisation, 0.0 to 1.0, if known.
+    pub mem_util: Option<f64>,
+    /// The busiest of the job's GPUs, 0.0 to 1.0, when the sample covers several.
+    pub gpu_util_max: Option<f64>,
+    /// Frame-buffer memory in use, MiB summed over the job's GPUs (DCGM's `DCGM_FI_DEV_FB_USED`), so
+    /// "memory held, engine idle" is visible.
+    pub fb_used_mib: Option<f64>,
+    /// How many GPUs the sample covers.
+    pub gpus: Option<u32>,
+    /// The job's own rate of progress in `unit` (e.g. `5120.0` with `"unit": "tokens/s"`).
+    pub throughput: Option<f64>,
+    /// A cumulative progress counter in `unit` (e.g. tokens processed so far); the rate is the
+    /// difference between two samples over their time apart.
+    pub progress: Option<f64>,
+    /// The unit of `throughput` (`tokens/s`, `samples/s`, `steps/s`) or of `progress` (`tokens`, …).
+    pub unit: Option<String>,
+}
 
 /// What a submitted job asks for. Fields other than `id` and `project` may be absent; a policy that
 /// needs an absent field says so in its decision rather than guessing.
@@ -264,19 +286,70 @@ impl JobSpec {
     }
 }
 
-/// Readiness declared by the submitter; `None` means not declared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// Readiness declared by the submitter; `None` means not declared. Keys bursar does not know
+/// (`"weights": true`) are kept in `extra`, like everywhere else in an event.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Ready {
     /// The image is built and pushed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<bool>,
     /// The data is staged.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<bool>,
     /// The scripts are final.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub script: Option<bool>,
+    /// Keys v1 does not define, kept verbatim.
+    pub extra: Extra,
+}
+
+impl Ready {
+    /// Everything declared ready (image, data and script).
+    pub fn all() -> Ready {
+        Ready { image: Some(true), data: Some(true), script: Some(true), extra: Vec::new() }
+    }
+
+    /// True when nothing is declared.
+    pub fn is_empty(&self) -> bool {
+        self.image.is_none() && self.data.is_none() && self.script.is_none() && self.extra.is_empty()
+    }
+}
+
+impl Serialize for Ready {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        for (k, v) in [("image", self.image), ("data", self.data), ("script", self.script)] {
+            if let Some(v) = v {
+                m.serialize_entry(k, &v)?;
+            }
+        }
+        for (k, v) in &self.extra {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Ready {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Ready;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object of readiness flags such as {\"image\": true, \"data\": false}")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Ready, A::Error> {
+                let mut r = Ready::default();
+                while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+                    match &*key {
+                        "image" => r.image = map.next_value()?,
+                        "data" => r.data = map.next_value()?,
+                        "script" => r.script = map.next_value()?,
+                        _ => r.extra.push((key.into_owned(), map.next_value()?)),
+                    }
+                }
+                Ok(r)
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 /// How a job ended.
@@ -359,7 +432,8 @@ pub enum DecodeError {
     Invalid(String),
 }
 
-/// Decodes one line of wire format v1.
+/// Decodes one line of wire format v1 that must be a policy-visible event (not an action record or
+/// bursar's own wall tick; see [`decode_input`] for those).
 pub fn decode_event(line: &str) -> Result<Event, DecodeError> {
     let mut de = serde_json::Deserializer::from_str(line);
     let event = match Event::deserialize(&mut de) {
@@ -368,6 +442,19 @@ pub fn decode_event(line: &str) -> Result<Event, DecodeError> {
     };
     de.end().map_err(classify)?;
     Ok(event)
+}
+
+/// Decodes one line into any [`Input`]: a v1 event, an action record (`action.executed`,
+/// `action.failed`) or bursar's own wall tick (`bursar.tick`). Which of them a source may send is the
+/// session's rule, not the decoder's.
+pub fn decode_input(line: &str) -> Result<Input, DecodeError> {
+    let mut de = serde_json::Deserializer::from_str(line);
+    let input = match Input::deserialize(&mut de) {
+        Ok(e) => e,
+        Err(e) => return Err(classify(e)),
+    };
+    de.end().map_err(classify)?;
+    Ok(input)
 }
 
 fn classify(e: serde_json::Error) -> DecodeError {
@@ -445,22 +532,81 @@ fn non_negative<E: de::Error>(field: &str, v: f64) -> Result<f64, E> {
     }
 }
 
-impl<'de> Deserialize<'de> for Event {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_map(EventVisitor)
+/// The largest values v1 accepts, so an absurd number (`"requested_hours": 1e300`) is refused at the
+/// door with a message instead of turning into `inf` in a reason. Documented in `docs/wire-format.md`.
+pub mod limits {
+    /// GPUs of one job.
+    pub const GPUS: u32 = 1_000_000;
+    /// Nodes of one job.
+    pub const NODES: u32 = 100_000;
+    /// Requested wall-clock hours of one job (about 11 years).
+    pub const REQUESTED_HOURS: f64 = 100_000.0;
+    /// Memory of one GPU, GB.
+    pub const GPU_MEM_GB: f64 = 100_000.0;
+    /// Model size, billions of parameters.
+    pub const MODEL_PARAMS_B: f64 = 1_000_000.0;
+    /// GPU-hours of one billing charge.
+    pub const CHARGE_GPU_HOURS: f64 = 1e9;
+    /// Money of one billing charge, either sign.
+    pub const CHARGE_AMOUNT: f64 = 1e15;
+    /// Frame-buffer MiB, throughput and progress of a sample.
+    pub const SAMPLE_QUANTITY: f64 = 1e18;
+}
+
+fn bounded<E: de::Error>(field: &str, v: f64, max: f64) -> Result<f64, E> {
+    let v = non_negative(field, v)?;
+    if v > max {
+        return Err(E::custom(format!("`{field}` is {v}, above the largest value bursar accepts ({max})")));
+    }
+    Ok(v)
+}
+
+fn bounded_int<E: de::Error>(field: &str, v: u32, max: u32) -> Result<u32, E> {
+    if v > max {
+        return Err(E::custom(format!("`{field}` is {v}, above the largest value bursar accepts ({max})")));
+    }
+    Ok(v)
+}
+
+/// Keeps a field the event's type does not use: it was read (its name is a v1 field of another type),
+/// so it goes back among the producer's extra fields rather than being dropped.
+fn keep<T: Serialize>(extra: &mut Extra, name: &str, v: Option<T>) {
+    if let Some(v) = v
+        && let Ok(text) = serde_json::to_string(&v)
+        && let Ok(raw) = RawValue::from_string(text)
+    {
+        extra.push((name.to_owned(), RawJson(raw)));
     }
 }
 
-struct EventVisitor;
+impl<'de> Deserialize<'de> for Event {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match d.deserialize_map(InputVisitor)? {
+            Input::Event(e) => Ok(e),
+            other => Err(de::Error::custom(format!(
+                "`{}` is not an event type policies see (it is accepted only where bursar reads its own journal or an agent's record)",
+                other.type_name()
+            ))),
+        }
+    }
+}
 
-impl<'de> Visitor<'de> for EventVisitor {
-    type Value = Event;
+impl<'de> Deserialize<'de> for Input {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(InputVisitor)
+    }
+}
+
+struct InputVisitor;
+
+impl<'de> Visitor<'de> for InputVisitor {
+    type Value = Input;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an event object with `id`, `time` and `type`")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Event, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Input, A::Error> {
         let mut id: Option<String> = None;
         let mut time: Option<Timestamp> = None;
         let mut ty: Option<Key<'de>> = None;
@@ -468,6 +614,12 @@ impl<'de> Visitor<'de> for EventVisitor {
         let mut job_id: Option<String> = None;
         let mut gpu_util: Option<f64> = None;
         let mut mem_util: Option<f64> = None;
+        let mut gpu_util_max: Option<f64> = None;
+        let mut fb_used_mib: Option<f64> = None;
+        let mut gpus: Option<u32> = None;
+        let mut throughput: Option<f64> = None;
+        let mut progress: Option<f64> = None;
+        let mut unit: Option<String> = None;
         let mut status: Option<FinishStatus> = None;
         let mut by: Option<String> = None;
         let mut project: Option<String> = None;
@@ -476,6 +628,11 @@ impl<'de> Visitor<'de> for EventVisitor {
         let mut currency: Option<String> = None;
         let mut mode: Option<BillingMode> = None;
         let mut asset: Option<Asset> = None;
+        let mut decision_id: Option<String> = None;
+        let mut decision_seq: Option<u64> = None;
+        let mut action: Option<String> = None;
+        let mut detail: Option<String> = None;
+        let mut attempts: Option<u32> = None;
         let mut extra: Extra = Vec::new();
 
         while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
@@ -489,14 +646,56 @@ impl<'de> Visitor<'de> for EventVisitor {
                 "mem_util" => {
                     mem_util = map.next_value::<Option<f64>>()?.map(|v| fraction("mem_util", v)).transpose()?
                 }
+                "gpu_util_max" => {
+                    gpu_util_max = map.next_value::<Option<f64>>()?.map(|v| fraction("gpu_util_max", v)).transpose()?
+                }
+                "fb_used_mib" => {
+                    fb_used_mib = map
+                        .next_value::<Option<f64>>()?
+                        .map(|v| bounded("fb_used_mib", v, limits::SAMPLE_QUANTITY))
+                        .transpose()?
+                }
+                "gpus" => gpus = map.next_value()?,
+                "throughput" => {
+                    throughput = map
+                        .next_value::<Option<f64>>()?
+                        .map(|v| bounded("throughput", v, limits::SAMPLE_QUANTITY))
+                        .transpose()?
+                }
+                "progress" => {
+                    progress = map
+                        .next_value::<Option<f64>>()?
+                        .map(|v| bounded("progress", v, limits::SAMPLE_QUANTITY))
+                        .transpose()?
+                }
+                "unit" => unit = map.next_value()?,
                 "status" => status = Some(map.next_value()?),
                 "by" => by = map.next_value()?,
                 "project" => project = Some(map.next_value()?),
-                "gpu_hours" => gpu_hours = Some(non_negative("gpu_hours", map.next_value()?)?),
-                "amount" => amount = map.next_value()?,
+                "gpu_hours" => gpu_hours = Some(bounded("gpu_hours", map.next_value()?, limits::CHARGE_GPU_HOURS)?),
+                "amount" => {
+                    amount = map
+                        .next_value::<Option<f64>>()?
+                        .map(|v| {
+                            if v.is_finite() && v.abs() <= limits::CHARGE_AMOUNT {
+                                Ok(v)
+                            } else {
+                                Err(de::Error::custom(format!(
+                                    "`amount` is {v}, beyond what bursar accepts (±{})",
+                                    limits::CHARGE_AMOUNT
+                                )))
+                            }
+                        })
+                        .transpose()?
+                }
                 "currency" => currency = map.next_value()?,
                 "mode" => mode = map.next_value()?,
                 "asset" => asset = Some(map.next_value()?),
+                "decision_id" => decision_id = map.next_value()?,
+                "decision_seq" => decision_seq = map.next_value()?,
+                "action" => action = map.next_value()?,
+                "detail" => detail = map.next_value()?,
+                "attempts" => attempts = map.next_value()?,
                 _ => extra.push((key.into_owned(), map.next_value()?)),
             }
         }
@@ -508,14 +707,67 @@ impl<'de> Visitor<'de> for EventVisitor {
         let time = time.ok_or_else(|| de::Error::missing_field("time"))?;
         let ty = ty.ok_or_else(|| de::Error::missing_field("type"))?;
         let need = |v: Option<String>, f: &'static str| v.ok_or_else(|| de::Error::missing_field(f));
-        let kind = match ty.0.as_ref() {
+        let ty = ty.0.as_ref();
+
+        // Fields of other types than this one are the producer's own: keep them.
+        let sample_type = ty == "job.sample";
+        if !sample_type {
+            keep(&mut extra, "gpu_util", gpu_util.take());
+            keep(&mut extra, "mem_util", mem_util.take());
+            keep(&mut extra, "gpu_util_max", gpu_util_max.take());
+            keep(&mut extra, "fb_used_mib", fb_used_mib.take());
+            keep(&mut extra, "gpus", gpus.take());
+            keep(&mut extra, "throughput", throughput.take());
+            keep(&mut extra, "progress", progress.take());
+            keep(&mut extra, "unit", unit.take());
+        }
+        if ty != "job.finished" {
+            keep(&mut extra, "status", status.take());
+        }
+        if !matches!(ty, "job.keepalive" | "approval.granted" | "approval.rejected") {
+            keep(&mut extra, "by", by.take());
+        }
+        if !matches!(ty, "billing.charge" | "asset.registered") {
+            keep(&mut extra, "project", project.take());
+        }
+        if ty != "billing.charge" {
+            keep(&mut extra, "gpu_hours", gpu_hours.take());
+            keep(&mut extra, "amount", amount.take());
+            keep(&mut extra, "currency", currency.take());
+            keep(&mut extra, "mode", mode.take());
+        }
+        if ty != "asset.registered" {
+            keep(&mut extra, "asset", asset.take());
+        }
+        if ty != "job.submitted" {
+            keep(&mut extra, "job", job.take());
+        }
+        let action_type = matches!(ty, "action.executed" | "action.failed");
+        if !action_type {
+            keep(&mut extra, "decision_id", decision_id.take());
+            keep(&mut extra, "decision_seq", decision_seq.take());
+            keep(&mut extra, "action", action.take());
+            keep(&mut extra, "detail", detail.take());
+            keep(&mut extra, "attempts", attempts.take());
+        }
+        if matches!(ty, "job.submitted" | "asset.registered" | "clock.tick" | crate::input::WALL_TICK_TYPE) {
+            keep(&mut extra, "job_id", job_id.take());
+        }
+
+        let kind = match ty {
             "job.submitted" => EventKind::JobSubmitted(Box::new(job.ok_or_else(|| de::Error::missing_field("job"))?)),
             "job.started" => EventKind::JobStarted { job_id: need(job_id, "job_id")? },
-            "job.sample" => EventKind::JobSample {
+            "job.sample" => EventKind::JobSample(Sample {
                 job_id: need(job_id, "job_id")?,
                 gpu_util: gpu_util.ok_or_else(|| de::Error::missing_field("gpu_util"))?,
                 mem_util,
-            },
+                gpu_util_max,
+                fb_used_mib,
+                gpus: gpus.map(|g| bounded_int("gpus", g, limits::GPUS)).transpose()?,
+                throughput,
+                progress,
+                unit,
+            }),
             "job.finished" => EventKind::JobFinished {
                 job_id: need(job_id, "job_id")?,
                 status: status.ok_or_else(|| de::Error::missing_field("status"))?,
@@ -536,6 +788,22 @@ impl<'de> Visitor<'de> for EventVisitor {
                 asset: asset.ok_or_else(|| de::Error::missing_field("asset"))?,
             },
             "clock.tick" => EventKind::ClockTick,
+            "action.executed" | "action.failed" => {
+                let outcome = if ty == "action.executed" { ActionOutcome::Executed } else { ActionOutcome::Failed };
+                return Ok(Input::Action(Action {
+                    id,
+                    time,
+                    outcome,
+                    decision_id: need(decision_id, "decision_id")?,
+                    decision_seq,
+                    job_id,
+                    action: need(action, "action")?,
+                    detail,
+                    attempts,
+                    extra,
+                }));
+            }
+            crate::input::WALL_TICK_TYPE => return Ok(Input::WallTick(WallTick { time })),
             other => {
                 return Err(de::Error::custom(format!(
                     "unknown event type `{other}`, expected one of {}",
@@ -543,7 +811,7 @@ impl<'de> Visitor<'de> for EventVisitor {
                 )));
             }
         };
-        Ok(Event { id, time, kind, extra })
+        Ok(Input::Event(Event { id, time, kind, extra }))
     }
 }
 
@@ -577,18 +845,24 @@ impl<'de> Visitor<'de> for JobVisitor {
                 }
                 "user" => j.user = map.next_value::<Option<String>>()?.unwrap_or_default(),
                 "queue" => j.queue = map.next_value()?,
-                "gpus" => j.gpus = map.next_value()?,
+                "gpus" => j.gpus = bounded_int("job.gpus", map.next_value()?, limits::GPUS)?,
                 "gpu_type" => j.gpu_type = map.next_value()?,
                 "gpu_mem_gb" => {
-                    j.gpu_mem_gb =
-                        map.next_value::<Option<f64>>()?.map(|v| non_negative("job.gpu_mem_gb", v)).transpose()?
+                    j.gpu_mem_gb = map
+                        .next_value::<Option<f64>>()?
+                        .map(|v| bounded("job.gpu_mem_gb", v, limits::GPU_MEM_GB))
+                        .transpose()?
                 }
-                "nodes" => j.nodes = map.next_value()?,
-                "requested_hours" => j.requested_hours = non_negative("job.requested_hours", map.next_value()?)?,
+                "nodes" => j.nodes = bounded_int("job.nodes", map.next_value()?, limits::NODES)?,
+                "requested_hours" => {
+                    j.requested_hours = bounded("job.requested_hours", map.next_value()?, limits::REQUESTED_HOURS)?
+                }
                 "stage" => j.stage = map.next_value()?,
                 "model_params_b" => {
-                    j.model_params_b =
-                        map.next_value::<Option<f64>>()?.map(|v| non_negative("job.model_params_b", v)).transpose()?
+                    j.model_params_b = map
+                        .next_value::<Option<f64>>()?
+                        .map(|v| bounded("job.model_params_b", v, limits::MODEL_PARAMS_B))
+                        .transpose()?
                 }
                 "image" => j.image = map.next_value()?,
                 "dataset" => j.dataset = map.next_value()?,
@@ -643,7 +917,7 @@ impl Serialize for JobSpec {
             ($($f:ident),*) => {$(if let Some(v) = &self.$f { m.serialize_entry(stringify!($f), v)?; })*};
         }
         opt!(stage, model_params_b, image, dataset, script_hash);
-        if self.ready != Ready::default() {
+        if !self.ready.is_empty() {
             m.serialize_entry("ready", &self.ready)?;
         }
         m.serialize_entry("deferrable", &self.deferrable)?;
@@ -670,12 +944,13 @@ impl Serialize for Event {
         match &self.kind {
             EventKind::JobSubmitted(job) => m.serialize_entry("job", job)?,
             EventKind::JobStarted { job_id } => m.serialize_entry("job_id", job_id)?,
-            EventKind::JobSample { job_id, gpu_util, mem_util } => {
-                m.serialize_entry("job_id", job_id)?;
-                m.serialize_entry("gpu_util", gpu_util)?;
-                if let Some(v) = mem_util {
-                    m.serialize_entry("mem_util", v)?;
+            EventKind::JobSample(x) => {
+                m.serialize_entry("job_id", &x.job_id)?;
+                m.serialize_entry("gpu_util", &x.gpu_util)?;
+                macro_rules! opt {
+                    ($($f:ident),*) => {$(if let Some(v) = &x.$f { m.serialize_entry(stringify!($f), v)?; })*};
                 }
+                opt!(mem_util, gpu_util_max, fb_used_mib, gpus, throughput, progress, unit);
             }
             EventKind::JobFinished { job_id, status } => {
                 m.serialize_entry("job_id", job_id)?;
@@ -803,6 +1078,46 @@ mod tests {
         for (line, want) in cases {
             let err = decode_event(line).unwrap_err().to_string();
             assert!(err.contains(want), "{line}: got `{err}`, wanted `{want}`");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_inside_ready_are_kept_not_rejected() {
+        // Regression: `"weights": true` inside `ready` made the whole submission malformed, so the job
+        // got no admission decision.
+        let line = SUBMIT.replace(r#""script":true}"#, r#""script":true,"weights":true}"#);
+        let e = decode_event(&line).unwrap();
+        let EventKind::JobSubmitted(j) = &e.kind else { panic!("wrong kind") };
+        assert_eq!(j.ready.script, Some(true));
+        assert_eq!(j.ready.extra.len(), 1);
+        assert_eq!((j.ready.extra[0].0.as_str(), j.ready.extra[0].1.get()), ("weights", "true"));
+        assert!(e.to_json().contains(r#""ready":{"image":true,"data":true,"script":true,"weights":true}"#));
+    }
+
+    #[test]
+    fn a_field_of_another_event_type_is_kept_as_the_producers_own() {
+        let l = r#"{"id":"a","time":"2026-11-02T09:00:00Z","type":"job.started","job_id":"j1","by":"slurm","status":"failed"}"#;
+        let e = decode_event(l).unwrap();
+        let names: Vec<&str> = e.extra.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, ["status", "by"]);
+        assert_eq!(decode_event(&e.to_json()).unwrap(), e);
+    }
+
+    #[test]
+    fn absurd_numbers_are_refused_with_the_bound() {
+        let cases = [
+            (SUBMIT.replace(r#""requested_hours":4.0"#, r#""requested_hours":1e300"#), "job.requested_hours"),
+            (SUBMIT.replace(r#""gpus":8"#, r#""gpus":4000000000"#), "job.gpus"),
+            (SUBMIT.replace(r#""model_params_b":7.0"#, r#""model_params_b":1e12"#), "job.model_params_b"),
+            (
+                r#"{"id":"e","time":"2026-11-02T09:00:00Z","type":"billing.charge","project":"p","gpu_hours":1e200}"#
+                    .into(),
+                "gpu_hours",
+            ),
+        ];
+        for (line, field) in cases {
+            let err = decode_event(&line).unwrap_err().to_string();
+            assert!(err.contains(field) && err.contains("largest value"), "{field}: {err}");
         }
     }
 }

@@ -8,15 +8,20 @@
 //! Layout:
 //! - [`time`]: RFC 3339 instants, durations, quota periods.
 //! - [`event`]: the ten v1 event types and the hand-written, single-pass decoder.
+//! - [`input`]: [`Input`], everything that reaches the engine: events, `serve`'s wall tick, action records.
 //! - [`decision`]: decision kinds and the decision line.
+//! - [`api`]: the bodies of `bursar serve`'s HTTP API and socket, shared by the server and its clients.
 
+pub mod api;
 pub mod decision;
 pub mod event;
+pub mod input;
 pub mod time;
 
 pub use decision::{Decision, DecisionKind, Hints};
 pub use event::{
-    Asset, BillingCharge, BillingMode, DecodeError, EVENT_TYPES, Event, EventKind, FinishStatus, JobSpec, RawJson,
-    Ready, decode_event,
+    Asset, BillingCharge, BillingMode, DecodeError, EVENT_TYPES, Event, EventKind, Extra, FinishStatus, JobSpec,
+    RawJson, Ready, Sample, decode_event, decode_input, limits,
 };
+pub use input::{Action, ActionOutcome, Input, WALL_TICK_PREFIX, WALL_TICK_TYPE, WallTick};
 pub use time::{Duration, Period, TimeError, Timestamp, push_int};

@@ -2,7 +2,8 @@
 //! `90s`, `30m`, `2h`, `7d`, and the calendar periods (day, ISO week, month) that quotas are kept in.
 //!
 //! Everything here is pure arithmetic on integers so that replaying a file gives the same result on any
-//! machine and in any time zone: bursar never reads the wall clock outside `serve`'s ticker.
+//! machine and in any time zone: bursar's engine never reads the wall clock (only the live entry points do, through
+//! [`Timestamp::wall_clock`]).
 
 use std::fmt;
 
@@ -150,6 +151,16 @@ impl Timestamp {
     /// Milliseconds since the epoch.
     pub fn millis(self) -> i64 {
         self.0
+    }
+
+    /// The wall clock now, for the live entry points only (`serve`'s ticker, the agents, the audit
+    /// writer's `recorded_at`). The engine never calls it: event time drives every window.
+    pub fn wall_clock() -> Timestamp {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        Timestamp(ms)
     }
 
     /// Days since 1970-01-01 (UTC), rounding towards the past.

@@ -588,7 +588,7 @@ fn catch_up_batch(tx: &Transaction<'_>, threshold: f64, total: &mut CatchUp) -> 
                         batch.dirty.insert(spec.id.clone());
                     }
                     EventKind::JobStarted { job_id } => batch.with(job_id, total, |j| j.start(t))?,
-                    EventKind::JobSample { job_id, gpu_util, .. } => {
+                    EventKind::JobSample(bursar_model::Sample { job_id, gpu_util, .. }) => {
                         batch.with(job_id, total, |j| j.sample(t, *gpu_util, threshold))?
                     }
                     EventKind::JobFinished { job_id, status } => {

@@ -21,9 +21,7 @@
 //! - [`socket`]: events as JSON Lines over a Unix socket.
 //! - [`store`]: the calls into `bursar-audit`.
 //! - [`metrics`], [`views`]: `/metrics`; job and project views.
-//! - [`client`]: a minimal HTTP/1.1 client for the load generator and the integration tests.
 
-pub mod client;
 pub mod core;
 pub mod http;
 pub mod metrics;

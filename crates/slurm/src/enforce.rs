@@ -14,16 +14,17 @@
 //! Slurm (alerts are logged). Each action starts by looking the job up (by bursar's id in its
 //! AdminComment): a job that already ended is not touched, which makes every action idempotent.
 //!
-//! Every action is recorded in the audit log (an `enforce-<decision id>` event, see
-//! [`events::enforcement`]) with its outcome, `done`, `failed` (after `max_attempts` tries, with
-//! Slurm's error) or `skipped` (and why). The cursor advances only after the record was accepted, so
+//! Every action is recorded in the audit log (an `enforce-<decision id>` action record, see
+//! [`events::enforcement`]): `action.executed` when done or when nothing needed doing (and why),
+//! `action.failed` after `max_attempts` tries, with Slurm's error. The cursor advances only after the record was accepted, so
 //! after a crash the agent redoes at most the decisions whose record was not yet durable; serve drops a
 //! record it already has (same id).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use bursar_model::api::Sequenced;
+use bursar_model::{Decision, DecisionKind, Input, Timestamp};
 
 use crate::events::{self, Outcome, Record};
 use crate::server::Server;
@@ -56,17 +57,16 @@ pub struct Seen {
 }
 
 /// What `decision` asks of Slurm, if anything. Pure.
-pub fn ask(decision: &Value) -> Option<Ask> {
-    let s = |k: &str| decision.get(k).and_then(Value::as_str).unwrap_or("");
-    let b = |k: &str| decision.get(k).and_then(Value::as_bool).unwrap_or(false);
-    if b("dry_run") || s("job_id").is_empty() {
+pub fn ask(decision: &Decision) -> Option<Ask> {
+    let job = decision.job_id.as_deref().filter(|j| !j.is_empty())?;
+    if decision.dry_run {
         return None;
     }
-    let at_submission = s("event_id") == format!("sub-{}", s("job_id"));
-    match s("decision") {
-        "reclaim" => Some(Ask::Cancel),
-        "allow" if b("admission") && !at_submission => Some(Ask::Release),
-        "deny" if b("admission") && !at_submission => Some(Ask::Cancel),
+    let at_submission = decision.event_id.strip_prefix("sub-") == Some(job);
+    match decision.decision {
+        DecisionKind::Reclaim => Some(Ask::Cancel),
+        DecisionKind::Allow if decision.admission && !at_submission => Some(Ask::Release),
+        DecisionKind::Deny if decision.admission && !at_submission => Some(Ask::Cancel),
         _ => None,
     }
 }
@@ -165,14 +165,14 @@ pub fn execute(cfg: &EnforceConfig, seen: &Seen, ask: Ask, job_id: &str) -> Reco
     }
 }
 
-fn seen(v: &Value) -> Seen {
-    let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+fn seen(s: &Sequenced) -> Seen {
+    let d = &s.decision;
     Seen {
-        seq: v.get("seq").and_then(Value::as_u64).unwrap_or(0),
-        decision_id: s("decision_id"),
-        decision: s("decision"),
-        job_id: v.get("job_id").and_then(Value::as_str).map(str::to_owned),
-        reason: s("reason"),
+        seq: s.seq,
+        decision_id: d.decision_id.clone(),
+        decision: d.decision.as_str().to_owned(),
+        job_id: d.job_id.as_deref().map(str::to_owned),
+        reason: d.reason.clone(),
     }
 }
 
@@ -202,10 +202,10 @@ fn follow(cfg: &EnforceConfig, st: &mut EnforceState, follow: bool, report: &mut
         };
         let seen = seen(&d);
         report.decisions += 1;
-        if seen.decision == "alert" && !d.get("dry_run").and_then(Value::as_bool).unwrap_or(false) {
+        if d.decision.decision == DecisionKind::Alert && !d.decision.dry_run {
             tracing::info!(job = seen.job_id.as_deref().unwrap_or("-"), reason = %seen.reason, "alert");
         }
-        if let (Some(ask), Some(job_id)) = (ask(&d), seen.job_id.as_deref()) {
+        if let (Some(ask), Some(job_id)) = (ask(&d.decision), seen.job_id.as_deref()) {
             let record = execute(cfg, &seen, ask, job_id);
             tracing::info!(
                 job = job_id,
@@ -215,9 +215,9 @@ fn follow(cfg: &EnforceConfig, st: &mut EnforceState, follow: bool, report: &mut
                 detail = %record.detail,
                 "enforced"
             );
-            let ev = events::enforcement(&cfg.cluster, &record, bursar_serve::wall_time());
+            let record = events::enforcement(&cfg.cluster, &record, Timestamp::wall_clock());
             // Not recorded, not done: the cursor stays before this decision and it is redone.
-            match cfg.server.post(&[ev]) {
+            match cfg.server.post(&[Input::Action(record)]) {
                 Ok(p) if p.duplicates > 0 => report.already_recorded += 1,
                 Ok(_) => report.recorded += 1,
                 Err(e) => break Err(e),
@@ -273,13 +273,28 @@ pub fn run(cfg: &EnforceConfig, once: bool) -> Result<EnforceReport> {
 mod tests {
     use super::*;
     use crate::slurm::parse_squeue;
-    use serde_json::json;
+    use bursar_model::Timestamp;
 
     const REAL: &str = include_str!("../tests/data/squeue-22.05.json");
 
-    fn d(decision: &str, event_id: &str, admission: bool) -> Value {
-        json!({"seq": 5, "decision_id": "x", "event_id": event_id, "job_id": "lab-1", "decision": decision,
-               "admission": admission, "dry_run": false, "policies": [], "reason": "r"})
+    fn d(decision: &str, event_id: &str, admission: bool) -> Decision {
+        Decision {
+            decision_id: "x".into(),
+            event_id: event_id.into(),
+            time: Timestamp(0),
+            job_id: Some("lab-1".into()),
+            project: None,
+            decision: DecisionKind::parse(decision).unwrap(),
+            until: None,
+            policies: vec![],
+            reason: "r".into(),
+            dry_run: false,
+            admission,
+            user: None,
+            gpus: None,
+            gpu_hours: None,
+            hints: None,
+        }
     }
 
     #[test]
@@ -294,10 +309,10 @@ mod tests {
             assert_eq!(ask(&d(k, "e", false)), None, "{k}");
         }
         let mut dry = d("reclaim", "e", false);
-        dry["dry_run"] = json!(true);
+        dry.dry_run = true;
         assert_eq!(ask(&dry), None);
         let mut no_job = d("reclaim", "e", false);
-        no_job["job_id"] = Value::Null;
+        no_job.job_id = None;
         assert_eq!(ask(&no_job), None);
     }
 

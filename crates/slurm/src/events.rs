@@ -1,36 +1,51 @@
-//! The v1 events the agents send to `bursar serve`, one JSON object per line.
+//! The v1 events and action records the agents send to `bursar serve`, built as `bursar-model`
+//! types and serialised by the model (no JSON is assembled here).
 //!
-//! Event ids are derived from what they describe, never random, so a resend after a crash or a retry is
-//! the same event and serve's dedupe drops it:
+//! Ids are derived from what they describe, never random, so a resend after a crash or a retry is
+//! the same input and serve's dedupe drops it:
 //! - `slurm-<cluster>-<slurm id>-started`, `slurm-<cluster>-<slurm id>-finished` (watch);
 //! - `enforce-<decision id>` (enforce).
 //!
 //! Every job event carries `slurm_job_id` (and `slurm_cluster`) as added fields — v1 keeps fields a
 //! producer adds — which is how Slurm's job id reaches the audit log next to bursar's.
 //!
-//! An enforcement record has no v1 event type of its own, so it travels as a `clock.tick` (which changes
-//! nothing but the engine's clock, and its time is "now") with the record in an added `enforcement`
-//! field and the job in `job_id`/`slurm_job_id`.
+//! An enforcement is an action record (`action.executed` or `action.failed`, see
+//! `docs/wire-format.md`): it names the decision it carried out, is deduplicated and journaled, and
+//! reaches no policy.
 
-use bursar_model::Timestamp;
-use serde_json::{Value, json};
+use bursar_model::{Action, ActionOutcome, Event, EventKind, Extra, FinishStatus, RawJson, Timestamp};
+use serde_json::value::RawValue;
 
 use crate::slurm::EndStatus;
 
-fn time(unix_secs: i64) -> String {
-    Timestamp(unix_secs.saturating_mul(1000)).to_string()
+fn time(unix_secs: i64) -> Timestamp {
+    Timestamp(unix_secs.saturating_mul(1000))
+}
+
+/// A producer's added field, serialised from a typed value.
+fn field(extra: &mut Extra, name: &str, value: impl serde::Serialize) {
+    if let Ok(text) = serde_json::to_string(&value)
+        && let Ok(raw) = RawValue::from_string(text)
+    {
+        extra.push((name.to_owned(), RawJson(raw)));
+    }
+}
+
+fn slurm_fields(cluster: &str, slurm_id: u64) -> Extra {
+    let mut extra = Extra::new();
+    field(&mut extra, "slurm_job_id", slurm_id.to_string());
+    field(&mut extra, "slurm_cluster", cluster);
+    extra
 }
 
 /// `job.started` for Slurm job `slurm_id`, which bursar knows as `bursar_id`.
-pub fn started(cluster: &str, slurm_id: u64, bursar_id: &str, at_unix: i64) -> Value {
-    json!({
-        "id": format!("slurm-{cluster}-{slurm_id}-started"),
-        "time": time(at_unix),
-        "type": "job.started",
-        "job_id": bursar_id,
-        "slurm_job_id": slurm_id.to_string(),
-        "slurm_cluster": cluster,
-    })
+pub fn started(cluster: &str, slurm_id: u64, bursar_id: &str, at_unix: i64) -> Event {
+    Event {
+        id: format!("slurm-{cluster}-{slurm_id}-started"),
+        time: time(at_unix),
+        kind: EventKind::JobStarted { job_id: bursar_id.to_owned() },
+        extra: slurm_fields(cluster, slurm_id),
+    }
 }
 
 /// `job.finished` for Slurm job `slurm_id`; `slurm_state` is Slurm's own word (`TIMEOUT`, `unknown`, …).
@@ -42,25 +57,27 @@ pub fn finished(
     status: EndStatus,
     slurm_state: &str,
     exit_code: Option<i64>,
-) -> Value {
-    let mut v = json!({
-        "id": format!("slurm-{cluster}-{slurm_id}-finished"),
-        "time": time(at_unix),
-        "type": "job.finished",
-        "job_id": bursar_id,
-        "status": status.as_str(),
-        "slurm_job_id": slurm_id.to_string(),
-        "slurm_cluster": cluster,
-        "slurm_state": slurm_state,
-    });
-    if let (Some(code), Some(o)) = (exit_code, v.as_object_mut()) {
+) -> Event {
+    let mut extra = slurm_fields(cluster, slurm_id);
+    field(&mut extra, "slurm_state", slurm_state);
+    if let Some(code) = exit_code {
         // Slurm reports the raw wait status: the exit code is the high byte, a signal the low one.
-        o.insert("exit_code".into(), json!(code >> 8));
+        field(&mut extra, "exit_code", code >> 8);
         if code & 0x7f != 0 {
-            o.insert("signal".into(), json!(code & 0x7f));
+            field(&mut extra, "signal", code & 0x7f);
         }
     }
-    v
+    let status = match status {
+        EndStatus::Succeeded => FinishStatus::Succeeded,
+        EndStatus::Failed => FinishStatus::Failed,
+        EndStatus::Cancelled => FinishStatus::Cancelled,
+    };
+    Event {
+        id: format!("slurm-{cluster}-{slurm_id}-finished"),
+        time: time(at_unix),
+        kind: EventKind::JobFinished { job_id: bursar_id.to_owned(), status },
+        extra,
+    }
 }
 
 /// What became of one decision that asked something of Slurm.
@@ -108,57 +125,71 @@ impl Outcome {
     }
 }
 
-/// The audit record of an enforcement (see the module documentation for why a `clock.tick`).
-pub fn enforcement(cluster: &str, r: &Record, at: Timestamp) -> Value {
-    json!({
-        "id": format!("enforce-{}", r.decision_id),
-        "time": at.to_string(),
-        "type": "clock.tick",
-        "job_id": r.job_id,
-        "slurm_job_id": r.slurm_job_id.map(|i| i.to_string()),
-        "slurm_cluster": cluster,
-        "enforcement": {
-            "decision_id": r.decision_id,
-            "decision_seq": r.decision_seq,
-            "decision": r.decision,
-            "action": r.action,
-            "outcome": r.outcome.as_str(),
-            "detail": r.detail,
-            "attempts": r.attempts,
-        },
-    })
+/// The action record of an enforcement: `action.executed` when the action was done or nothing needed
+/// doing (then `action` is `none` and `asked` says what the decision asked for), `action.failed` when
+/// it was tried and failed.
+pub fn enforcement(cluster: &str, r: &Record, at: Timestamp) -> Action {
+    let mut extra = Extra::new();
+    if let Some(id) = r.slurm_job_id {
+        field(&mut extra, "slurm_job_id", id.to_string());
+    }
+    field(&mut extra, "slurm_cluster", cluster);
+    field(&mut extra, "decision", &r.decision);
+    let (outcome, action) = match r.outcome {
+        Outcome::Done => (ActionOutcome::Executed, r.action.clone()),
+        Outcome::Failed => (ActionOutcome::Failed, r.action.clone()),
+        Outcome::Skipped => {
+            field(&mut extra, "asked", &r.action);
+            (ActionOutcome::Executed, "none".to_owned())
+        }
+    };
+    Action {
+        id: format!("enforce-{}", r.decision_id),
+        time: at,
+        outcome,
+        decision_id: r.decision_id.clone(),
+        decision_seq: Some(r.decision_seq),
+        job_id: Some(r.job_id.clone()),
+        action,
+        detail: Some(r.detail.clone()),
+        attempts: Some(r.attempts),
+        extra,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bursar_model::{Input, decode_event, decode_input};
 
-    fn decodes(v: &Value) -> bursar_model::Event {
-        bursar_model::decode_event(&v.to_string()).unwrap_or_else(|e| panic!("{v}: {e}"))
+    fn extra<'a>(e: &'a Extra, k: &str) -> Option<&'a str> {
+        e.iter().find(|(n, _)| n == k).map(|(_, v)| v.get())
     }
 
     #[test]
     fn started_and_finished_are_v1_events_with_both_ids() {
-        let s = decodes(&started("lab", 17, "lab-abc", 1_796_018_054));
+        let s = started("lab", 17, "lab-abc", 1_796_018_054);
+        let back = decode_event(&s.to_json()).unwrap();
+        assert_eq!(back, s);
         assert_eq!(s.id, "slurm-lab-17-started");
         assert_eq!(s.time.to_string(), "2026-11-30T05:54:14Z");
         assert_eq!(s.kind.job_id(), Some("lab-abc"));
-        assert!(s.extra.iter().any(|(k, v)| k == "slurm_job_id" && v.get() == "\"17\""));
+        assert_eq!(extra(&s.extra, "slurm_job_id"), Some("\"17\""));
 
         let f = finished("lab", 17, "lab-abc", 1_796_018_059, EndStatus::Failed, "FAILED", Some(768));
-        let e = decodes(&f);
-        assert_eq!(e.id, "slurm-lab-17-finished");
-        assert_eq!(e.kind.type_name(), "job.finished");
-        assert_eq!(f["exit_code"], 3);
-        assert!(f.get("signal").is_none());
+        assert_eq!(decode_event(&f.to_json()).unwrap(), f);
+        assert_eq!(f.id, "slurm-lab-17-finished");
+        assert_eq!(f.kind.type_name(), "job.finished");
+        assert_eq!(extra(&f.extra, "exit_code"), Some("3"));
+        assert_eq!(extra(&f.extra, "signal"), None);
         let killed = finished("lab", 18, "lab-x", 0, EndStatus::Cancelled, "CANCELLED", Some(15));
-        assert_eq!(killed["signal"], 15);
-        assert_eq!(killed["status"], "cancelled");
+        assert_eq!(extra(&killed.extra, "signal"), Some("15"));
+        assert!(matches!(killed.kind, EventKind::JobFinished { status: FinishStatus::Cancelled, .. }));
     }
 
     #[test]
-    fn an_enforcement_record_is_a_clock_tick_keeping_the_record() {
-        let r = Record {
+    fn an_enforcement_is_an_action_record_naming_its_decision() {
+        let mut r = Record {
             decision_id: "d-9".into(),
             decision_seq: 42,
             decision: "reclaim".into(),
@@ -169,16 +200,18 @@ mod tests {
             detail: "cancelled Slurm job 17".into(),
             attempts: 1,
         };
-        let v = enforcement("lab", &r, Timestamp(1_796_018_059_250));
-        let e = decodes(&v);
-        assert_eq!(e.id, "enforce-d-9");
-        assert_eq!(e.kind.type_name(), "clock.tick");
-        let kept: Value = serde_json::from_str(
-            e.extra.iter().find(|(k, _)| k == "enforcement").map(|(_, v)| v.get()).unwrap_or("null"),
-        )
-        .unwrap();
-        assert_eq!(kept["outcome"], "done");
-        assert_eq!(kept["decision_seq"], 42);
-        assert_eq!(v["slurm_job_id"], "17");
+        let a = enforcement("lab", &r, Timestamp(1_796_018_059_250));
+        let Input::Action(back) = decode_input(&Input::Action(a.clone()).to_json()).unwrap() else {
+            panic!("an action record decodes as one")
+        };
+        assert_eq!(back, a);
+        assert_eq!((a.id.as_str(), a.outcome, a.decision_seq), ("enforce-d-9", ActionOutcome::Executed, Some(42)));
+        assert_eq!(extra(&a.extra, "slurm_job_id"), Some("\"17\""));
+        r.outcome = Outcome::Failed;
+        assert_eq!(enforcement("lab", &r, Timestamp(0)).outcome, ActionOutcome::Failed);
+        r.outcome = Outcome::Skipped;
+        let skipped = enforcement("lab", &r, Timestamp(0));
+        assert_eq!((skipped.outcome, skipped.action.as_str()), (ActionOutcome::Executed, "none"));
+        assert_eq!(extra(&skipped.extra, "asked"), Some("\"scancel\""));
     }
 }

@@ -18,7 +18,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde_json::Value;
+use bursar_model::{Event, Input};
 
 use crate::events;
 use crate::server::Server;
@@ -34,7 +34,7 @@ pub struct Step {
     /// bursar's job id.
     pub bursar_id: String,
     /// The event.
-    pub event: Value,
+    pub event: Event,
     /// The job's state once sent.
     pub sent: Sent,
 }
@@ -131,7 +131,7 @@ pub fn poll_once(cfg: &WatchConfig, state: &mut WatchState) -> Result<PollReport
     let jobs = cfg.slurm.jobs()?;
     let now = unix_now();
     let (steps, forget) = plan(&cfg.cluster, state, &jobs, now);
-    let events: Vec<Value> = steps.iter().map(|s| s.event.clone()).collect();
+    let events: Vec<Input> = steps.iter().map(|s| Input::Event(s.event.clone())).collect();
     let posted = cfg.server.post(&events)?;
     let changed = !steps.is_empty() || !forget.is_empty();
     for s in steps {
@@ -180,6 +180,10 @@ pub fn run(cfg: &WatchConfig, once: bool) -> Result<PollReport> {
 
 #[cfg(test)]
 mod tests {
+    /// An event as the JSON serve receives.
+    fn v(e: &bursar_model::Event) -> serde_json::Value {
+        serde_json::to_value(e).unwrap()
+    }
     use super::*;
     use crate::slurm::parse_squeue;
 
@@ -187,7 +191,7 @@ mod tests {
     const NOW: i64 = 1_796_018_200;
 
     fn ids(steps: &[Step]) -> Vec<String> {
-        steps.iter().map(|s| s.event["id"].as_str().unwrap_or("").to_owned()).collect()
+        steps.iter().map(|s| v(&s.event)["id"].as_str().unwrap_or("").to_owned()).collect()
     }
 
     #[test]
@@ -214,13 +218,13 @@ mod tests {
                 "slurm-lab-8-finished",
             ]
         );
-        let seven = steps.iter().find(|s| s.event["id"] == "slurm-lab-7-finished").unwrap();
-        assert_eq!(seven.event["status"], "failed");
-        assert_eq!(seven.event["exit_code"], 3);
-        assert_eq!(seven.event["job_id"], "lab-2153205e1878");
-        assert_eq!(seven.event["slurm_job_id"], "7");
-        let two = steps.iter().find(|s| s.event["id"] == "slurm-lab-2-finished").unwrap();
-        assert_eq!(two.event["status"], "cancelled");
+        let seven = steps.iter().find(|s| v(&s.event)["id"] == "slurm-lab-7-finished").unwrap();
+        assert_eq!(v(&seven.event)["status"], "failed");
+        assert_eq!(v(&seven.event)["exit_code"], 3);
+        assert_eq!(v(&seven.event)["job_id"], "lab-2153205e1878");
+        assert_eq!(v(&seven.event)["slurm_job_id"], "7");
+        let two = steps.iter().find(|s| v(&s.event)["id"] == "slurm-lab-2-finished").unwrap();
+        assert_eq!(v(&two.event)["status"], "cancelled");
     }
 
     #[test]
@@ -239,8 +243,8 @@ mod tests {
         state.jobs.insert(99, ("lab-gone".into(), Sent::Started));
         let (steps, forget) = plan("lab", &state, &jobs, NOW);
         assert_eq!(ids(&steps), ["slurm-lab-99-finished"]);
-        assert_eq!(steps[0].event["slurm_state"], "unknown");
-        assert_eq!(steps[0].event["status"], "cancelled");
+        assert_eq!(v(&steps[0].event)["slurm_state"], "unknown");
+        assert_eq!(v(&steps[0].event)["status"], "cancelled");
         assert!(forget.is_empty());
         state.jobs.insert(99, ("lab-gone".into(), Sent::Finished));
         let (steps, forget) = plan("lab", &state, &[], NOW);
@@ -256,7 +260,7 @@ mod tests {
         let mut state = WatchState::default();
         let (steps, _) = plan("lab", &state, &jobs, NOW);
         assert_eq!(ids(&steps), ["slurm-lab-8-started"]);
-        assert_eq!(steps[0].event["time"], "2026-11-30T05:55:20Z");
+        assert_eq!(v(&steps[0].event)["time"], "2026-11-30T05:55:20Z");
         state.jobs.insert(8, ("lab-1ea4a76188d2".into(), Sent::Started));
         assert!(plan("lab", &state, &jobs, NOW).0.is_empty());
         jobs[0].job_state = "CANCELLED".into();

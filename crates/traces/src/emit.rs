@@ -12,7 +12,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::Write;
 
-use bursar_model::{Event, EventKind, Timestamp};
+use bursar_model::{Event, EventKind, Sample, Timestamp};
 
 use crate::util::{Assignment, UtilSeries};
 use crate::{ImportError, JobTrace, Report};
@@ -124,7 +124,10 @@ pub fn emit(
                     _ => 0.0,
                 };
                 report.samples += 1;
-                (format!("{id}/u{n}"), EventKind::JobSample { job_id: id.clone(), gpu_util, mem_util: None })
+                (
+                    format!("{id}/u{n}"),
+                    EventKind::JobSample(Sample { job_id: id.clone(), gpu_util, ..Sample::default() }),
+                )
             }
         };
         let event = Event { id: eid, time, kind, extra: Vec::new() };
@@ -189,12 +192,12 @@ mod tests {
         let jobs = [job("a", 0, Some(0), Some(3600))];
         let opts = EmitOptions { util: Some(&u), seed: 3, sample_every_secs: 600 };
         let ev = run(&jobs, &opts);
-        let samples: Vec<&Event> = ev.iter().filter(|e| matches!(e.kind, EventKind::JobSample { .. })).collect();
+        let samples: Vec<&Event> = ev.iter().filter(|e| matches!(e.kind, EventKind::JobSample(_))).collect();
         assert_eq!(samples.len(), 5, "samples at 10, 20, 30, 40, 50 min");
         assert!(samples.iter().all(|e| e.time.millis() > 0 && e.time.millis() < 3_600_000));
         let a = u.assign(3, "a").unwrap();
         for (k, e) in samples.iter().enumerate() {
-            let EventKind::JobSample { gpu_util, .. } = e.kind else { unreachable!() };
+            let EventKind::JobSample(Sample { gpu_util, .. }) = e.kind else { unreachable!() };
             assert_eq!(gpu_util, u.value_at(a, (k as i64 + 1) * 600));
         }
         assert_eq!(ev.last().map(|e| e.id.as_str()), Some("a/finished"));

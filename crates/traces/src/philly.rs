@@ -107,11 +107,7 @@ fn map(rec: &Value, fill: Fill) -> Result<JobTrace, String> {
             _ => return Err("no `runtime_min` and no start/end to derive it".into()),
         },
     };
-    let ready = if fill.assume_ready {
-        Ready { image: Some(true), data: Some(true), script: Some(true) }
-    } else {
-        Ready::default()
-    };
+    let ready = if fill.assume_ready { Ready::all() } else { Ready::default() };
     let spec = JobSpec {
         id: id.to_owned(),
         project: vc.to_owned(),

@@ -24,7 +24,9 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use bursar_model::{Asset, BillingCharge, BillingMode, Event, EventKind, FinishStatus, JobSpec, Ready, Timestamp};
+use bursar_model::{
+    Asset, BillingCharge, BillingMode, Event, EventKind, FinishStatus, JobSpec, Ready, Sample, Timestamp,
+};
 
 use crate::rng::SplitMix64;
 
@@ -220,7 +222,7 @@ impl Generator {
             image: Some(format!("registry/p{project}/train:{}", dataset % 7)),
             dataset: Some(format!("ds-{dataset}")),
             script_hash: Some(format!("sha256:{script:08x}")),
-            ready: Ready { image: Some(true), data: Some(ready_data), script: Some(true) },
+            ready: Ready { data: Some(ready_data), ..Ready::all() },
             deferrable: matches!(STAGES[stage], "eval" | "data_prep"),
             ..JobSpec::default()
         };
@@ -375,12 +377,15 @@ impl Generator {
         if keepalive && at + 60_000 < ends {
             self.schedule(at + 60_000, Step::Keepalive, slot);
         }
-        Some(
-            self.event(
-                at,
-                EventKind::JobSample { job_id, gpu_util: round3(gpu_util), mem_util: Some(round3(mem_util)) },
-            ),
-        )
+        Some(self.event(
+            at,
+            EventKind::JobSample(Sample {
+                job_id,
+                gpu_util: round3(gpu_util),
+                mem_util: Some(round3(mem_util)),
+                ..Sample::default()
+            }),
+        ))
     }
 }
 
@@ -452,7 +457,7 @@ mod tests {
             match &e.kind {
                 EventKind::JobSubmitted(j) => assert!(phase.insert(j.id.clone(), 0).is_none()),
                 EventKind::JobStarted { job_id } => assert_eq!(phase.insert(job_id.clone(), 1), Some(0)),
-                EventKind::JobSample { job_id, gpu_util, .. } => {
+                EventKind::JobSample(Sample { job_id, gpu_util, .. }) => {
                     assert_eq!(phase.get(job_id), Some(&1), "sample of a job not running");
                     if *gpu_util < 0.05 {
                         idle_samples += 1;

@@ -51,8 +51,8 @@ pub fn event(cx: &Context<'_>) -> t::Event {
     let kind = match &e.kind {
         EventKind::JobSubmitted(j) => t::EventKind::JobSubmitted(job_spec(j)),
         EventKind::JobStarted { job_id } => t::EventKind::JobStarted(job_id.clone()),
-        EventKind::JobSample { job_id, gpu_util, mem_util } => {
-            t::EventKind::JobSample(t::Sample { job_id: job_id.clone(), gpu_util: *gpu_util, mem_util: *mem_util })
+        EventKind::JobSample(s) => {
+            t::EventKind::JobSample(t::Sample { job_id: s.job_id.clone(), gpu_util: s.gpu_util, mem_util: s.mem_util })
         }
         EventKind::JobFinished { job_id, status } => t::EventKind::JobFinished(t::Finished {
             job_id: job_id.clone(),

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-pub use bursar_serve::client::{Conn, LineStream, Response};
+pub use bursar_client::{Conn, LineStream, Response};
 use serde_json::Value;
 
 /// A scratch directory removed on drop.

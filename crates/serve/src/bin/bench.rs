@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bursar_serve::client::Conn;
+use bursar_client::Conn;
 
 const POLICIES: &str = r#"[[policy]]
 id = "quota/monthly"

@@ -1,9 +1,6 @@
-//! A minimal blocking HTTP/1.1 client for talking to `bursar serve` over loopback: keep-alive requests
-//! with `Content-Length` or chunked answers, and a line reader over a streamed (chunked) answer.
-//!
-//! It exists so the load generator (`bursar-serve-bench`) and the integration tests exercise the real
-//! server over real sockets without pulling an HTTP client stack into the build. It understands exactly
-//! what the server sends; it is not a general-purpose client.
+//! A minimal blocking HTTP/1.1 transport for talking to `bursar serve` over loopback: keep-alive
+//! requests with `Content-Length` or chunked answers, and a line reader over a streamed (chunked)
+//! answer. It understands exactly what the server sends; it is not a general-purpose client.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

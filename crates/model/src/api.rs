@@ -1,0 +1,250 @@
+//! The bodies of `bursar serve`'s HTTP API and Unix socket, as types.
+//!
+//! The server serialises every answer from these types and every client (the Slurm agents, the
+//! terminal commands, the tests) deserialises them, so neither side builds or reads JSON by hand and
+//! a field added or moved cannot silently break a reader that looked for it by position. The shapes
+//! are documented in `docs/serve.md`; a decision inside them is exactly the wire decision of
+//! `docs/wire-format.md` with its stream position `seq` first.
+
+use serde::de::Deserializer;
+use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
+
+use crate::decision::Decision;
+
+/// A line that was not applied, and why: the one shape of a rejected line everywhere (the `rejected`
+/// list of `POST /v1/events`, a socket answer, `bursar eval --error-format json` on stderr).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejected {
+    /// Where the line came from (a file name), when the answer is not already about one body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// 1-based line number in the file, body or connection.
+    pub line: u64,
+    /// What is wrong with it, as a sentence.
+    pub error: String,
+}
+
+/// A decision with its position in the decision stream (its audit-log sequence number). Serialised
+/// as the decision's own object with `seq` as its first field.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sequenced {
+    /// Position in the stream: a cursor for `GET /v1/decisions?after=SEQ`.
+    pub seq: u64,
+    /// The decision.
+    pub decision: Decision,
+}
+
+impl Serialize for Sequenced {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("seq", &self.seq)?;
+        self.decision.serialize_fields(&mut m)?;
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Sequenced {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Wire {
+            seq: u64,
+            #[serde(flatten)]
+            decision: Decision,
+        }
+        let w = Wire::deserialize(d)?;
+        Ok(Sequenced { seq: w.seq, decision: w.decision })
+    }
+}
+
+impl Sequenced {
+    /// One JSON line, without the newline.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// An event whose id bursar had already seen: it changed nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Duplicate {
+    /// 1-based line in the body.
+    pub line: u64,
+    /// The event id.
+    pub id: String,
+}
+
+/// The answer to `POST /v1/events`: what happened to each line, and every decision made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventsReply {
+    /// Set when nothing was applied (no line was a valid event): the status is then 400.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Events applied now.
+    pub accepted: u64,
+    /// Lines whose event id was already seen.
+    pub duplicates: Vec<Duplicate>,
+    /// Lines that are not valid events, each with its reason.
+    pub rejected: Vec<Rejected>,
+    /// The decisions the accepted events produced, in order, each with its stream position.
+    pub decisions: Vec<Sequenced>,
+}
+
+/// The answer to `POST /v1/admit`: the admission decision (fields at the top level, so a hook reads
+/// `decision` and `reason` directly), whether it was decided before, and any other decision the
+/// submission produced (alerts, dry-run verdicts).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdmitReply {
+    /// The admission decision.
+    pub admission: Sequenced,
+    /// The submission was sent before (same event id): this is the decision made the first time.
+    pub duplicate: bool,
+    /// The other decisions of the same event.
+    pub other_decisions: Vec<Sequenced>,
+}
+
+impl Serialize for AdmitReply {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("seq", &self.admission.seq)?;
+        self.admission.decision.serialize_fields(&mut m)?;
+        if self.duplicate {
+            m.serialize_entry("duplicate", &true)?;
+        }
+        if !self.other_decisions.is_empty() {
+            m.serialize_entry("other_decisions", &self.other_decisions)?;
+        }
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for AdmitReply {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Wire {
+            seq: u64,
+            #[serde(default)]
+            duplicate: bool,
+            #[serde(default)]
+            other_decisions: Vec<Sequenced>,
+            #[serde(flatten)]
+            decision: Decision,
+        }
+        let w = Wire::deserialize(d)?;
+        Ok(AdmitReply {
+            admission: Sequenced { seq: w.seq, decision: w.decision },
+            duplicate: w.duplicate,
+            other_decisions: w.other_decisions,
+        })
+    }
+}
+
+/// Any other failed request: `{"error": "…"}` with a 4xx or 5xx status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorReply {
+    /// What went wrong and, where it helps, what to do.
+    pub error: String,
+}
+
+/// One answer line on the Unix socket, per input line and in input order (blank lines get none).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SocketAnswer {
+    /// The line is not a valid event: `{"line":N,"error":"…"}`.
+    Rejected(Rejected),
+    /// The event id was already seen: `{"line":N,"id":"e1","duplicate":true}`.
+    Duplicate {
+        /// 1-based line on the connection.
+        line: u64,
+        /// The event id.
+        id: String,
+        /// Always true.
+        duplicate: bool,
+    },
+    /// Applied and durable: `{"line":N,"id":"e1","accepted":true,"decisions":[…]}`.
+    Accepted {
+        /// 1-based line on the connection.
+        line: u64,
+        /// The event id.
+        id: String,
+        /// Always true.
+        accepted: bool,
+        /// Its decisions.
+        decisions: Vec<Sequenced>,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DecisionKind, Timestamp};
+
+    fn decision() -> Decision {
+        Decision {
+            decision_id: "e1/0".into(),
+            event_id: "e1".into(),
+            time: Timestamp(1_793_577_600_000),
+            job_id: Some("j1".into()),
+            project: Some("nlp".into()),
+            decision: DecisionKind::Allow,
+            until: None,
+            policies: vec![],
+            reason: "no policy applies to this job".into(),
+            dry_run: false,
+            admission: true,
+            user: Some("alice".into()),
+            gpus: Some(8),
+            gpu_hours: Some(32.0),
+            hints: None,
+        }
+    }
+
+    #[test]
+    fn a_sequenced_decision_is_the_decision_with_seq_first() {
+        let s = Sequenced { seq: 7, decision: decision() };
+        let json = s.to_json();
+        assert!(json.starts_with(r#"{"seq":7,"decision_id":"e1/0","event_id":"e1""#), "{json}");
+        assert_eq!(json.replace(r#""seq":7,"#, ""), decision().to_json());
+        let back: Sequenced = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, s);
+    }
+
+    #[test]
+    fn an_admit_reply_round_trips_with_the_decision_at_the_top() {
+        let mut alert = decision();
+        alert.decision = DecisionKind::Alert;
+        alert.admission = false;
+        alert.decision_id = "e1/1".into();
+        let r = AdmitReply {
+            admission: Sequenced { seq: 3, decision: decision() },
+            duplicate: true,
+            other_decisions: vec![Sequenced { seq: 4, decision: alert }],
+        };
+        let v: serde_json::Value = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["decision"], "allow");
+        assert_eq!(v["seq"], 3);
+        assert_eq!(v["duplicate"], true);
+        assert_eq!(v["other_decisions"][0]["decision"], "alert");
+        let back: AdmitReply = serde_json::from_value(v).unwrap();
+        assert_eq!(back, r);
+        // The flags are left out when they do not apply.
+        let plain = AdmitReply { duplicate: false, other_decisions: vec![], ..r };
+        let text = serde_json::to_string(&plain).unwrap();
+        assert!(!text.contains("duplicate") && !text.contains("other_decisions"), "{text}");
+    }
+
+    #[test]
+    fn socket_answers_are_told_apart_by_their_keys() {
+        let lines = [
+            r#"{"line":1,"error":"column 1: expected value"}"#,
+            r#"{"line":2,"id":"e2","duplicate":true}"#,
+            r#"{"line":3,"id":"e3","accepted":true,"decisions":[]}"#,
+        ];
+        let answers: Vec<SocketAnswer> = lines.iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert!(matches!(answers[0], SocketAnswer::Rejected(Rejected { line: 1, .. })));
+        assert!(matches!(answers[1], SocketAnswer::Duplicate { line: 2, .. }));
+        assert!(matches!(answers[2], SocketAnswer::Accepted { line: 3, .. }));
+        for (a, l) in answers.iter().zip(lines) {
+            assert_eq!(serde_json::to_string(a).unwrap(), l);
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! Everything that can reach the engine, as one type: [`Input`].
+//!
+//! Three things move the engine, and each has its own variant so no code has to guess which one it
+//! holds from an id prefix or an extra field:
+//!
+//! - [`Input::Event`]: a producer's v1 event (jobs, samples, billing, approvals, assets, and a
+//!   producer's own `clock.tick`). Policies see these, and only these.
+//! - [`Input::WallTick`]: `bursar serve`'s wall clock. Time passes and timers due fire; no policy's
+//!   `on = ["clock.tick"]` runs and it is not deduplicated. In the journal it is the line
+//!   `{"id":"bursar-tick-<ms>","time":…,"type":"bursar.tick"}`; no producer may send that type.
+//! - [`Input::Action`]: the record that an action a decision asked for was carried out
+//!   (`action.executed`) or could not be (`action.failed`), written by an agent such as
+//!   `bursar slurm enforce`. It is deduplicated and journaled (so `bursar audit` shows it) but changes
+//!   no state and reaches no policy.
+
+use std::borrow::Cow;
+
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
+
+use crate::event::{Event, Extra};
+use crate::time::Timestamp;
+
+/// The wire type of bursar's own wall tick, accepted only from bursar's journal.
+pub const WALL_TICK_TYPE: &str = "bursar.tick";
+
+/// The id prefix of bursar's wall ticks; producers may not use it.
+pub const WALL_TICK_PREFIX: &str = "bursar-tick-";
+
+/// One input to the engine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// A producer's v1 event.
+    Event(Event),
+    /// `serve`'s wall clock.
+    WallTick(WallTick),
+    /// An enforcement record.
+    Action(Action),
+}
+
+/// `serve`'s wall clock at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WallTick {
+    /// The wall-clock instant, as event time.
+    pub time: Timestamp,
+}
+
+impl WallTick {
+    /// The id decisions fired by this tick are attributed to: `bursar-tick-<millis>`.
+    pub fn id(&self) -> String {
+        let mut id = String::with_capacity(WALL_TICK_PREFIX.len() + 13);
+        id.push_str(WALL_TICK_PREFIX);
+        crate::time::push_int(&mut id, self.time.millis());
+        id
+    }
+}
+
+/// Whether an action was carried out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ActionOutcome {
+    /// `action.executed`: done, or nothing needed doing (`action` is then `none`, `detail` says why).
+    Executed,
+    /// `action.failed`: tried and failed (`detail` has the error).
+    Failed,
+}
+
+impl ActionOutcome {
+    /// The wire type.
+    pub fn type_name(self) -> &'static str {
+        match self {
+            ActionOutcome::Executed => "action.executed",
+            ActionOutcome::Failed => "action.failed",
+        }
+    }
+}
+
+/// The record that the action a decision asked for was executed or failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Action {
+    /// Unique id (an agent derives it from the decision: `enforce-<decision id>`).
+    pub id: String,
+    /// When the action ended (wall clock of the agent).
+    pub time: Timestamp,
+    /// Executed or failed.
+    pub outcome: ActionOutcome,
+    /// The decision carried out.
+    pub decision_id: String,
+    /// Its position in the decision stream, when the agent read it there.
+    pub decision_seq: Option<u64>,
+    /// The job.
+    pub job_id: Option<String>,
+    /// What was done: `scancel`, `scontrol release`, … or `none`.
+    pub action: String,
+    /// A sentence: what happened, or the error.
+    pub detail: Option<String>,
+    /// How many times it was tried.
+    pub attempts: Option<u32>,
+    /// Fields the agent added (`slurm_job_id`, `slurm_cluster`, …), kept verbatim.
+    pub extra: Extra,
+}
+
+impl Serialize for Action {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("id", &self.id)?;
+        m.serialize_entry("time", &self.time.to_string())?;
+        m.serialize_entry("type", self.outcome.type_name())?;
+        m.serialize_entry("decision_id", &self.decision_id)?;
+        if let Some(v) = &self.decision_seq {
+            m.serialize_entry("decision_seq", v)?;
+        }
+        if let Some(v) = &self.job_id {
+            m.serialize_entry("job_id", v)?;
+        }
+        m.serialize_entry("action", &self.action)?;
+        if let Some(v) = &self.detail {
+            m.serialize_entry("detail", v)?;
+        }
+        if let Some(v) = &self.attempts {
+            m.serialize_entry("attempts", v)?;
+        }
+        for (k, v) in &self.extra {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+impl Serialize for WallTick {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(3))?;
+        m.serialize_entry("id", &self.id())?;
+        m.serialize_entry("time", &self.time.to_string())?;
+        m.serialize_entry("type", WALL_TICK_TYPE)?;
+        m.end()
+    }
+}
+
+impl Serialize for Input {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Input::Event(e) => e.serialize(s),
+            Input::WallTick(t) => t.serialize(s),
+            Input::Action(a) => a.serialize(s),
+        }
+    }
+}
+
+impl Input {
+    /// The input's id (a wall tick's is derived from its time).
+    pub fn id(&self) -> Cow<'_, str> {
+        match self {
+            Input::Event(e) => Cow::Borrowed(&e.id),
+            Input::WallTick(t) => Cow::Owned(t.id()),
+            Input::Action(a) => Cow::Borrowed(&a.id),
+        }
+    }
+
+    /// Its time.
+    pub fn time(&self) -> Timestamp {
+        match self {
+            Input::Event(e) => e.time,
+            Input::WallTick(t) => t.time,
+            Input::Action(a) => a.time,
+        }
+    }
+
+    /// The wire type name.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Input::Event(e) => e.kind.type_name(),
+            Input::WallTick(_) => WALL_TICK_TYPE,
+            Input::Action(a) => a.outcome.type_name(),
+        }
+    }
+
+    /// The job it is about, if any.
+    pub fn job_id(&self) -> Option<&str> {
+        match self {
+            Input::Event(e) => e.kind.job_id(),
+            Input::WallTick(_) => None,
+            Input::Action(a) => a.job_id.as_deref(),
+        }
+    }
+
+    /// The canonical JSON line (without the newline).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+impl From<Event> for Input {
+    fn from(e: Event) -> Input {
+        Input::Event(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{EventKind, decode_event, decode_input};
+
+    #[test]
+    fn every_input_round_trips_through_its_canonical_line() {
+        let lines = [
+            r#"{"id":"enforce-e5/0","time":"2026-11-02T09:05:00Z","type":"action.executed","decision_id":"e5/0","decision_seq":9,"job_id":"j1","action":"scancel","detail":"cancelled Slurm job 17","attempts":1,"slurm_job_id":"17"}"#,
+            r#"{"id":"enforce-e6/0","time":"2026-11-02T09:05:00Z","type":"action.failed","decision_id":"e6/0","action":"scontrol release","detail":"gave up after 3 attempts"}"#,
+            r#"{"id":"bursar-tick-1793610000000","time":"2026-11-02T09:00:00Z","type":"bursar.tick"}"#,
+            r#"{"id":"t1","time":"2026-11-02T09:00:00Z","type":"clock.tick"}"#,
+        ];
+        for l in lines {
+            let i = decode_input(l).unwrap_or_else(|e| panic!("{l}: {e}"));
+            assert_eq!(i.to_json(), l);
+        }
+        let Input::Action(a) = decode_input(lines[0]).unwrap() else { panic!("not an action") };
+        assert_eq!((a.outcome, a.decision_seq, a.job_id.as_deref()), (ActionOutcome::Executed, Some(9), Some("j1")));
+        assert_eq!(a.extra[0].0, "slurm_job_id");
+        let Input::WallTick(t) = decode_input(lines[2]).unwrap() else { panic!("not a wall tick") };
+        assert_eq!(t.id(), "bursar-tick-1793610000000");
+    }
+
+    #[test]
+    fn an_action_or_a_wall_tick_is_not_an_event_policies_see() {
+        let action =
+            r#"{"id":"a","time":"2026-11-02T09:00:00Z","type":"action.executed","decision_id":"d","action":"none"}"#;
+        let err = decode_event(action).unwrap_err().to_string();
+        assert!(err.contains("`action.executed` is not an event type policies see"), "{err}");
+        let missing = r#"{"id":"a","time":"2026-11-02T09:00:00Z","type":"action.failed","action":"scancel"}"#;
+        assert!(decode_input(missing).unwrap_err().to_string().contains("missing field `decision_id`"));
+        let Input::Event(e) = decode_input(r#"{"id":"x","time":"2026-11-02T09:00:00Z","type":"clock.tick"}"#).unwrap()
+        else {
+            panic!("a producer's tick is an event")
+        };
+        assert_eq!(e.kind, EventKind::ClockTick);
+    }
+}
