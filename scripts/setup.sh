@@ -7,6 +7,7 @@
 #   slurmctld slurmd slurm-client munge    the end-to-end test against a real one-node Slurm
 #   nodejs npm                             the JavaScript example policy (examples/js-policy/build.sh
 #                                          installs its pinned npm packages itself)
+#   lua5.1                                 the Slurm hook's own tests (the Lua Debian's Slurm links)
 #
 # Set BURSAR_SETUP_MINIMAL=1 to install only what `cargo build` and the example need (the rustup target).
 set -euo pipefail
@@ -27,6 +28,7 @@ command -v munged >/dev/null || need+=(munge)
 command -v curl >/dev/null || need+=(curl)
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
+command -v lua5.1 >/dev/null || need+=(lua5.1)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" != 0 ]; then
         echo "setup: missing ${need[*]}; run as root (or install them) to run every test" >&2

@@ -104,40 +104,127 @@ end
 
 local function object(order) return { __order = order } end
 
--- The first string value of top-level-looking key `key` in `body` (bursar puts the main decision's fields
--- before `other_decisions`), with JSON escapes undone.
-local function json_field(body, key)
-  local _, stop = body:find('"' .. key .. '"%s*:%s*"')
-  if not stop then return nil end
-  local out, i = {}, stop + 1
-  while i <= #body do
-    local c = body:sub(i, i)
-    if c == '"' then return table.concat(out) end
-    if c == "\\" then
-      local n = body:sub(i + 1, i + 1)
-      local map = { n = "\n", t = "\t", r = "\r", b = "\b", f = "\f" }
-      if n == "u" then
-        local code = tonumber(body:sub(i + 2, i + 5), 16) or 63
-        out[#out + 1] = code < 128 and string.char(code) or "?"
-        i = i + 6
+-- A JSON decoder (RFC 8259), so the answer is read by field, whatever the order of its keys. Objects become
+-- tables keyed by name, arrays tables indexed from 1, `null` becomes nil. Returns the value, or nil and the
+-- reason with its byte position.
+local json_decode
+do
+  local escapes = { ['"'] = '"', ["\\"] = "\\", ["/"] = "/", b = "\b", f = "\f", n = "\n", r = "\r", t = "\t" }
+
+  local function utf8(code)
+    if code < 0x80 then return string.char(code) end
+    if code < 0x800 then
+      return string.char(0xC0 + math.floor(code / 0x40), 0x80 + code % 0x40)
+    end
+    if code < 0x10000 then
+      return string.char(0xE0 + math.floor(code / 0x1000), 0x80 + math.floor(code / 0x40) % 0x40, 0x80 + code % 0x40)
+    end
+    return string.char(0xF0 + math.floor(code / 0x40000), 0x80 + math.floor(code / 0x1000) % 0x40,
+      0x80 + math.floor(code / 0x40) % 0x40, 0x80 + code % 0x40)
+  end
+
+  local function fail(at, what) error({ at = at, what = what }, 0) end
+
+  local function skip(s, i)
+    local _, e = s:find("^[ \t\r\n]*", i)
+    return e + 1
+  end
+
+  local value
+
+  local function str(s, i)
+    -- s:sub(i, i) == '"'
+    local out, j = {}, i + 1
+    while true do
+      local c = s:sub(j, j)
+      if c == "" then fail(j, "unterminated string") end
+      if c == '"' then return table.concat(out), j + 1 end
+      if c == "\\" then
+        local e = s:sub(j + 1, j + 1)
+        if e == "u" then
+          local hex = s:sub(j + 2, j + 5)
+          local code = hex:match("^%x%x%x%x$") and tonumber(hex, 16)
+          if not code then fail(j, "bad \\u escape") end
+          j = j + 6
+          if code >= 0xD800 and code <= 0xDBFF and s:sub(j, j + 1) == "\\u" then
+            local low = tonumber(s:sub(j + 2, j + 5), 16)
+            if low and low >= 0xDC00 and low <= 0xDFFF then
+              code = 0x10000 + (code - 0xD800) * 0x400 + (low - 0xDC00)
+              j = j + 6
+            end
+          end
+          out[#out + 1] = utf8(code)
+        elseif escapes[e] then
+          out[#out + 1] = escapes[e]
+          j = j + 2
+        else
+          fail(j, "bad escape")
+        end
       else
-        out[#out + 1] = map[n] or n
-        i = i + 2
+        local run = s:match('^[^"\\]+', j)
+        out[#out + 1] = run
+        j = j + #run
       end
-    else
-      out[#out + 1] = c
-      i = i + 1
     end
   end
-  return nil
-end
 
-local function json_list(body, key)
-  local inner = body:match('"' .. key .. '"%s*:%s*%[(.-)%]')
-  if not inner then return {} end
-  local out = {}
-  for s in inner:gmatch('"([^"]*)"') do out[#out + 1] = s end
-  return out
+  function value(s, i)
+    i = skip(s, i)
+    local c = s:sub(i, i)
+    if c == "{" then
+      local t = {}
+      i = skip(s, i + 1)
+      if s:sub(i, i) == "}" then return t, i + 1 end
+      while true do
+        if s:sub(i, i) ~= '"' then fail(i, "expected a key") end
+        local k
+        k, i = str(s, i)
+        i = skip(s, i)
+        if s:sub(i, i) ~= ":" then fail(i, "expected `:`") end
+        t[k], i = value(s, i + 1)
+        i = skip(s, i)
+        local d = s:sub(i, i)
+        if d == "}" then return t, i + 1 end
+        if d ~= "," then fail(i, "expected `,` or `}`") end
+        i = skip(s, i + 1)
+      end
+    elseif c == "[" then
+      local t, n = {}, 0
+      i = skip(s, i + 1)
+      if s:sub(i, i) == "]" then return t, i + 1 end
+      while true do
+        n = n + 1
+        t[n], i = value(s, i)
+        i = skip(s, i)
+        local d = s:sub(i, i)
+        if d == "]" then return t, i + 1 end
+        if d ~= "," then fail(i, "expected `,` or `]`") end
+        i = i + 1
+      end
+    elseif c == '"' then
+      return str(s, i)
+    elseif s:sub(i, i + 3) == "true" then
+      return true, i + 4
+    elseif s:sub(i, i + 4) == "false" then
+      return false, i + 5
+    elseif s:sub(i, i + 3) == "null" then
+      return nil, i + 4
+    end
+    local num = s:match("^-?%d+%.?%d*[eE]?[-+]?%d*", i)
+    if num and #num > 0 and tonumber(num) then return tonumber(num), i + #num end
+    fail(i, "unexpected `" .. c .. "`")
+  end
+
+  json_decode = function(s)
+    if type(s) ~= "string" then return nil, "no text" end
+    local ok, v, i = pcall(value, s, 1)
+    if not ok then
+      if type(v) == "table" then return nil, v.what .. " at byte " .. v.at end
+      return nil, tostring(v)
+    end
+    if skip(s, i) <= #s then return nil, "trailing text at byte " .. skip(s, i) end
+    return v
+  end
 end
 
 -- Time ------------------------------------------------------------------------------------------------
@@ -363,13 +450,20 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   if not ok then return unavailable("cannot describe the job: " .. tostring(body), job_id) end
 
   local status, answer = post(body)
+  local reply, unreadable = json_decode(answer)
   if status ~= 200 then
-    local err = json_field(answer, "error") or answer:gsub("%s+$", "")
+    local err = (type(reply) == "table" and type(reply.error) == "string" and reply.error)
+      or tostring(answer):gsub("%s+$", "")
     return unavailable(status == 0 and ("bursar unreachable: " .. err) or ("HTTP " .. status .. ": " .. err), job_id)
   end
-  local decision = json_field(answer, "decision")
-  local reason = json_field(answer, "reason") or ""
-  local policies = table.concat(json_list(answer, "policies"), ", ")
+  if type(reply) ~= "table" then
+    return unavailable("the answer is not JSON (" .. tostring(unreadable) .. ")", job_id)
+  end
+  local decision = reply.decision
+  local reason = type(reply.reason) == "string" and reply.reason or ""
+  local names = {}
+  for _, p in ipairs(type(reply.policies) == "table" and reply.policies or {}) do names[#names + 1] = tostring(p) end
+  local policies = table.concat(names, ", ")
   slurm.log_info("job_submit/bursar: %s %s -> %s (%s)", job_id, tostring(job_desc.name), tostring(decision), reason)
 
   local tag = "bursar_job=" .. job_id
@@ -387,7 +481,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     slurm.log_user("bursar: job %s is held until approved: %s [%s]", job_id, reason, policies)
     return slurm.SUCCESS
   elseif decision == "defer" then
-    local until_s = json_field(answer, "until")
+    local until_s = reply["until"]
     local at = parse_rfc3339(until_s)
     if not at then return unavailable("defer without a readable `until` (" .. tostring(until_s) .. ")", job_id) end
     job_desc.admin_comment = tag

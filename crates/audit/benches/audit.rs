@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bursar_audit::query::{Filter, query};
-use bursar_audit::{AuditLog, Durability, Entry, Writer, WriterConfig};
+use bursar_audit::{AuditLog, Durability, Record, Writer, WriterConfig};
 use bursar_engine::{Engine, PolicySet};
 use bursar_model::{Decision, DecisionKind, Timestamp, decode_event};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -49,7 +49,7 @@ fn decision(i: u64, time: i64, project: &str) -> Decision {
     }
 }
 
-fn entries(n: u64, offset: u64) -> Vec<Entry> {
+fn entries(n: u64, offset: u64) -> Vec<Record> {
     let set: Arc<str> = SET.into();
     (offset..offset + n)
         .map(|i| {
@@ -61,8 +61,8 @@ fn entries(n: u64, offset: u64) -> Vec<Entry> {
                 i % 300
             );
             match decode_event(&raw) {
-                Ok(ev) => Entry::new(&raw, &ev, vec![decision(i, time, &project)], set.clone()),
-                Err(_) => Entry::without_event(vec![decision(i, time, &project)], set.clone()),
+                Ok(ev) => Record::new(&raw, &ev, vec![decision(i, time, &project)], set.clone()),
+                Err(_) => Record::without_event(vec![decision(i, time, &project)], set.clone()),
             }
         })
         .collect()
@@ -93,7 +93,7 @@ fn writer(c: &mut Criterion) {
                         return total;
                     };
                     for e in batch {
-                        if w.send(e).is_err() {
+                        if w.send_record(e).is_err() {
                             break;
                         }
                     }
@@ -138,10 +138,10 @@ fn big_log(rows: u64) -> Option<PathBuf> {
     let mut i = 0u64;
     while i < rows {
         let n = chunk.min(rows - i);
-        let batch: Vec<Entry> = (i..i + n)
+        let batch: Vec<Record> = (i..i + n)
             .map(|k| {
                 let time = t0() + k as i64 * step;
-                Entry::without_event(vec![decision(k, time, &format!("p{}", k % 50))], set.clone())
+                Record::without_event(vec![decision(k, time, &format!("p{}", k % 50))], set.clone())
             })
             .collect();
         log.append(&batch).ok()?;
@@ -233,7 +233,7 @@ fn eval_pipeline(c: &mut Criterion) {
                 let Ok(log) = AuditLog::open(&db, Durability::Durable) else { return total };
                 let started = Instant::now();
                 let mut out = Vec::with_capacity(1 << 20);
-                let hook = Box::new(move |entries: &[Entry], _: &[bursar_audit::Appended]| {
+                let hook = Box::new(move |entries: &[Record], _: &[bursar_audit::Appended]| {
                     for e in entries {
                         for d in &e.decisions {
                             d.write_line(&mut out);
@@ -251,7 +251,7 @@ fn eval_pipeline(c: &mut Criterion) {
                     let Ok(ev) = decode_event(l) else { continue };
                     ds.clear();
                     engine.process(&ev, Some(l), &mut ds);
-                    if w.send(Entry::new(l, &ev, ds.clone(), set.clone())).is_err() {
+                    if w.send_record(Record::new(l, &ev, ds.clone(), set.clone())).is_err() {
                         break;
                     }
                 }

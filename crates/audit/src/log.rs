@@ -10,8 +10,8 @@ use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
-use bursar_engine::SourceFile;
-use bursar_model::{Decision, Event, EventKind, Timestamp};
+use bursar_engine::{SourceFile, Step, Transition};
+use bursar_model::{Decision, Event, EventKind, FinishStatus, Input, Timestamp};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde::Serialize;
 
@@ -30,14 +30,15 @@ pub enum Durability {
     Fast,
 }
 
-/// The columns of an event that queries use, and its raw line.
+/// The columns of an input (an event, an action record or a wall tick) that queries use, and its raw
+/// line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventRow {
-    /// Event id (unique).
+    /// Input id (unique).
     pub id: String,
-    /// Event time.
+    /// Its time.
     pub time: Timestamp,
-    /// Wire type name, e.g. `job.submitted`.
+    /// Wire type name, e.g. `job.submitted`, `action.executed`, `bursar.tick`.
     pub kind: &'static str,
     /// The job it is about.
     pub job: Option<String>,
@@ -49,15 +50,36 @@ pub struct EventRow {
     pub raw: String,
 }
 
+fn project_user(e: &Event) -> (Option<String>, Option<String>) {
+    match &e.kind {
+        EventKind::JobSubmitted(j) => (Some(j.project.clone()), Some(j.user.clone()).filter(|u| !u.is_empty())),
+        EventKind::BillingCharge(c) => (Some(c.project.clone()), None),
+        EventKind::AssetRegistered { project, .. } => (Some(project.clone()), None),
+        _ => (None, None),
+    }
+}
+
 impl EventRow {
-    /// The row for `event`, read from `raw`.
-    pub fn new(raw: &str, event: &Event) -> EventRow {
-        let (project, user) = match &event.kind {
-            EventKind::JobSubmitted(j) => (Some(j.project.clone()), Some(j.user.clone()).filter(|u| !u.is_empty())),
-            EventKind::BillingCharge(c) => (Some(c.project.clone()), None),
-            EventKind::AssetRegistered { project, .. } => (Some(project.clone()), None),
-            _ => (None, None),
+    /// The row for `input`, read from `raw`.
+    pub fn new(raw: &str, input: &Input) -> EventRow {
+        let (project, user) = match input {
+            Input::Event(e) => project_user(e),
+            Input::WallTick(_) | Input::Action(_) => (None, None),
         };
+        EventRow {
+            id: input.id().into_owned(),
+            time: input.time(),
+            kind: input.type_name(),
+            job: input.job_id().map(str::to_owned),
+            project,
+            user,
+            raw: raw.to_owned(),
+        }
+    }
+
+    /// The row for a producer's event, read from `raw`.
+    pub fn of_event(raw: &str, event: &Event) -> EventRow {
+        let (project, user) = project_user(event);
         EventRow {
             id: event.id.clone(),
             time: event.time,
@@ -70,28 +92,80 @@ impl EventRow {
     }
 }
 
-/// One unit of the log: an applied event (absent for decisions a wall-clock tick produced) and the
-/// decisions made while handling it, under the policy set with digest `policy_set`.
+/// One unit of the log as stored: an applied input (absent for decisions recorded without one, as
+/// older logs have), the decisions made while handling it, and the job steps the engine took, under
+/// the policy set with digest `policy_set`. The session hands entries over as
+/// [`bursar_session::Entry`]; this is the owned form the writer queues and [`AuditLog::append`] writes.
 #[derive(Debug, Clone)]
-pub struct Entry {
-    /// The event.
+pub struct Record {
+    /// The input.
     pub event: Option<EventRow>,
     /// Its decisions, in order.
     pub decisions: Vec<Decision>,
+    /// The job steps it caused, in order.
+    pub steps: Vec<Transition>,
     /// Digest of the policy set that made them.
     pub policy_set: Arc<str>,
 }
 
-impl Entry {
-    /// An entry for `event` (read from `raw`) and its decisions.
-    pub fn new(raw: &str, event: &Event, decisions: Vec<Decision>, policy_set: Arc<str>) -> Entry {
-        Entry { event: Some(EventRow::new(raw, event)), decisions, policy_set }
+impl Record {
+    /// A record for a producer's `event` (read from `raw`) and its decisions.
+    pub fn new(raw: &str, event: &Event, decisions: Vec<Decision>, policy_set: Arc<str>) -> Record {
+        Record { event: Some(EventRow::of_event(raw, event)), decisions, steps: Vec::new(), policy_set }
     }
 
-    /// An entry for decisions with no event of their own (timers fired by a wall-clock tick).
-    pub fn without_event(decisions: Vec<Decision>, policy_set: Arc<str>) -> Entry {
-        Entry { event: None, decisions, policy_set }
+    /// A record for decisions with no input of their own.
+    pub fn without_event(decisions: Vec<Decision>, policy_set: Arc<str>) -> Record {
+        Record { event: None, decisions, steps: Vec::new(), policy_set }
     }
+
+    /// The record of what the session handed over.
+    pub fn of(entry: bursar_session::Entry<'_>) -> Record {
+        Record {
+            event: Some(EventRow::new(entry.raw, entry.input)),
+            decisions: std::mem::take(entry.decisions),
+            steps: entry.steps.to_vec(),
+            policy_set: entry.policy_set.clone(),
+        }
+    }
+}
+
+/// A job step as stored in the `lifecycle` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredStep {
+    /// The event (input) whose handling took the step.
+    pub event_seq: i64,
+    /// The job.
+    pub job: String,
+    /// What happened.
+    pub step: Step,
+    /// When, ms since the epoch.
+    pub time: i64,
+}
+
+fn step_columns(step: Step) -> (&'static str, Option<&'static str>) {
+    match step {
+        Step::Finished(s) => ("finished", Some(s.as_str())),
+        other => (other.as_str(), None),
+    }
+}
+
+fn step_of(name: &str, status: Option<&str>) -> Option<Step> {
+    Some(match name {
+        "admitted" => Step::Admitted,
+        "deferred" => Step::Deferred,
+        "held" => Step::Held,
+        "denied" => Step::Denied,
+        "started" => Step::Started,
+        "reclaimed" => Step::Reclaimed,
+        "finished" => Step::Finished(match status? {
+            "succeeded" => FinishStatus::Succeeded,
+            "failed" => FinishStatus::Failed,
+            "cancelled" => FinishStatus::Cancelled,
+            _ => return None,
+        }),
+        _ => return None,
+    })
 }
 
 /// What [`AuditLog::append`] did with one entry.
@@ -226,6 +300,8 @@ const INSERT_DECISION: &str = "INSERT INTO decisions (seq, decision_id, event_id
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)";
 const UPSERT_HEAD: &str = "INSERT INTO chain_heads (chain, seq, hash) VALUES (?1, ?2, ?3) \
      ON CONFLICT(chain) DO UPDATE SET seq = excluded.seq, hash = excluded.hash";
+const INSERT_STEP: &str =
+    "INSERT INTO lifecycle (event_seq, n, job, step, status, time) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 pub(crate) const DECISION_COLUMNS: &str = "seq, decision_id, event_id, event_seq, time, recorded_at, job, project, \
      user, decision, dry_run, admission, policies, reason, until, gpus, gpu_hours, policy_set, json";
 pub(crate) const EVENT_COLUMNS: &str = "seq, event_id, time, type, job, project, user, raw, recorded_at";
@@ -350,7 +426,7 @@ impl AuditLog {
     /// Appends `entries` in one transaction and returns what happened to each. An entry whose event id
     /// is already in the log is skipped whole (event and decisions): reruns are idempotent. Nothing is
     /// written if any statement or the commit fails (disk full, read-only file): the error says why.
-    pub fn append(&mut self, entries: &[Entry]) -> Result<Vec<Appended>> {
+    pub fn append(&mut self, entries: &[Record]) -> Result<Vec<Appended>> {
         let now = wall_ms();
         let mut ev = self.events;
         let mut de = self.decisions;
@@ -360,6 +436,8 @@ impl AuditLog {
             let mut ins_ev = tx.prepare_cached(INSERT_EVENT).map_err(AuditError::sqlite("prepare the event insert"))?;
             let mut ins_de =
                 tx.prepare_cached(INSERT_DECISION).map_err(AuditError::sqlite("prepare the decision insert"))?;
+            let mut ins_step =
+                tx.prepare_cached(INSERT_STEP).map_err(AuditError::sqlite("prepare the lifecycle insert"))?;
             let mut json = String::new();
             let mut policies = String::new();
             for entry in entries {
@@ -387,6 +465,12 @@ impl AuditLog {
                     }
                     ev = Head { seq, hash };
                     event_seq = Some(seq);
+                    for (n, t) in entry.steps.iter().enumerate() {
+                        let (step, status) = step_columns(t.step);
+                        ins_step
+                            .execute(params![seq, n as i64, &*t.job, step, status, t.at.millis()])
+                            .map_err(AuditError::sqlite(format!("insert a lifecycle step of `{}`", t.job)))?;
+                    }
                 }
                 let first = de.seq + 1;
                 for d in &entry.decisions {
@@ -524,6 +608,62 @@ impl AuditLog {
             .query_map(params![after, limit_i64(limit)], event_from_row)
             .map_err(AuditError::sqlite("read events"))?;
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(AuditError::sqlite("read events"))
+    }
+
+    /// Up to `limit` job steps of events with a sequence number above `after_event_seq`, in order.
+    pub fn steps_since(&self, after_event_seq: i64, limit: usize) -> Result<Vec<StoredStep>> {
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "SELECT event_seq, job, step, status, time FROM lifecycle WHERE event_seq > ?1 ORDER BY event_seq, n LIMIT ?2",
+            )
+            .map_err(AuditError::sqlite("prepare a lifecycle read"))?;
+        let rows = st
+            .query_map(params![after_event_seq, limit_i64(limit)], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, i64>(4)?,
+                ))
+            })
+            .map_err(AuditError::sqlite("read lifecycle steps"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (event_seq, job, step, status, time) = row.map_err(AuditError::sqlite("read a lifecycle step"))?;
+            let step = step_of(&step, status.as_deref()).ok_or_else(|| {
+                AuditError::Invalid(format!("lifecycle step `{step}` of event {event_seq} is not one bursar writes"))
+            })?;
+            out.push(StoredStep { event_seq, job, step, time });
+        }
+        Ok(out)
+    }
+
+    /// The admission decision logged for the event `event_id` about job `job` (the first one, with
+    /// its seq): what a resent submission is answered with.
+    pub fn admission_of(&self, job: &str, event_id: &str) -> Result<Option<StoredDecision>> {
+        let sql = format!(
+            "SELECT {DECISION_COLUMNS} FROM decisions WHERE job = ?1 AND event_id = ?2 AND admission = 1 ORDER BY seq LIMIT 1"
+        );
+        let mut st = self.conn.prepare_cached(&sql).map_err(AuditError::sqlite("prepare an admission look-up"))?;
+        st.query_row(params![job, event_id], decision_from_row)
+            .optional()
+            .map_err(AuditError::sqlite("look up an admission"))
+    }
+
+    /// The event logged under `event_id`, if any.
+    pub fn event_by_id(&self, event_id: &str) -> Result<Option<StoredEvent>> {
+        let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ?1");
+        let mut st = self.conn.prepare_cached(&sql).map_err(AuditError::sqlite("prepare an event look-up"))?;
+        st.query_row([event_id], event_from_row).optional().map_err(AuditError::sqlite("look up an event"))
+    }
+
+    /// The time of the newest logged event, ms since the epoch.
+    pub fn newest_event_time(&self) -> Result<Option<i64>> {
+        self.conn
+            .query_row("SELECT max(time) FROM events", [], |r| r.get(0))
+            .map_err(AuditError::sqlite("read the newest event time"))
     }
 
     /// Every policy load, oldest first.

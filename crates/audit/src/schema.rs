@@ -18,7 +18,7 @@ use rusqlite::Connection;
 use crate::error::{AuditError, Result};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 const V1: &str = r#"
 CREATE TABLE events (
@@ -102,8 +102,24 @@ CREATE TABLE engine_snapshots (
 );
 "#;
 
+/// Version 2: the job steps the engine took for each event (`bursar_engine::Transition`), the one
+/// definition of the job lifecycle that the report's accounting reads. Derived data: replaying the
+/// events through the engine gives the same rows.
+const V2: &str = r#"
+CREATE TABLE lifecycle (
+    event_seq INTEGER NOT NULL,
+    n         INTEGER NOT NULL,
+    job       TEXT NOT NULL,
+    step      TEXT NOT NULL,
+    status    TEXT,
+    time      INTEGER NOT NULL,
+    PRIMARY KEY (event_seq, n)
+) WITHOUT ROWID;
+CREATE INDEX lifecycle_job ON lifecycle(job, event_seq);
+"#;
+
 /// The migration steps: `MIGRATIONS[n]` takes a file from version n to n+1.
-const MIGRATIONS: &[&str] = &[V1];
+const MIGRATIONS: &[&str] = &[V1, V2];
 
 /// Brings the database to [`SCHEMA_VERSION`], refusing a newer one. Returns the version found.
 pub fn migrate(conn: &mut Connection, path: &str) -> Result<i64> {

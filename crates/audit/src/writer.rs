@@ -1,59 +1,87 @@
-//! [`Writer`]: the audit log off the evaluation path, on its own thread, with group commit.
+//! [`Writer`]: the audit log as the session's [`Journal`], on its own thread, with group commit.
 //!
-//! The evaluating thread sends [`Entry`]s into a bounded channel ([`Writer::send`] blocks when it is
-//! full: back-pressure instead of unbounded memory). The writer thread takes whatever has queued up
-//! (at least one entry, at most `max_group`), appends it in one transaction, and only after the commit
-//! calls the `on_commit` hook with the committed entries. `bursar eval --audit` prints decisions in
-//! that hook, so nothing printed can be missing from the log. The first error (disk full, unwritable
-//! file, a failed hook) stops the thread; the next [`Writer::send`] or [`Writer::finish`] returns it,
-//! and nothing queued after it is committed or handed on.
+//! Both entry points that keep an audit log journal through it: `bursar eval --audit` (which never
+//! waits: the writer commits whatever has queued up and a hook prints each group's decisions after
+//! its commit) and `bursar serve` (whose engine thread flushes after each batch of requests and
+//! answers from the receipts, which carry every decision with its sequence number).
+//!
+//! The session's [`Entry`] becomes a [`Record`] and goes into a bounded channel ([`Journal::append`]
+//! blocks when it is full: back-pressure instead of unbounded memory). The thread takes whatever has
+//! queued up (at least one record, at most `max_group`), appends it in one transaction, and only
+//! after the commit calls the `on_commit` hook with the committed records. Policy loads, failed
+//! reloads and engine snapshots travel on the same channel, so they are written in order with the
+//! records around them (a snapshot covers exactly the events queued before it). The first error
+//! (disk full, unwritable file, a failed hook) stops the thread; every later call returns it, and
+//! nothing queued after it is committed or handed on.
 
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 use std::thread::JoinHandle;
 
+use bursar_engine::{PolicySet, SourceFile};
+use bursar_model::api::Sequenced;
+use bursar_session::{Entry, Journal, JournalError, Receipt};
+
 use crate::error::{AuditError, Result};
-use crate::log::{Appended, AuditLog, Entry};
+use crate::log::{Appended, AuditLog, Record};
 
 /// What the writer did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WriterStats {
     /// Transactions committed.
     pub commits: u64,
-    /// Entries received.
+    /// Records received.
     pub entries: u64,
-    /// Events written (duplicates excluded).
+    /// Inputs written (duplicates excluded).
     pub events: u64,
-    /// Entries skipped because their event id was already in the log.
+    /// Records skipped because their input id was already in the log.
     pub duplicates: u64,
     /// Decisions written.
     pub decisions: u64,
-    /// Largest group committed at once, in entries.
+    /// Largest group committed at once, in records.
     pub largest_group: usize,
 }
 
 /// Settings of the writer thread.
 #[derive(Debug, Clone, Copy)]
 pub struct WriterConfig {
-    /// Entries the channel holds before [`Writer::send`] blocks.
+    /// Messages the channel holds before [`Journal::append`] blocks.
     pub capacity: usize,
-    /// Most entries committed in one transaction.
+    /// Most records committed in one transaction.
     pub max_group: usize,
+    /// Keep a [`Receipt`] per record until the next [`Journal::flush`] (serve answers from them;
+    /// `eval` does not need them).
+    pub receipts: bool,
 }
 
 impl Default for WriterConfig {
     fn default() -> Self {
-        WriterConfig { capacity: 16 * 1024, max_group: 8 * 1024 }
+        WriterConfig { capacity: 16 * 1024, max_group: 8 * 1024, receipts: false }
     }
 }
 
-/// Called on the writer thread after each commit with the committed entries and what happened to each.
-pub type CommitHook = Box<dyn FnMut(&[Entry], &[Appended]) -> std::io::Result<()> + Send>;
+/// Called on the writer thread after each commit with the committed records and what happened to each.
+pub type CommitHook = Box<dyn FnMut(&[Record], &[Appended]) -> std::io::Result<()> + Send>;
+
+/// A hook that does nothing.
+pub fn no_hook() -> CommitHook {
+    Box::new(|_, _| Ok(()))
+}
+
+enum Msg {
+    Record(Record),
+    PolicySet { digest: String, files: Vec<SourceFile> },
+    ReloadFailed { error: String, in_force: String },
+    Snapshot { policy_set: String, blob: Vec<u8>, keep: usize, reply: SyncSender<i64> },
+    Flush(SyncSender<Vec<Receipt>>),
+}
 
 /// A running writer thread.
 #[derive(Debug)]
 pub struct Writer {
-    tx: Option<SyncSender<Entry>>,
+    tx: Option<SyncSender<Msg>>,
     handle: Option<JoinHandle<Result<WriterStats>>>,
+    /// The error that stopped the thread, once seen.
+    failed: Option<String>,
 }
 
 impl Writer {
@@ -62,23 +90,44 @@ impl Writer {
         let (tx, rx) = sync_channel(config.capacity.max(1));
         let handle = std::thread::Builder::new()
             .name("bursar-audit".into())
-            .spawn(move || run(log, rx, config.max_group.max(1), on_commit))
+            .spawn(move || run(log, rx, config, on_commit))
             .map_err(|e| AuditError::WriterStopped(Some(format!("cannot start the writer thread: {e}"))))?;
-        Ok(Writer { tx: Some(tx), handle: Some(handle) })
+        Ok(Writer { tx: Some(tx), handle: Some(handle), failed: None })
     }
 
-    /// Queues an entry, blocking while the channel is full. If the writer stopped, returns its error.
-    pub fn send(&mut self, entry: Entry) -> Result<()> {
-        let Some(tx) = &self.tx else { return Err(AuditError::WriterStopped(None)) };
-        if tx.send(entry).is_ok() {
+    fn send(&mut self, msg: Msg) -> Result<()> {
+        let Some(tx) = &self.tx else { return Err(self.stopped()) };
+        if tx.send(msg).is_ok() {
             return Ok(());
         }
-        // The thread has stopped: report why.
+        Err(self.stopped())
+    }
+
+    /// The thread has stopped: why.
+    fn stopped(&mut self) -> AuditError {
         self.tx = None;
-        match self.join() {
-            Err(e) => Err(e),
-            Ok(_) => Err(AuditError::WriterStopped(None)),
+        if let Some(why) = &self.failed {
+            return AuditError::WriterStopped(Some(why.clone()));
         }
+        let e = match self.join() {
+            Err(e) => e,
+            Ok(_) => AuditError::WriterStopped(None),
+        };
+        self.failed = Some(e.to_string());
+        e
+    }
+
+    /// Queues a record, blocking while the channel is full. If the writer stopped, returns its error.
+    pub fn send_record(&mut self, record: Record) -> Result<()> {
+        self.send(Msg::Record(record))
+    }
+
+    /// Stores an engine snapshot covering every event queued before it (keeping the `keep` newest
+    /// snapshots) once those events are committed; returns the event seq it covers.
+    pub fn snapshot(&mut self, policy_set: &str, blob: Vec<u8>, keep: usize) -> Result<i64> {
+        let (reply, rx) = sync_channel(1);
+        self.send(Msg::Snapshot { policy_set: policy_set.to_owned(), blob, keep, reply })?;
+        rx.recv().map_err(|_| self.stopped())
     }
 
     /// Closes the channel, waits until everything queued is committed and handed on, and returns the
@@ -90,7 +139,7 @@ impl Writer {
 
     fn join(&mut self) -> Result<WriterStats> {
         match self.handle.take() {
-            None => Err(AuditError::WriterStopped(None)),
+            None => Err(AuditError::WriterStopped(self.failed.clone())),
             Some(h) => match h.join() {
                 Ok(r) => r,
                 Err(_) => Err(AuditError::WriterStopped(Some("it panicked".into()))),
@@ -108,33 +157,143 @@ impl Drop for Writer {
     }
 }
 
-fn run(mut log: AuditLog, rx: Receiver<Entry>, max_group: usize, mut on_commit: CommitHook) -> Result<WriterStats> {
-    let mut stats = WriterStats::default();
-    let mut group: Vec<Entry> = Vec::with_capacity(max_group.min(64 * 1024));
-    loop {
-        group.clear();
-        match rx.recv() {
-            Ok(e) => group.push(e),
-            Err(_) => return Ok(stats),
+fn journal_err(e: AuditError) -> JournalError {
+    match e {
+        AuditError::Output(io) => JournalError::Output(io),
+        other => JournalError::Store(other.to_string()),
+    }
+}
+
+impl Journal for Writer {
+    fn append(&mut self, entry: Entry<'_>) -> Result<(), JournalError> {
+        self.send(Msg::Record(Record::of(entry))).map_err(journal_err)
+    }
+
+    fn policy_set(&mut self, set: &PolicySet) -> Result<(), JournalError> {
+        self.send(Msg::PolicySet { digest: set.digest().to_owned(), files: set.files().to_vec() }).map_err(journal_err)
+    }
+
+    fn reload_failed(&mut self, error: &str, in_force: &str) -> Result<(), JournalError> {
+        self.send(Msg::ReloadFailed { error: error.to_owned(), in_force: in_force.to_owned() }).map_err(journal_err)
+    }
+
+    fn flush(&mut self) -> Result<Vec<Receipt>, JournalError> {
+        let (reply, rx) = sync_channel(1);
+        self.send(Msg::Flush(reply)).map_err(journal_err)?;
+        rx.recv().map_err(|_| journal_err(self.stopped()))
+    }
+}
+
+struct Thread {
+    log: AuditLog,
+    config: WriterConfig,
+    on_commit: CommitHook,
+    stats: WriterStats,
+    group: Vec<Record>,
+    receipts: Vec<Receipt>,
+}
+
+impl Thread {
+    fn commit(&mut self) -> Result<()> {
+        if self.group.is_empty() {
+            return Ok(());
         }
-        while group.len() < max_group {
-            match rx.try_recv() {
-                Ok(e) => group.push(e),
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-            }
-        }
-        let done = log.append(&group)?;
-        stats.commits += 1;
-        stats.entries += group.len() as u64;
-        stats.largest_group = stats.largest_group.max(group.len());
+        let done = self.log.append(&self.group)?;
+        self.stats.commits += 1;
+        self.stats.entries += self.group.len() as u64;
+        self.stats.largest_group = self.stats.largest_group.max(self.group.len());
         for a in &done {
             if a.duplicate {
-                stats.duplicates += 1;
+                self.stats.duplicates += 1;
             } else if a.event_seq.is_some() {
-                stats.events += 1;
+                self.stats.events += 1;
             }
-            stats.decisions += (a.decisions.end - a.decisions.start) as u64;
+            self.stats.decisions += (a.decisions.end - a.decisions.start) as u64;
         }
-        on_commit(&group, &done).map_err(AuditError::Output)?;
+        (self.on_commit)(&self.group, &done).map_err(AuditError::Output)?;
+        if self.config.receipts {
+            for (record, a) in self.group.drain(..).zip(&done) {
+                let decisions = if a.duplicate {
+                    Vec::new()
+                } else {
+                    record
+                        .decisions
+                        .into_iter()
+                        .zip(a.decisions.clone())
+                        .map(|(decision, seq)| Sequenced { seq: u64::try_from(seq).unwrap_or(0), decision })
+                        .collect()
+                };
+                self.receipts.push(Receipt {
+                    input_seq: a.event_seq.and_then(|s| u64::try_from(s).ok()),
+                    duplicate: a.duplicate,
+                    decisions,
+                });
+            }
+        }
+        self.group.clear();
+        Ok(())
+    }
+
+    fn handle(&mut self, msg: Msg) -> Result<()> {
+        match msg {
+            Msg::Record(r) => {
+                self.group.push(r);
+                if self.group.len() >= self.config.max_group.max(1) {
+                    self.commit()?;
+                }
+            }
+            Msg::PolicySet { digest, files } => {
+                self.commit()?;
+                self.log.record_policy_set(&digest, &files)?;
+            }
+            Msg::ReloadFailed { error, in_force } => {
+                self.commit()?;
+                self.log.record_policy_failure(&error, Some(&in_force))?;
+            }
+            Msg::Snapshot { policy_set, blob, keep, reply } => {
+                self.commit()?;
+                let seq = self.log.last_event_seq();
+                self.log.save_snapshot(seq, Some(&policy_set), &blob)?;
+                self.log.prune_snapshots(keep)?;
+                let _ = reply.send(seq);
+            }
+            Msg::Flush(reply) => {
+                self.commit()?;
+                let _ = reply.send(std::mem::take(&mut self.receipts));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn run(log: AuditLog, rx: Receiver<Msg>, config: WriterConfig, on_commit: CommitHook) -> Result<WriterStats> {
+    let mut t = Thread {
+        log,
+        config,
+        on_commit,
+        stats: WriterStats::default(),
+        group: Vec::with_capacity(config.max_group.clamp(1, 64 * 1024)),
+        receipts: Vec::new(),
+    };
+    loop {
+        match rx.recv() {
+            Ok(m) => t.handle(m)?,
+            Err(_) => {
+                t.commit()?;
+                return Ok(t.stats);
+            }
+        }
+        // Whatever queued up meanwhile joins the same group.
+        loop {
+            match rx.try_recv() {
+                Ok(m) => t.handle(m)?,
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    t.commit()?;
+                    return Ok(t.stats);
+                }
+            }
+        }
+        t.commit()?;
     }
 }

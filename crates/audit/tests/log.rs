@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use bursar_audit::{AuditLog, Durability, Entry, SourceFile, Writer, WriterConfig};
+use bursar_audit::{AuditLog, Durability, Record, SourceFile, Writer, WriterConfig};
 use bursar_model::DecisionKind;
 use common::{TempDir, decision, entry, submitted_line};
 
@@ -21,9 +21,9 @@ fn append_assigns_contiguous_seqs_and_skips_known_event_ids() {
         decision(1, 1, "nlp", "alice", 2, DecisionKind::Alert, "p/b"),
     ];
     let batch = vec![
-        Entry::new(&raw, &ev, two, Arc::from("set1")),
+        Record::new(&raw, &ev, two, Arc::from("set1")),
         entry(2, "cv", "bob", 3, DecisionKind::Deny, "quota/x", "set1"),
-        Entry::without_event(
+        Record::without_event(
             vec![decision(9, 0, "cv", "bob", 3, DecisionKind::Reclaim, "reclaim/idle")],
             "set1".into(),
         ),
@@ -119,7 +119,7 @@ fn a_full_disk_fails_the_append_and_keeps_the_committed_rows() {
     log.set_max_pages(pages + 2).unwrap();
     let mut err = None;
     for i in 0..2_000u64 {
-        let batch: Vec<Entry> =
+        let batch: Vec<Record> =
             (0..50).map(|k| entry(10 + i * 50 + k, "nlp", "a", 3, DecisionKind::Deny, "p", "d")).collect();
         if let Err(e) = log.append(&batch) {
             err = Some(e);
@@ -151,7 +151,7 @@ fn the_writer_thread_hands_on_only_committed_entries_and_reports_a_full_disk() {
     let h2 = handed.clone();
     let mut w = Writer::spawn(
         log,
-        WriterConfig { capacity: 8, max_group: 16 },
+        WriterConfig { capacity: 8, max_group: 16, ..WriterConfig::default() },
         Box::new(move |entries, _| {
             let mut v = h2.lock().unwrap();
             for e in entries {
@@ -165,7 +165,7 @@ fn the_writer_thread_hands_on_only_committed_entries_and_reports_a_full_disk() {
     .unwrap();
     let mut failed = None;
     for i in 0..100_000u64 {
-        if let Err(e) = w.send(entry(i, "nlp", "a", 2, DecisionKind::Allow, "p", "d")) {
+        if let Err(e) = w.send_record(entry(i, "nlp", "a", 2, DecisionKind::Allow, "p", "d")) {
             failed = Some(e);
             break;
         }

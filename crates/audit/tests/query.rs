@@ -10,7 +10,7 @@ type Row<'a> = (u64, &'a str, &'a str, u32, DecisionKind, &'a str);
 use std::sync::Arc;
 
 use bursar_audit::query::{Filter, Step, explain, query, stats};
-use bursar_audit::{AuditLog, Durability, Entry};
+use bursar_audit::{AuditLog, Durability, Record};
 use bursar_model::{DecisionKind, Timestamp, decode_event};
 use common::{TempDir, decision, entry, submitted_line};
 
@@ -89,14 +89,14 @@ fn explain_orders_events_and_decisions_and_names_the_policy_set() {
     reclaim.decision_id = "e4/0".into();
     let set: Arc<str> = "setA".into();
     log.append(&[
-        Entry::new(
+        Record::new(
             &sub,
             &decode_event(&sub).unwrap(),
             vec![decision(1, 0, "nlp", "alice", 2, DecisionKind::Allow, "q")],
             set.clone(),
         ),
-        Entry::new(started, &decode_event(started).unwrap(), vec![], set.clone()),
-        Entry::new(
+        Record::new(started, &decode_event(started).unwrap(), vec![], set.clone()),
+        Record::new(
             &other,
             &decode_event(&other).unwrap(),
             vec![decision(3, 0, "cv", "bob", 2, DecisionKind::Deny, "q")],
@@ -105,7 +105,7 @@ fn explain_orders_events_and_decisions_and_names_the_policy_set() {
     ])
     .unwrap();
     log.record_policy_failure("bad", Some("setA")).unwrap();
-    log.append(&[Entry::new(tick, &decode_event(tick).unwrap(), vec![reclaim], set)]).unwrap();
+    log.append(&[Record::new(tick, &decode_event(tick).unwrap(), vec![reclaim], set)]).unwrap();
 
     let story = explain(&log, "j1").unwrap();
     assert_eq!(story.project.as_deref(), Some("nlp"));
@@ -140,7 +140,7 @@ fn stats_count_by_kind_policy_project_and_dry_run_disagreement() {
             d.admission = false;
             ds.push(d);
         }
-        entries.push(Entry::new(&raw, &decode_event(&raw).unwrap(), ds, "s".into()));
+        entries.push(Record::new(&raw, &decode_event(&raw).unwrap(), ds, "s".into()));
     }
     log.append(&entries).unwrap();
     let st = stats(&log, None, None).unwrap();

@@ -1,9 +1,9 @@
-//! `bursar audit query|explain|verify|prune|stats` over an audit database, and the audit sink that
+//! `bursar audit query|explain|verify|prune|stats` over an audit database, and the journal that
 //! `bursar eval --audit FILE` writes through.
 //!
-//! The sink ([`AuditSink`]) hands each applied event and its decisions to the `bursar-audit` writer
-//! thread; the thread commits them in groups and only after each commit writes that group's decisions
-//! to stdout. So every decision printed is already in the log (in durable mode: on disk), and a failed
+//! The journal ([`open_journal`]) is the `bursar-audit` writer thread: the session hands it each
+//! applied event and its decisions; the thread commits them in groups and only after each commit
+//! writes that group's decisions to stdout. So every decision printed is already in the log (in durable mode: on disk), and a failed
 //! commit (disk full, unwritable file) stops `eval` with the reason instead of dropping rows.
 
 use std::io::Write;
@@ -11,11 +11,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bursar_audit::query::{Filter, Step, Story};
-use bursar_audit::{AuditError, AuditLog, Durability, Entry, StoredDecision, Writer, WriterConfig, WriterStats};
+use bursar_audit::{AuditError, AuditLog, Durability, Record, StoredDecision, Writer, WriterConfig};
 use bursar_engine::PolicySet;
-use bursar_model::{Decision, Event, Timestamp};
+use bursar_model::Timestamp;
 
-use crate::sink::DecisionSink;
 use crate::{CliError, ErrorFormat, ExitCode};
 
 /// How hard each audit commit tries to reach the disk (`--durability`).
@@ -41,74 +40,29 @@ fn audit_err(e: AuditError) -> CliError {
     CliError::Message(e.to_string())
 }
 
-fn to_io(e: AuditError) -> std::io::Error {
-    match e {
-        AuditError::Output(io) => io,
-        other => std::io::Error::other(other.to_string()),
-    }
-}
-
-/// A [`DecisionSink`] that logs every event and decision, and prints decisions only once committed.
-#[derive(Debug)]
-pub struct AuditSink {
-    writer: Option<Writer>,
-    policy_set: Arc<str>,
-    stats: Option<WriterStats>,
-}
-
-impl AuditSink {
-    /// Opens `db`, records the policy set being loaded, and starts the writer thread, which prints
-    /// committed decisions as JSON lines to `out`.
-    pub fn open(
-        db: &Path,
-        durability: Durability,
-        set: &PolicySet,
-        mut out: Box<dyn Write + Send>,
-    ) -> Result<AuditSink, CliError> {
-        let mut log = AuditLog::open(db, durability).map_err(audit_err)?;
-        log.record_policy_set(set.digest(), set.files()).map_err(audit_err)?;
-        let mut buf = Vec::with_capacity(64 * 1024);
-        let writer = Writer::spawn(
-            log,
-            WriterConfig::default(),
-            Box::new(move |entries: &[Entry], _| {
-                for e in entries {
-                    for d in &e.decisions {
-                        d.write_line(&mut buf);
-                    }
+/// Opens `db` and starts its writer thread as `eval`'s journal: it commits in groups and prints each
+/// group's decisions as JSON lines to `out` only after the commit.
+pub fn open_journal(db: &Path, durability: Durability, mut out: Box<dyn Write + Send>) -> Result<Writer, CliError> {
+    let log = AuditLog::open(db, durability).map_err(audit_err)?;
+    let mut buf = Vec::with_capacity(64 * 1024);
+    Writer::spawn(
+        log,
+        WriterConfig::default(),
+        Box::new(move |records: &[Record], _| {
+            for r in records {
+                for d in &r.decisions {
+                    d.write_line(&mut buf);
                 }
-                if buf.is_empty() {
-                    return Ok(());
-                }
-                out.write_all(&buf)?;
-                buf.clear();
-                out.flush()
-            }),
-        )
-        .map_err(audit_err)?;
-        Ok(AuditSink { writer: Some(writer), policy_set: Arc::from(set.digest()), stats: None })
-    }
-
-    /// What the writer did (after [`DecisionSink::finish`]).
-    pub fn stats(&self) -> Option<&WriterStats> {
-        self.stats.as_ref()
-    }
-}
-
-impl DecisionSink for AuditSink {
-    fn accept(&mut self, raw: &str, event: &Event, decisions: &[Decision]) -> std::io::Result<()> {
-        let Some(w) = self.writer.as_mut() else {
-            return Err(std::io::Error::other("the audit writer has already stopped"));
-        };
-        w.send(Entry::new(raw, event, decisions.to_vec(), self.policy_set.clone())).map_err(to_io)
-    }
-
-    fn finish(&mut self) -> std::io::Result<()> {
-        if let Some(w) = self.writer.take() {
-            self.stats = Some(w.finish().map_err(to_io)?);
-        }
-        Ok(())
-    }
+            }
+            if buf.is_empty() {
+                return Ok(());
+            }
+            out.write_all(&buf)?;
+            buf.clear();
+            out.flush()
+        }),
+    )
+    .map_err(audit_err)
 }
 
 /// `bursar eval --audit DB`: like `eval`, with every event and decision committed to `db` before the
@@ -120,18 +74,20 @@ pub fn run_eval(
     db: &Path,
     durability: DurabilityArg,
 ) -> Result<crate::eval::Summary, CliError> {
-    let mut sink = AuditSink::open(db, durability.into(), &set, Box::new(std::io::stdout()))?;
-    let summary = crate::eval::run(set, input, &mut sink, opts)?;
-    if let Some(s) = sink.stats() {
-        eprintln!(
-            "audit: {} events and {} decisions logged to `{}` in {} commits{}",
-            s.events,
-            s.decisions,
-            db.display(),
-            s.commits,
-            if s.duplicates > 0 { format!(" ({} events were already logged)", s.duplicates) } else { String::new() }
-        );
-    }
+    let journal = open_journal(db, durability.into(), Box::new(std::io::stdout()))?;
+    let (summary, writer) = crate::eval::run(set, input, journal, opts)?;
+    let s = writer.finish().map_err(|e| match e {
+        AuditError::Output(io) => CliError::io("cannot write decisions", io),
+        other => CliError::Message(format!("cannot write decisions: {other}")),
+    })?;
+    eprintln!(
+        "audit: {} events and {} decisions logged to `{}` in {} commits{}",
+        s.events,
+        s.decisions,
+        db.display(),
+        s.commits,
+        if s.duplicates > 0 { format!(" ({} events were already logged)", s.duplicates) } else { String::new() }
+    );
     Ok(summary)
 }
 

@@ -1,18 +1,23 @@
 //! `bursar eval --policies DIR --events FILE|-`: run policies over an event stream.
 //!
-//! Streams line by line: memory grows with live jobs and projects, not with the input. A malformed
-//! line is reported on stderr with its line number and reason, counted and skipped; its neighbours are
-//! processed normally. Decisions go to the sink (stdout) as JSON lines; a summary goes to stderr.
+//! A thin driver of the one road ([`bursar_session::Session`]): the session frames the input (true
+//! line numbers, a bound on a line's length), decodes each line under the producer's rules, applies
+//! it and hands it to the journal — stdout ([`crate::sink::JsonLines`]) or, with `--audit`, the audit
+//! log's writer, which prints each group's decisions only after their commit. A malformed line is
+//! reported on stderr with its line number and reason, counted and skipped; its neighbours are
+//! processed normally. Memory grows with live jobs and projects, not with the input.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
-use bursar_engine::{Engine, EngineConfig, Outcome, PolicySet};
-use bursar_model::{DecisionKind, decode_event};
+use bursar_engine::{Engine, EngineConfig, PolicySet};
+use bursar_model::DecisionKind;
+use bursar_model::api::Rejected;
+use bursar_session::{Journal, LineOutcome, Origin, Session, SessionError};
 use serde::Serialize;
 
-use crate::sink::DecisionSink;
 use crate::{CliError, ErrorFormat};
 
 /// What `eval` counted.
@@ -65,6 +70,8 @@ pub struct EvalOptions {
     pub engine: EngineConfig,
     /// How to print per-line errors.
     pub error_format: ErrorFormat,
+    /// The longest line accepted, in bytes.
+    pub max_line: usize,
 }
 
 /// Opens `path`, or stdin for `-`.
@@ -78,75 +85,65 @@ pub fn open_events(path: &PathBuf) -> Result<Box<dyn Read>, CliError> {
     }
 }
 
-/// Runs `set` over the events of `input`, sending decisions to `sink`.
-pub fn run(
-    set: std::sync::Arc<PolicySet>,
-    input: impl Read,
-    sink: &mut dyn DecisionSink,
-    opts: &EvalOptions,
-) -> Result<Summary, CliError> {
-    let mut engine = Engine::with_config(set, opts.engine);
-    run_with(&mut engine, input, sink, opts)
+/// The name of an events path in messages.
+pub fn source_name(path: &std::path::Path) -> String {
+    if path.as_os_str() == "-" { "<stdin>".into() } else { path.display().to_string() }
 }
 
-/// Like [`run`] with an engine the caller built (restored from a snapshot, say).
-pub fn run_with(
-    engine: &mut Engine,
-    input: impl Read,
-    sink: &mut dyn DecisionSink,
-    opts: &EvalOptions,
-) -> Result<Summary, CliError> {
-    let started = Instant::now();
-    let mut reader = BufReader::with_capacity(256 * 1024, input);
-    let mut line = String::new();
-    let mut line_no: u64 = 0;
-    let mut summary = Summary::default();
-    let mut decisions = Vec::new();
-    loop {
-        line.clear();
-        let n = match reader.read_line(&mut line) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                // Not UTF-8: skip to the next newline and report the line.
-                line_no += 1;
-                summary.lines += 1;
-                summary.malformed += 1;
-                report(opts, line_no, "line is not valid UTF-8");
-                let mut junk = Vec::new();
-                reader.read_until(b'\n', &mut junk).map_err(|e| CliError::io(&opts.source_name, e))?;
-                continue;
-            }
-            Err(e) => return Err(CliError::io(format!("cannot read `{}`", opts.source_name), e)),
-        };
-        if n == 0 {
-            break;
+/// Prints a rejected line on stderr: `FILE:LINE: skipped malformed event: REASON`, or with
+/// `--error-format json` the one shape of a rejected line, `{"source":…,"line":…,"error":…}`.
+pub fn report_rejected(format: ErrorFormat, source: &str, r: &Rejected) {
+    match format {
+        ErrorFormat::Human => eprintln!("{source}:{}: skipped malformed event: {}", r.line, r.error),
+        ErrorFormat::Json => {
+            let r = Rejected { source: Some(source.to_owned()), ..r.clone() };
+            eprintln!("{}", serde_json::to_string(&r).unwrap_or_default());
         }
-        line_no += 1;
-        let text = line.trim_end_matches(['\n', '\r']);
-        if text.trim().is_empty() {
-            continue;
-        }
-        summary.lines += 1;
-        let event = match decode_event(text) {
-            Ok(e) => e,
-            Err(err) => {
-                summary.malformed += 1;
-                report(opts, line_no, &err.to_string());
-                continue;
-            }
-        };
-        decisions.clear();
-        if engine.process(&event, Some(text), &mut decisions) == Outcome::Duplicate {
-            continue;
-        }
-        sink.accept(text, &event, &decisions).map_err(|e| CliError::io("cannot write decisions", e))?;
     }
-    sink.finish().map_err(|e| CliError::io("cannot write decisions", e))?;
+}
+
+/// Maps a session failure to the CLI's error, with what was being done.
+pub fn session_err(source: &str, e: SessionError) -> CliError {
+    match e {
+        SessionError::Read(io) => CliError::io(format!("cannot read `{source}`"), io),
+        SessionError::Journal(bursar_session::JournalError::Output(io)) => CliError::io("cannot write decisions", io),
+        SessionError::Journal(bursar_session::JournalError::Store(m)) => {
+            CliError::Message(format!("cannot write decisions: {m}"))
+        }
+    }
+}
+
+/// Runs `set` over the events of `input` into `journal`; returns the summary and the journal.
+pub fn run<J: Journal>(
+    set: Arc<PolicySet>,
+    input: impl Read,
+    journal: J,
+    opts: &EvalOptions,
+) -> Result<(Summary, J), CliError> {
+    let started = Instant::now();
+    let engine = Engine::with_config(set, opts.engine);
+    let mut session =
+        Session::open(engine, journal, Origin::Producer).map_err(|e| session_err(&opts.source_name, e.into()))?;
+    session
+        .read(input, opts.max_line, |outcome| {
+            if let LineOutcome::Rejected(r) = outcome {
+                report_rejected(opts.error_format, &opts.source_name, r);
+            }
+        })
+        .map_err(|e| session_err(&opts.source_name, e))?;
+    session.flush().map_err(|e| session_err(&opts.source_name, e.into()))?;
+    let counts = *session.counts();
+    let (engine, journal) = session.into_parts();
     let stats = engine.stats();
-    summary.events = stats.events;
-    summary.duplicates = stats.duplicates;
-    summary.unknown_jobs = stats.unknown_jobs;
-    summary.dry_run = stats.dry_run_decisions;
+    let mut summary = Summary {
+        lines: counts.lines,
+        events: counts.applied,
+        malformed: counts.rejected,
+        duplicates: counts.duplicates,
+        unknown_jobs: stats.unknown_jobs,
+        dry_run: stats.dry_run_decisions,
+        ..Summary::default()
+    };
     for (i, k) in DecisionKind::ALL.iter().enumerate() {
         if stats.decisions[i] > 0 {
             summary.decisions.insert(k.as_str(), stats.decisions[i]);
@@ -154,15 +151,5 @@ pub fn run_with(
     }
     summary.seconds = started.elapsed().as_secs_f64();
     summary.events_per_second = if summary.seconds > 0.0 { summary.events as f64 / summary.seconds } else { 0.0 };
-    Ok(summary)
-}
-
-fn report(opts: &EvalOptions, line: u64, reason: &str) {
-    match opts.error_format {
-        ErrorFormat::Human => eprintln!("{}:{line}: skipped malformed event: {reason}", opts.source_name),
-        ErrorFormat::Json => eprintln!(
-            "{}",
-            serde_json::json!({"file": opts.source_name, "line": line, "error": "malformed event", "reason": reason})
-        ),
-    }
+    Ok((summary, journal))
 }

@@ -62,6 +62,9 @@ enum Command {
         /// With --audit: `durable` (fsync each group commit) or `fast` (may lose the last few ms on power loss).
         #[arg(long, value_enum, default_value_t = bursar::audit::DurabilityArg::Durable, requires = "audit")]
         durability: bursar::audit::DurabilityArg,
+        /// The longest event line accepted, in bytes (longer lines are reported and skipped); default 8 MiB.
+        #[arg(long, value_name = "BYTES")]
+        max_line: Option<usize>,
     },
     /// Query, explain, verify, prune and summarise an audit database.
     ///
@@ -144,7 +147,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Slurm(args) => bursar::slurm::run(&args),
         Command::Audit(args) => bursar::audit::run(&args, cli.error_format),
         Command::Report(args) => bursar::report::run(&args),
-        Command::Eval { policies, events, dedupe_window, summary_json, audit, durability } => {
+        Command::Eval { policies, events, dedupe_window, summary_json, audit, durability, max_line } => {
             let set = match bursar::load_policies(&policies, cli.error_format) {
                 Ok(s) => s,
                 Err(CliError::Policies { .. }) => return Ok(ExitCode::Failed),
@@ -152,9 +155,10 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             };
             let input = bursar::eval::open_events(&events)?;
             let opts = bursar::eval::EvalOptions {
-                source_name: if events.as_os_str() == "-" { "<stdin>".into() } else { events.display().to_string() },
+                source_name: bursar::eval::source_name(&events),
                 engine: bursar_engine::EngineConfig { dedupe_window, ..Default::default() },
                 error_format: cli.error_format,
+                max_line: max_line.unwrap_or(bursar_session::DEFAULT_MAX_LINE),
             };
             let summary = match &audit {
                 Some(db) => {
@@ -165,8 +169,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
                 }
                 None => {
                     let stdout = std::io::stdout().lock();
-                    let mut sink = bursar::sink::JsonLines::new(stdout);
-                    bursar::eval::run(set, input, &mut sink, &opts)?
+                    bursar::eval::run(set, input, bursar::sink::JsonLines::new(stdout), &opts)?.0
                 }
             };
             if summary_json {

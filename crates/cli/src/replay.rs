@@ -3,15 +3,16 @@
 //!
 //! With `--events`, the baseline is `--baseline OLD` evaluated on the same events (an events file
 //! records no decisions). With `--audit`, the baseline is what the audit log recorded, unless
-//! `--baseline` is given. The comparison itself is `bursar_policytest::replay`; this module reads the
-//! input line by line (a malformed line is reported with its number and skipped) and prints the report.
+//! `--baseline` is given. The comparison itself is `bursar_policytest::replay`; this module opens the
+//! input (read through the session crate's framing and decoding: a malformed line is reported with
+//! its number and skipped) and prints the report.
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 
 use bursar_engine::EngineConfig;
-use bursar_model::{Timestamp, decode_event};
+use bursar_model::Timestamp;
 use bursar_policytest::Replayer;
+use bursar_session::{Frame, Line};
 
 use crate::test::ReportFormat;
 use crate::{CliError, ErrorFormat, ExitCode, load_policies};
@@ -97,49 +98,18 @@ fn replay_events(
     since: Option<Timestamp>,
     error_format: ErrorFormat,
 ) -> Result<(), CliError> {
-    let name = if path.as_os_str() == "-" { "<stdin>".to_owned() } else { path.display().to_string() };
-    let mut reader = BufReader::with_capacity(256 * 1024, crate::eval::open_events(path)?);
-    let mut line = String::new();
-    let mut line_no = 0u64;
-    loop {
-        line.clear();
-        match reader.read_line(&mut line) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                line_no += 1;
-                replayer.malformed();
-                report(error_format, &name, line_no, "line is not valid UTF-8");
-                let mut junk = Vec::new();
-                reader.read_until(b'\n', &mut junk).map_err(|e| CliError::io(&name, e))?;
-                continue;
-            }
-            Err(e) => return Err(CliError::io(format!("cannot read `{name}`"), e)),
-        }
-        line_no += 1;
-        let text = line.trim_end_matches(['\n', '\r']);
-        if text.trim().is_empty() {
-            continue;
-        }
-        match decode_event(text) {
-            Ok(event) => {
-                if since.is_some_and(|s| event.time < s) {
-                    continue;
-                }
-                replayer.event(&event, Some(text), &[]);
-            }
-            Err(e) => {
-                replayer.malformed();
-                report(error_format, &name, line_no, &e.to_string());
-            }
-        }
-    }
-    Ok(())
+    let name = crate::eval::source_name(path);
+    let input = crate::eval::open_events(path)?;
+    replayer
+        .read(input, bursar_session::DEFAULT_MAX_LINE, since, |r| crate::eval::report_rejected(error_format, &name, r))
+        .map_err(|e| CliError::io(format!("cannot read `{name}`"), e))
 }
 
-/// Feeds the events of an audit log, in order, each with the decisions recorded for it. Decisions
-/// recorded without an event (timers fired by `serve`'s wall-clock ticker) are grouped with the next
-/// event, which is where a replay fires the same timers.
+/// Feeds the inputs of an audit log, in order, each with the decisions recorded for it, decoded under
+/// the journal's rules: `serve`'s wall ticks (`bursar.tick`, and the `bursar-tick-…` clock ticks of
+/// older logs) are replayed as wall ticks, never as a producer's `clock.tick`, so the candidate fires
+/// the timers serve fired, at the same times. Decisions recorded without an input (possible in logs
+/// of older versions) are grouped with the next input.
 fn replay_audit(replayer: &mut Replayer, db: &PathBuf, since: Option<Timestamp>) -> Result<(), CliError> {
     const PAGE: usize = 10_000;
     let audit_err = |e: bursar_audit::AuditError| CliError::Message(format!("audit log `{}`: {e}", db.display()));
@@ -182,34 +152,27 @@ fn replay_audit(replayer: &mut Replayer, db: &PathBuf, since: Option<Timestamp>)
                     _ => break,
                 }
             }
-            let event = match decode_event(&stored.raw) {
-                Ok(e) => e,
-                Err(e) => {
+            let frame = Frame::Line { line: u64::try_from(stored.seq).unwrap_or(0), bytes: stored.raw.as_bytes() };
+            let input = match bursar_session::decode(frame, replayer.origin()) {
+                Line::Input(d) => d.input,
+                Line::Blank => continue,
+                Line::Rejected(r) => {
                     replayer.malformed();
                     eprintln!(
-                        "{}: event {} ({}) does not decode, skipped: {e}",
+                        "{}: event {} ({}) does not decode, skipped: {}",
                         db.display(),
                         stored.seq,
-                        stored.event_id
+                        stored.event_id,
+                        r.error
                     );
                     continue;
                 }
             };
-            if since.is_some_and(|s| event.time < s) {
+            if since.is_some_and(|s| input.time() < s) {
                 continue;
             }
-            replayer.event(&event, Some(&stored.raw), &recorded);
+            replayer.input(&input, &stored.raw, &recorded);
         }
     }
     Ok(())
-}
-
-fn report(format: ErrorFormat, file: &str, line: u64, reason: &str) {
-    match format {
-        ErrorFormat::Human => eprintln!("{file}:{line}: skipped malformed event: {reason}"),
-        ErrorFormat::Json => eprintln!(
-            "{}",
-            serde_json::json!({"file": file, "line": line, "error": "malformed event", "reason": reason})
-        ),
-    }
 }

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use bursar_model::{
-    Decision, DecisionKind, Duration, Event, EventKind, FinishStatus, Hints, JobSpec, Sample, Timestamp,
+    Decision, DecisionKind, Duration, Event, EventKind, FinishStatus, Hints, Input, JobSpec, Sample, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 
@@ -54,6 +54,54 @@ pub enum Outcome {
     Duplicate,
 }
 
+/// One step in a job's life, as the engine decided it: the one definition of the job lifecycle that
+/// everything downstream (the report's accounting, the audit log's `lifecycle` rows) reads instead of
+/// inferring it again from events and decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Step {
+    /// Admitted: may start now (at submission, on approval, or when a deferral ended).
+    Admitted,
+    /// Admitted to start later (a `defer`).
+    Deferred,
+    /// Held for a person's approval.
+    Held,
+    /// Refused (at submission, by a rejection, or because the approval request expired).
+    Denied,
+    /// Started on its GPUs.
+    Started,
+    /// Ended, with the scheduler's status.
+    Finished(FinishStatus),
+    /// Its GPUs were released by a reclaim decision.
+    Reclaimed,
+}
+
+impl Step {
+    /// The stored name (`finished` for every finish status; the status is kept beside it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::Admitted => "admitted",
+            Step::Deferred => "deferred",
+            Step::Held => "held",
+            Step::Denied => "denied",
+            Step::Started => "started",
+            Step::Finished(_) => "finished",
+            Step::Reclaimed => "reclaimed",
+        }
+    }
+}
+
+/// A job's step at an event time, produced while applying one input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transition {
+    /// The job.
+    pub job: Arc<str>,
+    /// Event time of the step (for a timer, when it was due).
+    pub at: Timestamp,
+    /// What happened.
+    pub step: Step,
+}
+
 /// Counters since the engine started (or was restored).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
@@ -69,6 +117,12 @@ pub struct Stats {
     pub dry_run_decisions: u64,
     /// Timers fired.
     pub timers_fired: u64,
+    /// Action records taken (`action.executed`, `action.failed`).
+    #[serde(default)]
+    pub actions: u64,
+    /// Wall ticks applied.
+    #[serde(default)]
+    pub wall_ticks: u64,
 }
 
 /// Everything needed to resume an engine: state, timers, remembered ids, counters.
@@ -97,6 +151,7 @@ pub struct Engine {
     config: EngineConfig,
     scratch: Scratch,
     coverage: Option<Coverage>,
+    transitions: Vec<Transition>,
 }
 
 /// Reused per-policy output buffers, so evaluating an event allocates no vectors once warm.
@@ -114,6 +169,7 @@ struct Emitter<'a> {
     cause: &'a str,
     n: usize,
     out: &'a mut Vec<Decision>,
+    steps: &'a mut Vec<Transition>,
     stats: &'a mut Stats,
     coverage: Option<&'a mut Coverage>,
 }
@@ -164,6 +220,10 @@ impl Emitter<'_> {
                 }
             }
         }
+    }
+
+    fn step(&mut self, job: &Arc<str>, at: Timestamp, step: Step) {
+        self.steps.push(Transition { job: job.clone(), at, step });
     }
 
     fn emit(&mut self, d: Draft) {
@@ -231,6 +291,7 @@ impl Engine {
             config,
             scratch: Scratch::default(),
             coverage: None,
+            transitions: Vec::new(),
         }
     }
 
@@ -248,6 +309,7 @@ impl Engine {
             config,
             scratch: Scratch::default(),
             coverage: None,
+            transitions: Vec::new(),
         }
     }
 
@@ -297,9 +359,47 @@ impl Engine {
         &self.timers
     }
 
-    /// Applies one event and appends its decisions to `out`. `raw` is the line as received, passed to
-    /// policies that want the producer's own fields.
+    /// Applies one input and appends its decisions to `out`; the job steps it caused are then in
+    /// [`Engine::transitions`]. `raw` is the line as received, passed to policies that want the
+    /// producer's own fields.
+    ///
+    /// - An [`Input::Event`] is deduplicated by id, moves event time forward, fires the timers due and
+    ///   is evaluated by the policies that want its type.
+    /// - An [`Input::WallTick`] moves event time to the wall clock and fires the timers due, attributing
+    ///   their decisions to the tick's id; it runs no policy (`clock.tick` rules see only producers'
+    ///   ticks) and is not deduplicated.
+    /// - An [`Input::Action`] is deduplicated by id and counted; it changes no state and reaches no
+    ///   policy (and does not move the clock: it reports on the past).
+    pub fn apply(&mut self, input: &Input, raw: Option<&str>, out: &mut Vec<Decision>) -> Outcome {
+        match input {
+            Input::Event(e) => self.process(e, raw, out),
+            Input::WallTick(t) => {
+                self.transitions.clear();
+                self.stats.wall_ticks += 1;
+                self.advance(t.time, &t.id(), out);
+                Outcome::Applied
+            }
+            Input::Action(a) => {
+                self.transitions.clear();
+                if !self.dedupe.insert(&a.id, a.time.max(self.state.now)) {
+                    self.stats.duplicates += 1;
+                    return Outcome::Duplicate;
+                }
+                self.stats.actions += 1;
+                Outcome::Applied
+            }
+        }
+    }
+
+    /// The job steps of the last [`Engine::apply`], in the order they happened.
+    pub fn transitions(&self) -> &[Transition] {
+        &self.transitions
+    }
+
+    /// [`Engine::apply`] of a producer's event, for callers that hold an [`Event`] rather than an
+    /// [`Input`] (benchmarks, tests): the same path, without wrapping the event.
     pub fn process(&mut self, event: &Event, raw: Option<&str>, out: &mut Vec<Decision>) -> Outcome {
+        self.transitions.clear();
         if !self.dedupe.insert(&event.id, event.time.max(self.state.now)) {
             self.stats.duplicates += 1;
             return Outcome::Duplicate;
@@ -308,7 +408,14 @@ impl Engine {
         let now = self.state.now.max(event.time);
         self.state.now = now;
         let policies = self.policies.clone();
-        let mut em = Emitter { cause: &event.id, n: 0, out, stats: &mut self.stats, coverage: self.coverage.as_mut() };
+        let mut em = Emitter {
+            cause: &event.id,
+            n: 0,
+            out,
+            steps: &mut self.transitions,
+            stats: &mut self.stats,
+            coverage: self.coverage.as_mut(),
+        };
         Self::fire_timers(&mut self.state, &mut self.timers, &policies, self.config, now, &mut em);
 
         match &event.kind {
@@ -329,13 +436,18 @@ impl Engine {
         Outcome::Applied
     }
 
-    /// Fires the timers due by `now` (from `serve`'s wall-clock ticker), attributing decisions to
-    /// `cause`, an id the caller makes up for the tick.
-    pub fn advance(&mut self, now: Timestamp, cause: &str, out: &mut Vec<Decision>) {
+    fn advance(&mut self, now: Timestamp, cause: &str, out: &mut Vec<Decision>) {
         let now = self.state.now.max(now);
         self.state.now = now;
         let policies = self.policies.clone();
-        let mut em = Emitter { cause, n: 0, out, stats: &mut self.stats, coverage: self.coverage.as_mut() };
+        let mut em = Emitter {
+            cause,
+            n: 0,
+            out,
+            steps: &mut self.transitions,
+            stats: &mut self.stats,
+            coverage: self.coverage.as_mut(),
+        };
         Self::fire_timers(&mut self.state, &mut self.timers, &policies, self.config, now, &mut em);
     }
 
@@ -378,6 +490,7 @@ impl Engine {
                             d.reason = format!("approval request expired unanswered at {at} ({})", p.reason);
                         }
                         em.emit(d);
+                        em.step(&job_id, at, Step::Denied);
                     }
                 }
                 TimerKind::DeferRelease => {
@@ -390,6 +503,7 @@ impl Engine {
                     d.policies = vec![Arc::from(ENGINE_POLICY)];
                     d.reason = format!("deferral of job {job_id} ended at {at}; it may start now");
                     em.emit(d);
+                    em.step(&job_id, at, Step::Admitted);
                 }
                 TimerKind::Forget => {
                     if state
@@ -562,6 +676,13 @@ impl Engine {
         }
         d.reason = reason;
         em.emit(d);
+        let step = match kind {
+            DecisionKind::Allow => Step::Admitted,
+            DecisionKind::Defer => Step::Deferred,
+            DecisionKind::RequireApproval => Step::Held,
+            _ => Step::Denied,
+        };
+        em.step(&job_id, event.time, step);
 
         // Alerts, then dry-run verdicts, in policy order.
         for (i, out) in results {
@@ -648,6 +769,7 @@ impl Engine {
                 {
                     if matches!(j.phase, JobPhase::Admitted | JobPhase::Deferred) {
                         state.start(&mut j, event.time);
+                        em.step(id, event.time, Step::Started);
                     }
                     state.jobs.insert(id.clone(), j);
                 }
@@ -713,12 +835,16 @@ impl Engine {
             && let Some(id) = &job_id
             && let Some(mut j) = state.jobs.remove(&**id)
         {
+            let ended_before = matches!(j.phase, JobPhase::Reclaimed | JobPhase::Finished);
             j.status = Some(*status);
             if j.started.is_some() {
                 j.ended = event.time.into();
             }
             if j.phase.is_live() {
                 state.release(&mut j, event.time, JobPhase::Finished);
+            }
+            if !ended_before {
+                em.step(id, event.time, Step::Finished(*status));
             }
             j.phase = if j.phase == JobPhase::Reclaimed { JobPhase::Reclaimed } else { JobPhase::Finished };
             if j.started.is_some() || *status == FinishStatus::Succeeded {
@@ -775,10 +901,12 @@ impl Engine {
             job.phase = JobPhase::Admitted;
             state.reserve(&mut job);
             em.emit(d);
+            em.step(id, event.time, Step::Admitted);
             state.jobs.insert(id.clone(), job);
         } else {
             d.reason = format!("approval rejected by {who} (asked because: {})", pending.reason);
             em.emit(d);
+            em.step(id, event.time, Step::Denied);
         }
         let _ = timers;
     }
@@ -843,6 +971,7 @@ impl Engine {
                     && let Some(mut j) = state.jobs.remove(&**job_id)
                 {
                     state.release(&mut j, time, JobPhase::Reclaimed);
+                    em.step(job_id, time, Step::Reclaimed);
                     state.jobs.insert(job_id.clone(), j);
                     timers.set(time.plus(config.finished_retention), job_id.clone(), TimerKind::Forget);
                 }

@@ -24,7 +24,7 @@ pub mod set;
 pub mod state;
 pub mod timers;
 
-pub use engine::{Coverage, ENGINE_POLICY, Engine, EngineConfig, Outcome, Snapshot, Stats};
+pub use engine::{Coverage, ENGINE_POLICY, Engine, EngineConfig, Outcome, Snapshot, Stats, Step, Transition};
 pub use intern::Sym;
 pub use policy::{
     Context, Effect, EventMask, Mode, Output, Policy, PolicyMeta, Selector, TimerContext, Verdict, VerdictKind,

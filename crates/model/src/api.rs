@@ -11,6 +11,7 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
 use crate::decision::Decision;
+use crate::event::FinishStatus;
 
 /// A line that was not applied, and why: the one shape of a rejected line everywhere (the `rejected`
 /// list of `POST /v1/events`, a socket answer, `bursar eval --error-format json` on stderr).
@@ -171,6 +172,192 @@ pub enum SocketAnswer {
         /// Its decisions.
         decisions: Vec<Sequenced>,
     },
+}
+
+/// `GET /v1/jobs/{id}`: what bursar knows about a job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobView {
+    /// The job.
+    pub job_id: String,
+    /// Where it is: `pending_approval`, `deferred`, `admitted`, `running`, `finished`, `reclaimed`.
+    pub phase: String,
+    /// Whether it holds (or is about to hold) GPUs.
+    pub live: bool,
+    /// Project.
+    pub project: String,
+    /// User.
+    pub user: String,
+    /// Queue.
+    pub queue: Option<String>,
+    /// Stage.
+    pub stage: Option<String>,
+    /// GPU model.
+    pub gpu_type: Option<String>,
+    /// GPUs.
+    pub gpus: u32,
+    /// Nodes.
+    pub nodes: u32,
+    /// Requested wall-clock hours.
+    pub requested_hours: f64,
+    /// Submission time.
+    pub submitted: String,
+    /// Start time.
+    pub started: Option<String>,
+    /// End time.
+    pub ended: Option<String>,
+    /// How it ended.
+    pub status: Option<FinishStatus>,
+    /// For a deferred job: when it may start.
+    pub deferred_until: Option<String>,
+    /// GPU-hours reserved and not yet settled.
+    pub reserved_gpu_hours: f64,
+    /// GPU-hours of runtime so far.
+    pub runtime_gpu_hours: f64,
+    /// The approval it waits for.
+    pub pending_approval: Option<PendingView>,
+    /// The latest utilisation.
+    pub utilisation: UtilisationView,
+    /// Tags.
+    pub tags: std::collections::BTreeMap<String, String>,
+    /// The engine's clock (the newest event time).
+    pub engine_time: String,
+}
+
+/// A pending approval, in [`JobView`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingView {
+    /// When the request lapses.
+    pub expires: String,
+    /// Who may approve (empty: anyone).
+    pub approvers: Vec<String>,
+    /// The policies that asked.
+    pub policies: Vec<String>,
+    /// Why.
+    pub reason: String,
+}
+
+/// The latest utilisation, in [`JobView`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UtilisationView {
+    /// When the last sample arrived.
+    pub last_sample: Option<String>,
+    /// GPU utilisation of the last sample.
+    pub gpu_util: f32,
+    /// Memory utilisation of the last sample.
+    pub mem_util: f32,
+    /// Exponentially weighted average of GPU utilisation.
+    pub avg_gpu_util: f32,
+    /// Samples seen.
+    pub samples: u32,
+    /// Last keep-alive.
+    pub keepalive: Option<String>,
+}
+
+/// `GET /v1/projects/{name}`: a project's usage and the GPUs it holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProjectView {
+    /// The project.
+    pub project: String,
+    /// Whether bursar has counted anything for it.
+    pub known: bool,
+    /// GPUs of admitted jobs not yet released.
+    pub held_gpus: u32,
+    /// GPUs of started jobs not yet released.
+    pub running_gpus: u32,
+    /// Jobs holding or about to hold GPUs.
+    pub live_jobs: u64,
+    /// Usage over the day containing the engine's clock.
+    pub day: UsageView,
+    /// … the ISO week.
+    pub week: UsageView,
+    /// … the calendar month.
+    pub month: UsageView,
+    /// The engine's clock.
+    pub engine_time: String,
+}
+
+/// GPU-hours of one period, in [`ProjectView`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageView {
+    /// The period, e.g. `2026-11`.
+    pub period: String,
+    /// Reserved, not yet settled.
+    pub reserved: f64,
+    /// Settled from runtime.
+    pub used: f64,
+    /// Charged by billing.
+    pub charged: f64,
+    /// Settled from runtime, not yet charged.
+    pub unbilled: f64,
+    /// reserved + used.
+    pub by_runtime: f64,
+    /// reserved + unbilled + charged.
+    pub by_billing: f64,
+}
+
+/// What one policy reload did (`POST /v1/reload`, and `last_reload` in [`PoliciesView`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReloadOutcome {
+    /// Whether the new set is in force (or the files were unchanged).
+    pub ok: bool,
+    /// `loaded`, `unchanged` or `failed`.
+    pub status: String,
+    /// What asked for it: `startup`, `watch`, `sighup` or `http`.
+    pub cause: String,
+    /// When it finished (RFC 3339, wall clock).
+    pub at: String,
+    /// Digest of the set in force afterwards.
+    pub digest: String,
+    /// For a failure: every error, `file:line:col: message`.
+    pub errors: Vec<String>,
+    /// Milliseconds spent compiling.
+    pub compile_ms: f64,
+}
+
+/// One policy of the set in force, in [`PoliciesView`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyInfo {
+    /// Policy id, e.g. `quota/monthly-gpu-hours`.
+    pub id: String,
+    /// Its family (`quota`, …, `wasm`).
+    pub kind: String,
+    /// `enforce` or `dry_run`.
+    pub mode: String,
+    /// What it is for.
+    pub description: String,
+    /// Where it is defined (`file:line`).
+    pub source: String,
+}
+
+/// One policy file, in [`PoliciesView`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyFile {
+    /// The path.
+    pub path: String,
+    /// Its SHA-256.
+    pub digest: String,
+}
+
+/// `GET /v1/policies`: the set in force and the last reload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoliciesView {
+    /// Digest of the set in force.
+    pub digest: String,
+    /// When it was loaded (RFC 3339, wall clock).
+    pub loaded_at: String,
+    /// Its policies.
+    pub policies: Vec<PolicyInfo>,
+    /// Its files.
+    pub files: Vec<PolicyFile>,
+    /// The last reload attempt, if any.
+    pub last_reload: Option<ReloadOutcome>,
+}
+
+/// `POST /v1/snapshot`: the event seq the snapshot covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotReply {
+    /// Every event up to this seq is in the snapshot.
+    pub event_seq: u64,
 }
 
 #[cfg(test)]

@@ -13,7 +13,8 @@
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use bursar_model::{Decision, DecisionKind, Event, Timestamp, decode_event};
+use bursar_model::{Decision, DecisionKind, Input, Timestamp};
+use bursar_session::{Frame, Framer, Line, Origin, decode};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -59,13 +60,13 @@ pub struct TestFile {
     pub cases: Vec<Case>,
 }
 
-/// One event of a case, with where it was written.
+/// One input of a case (an event, or an action record), with where it was written.
 #[derive(Debug, Clone)]
 pub struct CaseEvent {
     /// The line as written.
     pub raw: String,
-    /// The decoded event.
-    pub event: Event,
+    /// The decoded input.
+    pub input: Input,
 }
 
 /// A named test case.
@@ -414,27 +415,32 @@ fn decode_inline(
     decode_lines(file, value, first_line, errors)
 }
 
-/// Decodes JSON Lines; blank lines and lines starting with `#` or `//` are skipped.
+/// Decodes JSON Lines through the session's decoder, under a producer's rules (so a test case can no
+/// more send bursar's own wall tick than a producer can); blank lines and lines starting with `#` or
+/// `//` (comments, which a test file may have) are skipped.
 fn decode_lines(file: &str, text: &str, first_line: usize, errors: &mut Vec<FormatError>) -> Vec<CaseEvent> {
     let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let t = line.trim();
+    Framer::body(text.as_bytes(), usize::MAX, |frame| {
+        let Frame::Line { line, bytes } = frame else { return };
+        let Ok(raw) = std::str::from_utf8(bytes) else { return };
+        let t = raw.trim();
         if t.is_empty() || t.starts_with('#') || t.starts_with("//") {
-            continue;
+            return;
         }
-        match decode_event(t) {
-            Ok(event) => out.push(CaseEvent { raw: t.to_owned(), event }),
-            Err(e) => {
-                let column = line.len() - line.trim_start().len() + 1;
+        match decode(Frame::Line { line, bytes: t.as_bytes() }, Origin::Producer) {
+            Line::Input(d) => out.push(CaseEvent { raw: t.to_owned(), input: d.input }),
+            Line::Blank => {}
+            Line::Rejected(r) => {
+                let column = raw.len() - raw.trim_start().len() + 1;
                 errors.push(FormatError {
                     file: file.to_owned(),
-                    line: first_line + i,
+                    line: first_line + usize::try_from(line).unwrap_or(0) - 1,
                     column,
-                    message: format!("event does not decode: {e}"),
+                    message: format!("event does not decode: {}", r.error),
                 })
             }
         }
-    }
+    });
     out
 }
 

@@ -15,8 +15,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use bursar_engine::{Engine, EngineConfig, Outcome, PolicySet};
-use bursar_model::{Decision, DecisionKind, Event, Timestamp};
+use bursar_engine::{Engine, EngineConfig, PolicySet};
+use bursar_model::api::Rejected;
+use bursar_model::{Decision, DecisionKind, Event, Input, Timestamp};
+use bursar_session::{Applied, Line, Memory, Origin, Session, decode};
 use serde::Serialize;
 
 /// A count (or a sum) on both sides.
@@ -154,20 +156,29 @@ const HOURS_KINDS: [DecisionKind; 4] =
 #[derive(Debug)]
 enum Base {
     /// Another set, evaluated on the same events.
-    Policies(Box<Engine>),
+    Policies(Box<Session<Memory>>),
     /// The decisions recorded with each event.
     Recorded,
 }
 
-/// Feeds events to the candidate (and baseline) engine and accumulates the report.
+/// Feeds inputs to the candidate (and baseline) session and accumulates the report.
 #[derive(Debug)]
 pub struct Replayer {
-    candidate: Engine,
+    candidate: Session<Memory>,
     base: Base,
     limit: usize,
     report: ReplayReport,
-    cand_buf: Vec<Decision>,
-    base_buf: Vec<Decision>,
+    origin: Origin,
+}
+
+/// The decisions `session` made for `input`: empty for a duplicate.
+fn step(session: &mut Session<Memory>, input: &Input, raw: &str) -> (bool, Vec<Decision>) {
+    session.journal_mut().clear();
+    match session.apply(input, raw) {
+        Ok(Applied::Applied { .. }) => (true, std::mem::take(&mut session.journal_mut().decisions)),
+        // A memory journal never refuses.
+        Ok(Applied::Duplicate) | Err(_) => (false, Vec::new()),
+    }
 }
 
 type Key<'a> = (Option<&'a str>, &'static str, bool, usize);
@@ -196,25 +207,31 @@ fn same(a: &Decision, b: &Decision) -> bool {
 }
 
 impl Replayer {
-    /// Compares `candidate` with `baseline` evaluated on the same events.
+    /// Compares `candidate` with `baseline` evaluated on the same events (read as a producer's).
     pub fn against_policies(candidate: Arc<PolicySet>, baseline: Arc<PolicySet>, config: EngineConfig) -> Replayer {
-        Replayer::new(candidate, Base::Policies(Box::new(Engine::with_config(baseline, config))), config)
+        let base = Session::new(Engine::with_config(baseline, config), Memory::default(), Origin::Producer);
+        Replayer::new(candidate, Base::Policies(Box::new(base)), config, Origin::Producer)
     }
 
-    /// Compares `candidate` with the decisions recorded with each event (see [`Replayer::event`]).
+    /// Compares `candidate` with the decisions recorded with each input of bursar's own journal (see
+    /// [`Replayer::input`]): serve's wall ticks are replayed as wall ticks.
     pub fn against_recorded(candidate: Arc<PolicySet>, config: EngineConfig) -> Replayer {
-        Replayer::new(candidate, Base::Recorded, config)
+        Replayer::new(candidate, Base::Recorded, config, Origin::Journal)
     }
 
-    fn new(candidate: Arc<PolicySet>, base: Base, config: EngineConfig) -> Replayer {
+    fn new(candidate: Arc<PolicySet>, base: Base, config: EngineConfig, origin: Origin) -> Replayer {
         Replayer {
-            candidate: Engine::with_config(candidate, config),
+            candidate: Session::new(Engine::with_config(candidate, config), Memory::default(), origin),
             base,
             limit: 20,
             report: ReplayReport::default(),
-            cand_buf: Vec::new(),
-            base_buf: Vec::new(),
+            origin,
         }
+    }
+
+    /// The origin whose rules decode this replay's lines.
+    pub fn origin(&self) -> Origin {
+        self.origin
     }
 
     /// Keeps at most `limit` changed decisions in the report (20 by default).
@@ -235,25 +252,70 @@ impl Replayer {
         self.report.malformed += 1;
     }
 
-    /// Applies one event. `recorded` is what was decided for it at the time (from the audit log); it is
-    /// ignored when the baseline is a policy set.
-    pub fn event(&mut self, event: &Event, raw: Option<&str>, recorded: &[Decision]) {
-        self.cand_buf.clear();
-        let outcome = self.candidate.process(event, raw, &mut self.cand_buf);
+    /// Applies one input (decoded under [`Replayer::origin`]'s rules). `recorded` is what was decided
+    /// for it at the time (from the audit log); it is ignored when the baseline is a policy set.
+    pub fn input(&mut self, input: &Input, raw: &str, recorded: &[Decision]) {
+        let (applied, cand) = step(&mut self.candidate, input, raw);
+        let base_own;
         let base: &[Decision] = match &mut self.base {
-            Base::Policies(engine) => {
-                self.base_buf.clear();
-                engine.process(event, raw, &mut self.base_buf);
-                &self.base_buf
+            Base::Policies(session) => {
+                base_own = step(session, input, raw).1;
+                &base_own
             }
             Base::Recorded => recorded,
         };
-        if outcome == Outcome::Duplicate {
+        if !applied {
             self.report.duplicates += 1;
             return;
         }
         self.report.events += 1;
-        compare(&mut self.report, self.limit, event, base, &self.cand_buf);
+        compare(&mut self.report, self.limit, &input.id(), input.time(), base, &cand);
+    }
+
+    /// [`Replayer::input`] of a producer's event.
+    pub fn event(&mut self, event: &Event, raw: Option<&str>, recorded: &[Decision]) {
+        let input = Input::Event(event.clone());
+        let canonical;
+        let raw = match raw {
+            Some(r) => r,
+            None => {
+                canonical = event.to_json();
+                &canonical
+            }
+        };
+        self.input(&input, raw, recorded);
+    }
+
+    /// Replays a stream of JSON Lines (an events file), read through the session crate's framing and
+    /// decoding; inputs before `since` are skipped; every rejected line is counted and handed to
+    /// `on_rejected`.
+    pub fn read(
+        &mut self,
+        source: impl std::io::Read,
+        max_line: usize,
+        since: Option<Timestamp>,
+        mut on_rejected: impl FnMut(&Rejected),
+    ) -> std::io::Result<()> {
+        let origin = self.origin;
+        bursar_session::read_frames(source, max_line, |frame| {
+            match decode(frame, origin) {
+                Line::Blank => {}
+                Line::Rejected(r) => {
+                    self.malformed();
+                    on_rejected(&r);
+                }
+                Line::Input(d) => {
+                    if since.is_none_or(|s| d.input.time() >= s) {
+                        self.input(&d.input, d.text, &[]);
+                    }
+                }
+            }
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .map_err(|e| match e {
+            bursar_session::ReadError::Read(io) => io,
+            bursar_session::ReadError::Stopped(never) => match never {},
+        })
     }
 
     /// The report.
@@ -262,7 +324,7 @@ impl Replayer {
     }
 }
 
-fn compare(r: &mut ReplayReport, limit: usize, event: &Event, base: &[Decision], cand: &[Decision]) {
+fn compare(r: &mut ReplayReport, limit: usize, event_id: &str, time: Timestamp, base: &[Decision], cand: &[Decision]) {
     count(r, base, false);
     count(r, cand, true);
     shadow(r, "baseline", base);
@@ -303,8 +365,8 @@ fn compare(r: &mut ReplayReport, limit: usize, event: &Event, base: &[Decision],
         }
         if r.changes.len() < limit {
             r.changes.push(Change {
-                event_id: event.id.clone(),
-                time: any.map_or_else(|| event.time.to_string(), |d| d.time.to_string()),
+                event_id: event_id.to_owned(),
+                time: any.map_or_else(|| time.to_string(), |d| d.time.to_string()),
                 job_id: k.0.map(Arc::from),
                 project,
                 slot: k.1.to_owned(),

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use bursar_engine::{Coverage, Engine, PolicySet};
 use bursar_model::{Decision, DecisionKind};
+use bursar_session::{Memory, Origin, Session};
 use serde::Serialize;
 
 use crate::format::{Case, FormatError, TestFile, parse_test_file};
@@ -99,18 +100,19 @@ pub struct CaseResult {
 
 /// Runs one case from a fresh engine. With `coverage`, the branches its verdicts took are added.
 pub fn run_case(set: &Arc<PolicySet>, file: &str, case: &Case, coverage: Option<&mut Coverage>) -> CaseResult {
-    let mut engine = Engine::new(set.clone());
+    let mut session = Session::new(Engine::new(set.clone()), Memory::default(), Origin::Producer);
     if coverage.is_some() {
-        engine.enable_coverage();
+        session.engine_mut().enable_coverage();
     }
-    let mut decisions = Vec::new();
     for e in &case.events {
-        engine.process(&e.event, Some(&e.raw), &mut decisions);
+        // A memory journal never refuses.
+        let _ = session.apply(&e.input, &e.raw);
     }
-    if let (Some(acc), Some(got)) = (coverage, engine.coverage()) {
+    if let (Some(acc), Some(got)) = (coverage, session.engine().coverage()) {
         acc.extend(got.iter().cloned());
     }
-    check(file, case, decisions)
+    let (_, journal) = session.into_parts();
+    check(file, case, journal.decisions)
 }
 
 /// Checks `decisions` against the case's expectations.

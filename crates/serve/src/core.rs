@@ -1,94 +1,60 @@
-//! The engine thread: the single owner of [`Engine`] and of the audit log's write connection.
+//! The engine thread: the single owner of the [`Session`] (the engine and its journal, the audit log's
+//! writer).
 //!
 //! Handlers, the ticker and the reloader send [`Work`] over a bounded channel (a full channel makes
 //! senders wait: back-pressure, never an unbounded buffer). The thread takes whatever is queued (up to
-//! [`MAX_BATCH`] items), applies it in arrival order, appends every applied event and its decisions to
-//! the audit log in one transaction (group commit), and only then answers the senders and publishes
-//! the decisions to the live streams. So an answer always describes something durable, and a decision
-//! a client saw is always in the log.
+//! [`MAX_BATCH`] items), applies it in arrival order through the session, flushes the journal once
+//! (one group commit for the whole batch) and only then answers the senders from the receipts and
+//! publishes the decisions to the live streams. So an answer always describes something durable, and
+//! a decision a client saw is always in the log.
 //!
-//! Wall-clock ticks are applied with [`Engine::advance`] under a synthetic cause id
-//! (`bursar-tick-<millis>`). A tick that fired a timer is logged as a synthetic `clock.tick` event with
-//! that id; a tick that fired nothing is logged lazily, just before the next event, because it still
-//! moved the engine's clock. On start, [`recover`] restores the last snapshot and replays the logged
-//! events after it (ticks through `advance` again), discarding the decisions, so the state is exactly
-//! what it was when the last batch committed.
+//! Wall-clock ticks are the session's [`bursar_model::Input::WallTick`]s: a tick that fired a timer
+//! is journaled as a `bursar.tick` line; one that fired nothing only before the next input. On start,
+//! [`recover`] restores the last snapshot and replays the journaled inputs after it through a session
+//! of the journal's origin (so every tick is replayed as a tick), discarding the decisions, so the
+//! state is exactly what it was when the last batch committed.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use bursar_engine::{Engine, EngineConfig, Outcome, PolicySet};
-use bursar_model::{Decision, Event, EventKind, Timestamp, decode_event};
+use bursar_audit::{AuditLog, Writer};
+use bursar_engine::{Engine, EngineConfig, PolicySet};
+use bursar_model::Timestamp;
+use bursar_model::api::{JobView, ProjectView, Sequenced};
+use bursar_session::{Applied, Discard, Frame, Incoming, LineOutcome, Origin, Receipt, Session};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::metrics::Metrics;
-use crate::store::{Entry, Store, StoreError};
 
 /// Most work items taken into one batch (one audit transaction).
 pub const MAX_BATCH: usize = 512;
 
-/// Event ids starting with this are reserved for the ticker's synthetic events.
-pub const TICK_PREFIX: &str = "bursar-tick-";
+/// How many engine snapshots the audit log keeps.
+const SNAPSHOTS_KEPT: usize = 2;
 
-/// An event that passed decoding, with where it came from.
-#[derive(Debug)]
-pub struct Incoming {
-    /// 1-based line in the request body.
-    pub line: usize,
-    /// The line as received.
-    pub raw: String,
-    /// The decoded event.
-    pub event: Event,
-}
-
-/// A decision with its sequence number in the audit log (the stream cursor).
-#[derive(Debug, Clone)]
-pub struct Sequenced {
-    /// Decision sequence number.
-    pub seq: u64,
-    /// The decision.
-    pub decision: Decision,
-}
-
-impl Sequenced {
-    /// The decision as one JSON line with `seq` first, without the newline.
-    pub fn to_json(&self) -> String {
-        with_seq(self.seq, &self.decision.to_json())
-    }
-}
-
-/// `{"seq":N,…}` from a decision's JSON object.
-pub fn with_seq(seq: u64, json: &str) -> String {
-    match json.strip_prefix('{') {
-        Some(rest) if rest.trim_start().starts_with('}') => format!("{{\"seq\":{seq}}}"),
-        Some(rest) => format!("{{\"seq\":{seq},{rest}"),
-        None => json.to_owned(),
-    }
-}
-
-/// What happened to one incoming event.
-#[derive(Debug)]
-pub struct Applied {
-    /// Its line in the request.
-    pub line: usize,
-    /// Its id.
-    pub event_id: String,
-    /// Ignored because the id was seen before.
+/// What became of one input of a request, once durable.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// 1-based line in the request body (or on the connection).
+    pub line: u64,
+    /// The input's id.
+    pub id: String,
+    /// Its id was seen before: nothing changed.
     pub duplicate: bool,
-    /// Its decisions, durable.
+    /// Its decisions, with their stream positions.
     pub decisions: Vec<Sequenced>,
 }
 
-/// A request to the engine thread.
+/// A unit of work for the engine thread.
 #[derive(Debug)]
 pub enum Work {
-    /// Apply events and answer once they are durable.
-    Events {
-        /// The events, in order.
+    /// Apply these inputs (in order) and answer once durable.
+    Inputs {
+        /// The decoded lines.
         items: Vec<Incoming>,
-        /// Where the answer goes.
-        reply: oneshot::Sender<Result<Vec<Applied>, String>>,
+        /// Answered after the commit.
+        reply: oneshot::Sender<Result<Vec<Outcome>, String>>,
     },
     /// Fire the timers due by this wall-clock instant.
     Tick(Timestamp),
@@ -113,14 +79,14 @@ pub enum Work {
         /// The job id.
         id: String,
         /// The answer (`None` for an unknown job).
-        reply: oneshot::Sender<Option<serde_json::Value>>,
+        reply: oneshot::Sender<Option<JobView>>,
     },
     /// A ledger's usage and held GPUs.
     Project {
         /// The project.
         name: String,
         /// The answer.
-        reply: oneshot::Sender<serde_json::Value>,
+        reply: oneshot::Sender<ProjectView>,
     },
     /// Persist a snapshot now.
     Snapshot {
@@ -131,24 +97,19 @@ pub enum Work {
     Shutdown,
 }
 
-/// The synthetic event logged for a tick.
-pub fn tick_event(now: Timestamp) -> (String, Event) {
-    let id = format!("{TICK_PREFIX}{}", now.millis());
-    let raw = format!(r#"{{"id":"{id}","time":"{now}","type":"clock.tick"}}"#);
-    let event = Event { id, time: now, kind: EventKind::ClockTick, extra: Vec::new() };
-    (raw, event)
-}
+/// Why recovery failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct RecoverError(pub String);
 
-fn is_tick(event: &Event) -> bool {
-    matches!(event.kind, EventKind::ClockTick) && event.id.starts_with(TICK_PREFIX)
-}
-
-/// Rebuilds the engine from the audit log: the last snapshot, then every logged event after it.
-/// Returns the engine, the last event seq applied and how many events were replayed.
-pub fn recover(store: &mut Store, set: Arc<PolicySet>, config: EngineConfig) -> Result<(Engine, u64, u64), StoreError> {
-    let (mut engine, mut seq) = match store.load_snapshot()? {
-        Some((seq, blob)) => match serde_json::from_slice(&blob) {
-            Ok(snap) => (Engine::restore(set, snap), seq),
+/// Rebuilds the engine from the audit log: the last snapshot, then every journaled input after it,
+/// replayed through a session of the journal's origin. Returns the engine, the last input seq applied
+/// and how many inputs were replayed.
+pub fn recover(log: &AuditLog, set: Arc<PolicySet>, config: EngineConfig) -> Result<(Engine, u64, u64), RecoverError> {
+    let audit = |e: bursar_audit::AuditError| RecoverError(e.to_string());
+    let (engine, mut seq) = match log.latest_snapshot().map_err(audit)? {
+        Some(snap) => match serde_json::from_slice(&snap.blob) {
+            Ok(s) => (Engine::restore(set, s), snap.event_seq),
             Err(e) => {
                 tracing::warn!(error = %e, "the engine snapshot cannot be read; replaying the whole log");
                 (Engine::with_config(set, config), 0)
@@ -156,76 +117,60 @@ pub fn recover(store: &mut Store, set: Arc<PolicySet>, config: EngineConfig) -> 
         },
         None => (Engine::with_config(set, config), 0),
     };
+    let mut session = Session::new(engine, Discard, Origin::Journal);
     let mut replayed = 0;
-    let mut scratch = Vec::new();
     loop {
-        let page = store.events_after(seq, 10_000)?;
+        let page = log.events_since(seq, 10_000).map_err(audit)?;
         if page.is_empty() {
             break;
         }
-        for (s, raw) in page {
-            seq = s;
-            let event = match decode_event(&raw) {
-                Ok(e) => e,
-                Err(e) => {
-                    tracing::warn!(seq = s, error = %e, "a logged event cannot be decoded; skipped in replay");
-                    continue;
+        for stored in page {
+            seq = stored.seq;
+            let frame = Frame::Line { line: u64::try_from(stored.seq).unwrap_or(0), bytes: stored.raw.as_bytes() };
+            match session.line(frame).map_err(|e| RecoverError(e.to_string()))? {
+                LineOutcome::Rejected(r) => {
+                    tracing::warn!(seq = stored.seq, error = %r.error, "a logged input cannot be decoded; skipped in replay");
                 }
-            };
-            scratch.clear();
-            if is_tick(&event) {
-                engine.advance(event.time, &event.id, &mut scratch);
-            } else {
-                engine.process(&event, Some(&raw), &mut scratch);
+                _ => replayed += 1,
             }
-            replayed += 1;
         }
     }
-    Ok((engine, seq, replayed))
-}
-
-/// The engine thread's state.
-pub struct Core {
-    /// The engine.
-    pub engine: Engine,
-    /// The audit log.
-    pub store: Store,
-    /// Counters.
-    pub metrics: Arc<Metrics>,
-    /// Live decision streams.
-    pub decisions: broadcast::Sender<Arc<Sequenced>>,
-    /// Last event seq committed.
-    pub last_event_seq: u64,
-    /// Event seq covered by the last snapshot.
-    pub snapshot_seq: u64,
-    /// A tick applied but not yet logged (it fired nothing).
-    pending_tick: Option<Timestamp>,
-}
-
-/// A policy load to record: the new set, or the error of a failed one.
-enum Load {
-    Ok(Arc<PolicySet>),
-    Failed(String),
+    let (engine, _) = session.into_parts();
+    Ok((engine, u64::try_from(seq).unwrap_or(0), replayed))
 }
 
 /// Replies to send once the batch is durable.
 enum After {
-    Events { reply: oneshot::Sender<Result<Vec<Applied>, String>>, results: Vec<(Applied, usize)> },
+    /// Per item: its line, id and receipt index (None for a duplicate).
+    Inputs {
+        reply: oneshot::Sender<Result<Vec<Outcome>, String>>,
+        items: Vec<(u64, String, Option<usize>)>,
+    },
     Ack(oneshot::Sender<Result<(), String>>),
-    Job(oneshot::Sender<Option<serde_json::Value>>, Option<serde_json::Value>),
-    Project(oneshot::Sender<serde_json::Value>, serde_json::Value),
+    Job(oneshot::Sender<Option<JobView>>, Option<JobView>),
+    Project(oneshot::Sender<ProjectView>, ProjectView),
+}
+
+/// The engine thread's state.
+pub struct Core {
+    session: Session<Writer>,
+    metrics: Arc<Metrics>,
+    decisions: broadcast::Sender<Arc<Sequenced>>,
+    /// Last input seq committed.
+    last_event_seq: u64,
+    /// Input seq covered by the last snapshot.
+    snapshot_seq: u64,
 }
 
 impl Core {
-    /// A core over a recovered engine.
+    /// A core over a recovered engine's session.
     pub fn new(
-        engine: Engine,
-        store: Store,
+        session: Session<Writer>,
         metrics: Arc<Metrics>,
         decisions: broadcast::Sender<Arc<Sequenced>>,
         last_event_seq: u64,
     ) -> Core {
-        Core { engine, store, metrics, decisions, last_event_seq, snapshot_seq: last_event_seq, pending_tick: None }
+        Core { session, metrics, decisions, last_event_seq, snapshot_seq: last_event_seq }
     }
 
     /// Runs until [`Work::Shutdown`] or until every sender is gone; writes a final snapshot.
@@ -269,7 +214,7 @@ impl Core {
                 }
                 last_snapshot = Instant::now();
                 for reply in want_snapshot.into_iter().flatten() {
-                    let _ = reply.send(r.clone().map_err(|e| e.to_string()));
+                    let _ = reply.send(r.clone());
                 }
             }
         }
@@ -279,150 +224,107 @@ impl Core {
         tracing::info!(event_seq = self.last_event_seq, "engine stopped");
     }
 
-    /// Writes a snapshot covering everything committed.
-    pub fn snapshot(&mut self) -> Result<u64, StoreError> {
-        let blob = serde_json::to_vec(&self.engine.snapshot()).map_err(|e| StoreError(e.to_string()))?;
-        self.store.save_snapshot(self.last_event_seq, self.engine.policies().digest(), &blob)?;
-        self.snapshot_seq = self.last_event_seq;
+    /// Writes a snapshot covering everything journaled.
+    pub fn snapshot(&mut self) -> Result<u64, String> {
+        let blob = serde_json::to_vec(&self.session.engine().snapshot()).map_err(|e| e.to_string())?;
+        let bytes = blob.len();
+        let digest = self.session.engine().policies().digest().to_owned();
+        let seq = self.session.journal_mut().snapshot(&digest, blob, SNAPSHOTS_KEPT).map_err(|e| e.to_string())?;
+        let seq = u64::try_from(seq).unwrap_or(0);
+        self.last_event_seq = self.last_event_seq.max(seq);
+        self.snapshot_seq = seq;
         self.metrics.snapshots.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(event_seq = self.last_event_seq, bytes = blob.len(), "engine snapshot written");
-        Ok(self.last_event_seq)
+        tracing::debug!(event_seq = seq, bytes, "engine snapshot written");
+        Ok(seq)
     }
 
-    fn flush_tick(&mut self, entries: &mut Vec<Entry>) {
-        if let Some(t) = self.pending_tick.take() {
-            let (raw, event) = tick_event(t);
-            entries.push(Entry {
-                raw,
-                event,
-                decisions: Vec::new(),
-                policy_set: self.engine.policies().digest().to_owned(),
-            });
-        }
-    }
-
-    fn apply(&mut self, batch: Vec<Work>) -> Result<(), StoreError> {
-        let mut entries: Vec<Entry> = Vec::new();
+    fn apply(&mut self, batch: Vec<Work>) -> Result<(), String> {
         let mut after: Vec<After> = Vec::new();
-        let mut loads: Vec<Load> = Vec::new();
-        let mut out = Vec::new();
         for w in batch {
             match w {
-                Work::Events { items, reply } => {
-                    self.flush_tick(&mut entries);
+                Work::Inputs { items, reply } => {
                     let mut results = Vec::with_capacity(items.len());
                     for inc in items {
-                        out.clear();
                         let started = Instant::now();
-                        let outcome = self.engine.process(&inc.event, Some(&inc.raw), &mut out);
+                        let applied = self.session.apply(&inc.input, &inc.raw).map_err(|e| e.to_string())?;
                         self.metrics.eval.observe(started.elapsed());
-                        let duplicate = outcome == Outcome::Duplicate;
-                        let applied = Applied {
-                            line: inc.line,
-                            event_id: inc.event.id.clone(),
-                            duplicate,
-                            decisions: Vec::new(),
-                        };
-                        if duplicate {
-                            self.metrics.events_duplicate.fetch_add(1, Ordering::Relaxed);
-                            results.push((applied, usize::MAX));
-                        } else {
-                            self.metrics.events_applied.fetch_add(1, Ordering::Relaxed);
-                            results.push((applied, entries.len()));
-                            entries.push(Entry {
-                                raw: inc.raw,
-                                event: inc.event,
-                                decisions: std::mem::take(&mut out),
-                                policy_set: self.engine.policies().digest().to_owned(),
-                            });
+                        let id = inc.input.id().into_owned();
+                        match applied {
+                            Applied::Duplicate => {
+                                self.metrics.events_duplicate.fetch_add(1, Ordering::Relaxed);
+                                results.push((inc.line, id, None));
+                            }
+                            Applied::Applied { entry, .. } => {
+                                self.metrics.events_applied.fetch_add(1, Ordering::Relaxed);
+                                results.push((inc.line, id, Some(entry)));
+                            }
                         }
                     }
-                    after.push(After::Events { reply, results });
+                    after.push(After::Inputs { reply, items: results });
                 }
                 Work::Tick(now) => {
-                    let (raw, event) = tick_event(now);
-                    let fired = self.engine.stats().timers_fired;
-                    out.clear();
-                    self.engine.advance(now, &event.id, &mut out);
-                    if out.is_empty() && self.engine.stats().timers_fired == fired {
-                        self.pending_tick = Some(now);
-                    } else {
-                        self.pending_tick = None;
-                        self.metrics.tick_decisions.fetch_add(out.len() as u64, Ordering::Relaxed);
-                        entries.push(Entry {
-                            raw,
-                            event,
-                            decisions: std::mem::take(&mut out),
-                            policy_set: self.engine.policies().digest().to_owned(),
-                        });
+                    if let Applied::Applied { decisions, .. } =
+                        self.session.wall_tick(now).map_err(|e| e.to_string())?
+                    {
+                        self.metrics.tick_decisions.fetch_add(decisions as u64, Ordering::Relaxed);
                     }
                 }
                 Work::Policies { set, cause, reply } => {
                     self.metrics.policies.store(set.len() as u64, Ordering::Relaxed);
-                    self.engine.set_policies(set.clone());
                     tracing::debug!(cause, digest = set.digest(), "policy set swapped in");
-                    loads.push(Load::Ok(set));
+                    self.session.set_policies(set).map_err(|e| e.to_string())?;
                     after.push(After::Ack(reply));
                 }
                 Work::ReloadFailed { error, reply } => {
-                    loads.push(Load::Failed(error));
+                    self.session.reload_failed(&error).map_err(|e| e.to_string())?;
                     after.push(After::Ack(reply));
                 }
                 Work::Job { id, reply } => {
-                    let v = crate::views::job(&self.engine, &id);
+                    let v = crate::views::job(self.session.engine(), &id);
                     after.push(After::Job(reply, v));
                 }
                 Work::Project { name, reply } => {
-                    let v = crate::views::project(&self.engine, &name);
+                    let v = crate::views::project(self.session.engine(), &name);
                     after.push(After::Project(reply, v));
                 }
                 Work::Snapshot { .. } | Work::Shutdown => {}
             }
         }
 
-        let mut seqs = Vec::new();
-        if !entries.is_empty() {
-            let started = Instant::now();
-            let appended = self.store.append(&entries)?;
+        // One commit for the batch, then the receipts say what is durable.
+        let started = Instant::now();
+        let mut receipts: Vec<Receipt> = self.session.flush().map_err(|e| e.to_string())?;
+        if !receipts.is_empty() {
             self.metrics.commit.observe(started.elapsed());
-            if let Some(last) = appended.last_event_seq {
-                self.last_event_seq = last;
-            }
-            seqs = appended.decision_seqs;
         }
-        for load in &loads {
-            match load {
-                Load::Ok(set) => self.store.record_load(self.last_event_seq, Some(set), None)?,
-                Load::Failed(e) => self.store.record_failure(e, self.engine.policies().digest())?,
+        for r in &receipts {
+            if let Some(s) = r.input_seq {
+                self.last_event_seq = self.last_event_seq.max(s);
             }
-        }
-
-        // Durable: number the decisions, publish them, answer.
-        let mut numbered: Vec<Vec<Sequenced>> = Vec::with_capacity(entries.len());
-        for (entry, s) in entries.into_iter().zip(seqs.into_iter().chain(std::iter::repeat(Vec::new()))) {
-            self.metrics.count_decisions(entry.decisions.iter());
-            let list: Vec<Sequenced> =
-                entry.decisions.into_iter().zip(s).map(|(decision, seq)| Sequenced { seq, decision }).collect();
-            for d in &list {
+            self.metrics.count_decisions(r.decisions.iter().map(|s| &s.decision));
+            for d in &r.decisions {
                 let _ = self.decisions.send(Arc::new(d.clone()));
             }
-            numbered.push(list);
         }
-        self.metrics.live_jobs.store(self.engine.state().live_jobs() as u64, Ordering::Relaxed);
-        self.metrics.timers.store(self.engine.timers().len() as u64, Ordering::Relaxed);
+        let engine = self.session.engine();
+        self.metrics.live_jobs.store(engine.state().live_jobs() as u64, Ordering::Relaxed);
+        self.metrics.timers.store(engine.timers().len() as u64, Ordering::Relaxed);
         for a in after {
             match a {
-                After::Events { reply, results } => {
-                    let applied = results
+                After::Inputs { reply, items } => {
+                    let outcomes = items
                         .into_iter()
-                        .map(|(mut a, i)| {
-                            if let Some(list) = numbered.get_mut(i) {
-                                a.decisions = std::mem::take(list);
+                        .map(|(line, id, entry)| {
+                            let receipt = entry.and_then(|i| receipts.get_mut(i));
+                            Outcome {
+                                line,
+                                id,
+                                duplicate: entry.is_none() || receipt.as_ref().is_some_and(|r| r.duplicate),
+                                decisions: receipt.map(|r| std::mem::take(&mut r.decisions)).unwrap_or_default(),
                             }
-                            a
                         })
                         .collect();
-                    let _ = reply.send(Ok(applied));
+                    let _ = reply.send(Ok(outcomes));
                 }
                 After::Ack(reply) => {
                     let _ = reply.send(Ok(()));
@@ -436,25 +338,5 @@ impl Core {
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn seq_is_spliced_first() {
-        assert_eq!(with_seq(7, r#"{"a":1}"#), r#"{"seq":7,"a":1}"#);
-        assert_eq!(with_seq(7, "{}"), r#"{"seq":7}"#);
-    }
-
-    #[test]
-    fn tick_events_decode_back_as_ticks() {
-        let (raw, event) = tick_event(Timestamp(1_700_000_000_123));
-        let back = decode_event(&raw).unwrap();
-        assert_eq!(back, event);
-        assert!(is_tick(&back));
-        assert!(!is_tick(&decode_event(r#"{"id":"x","time":"2026-11-02T09:00:00Z","type":"clock.tick"}"#).unwrap()));
     }
 }

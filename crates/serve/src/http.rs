@@ -21,15 +21,18 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use bursar_model::{EventKind, decode_event};
+use bursar_model::api::{
+    AdmitReply, Duplicate, ErrorReply, EventsReply, PoliciesView, PolicyFile, PolicyInfo, Rejected, Sequenced,
+    SnapshotReply,
+};
+use bursar_model::{EventKind, Input};
+use bursar_session::{Incoming, Origin};
 use serde::Deserialize;
-use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
-use crate::core::{Applied, Incoming, Sequenced, TICK_PREFIX, Work, with_seq};
+use crate::core::{Outcome, Work};
 use crate::metrics::Metrics;
 use crate::reload::{ReloadRequest, SharedStatus};
-use crate::store::Store;
 use crate::stream::{self, Format};
 
 /// What every handler shares.
@@ -51,6 +54,8 @@ pub struct AppState {
     pub token: Option<Arc<str>>,
     /// Becomes true at shutdown (ends the streams).
     pub shutdown: watch::Receiver<bool>,
+    /// The longest line of a request body.
+    pub max_line: usize,
 }
 
 /// The router with every route, the body limit and the token check.
@@ -77,7 +82,7 @@ pub fn router(state: AppState, max_body: usize) -> Router {
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    reply(status, &json!({ "error": message.into() }))
+    reply(status, &ErrorReply { error: message.into() })
 }
 
 /// A JSON answer.
@@ -143,34 +148,17 @@ async fn metrics(State(st): State<AppState>) -> Response {
     r
 }
 
-/// Decodes a request body of JSON Lines: the events (with their 1-based line numbers), and the
-/// rejected lines as `{"line": N, "reason": "…"}`. Blank lines are skipped; a body that is not UTF-8
-/// is refused whole. This is the only parser of request bodies (fuzzed by `fuzz/fuzz_targets/serve_body.rs`).
-pub fn decode_body(body: &[u8]) -> Result<(Vec<Incoming>, Vec<Value>), String> {
-    let text =
-        std::str::from_utf8(body).map_err(|e| format!("the body is not UTF-8 text (byte {})", e.valid_up_to()))?;
-    let mut ok = Vec::new();
-    let mut rejected = Vec::new();
-    for (i, line) in text.split('\n').enumerate() {
-        let line = line.trim_end_matches('\r');
-        if line.trim().is_empty() {
-            continue;
-        }
-        match decode_event(line) {
-            Ok(event) if event.id.starts_with(TICK_PREFIX) => rejected.push(json!({
-                "line": i + 1,
-                "reason": format!("event ids starting with `{TICK_PREFIX}` are reserved for bursar's own clock"),
-            })),
-            Ok(event) => ok.push(Incoming { line: i + 1, raw: line.to_owned(), event }),
-            Err(e) => rejected.push(json!({ "line": i + 1, "reason": e.to_string() })),
-        }
-    }
-    Ok((ok, rejected))
+/// Frames and decodes a request body of JSON Lines through the session's one decoder: the inputs
+/// (with their 1-based line numbers) and the rejected lines, each with its reason. Each line is
+/// decoded on its own, so a line that is not UTF-8 (or not JSON, or too long) costs only itself. This
+/// is the only parser of request bodies (fuzzed by `fuzz/fuzz_targets/serve_body.rs`).
+pub fn decode_body(body: &[u8], max_line: usize) -> (Vec<Incoming>, Vec<Rejected>) {
+    bursar_session::decode_body(body, max_line, Origin::Producer)
 }
 
-async fn submit(st: &AppState, items: Vec<Incoming>) -> Result<Vec<Applied>, Response> {
+async fn submit(st: &AppState, items: Vec<Incoming>) -> Result<Vec<Outcome>, Response> {
     let (tx, rx) = oneshot::channel();
-    if st.engine.send(Work::Events { items, reply: tx }).await.is_err() {
+    if st.engine.send(Work::Inputs { items, reply: tx }).await.is_err() {
         return Err(error(StatusCode::SERVICE_UNAVAILABLE, "the engine is shutting down"));
     }
     match rx.await {
@@ -184,53 +172,43 @@ async fn submit(st: &AppState, items: Vec<Incoming>) -> Result<Vec<Applied>, Res
 }
 
 async fn events(State(st): State<AppState>, body: Bytes) -> Response {
-    let (items, rejected) = match decode_body(&body) {
-        Ok(x) => x,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e),
-    };
+    let (items, rejected) = decode_body(&body, st.max_line);
     st.metrics.events_rejected.fetch_add(rejected.len() as u64, Ordering::Relaxed);
     if items.is_empty() {
         let reason = if rejected.is_empty() { "the body holds no event" } else { "no line is a valid event" };
         return reply(
             StatusCode::BAD_REQUEST,
-            &json!({ "error": reason, "accepted": 0, "duplicates": [], "rejected": rejected, "decisions": [] }),
+            &EventsReply {
+                error: Some(reason.to_owned()),
+                accepted: 0,
+                duplicates: Vec::new(),
+                rejected,
+                decisions: Vec::new(),
+            },
         );
     }
     let applied = match submit(&st, items).await {
         Ok(a) => a,
         Err(r) => return r,
     };
-    let accepted = applied.iter().filter(|a| !a.duplicate).count();
-    let duplicates: Vec<Value> =
-        applied.iter().filter(|a| a.duplicate).map(|a| json!({ "line": a.line, "id": a.event_id })).collect();
-    let mut out = String::with_capacity(256);
-    out.push_str(&format!(
-        r#"{{"accepted":{accepted},"duplicates":{},"rejected":{},"decisions":["#,
-        serde_json::to_string(&duplicates).unwrap_or_else(|_| "[]".into()),
-        serde_json::to_string(&rejected).unwrap_or_else(|_| "[]".into()),
-    ));
-    let mut first = true;
-    for d in applied.iter().flat_map(|a| &a.decisions) {
-        if !first {
-            out.push(',');
+    let mut answer = EventsReply { error: None, accepted: 0, duplicates: Vec::new(), rejected, decisions: Vec::new() };
+    for a in applied {
+        if a.duplicate {
+            answer.duplicates.push(Duplicate { line: a.line, id: a.id });
+        } else {
+            answer.accepted += 1;
+            answer.decisions.extend(a.decisions);
         }
-        first = false;
-        out.push_str(&d.to_json());
     }
-    out.push_str("]}");
-    json_response(StatusCode::OK, out)
+    reply(StatusCode::OK, &answer)
 }
 
 async fn admit(State(st): State<AppState>, body: Bytes) -> Response {
     let started = Instant::now();
-    let (mut items, rejected) = match decode_body(&body) {
-        Ok(x) => x,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e),
-    };
+    let (mut items, rejected) = decode_body(&body, st.max_line);
     if let Some(r) = rejected.first() {
         st.metrics.events_rejected.fetch_add(1, Ordering::Relaxed);
-        let reason = r.get("reason").and_then(Value::as_str).unwrap_or("malformed event");
-        return error(StatusCode::BAD_REQUEST, format!("malformed event: {reason}"));
+        return error(StatusCode::BAD_REQUEST, format!("malformed event: {}", r.error));
     }
     if items.len() != 1 {
         return error(
@@ -239,17 +217,27 @@ async fn admit(State(st): State<AppState>, body: Bytes) -> Response {
         );
     }
     let Some(item) = items.pop() else { return error(StatusCode::BAD_REQUEST, "expected one event") };
-    let EventKind::JobSubmitted(spec) = &item.event.kind else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "expected a `job.submitted` event, got `{}`; send other events to /v1/events",
-                item.event.kind.type_name()
-            ),
-        );
+    let job_id = match &item.input {
+        Input::Event(e) => match &e.kind {
+            EventKind::JobSubmitted(spec) => spec.id.clone(),
+            other => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "expected a `job.submitted` event, got `{}`; send other events to /v1/events",
+                        other.type_name()
+                    ),
+                );
+            }
+        },
+        other => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("expected a `job.submitted` event, got `{}`; send it to /v1/events", other.type_name()),
+            );
+        }
     };
-    let job_id = spec.id.clone();
-    let event_id = item.event.id.clone();
+    let event_id = item.input.id().into_owned();
     let applied = match submit(&st, vec![item]).await {
         Ok(a) => a,
         Err(r) => return r,
@@ -261,47 +249,65 @@ async fn admit(State(st): State<AppState>, body: Bytes) -> Response {
     if a.duplicate {
         // A resent submission (the producer retried after a timeout or a crash): answer with the
         // decision made the first time.
-        let audit = st.audit.clone();
-        let found = tokio::task::spawn_blocking(move || {
-            Store::open_read(&audit).and_then(|s| s.admission_of(&job_id, &event_id))
-        })
-        .await;
-        return match found {
-            Ok(Ok(Some((seq, json)))) => {
-                let body = with_seq(seq, &json);
-                let body = match body.strip_suffix('}') {
-                    Some(b) => format!("{b},\"duplicate\":true}}"),
-                    None => body,
-                };
-                json_response(StatusCode::OK, body)
-            }
-            Ok(Ok(None)) => error(
-                StatusCode::CONFLICT,
-                "this event id was already processed, but its admission decision is not in the audit log (it may have been pruned)",
-            ),
-            Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.0),
-            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-        };
+        return resent_admission(&st, job_id, event_id).await;
     }
     let mut decisions = a.decisions;
-    let Some(pos) = decisions.iter().position(|d| d.decision.admission && d.decision.event_id == a.event_id) else {
+    let Some(pos) = decisions.iter().position(|d| d.decision.admission && d.decision.event_id == a.id) else {
         return error(StatusCode::INTERNAL_SERVER_ERROR, "the engine made no admission decision");
     };
-    let main = decisions.remove(pos);
-    let mut body = main.to_json();
-    if !decisions.is_empty() && body.ends_with('}') {
-        body.pop();
-        body.push_str(",\"other_decisions\":[");
-        for (i, d) in decisions.iter().enumerate() {
-            if i > 0 {
-                body.push(',');
-            }
-            body.push_str(&d.to_json());
-        }
-        body.push_str("]}");
-    }
+    let admission = decisions.remove(pos);
     st.metrics.admit.observe(started.elapsed());
-    json_response(StatusCode::OK, body)
+    reply(StatusCode::OK, &AdmitReply { admission, duplicate: false, other_decisions: decisions })
+}
+
+/// The answer to a submission whose event id was seen before: the admission decision logged the
+/// first time, or a 409 that names why there is none.
+async fn resent_admission(st: &AppState, job_id: String, event_id: String) -> Response {
+    let audit = st.audit.clone();
+    let found = tokio::task::spawn_blocking(move || {
+        let log = bursar_audit::AuditLog::open_read(&audit)?;
+        let admission = log.admission_of(&job_id, &event_id)?;
+        let event = if admission.is_none() { log.event_by_id(&event_id)? } else { None };
+        Ok::<_, bursar_audit::AuditError>((admission, event, job_id, event_id))
+    })
+    .await;
+    match found {
+        Ok(Ok((Some(stored), _, _, _))) => match serde_json::from_str(&stored.json) {
+            Ok(decision) => reply(
+                StatusCode::OK,
+                &AdmitReply {
+                    admission: Sequenced { seq: u64::try_from(stored.seq).unwrap_or(0), decision },
+                    duplicate: true,
+                    other_decisions: Vec::new(),
+                },
+            ),
+            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("the logged admission is unreadable: {e}")),
+        },
+        Ok(Ok((None, Some(ev), job_id, event_id))) if ev.job.as_deref() != Some(job_id.as_str()) => error(
+            StatusCode::CONFLICT,
+            format!(
+                "event id `{event_id}` was already used for {}; a new submission needs a new event id",
+                match ev.job {
+                    Some(j) => format!("job `{j}`"),
+                    None => format!("a `{}` event", ev.kind),
+                }
+            ),
+        ),
+        Ok(Ok((None, Some(_), job_id, event_id))) => error(
+            StatusCode::CONFLICT,
+            format!(
+                "event `{event_id}` for job `{job_id}` was already applied, but it holds no admission decision (it was not a new submission of this job)"
+            ),
+        ),
+        Ok(Ok((None, None, _, event_id))) => error(
+            StatusCode::CONFLICT,
+            format!(
+                "event id `{event_id}` was already processed, but it is no longer in the audit log (pruned); a new submission needs a new event id"
+            ),
+        ),
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
 }
 
 /// Query of `GET /v1/decisions`.
@@ -386,36 +392,33 @@ async fn policies(State(st): State<AppState>) -> Response {
     let Ok(status) = st.status.read().map(|s| s.clone()) else {
         return error(StatusCode::INTERNAL_SERVER_ERROR, "policy status unavailable");
     };
-    let (digest, list, files) = match &status.set {
-        Some(set) => (
-            set.digest().to_owned(),
-            set.policies()
-                .iter()
-                .map(|p| {
-                    let m = p.meta();
-                    json!({
-                        "id": &*m.id,
-                        "kind": m.kind,
-                        "mode": m.mode.as_str(),
-                        "description": m.description,
-                        "source": m.source,
-                    })
-                })
-                .collect::<Vec<_>>(),
-            set.files().iter().map(|f| json!({ "path": f.path, "digest": f.digest })).collect::<Vec<_>>(),
-        ),
-        None => (String::new(), Vec::new(), Vec::new()),
+    let mut view = PoliciesView {
+        digest: String::new(),
+        loaded_at: status.loaded_at,
+        policies: Vec::new(),
+        files: Vec::new(),
+        last_reload: status.last,
     };
-    reply(
-        StatusCode::OK,
-        &json!({
-            "digest": digest,
-            "loaded_at": status.loaded_at,
-            "policies": list,
-            "files": files,
-            "last_reload": status.last,
-        }),
-    )
+    if let Some(set) = &status.set {
+        view.digest = set.digest().to_owned();
+        view.policies = set
+            .policies()
+            .iter()
+            .map(|p| {
+                let m = p.meta();
+                PolicyInfo {
+                    id: m.id.to_string(),
+                    kind: m.kind.to_owned(),
+                    mode: m.mode.as_str().to_owned(),
+                    description: m.description.clone(),
+                    source: m.source.clone(),
+                }
+            })
+            .collect();
+        view.files =
+            set.files().iter().map(|f| PolicyFile { path: f.path.clone(), digest: f.digest.clone() }).collect();
+    }
+    reply(StatusCode::OK, &view)
 }
 
 async fn reload(State(st): State<AppState>) -> Response {
@@ -438,7 +441,7 @@ async fn snapshot(State(st): State<AppState>) -> Response {
         return error(StatusCode::SERVICE_UNAVAILABLE, "the engine is shutting down");
     }
     match rx.await {
-        Ok(Ok(seq)) => reply(StatusCode::OK, &json!({ "event_seq": seq })),
+        Ok(Ok(seq)) => reply(StatusCode::OK, &SnapshotReply { event_seq: seq }),
         Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
         Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the engine is shutting down"),
     }
@@ -453,18 +456,21 @@ mod tests {
         let body = Bytes::from(
             "{\"id\":\"e1\",\"time\":\"2026-11-02T09:00:00Z\",\"type\":\"clock.tick\"}\n\nnot json\n{\"id\":\"bursar-tick-5\",\"time\":\"2026-11-02T09:00:00Z\",\"type\":\"clock.tick\"}\r\n",
         );
-        let (ok, bad) = decode_body(&body).unwrap();
+        let (ok, bad) = decode_body(&body, 1024);
         assert_eq!(ok.len(), 1);
         assert_eq!(ok[0].line, 1);
         assert_eq!(bad.len(), 2);
-        assert_eq!(bad[0]["line"], 3);
-        assert_eq!(bad[1]["line"], 4);
-        assert!(bad[1]["reason"].as_str().unwrap().contains("reserved"));
+        assert_eq!(bad[0].line, 3);
+        assert_eq!(bad[1].line, 4);
+        assert!(bad[1].error.contains("reserved"));
     }
 
     #[test]
-    fn non_utf8_body_is_refused() {
-        assert!(decode_body(&Bytes::from_static(b"\xff\xfe")).is_err());
+    fn a_non_utf8_line_costs_only_itself() {
+        // Regression: the whole body was refused (400) for one non-UTF-8 line.
+        let (ok, bad) =
+            decode_body(b"\xff\xfe\n{\"id\":\"e1\",\"time\":\"2026-11-02T09:00:00Z\",\"type\":\"clock.tick\"}", 1024);
+        assert_eq!((ok.len(), bad.len(), bad[0].line), (1, 1, 1));
     }
 
     #[test]

@@ -3,23 +3,27 @@
 //! the wall clock, reloads policies when their files change, and resumes after a restart (even a
 //! `kill -9`) with the same state and no lost decision.
 //!
-//! Shape: one engine thread owns the [`bursar_engine::Engine`] and the audit log's write connection
-//! ([`core`]); everything else (HTTP handlers, the ticker, the reloader) sends it work over one bounded
-//! channel and awaits the reply. The engine thread applies work in batches and commits each batch to the
-//! audit log in one transaction before answering (group commit), so throughput grows with concurrency
-//! while every answer is durable.
+//! Shape: one engine thread owns the [`bursar_session::Session`] — the engine and its journal, the
+//! audit log's writer ([`core`]); everything else (HTTP handlers, the socket, the ticker, the
+//! reloader) frames and decodes with the session crate's one decoder, sends the inputs over one
+//! bounded channel and awaits the reply. The engine thread applies work in batches and flushes the
+//! journal once per batch (group commit) before answering, so throughput grows with concurrency while
+//! every answer is durable.
 //!
-//! Boundaries: no policy semantics here (the engine decides), no SQL (the audit crate stores), no
-//! policy parsing (a [`Loader`] compiles the directory; `bursar serve` passes the same loader as the
-//! other subcommands, so WebAssembly policies load here exactly as in `check` and `eval`).
+//! Boundaries: no policy semantics here (the engine decides), no SQL (the audit crate stores and
+//! answers typed queries), no JSON built by hand (every body is a `bursar_model::api` type), no policy
+//! parsing (a [`Loader`] compiles the directory; `bursar serve` passes the same loader as the other
+//! subcommands, so WebAssembly policies load here exactly as in `check` and `eval`).
+//!
+//! Exports: [`serve`] and its [`Config`], [`ServeError`], [`Loader`], [`Metrics`], and the modules
+//! below for the binary and the benches.
 //!
 //! Layout:
 //! - [`core`]: the engine thread, group commit, recovery from snapshot + log replay.
-//! - [`http`]: routes, decoding, token check.
+//! - [`http`]: routes, the token check, answers.
 //! - [`stream`]: `GET /v1/decisions`, catch-up from the log then live.
 //! - [`reload`]: watcher, debounce, off-thread compile, swap.
 //! - [`socket`]: events as JSON Lines over a Unix socket.
-//! - [`store`]: the calls into `bursar-audit`.
 //! - [`metrics`], [`views`]: `/metrics`; job and project views.
 
 pub mod core;
@@ -27,7 +31,6 @@ pub mod http;
 pub mod metrics;
 pub mod reload;
 pub mod socket;
-pub mod store;
 pub mod stream;
 pub mod views;
 
@@ -42,7 +45,6 @@ use bursar_lang::Diagnostic;
 use bursar_model::Timestamp;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
-pub use crate::core::TICK_PREFIX;
 pub use crate::metrics::Metrics;
 
 /// Compiles a policy directory into a set, or returns every error.
@@ -110,6 +112,8 @@ pub struct Config {
     pub watch: bool,
     /// Also take events as JSON Lines on this Unix socket.
     pub socket: Option<PathBuf>,
+    /// Permission bits of the socket file: who may write events (the owner and its group by default).
+    pub socket_mode: u32,
     /// Engine settings for a fresh state (a restored one keeps its own).
     pub engine: EngineConfig,
     /// Compiles the policy directory.
@@ -149,6 +153,7 @@ impl Config {
             debounce: Duration::from_millis(100),
             watch: true,
             socket: None,
+            socket_mode: 0o660,
             engine: EngineConfig::default(),
             loader: toml_loader(),
         }
@@ -166,7 +171,7 @@ pub fn check_bind(addr: SocketAddr, token: Option<&str>) -> Result<(), ServeErro
 
 /// The wall clock as event time.
 pub fn wall_time() -> Timestamp {
-    Timestamp(bursar_audit::wall_ms())
+    Timestamp::wall_clock()
 }
 
 /// Log output format.
@@ -248,10 +253,11 @@ pub async fn serve(
         let metrics = metrics.clone();
         let decisions_tx = decisions_tx.clone();
         tokio::task::spawn_blocking(move || -> Result<core::Core, ServeError> {
-            let mut store = store::Store::open(&audit, durable).map_err(|e| ServeError::Audit(e.0))?;
+            let durability = if durable { bursar_audit::Durability::Durable } else { bursar_audit::Durability::Fast };
+            let log = bursar_audit::AuditLog::open(&audit, durability).map_err(|e| ServeError::Audit(e.to_string()))?;
             let started = std::time::Instant::now();
             let (engine, seq, replayed) =
-                core::recover(&mut store, set.clone(), engine_config).map_err(|e| ServeError::Audit(e.0))?;
+                core::recover(&log, set.clone(), engine_config).map_err(|e| ServeError::Audit(e.0))?;
             tracing::info!(
                 event_seq = seq,
                 replayed,
@@ -259,10 +265,18 @@ pub async fn serve(
                 ms = started.elapsed().as_secs_f64() * 1e3,
                 "engine state recovered from the audit log"
             );
-            store.record_load(seq, Some(&set), None).map_err(|e| ServeError::Audit(e.0))?;
             metrics.policies.store(set.len() as u64, std::sync::atomic::Ordering::Relaxed);
             metrics.live_jobs.store(engine.state().live_jobs() as u64, std::sync::atomic::Ordering::Relaxed);
-            Ok(core::Core::new(engine, store, metrics, decisions_tx, seq))
+            let writer = bursar_audit::Writer::spawn(
+                log,
+                bursar_audit::WriterConfig { receipts: true, ..bursar_audit::WriterConfig::default() },
+                bursar_audit::no_hook(),
+            )
+            .map_err(|e| ServeError::Audit(e.to_string()))?;
+            // The session records the load of the set in force, as every (re)load is recorded.
+            let session = bursar_session::Session::open(engine, writer, bursar_session::Origin::Producer)
+                .map_err(|e| ServeError::Audit(e.to_string()))?;
+            Ok(core::Core::new(session, metrics, decisions_tx, seq))
         })
         .await
         .map_err(|e| ServeError::Io { context: "open the audit log".into(), message: e.to_string() })??
@@ -348,11 +362,14 @@ pub async fn serve(
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let socket_task = match &config.socket {
-        Some(path) => {
-            Some(socket::listen(path, engine_tx.clone(), config.max_body, shutdown_rx.clone()).map_err(|e| {
-                ServeError::Io { context: format!("listen on the socket `{}`", path.display()), message: e.to_string() }
-            })?)
-        }
+        Some(path) => Some(
+            socket::listen(path, engine_tx.clone(), config.max_body, config.socket_mode, shutdown_rx.clone()).map_err(
+                |e| ServeError::Io {
+                    context: format!("listen on the socket `{}`", path.display()),
+                    message: e.to_string(),
+                },
+            )?,
+        ),
         None => None,
     };
     let state = http::AppState {
@@ -364,6 +381,7 @@ pub async fn serve(
         audit: config.audit.clone(),
         token: config.token.as_deref().map(Arc::from),
         shutdown: shutdown_rx,
+        max_line: config.max_body,
     };
     let app = http::router(state, config.max_body);
     tracing::info!(%addr, policies = set.len(), digest = set.digest(), "listening");

@@ -18,31 +18,13 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use bursar_engine::PolicySet;
-use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::core::Work;
 use crate::metrics::Metrics;
 use crate::{Loader, wall_time};
 
-/// What one reload attempt did.
-#[derive(Debug, Clone, Serialize)]
-pub struct ReloadOutcome {
-    /// Whether the new set is in force (or the files were unchanged).
-    pub ok: bool,
-    /// `loaded`, `unchanged` or `failed`.
-    pub status: &'static str,
-    /// What asked for it: `startup`, `watch`, `sighup` or `http`.
-    pub cause: &'static str,
-    /// When it finished (RFC 3339, wall clock).
-    pub at: String,
-    /// Digest of the set in force afterwards.
-    pub digest: String,
-    /// For a failure: every error, `file:line:col: message`.
-    pub errors: Vec<String>,
-    /// Milliseconds spent compiling.
-    pub compile_ms: f64,
-}
+pub use bursar_model::api::ReloadOutcome;
 
 /// What `GET /v1/policies` shows.
 #[derive(Debug, Clone, Default)]
@@ -109,8 +91,8 @@ impl Reloader {
         let current = self.status.read().ok().and_then(|s| s.set.as_ref().map(|s| s.digest().to_owned()));
         let mut outcome = ReloadOutcome {
             ok: false,
-            status: "failed",
-            cause,
+            status: "failed".into(),
+            cause: cause.into(),
             at: wall_time().to_string(),
             digest: current.clone().unwrap_or_default(),
             errors: Vec::new(),
@@ -119,7 +101,7 @@ impl Reloader {
         match result {
             Ok(Ok(set)) if current.as_deref() == Some(set.digest()) => {
                 outcome.ok = true;
-                outcome.status = "unchanged";
+                outcome.status = "unchanged".into();
                 self.metrics.reloads_unchanged.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(cause, digest = set.digest(), "policy files unchanged");
             }
@@ -130,7 +112,7 @@ impl Reloader {
                 match (sent, rx.await) {
                     (Ok(()), Ok(Ok(()))) => {
                         outcome.ok = true;
-                        outcome.status = "loaded";
+                        outcome.status = "loaded".into();
                         outcome.digest = set.digest().to_owned();
                         self.metrics.reloads_ok.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(
@@ -170,7 +152,7 @@ impl Reloader {
         self.metrics.reloads_failed.fetch_add(1, Ordering::Relaxed);
         let text = outcome.errors.join("\n");
         for e in &outcome.errors {
-            tracing::error!(cause = outcome.cause, error = %e, "policy reload failed; the previous policies stay in force");
+            tracing::error!(cause = %outcome.cause, error = %e, "policy reload failed; the previous policies stay in force");
         }
         let (tx, rx) = oneshot::channel();
         if self.engine.send(Work::ReloadFailed { error: text, reply: tx }).await.is_ok() {

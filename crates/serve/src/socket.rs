@@ -1,36 +1,45 @@
 //! Events over a Unix socket (`--socket PATH`): a producer on the same machine writes JSON Lines and
 //! reads one JSON answer line per input line, in order, each sent once the event is durable.
 //!
-//! Answers: `{"line":N,"id":"e1","accepted":true,"decisions":[…]}`, `{"line":N,"id":"e1","duplicate":true}`
-//! or `{"line":N,"error":"…"}` for a malformed line (which changes nothing and never stops the stream).
-//! Lines already buffered are sent to the engine together (up to [`MAX_LINES`]), so a fast producer
-//! gets group commit; a producer that waits for each answer gets one commit per line. The socket is
-//! guarded by file-system permissions (create it in a directory only the producers can reach); the
-//! HTTP bearer token does not apply to it.
+//! Answers are [`SocketAnswer`]s: `{"line":N,"id":"e1","accepted":true,"decisions":[…]}`,
+//! `{"line":N,"id":"e1","duplicate":true}` or `{"line":N,"error":"…"}` for a rejected line (which
+//! changes nothing and never stops the stream). Lines are framed and decoded by the session crate,
+//! like every other source: the line-length limit is enforced while reading (a peer that never sends a
+//! newline costs at most the limit), and a line that is not UTF-8 costs only itself. Lines already
+//! received are sent to the engine together (up to [`MAX_LINES`]), so a fast producer gets group
+//! commit; a producer that waits for each answer gets one commit per line.
+//!
+//! Who may write events is decided by the socket file's permissions (`--socket-mode`, `0660` by
+//! default: the user bursar runs as and its group); the HTTP bearer token does not apply to it.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use serde_json::json;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use bursar_model::api::SocketAnswer;
+use bursar_session::{Framer, Incoming, Line, Origin, decode};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::core::{Incoming, TICK_PREFIX, Work};
+use crate::core::Work;
 
 /// Lines sent to the engine in one request at most.
 pub const MAX_LINES: usize = 1024;
 
-/// Binds `path` (replacing a stale socket file) and serves connections until `shutdown` turns true.
+/// Binds `path` (replacing a stale socket file) with permission bits `mode` and serves connections
+/// until `shutdown` turns true.
 pub fn listen(
     path: &Path,
     engine: mpsc::Sender<Work>,
     max_line: usize,
+    mode: u32,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     if path.exists() {
         std::fs::remove_file(path)?;
     }
     let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
     let path: PathBuf = path.to_path_buf();
     Ok(tokio::spawn(async move {
         let mut stop = shutdown.clone();
@@ -49,10 +58,16 @@ pub fn listen(
     }))
 }
 
-fn answer_line(out: &mut Vec<u8>, v: &serde_json::Value) {
-    if serde_json::to_writer(&mut *out, v).is_ok() {
+fn answer_line(out: &mut Vec<u8>, a: &SocketAnswer) {
+    if serde_json::to_writer(&mut *out, a).is_ok() {
         out.push(b'\n');
     }
+}
+
+/// One line's place in the answers: rejected now, or waiting for the engine.
+enum Slot {
+    Answer(SocketAnswer),
+    Applied,
 }
 
 async fn connection(
@@ -61,94 +76,70 @@ async fn connection(
     max_line: usize,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let (read, mut write) = stream.into_split();
-    let mut reader = BufReader::with_capacity(64 * 1024, read);
-    let mut line_no = 0usize;
-    let mut buf = Vec::new();
-    loop {
-        // One batch: the first line (waiting for it), then whatever is already buffered.
+    let (mut read, mut write) = stream.into_split();
+    let mut framer = Framer::new(max_line);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut eof = false;
+    while !eof {
+        let n = tokio::select! {
+            r = read.read(&mut buf) => match r {
+                Ok(n) => n,
+                Err(_) => return,
+            },
+            _ = shutdown.changed() => return,
+        };
         let mut items: Vec<Incoming> = Vec::new();
-        let mut order: Vec<(usize, Option<serde_json::Value>)> = Vec::new();
-        let mut eof = false;
-        loop {
-            buf.clear();
-            let n = tokio::select! {
-                r = reader.read_until(b'\n', &mut buf) => match r {
-                    Ok(n) => n,
-                    Err(_) => return,
-                },
-                _ = shutdown.changed() => return,
-            };
-            if n == 0 {
-                eof = true;
-                break;
+        let mut order: Vec<Slot> = Vec::new();
+        let mut take = |frame: bursar_session::Frame<'_>| match decode(frame, Origin::Producer) {
+            Line::Blank => {} // Blank lines get no answer, like in a file.
+            Line::Rejected(r) => order.push(Slot::Answer(SocketAnswer::Rejected(r))),
+            Line::Input(d) => {
+                order.push(Slot::Applied);
+                items.push(Incoming { line: d.line, raw: d.text.to_owned(), input: d.input });
             }
-            line_no += 1;
-            let text = match std::str::from_utf8(&buf) {
-                Ok(t) => t.trim_end_matches(['\n', '\r']),
-                Err(_) => {
-                    order.push((line_no, Some(json!({"line": line_no, "error": "line is not valid UTF-8"}))));
-                    continue;
-                }
-            };
-            if text.trim().is_empty() {
-                // Blank lines get no answer, like in a file.
-            } else if text.len() > max_line {
-                order.push((
-                    line_no,
-                    Some(json!({"line": line_no, "error": format!("line longer than {max_line} bytes")})),
-                ));
-            } else {
-                match bursar_model::decode_event(text) {
-                    Ok(ev) if ev.id.starts_with(TICK_PREFIX) => order.push((
-                        line_no,
-                        Some(json!({"line": line_no, "error": format!("event ids starting with `{TICK_PREFIX}` are reserved for bursar's own clock")})),
-                    )),
-                    Ok(event) => {
-                        order.push((line_no, None));
-                        items.push(Incoming { line: line_no, raw: text.to_owned(), event });
-                    }
-                    Err(e) => order.push((line_no, Some(json!({"line": line_no, "error": e.to_string()})))),
-                }
-            }
-            if order.len() >= MAX_LINES || reader.buffer().is_empty() {
-                break;
-            }
+        };
+        if n == 0 {
+            eof = true;
+            framer.finish(&mut take);
+        } else {
+            framer.push(&buf[..n], &mut take);
         }
-        let mut applied = Vec::new().into_iter();
-        if !items.is_empty() {
+        // Everything this read completed goes to the engine together, MAX_LINES per request.
+        let mut outcomes = Vec::with_capacity(items.len());
+        while !items.is_empty() {
+            let rest = if items.len() > MAX_LINES { items.split_off(MAX_LINES) } else { Vec::new() };
+            let chunk = std::mem::replace(&mut items, rest);
             let (tx, rx) = oneshot::channel();
-            if engine.send(Work::Events { items, reply: tx }).await.is_err() {
+            if engine.send(Work::Inputs { items: chunk, reply: tx }).await.is_err() {
                 return;
             }
             match rx.await {
-                Ok(Ok(a)) => applied = a.into_iter(),
+                Ok(Ok(a)) => outcomes.extend(a),
                 _ => return,
             }
         }
-        let mut out = Vec::new();
-        for (_, rejected) in order {
-            match rejected {
-                Some(v) => answer_line(&mut out, &v),
-                None => {
-                    let Some(a) = applied.next() else { return };
-                    let v = if a.duplicate {
-                        json!({"line": a.line, "id": a.event_id, "duplicate": true})
+        let mut outcomes = outcomes.into_iter();
+        let mut answers = Vec::with_capacity(order.len());
+        for slot in order {
+            match slot {
+                Slot::Answer(a) => answers.push(a),
+                Slot::Applied => {
+                    let Some(a) = outcomes.next() else { return };
+                    answers.push(if a.duplicate {
+                        SocketAnswer::Duplicate { line: a.line, id: a.id, duplicate: true }
                     } else {
-                        let decisions: Vec<serde_json::Value> =
-                            a.decisions.iter().filter_map(|d| serde_json::from_str(&d.to_json()).ok()).collect();
-                        json!({"line": a.line, "id": a.event_id, "accepted": true, "decisions": decisions})
-                    };
-                    answer_line(&mut out, &v);
+                        SocketAnswer::Accepted { line: a.line, id: a.id, accepted: true, decisions: a.decisions }
+                    });
                 }
             }
         }
-        if write.write_all(&out).await.is_err() {
-            return;
+        let mut out = Vec::new();
+        for a in &answers {
+            answer_line(&mut out, a);
         }
-        if eof {
-            let _ = write.shutdown().await;
+        if !out.is_empty() && write.write_all(&out).await.is_err() {
             return;
         }
     }
+    let _ = write.shutdown().await;
 }

@@ -20,9 +20,11 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use tokio::sync::{broadcast, watch};
 
-use crate::core::{Sequenced, with_seq};
+use bursar_audit::AuditLog;
+use bursar_model::Decision;
+use bursar_model::api::{ErrorReply, Sequenced};
+
 use crate::metrics::Metrics;
-use crate::store::Store;
 
 /// Decisions read from the log per page.
 const PAGE: usize = 1000;
@@ -59,7 +61,7 @@ pub struct Stream {
 
 struct St {
     s: Stream,
-    reader: Option<Arc<Mutex<Store>>>,
+    reader: Option<Arc<Mutex<AuditLog>>>,
     catching_up: bool,
     buffer: VecDeque<(u64, String)>,
     done: bool,
@@ -75,6 +77,7 @@ impl Drop for Guard {
 }
 
 fn frame(format: Format, seq: u64, json_with_seq: &str) -> Bytes {
+    // `json_with_seq` is a `Sequenced` serialised by the model: the frame only adds SSE's framing.
     match format {
         Format::JsonLines => Bytes::from(format!("{json_with_seq}\n")),
         Format::Sse => Bytes::from(format!("id: {seq}\nevent: decision\ndata: {json_with_seq}\n\n")),
@@ -89,7 +92,7 @@ fn keepalive(format: Format) -> Bytes {
 }
 
 fn error_frame(format: Format, message: &str) -> Bytes {
-    let j = serde_json::json!({ "error": message }).to_string();
+    let j = serde_json::to_string(&ErrorReply { error: message.to_owned() }).unwrap_or_default();
     match format {
         Format::JsonLines => Bytes::from(format!("{j}\n")),
         Format::Sse => Bytes::from(format!("event: error\ndata: {j}\n\n")),
@@ -103,7 +106,7 @@ impl St {
             Some(r) => r.clone(),
             None => {
                 let path = self.s.audit.clone();
-                let store = tokio::task::spawn_blocking(move || Store::open_read(&path))
+                let store = tokio::task::spawn_blocking(move || AuditLog::open_read(&path))
                     .await
                     .map_err(|e| e.to_string())?
                     .map_err(|e| e.to_string())?;
@@ -114,13 +117,21 @@ impl St {
         };
         let after = self.s.after;
         let rows = tokio::task::spawn_blocking(move || {
-            reader.lock().map_err(|_| "audit reader poisoned".to_owned())?.decisions_after(after, PAGE).map_err(|e| e.0)
+            let after = i64::try_from(after).unwrap_or(i64::MAX);
+            reader
+                .lock()
+                .map_err(|_| "audit reader poisoned".to_owned())?
+                .decisions_since(after, PAGE)
+                .map_err(|e| e.to_string())
         })
         .await
         .map_err(|e| e.to_string())??;
         let n = rows.len();
-        for (seq, json) in rows {
-            self.buffer.push_back((seq, with_seq(seq, &json)));
+        for row in rows {
+            let seq = u64::try_from(row.seq).unwrap_or(0);
+            let decision: Decision = serde_json::from_str(&row.json)
+                .map_err(|e| format!("decision {seq} in the audit log is unreadable: {e}"))?;
+            self.buffer.push_back((seq, Sequenced { seq, decision }.to_json()));
         }
         Ok(n)
     }

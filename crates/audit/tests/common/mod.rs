@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bursar_audit::Entry;
+use bursar_audit::Record;
 use bursar_model::{Decision, DecisionKind, Timestamp, decode_event};
 
 /// A fresh directory under the system temp dir, removed on drop.
@@ -60,8 +60,8 @@ pub fn decision(i: u64, n: usize, project: &str, user: &str, day: u32, kind: Dec
 }
 
 /// An entry: submitted event `e{i}` and one decision of `kind`.
-pub fn entry(i: u64, project: &str, user: &str, day: u32, kind: DecisionKind, policy: &str, set: &str) -> Entry {
+pub fn entry(i: u64, project: &str, user: &str, day: u32, kind: DecisionKind, policy: &str, set: &str) -> Record {
     let raw = submitted_line(i, project, user, day);
     let ev = decode_event(&raw).unwrap();
-    Entry::new(&raw, &ev, vec![decision(i, 0, project, user, day, kind, policy)], Arc::from(set))
+    Record::new(&raw, &ev, vec![decision(i, 0, project, user, day, kind, policy)], Arc::from(set))
 }
