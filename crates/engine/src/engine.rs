@@ -697,6 +697,9 @@ impl Engine {
                     a.dry_run = dry;
                     if dry && k != DecisionKind::Alert {
                         a.gpu_hours = Some(requested);
+                    } else {
+                        // An alert has no figure of the engine's own: the policy's, when it gives one.
+                        a.gpu_hours = v.gpu_hours;
                     }
                     if let VerdictKind::Defer { until } = v.kind {
                         a.until = Some(until);
@@ -822,7 +825,7 @@ impl Engine {
                             dry_run: *mode == Mode::DryRun,
                             admission: false,
                             gpus: None,
-                            gpu_hours: None,
+                            gpu_hours: v.gpu_hours,
                             hints: None,
                         });
                     }
@@ -934,6 +937,7 @@ impl Engine {
             for kind in ORDER {
                 let mut ids: Vec<Arc<str>> = Vec::new();
                 let mut reasons: Vec<&str> = Vec::new();
+                let mut hours: Option<f64> = None;
                 for (pid, mode, out) in outputs {
                     if (*mode == Mode::DryRun) != dry {
                         continue;
@@ -948,6 +952,9 @@ impl Engine {
                             counted = true;
                         }
                         reasons.push(&v.reason);
+                        if let Some(h) = v.gpu_hours {
+                            hours = Some(hours.unwrap_or(0.0) + h);
+                        }
                     }
                 }
                 if ids.is_empty() {
@@ -964,6 +971,9 @@ impl Engine {
                 d.dry_run = dry;
                 if kind == DecisionKind::Reclaim {
                     d.gpu_hours = job.map(|j| remaining_gpu_hours(j, time));
+                } else if kind == DecisionKind::Alert {
+                    // An alert has no figure of the engine's own: the policies', when they give one.
+                    d.gpu_hours = hours;
                 }
                 em.emit(d);
                 if kind == DecisionKind::Reclaim

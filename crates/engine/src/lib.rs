@@ -9,19 +9,33 @@
 //! Boundaries: no I/O, no parsing of policy files, no SQLite. Persistence is a [`Snapshot`] that the
 //! caller stores; the audit log is fed from the decisions this crate returns.
 //!
+//! Exports (the public face; everything else is an implementation detail):
+//! - [`Engine`]: [`Engine::apply`] is the one way in (an [`bursar_model::Input`]: a producer's event,
+//!   serve's wall tick, an action record); it appends decisions and records the job [`Transition`]s it
+//!   took. [`Engine::snapshot`] / [`Engine::restore`] persist it; [`Engine::state`] reads it.
+//! - [`State`] and [`JobRecord`], behind read methods only (a policy or a view reads; only the engine
+//!   writes), with [`Ledger`], [`Usage`], [`ScopeKind`], [`JobPhase`].
+//! - [`Policy`], [`PolicyMeta`], [`Verdict`], [`Effect`], [`Selector`], [`Context`]: what a policy
+//!   family implements (`bursar-lang`, `bursar-wasm`).
+//! - [`PolicySet`]: the immutable set swapped whole on reload.
+//!
 //! Layout:
 //! - [`policy`]: the [`Policy`] trait, [`Verdict`]s, [`Effect`]s, [`Selector`].
 //! - [`set`]: [`PolicySet`], the immutable set swapped whole on reload.
 //! - [`state`]: jobs, ledgers and what policies may ask of them.
-//! - [`engine`]: [`Engine::process`], timer firing and decision combination.
-//! - [`timers`], [`dedupe`], [`intern`]: supporting structures.
+//! - [`engine`]: [`Engine::apply`], timer firing, decision combination, lifecycle steps.
+//! - `timers`, `dedupe`, `intern`: supporting structures, public only because a [`Snapshot`] holds
+//!   them (hidden from the documentation; not an API).
 
+#[doc(hidden)]
 pub mod dedupe;
 pub mod engine;
+#[doc(hidden)]
 pub mod intern;
 pub mod policy;
 pub mod set;
 pub mod state;
+#[doc(hidden)]
 pub mod timers;
 
 pub use engine::{Coverage, ENGINE_POLICY, Engine, EngineConfig, Outcome, Snapshot, Stats, Step, Transition};

@@ -159,7 +159,10 @@ pub struct Verdict {
     pub job_id: Option<Arc<str>>,
     /// A sentence a person can read.
     pub reason: String,
-    /// GPU-hours concerned, when the policy knows better than the engine.
+    /// GPU-hours concerned, for the decisions that have no figure of the engine's own: an alert
+    /// carries it as its `gpu_hours` (summed when several policies alert about the same job on the same
+    /// input). Admissions always carry the GPU-hours requested and reclaims the GPU-hours still
+    /// reserved, whatever a policy says.
     pub gpu_hours: Option<f64>,
     /// Index into [`PolicyMeta::branches`] of the branch that produced it.
     pub branch: Option<u16>,

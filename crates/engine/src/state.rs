@@ -355,54 +355,159 @@ pub struct JobTag {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {
     /// Project.
-    pub project: Sym,
+    pub(crate) project: Sym,
     /// User.
-    pub user: Sym,
+    pub(crate) user: Sym,
     /// Queue.
-    pub queue: Option<Sym>,
+    pub(crate) queue: Option<Sym>,
     /// Stage.
-    pub stage: Option<Sym>,
+    pub(crate) stage: Option<Sym>,
     /// GPU model.
-    pub gpu_type: Option<Sym>,
+    pub(crate) gpu_type: Option<Sym>,
     /// Tags, in the order submitted.
-    pub tags: Box<[JobTag]>,
+    pub(crate) tags: Box<[JobTag]>,
     /// GPUs.
-    pub gpus: u32,
+    pub(crate) gpus: u32,
     /// Nodes.
-    pub nodes: u32,
+    pub(crate) nodes: u32,
     /// Requested hours.
-    pub requested_hours: f64,
+    pub(crate) requested_hours: f64,
     /// Submission time.
-    pub submitted: Timestamp,
+    pub(crate) submitted: Timestamp,
     /// Day whose buckets hold the job's usage.
-    pub usage_day: i64,
+    pub(crate) usage_day: i64,
     /// GPU-hours reserved and not yet settled.
-    pub reserved: f64,
+    pub(crate) reserved: f64,
     /// GPU-hours settled from runtime and not yet charged.
-    pub unbilled: f64,
+    pub(crate) unbilled: f64,
     /// Start time.
-    pub started: OptTime,
+    pub(crate) started: OptTime,
     /// End time.
-    pub ended: OptTime,
+    pub(crate) ended: OptTime,
     /// Deferred until.
-    pub defer_until: OptTime,
+    pub(crate) defer_until: OptTime,
     /// Pending approval.
-    pub pending: Option<Box<Pending>>,
+    pub(crate) pending: Option<Box<Pending>>,
     /// Latest utilisation.
-    pub util: Utilisation,
+    pub(crate) util: Utilisation,
     /// Hash of the configuration key (trial-before-scale).
-    pub config: u64,
+    pub(crate) config: u64,
     /// Policies' notes (rare, so a single pointer when there are none).
-    pub marks: Option<Box<Vec<Mark>>>,
+    pub(crate) marks: Option<Box<Vec<Mark>>>,
     /// How it ended.
-    pub status: Option<FinishStatus>,
+    pub(crate) status: Option<FinishStatus>,
     /// Phase.
-    pub phase: JobPhase,
+    pub(crate) phase: JobPhase,
     /// Deferrable work.
-    pub deferrable: bool,
+    pub(crate) deferrable: bool,
 }
 
 impl JobRecord {
+    /// Project.
+    pub fn project(&self) -> &str {
+        &self.project
+    }
+
+    /// User.
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
+    /// Queue.
+    pub fn queue(&self) -> Option<&str> {
+        self.queue.as_deref()
+    }
+
+    /// Stage.
+    pub fn stage(&self) -> Option<&str> {
+        self.stage.as_deref()
+    }
+
+    /// GPU model.
+    pub fn gpu_type(&self) -> Option<&str> {
+        self.gpu_type.as_deref()
+    }
+
+    /// Tags, in the order submitted.
+    pub fn tags(&self) -> &[JobTag] {
+        &self.tags
+    }
+
+    /// GPUs.
+    pub fn gpus(&self) -> u32 {
+        self.gpus
+    }
+
+    /// Nodes.
+    pub fn nodes(&self) -> u32 {
+        self.nodes
+    }
+
+    /// Requested wall-clock hours.
+    pub fn requested_hours(&self) -> f64 {
+        self.requested_hours
+    }
+
+    /// When it was submitted (event time).
+    pub fn submitted(&self) -> Timestamp {
+        self.submitted
+    }
+
+    /// GPU-hours reserved and not yet settled.
+    pub fn reserved(&self) -> f64 {
+        self.reserved
+    }
+
+    /// GPU-hours settled from runtime and not yet charged.
+    pub fn unbilled(&self) -> f64 {
+        self.unbilled
+    }
+
+    /// When it started.
+    pub fn started(&self) -> Option<Timestamp> {
+        self.started.get()
+    }
+
+    /// When it ended.
+    pub fn ended(&self) -> Option<Timestamp> {
+        self.ended.get()
+    }
+
+    /// For a deferred job, when it may start.
+    pub fn defer_until(&self) -> Option<Timestamp> {
+        self.defer_until.get()
+    }
+
+    /// The approval it waits for.
+    pub fn pending(&self) -> Option<&Pending> {
+        self.pending.as_deref()
+    }
+
+    /// The latest utilisation.
+    pub fn util(&self) -> &Utilisation {
+        &self.util
+    }
+
+    /// Hash of its configuration key (trial-before-scale).
+    pub fn config(&self) -> u64 {
+        self.config
+    }
+
+    /// How it ended.
+    pub fn status(&self) -> Option<FinishStatus> {
+        self.status
+    }
+
+    /// Where it is in its life.
+    pub fn phase(&self) -> JobPhase {
+        self.phase
+    }
+
+    /// Whether its work may run later.
+    pub fn deferrable(&self) -> bool {
+        self.deferrable
+    }
+
     /// The value a policy stored under `key`.
     pub fn mark(&self, key: u64) -> Option<i64> {
         self.marks.as_deref().and_then(|m| m.iter().find(|m| m.key == key)).map(|m| m.value)
@@ -547,16 +652,16 @@ pub fn config_hash(key: &str) -> u64 {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct State {
     /// Latest event time seen.
-    pub now: Timestamp,
+    pub(crate) now: Timestamp,
     /// Jobs by id. Records are boxed so the table's empty slots (up to half of them right after it
     /// grows) cost a pointer each rather than a whole record.
-    pub jobs: FxHashMap<Arc<str>, Box<JobRecord>>,
+    pub(crate) jobs: FxHashMap<Arc<str>, Box<JobRecord>>,
     /// Ledgers of projects, users and tag pairs.
-    pub ledgers: Ledgers,
+    pub(crate) ledgers: Ledgers,
     /// Registered assets by fingerprint.
-    pub assets: FxHashMap<Box<str>, AssetRecord>,
+    pub(crate) assets: FxHashMap<Box<str>, AssetRecord>,
     /// Run history by configuration hash.
-    pub trials: FxHashMap<u64, TrialHistory>,
+    pub(crate) trials: FxHashMap<u64, TrialHistory>,
     #[serde(skip)]
     pub(crate) names: Interner,
     /// Scratch space for building keys without allocating.
@@ -565,14 +670,35 @@ pub struct State {
 }
 
 impl State {
+    /// The engine's clock: the newest event time it has seen.
+    pub fn now(&self) -> Timestamp {
+        self.now
+    }
+
     /// A job's record.
     pub fn job(&self, id: &str) -> Option<&JobRecord> {
         self.jobs.get(id).map(|j| &**j)
     }
 
+    /// Every tracked job (live, pending approval, or ended and kept for late charges), in no
+    /// particular order.
+    pub fn jobs(&self) -> impl Iterator<Item = (&str, &JobRecord)> {
+        self.jobs.iter().map(|(id, j)| (&**id, &**j))
+    }
+
+    /// Registered assets by fingerprint.
+    pub fn assets(&self) -> impl Iterator<Item = (&str, &AssetRecord)> {
+        self.assets.iter().map(|(f, a)| (&**f, a))
+    }
+
     /// A ledger, if anything was ever counted in it.
     pub fn ledger(&self, kind: ScopeKind, name: &str) -> Option<&Ledger> {
         self.ledgers.of(kind).get(name)
+    }
+
+    /// Every ledger of one scope kind, by name, in no particular order.
+    pub fn ledgers(&self, kind: ScopeKind) -> impl Iterator<Item = (&str, &Ledger)> {
+        self.ledgers.of(kind).iter().map(|(n, l)| (&**n, l))
     }
 
     /// Usage of a ledger over `period` containing `at`.
@@ -590,8 +716,14 @@ impl State {
         self.trials.get(&config_hash(config_key))
     }
 
-    /// Number of live (admitted, deferred, running or pending) jobs.
+    /// Number of live jobs: holding or about to hold GPUs (admitted, deferred, running) or waiting for
+    /// an approval. Ended jobs kept for late charges are not live.
     pub fn live_jobs(&self) -> usize {
+        self.jobs.values().filter(|j| j.phase.is_live() || j.phase == JobPhase::PendingApproval).count()
+    }
+
+    /// Number of tracked jobs, ended ones kept for late charges included (what memory grows with).
+    pub fn tracked_jobs(&self) -> usize {
         self.jobs.len()
     }
 

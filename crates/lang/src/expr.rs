@@ -682,30 +682,30 @@ impl Name {
         let Some(j) = env.job else { return Val::Missing };
         match f {
             F::Id => env.event.kind.job_id().map_or(Val::Missing, Val::Str),
-            F::Project => Val::Str(&j.project),
-            F::User => Val::Str(&j.user),
-            F::Queue => opt_str(j.queue.as_deref()),
-            F::Gpus => Val::Num(f64::from(j.gpus)),
-            F::GpuType => opt_str(j.gpu_type.as_deref()),
-            F::Nodes => Val::Num(f64::from(j.nodes)),
-            F::RequestedHours => Val::Num(j.requested_hours),
-            F::GpuHours => Val::Num(f64::from(j.gpus) * j.requested_hours),
-            F::Stage => opt_str(j.stage.as_deref()),
-            F::Deferrable => Val::Bool(j.deferrable),
-            F::Phase => Val::Str(j.phase.as_str()),
+            F::Project => Val::Str(j.project()),
+            F::User => Val::Str(j.user()),
+            F::Queue => opt_str(j.queue()),
+            F::Gpus => Val::Num(f64::from(j.gpus())),
+            F::GpuType => opt_str(j.gpu_type()),
+            F::Nodes => Val::Num(f64::from(j.nodes())),
+            F::RequestedHours => Val::Num(j.requested_hours()),
+            F::GpuHours => Val::Num(f64::from(j.gpus()) * j.requested_hours()),
+            F::Stage => opt_str(j.stage()),
+            F::Deferrable => Val::Bool(j.deferrable()),
+            F::Phase => Val::Str(j.phase().as_str()),
             F::RuntimeHours => {
-                j.started.get().map_or(Val::Missing, |s| Val::Num(j.ended.get().unwrap_or(env.now).since(s).as_hours()))
+                j.started().map_or(Val::Missing, |s| Val::Num(j.ended().unwrap_or(env.now).since(s).as_hours()))
             }
             F::GpuUtil => {
-                if j.util.samples > 0 {
-                    Val::Num(f64::from(j.util.gpu_util))
+                if j.util().samples > 0 {
+                    Val::Num(f64::from(j.util().gpu_util))
                 } else {
                     Val::Missing
                 }
             }
             F::AvgGpuUtil => {
-                if j.util.samples > 0 {
-                    Val::Num(f64::from(j.util.avg_gpu_util))
+                if j.util().samples > 0 {
+                    Val::Num(f64::from(j.util().avg_gpu_util))
                 } else {
                     Val::Missing
                 }
@@ -767,8 +767,8 @@ impl Name {
 
 fn scope_name<'a>(kind: ScopeKind, env: &Env<'a>) -> Option<&'a str> {
     match kind {
-        ScopeKind::Project => env.spec.map(|j| j.project.as_str()).or_else(|| env.job.map(|j| &*j.project)),
-        ScopeKind::User => env.spec.map(|j| j.user.as_str()).or_else(|| env.job.map(|j| &*j.user)),
+        ScopeKind::Project => env.spec.map(|j| j.project.as_str()).or_else(|| env.job.map(|j| &*j.project())),
+        ScopeKind::User => env.spec.map(|j| j.user.as_str()).or_else(|| env.job.map(|j| &*j.user())),
         ScopeKind::Tag => None,
     }
 }

@@ -558,7 +558,7 @@ impl Approval {
 
 impl Reclaim {
     fn live(job: &JobRecord) -> bool {
-        matches!(job.phase, JobPhase::Running | JobPhase::Admitted)
+        matches!(job.phase(), JobPhase::Running | JobPhase::Admitted)
     }
 
     fn on_event(&self, cx: &Context<'_>, out: &mut Output) {
@@ -572,11 +572,11 @@ impl Reclaim {
                     out.effect(Effect::Timer { at: t.plus(max), job_id: id, tag: MAX_RUNTIME });
                 }
             }
-            EventKind::JobFinished { status, .. } if self.on_finish && job.phase.is_live() => {
+            EventKind::JobFinished { status, .. } if self.on_finish && job.phase().is_live() => {
                 out.verdict(
                     Verdict::new(
                         VerdictKind::Reclaim,
-                        format!("job {id} {} at {t}: release its {} GPUs now", status.as_str(), job.gpus),
+                        format!("job {id} {} at {t}: release its {} GPUs now", status.as_str(), job.gpus()),
                     )
                     .on_branch(0),
                 );
@@ -634,9 +634,9 @@ impl Reclaim {
         let id = cx.job_id;
         match cx.tag {
             MAX_RUNTIME => {
-                if let (Some(max), Some(started)) = (self.max_runtime, job.started.get())
+                if let (Some(max), Some(started)) = (self.max_runtime, job.started())
                     && started.plus(max) <= cx.at
-                    && job.phase == JobPhase::Running
+                    && job.phase() == JobPhase::Running
                 {
                     out.verdict(
                         Verdict::new(
@@ -661,7 +661,7 @@ impl Reclaim {
                         format!(
                             "job {id} has used under {}% of its {} GPUs since {since} ({}); it will be reclaimed at {deadline} unless its owner sends a keepalive",
                             fmt_num(idle.below * 100.0),
-                            job.gpus,
+                            job.gpus(),
                             idle.window
                         ),
                     )

@@ -160,6 +160,8 @@ pub struct Core {
     last_event_seq: u64,
     /// Input seq covered by the last snapshot.
     snapshot_seq: u64,
+    /// When the live jobs were last counted.
+    counted: Instant,
 }
 
 impl Core {
@@ -170,7 +172,7 @@ impl Core {
         decisions: broadcast::Sender<Arc<Sequenced>>,
         last_event_seq: u64,
     ) -> Core {
-        Core { session, metrics, decisions, last_event_seq, snapshot_seq: last_event_seq }
+        Core { session, metrics, decisions, last_event_seq, snapshot_seq: last_event_seq, counted: Instant::now() }
     }
 
     /// Runs until [`Work::Shutdown`] or until every sender is gone; writes a final snapshot.
@@ -307,7 +309,12 @@ impl Core {
             }
         }
         let engine = self.session.engine();
-        self.metrics.live_jobs.store(engine.state().live_jobs() as u64, Ordering::Relaxed);
+        self.metrics.tracked_jobs.store(engine.state().tracked_jobs() as u64, Ordering::Relaxed);
+        // Counting the live jobs walks the job table: at most once a second.
+        if self.counted.elapsed() >= std::time::Duration::from_secs(1) {
+            self.metrics.live_jobs.store(engine.state().live_jobs() as u64, Ordering::Relaxed);
+            self.counted = Instant::now();
+        }
         self.metrics.timers.store(engine.timers().len() as u64, Ordering::Relaxed);
         for a in after {
             match a {

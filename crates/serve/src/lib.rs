@@ -267,6 +267,7 @@ pub async fn serve(
             );
             metrics.policies.store(set.len() as u64, std::sync::atomic::Ordering::Relaxed);
             metrics.live_jobs.store(engine.state().live_jobs() as u64, std::sync::atomic::Ordering::Relaxed);
+            metrics.tracked_jobs.store(engine.state().tracked_jobs() as u64, std::sync::atomic::Ordering::Relaxed);
             let writer = bursar_audit::Writer::spawn(
                 log,
                 bursar_audit::WriterConfig { receipts: true, ..bursar_audit::WriterConfig::default() },

@@ -79,6 +79,8 @@ pub struct Metrics {
     pub snapshots: AtomicU64,
     /// Live jobs after the last batch.
     pub live_jobs: AtomicU64,
+    /// Jobs the engine tracks (live, pending approval, or ended and kept for late charges).
+    pub tracked_jobs: AtomicU64,
     /// Pending timers after the last batch.
     pub timers: AtomicU64,
     /// Policies in force.
@@ -165,7 +167,18 @@ impl Metrics {
             let _ = writeln!(out, "bursar_reloads_total{{outcome=\"{label}\"}} {}", v.load(Ordering::Relaxed));
         }
         counter(&mut out, "bursar_snapshots_total", "Engine snapshots written to the audit database.", &self.snapshots);
-        gauge(&mut out, "bursar_live_jobs", "Jobs bursar tracks as live.", &self.live_jobs);
+        gauge(
+            &mut out,
+            "bursar_live_jobs",
+            "Jobs holding or about to hold GPUs, or waiting for an approval (counted at most once a second).",
+            &self.live_jobs,
+        );
+        gauge(
+            &mut out,
+            "bursar_tracked_jobs",
+            "Jobs the engine keeps, ended ones kept for late charges included.",
+            &self.tracked_jobs,
+        );
         gauge(&mut out, "bursar_timers", "Pending engine timers.", &self.timers);
         gauge(&mut out, "bursar_policies", "Policies in force.", &self.policies);
         gauge(&mut out, "bursar_decision_streams", "Open decision streams.", &self.streams);

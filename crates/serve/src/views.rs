@@ -13,41 +13,41 @@ fn ts(t: impl Into<Option<Timestamp>>) -> Option<String> {
 /// What bursar knows about job `id`, or `None`.
 pub fn job(engine: &Engine, id: &str) -> Option<JobView> {
     let j: &JobRecord = engine.state().job(id)?;
-    let now = engine.state().now;
+    let now = engine.state().now();
     Some(JobView {
         job_id: id.to_owned(),
-        phase: j.phase.as_str().to_owned(),
-        live: j.phase.is_live(),
-        project: j.project.to_string(),
-        user: j.user.to_string(),
-        queue: j.queue.as_deref().map(str::to_owned),
-        stage: j.stage.as_deref().map(str::to_owned),
-        gpu_type: j.gpu_type.as_deref().map(str::to_owned),
-        gpus: j.gpus,
-        nodes: j.nodes,
-        requested_hours: j.requested_hours,
-        submitted: j.submitted.to_string(),
-        started: ts(j.started),
-        ended: ts(j.ended),
-        status: j.status,
-        deferred_until: ts(j.defer_until),
-        reserved_gpu_hours: j.reserved,
+        phase: j.phase().as_str().to_owned(),
+        live: j.phase().is_live(),
+        project: j.project().to_string(),
+        user: j.user().to_string(),
+        queue: j.queue().as_deref().map(str::to_owned),
+        stage: j.stage().as_deref().map(str::to_owned),
+        gpu_type: j.gpu_type().as_deref().map(str::to_owned),
+        gpus: j.gpus(),
+        nodes: j.nodes(),
+        requested_hours: j.requested_hours(),
+        submitted: j.submitted().to_string(),
+        started: ts(j.started()),
+        ended: ts(j.ended()),
+        status: j.status(),
+        deferred_until: ts(j.defer_until()),
+        reserved_gpu_hours: j.reserved(),
         runtime_gpu_hours: j.runtime_gpu_hours(now),
-        pending_approval: j.pending.as_ref().map(|p| PendingView {
+        pending_approval: j.pending().as_ref().map(|p| PendingView {
             expires: p.expires.to_string(),
             approvers: p.approvers.iter().map(|a| a.to_string()).collect(),
             policies: p.policies.iter().map(|a| a.to_string()).collect(),
             reason: p.reason.clone(),
         }),
         utilisation: UtilisationView {
-            last_sample: ts(j.util.last_sample),
-            gpu_util: j.util.gpu_util,
-            mem_util: j.util.mem_util,
-            avg_gpu_util: j.util.avg_gpu_util,
-            samples: j.util.samples,
-            keepalive: ts(j.util.keepalive),
+            last_sample: ts(j.util().last_sample),
+            gpu_util: j.util().gpu_util,
+            mem_util: j.util().mem_util,
+            avg_gpu_util: j.util().avg_gpu_util,
+            samples: j.util().samples,
+            keepalive: ts(j.util().keepalive),
         },
-        tags: j.tags.iter().map(|t| (t.key.to_string(), t.value.to_string())).collect(),
+        tags: j.tags().iter().map(|t| (t.key.to_string(), t.value.to_string())).collect(),
         engine_time: now.to_string(),
     })
 }
@@ -56,7 +56,7 @@ pub fn job(engine: &Engine, id: &str) -> Option<JobView> {
 /// it holds.
 pub fn project(engine: &Engine, name: &str) -> ProjectView {
     let st = engine.state();
-    let now = st.now;
+    let now = st.now();
     let usage = |p: Period| {
         let u = st.usage(ScopeKind::Project, name, p, now);
         UsageView {
@@ -70,7 +70,7 @@ pub fn project(engine: &Engine, name: &str) -> ProjectView {
         }
     };
     let ledger = st.ledger(ScopeKind::Project, name);
-    let live = st.jobs.iter().filter(|(_, j)| &*j.project == name && j.phase.is_live()).count();
+    let live = st.jobs().filter(|(_, j)| j.project() == name && j.phase().is_live()).count();
     ProjectView {
         project: name.to_owned(),
         known: ledger.is_some(),

@@ -71,9 +71,7 @@ impl wit_state::Host for StoreData {
     fn projects(&mut self) -> Vec<t::GpusNow> {
         with_state(Vec::new(), |st| {
             let mut all: Vec<t::GpusNow> = st
-                .ledgers
-                .project
-                .iter()
+                .ledgers(bursar_engine::ScopeKind::Project)
                 .map(|(name, l)| t::GpusNow { name: name.to_string(), held: l.held_gpus, running: l.running_gpus })
                 .collect();
             // The map's order is not stable; the guest must see the same list on every replay.
@@ -85,20 +83,20 @@ impl wit_state::Host for StoreData {
     fn job(&mut self, id: String) -> Option<t::JobInfo> {
         with_state(None, |st| {
             st.job(&id).map(|j| t::JobInfo {
-                project: j.project.to_string(),
-                user: j.user.to_string(),
-                gpus: j.gpus,
-                requested_hours: j.requested_hours,
-                phase: phase(j.phase),
-                submitted: j.submitted.millis(),
-                started: j.started.get().map(Timestamp::millis),
-                ended: j.ended.get().map(Timestamp::millis),
-                status: j.status.map(status),
-                gpu_util: j.util.gpu_util,
-                avg_gpu_util: j.util.avg_gpu_util,
-                samples: j.util.samples,
-                last_sample: j.util.last_sample.get().map(Timestamp::millis),
-                keepalive: j.util.keepalive.get().map(Timestamp::millis),
+                project: j.project().to_string(),
+                user: j.user().to_string(),
+                gpus: j.gpus(),
+                requested_hours: j.requested_hours(),
+                phase: phase(j.phase()),
+                submitted: j.submitted().millis(),
+                started: j.started().map(Timestamp::millis),
+                ended: j.ended().map(Timestamp::millis),
+                status: j.status().map(status),
+                gpu_util: j.util().gpu_util,
+                avg_gpu_util: j.util().avg_gpu_util,
+                samples: j.util().samples,
+                last_sample: j.util().last_sample.get().map(Timestamp::millis),
+                keepalive: j.util().keepalive.get().map(Timestamp::millis),
             })
         })
     }

@@ -63,7 +63,7 @@ fn main() -> ExitCode {
         "policies: {} ({} policies); jobs tracked: {}; admitted: {allowed}; bytes/job: {:.1}",
         dir.display(),
         set.len(),
-        engine.state().live_jobs(),
+        engine.state().tracked_jobs(),
         heap as f64 / jobs as f64
     );
     ExitCode::SUCCESS
