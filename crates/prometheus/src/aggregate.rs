@@ -345,6 +345,20 @@ mod tests {
     }
 
     #[test]
+    fn samples_survive_the_wire_format() {
+        let a = Answers {
+            engine_active: vec![r("multi", "2", 0.2), r("multi", "3", 0.6)],
+            fb_used: vec![r("multi", "2", 1000.0), r("multi", "3", 3000.0)],
+            fb_free: vec![r("multi", "2", 1000.0), r("multi", "3", 1000.0)],
+            ..Answers::default()
+        };
+        let (ev, _) = run(&a);
+        let line = serde_json::to_string(&ev[0]).unwrap();
+        assert!(line.contains(r#""type":"job.sample""#) && line.contains(r#""source":"prometheus""#), "{line}");
+        assert_eq!(bursar_model::decode_event(&line).unwrap(), ev[0], "what serve journals decodes to the same event");
+    }
+
+    #[test]
     fn ids_depend_on_job_and_time_only() {
         let a = Answers { engine_active: vec![r("busy", "0", 0.5)], ..Answers::default() };
         let b = Answers { engine_active: vec![r("busy", "0", 0.9)], ..Answers::default() };
