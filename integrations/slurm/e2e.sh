@@ -10,6 +10,7 @@
 #   3. a job needing approval held (and not releasable by its owner), then released after approval.granted;
 #   4. a deferrable job given bursar's begin time;
 #   5. an idle job (low utilisation samples) alerted, then cancelled by the enforcer, the action recorded;
+#      (2 and 5 also check the Prolog/Epilog pair's dcgm-exporter job mapping files)
 #   6. each decision in the audit log next to Slurm's job id, and each enforcer action recorded;
 #   7. both agents killed and restarted from scratch: nothing done or recorded twice;
 #   8. with bursar down, submissions rejected (fail closed).
@@ -175,6 +176,10 @@ wait_state "$ALLOW" RUNNING 20
 ALLOW_BID=$(scontrol show job "$ALLOW" | grep -o 'bursar_job=lab-[0-9a-f]\{12\}' | cut -d= -f2)
 [ -n "$ALLOW_BID" ] || fail "job $ALLOW has no bursar id in its AdminComment"
 ok "Slurm job $ALLOW (bursar $ALLOW_BID) running"
+# The Prolog wrote dcgm-exporter's job mapping: one file per GPU of the job, holding its Slurm id.
+mapped() { grep -lx "$1" "$LAB"/dcgm-job-map/[0-9]* 2>/dev/null | wc -l; }
+[ "$(mapped "$ALLOW")" = 2 ] || fail "the prolog mapped job $ALLOW to $(mapped "$ALLOW") GPU files, not 2: $(ls "$LAB/dcgm-job-map")"
+ok "prolog: Slurm job $ALLOW listed in the mapping files of its 2 GPUs"
 
 # --- scenario 3: approval ------------------------------------------------------------------------------
 say "3. a job that needs approval"
@@ -233,6 +238,9 @@ done
 wait_state "$IDLE" CANCELLED 10
 grep -q "alert.*$IDLE_BID\|$IDLE_BID.*alert" "$WORK/enforce.log" || fail "the enforcer saw no alert for $IDLE_BID"
 ok "Slurm job $IDLE (bursar $IDLE_BID) alerted, then cancelled after $n low samples"
+for _ in $(seq 50); do [ "$(mapped "$IDLE")" = 0 ] && break; sleep 0.2; done
+[ "$(mapped "$IDLE")" = 0 ] || fail "the epilog left job $IDLE in the mapping files"
+ok "epilog: Slurm job $IDLE gone from the mapping files"
 
 # --- scenario 6: the audit log -------------------------------------------------------------------------
 say "6. the audit log"

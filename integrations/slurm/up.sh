@@ -7,6 +7,9 @@
 #   export SLURM_CONF=$LAB/etc/slurm.conf      # then sbatch, squeue, ... talk to it
 #   LAB=... integrations/slurm/down.sh
 #
+# The Prolog/Epilog pair (prolog-dcgm.sh, epilog-dcgm.sh) keeps dcgm-exporter's job mapping files in
+# $LAB/dcgm-job-map, as on a real GPU node.
+#
 # Settings (environment): LAB (required), BURSAR_URL, BURSAR_FAIL_OPEN (true|false, default false),
 # BURSAR_TIMEOUT (seconds, default 2), SLURMCTLD_PORT (6817), SLURMD_PORT (6818).
 # Prerequisite: apt-get install -y --no-install-recommends slurmctld slurmd slurm-client munge curl
@@ -21,8 +24,8 @@ SLURMCTLD_PORT=${SLURMCTLD_PORT:-6817}
 SLURMD_PORT=${SLURMD_PORT:-6818}
 T0=$(date +%s.%N)
 
-mkdir -p "$LAB"/{etc,munge,spool/ctld,spool/d,log,run,dev,out}
-rm -rf "${LAB:?}"/spool/ctld/* "${LAB:?}"/spool/d/*   # fresh state, job ids restart at 1
+mkdir -p "$LAB"/{etc,munge,spool/ctld,spool/d,log,run,dev,out,dcgm-job-map}
+rm -rf "${LAB:?}"/spool/ctld/* "${LAB:?}"/spool/d/* "${LAB:?}"/dcgm-job-map/*   # fresh state, job ids restart at 1
 chmod 755 "$LAB/munge"; chmod 1777 "$LAB/out"         # munged needs o+x on its socket folder
 [ -s "$LAB/munge/munge.key" ] || mungekey -c -k "$LAB/munge/munge.key"
 for i in 0 1 2 3 4 5 6 7; do                          # gres.conf File= must be character devices
@@ -33,6 +36,12 @@ fill() { sed -e "s#@LAB@#$LAB#g; s#@HOST@#$HOST#g; s#@CTLD_PORT@#$SLURMCTLD_PORT
 fill "$HERE/slurm.conf.in" "$LAB/etc/slurm.conf"
 fill "$HERE/gres.conf.in" "$LAB/etc/gres.conf"
 cp "$HERE/job_submit.lua" "$LAB/etc/job_submit.lua"
+cp "$HERE/prolog-dcgm.sh" "$HERE/epilog-dcgm.sh" "$LAB/etc/"
+# The lab's GPUs are fake (no driver, no nvidia-smi): Slurm's device numbers are taken as DCGM's indices.
+cat > "$LAB/etc/dcgm-job-map.conf" <<CONF
+BURSAR_DCGM_MAP_DIR=$LAB/dcgm-job-map
+BURSAR_GPU_INDEX=slurm
+CONF
 cat > "$LAB/etc/bursar.lua" <<CONF
 -- Settings for job_submit.lua (see the CONFIG table there).
 return {

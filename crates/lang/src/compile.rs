@@ -421,8 +421,25 @@ fn compile_policy(
                 if !t.has("window") && window.is_none() {
                     r.error(t.span.clone(), "`idle` is missing `window` (how long it must stay under, e.g. \"2h\")");
                 }
-                t.finish(r, &["below", "window", "grace"]);
-                Idle { below: below.unwrap_or(0.05), window: window.unwrap_or(Duration::hours(2)), grace }
+                let min_samples = match t.num(r, "min_samples") {
+                    Some((n, span)) if n < 1.0 || n.fract() != 0.0 || n > f64::from(u32::MAX) => {
+                        r.error_help(
+                            span,
+                            format!("`min_samples` must be a whole number of at least 1, found {n}"),
+                            "it is how many samples under `below` the window must hold before it alerts; 1 (the default) is the first",
+                        );
+                        None
+                    }
+                    Some((n, _)) => Some(n as u32),
+                    None => None,
+                };
+                t.finish(r, &["below", "window", "grace", "min_samples"]);
+                Idle {
+                    below: below.unwrap_or(0.05),
+                    window: window.unwrap_or(Duration::hours(2)),
+                    grace,
+                    min_samples: min_samples.unwrap_or(1),
+                }
             });
             if !on_finish && max_runtime.is_none() && idle.is_none() && r.errors.len() == before {
                 r.error_help(
@@ -442,7 +459,7 @@ fn compile_policy(
                 names.extend(["job.sample", "job.keepalive"]);
             }
             f.finish(r, &known(&["on_finish", "max_runtime", "idle"]));
-            let keys = (mark_key(&id_text, 0), mark_key(&id_text, 1));
+            let keys = (mark_key(&id_text, 0), mark_key(&id_text, 1), mark_key(&id_text, 2));
             (
                 meta(
                     mask(&names),

@@ -169,6 +169,11 @@ pub struct Idle {
     pub window: Duration,
     /// Time between the alert and the reclaim.
     pub grace: Duration,
+    /// Samples under `below` the window must hold before it alerts (at least 1). With 1, the first
+    /// low sample starts a window that alerts when it has run its length; with more, a window that
+    /// has run its length waits for the last of them, so a source that goes quiet (bad data, an
+    /// outage) is never read as a job that stayed idle.
+    pub min_samples: u32,
 }
 
 /// Reclaim: finished jobs, maximum runtime, idle jobs.
@@ -180,8 +185,8 @@ pub struct Reclaim {
     pub max_runtime: Option<Duration>,
     /// Idle detection.
     pub idle: Option<Idle>,
-    /// Mark keys: low-utilisation-since, alerted-at.
-    pub keys: (u64, u64),
+    /// Mark keys: low-utilisation-since, alerted-at, low samples counted (only with `min_samples` > 1).
+    pub keys: (u64, u64, u64),
 }
 
 /// Asset reuse: refuse to prepare again what exists.
@@ -561,6 +566,39 @@ impl Reclaim {
         matches!(job.phase(), JobPhase::Running | JobPhase::Admitted)
     }
 
+    /// The idle alert at `at` for a window open since `since` holding `samples` low samples, and the
+    /// reclaim timer `grace` later.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one call site per trigger (timer, completing sample); all plain values"
+    )]
+    fn idle_alert(
+        idle: &Idle,
+        id: &Arc<str>,
+        gpus: u32,
+        since: Timestamp,
+        at: Timestamp,
+        samples: i64,
+        keys: (u64, u64, u64),
+        out: &mut Output,
+    ) {
+        let deadline = at.plus(idle.grace);
+        let evidence =
+            if idle.min_samples > 1 { format!("{}, {samples} samples", idle.window) } else { idle.window.to_string() };
+        out.verdict(
+            Verdict::new(
+                VerdictKind::Alert,
+                format!(
+                    "job {id} has used under {}% of its {gpus} GPUs since {since} ({evidence}); it will be reclaimed at {deadline} unless its owner sends a keepalive",
+                    fmt_num(idle.below * 100.0),
+                ),
+            )
+            .on_branch(2),
+        );
+        out.effect(Effect::Mark { job_id: id.clone(), key: keys.1, value: Some(at.millis()) });
+        out.effect(Effect::Timer { at: deadline, job_id: id.clone(), tag: IDLE_RECLAIM });
+    }
+
     fn on_event(&self, cx: &Context<'_>, out: &mut Output) {
         let Some(job) = cx.job else { return };
         let Some(id) = cx.event.kind.job_id() else { return };
@@ -586,14 +624,36 @@ impl Reclaim {
                 if !Self::live(job) {
                     return;
                 }
-                let (low_key, alert_key) = self.keys;
+                let (low_key, alert_key, count_key) = self.keys;
+                let counting = idle.min_samples > 1;
                 if *gpu_util < idle.below {
-                    if job.mark(low_key).is_none() {
-                        out.effect(Effect::Mark { job_id: id.clone(), key: low_key, value: Some(t.millis()) });
-                        out.effect(Effect::Timer { at: t.plus(idle.window), job_id: id, tag: IDLE_CHECK });
+                    match job.mark(low_key) {
+                        None => {
+                            out.effect(Effect::Mark { job_id: id.clone(), key: low_key, value: Some(t.millis()) });
+                            if counting {
+                                out.effect(Effect::Mark { job_id: id.clone(), key: count_key, value: Some(1) });
+                            }
+                            out.effect(Effect::Timer { at: t.plus(idle.window), job_id: id, tag: IDLE_CHECK });
+                        }
+                        Some(since) if counting => {
+                            let n = job.mark(count_key).unwrap_or(0).saturating_add(1);
+                            out.effect(Effect::Mark { job_id: id.clone(), key: count_key, value: Some(n) });
+                            // The window has run its length and was waiting for this sample.
+                            let since = Timestamp(since);
+                            if n >= i64::from(idle.min_samples)
+                                && job.mark(alert_key).is_none()
+                                && since.plus(idle.window) <= t
+                            {
+                                Self::idle_alert(idle, &id, job.gpus(), since, t, n, self.keys, out);
+                            }
+                        }
+                        Some(_) => {}
                     }
                 } else if job.mark(low_key).is_some() {
                     out.effect(Effect::Mark { job_id: id.clone(), key: low_key, value: None });
+                    if counting {
+                        out.effect(Effect::Mark { job_id: id.clone(), key: count_key, value: None });
+                    }
                     if job.mark(alert_key).is_some() {
                         out.effect(Effect::Mark { job_id: id, key: alert_key, value: None });
                     }
@@ -601,11 +661,15 @@ impl Reclaim {
             }
             EventKind::JobKeepalive { by, .. } => {
                 let Some(idle) = &self.idle else { return };
-                let (low_key, alert_key) = self.keys;
+                let (low_key, alert_key, count_key) = self.keys;
                 if job.mark(low_key).is_none() {
                     return;
                 }
                 out.effect(Effect::Mark { job_id: id.clone(), key: alert_key, value: None });
+                if idle.min_samples > 1 {
+                    // The new window counts the samples after the keepalive.
+                    out.effect(Effect::Mark { job_id: id.clone(), key: count_key, value: None });
+                }
                 out.effect(Effect::Mark { job_id: id.clone(), key: low_key, value: Some(t.millis()) });
                 out.effect(Effect::Timer { at: t.plus(idle.window), job_id: id.clone(), tag: IDLE_CHECK });
                 if job.mark(alert_key).is_some() {
@@ -649,30 +713,20 @@ impl Reclaim {
             }
             IDLE_CHECK => {
                 let Some(idle) = &self.idle else { return };
-                let (low_key, alert_key) = self.keys;
+                let (low_key, alert_key, count_key) = self.keys;
                 let Some(since) = job.mark(low_key).map(Timestamp) else { return };
                 if since.plus(idle.window) > cx.at || job.mark(alert_key).is_some() {
                     return;
                 }
-                let deadline = cx.at.plus(idle.grace);
-                out.verdict(
-                    Verdict::new(
-                        VerdictKind::Alert,
-                        format!(
-                            "job {id} has used under {}% of its {} GPUs since {since} ({}); it will be reclaimed at {deadline} unless its owner sends a keepalive",
-                            fmt_num(idle.below * 100.0),
-                            job.gpus(),
-                            idle.window
-                        ),
-                    )
-                    .on_branch(2),
-                );
-                out.effect(Effect::Mark { job_id: id.clone(), key: alert_key, value: Some(cx.at.millis()) });
-                out.effect(Effect::Timer { at: deadline, job_id: id.clone(), tag: IDLE_RECLAIM });
+                let n = job.mark(count_key).unwrap_or(0);
+                if idle.min_samples > 1 && n < i64::from(idle.min_samples) {
+                    return; // too few samples yet: the sample that completes them alerts
+                }
+                Self::idle_alert(idle, id, job.gpus(), since, cx.at, n, self.keys, out);
             }
             IDLE_RECLAIM => {
                 let Some(idle) = &self.idle else { return };
-                let (low_key, alert_key) = self.keys;
+                let (low_key, alert_key, _) = self.keys;
                 let (Some(since), Some(alerted)) = (job.mark(low_key), job.mark(alert_key)) else { return };
                 if Timestamp(alerted).plus(idle.grace) > cx.at {
                     return;

@@ -1,0 +1,368 @@
+//! From the readings of one evaluation time to `job.sample` events: pure, so every rule about bad
+//! data is a unit test.
+//!
+//! Per GPU (one label set, see [`crate::promql::Labels`]) the utilisation is `engine_active` when the
+//! GPU has that series, else `gpu_util` / 100. Per job (the attribution key, resolved by
+//! [`Jobs::lookup`]) a sample is made only when every GPU of the job is in the answer with a fresh,
+//! in-range value and the count matches what bursar expects. Anything else is no sample and a
+//! counter: a missing or broken reading is never read as "0 % used".
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bursar_model::{Event, EventKind, RawJson, Sample, Timestamp};
+use serde_json::value::RawValue;
+
+use crate::config::Config;
+use crate::counters::Counters;
+use crate::jobs::Jobs;
+use crate::promql::{Labels, Reading};
+
+/// Values at or above this are DCGM's blank and error markers, not MiB: `DCGM_INT32_BLANK`
+/// (0x7ffffff0) and up, `DCGM_FP64_BLANK` (2^47), `DCGM_INT64_BLANK`, and 4294967295.
+pub const FB_SENTINEL: f64 = 2_147_483_632.0;
+
+/// How far above the top of a ratio a value may be and still be read as the top (DCGM's profiling
+/// ratios come from counters and can land a hair above 1).
+const TOLERANCE: f64 = 1e-3;
+
+/// The four answers of one evaluation time (an unused metric has an empty answer).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Answers {
+    /// `metrics.engine_active`.
+    pub engine_active: Vec<Reading>,
+    /// `metrics.gpu_util`.
+    pub gpu_util: Vec<Reading>,
+    /// `metrics.fb_used`.
+    pub fb_used: Vec<Reading>,
+    /// `metrics.fb_free`.
+    pub fb_free: Vec<Reading>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Value {
+    Ok(f64),
+    Bad,
+    Stale,
+}
+
+/// Reads one series: fresh and within `0..=top` (returned divided by `top`), else bad or stale.
+fn read(r: &Reading, at: Timestamp, cfg: &Config, top: f64, counts: &mut Counters) -> Value {
+    let fresh = r.sample_time.is_some_and(|t| at.since(t) <= cfg.max_age);
+    if !fresh {
+        counts.series_stale += 1;
+        return Value::Stale;
+    }
+    let v = r.value;
+    if !v.is_finite() || v < 0.0 || v > top * (1.0 + TOLERANCE) {
+        counts.series_bad_value += 1;
+        return Value::Bad;
+    }
+    Value::Ok(v.min(top) / top)
+}
+
+fn read_fb(r: &Reading, at: Timestamp, cfg: &Config, counts: &mut Counters) -> Option<f64> {
+    let fresh = r.sample_time.is_some_and(|t| at.since(t) <= cfg.max_age);
+    if !fresh {
+        counts.series_stale += 1;
+        return None;
+    }
+    if !r.value.is_finite() || r.value < 0.0 || r.value >= FB_SENTINEL {
+        counts.series_bad_value += 1;
+        return None;
+    }
+    Some(r.value)
+}
+
+#[derive(Default)]
+struct Gpu<'a> {
+    engine: Option<&'a Reading>,
+    util: Option<&'a Reading>,
+    used: Option<&'a Reading>,
+    free: Option<&'a Reading>,
+}
+
+/// The event id of job `job`'s sample at `at`: `<prefix>-<job>-<RFC 3339 time>`. The same job and
+/// evaluation time always give the same id, so a repeat poll, a second instance or a replay is
+/// dropped by bursar's dedupe.
+pub fn event_id(prefix: &str, job: &str, at: Timestamp) -> String {
+    format!("{prefix}-{job}-{at}")
+}
+
+fn source_field() -> Vec<(String, RawJson)> {
+    RawValue::from_string("\"prometheus\"".to_owned())
+        .map(|raw| vec![("source".to_owned(), RawJson(raw))])
+        .unwrap_or_default()
+}
+
+/// The samples of evaluation time `at`, in job-key order; `counts` gets the series and jobs skipped.
+pub fn samples(cfg: &Config, at: Timestamp, answers: &Answers, jobs: &dyn Jobs, counts: &mut Counters) -> Vec<Event> {
+    let mut gpus: BTreeMap<&Labels, Gpu<'_>> = BTreeMap::new();
+    for r in &answers.engine_active {
+        gpus.entry(&r.labels).or_default().engine = Some(r);
+    }
+    for r in &answers.gpu_util {
+        gpus.entry(&r.labels).or_default().util = Some(r);
+    }
+    for r in &answers.fb_used {
+        gpus.entry(&r.labels).or_default().used = Some(r);
+    }
+    for r in &answers.fb_free {
+        gpus.entry(&r.labels).or_default().free = Some(r);
+    }
+
+    let mut by_key: BTreeMap<String, Vec<&Gpu<'_>>> = BTreeMap::new();
+    for (labels, gpu) in &gpus {
+        let label = |n: &str| labels.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
+        if let Some(key) = cfg.attribution.key_of(label) {
+            by_key.entry(key).or_default().push(gpu);
+        }
+    }
+
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for (key, job_gpus) in by_key {
+        let Some(expected) = jobs.lookup(&key) else {
+            counts.jobs_unknown += 1;
+            continue;
+        };
+        seen.insert(expected.job_id.clone());
+        let (mut utils, mut bad, mut stale, mut missing) = (Vec::with_capacity(job_gpus.len()), false, false, false);
+        let (mut used, mut free) = (Some(0.0), Some(0.0));
+        for g in &job_gpus {
+            let v = match (g.engine, g.util) {
+                (Some(r), _) => read(r, at, cfg, 1.0, counts),
+                (None, Some(r)) => read(r, at, cfg, 100.0, counts),
+                (None, None) => {
+                    missing = true;
+                    continue;
+                }
+            };
+            match v {
+                Value::Ok(u) => utils.push(u),
+                Value::Bad => bad = true,
+                Value::Stale => stale = true,
+            }
+            let u = g.used.and_then(|r| read_fb(r, at, cfg, counts));
+            let f = g.free.and_then(|r| read_fb(r, at, cfg, counts));
+            used = used.zip(u).map(|(a, b)| a + b);
+            free = free.zip(f).map(|(a, b)| a + b);
+        }
+        let n = utils.len() as u64;
+        if bad {
+            counts.jobs_bad_value += 1;
+        } else if stale {
+            counts.jobs_stale += 1;
+        } else if missing || n < u64::from(expected.gpus) {
+            counts.jobs_missing_gpu += 1;
+        } else if n > u64::from(expected.gpus) {
+            counts.jobs_extra_gpu += 1;
+        } else {
+            let mean = utils.iter().sum::<f64>() / n as f64;
+            let max = utils.iter().copied().fold(0.0, f64::max);
+            let mem_util = used.zip(free).and_then(|(u, f)| (u + f > 0.0).then(|| u / (u + f)));
+            out.push(Event {
+                id: event_id(&cfg.id_prefix, &expected.job_id, at),
+                time: at,
+                kind: EventKind::JobSample(Sample {
+                    job_id: expected.job_id,
+                    gpu_util: mean,
+                    mem_util,
+                    gpu_util_max: (n > 1).then_some(max),
+                    fb_used_mib: used,
+                    gpus: Some(utils.len() as u32),
+                    ..Sample::default()
+                }),
+                extra: source_field(),
+            });
+            counts.samples += 1;
+        }
+    }
+    jobs.for_each_running(&mut |id, _| {
+        if !seen.contains(id) {
+            counts.jobs_no_series += 1;
+        }
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobs::{ByJobId, Expected};
+    use bursar_model::Duration;
+
+    const AT: Timestamp = Timestamp(1_764_581_460_000);
+
+    fn r(job: &str, gpu: &str, value: f64) -> Reading {
+        Reading {
+            labels: vec![
+                ("gpu".into(), gpu.into()),
+                ("hpc_job".into(), job.into()),
+                ("instance".into(), "n1:9400".into()),
+            ],
+            value,
+            sample_time: Some(AT.plus(Duration::seconds(-5))),
+        }
+    }
+
+    fn jobs() -> ByJobId<impl Fn(&str) -> Option<u32>> {
+        ByJobId(|id: &str| match id {
+            "busy" | "idle" | "bad" | "old" => Some(1),
+            "multi" | "gone" => Some(2),
+            _ => None,
+        })
+    }
+
+    fn sample(e: &Event) -> &Sample {
+        match &e.kind {
+            EventKind::JobSample(s) => s,
+            other => panic!("not a sample: {other:?}"),
+        }
+    }
+
+    fn run(a: &Answers) -> (Vec<Event>, Counters) {
+        let mut c = Counters::default();
+        let ev = samples(&Config::default(), AT, a, &jobs(), &mut c);
+        (ev, c)
+    }
+
+    #[test]
+    fn busy_idle_and_multi_gpu_jobs() {
+        let a = Answers {
+            engine_active: vec![r("busy", "0", 0.93), r("idle", "1", 0.01), r("multi", "2", 0.2), r("multi", "3", 0.6)],
+            fb_used: vec![r("idle", "1", 30_000.0), r("multi", "2", 1000.0), r("multi", "3", 3000.0)],
+            fb_free: vec![r("idle", "1", 10_000.0), r("multi", "2", 1000.0), r("multi", "3", 1000.0)],
+            ..Answers::default()
+        };
+        let (ev, c) = run(&a);
+        assert_eq!(
+            ev.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
+            ["prom-busy-2025-12-01T09:31:00Z", "prom-idle-2025-12-01T09:31:00Z", "prom-multi-2025-12-01T09:31:00Z"]
+        );
+        let busy = sample(&ev[0]);
+        assert_eq!((busy.gpu_util, busy.gpu_util_max, busy.gpus, busy.fb_used_mib), (0.93, None, Some(1), None));
+        let idle = sample(&ev[1]);
+        assert_eq!((idle.gpu_util, idle.fb_used_mib, idle.mem_util), (0.01, Some(30_000.0), Some(0.75)));
+        let multi = sample(&ev[2]);
+        assert!((multi.gpu_util - 0.4).abs() < 1e-12);
+        assert_eq!((multi.gpu_util_max, multi.gpus, multi.fb_used_mib), (Some(0.6), Some(2), Some(4000.0)));
+        assert_eq!(multi.mem_util, Some(4000.0 / 6000.0));
+        assert!(ev.iter().all(|e| e.time == AT));
+        assert_eq!(ev[0].extra.first().map(|(k, v)| (k.as_str(), v.get())), Some(("source", "\"prometheus\"")));
+        assert_eq!(c.samples, 3);
+        assert_eq!(c.jobs_skipped(), 0);
+    }
+
+    #[test]
+    fn percent_fallback_only_for_gpus_without_the_profiling_metric() {
+        let a = Answers {
+            engine_active: vec![r("multi", "2", 0.5)],
+            gpu_util: vec![r("multi", "2", 3.0), r("multi", "3", 70.0)],
+            ..Answers::default()
+        };
+        let (ev, _) = run(&a);
+        let s = sample(&ev[0]);
+        assert!(
+            (s.gpu_util - 0.6).abs() < 1e-12,
+            "gpu 2 from the profiling metric, gpu 3 from percent: {}",
+            s.gpu_util
+        );
+        assert_eq!(s.gpu_util_max, Some(0.7));
+    }
+
+    #[test]
+    fn dcgm_error_values_are_no_sample() {
+        for v in
+            [4_294_967_295.0, 2_147_483_632.0, 140_737_488_355_328.0, 9.223_372_036_854_776e18, 101.0, -1.0, f64::NAN]
+        {
+            let (ev, c) = run(&Answers { gpu_util: vec![r("bad", "0", v)], ..Answers::default() });
+            assert!(ev.is_empty(), "{v} made a sample");
+            assert_eq!((c.series_bad_value, c.jobs_bad_value), (1, 1), "{v}");
+        }
+        let (ev, c) = run(&Answers { engine_active: vec![r("bad", "0", 1.5)], ..Answers::default() });
+        assert!(ev.is_empty() && c.jobs_bad_value == 1);
+        let (ev, _) = run(&Answers { engine_active: vec![r("bad", "0", 1.000_2)], ..Answers::default() });
+        assert_eq!(sample(&ev[0]).gpu_util, 1.0, "a hair above 1 is 1");
+    }
+
+    #[test]
+    fn bad_memory_drops_the_memory_fields_only() {
+        let a = Answers {
+            engine_active: vec![r("idle", "1", 0.02)],
+            fb_used: vec![r("idle", "1", 4_294_967_295.0)],
+            fb_free: vec![r("idle", "1", 1000.0)],
+            ..Answers::default()
+        };
+        let (ev, c) = run(&a);
+        let s = sample(&ev[0]);
+        assert_eq!((s.gpu_util, s.fb_used_mib, s.mem_util), (0.02, None, None));
+        assert_eq!(c.series_bad_value, 1);
+    }
+
+    #[test]
+    fn stale_series_are_no_sample() {
+        let mut old = r("old", "0", 0.0);
+        old.sample_time = Some(AT.plus(Duration::minutes(-3)));
+        let (ev, c) = run(&Answers { engine_active: vec![old.clone()], ..Answers::default() });
+        assert!(ev.is_empty());
+        assert_eq!((c.series_stale, c.jobs_stale), (1, 1));
+        old.sample_time = None;
+        let (ev, c) = run(&Answers { engine_active: vec![old], ..Answers::default() });
+        assert!(ev.is_empty() && c.jobs_stale == 1, "no sample time is not fresh");
+    }
+
+    #[test]
+    fn gpu_counts_must_match() {
+        let (ev, c) = run(&Answers { engine_active: vec![r("gone", "4", 0.0)], ..Answers::default() });
+        assert!(ev.is_empty());
+        assert_eq!(c.jobs_missing_gpu, 1, "one of two GPUs answered");
+        let a = Answers { engine_active: vec![r("busy", "0", 0.5), r("busy", "5", 0.5)], ..Answers::default() };
+        let (ev, c) = run(&a);
+        assert!(ev.is_empty());
+        assert_eq!(c.jobs_extra_gpu, 1, "a mapping file left on another GPU");
+        let a = Answers { fb_used: vec![r("busy", "0", 10.0)], ..Answers::default() };
+        let (ev, c) = run(&a);
+        assert!(ev.is_empty() && c.jobs_missing_gpu == 1, "memory without utilisation is not a sample");
+    }
+
+    #[test]
+    fn unknown_jobs_and_jobs_without_series_are_counted() {
+        struct Listed;
+        impl Jobs for Listed {
+            fn lookup(&self, key: &str) -> Option<Expected> {
+                (key == "busy").then(|| Expected { job_id: "busy".into(), gpus: 1 })
+            }
+            fn for_each_running(&self, f: &mut dyn FnMut(&str, u32)) {
+                f("busy", 1);
+                f("silent", 4);
+            }
+        }
+        let a = Answers { engine_active: vec![r("busy", "0", 0.5), r("stranger", "1", 0.5)], ..Answers::default() };
+        let mut c = Counters::default();
+        let ev = samples(&Config::default(), AT, &a, &Listed, &mut c);
+        assert_eq!(ev.len(), 1);
+        assert_eq!((c.jobs_unknown, c.jobs_no_series), (1, 1));
+    }
+
+    #[test]
+    fn samples_survive_the_wire_format() {
+        let a = Answers {
+            engine_active: vec![r("multi", "2", 0.2), r("multi", "3", 0.6)],
+            fb_used: vec![r("multi", "2", 1000.0), r("multi", "3", 3000.0)],
+            fb_free: vec![r("multi", "2", 1000.0), r("multi", "3", 1000.0)],
+            ..Answers::default()
+        };
+        let (ev, _) = run(&a);
+        let line = serde_json::to_string(&ev[0]).unwrap();
+        assert!(line.contains(r#""type":"job.sample""#) && line.contains(r#""source":"prometheus""#), "{line}");
+        assert_eq!(bursar_model::decode_event(&line).unwrap(), ev[0], "what serve journals decodes to the same event");
+    }
+
+    #[test]
+    fn ids_depend_on_job_and_time_only() {
+        let a = Answers { engine_active: vec![r("busy", "0", 0.5)], ..Answers::default() };
+        let b = Answers { engine_active: vec![r("busy", "0", 0.9)], ..Answers::default() };
+        assert_eq!(run(&a).0[0].id, run(&b).0[0].id);
+        assert_eq!(event_id("prom", "j", AT.plus(Duration::seconds(60))), "prom-j-2025-12-01T09:32:00Z");
+    }
+}
