@@ -270,13 +270,12 @@ done
 # The enforcer's records: the release and the cancel, done, with both ids.
 for rec in "$HELD_BID:$HELD:scontrol release" "$IDLE_BID:$IDLE:scancel"; do
   b=${rec%%:*}; rest=${rec#*:}; s=${rest%%:*}; action=${rest#*:}
-  q="SELECT count(*) FROM events WHERE event_id LIKE 'enforce-%' AND json_extract(raw,'\$.job_id')='$b'
-     AND json_extract(raw,'\$.slurm_job_id')='$s' AND json_extract(raw,'\$.enforcement.action')='$action'
-     AND json_extract(raw,'\$.enforcement.outcome')='done'"
+  q="SELECT count(*) FROM events WHERE event_id LIKE 'enforce-%' AND type='action.executed' AND job='$b'
+     AND json_extract(raw,'\$.slurm_job_id')='$s' AND json_extract(raw,'\$.action')='$action'"
   for _ in $(seq 50); do [ "$(sql "$q")" = 1 ] && break; sleep 0.2; done
   [ "$(sql "$q")" = 1 ] || fail "audit: no record that '$action' on Slurm job $s was done"
-  printf '    recorded: %s\n' "$(sql "SELECT json_extract(raw,'\$.enforcement') FROM events WHERE event_id LIKE 'enforce-%'
-     AND json_extract(raw,'\$.job_id')='$b' AND json_extract(raw,'\$.enforcement.outcome')='done'")"
+  printf '    recorded: %s\n' "$(sql "SELECT raw FROM events WHERE event_id LIKE 'enforce-%'
+     AND type='action.executed' AND job='$b'")"
 done
 ok "every decision is in the audit log next to Slurm's job id; the enforcer's actions are recorded"
 

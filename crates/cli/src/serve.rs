@@ -59,6 +59,10 @@ pub struct ServeArgs {
     /// Also take events as JSON Lines on this Unix socket (one answer line per input line).
     #[arg(long)]
     pub socket: Option<PathBuf>,
+    /// Permission bits of the socket file, in octal: who may write events on it (the HTTP token does
+    /// not apply to the socket). The default lets the user bursar runs as and its group write.
+    #[arg(long, default_value = "660", value_parser = parse_mode, requires = "socket")]
+    pub socket_mode: u32,
     /// Request body limit in bytes.
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
     pub max_body: usize,
@@ -89,6 +93,13 @@ pub mod tracing_level {
         Debug,
         /// Everything.
         Trace,
+    }
+}
+
+fn parse_mode(s: &str) -> Result<u32, String> {
+    match u32::from_str_radix(s.trim_start_matches("0o"), 8) {
+        Ok(m) if m <= 0o777 => Ok(m),
+        _ => Err(format!("`{s}` is not a permission mode: write it in octal, e.g. `660` or `600`")),
     }
 }
 
@@ -127,6 +138,7 @@ pub fn run(args: &ServeArgs, error_format: ErrorFormat) -> Result<ExitCode, CliE
     config.watch = !args.no_watch;
     config.max_body = args.max_body;
     config.socket = args.socket.clone();
+    config.socket_mode = args.socket_mode;
     config.queue = args.queue;
     config.engine = bursar_engine::EngineConfig { dedupe_window: args.dedupe_window, ..Default::default() };
     // The same loader as `check` and `eval`: TOML policies and WebAssembly components.

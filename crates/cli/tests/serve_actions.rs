@@ -1,8 +1,6 @@
 //! Enforcement records are inputs of their own (`action.executed`, `action.failed`), not `clock.tick`s:
 //! a `clock.tick` rule never sees one, and one survives a restart and is queryable with `bursar audit`.
 
-#![expect(clippy::unwrap_used, reason = "integration test")]
-
 mod serve_support;
 
 use serve_support::{Scratch, Server, job_event, now, submit};

@@ -767,8 +767,8 @@ impl Name {
 
 fn scope_name<'a>(kind: ScopeKind, env: &Env<'a>) -> Option<&'a str> {
     match kind {
-        ScopeKind::Project => env.spec.map(|j| j.project.as_str()).or_else(|| env.job.map(|j| &*j.project())),
-        ScopeKind::User => env.spec.map(|j| j.user.as_str()).or_else(|| env.job.map(|j| &*j.user())),
+        ScopeKind::Project => env.spec.map(|j| j.project.as_str()).or_else(|| env.job.map(|j| j.project())),
+        ScopeKind::User => env.spec.map(|j| j.user.as_str()).or_else(|| env.job.map(|j| j.user())),
         ScopeKind::Tag => None,
     }
 }

@@ -147,8 +147,8 @@ enum After {
         items: Vec<(u64, String, Option<usize>)>,
     },
     Ack(oneshot::Sender<Result<(), String>>),
-    Job(oneshot::Sender<Option<JobView>>, Option<JobView>),
-    Project(oneshot::Sender<ProjectView>, ProjectView),
+    Job(oneshot::Sender<Option<JobView>>, Box<Option<JobView>>),
+    Project(oneshot::Sender<ProjectView>, Box<ProjectView>),
 }
 
 /// The engine thread's state.
@@ -283,11 +283,11 @@ impl Core {
                 }
                 Work::Job { id, reply } => {
                     let v = crate::views::job(self.session.engine(), &id);
-                    after.push(After::Job(reply, v));
+                    after.push(After::Job(reply, Box::new(v)));
                 }
                 Work::Project { name, reply } => {
                     let v = crate::views::project(self.session.engine(), &name);
-                    after.push(After::Project(reply, v));
+                    after.push(After::Project(reply, Box::new(v)));
                 }
                 Work::Snapshot { .. } | Work::Shutdown => {}
             }
@@ -337,10 +337,10 @@ impl Core {
                     let _ = reply.send(Ok(()));
                 }
                 After::Job(reply, v) => {
-                    let _ = reply.send(v);
+                    let _ = reply.send(*v);
                 }
                 After::Project(reply, v) => {
-                    let _ = reply.send(v);
+                    let _ = reply.send(*v);
                 }
             }
         }

@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bursar_client::Conn;
+use bursar_model::{Event, EventKind, JobSpec, Ready};
 
 const POLICIES: &str = r#"[[policy]]
 id = "quota/monthly"
@@ -123,18 +124,29 @@ impl Running {
     }
 }
 
-fn now_rfc3339() -> String {
-    bursar_serve::wall_time().to_string()
-}
-
 fn submit_line(tag: &str, n: usize) -> String {
-    format!(
-        r#"{{"id":"{tag}-e{n}","time":"{}","type":"job.submitted","job":{{"id":"{tag}-j{n}","project":"p{}","user":"u{}","queue":"batch","gpus":{},"gpu_type":"H100","gpu_mem_gb":80,"nodes":1,"requested_hours":2.0,"stage":"finetune","model_params_b":7.0,"ready":{{"image":true,"data":true,"script":true}},"deferrable":false}}}}"#,
-        now_rfc3339(),
-        n % 20,
-        n % 97,
-        1 + n % 8,
-    )
+    let job = JobSpec {
+        id: format!("{tag}-j{n}"),
+        project: format!("p{}", n % 20),
+        user: format!("u{}", n % 97),
+        queue: Some("batch".into()),
+        gpus: 1 + (n % 8) as u32,
+        gpu_type: Some("H100".into()),
+        gpu_mem_gb: Some(80.0),
+        nodes: 1,
+        requested_hours: 2.0,
+        stage: Some("finetune".into()),
+        model_params_b: Some(7.0),
+        ready: Ready::all(),
+        ..JobSpec::default()
+    };
+    Event {
+        id: format!("{tag}-e{n}"),
+        time: bursar_serve::wall_time(),
+        kind: EventKind::JobSubmitted(Box::new(job)),
+        extra: Vec::new(),
+    }
+    .to_json()
 }
 
 /// Latencies in microseconds, sorted.
