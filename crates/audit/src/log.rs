@@ -659,6 +659,15 @@ impl AuditLog {
         st.query_row([event_id], event_from_row).optional().map_err(AuditError::sqlite("look up an event"))
     }
 
+    /// The inputs logged about job `job`, oldest first (an index look-up: what a restart needs to
+    /// rebuild what it keeps per live job).
+    pub fn events_of_job(&self, job: &str) -> Result<Vec<StoredEvent>> {
+        let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE job = ?1 ORDER BY seq");
+        let mut st = self.conn.prepare_cached(&sql).map_err(AuditError::sqlite("prepare a job's events read"))?;
+        let rows = st.query_map([job], event_from_row).map_err(AuditError::sqlite("read a job's events"))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(AuditError::sqlite("read a job's events"))
+    }
+
     /// The time of the newest logged event, ms since the epoch.
     pub fn newest_event_time(&self) -> Result<Option<i64>> {
         self.conn

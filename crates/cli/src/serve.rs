@@ -59,6 +59,11 @@ pub struct ServeArgs {
     /// Also take events as JSON Lines on this Unix socket (one answer line per input line).
     #[arg(long)]
     pub socket: Option<PathBuf>,
+    /// Read GPU utilisation from Prometheus (dcgm-exporter), as configured in this TOML file (see
+    /// docs/integrations/utilisation.md): `job.sample` events for the idle rule, with nothing for the
+    /// site to write.
+    #[arg(long, value_name = "FILE")]
+    pub utilisation: Option<PathBuf>,
     /// Permission bits of the socket file, in octal: who may write events on it (the HTTP token does
     /// not apply to the socket). The default lets the user bursar runs as and its group write.
     #[arg(long, default_value = "660", value_parser = parse_mode, requires = "socket")]
@@ -139,6 +144,11 @@ pub fn run(args: &ServeArgs, error_format: ErrorFormat) -> Result<ExitCode, CliE
     config.max_body = args.max_body;
     config.socket = args.socket.clone();
     config.socket_mode = args.socket_mode;
+    if let Some(path) = &args.utilisation {
+        config.utilisation = Some(
+            bursar_serve::utilisation::UtilisationConfig::load(path).map_err(|e| CliError::Message(e.to_string()))?,
+        );
+    }
     config.queue = args.queue;
     config.engine = bursar_engine::EngineConfig { dedupe_window: args.dedupe_window, ..Default::default() };
     // The same loader as `check` and `eval`: TOML policies and WebAssembly components.

@@ -92,6 +92,11 @@ impl SlurmIds {
         self.by_slurm.get(slurm_id).map(String::as_str)
     }
 
+    /// Every known pair, `(Slurm id, bursar id)`, in no particular order.
+    pub fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.by_slurm.iter().map(|(s, b)| (s.as_str(), b.as_str()))
+    }
+
     /// Jobs known (started and not finished).
     pub fn len(&self) -> usize {
         self.by_slurm.len()

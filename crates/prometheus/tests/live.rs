@@ -16,14 +16,13 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::thread::sleep;
 use std::time::{Duration as StdDuration, Instant};
 
 use bursar_model::{Duration, Event, EventKind, Sample, Timestamp, decode_event};
 use bursar_prometheus::{Config, Counters, Jobs, Poll, PollError, SlurmIds, Source};
-use bursar_testkit::{FakeDcgm, Field, Prometheus, TempDir};
+use bursar_testkit::{FakeDcgm, FakeNode, Field, Prometheus, TempDir};
 use libtest_mimic::{Arguments, Failed, Trial};
 
 /// Slurm device d is NVML index PERM[d] on this fake node (pairs swapped).
@@ -41,7 +40,7 @@ const JOBS: [(&str, &str, &str); 5] = [
 struct World {
     _dir: TempDir,
     map: PathBuf,
-    fake: PathBuf,
+    node: FakeNode,
     dcgm: FakeDcgm,
     prom: Mutex<Prometheus>,
     ids: SlurmIds,
@@ -102,36 +101,8 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The node's fake driver view: `/proc/driver/nvidia/gpus/<bus>/information` and `nvidia-smi`.
-fn fake_driver(dir: &Path) {
-    let proc_dir = dir.join("proc");
-    let mut smi = String::from("#!/bin/sh\n");
-    for (minor, index) in PERM.iter().enumerate() {
-        let bus = format!("{:02x}", 0x18 + index * 0x10);
-        let d = proc_dir.join(format!("0000:{bus}:00.0"));
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join("information"), format!("Model: \t\t NVIDIA H100 80GB HBM3\nDevice Minor: \t {minor}\n"))
-            .unwrap();
-    }
-    for index in 0..8u32 {
-        smi.push_str(&format!("echo '{index}, 00000000:{:02X}:00.0'\n", 0x18 + index * 0x10));
-    }
-    std::fs::write(dir.join("nvidia-smi"), smi).unwrap();
-    Command::new("chmod").arg("+x").arg(dir.join("nvidia-smi")).status().unwrap();
-}
-
-fn run_script(w_map: &Path, fake: &Path, script: &str, slurm_id: &str, gpus: &str) {
-    let out = Command::new(root().join("integrations/slurm").join(script))
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("SLURM_JOB_ID", slurm_id)
-        .env("SLURM_JOB_GPUS", gpus)
-        .env("BURSAR_DCGM_MAP_DIR", w_map)
-        .env("BURSAR_NVIDIA_SMI", fake.join("nvidia-smi"))
-        .env("BURSAR_NVIDIA_PROC", fake.join("proc"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{script} failed: {}", String::from_utf8_lossy(&out.stderr));
+fn run_script(node: &FakeNode, map: &Path, script: &str, slurm_id: &str, gpus: &str) {
+    node.run(&root().join("integrations/slurm").join(script), map, slurm_id, gpus).unwrap();
 }
 
 fn started(slurm: &str, bursar: &str) -> Event {
@@ -144,12 +115,11 @@ fn started(slurm: &str, bursar: &str) -> Event {
 fn world() -> std::io::Result<World> {
     let dir = TempDir::new("prom-live")?;
     let map = dir.path().join("dcgm-job-map");
-    let fake = dir.path().join("driver");
-    fake_driver(&fake);
+    let node = FakeNode::new(&dir.path().join("driver"), &PERM)?;
     let mut ids = SlurmIds::new("lab");
     let mut gpus = BTreeMap::new();
     for (slurm, bursar, devices) in JOBS {
-        run_script(&map, &fake, "prolog-dcgm.sh", slurm, devices);
+        run_script(&node, &map, "prolog-dcgm.sh", slurm, devices);
         ids.observe(&started(slurm, bursar));
         gpus.insert(bursar.to_owned(), devices.split(',').count() as u32);
     }
@@ -162,7 +132,7 @@ fn world() -> std::io::Result<World> {
     dcgm.set_load(PERM[6], 0.7, 100.0);
     dcgm.set_load(PERM[7], 0.7, 100.0);
     let prom = Prometheus::start(&[dcgm.addr()], StdDuration::from_secs(1))?;
-    Ok(World { _dir: dir, map, fake, dcgm, prom: Mutex::new(prom), ids, gpus })
+    Ok(World { _dir: dir, map, node, dcgm, prom: Mutex::new(prom), ids, gpus })
 }
 
 fn engine_of(gpu: u32, v: f64) -> impl Fn(&[bursar_prometheus::promql::Reading]) -> bool {
@@ -178,9 +148,9 @@ fn the_prolog_names_files_by_nvml_index(w: &World) -> Result<(), Failed> {
     assert_eq!(std::fs::read_to_string(w.map.join("3"))?, "103\n");
     assert_eq!(std::fs::read_to_string(w.map.join("2"))?, "103\n");
     // A second job on a GPU adds a line; its epilog removes only its own.
-    run_script(&w.map, &w.fake, "prolog-dcgm.sh", "199", "0");
+    run_script(&w.node, &w.map, "prolog-dcgm.sh", "199", "0");
     assert_eq!(std::fs::read_to_string(w.map.join("1"))?, "101\n199\n");
-    run_script(&w.map, &w.fake, "epilog-dcgm.sh", "199", "");
+    run_script(&w.node, &w.map, "epilog-dcgm.sh", "199", "");
     assert_eq!(std::fs::read_to_string(w.map.join("1"))?, "101\n");
     let s = w.dcgm.render();
     assert!(s.contains("gpu=\"1\",UUID=") && s.contains(",hpc_job=\"101\"} 0.900000"), "{s}");

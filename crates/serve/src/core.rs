@@ -22,7 +22,7 @@ use bursar_audit::{AuditLog, Writer};
 use bursar_engine::{Engine, EngineConfig, PolicySet};
 use bursar_model::Timestamp;
 use bursar_model::api::{JobView, ProjectView, Sequenced};
-use bursar_session::{Applied, Discard, Frame, Incoming, LineOutcome, Origin, Receipt, Session};
+use bursar_session::{Applied, Discard, Frame, Incoming, Line, Origin, Receipt, Session};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::metrics::Metrics;
@@ -88,6 +88,11 @@ pub enum Work {
         /// The answer.
         reply: oneshot::Sender<ProjectView>,
     },
+    /// The running jobs by utilisation key, for the Prometheus source.
+    Running {
+        /// The answer.
+        reply: oneshot::Sender<crate::utilisation::Running>,
+    },
     /// Persist a snapshot now.
     Snapshot {
         /// Answered with the event seq the snapshot covers.
@@ -105,7 +110,12 @@ pub struct RecoverError(pub String);
 /// Rebuilds the engine from the audit log: the last snapshot, then every journaled input after it,
 /// replayed through a session of the journal's origin. Returns the engine, the last input seq applied
 /// and how many inputs were replayed.
-pub fn recover(log: &AuditLog, set: Arc<PolicySet>, config: EngineConfig) -> Result<(Engine, u64, u64), RecoverError> {
+pub fn recover(
+    log: &AuditLog,
+    set: Arc<PolicySet>,
+    config: EngineConfig,
+    on_input: &mut dyn FnMut(&bursar_model::Input),
+) -> Result<(Engine, u64, u64), RecoverError> {
     let audit = |e: bursar_audit::AuditError| RecoverError(e.to_string());
     let (engine, mut seq) = match log.latest_snapshot().map_err(audit)? {
         Some(snap) => match serde_json::from_slice(&snap.blob) {
@@ -127,11 +137,16 @@ pub fn recover(log: &AuditLog, set: Arc<PolicySet>, config: EngineConfig) -> Res
         for stored in page {
             seq = stored.seq;
             let frame = Frame::Line { line: u64::try_from(stored.seq).unwrap_or(0), bytes: stored.raw.as_bytes() };
-            match session.line(frame).map_err(|e| RecoverError(e.to_string()))? {
-                LineOutcome::Rejected(r) => {
+            match bursar_session::decode(frame, Origin::Journal) {
+                Line::Rejected(r) => {
                     tracing::warn!(seq = stored.seq, error = %r.error, "a logged input cannot be decoded; skipped in replay");
                 }
-                _ => replayed += 1,
+                Line::Blank => {}
+                Line::Input(d) => {
+                    session.apply(&d.input, d.text).map_err(|e| RecoverError(e.to_string()))?;
+                    on_input(&d.input);
+                    replayed += 1;
+                }
             }
         }
     }
@@ -148,6 +163,7 @@ enum After {
     },
     Ack(oneshot::Sender<Result<(), String>>),
     Job(oneshot::Sender<Option<JobView>>, Box<Option<JobView>>),
+    Running(oneshot::Sender<crate::utilisation::Running>, crate::utilisation::Running),
     Project(oneshot::Sender<ProjectView>, Box<ProjectView>),
 }
 
@@ -162,6 +178,8 @@ pub struct Core {
     snapshot_seq: u64,
     /// When the live jobs were last counted.
     counted: Instant,
+    /// The Prometheus source's job index, when it runs.
+    jobs: Option<crate::utilisation::JobIndex>,
 }
 
 impl Core {
@@ -171,8 +189,17 @@ impl Core {
         metrics: Arc<Metrics>,
         decisions: broadcast::Sender<Arc<Sequenced>>,
         last_event_seq: u64,
+        jobs: Option<crate::utilisation::JobIndex>,
     ) -> Core {
-        Core { session, metrics, decisions, last_event_seq, snapshot_seq: last_event_seq, counted: Instant::now() }
+        Core {
+            session,
+            metrics,
+            decisions,
+            last_event_seq,
+            snapshot_seq: last_event_seq,
+            counted: Instant::now(),
+            jobs,
+        }
     }
 
     /// Runs until [`Work::Shutdown`] or until every sender is gone; writes a final snapshot.
@@ -258,6 +285,9 @@ impl Core {
                             }
                             Applied::Applied { entry, .. } => {
                                 self.metrics.events_applied.fetch_add(1, Ordering::Relaxed);
+                                if let Some(jobs) = self.jobs.as_mut() {
+                                    jobs.observe(&inc.input);
+                                }
                                 results.push((inc.line, id, Some(entry)));
                             }
                         }
@@ -288,6 +318,10 @@ impl Core {
                 Work::Project { name, reply } => {
                     let v = crate::views::project(self.session.engine(), &name);
                     after.push(After::Project(reply, Box::new(v)));
+                }
+                Work::Running { reply } => {
+                    let v = self.jobs.as_ref().map(|j| j.running(self.session.engine())).unwrap_or_default();
+                    after.push(After::Running(reply, v));
                 }
                 Work::Snapshot { .. } | Work::Shutdown => {}
             }
@@ -338,6 +372,9 @@ impl Core {
                 }
                 After::Job(reply, v) => {
                     let _ = reply.send(*v);
+                }
+                After::Running(reply, v) => {
+                    let _ = reply.send(v);
                 }
                 After::Project(reply, v) => {
                     let _ = reply.send(*v);

@@ -24,6 +24,7 @@
 //! - [`stream`]: `GET /v1/decisions`, catch-up from the log then live.
 //! - [`reload`]: watcher, debounce, off-thread compile, swap.
 //! - [`socket`]: events as JSON Lines over a Unix socket.
+//! - [`utilisation`]: GPU utilisation from Prometheus (dcgm-exporter) as `job.sample` events.
 //! - [`metrics`], [`views`]: `/metrics`; job and project views.
 
 pub mod core;
@@ -32,6 +33,7 @@ pub mod metrics;
 pub mod reload;
 pub mod socket;
 pub mod stream;
+pub mod utilisation;
 pub mod views;
 
 use std::future::Future;
@@ -118,6 +120,8 @@ pub struct Config {
     pub engine: EngineConfig,
     /// Compiles the policy directory.
     pub loader: Loader,
+    /// Read GPU utilisation from Prometheus (`--utilisation FILE`).
+    pub utilisation: Option<utilisation::UtilisationConfig>,
 }
 
 impl std::fmt::Debug for Config {
@@ -156,6 +160,7 @@ impl Config {
             socket_mode: 0o660,
             engine: EngineConfig::default(),
             loader: toml_loader(),
+            utilisation: None,
         }
     }
 }
@@ -252,12 +257,22 @@ pub async fn serve(
         let engine_config = config.engine;
         let metrics = metrics.clone();
         let decisions_tx = decisions_tx.clone();
+        let utilisation_jobs = config.utilisation.as_ref().map(|u| u.jobs.clone());
         tokio::task::spawn_blocking(move || -> Result<core::Core, ServeError> {
             let durability = if durable { bursar_audit::Durability::Durable } else { bursar_audit::Durability::Fast };
             let log = bursar_audit::AuditLog::open(&audit, durability).map_err(|e| ServeError::Audit(e.to_string()))?;
             let started = std::time::Instant::now();
-            let (engine, seq, replayed) =
-                core::recover(&log, set.clone(), engine_config).map_err(|e| ServeError::Audit(e.0))?;
+            let mut jobs = utilisation_jobs.as_ref().map(utilisation::JobIndex::new);
+            let (engine, seq, replayed) = core::recover(&log, set.clone(), engine_config, &mut |input| {
+                if let Some(j) = jobs.as_mut() {
+                    j.observe(input);
+                }
+            })
+            .map_err(|e| ServeError::Audit(e.0))?;
+            if let Some(j) = jobs.as_mut() {
+                // Inputs before the snapshot were not replayed: learn the running jobs' keys from theirs.
+                j.rebuild(&log, &engine).map_err(|e| ServeError::Audit(e.to_string()))?;
+            }
             tracing::info!(
                 event_seq = seq,
                 replayed,
@@ -277,7 +292,7 @@ pub async fn serve(
             // The session records the load of the set in force, as every (re)load is recorded.
             let session = bursar_session::Session::open(engine, writer, bursar_session::Origin::Producer)
                 .map_err(|e| ServeError::Audit(e.to_string()))?;
-            Ok(core::Core::new(session, metrics, decisions_tx, seq))
+            Ok(core::Core::new(session, metrics, decisions_tx, seq, jobs))
         })
         .await
         .map_err(|e| ServeError::Io { context: "open the audit log".into(), message: e.to_string() })??
@@ -373,6 +388,28 @@ pub async fn serve(
         ),
         None => None,
     };
+    // The Prometheus utilisation source, on its own thread (blocking HTTP to Prometheus).
+    let utilisation_thread = match config.utilisation.clone() {
+        Some(u) => {
+            let source = bursar_prometheus::Source::new(u.prometheus).map_err(|e| ServeError::Io {
+                context: "start the utilisation source".into(),
+                message: e.to_string(),
+            })?;
+            let resume = bursar_prometheus::ResumeFile::new(utilisation::resume_path(&config.audit));
+            metrics.prometheus_on.store(true, std::sync::atomic::Ordering::Relaxed);
+            let (engine, counters, stop) = (engine_tx.clone(), metrics.prometheus.clone(), shutdown_rx.clone());
+            Some(
+                std::thread::Builder::new()
+                    .name("bursar-utilisation".into())
+                    .spawn(move || utilisation::run(source, resume, engine, counters, stop))
+                    .map_err(|e| ServeError::Io {
+                        context: "start the utilisation source".into(),
+                        message: e.to_string(),
+                    })?,
+            )
+        }
+        None => None,
+    };
     let state = http::AppState {
         engine: engine_tx.clone(),
         reload: reload_tx.clone(),
@@ -401,6 +438,10 @@ pub async fn serve(
     drop(reload_tx);
     if let Some(t) = socket_task {
         let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+    }
+    if let Some(t) = utilisation_thread {
+        // It looks at the shutdown flag at least every 200 ms (a poll in flight ends by its timeout).
+        let _ = tokio::task::spawn_blocking(move || t.join()).await;
     }
     let _ = tokio::time::timeout(Duration::from_secs(10), reloader).await;
     let (tx, rx) = oneshot::channel();

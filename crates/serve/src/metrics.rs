@@ -81,6 +81,10 @@ pub struct Metrics {
     pub live_jobs: AtomicU64,
     /// Jobs the engine tracks (live, pending approval, or ended and kept for late charges).
     pub tracked_jobs: AtomicU64,
+    /// The Prometheus utilisation source's counters (all zero when it does not run).
+    pub prometheus: std::sync::Arc<Mutex<bursar_prometheus::Counters>>,
+    /// Whether the Prometheus utilisation source runs (its counters are rendered only then).
+    pub prometheus_on: std::sync::atomic::AtomicBool,
     /// Pending timers after the last batch.
     pub timers: AtomicU64,
     /// Policies in force.
@@ -186,6 +190,11 @@ impl Metrics {
         self.commit.render(&mut out, "bursar_audit_commit_seconds", "Audit-log commit time per batch.");
         self.admit.render(&mut out, "bursar_admit_seconds", "Admission time from request to durable decision.");
         self.reload.render(&mut out, "bursar_reload_compile_seconds", "Policy directory compile time per reload.");
+        if self.prometheus_on.load(Ordering::Relaxed)
+            && let Ok(c) = self.prometheus.lock()
+        {
+            out.push_str(&c.render());
+        }
         out
     }
 }

@@ -12,12 +12,14 @@
 //!
 //! Exports: [`process`] (`Server`, `TempDir`, `free_port`, `http_get`), [`prometheus`]
 //! (`Prometheus`), [`dcgm`] (`FakeDcgm`, a dcgm-exporter stand-in whose values the test changes
-//! while it is scraped).
+//! while it is scraped), [`node`] (`FakeNode`: a GPU node's driver view for the Slurm prolog/epilog).
 
 pub mod dcgm;
+pub mod node;
 pub mod process;
 pub mod prometheus;
 
 pub use dcgm::{FakeDcgm, Field};
+pub use node::FakeNode;
 pub use process::{Server, TempDir, free_port, http_get};
 pub use prometheus::Prometheus;

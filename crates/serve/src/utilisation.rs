@@ -1,0 +1,275 @@
+//! GPU utilisation from Prometheus (`--utilisation FILE`): `bursar-prometheus`'s source run inside
+//! serve, feeding `job.sample` events into the same engine queue as every HTTP and socket input.
+//!
+//! Why inside serve rather than an agent beside it, like `bursar slurm watch`: the source needs the
+//! engine's view of which jobs run on how many GPUs (a sample needs exactly as many GPUs as the job
+//! holds, or it is bad data), its counters belong on serve's `/metrics` beside the idle rule they feed,
+//! and its resume point must never run ahead of what the journal holds — all three are at hand in the
+//! engine's process, and an agent would need an API for each. It still enters the one road: its events
+//! are decoded inputs handed to the engine thread as [`Work::Inputs`], journaled and deduplicated like
+//! any producer's (ids `prom-<job>-<evaluation time>`, so a restart or an overlapping poll never counts
+//! a sample twice).
+//!
+//! The loop (on its own thread, blocking I/O): poll every evaluation time due since the resume point
+//! (`Source::catch_up`), send the events, wait until they are durable, only then move the resume
+//! point (a file beside the audit log, `<audit>.prometheus`), sleep until the next evaluation time.
+//! A poll that fails (Prometheus down) sends nothing and is retried next time: nothing is skipped.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration as StdDuration;
+
+use bursar_engine::{Engine, JobPhase};
+use bursar_model::{Event, Input, Timestamp};
+use bursar_prometheus::{Config as SourceConfig, Counters, Expected, Jobs, ResumeFile, SlurmIds, Source};
+use bursar_session::Incoming;
+use serde::Deserialize;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::core::Work;
+
+/// How the source's job keys (`attribution.key`) name bursar's jobs.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Keys {
+    /// The key is Slurm's job id (what `integrations/slurm/prolog-dcgm.sh` writes): bursar's id is
+    /// learnt from the `slurm_job_id` of the `job.started` events `bursar slurm watch` sends.
+    #[default]
+    Slurm,
+    /// The key is bursar's job id.
+    Bursar,
+}
+
+/// The file given to `--utilisation`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UtilisationConfig {
+    /// The Prometheus source (`bursar_prometheus::Config`; every field optional, see
+    /// `docs/integrations/utilisation.md`).
+    #[serde(default)]
+    pub prometheus: SourceConfig,
+    /// How keys name jobs.
+    #[serde(default)]
+    pub jobs: JobsConfig,
+}
+
+/// `[jobs]` of the utilisation file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobsConfig {
+    /// `slurm` (default) or `bursar`.
+    #[serde(default)]
+    pub keys: Keys,
+    /// With `keys = "slurm"`: the cluster name `bursar slurm watch --cluster` uses.
+    #[serde(default)]
+    pub slurm_cluster: Option<String>,
+}
+
+/// Why the utilisation file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum UtilisationError {
+    /// The file cannot be read.
+    #[error("cannot read `{path}`: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The file is not a valid utilisation configuration (the message has line and column).
+    #[error("`{path}`: {message}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// What is wrong, and where.
+        message: String,
+    },
+}
+
+impl UtilisationConfig {
+    /// Reads and validates `path`.
+    pub fn load(path: &Path) -> Result<UtilisationConfig, UtilisationError> {
+        let shown = path.display().to_string();
+        let text =
+            std::fs::read_to_string(path).map_err(|source| UtilisationError::Read { path: shown.clone(), source })?;
+        let cfg: UtilisationConfig = toml::from_str(&text).map_err(|e| UtilisationError::Invalid {
+            path: shown.clone(),
+            message: e.to_string().trim_end().to_owned(),
+        })?;
+        if let Err(e) = cfg.prometheus.validate() {
+            let help = e.help().map(|h| format!("\n  help: {h}")).unwrap_or_default();
+            return Err(UtilisationError::Invalid { path: shown, message: format!("[prometheus]: {e}{help}") });
+        }
+        if cfg.jobs.keys == Keys::Slurm && cfg.jobs.slurm_cluster.as_deref().is_none_or(str::is_empty) {
+            return Err(UtilisationError::Invalid {
+                path: shown,
+                message: "[jobs]: `keys = \"slurm\"` needs `slurm_cluster`, the `--cluster` of `bursar slurm watch`\n  help: or set `keys = \"bursar\"` when the mapping files hold bursar's job ids".into(),
+            });
+        }
+        Ok(cfg)
+    }
+}
+
+/// The engine's view the source needs at one evaluation time: running jobs by key.
+#[derive(Debug, Default, Clone)]
+pub struct Running {
+    by_key: HashMap<String, Expected>,
+}
+
+impl Jobs for Running {
+    fn lookup(&self, key: &str) -> Option<Expected> {
+        self.by_key.get(key).cloned()
+    }
+
+    fn for_each_running(&self, f: &mut dyn FnMut(&str, u32)) {
+        let mut all: Vec<&Expected> = self.by_key.values().collect();
+        all.sort_by(|a, b| a.job_id.cmp(&b.job_id));
+        for e in all {
+            f(&e.job_id, e.gpus);
+        }
+    }
+}
+
+/// What the engine thread keeps for the source: the Slurm id index, fed with every applied event.
+#[derive(Debug)]
+pub struct JobIndex {
+    keys: Keys,
+    slurm: SlurmIds,
+}
+
+impl JobIndex {
+    /// An index for `cfg`.
+    pub fn new(cfg: &JobsConfig) -> JobIndex {
+        JobIndex { keys: cfg.keys.clone(), slurm: SlurmIds::new(cfg.slurm_cluster.clone().unwrap_or_default()) }
+    }
+
+    /// Learns from one applied input (journal replay included).
+    pub fn observe(&mut self, input: &Input) {
+        if let (Keys::Slurm, Input::Event(e)) = (&self.keys, input) {
+            self.slurm.observe(e);
+        }
+    }
+
+    /// Learns the keys of every running job from its journaled inputs (after a restore from a
+    /// snapshot, whose earlier inputs were not replayed): one index look-up per running job.
+    pub fn rebuild(&mut self, log: &bursar_audit::AuditLog, engine: &Engine) -> Result<(), bursar_audit::AuditError> {
+        if self.keys != Keys::Slurm {
+            return Ok(());
+        }
+        let running: Vec<String> =
+            engine.state().jobs().filter(|(_, j)| j.phase().is_live()).map(|(id, _)| id.to_owned()).collect();
+        for id in running {
+            for stored in log.events_of_job(&id)? {
+                if let Ok(e) = bursar_model::decode_event(&stored.raw) {
+                    self.slurm.observe(&e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The running jobs by key, from the engine's state.
+    pub fn running(&self, engine: &Engine) -> Running {
+        let state = engine.state();
+        let gpus = |id: &str| state.job(id).filter(|j| j.phase() == JobPhase::Running).map(|j| j.gpus());
+        let mut by_key = HashMap::new();
+        match self.keys {
+            Keys::Bursar => {
+                for (id, j) in state.jobs().filter(|(_, j)| j.phase() == JobPhase::Running) {
+                    by_key.insert(id.to_owned(), Expected { job_id: id.to_owned(), gpus: j.gpus() });
+                }
+            }
+            Keys::Slurm => {
+                for (slurm_id, bursar_id) in self.slurm.pairs() {
+                    if let Some(g) = gpus(bursar_id) {
+                        by_key.insert(slurm_id.to_owned(), Expected { job_id: bursar_id.to_owned(), gpus: g });
+                    }
+                }
+            }
+        }
+        Running { by_key }
+    }
+}
+
+/// The source's counters, shared with `/metrics`.
+pub type SharedCounters = Arc<Mutex<Counters>>;
+
+/// Where the resume point of the audit log `audit` is kept.
+pub fn resume_path(audit: &Path) -> PathBuf {
+    let mut p = audit.as_os_str().to_owned();
+    p.push(".prometheus");
+    PathBuf::from(p)
+}
+
+/// Runs the source until `shutdown` turns true. Blocking: run it on its own thread.
+pub fn run(
+    mut source: Source,
+    resume: ResumeFile,
+    engine: mpsc::Sender<Work>,
+    counters: SharedCounters,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut at = match resume.load() {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!(file = %resume.path().display(), error = %e, "cannot read the utilisation resume point; starting from now");
+            None
+        }
+    };
+    tracing::info!(server = %source.config().server, resume = ?at.map(|t| t.to_string()), "utilisation source starting");
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let (tx, rx) = oneshot::channel();
+        if engine.blocking_send(Work::Running { reply: tx }).is_err() {
+            return;
+        }
+        let Ok(running) = rx.blocking_recv() else { return };
+        let catch = source.catch_up(at, Timestamp::wall_clock(), &running);
+        if let Ok(mut c) = counters.lock() {
+            *c = *source.counters();
+        }
+        for poll in catch.polls {
+            if let Some(e) = &poll.error {
+                tracing::warn!(at = %poll.at, error = %e, help = e.help(), "utilisation poll failed; retried next time");
+                break;
+            }
+            if !send(&engine, poll.events) {
+                return;
+            }
+            at = Some(poll.at);
+            if let Err(e) = resume.store(poll.at) {
+                tracing::error!(file = %resume.path().display(), error = %e, "cannot store the utilisation resume point");
+            }
+        }
+        let now = Timestamp::wall_clock();
+        let wake = source.schedule().next_wake(now);
+        // Sleep until the next evaluation time, looking at the shutdown flag every 200 ms.
+        while Timestamp::wall_clock() < wake {
+            if *shutdown.borrow_and_update() {
+                return;
+            }
+            let left = wake.since(Timestamp::wall_clock()).millis().clamp(1, 200);
+            std::thread::sleep(StdDuration::from_millis(u64::try_from(left).unwrap_or(200)));
+        }
+    }
+}
+
+/// Sends one evaluation time's samples and waits until they are durable.
+fn send(engine: &mpsc::Sender<Work>, events: Vec<Event>) -> bool {
+    if events.is_empty() {
+        return true;
+    }
+    let items = events
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| Incoming { line: i as u64 + 1, raw: e.to_json(), input: Input::Event(e) })
+        .collect();
+    let (tx, rx) = oneshot::channel();
+    if engine.blocking_send(Work::Inputs { items, reply: tx }).is_err() {
+        return false;
+    }
+    matches!(rx.blocking_recv(), Ok(Ok(_)))
+}
