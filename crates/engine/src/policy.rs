@@ -364,7 +364,8 @@ pub struct QuotaLimit {
     pub period: Period,
     /// GPU-hours per period of a ledger without its own entry in `limits`.
     pub gpu_hours: Option<f64>,
-    /// GPU-hours per period per ledger name (a project, a user, or for a tag scope `key=value`).
+    /// GPU-hours per period per scope value, as written in `limits`: a project, a user, or for a tag
+    /// scope the tag's value (`search`, not `team=search`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub limits: Vec<(String, f64)>,
     /// GPUs one ledger may hold at once.
@@ -379,9 +380,14 @@ pub struct QuotaLimit {
 }
 
 impl QuotaLimit {
-    /// The GPU-hours per period of the ledger `name`: its own limit, else the default.
+    /// The GPU-hours per period of the ledger `name` (for a tag scope `key=value`): its own limit,
+    /// else the default.
     pub fn gpu_hours_for(&self, name: &str) -> Option<f64> {
-        self.limits.iter().find(|(k, _)| k == name).map(|(_, v)| *v).or(self.gpu_hours)
+        let value = match &self.scope {
+            QuotaScope::Tag(key) => name.strip_prefix(key.as_str()).and_then(|r| r.strip_prefix('=')).unwrap_or(name),
+            _ => name,
+        };
+        self.limits.iter().find(|(k, _)| k == value).map(|(_, v)| *v).or(self.gpu_hours)
     }
 
     /// What this quota counts of a ledger's `usage` in the period (reserved included): runtime

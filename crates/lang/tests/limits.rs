@@ -86,6 +86,26 @@ fn periods_and_scopes_are_described_as_written() {
 }
 
 #[test]
+fn a_tag_quota_limits_by_tag_value_as_documented() {
+    // `limits = { search = 200 }` under `scope = "tag:team"` is the budget of ledger `team=search`
+    // (it used to be looked up under `team=search`, so the documented form never matched).
+    let toml = "[[policy]]\nid = \"q\"\ndescription = \"d\"\nkind = \"quota\"\nscope = \"tag:team\"\ngpu_hours = 1_000\nlimits = { search = 200 }\n";
+    let q = &one(toml).quotas[0];
+    assert_eq!(q.gpu_hours_for("team=search"), Some(200.0));
+    assert_eq!(q.gpu_hours_for("team=infra"), Some(1_000.0));
+    let s = Arc::new(set(toml));
+    let mut engine = Engine::new(s);
+    let mut out = Vec::new();
+    let mut e = submit("j1", "p", 1, 201.0);
+    if let EventKind::JobSubmitted(spec) = &mut e.kind {
+        spec.tags = vec![("team".into(), "search".into())];
+    }
+    engine.process(&e, None, &mut out);
+    assert_eq!(out[0].decision, DecisionKind::Deny, "{}", out[0].reason);
+    assert!(out[0].reason.contains("of its 200 GPU-hours"), "{}", out[0].reason);
+}
+
+#[test]
 fn reclaim_describes_its_idle_threshold_and_other_families_nothing() {
     let l = one(
         "[[policy]]\nid = \"r\"\ndescription = \"d\"\nkind = \"reclaim\"\non_finish = true\n[policy.idle]\nbelow = 0.12\nwindow = \"1h\"\n",
@@ -142,7 +162,7 @@ description = "team"
 kind = "quota"
 scope = "tag:team"
 gpu_hours = 300
-limits = { "team=search" = 200 }
+limits = { search = 200 }
 
 [[policy]]
 id = "r/idle"
