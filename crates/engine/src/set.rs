@@ -113,10 +113,7 @@ impl PoolLimits {
     /// The utilisation under which the enforced idle rules that apply to every job call a job idle
     /// (the highest of their `below`; see the type's docs), if there is such a rule.
     pub fn idle_below(&self) -> Option<f64> {
-        self.enforced()
-            .filter(|p| p.selector.is_empty())
-            .filter_map(|p| p.limits.idle_below)
-            .reduce(f64::max)
+        self.enforced().filter(|p| p.selector.is_empty()).filter_map(|p| p.limits.idle_below).reduce(f64::max)
     }
 }
 

@@ -67,7 +67,6 @@ pub fn push_num(out: &mut String, v: f64) {
     out.push_str(std::str::from_utf8(&b[i..]).unwrap_or("?"));
 }
 
-
 /// What a policy does when its check fails.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {

@@ -1,7 +1,12 @@
 //! What the TOML families say they limit (`Policy::limits`), and how a `PolicySet` folds it: the
 //! numbers the report draws its budgets and idle threshold from must be the ones admission checks.
 
-#![expect(clippy::expect_used, clippy::unwrap_used, reason = "test fixtures that fail to build stop the test")]
+#![expect(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    clippy::panic,
+    reason = "test fixtures that fail to build stop the test"
+)]
 
 use std::path::Path;
 use std::sync::Arc;
@@ -29,8 +34,7 @@ fn one(toml: &str) -> Limits {
 
 #[test]
 fn a_quota_describes_its_default_its_limits_and_its_caps() {
-    let l = one(
-        r#"
+    let l = one(r#"
 [[policy]]
 id = "q"
 description = "d"
@@ -40,8 +44,7 @@ limits = { nlp = 400, vision = 2_500.5 }
 max_gpus = 64
 queues = { short = 16 }
 settle = "billing"
-"#,
-    );
+"#);
     assert_eq!(l.idle_below, None);
     assert_eq!(
         l.quotas,
@@ -71,11 +74,9 @@ fn a_quota_with_only_limits_has_no_default() {
 #[test]
 fn periods_and_scopes_are_described_as_written() {
     for (period, want) in [("day", Period::Day), ("week", Period::Week), ("month", Period::Month)] {
-        for (scope, scope_want) in [
-            ("project", QuotaScope::Project),
-            ("user", QuotaScope::User),
-            ("tag:team", QuotaScope::Tag("team".into())),
-        ] {
+        for (scope, scope_want) in
+            [("project", QuotaScope::Project), ("user", QuotaScope::User), ("tag:team", QuotaScope::Tag("team".into()))]
+        {
             let l = one(&format!(
                 "[[policy]]\nid = \"q\"\ndescription = \"d\"\nkind = \"quota\"\nscope = \"{scope}\"\nperiod = \"{period}\"\ngpu_hours = 7\n"
             ));
@@ -226,7 +227,10 @@ fn a_set_takes_the_highest_idle_threshold_of_the_rules_for_every_job() {
     // A job under 10% is reclaimed by r/idle-higher even though r/idle would let it run; the dry-run
     // 0.50 and the nlp-only 0.30 do not decide what is idle for the whole pool.
     assert_eq!(s.limits().idle_below(), Some(0.10));
-    assert_eq!(set("[[policy]]\nid = \"a\"\ndescription = \"d\"\nkind = \"approval\"\ngpus_over = 8\n").limits().idle_below(), None);
+    assert_eq!(
+        set("[[policy]]\nid = \"a\"\ndescription = \"d\"\nkind = \"approval\"\ngpus_over = 8\n").limits().idle_below(),
+        None
+    );
     assert!(PolicySet::empty().limits().policies.is_empty());
 }
 
@@ -258,7 +262,9 @@ fn submit(id: &str, project: &str, gpus: u32, hours: f64) -> Event {
 fn admission_stops_exactly_at_the_described_budget() {
     // The budget a reader sees is the budget the engine enforces: up to it, allowed; past it, denied.
     // Whole budgets in one job would cross the weekly 700, so lift it for this test.
-    let monthly_only = Arc::new(set(&SEVERAL.replace("period = \"week\"\ngpu_hours = 700", "period = \"week\"\ngpu_hours = 1_000_000")));
+    let monthly_only = Arc::new(set(
+        &SEVERAL.replace("period = \"week\"\ngpu_hours = 700", "period = \"week\"\ngpu_hours = 1_000_000")
+    ));
     for project in ["nlp", "vision", "ee"] {
         let budget = monthly_only.limits().gpu_hours(ScopeKind::Project, project, Period::Month).unwrap();
         let mut engine = Engine::new(monthly_only.clone());
