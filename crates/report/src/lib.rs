@@ -2,9 +2,9 @@
 //! GPU-hours by project, user or tag, the billing-mode comparison, and a self-contained HTML page with
 //! charts.
 //!
-//! Boundaries: this crate reads an audit database written by `bursar-audit` (its `events` and
-//! `decisions` tables) and owns the `facts_*` tables it adds to the same file; it never writes the
-//! audit tables, evaluates policies or serves HTTP. The facts are derived data, rebuilt from the log
+//! Boundaries: this crate reads an audit database written by `bursar-audit` through its typed reads
+//! (the inputs, the engine's job steps and the decisions) and owns the `facts_*` tables it adds to the
+//! same file; it never writes the audit tables, evaluates policies or serves HTTP. The facts are derived data, rebuilt from the log
 //! when their version or the idle threshold changes. `bursar report` (crates/cli) and `bursar serve`
 //! call in here.
 //!
@@ -63,10 +63,7 @@ pub fn serve_report(
     let span = match period {
         Some(p) => Span::parse(p)?,
         None => {
-            let newest: Option<i64> = store
-                .connection()
-                .query_row("SELECT max(time) FROM events", [], |r| r.get(0))
-                .map_err(ReportError::sqlite("read the newest event time"))?;
+            let newest = store.audit().newest_event_time()?;
             Span::month_of(newest.unwrap_or(now_ms).div_euclid(period::DAY_MS))
         }
     };
