@@ -396,7 +396,7 @@ pub struct FactsStore {
 /// Events read per transaction.
 const BATCH: usize = 20_000;
 /// Decisions read per transaction.
-const DECISION_BATCH: usize = 80_000;
+const DECISION_BATCH: usize = 5_000;
 
 impl FactsStore {
     /// Opens the facts of the audit database at `path` (which must exist), creating the tables if
