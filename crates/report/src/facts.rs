@@ -893,6 +893,24 @@ mod tests {
     }
 
     #[test]
+    fn only_the_engine_starts_a_job() {
+        // A sample of a job the engine never started (held, denied, or simply no `started` step)
+        // counts nothing: it used to start the job at its first sample.
+        let mut j = job(1);
+        assert!(!j.sample(H, 0.9, 0.05));
+        assert!(!j.sample(2 * H, 0.9, 0.05));
+        assert_eq!((j.started, j.total().nominal), (None, 0));
+        let mut d = job(1);
+        assert!(d.deny());
+        assert!(!d.sample(3 * H, 0.9, 0.05));
+        assert_eq!((d.total().nominal, d.status.as_deref()), (0, Some("denied")));
+        // Once started, the same samples count.
+        j.start(2 * H);
+        assert!(j.sample(3 * H, 0.9, 0.05));
+        assert_eq!(j.total().productive, H);
+    }
+
+    #[test]
     fn jobs_without_configuration_are_never_reruns() {
         let spec = JobSpec { id: "x".into(), project: "p".into(), ..JobSpec::default() };
         assert_eq!(config_of(&spec), None);
