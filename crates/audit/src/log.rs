@@ -612,14 +612,25 @@ impl AuditLog {
 
     /// Up to `limit` job steps of events with a sequence number above `after_event_seq`, in order.
     pub fn steps_since(&self, after_event_seq: i64, limit: usize) -> Result<Vec<StoredStep>> {
-        let mut st = self
-            .conn
-            .prepare_cached(
-                "SELECT event_seq, job, step, status, time FROM lifecycle WHERE event_seq > ?1 ORDER BY event_seq, n LIMIT ?2",
-            )
-            .map_err(AuditError::sqlite("prepare a lifecycle read"))?;
+        self.read_steps(
+            "SELECT event_seq, job, step, status, time FROM lifecycle WHERE event_seq > ?1 ORDER BY event_seq, n LIMIT ?2",
+            params![after_event_seq, limit_i64(limit)],
+        )
+    }
+
+    /// Every job step of the events with a sequence number in `(after_event_seq, through_event_seq]`,
+    /// in order: the steps of a page of [`AuditLog::events_since`], which were committed with it.
+    pub fn steps_between(&self, after_event_seq: i64, through_event_seq: i64) -> Result<Vec<StoredStep>> {
+        self.read_steps(
+            "SELECT event_seq, job, step, status, time FROM lifecycle WHERE event_seq > ?1 AND event_seq <= ?2 ORDER BY event_seq, n",
+            params![after_event_seq, through_event_seq],
+        )
+    }
+
+    fn read_steps(&self, sql: &str, args: impl rusqlite::Params) -> Result<Vec<StoredStep>> {
+        let mut st = self.conn.prepare_cached(sql).map_err(AuditError::sqlite("prepare a lifecycle read"))?;
         let rows = st
-            .query_map(params![after_event_seq, limit_i64(limit)], |r| {
+            .query_map(args, |r| {
                 Ok((
                     r.get::<_, i64>(0)?,
                     r.get::<_, String>(1)?,

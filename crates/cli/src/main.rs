@@ -162,9 +162,10 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             };
             let summary = match &audit {
                 Some(db) => {
-                    let summary = bursar::audit::run_eval(set, input, &opts, db, durability)?;
-                    // Bring the report facts (crates/report) up to date with what was just logged.
-                    bursar::report::update_facts(db, Some(&policies))?;
+                    let summary = bursar::audit::run_eval(set.clone(), input, &opts, db, durability)?;
+                    // Bring the report facts (crates/report) up to date with what was just logged,
+                    // with the budgets and idle threshold of the set that ran.
+                    bursar::report::update_facts(db, Some(&set))?;
                     summary
                 }
                 None => {

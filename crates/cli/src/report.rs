@@ -1,13 +1,16 @@
 //! `bursar report`: where the GPU-hours went — nominal vs effective GPU-hours by project, user or tag,
 //! what policies prevented, and what each billing mode would have cost. A thin layer over
-//! `bursar-report`: bring the facts up to date from the audit log, query, render.
+//! `bursar-report`: bring the facts up to date from the audit log, query, render. The idle threshold
+//! and budgets come from a policy set loaded with [`crate::load_policies`], the loader `check` and
+//! `eval` use, never from a second reading of the files.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use bursar_engine::PolicySet;
 use bursar_report::{FactsStore, GroupBy, Options, PolicyHints, Prices, Span, build, render};
 
-use crate::{CliError, ExitCode};
+use crate::{CliError, ErrorFormat, ExitCode};
 
 /// Output formats of `bursar report`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -41,8 +44,9 @@ pub struct ReportArgs {
     /// A price file (TOML) for the billing-mode comparison; see examples/prices.toml.
     #[arg(long, value_name = "FILE")]
     pub prices: Option<PathBuf>,
-    /// The policy directory: its enforced idle-reclaim threshold and monthly quotas are used (the ones
-    /// `eval --audit` stored are used otherwise; 5% utilisation without either).
+    /// The policy directory, loaded as `eval` loads it: its enforced idle-reclaim threshold and monthly
+    /// quotas are used (the ones `eval --audit` stored are used otherwise; 5% utilisation without
+    /// either). A directory with errors stops the report, with the errors `bursar check` prints.
     #[arg(long, value_name = "DIR")]
     pub policies: Option<PathBuf>,
     /// Write to this file instead of stdout.
@@ -57,10 +61,11 @@ fn err(e: bursar_report::ReportError) -> CliError {
     CliError::Message(e.to_string())
 }
 
-/// Brings the facts of `db` up to date, with the idle threshold and budgets of `policies`. Called by
-/// `eval --audit` after the stream so that `report` starts from current facts.
-pub fn update_facts(db: &Path, policies: Option<&Path>) -> Result<bursar_report::CatchUp, CliError> {
-    let hints = policies.map(PolicyHints::from_dir);
+/// Brings the facts of `db` up to date, with the idle threshold and budgets of `policies` (the set
+/// that was just run). Called by `eval --audit` after the stream so that `report` starts from
+/// current facts.
+pub fn update_facts(db: &Path, policies: Option<&PolicySet>) -> Result<bursar_report::CatchUp, CliError> {
+    let hints = policies.map(PolicyHints::from_set);
     let mut store = FactsStore::open(db, hints.as_ref()).map_err(err)?;
     store.catch_up().map_err(err)
 }
@@ -70,7 +75,8 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode, CliError> {
     let span = Span::parse(&args.period).map_err(err)?;
     let by = GroupBy::parse(&args.by).map_err(err)?;
     let prices = args.prices.as_deref().map(Prices::from_file).transpose().map_err(err)?;
-    let hints = args.policies.as_deref().map(PolicyHints::from_dir);
+    let set = args.policies.as_deref().map(|dir| crate::load_policies(dir, ErrorFormat::Human)).transpose()?;
+    let hints = set.as_deref().map(PolicyHints::from_set);
     let mut store = FactsStore::open(&args.db, hints.as_ref()).map_err(err)?;
     if args.rebuild {
         store.reset().map_err(err)?;

@@ -245,16 +245,39 @@ fn by_user_and_by_tag() {
 
 #[test]
 fn facts_caught_up_in_pieces_equal_facts_built_at_once() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+
     let fx = Fixture::new("incremental");
     fx.eval("events.jsonl", "whole.db");
     let lines: Vec<&str> = EVENTS.lines().collect();
-    // Cut in the middle of j1's samples, with j6 and j5 not yet submitted.
-    std::fs::write(fx.dir.join("first.jsonl"), lines[..12].join("\n") + "\n").unwrap();
-    std::fs::write(fx.dir.join("second.jsonl"), lines[12..].join("\n") + "\n").unwrap();
-    fx.eval("first.jsonl", "parts.db");
+    // One engine writes the log (the lifecycle is the engine's: two `eval` runs would be two engines
+    // that do not know each other's jobs); the facts catch up while it is in the middle of the
+    // stream — after j3's admission, in the middle of j1's samples, with j6 and j5 not yet submitted
+    // — and again at the end.
+    let mut eval = Command::new(bin())
+        .args(["eval", "--policies", &fx.path("policies"), "--events", "-", "--audit", &fx.path("parts.db")])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = eval.stdin.take().unwrap();
+    stdin.write_all((lines[..12].join("\n") + "\n").as_bytes()).unwrap();
+    stdin.flush().unwrap();
+    let mut stdout = BufReader::new(eval.stdout.take().unwrap());
+    let mut line = String::new();
+    // A decision is printed once it is committed: after s3's admission, the first part is in the log.
+    while !line.contains(r#""event_id":"s3""#) {
+        line.clear();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "eval ended before deciding s3");
+    }
     let mid = fx.report("parts.db", &["--period", "2026-11"]);
     adds_up(&mid);
-    fx.eval("second.jsonl", "parts.db");
+    assert!(split(&mid["total"])[0] > 0.0, "the facts caught up with part of the stream");
+    stdin.write_all((lines[12..].join("\n") + "\n").as_bytes()).unwrap();
+    drop(stdin);
+    std::io::copy(&mut stdout, &mut std::io::sink()).unwrap();
+    assert!(eval.wait().unwrap().success());
     let whole = fx.report("whole.db", &["--period", "2026-11"]);
     let parts = fx.report("parts.db", &["--period", "2026-11"]);
     assert_eq!(whole["groups"], parts["groups"]);
@@ -321,4 +344,36 @@ fn errors_say_what_to_do() {
     assert!(e.contains("bad.toml") && e.contains("per_gpu_hour"), "{e}");
     std::fs::write(fx.dir.join("plain.db"), "").unwrap();
     assert!(fail(&["report", "--db", &fx.path("plain.db")]).contains("not a bursar audit log"));
+}
+
+/// With `reclaim/finished` (`on_finish = true`, as in `policies/reclaim.toml`) a failed job is
+/// reclaimed on the same `job.finished` event. Its hours are still lost to failure, and a rerun of
+/// its configuration is still a rerun: the lifecycle must say the job *finished failed*, and that the
+/// reclaim followed.
+#[test]
+#[ignore = "needs the engine to record Finished(status) before the on_finish reclaim of the same event (engine.rs observe); see the report of helper/report"]
+fn a_failed_job_released_by_the_finish_reclaim_is_failure() {
+    let fx = Fixture::new("on-finish");
+    std::fs::write(
+        fx.dir.join("policies/p.toml"),
+        "[[policy]]\nid = \"reclaim/finished\"\ndescription = \"Release at once.\"\nkind = \"reclaim\"\non_finish = true\n",
+    )
+    .unwrap();
+    std::fs::write(
+        fx.dir.join("events.jsonl"),
+        r#"{"id":"s1","time":"2026-11-02T00:00:00Z","type":"job.submitted","job":{"id":"k1","project":"p","user":"u","gpus":2,"requested_hours":4,"config":"c"}}
+{"id":"t1","time":"2026-11-02T01:00:00Z","type":"job.started","job_id":"k1"}
+{"id":"u1","time":"2026-11-02T02:00:00Z","type":"job.sample","job_id":"k1","gpu_util":0.9}
+{"id":"f1","time":"2026-11-02T03:00:00Z","type":"job.finished","job_id":"k1","status":"failed"}
+{"id":"s2","time":"2026-11-02T04:00:00Z","type":"job.submitted","job":{"id":"k2","project":"p","user":"u","gpus":1,"requested_hours":4,"config":"c"}}
+{"id":"t2","time":"2026-11-02T04:00:00Z","type":"job.started","job_id":"k2"}
+{"id":"f2","time":"2026-11-02T05:00:00Z","type":"job.finished","job_id":"k2","status":"cancelled"}
+"#,
+    )
+    .unwrap();
+    let decisions = fx.eval("events.jsonl", "a.db");
+    assert!(decisions.iter().any(|d| d["decision"] == "reclaim" && d["job_id"] == "k1"), "the finish reclaim fired");
+    let r = fx.report("a.db", &["--period", "2026-11"]);
+    // k1: 2 GPUs × 2 h, failed; k2: a rerun of the failed configuration that did not succeed, 1 h.
+    assert_eq!(split(group(&r, "p")), [5.0, 0.0, 0.0, 5.0, 0.0]);
 }

@@ -23,8 +23,9 @@ fn tmp(name: &str) -> PathBuf {
     dir
 }
 
-/// `bursar import philly [extra…] | bursar eval --policies dir/policies --audit dir/r.db`.
-fn import_and_eval(dir: &Path, extra: &[&str]) {
+/// `bursar import philly [extra…] | bursar eval --policies dir/policies --audit dir/r.db`; returns
+/// the decisions eval printed.
+fn import_and_eval(dir: &Path, extra: &[&str]) -> Vec<Value> {
     let bin = env!("CARGO_BIN_EXE_bursar");
     let trace = data("philly/sampled_jobs.json");
     let mut import = Command::new(bin)
@@ -38,20 +39,26 @@ fn import_and_eval(dir: &Path, extra: &[&str]) {
         .args(["eval", "--policies", dir.join("policies").to_str().unwrap(), "--events", "-"])
         .args(["--audit", dir.join("r.db").to_str().unwrap(), "--durability", "fast"])
         .stdin(import.stdout.take().unwrap())
-        .stdout(Stdio::null())
         .output()
         .unwrap();
     assert!(import.wait().unwrap().success());
     assert!(eval.status.success(), "eval failed: {}", String::from_utf8_lossy(&eval.stderr));
+    String::from_utf8(eval.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
 fn report(dir: &Path) -> Value {
+    serde_json::from_str(&report_as(dir, &["--format", "json"])).unwrap()
+}
+
+/// `bursar report --db dir/r.db --by project ARGS…`, as text.
+fn report_as(dir: &Path, args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_bursar"))
-        .args(["report", "--db", dir.join("r.db").to_str().unwrap(), "--by", "project", "--format", "json"])
+        .args(["report", "--db", dir.join("r.db").to_str().unwrap(), "--by", "project"])
+        .args(args)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
+    String::from_utf8(out.stdout).unwrap()
 }
 
 fn exact(g: &Value) -> [i64; 5] {
@@ -81,10 +88,15 @@ fn time(rec: &Value, key: &str) -> Option<i64> {
 
 /// Per virtual cluster: (GPU-ms from start to end, GPU-ms of failed jobs), from the raw trace.
 fn expected() -> BTreeMap<String, (i64, i64)> {
+    expected_of(|_| true)
+}
+
+/// [`expected`] over the trace's jobs whose id passes `keep`.
+fn expected_of(keep: impl Fn(&str) -> bool) -> BTreeMap<String, (i64, i64)> {
     let text = std::fs::read_to_string(data("philly/sampled_jobs.json")).unwrap();
     let records: Vec<Value> = serde_json::from_str(&text).unwrap();
     let mut out = BTreeMap::new();
-    for rec in &records {
+    for rec in records.iter().filter(|r| keep(r["jobid"].as_str().unwrap())) {
         let vc = rec["vc"].as_str().unwrap().to_owned();
         let gpus: i64 =
             rec["detail"].as_array().unwrap().iter().map(|m| m["gpus"].as_array().unwrap().len() as i64).sum();
@@ -144,5 +156,73 @@ fn with_utilisation_samples_and_an_idle_rule_the_split_still_adds_up() {
     // Reclaims only ever shorten a job: nominal never exceeds the trace.
     let trace_total: i64 = want.values().map(|v| v.0).sum();
     assert!(n <= trace_total, "{n} > {trace_total}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_burndown_shows_the_budgets_the_loaded_policies_define() {
+    // The repository's quota policies (every project 10,000 GPU-hours a month, nlp/vision/speech
+    // their own), one project held to 5,000 by a second quota that selects it, and a dry-run quota
+    // that would hold everyone to 1 GPU-hour.
+    let dir = tmp("budgets");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies");
+    std::fs::copy(repo.join("quota.toml"), dir.join("policies/quota.toml")).unwrap();
+    std::fs::write(
+        dir.join("policies/more.toml"),
+        r#"[[policy]]
+id = "quota/ee9e8c"
+description = "The busiest team is held to half."
+kind = "quota"
+gpu_hours = 5_000
+[policy.select]
+projects = ["ee9e8c"]
+
+[[policy]]
+id = "quota/tried-out"
+description = "A budget tried out in dry run."
+kind = "quota"
+mode = "dry_run"
+gpu_hours = 1
+"#,
+    )
+    .unwrap();
+    let decisions = import_and_eval(&dir, &[]);
+    let r: Value = serde_json::from_str(&report_as(&dir, &["--period", "2017-10", "--format", "json"])).unwrap();
+    let budgets: BTreeMap<&str, Option<f64>> = r["burndown"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (b["project"].as_str().unwrap(), b["budget_gpu_hours"].as_f64()))
+        .collect();
+    assert!(budgets.len() >= 10, "a burn-down line per project with use in 2017-10: {budgets:?}");
+    for (project, budget) in &budgets {
+        let want = if *project == "ee9e8c" { 5_000.0 } else { 10_000.0 };
+        assert_eq!(*budget, Some(want), "{project}: the lowest enforced monthly quota that applies to it");
+    }
+    let html = report_as(&dir, &["--period", "2017-10", "--format", "html"]);
+    assert!(!html.contains("no monthly budget"), "every project has a budget line");
+    assert!(html.contains("ee9e8c: budget left of 5.0k GPU-h"), "the selected project's own budget");
+    assert!(html.contains("budget left of 10k GPU-h"), "the default budget of the others");
+
+    // The hours are those of the jobs the engine admitted: a denied job never held GPUs.
+    let admitted: std::collections::BTreeSet<&str> = decisions
+        .iter()
+        .filter(|d| d["admission"] == true && d["decision"] == "allow")
+        .map(|d| d["job_id"].as_str().unwrap())
+        .collect();
+    let denied = decisions.iter().filter(|d| d["admission"] == true && d["decision"] == "deny").count();
+    assert!(denied > 0 && !admitted.is_empty(), "the monthly quota admits some jobs and denies others");
+    let all = report(&dir);
+    check_adds_up(&all);
+    let want = expected_of(|id| admitted.contains(id));
+    for g in all["groups"].as_array().unwrap() {
+        let vc = g["key"].as_str().unwrap();
+        let [n, _, _, f, _] = exact(g);
+        assert_eq!(
+            (n, f),
+            want.get(vc).copied().unwrap_or_default(),
+            "{vc}: nominal and failure of admitted jobs only"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -46,3 +46,47 @@ fn serve_answers_the_report_as_json_and_html() {
     let text = html.text();
     assert!(text.starts_with("<!DOCTYPE html>") && text.contains("data-chart=\"split\"") && !text.contains("<script"));
 }
+
+/// The report `serve` answers takes its idle threshold and budgets from the policy set in force —
+/// also after a reload — not from nothing (it used to draw every project "(no monthly budget)" at
+/// the default 5 % threshold, whatever the policies said).
+#[test]
+fn serve_reports_with_the_budgets_and_threshold_of_the_set_in_force() {
+    let s = Scratch::new("serve-report-budget");
+    let quota = |nlp: u32| {
+        format!(
+            "[[policy]]\nid = \"quota/month\"\ndescription = \"Monthly budgets.\"\nkind = \"quota\"\ngpu_hours = 1_000\nlimits = {{ nlp = {nlp} }}\n"
+        )
+    };
+    s.write_policy("q.toml", &quota(300));
+    s.write_policy(
+        "r.toml",
+        "[[policy]]\nid = \"reclaim/idle\"\ndescription = \"Idle GPUs go back.\"\nkind = \"reclaim\"\n[policy.idle]\nbelow = 0.08\nwindow = \"2h\"\ngrace = \"30m\"\n",
+    );
+    let server = Server::start(&s, &[]);
+    for (project, job) in [("nlp", "j1"), ("cv", "j2")] {
+        let a = server.post("/v1/admit", &submit(&format!("s-{job}"), job, project, 2, 1.0));
+        assert_eq!(a.status, 200, "{}", a.text());
+        let r = server.post("/v1/events", &job_event(&format!("t-{job}"), "job.started", job, ""));
+        assert_eq!(r.status, 200, "{}", r.text());
+        let r =
+            server.post("/v1/events", &job_event(&format!("f-{job}"), "job.finished", job, r#","status":"succeeded""#));
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let budget = |r: &serde_json::Value, p: &str| {
+        r["burndown"].as_array().unwrap().iter().find(|b| b["project"] == p).map(|b| b["budget_gpu_hours"].clone())
+    };
+    let r = server.get_json("/v1/report");
+    assert_eq!(r["idle_threshold"], 0.08, "{r}");
+    assert_eq!(budget(&r, "nlp"), Some(serde_json::json!(300.0)), "{r}");
+    assert_eq!(budget(&r, "cv"), Some(serde_json::json!(1000.0)), "{r}");
+    let html = server.get("/report").unwrap().text();
+    assert!(html.contains("nlp: budget left of 300 GPU-h") && !html.contains("no monthly budget"), "{html}");
+
+    // A reload changes the set in force, and with it the next report's budgets.
+    s.write_policy("q.toml", &quota(600));
+    let reload = server.post("/v1/reload", "");
+    assert_eq!(reload.status, 200, "{}", reload.text());
+    let r = server.get_json("/v1/report");
+    assert_eq!(budget(&r, "nlp"), Some(serde_json::json!(600.0)), "{r}");
+}

@@ -8,10 +8,10 @@
 use std::fmt;
 use std::sync::Arc;
 
-use bursar_model::{DecisionKind, Duration, Event, EventKind, Hints, JobSpec, Timestamp};
+use bursar_model::{DecisionKind, Duration, Event, EventKind, Hints, JobSpec, Period, Timestamp};
 use serde::{Deserialize, Serialize};
 
-use crate::state::{JobFacts, JobRecord, State};
+use crate::state::{JobFacts, JobRecord, ScopeKind, State, Usage};
 
 /// Whether a policy's verdicts are enforced or only reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -310,6 +310,119 @@ pub struct TimerContext<'a> {
     pub state: &'a State,
 }
 
+/// Whose usage a quota counts: the ledger it reads.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QuotaScope {
+    /// The job's project.
+    Project,
+    /// The job's user.
+    User,
+    /// The job's value of the tag with this key (ledger name `key=value`).
+    Tag(String),
+}
+
+impl QuotaScope {
+    /// The kind of ledger it reads.
+    pub fn kind(&self) -> ScopeKind {
+        match self {
+            QuotaScope::Project => ScopeKind::Project,
+            QuotaScope::User => ScopeKind::User,
+            QuotaScope::Tag(_) => ScopeKind::Tag,
+        }
+    }
+
+    /// Whether the ledger `name` of kind `kind` is one this scope counts against (for a tag scope,
+    /// `name` is `key=value` with this scope's key).
+    pub fn counts(&self, kind: ScopeKind, name: &str) -> bool {
+        match self {
+            QuotaScope::Tag(key) => {
+                kind == ScopeKind::Tag && name.strip_prefix(key.as_str()).is_some_and(|rest| rest.starts_with('='))
+            }
+            other => other.kind() == kind,
+        }
+    }
+}
+
+/// Where a quota's settled usage comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Settle {
+    /// Actual runtime at release.
+    #[default]
+    Runtime,
+    /// `billing.charge` events.
+    Billing,
+}
+
+/// One quota as the policy that enforces it describes it: whose usage, over which period, how many
+/// GPU-hours per ledger, and the concurrency caps. The quota family checks admissions with exactly
+/// these numbers ([`QuotaLimit::gpu_hours_for`], [`QuotaLimit::counted`]), so a reader that uses them
+/// agrees with the engine by construction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuotaLimit {
+    /// Whose usage.
+    pub scope: QuotaScope,
+    /// The calendar period `gpu_hours` is counted over.
+    pub period: Period,
+    /// GPU-hours per period of a ledger without its own entry in `limits`.
+    pub gpu_hours: Option<f64>,
+    /// GPU-hours per period per scope value, as written in `limits`: a project, a user, or for a tag
+    /// scope the tag's value (`search`, not `team=search`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<(String, f64)>,
+    /// GPUs one ledger may hold at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_gpus: Option<u32>,
+    /// GPUs one ledger may hold at once per queue.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queues: Vec<(String, u32)>,
+    /// Where settled usage comes from.
+    #[serde(default)]
+    pub settle: Settle,
+}
+
+impl QuotaLimit {
+    /// The GPU-hours per period of the ledger `name` (for a tag scope `key=value`): its own limit,
+    /// else the default.
+    pub fn gpu_hours_for(&self, name: &str) -> Option<f64> {
+        let value = match &self.scope {
+            QuotaScope::Tag(key) => name.strip_prefix(key.as_str()).and_then(|r| r.strip_prefix('=')).unwrap_or(name),
+            _ => name,
+        };
+        self.limits.iter().find(|(k, _)| k == value).map(|(_, v)| *v).or(self.gpu_hours)
+    }
+
+    /// What this quota counts of a ledger's `usage` in the period (reserved included): runtime
+    /// settlement counts reserved + used, billing settlement reserved + finished-but-uncharged +
+    /// charged. What is left is `gpu_hours_for(name) - counted(usage)`.
+    pub fn counted(&self, usage: &Usage) -> f64 {
+        match self.settle {
+            Settle::Runtime => usage.by_runtime(),
+            Settle::Billing => usage.by_billing(),
+        }
+    }
+}
+
+/// What one policy limits, as it describes itself through [`Policy::limits`]: the quotas it enforces
+/// and the utilisation its idle-reclaim rule calls idle. Empty for a policy that limits nothing.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Limits {
+    /// The quotas it checks admissions against.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quotas: Vec<QuotaLimit>,
+    /// GPU utilisation (0–1) under which its idle rule watches a job for reclaim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_below: Option<f64>,
+}
+
+impl Limits {
+    /// True when the policy limits nothing.
+    pub fn is_empty(&self) -> bool {
+        self.quotas.is_empty() && self.idle_below.is_none()
+    }
+}
+
 /// A compiled policy. Implemented by the TOML families, general rules and WebAssembly components.
 ///
 /// Implementations must be deterministic: the same input and state give the same output.
@@ -327,5 +440,20 @@ pub trait Policy: Send + Sync + fmt::Debug {
     /// Times this policy failed (a trapped guest, a timeout), for reports. TOML policies never fail.
     fn failures(&self) -> u64 {
         0
+    }
+
+    /// What this policy limits, for readers that must agree with it without reading its file again:
+    /// the report's monthly budgets and idle threshold (`bursar-report`'s `PolicyHints`), and a live
+    /// pool page showing, per ledger, the quota used, reserved and left in the current period —
+    /// `State::usage(q.scope.kind(), name, q.period, now)` gives the usage, [`QuotaLimit::counted`]
+    /// what the quota counts of it and [`QuotaLimit::gpu_hours_for`] the limit, the same arithmetic
+    /// the quota family admits with. [`crate::PolicySet::limits`] collects them with each policy's
+    /// mode and selector.
+    ///
+    /// The default is "nothing": a policy whose limits cannot be read off its configuration (a
+    /// WebAssembly component, a general `rule`) describes none, and readers treat it as limiting
+    /// nothing they can draw.
+    fn limits(&self) -> Limits {
+        Limits::default()
     }
 }

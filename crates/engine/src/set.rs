@@ -5,7 +5,10 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
-use crate::policy::Policy;
+use bursar_model::Period;
+
+use crate::policy::{Limits, Mode, Policy, QuotaLimit, Selector};
+use crate::state::ScopeKind;
 
 /// A file a policy set was loaded from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +34,101 @@ pub enum SetError {
     },
 }
 
+/// What one policy of a set limits ([`Policy::limits`]), with the id, mode and selector that decide
+/// where and whether it applies.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyLimits {
+    /// The policy's id.
+    pub policy: String,
+    /// Enforced or dry-run.
+    pub mode: Mode,
+    /// Which jobs it applies to.
+    #[serde(default, skip_serializing_if = "Selector::is_empty")]
+    pub selector: Selector,
+    /// What it limits.
+    pub limits: Limits,
+}
+
+/// What the policies of a set limit, and the rules that fold them into the numbers a reader wants.
+/// Plain data (serialisable), so a reader can keep the description of the set it ran with — the
+/// report stores it beside its facts — and apply the same rules later without the policies.
+///
+/// The rules follow the engine's semantics:
+/// - **Dry-run policies define nothing**: they never change a decision.
+/// - **Budgets: the lowest applies.** A job must pass every enforced quota, so the GPU-hours a ledger
+///   may use in a period is the lowest [`QuotaLimit::gpu_hours_for`] over the enforced quotas of that
+///   scope and period that may apply to it. A quota whose selector names projects (users) applies to
+///   those projects' (users') ledgers only, and one that requires a tag value to that tag's ledger
+///   only; its other selector fields (queues, stages, GPU types) choose which of the ledger's jobs it
+///   checks, not whose usage it counts, so its budget still stands for the ledger.
+/// - **Idle threshold: the highest applies.** A job is reclaimed when any enforced idle rule finds it
+///   idle, so utilisation under the highest `below` is idle in the engine's eyes. Only rules that
+///   apply to every job (an empty selector) count: one threshold stands for the whole pool, and a
+///   rule for some projects must not decide what is idle for all of them.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct PoolLimits {
+    /// Every policy that limits something, in load order.
+    pub policies: Vec<PolicyLimits>,
+}
+
+impl PoolLimits {
+    /// The description of `policies`: those that limit something, with their mode and selector.
+    pub fn of(policies: &[Arc<dyn Policy>]) -> PoolLimits {
+        let policies = policies
+            .iter()
+            .filter_map(|p| {
+                let limits = p.limits();
+                let meta = p.meta();
+                (!limits.is_empty()).then(|| PolicyLimits {
+                    policy: meta.id.to_string(),
+                    mode: meta.mode,
+                    selector: meta.selector.clone(),
+                    limits,
+                })
+            })
+            .collect();
+        PoolLimits { policies }
+    }
+
+    /// The enforced policies' limits.
+    pub fn enforced(&self) -> impl Iterator<Item = &PolicyLimits> {
+        self.policies.iter().filter(|p| p.mode == Mode::Enforce)
+    }
+
+    /// Every enforced quota, with the policy that enforces it (for a pool page: one line per quota
+    /// and ledger, used + reserved against [`QuotaLimit::gpu_hours_for`]).
+    pub fn quotas(&self) -> impl Iterator<Item = (&PolicyLimits, &QuotaLimit)> {
+        self.enforced().flat_map(|p| p.limits.quotas.iter().map(move |q| (p, q)))
+    }
+
+    /// The GPU-hours the ledger `name` of kind `kind` may use per `period` (lowest of the enforced
+    /// quotas that apply to it; see the type's docs), if any quota limits it.
+    pub fn gpu_hours(&self, kind: ScopeKind, name: &str, period: Period) -> Option<f64> {
+        self.quotas()
+            .filter(|(p, q)| q.period == period && q.scope.counts(kind, name) && may_apply(&p.selector, kind, name))
+            .filter_map(|(_, q)| q.gpu_hours_for(name))
+            .reduce(f64::min)
+    }
+
+    /// The utilisation under which the enforced idle rules that apply to every job call a job idle
+    /// (the highest of their `below`; see the type's docs), if there is such a rule.
+    pub fn idle_below(&self) -> Option<f64> {
+        self.enforced().filter(|p| p.selector.is_empty()).filter_map(|p| p.limits.idle_below).reduce(f64::max)
+    }
+}
+
+/// Whether a policy with `selector` may check jobs whose ledger of kind `kind` is `name`.
+fn may_apply(selector: &Selector, kind: ScopeKind, name: &str) -> bool {
+    match kind {
+        ScopeKind::Project => selector.projects.is_empty() || selector.projects.iter().any(|p| p == name),
+        ScopeKind::User => selector.users.is_empty() || selector.users.iter().any(|u| u == name),
+        ScopeKind::Tag => {
+            let Some((key, value)) = name.split_once('=') else { return true };
+            selector.tags.iter().all(|(k, v)| k != key || v == value)
+        }
+    }
+}
+
 /// The policies in force, indexed by the event types they want.
 #[derive(Debug, Default)]
 pub struct PolicySet {
@@ -39,6 +137,7 @@ pub struct PolicySet {
     by_id: FxHashMap<Arc<str>, usize>,
     files: Vec<SourceFile>,
     digest: String,
+    limits: PoolLimits,
 }
 
 impl PolicySet {
@@ -62,7 +161,8 @@ impl PolicySet {
                 }
             }
         }
-        Ok(PolicySet { policies, by_type, by_id, files, digest })
+        let limits = PoolLimits::of(&policies);
+        Ok(PolicySet { policies, by_type, by_id, files, digest, limits })
     }
 
     /// An empty set.
@@ -83,6 +183,11 @@ impl PolicySet {
     /// The policy with id `id`.
     pub fn get(&self, id: &str) -> Option<&Arc<dyn Policy>> {
         self.by_id.get(id).and_then(|&i| self.policies.get(i))
+    }
+
+    /// What the set's policies limit (quotas, idle thresholds), read once when the set was built.
+    pub fn limits(&self) -> &PoolLimits {
+        &self.limits
     }
 
     /// The files the set came from.

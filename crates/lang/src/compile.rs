@@ -5,6 +5,7 @@ use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
+use bursar_engine::policy::{QuotaLimit, QuotaScope, Settle};
 use bursar_engine::{EventMask, Mode, PolicyMeta, Selector, mark_key};
 use bursar_model::{Duration, Period};
 use toml::de::{DeTable, DeValue};
@@ -257,18 +258,18 @@ fn compile_policy(
     let family = match kind {
         "quota" => {
             let scope = match f.str(r, "scope") {
-                None => Scope::Project,
+                None => QuotaScope::Project,
                 Some((s, span)) => match s.as_str() {
-                    "project" => Scope::Project,
-                    "user" => Scope::User,
-                    t if t.starts_with("tag:") && t.len() > 4 => Scope::Tag(t[4..].to_owned()),
+                    "project" => QuotaScope::Project,
+                    "user" => QuotaScope::User,
+                    t if t.starts_with("tag:") && t.len() > 4 => QuotaScope::Tag(t[4..].to_owned()),
                     _ => {
                         r.error_help(
                             span,
                             format!("`scope` must be `project`, `user` or `tag:KEY`, found `{s}`"),
                             "for a tag write e.g. `scope = \"tag:team\"`",
                         );
-                        Scope::Project
+                        QuotaScope::Project
                     }
                 },
             };
@@ -351,7 +352,10 @@ fn compile_policy(
                         ("within quota", true),
                     ]),
                 ),
-                Family::Quota(Quota { scope, period, gpu_hours, overrides, max_gpus, queues, settle, on_exhaust }),
+                Family::Quota(Quota {
+                    limit: QuotaLimit { scope, period, gpu_hours, limits: overrides, max_gpus, queues, settle },
+                    on_exhaust,
+                }),
             )
         }
         "approval" => {

@@ -7,10 +7,11 @@
 
 use std::sync::Arc;
 
+use bursar_engine::policy::{Limits, QuotaLimit, QuotaScope};
 use bursar_engine::{
     Context, Effect, JobPhase, JobRecord, Output, Policy, PolicyMeta, ScopeKind, TimerContext, Verdict, VerdictKind,
 };
-use bursar_model::{Duration, EventKind, Hints, JobSpec, Period, Timestamp};
+use bursar_model::{Duration, EventKind, Hints, JobSpec, Timestamp};
 
 use crate::expr::{Env, Expr, Template};
 
@@ -66,26 +67,6 @@ pub fn push_num(out: &mut String, v: f64) {
     out.push_str(std::str::from_utf8(&b[i..]).unwrap_or("?"));
 }
 
-/// What a quota counts against.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Scope {
-    /// The job's project.
-    Project,
-    /// The job's user.
-    User,
-    /// The job's value of a tag.
-    Tag(String),
-}
-
-/// Where settled usage comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Settle {
-    /// Actual runtime at release.
-    Runtime,
-    /// `billing.charge` events.
-    Billing,
-}
-
 /// What a policy does when its check fails.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
@@ -121,22 +102,13 @@ impl Action {
 }
 
 /// Quota: GPU-hours per period, concurrent GPUs, per-queue caps.
+///
+/// The numbers are kept in the engine's [`QuotaLimit`], which is also what the policy describes of
+/// itself ([`Policy::limits`]): the report's budgets and the admission check read the same values.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Quota {
-    /// Whose usage.
-    pub scope: Scope,
-    /// Period of `gpu_hours`.
-    pub period: Period,
-    /// Default GPU-hours per period per scope value.
-    pub gpu_hours: Option<f64>,
-    /// Per scope value overrides of `gpu_hours`.
-    pub overrides: Vec<(String, f64)>,
-    /// Concurrent GPUs per scope value.
-    pub max_gpus: Option<u32>,
-    /// Concurrent GPUs per queue per scope value.
-    pub queues: Vec<(String, u32)>,
-    /// Settlement source.
-    pub settle: Settle,
+    /// Whose usage, over which period, how much, and the concurrency caps.
+    pub limit: QuotaLimit,
     /// What exhaustion does.
     pub on_exhaust: Action,
 }
@@ -389,14 +361,28 @@ impl Policy for TomlPolicy {
             r.on_timer(cx, out);
         }
     }
+
+    /// A quota describes its [`QuotaLimit`]; a reclaim policy with an `[policy.idle]` table its
+    /// `below`. The other families (and `rule`, whose condition cannot be read as a number) limit
+    /// nothing a reader could draw.
+    fn limits(&self) -> Limits {
+        match &self.family {
+            Family::Quota(q) => Limits { quotas: vec![q.limit.clone()], idle_below: None },
+            Family::Reclaim(Reclaim { idle: Some(idle), .. }) => {
+                Limits { quotas: Vec::new(), idle_below: Some(idle.below) }
+            }
+            _ => Limits::default(),
+        }
+    }
 }
 
 impl Quota {
     fn admit(&self, job: &JobSpec, cx: &Context<'_>, out: &mut Output) {
-        let (kind, tag_key): (ScopeKind, Option<String>) = match &self.scope {
-            Scope::Project => (ScopeKind::Project, None),
-            Scope::User => (ScopeKind::User, None),
-            Scope::Tag(k) => match job.tag(k) {
+        let lim = &self.limit;
+        let (kind, tag_key): (ScopeKind, Option<String>) = match &lim.scope {
+            QuotaScope::Project => (ScopeKind::Project, None),
+            QuotaScope::User => (ScopeKind::User, None),
+            QuotaScope::Tag(k) => match job.tag(k) {
                 Some(v) => {
                     let mut t = String::with_capacity(k.len() + v.len() + 1);
                     t.push_str(k);
@@ -407,23 +393,23 @@ impl Quota {
                 None => return,
             },
         };
-        let key: &str = match (&self.scope, &tag_key) {
-            (Scope::Project, _) => &job.project,
-            (Scope::User, _) => &job.user,
+        let key: &str = match (&lim.scope, &tag_key) {
+            (QuotaScope::Project, _) => &job.project,
+            (QuotaScope::User, _) => &job.user,
             (_, Some(t)) => t,
-            (Scope::Tag(_), None) => return,
+            (QuotaScope::Tag(_), None) => return,
         };
         // "project nlp", "user alice", "team search".
-        let label = |s: &mut String| match &self.scope {
-            Scope::Project => {
+        let label = |s: &mut String| match &lim.scope {
+            QuotaScope::Project => {
                 s.push_str("project ");
                 s.push_str(&job.project);
             }
-            Scope::User => {
+            QuotaScope::User => {
                 s.push_str("user ");
                 s.push_str(&job.user);
             }
-            Scope::Tag(k) => {
+            QuotaScope::Tag(k) => {
                 s.push_str(k);
                 s.push(' ');
                 s.push_str(job.tag(k).unwrap_or(""));
@@ -440,14 +426,10 @@ impl Quota {
                 s.push_str("; ");
             }
         };
-        let limit = self.overrides.iter().find(|(k, _)| k == key).map(|(_, v)| *v).or(self.gpu_hours);
-        if let Some(limit) = limit {
+        if let Some(limit) = lim.gpu_hours_for(key) {
             let day = cx.now.day();
-            let usage = ledger.map(|l| l.usage(self.period, day)).unwrap_or_default();
-            let current = match self.settle {
-                Settle::Runtime => usage.by_runtime(),
-                Settle::Billing => usage.by_billing(),
-            };
+            let usage = ledger.map(|l| l.usage(lim.period, day)).unwrap_or_default();
+            let current = lim.counted(&usage);
             let after = current + job.requested_gpu_hours();
             let s = if after > limit + 1e-9 {
                 branch = 0;
@@ -465,9 +447,9 @@ impl Quota {
             s.push_str(if branch == 0 { " of its " } else { " of " });
             push_num(s, limit);
             s.push_str(" GPU-hours for ");
-            self.period.write_label(day, s);
+            lim.period.write_label(day, s);
         }
-        if let Some(max) = self.max_gpus {
+        if let Some(max) = lim.max_gpus {
             let held = ledger.map_or(0, |l| l.held_gpus);
             if held + job.gpus > max {
                 branch = branch.min(1);
@@ -483,7 +465,7 @@ impl Quota {
             }
         }
         if let Some(q) = &job.queue
-            && let Some((_, cap)) = self.queues.iter().find(|(name, _)| name == q)
+            && let Some((_, cap)) = lim.queues.iter().find(|(name, _)| name == q)
         {
             let held = ledger.map_or(0, |l| l.queue_gpus(q));
             if held + job.gpus > *cap {

@@ -3,22 +3,38 @@
 //!
 //! # Where the facts come from
 //!
-//! The audit log already holds every applied event (raw line, in commit order) and every decision.
-//! [`FactsStore::catch_up`] reads what was committed after its cursors (`facts_meta`), applies it to the
-//! open jobs' accounting state and writes the result in one transaction per batch together with the
-//! new cursors, so a crash never double-counts and a rerun of `catch_up` is a no-op. `bursar eval
-//! --audit` calls it after the stream; `serve` calls it before it answers a report; `bursar report`
-//! calls it first. The facts are derived data: dropping the `facts_*` tables and catching up rebuilds
-//! them (that is what happens when the idle threshold changes).
+//! The audit log holds every applied input (raw line, in commit order), every decision, and the job
+//! steps the engine took while applying each input (`lifecycle`: admitted, deferred, held, denied,
+//! started, finished with its status, reclaimed — [`bursar_engine::Step`]), written in the same
+//! transaction as the input. [`FactsStore::catch_up`] reads them through `bursar-audit`'s typed reads
+//! only ([`AuditLog::events_since`], [`AuditLog::steps_between`], [`AuditLog::decisions_since`]):
+//!
+//! - **The lifecycle is the engine's.** A job's start and release are its `started` and first
+//!   `finished`/`reclaimed` step, at the step's time (for a timer, when it fell due); nothing here
+//!   decides them again from raw events. A job gets its facts (project, user, tags, configuration,
+//!   GPUs, submission time) from the `job.submitted` input whose handling produced its first
+//!   admission step (admitted, deferred, held or denied). A denied job keeps a row (so what policies
+//!   prevented can be grouped by its user or tags) but never holds GPUs, so it has no hours.
+//! - **Accounting comes from the events.** Utilisation samples (`job.sample`) and billing charges
+//!   (`billing.charge`) are read from the inputs; the steps of an input are applied before the
+//!   input's own sample, as the engine fired them before evaluating it.
+//! - **What policies prevented** comes from the decisions (`facts_prevented`, one row per `deny`,
+//!   `defer` or `reclaim` decision with GPU-hours).
+//!
+//! Each batch is written in one transaction together with the new cursors (`facts_meta`), so a crash
+//! never double-counts and a rerun of `catch_up` is a no-op. `bursar eval --audit` calls it after the
+//! stream; `serve` calls it before it answers a report; `bursar report` calls it first. The facts are
+//! derived data: dropping the `facts_*` tables and catching up rebuilds them (that is what happens
+//! when the idle threshold changes).
 //!
 //! # The accounting rules (docs/reports.md has the long form)
 //!
 //! All amounts are integer **GPU-milliseconds** (gpus × ms), so the split adds up exactly:
 //! `productive + idle + failure + held = nominal` for every job and day, and so for every sum of them.
 //!
-//! - **Nominal**: from `job.started` to release, × gpus. Release is `job.finished` or an *enforced*
-//!   `reclaim` decision for the job, whichever comes first. A job that sends samples without a
-//!   `job.started` is taken to start at its first sample.
+//! - **Nominal**: from the engine's `started` step to the release, × gpus. The release is the job's
+//!   first `finished` or `reclaimed` step. A job the engine never started (denied, held, or a
+//!   sample without a start) has no GPU-hours.
 //! - **Samples are piecewise constant**: a sample's utilisation holds from its time until the next
 //!   sample (or the release); the stretch from the start to the first sample takes the first sample's
 //!   value. A job without any sample counts as productive (no evidence of waste); its hours are also
@@ -38,24 +54,23 @@
 //!   job crossing a month boundary is split between the months.
 //!
 //! A running job is counted up to its latest sample; the stretch since then is added at release.
-//! A decision is applied after the event that produced it, except a timer's decision due before that
-//! event's time (a max-runtime reclaim noticed when the next event arrives), which is applied before
-//! it. Decisions of wall-clock timers (an entry without event) are applied after the events committed
-//! before them.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
+use bursar_audit::{AuditLog, StoredDecision, StoredEvent, StoredStep};
+use bursar_engine::Step;
 use bursar_model::{EventKind, FinishStatus, JobSpec, decode_event};
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ReportError, Result};
 use crate::period::{DAY_MS, HOUR_MS};
 use crate::policy::PolicyHints;
 
-/// Version of the `facts_*` tables; a different stored version is rebuilt from the log.
-pub const FACTS_VERSION: i64 = 1;
+/// Version of the `facts_*` tables; a different stored version is rebuilt from the log. Version 2:
+/// the lifecycle from the engine's steps, and `facts_prevented`.
+pub const FACTS_VERSION: i64 = 2;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS facts_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -109,11 +124,24 @@ CREATE TABLE IF NOT EXISTS facts_charges (
     currency  TEXT,
     mode      TEXT
 );
+CREATE TABLE IF NOT EXISTS facts_prevented (
+    decision_seq INTEGER PRIMARY KEY,
+    decision_id  TEXT NOT NULL,
+    time         INTEGER NOT NULL,
+    job          TEXT,
+    project      TEXT,
+    user         TEXT,
+    decision     TEXT NOT NULL,
+    dry_run      INTEGER NOT NULL,
+    gpu_hours    REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS facts_prevented_time ON facts_prevented(time);
 "#;
 
 const DROP: &str =
     "DROP TABLE IF EXISTS facts_meta; DROP TABLE IF EXISTS facts_jobs; DROP TABLE IF EXISTS facts_job_day;
-DROP TABLE IF EXISTS facts_usage_hour; DROP TABLE IF EXISTS facts_configs; DROP TABLE IF EXISTS facts_charges;";
+DROP TABLE IF EXISTS facts_usage_hour; DROP TABLE IF EXISTS facts_configs; DROP TABLE IF EXISTS facts_charges;
+DROP TABLE IF EXISTS facts_prevented;";
 
 /// How a job's GPU-milliseconds split. `productive + idle + failure + held == nominal`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,7 +193,8 @@ pub struct JobFacts {
     pub started: Option<i64>,
     /// Release time, ms.
     pub released: Option<i64>,
-    /// `succeeded`, `failed`, `cancelled` or `reclaimed`.
+    /// `succeeded`, `failed`, `cancelled` or `reclaimed` once released; `denied` for a job the
+    /// engine refused.
     pub status: Option<String>,
     /// Submitted while its configuration's last finished run had failed.
     pub rerun: bool,
@@ -226,7 +255,7 @@ impl JobFacts {
         Some(self.started? - self.submitted?).filter(|w| *w >= 0)
     }
 
-    /// `job.started` at `t`. Returns whether anything changed.
+    /// The engine's `started` step at `t`. Returns whether anything changed.
     pub fn start(&mut self, t: i64) -> bool {
         if self.started.is_some() || self.released.is_some() {
             return false;
@@ -235,18 +264,22 @@ impl JobFacts {
         true
     }
 
-    /// A utilisation sample at `t`.
+    /// The engine's `denied` step: the job never holds GPUs.
+    pub fn deny(&mut self) -> bool {
+        if self.started.is_some() || self.released.is_some() {
+            return false;
+        }
+        self.status = Some("denied".to_owned());
+        true
+    }
+
+    /// A utilisation sample at `t`. Ignored unless the job has started and is not yet released: only
+    /// the engine's steps start a job.
     pub fn sample(&mut self, t: i64, util: f64, threshold: f64) -> bool {
+        let Some(started) = self.started else { return false };
         if self.released.is_some() {
             return false;
         }
-        let started = match self.started {
-            Some(s) => s,
-            None => {
-                self.started = Some(t);
-                t
-            }
-        };
         let (from, value) = match self.last {
             None => (started, util),
             Some((lt, lu)) => (lt, lu),
@@ -259,7 +292,7 @@ impl JobFacts {
         true
     }
 
-    /// Release at `t` (finish or enforced reclaim) with `status`.
+    /// The engine's release step (`finished` with its status, or `reclaimed`) at `t`.
     pub fn release(&mut self, t: i64, status: &str, threshold: f64) -> bool {
         if self.released.is_some() {
             return false;
@@ -338,9 +371,12 @@ impl JobFacts {
 pub struct CatchUp {
     /// Events read from the log.
     pub events: u64,
+    /// Job steps read from the log.
+    pub steps: u64,
     /// Decisions read from the log.
     pub decisions: u64,
-    /// Events about a job that was never submitted (not attributable to a project).
+    /// Samples and steps about a job without facts (one the engine never admitted, or whose
+    /// submission is no longer in the log).
     pub unattributed: u64,
     /// Event cursor after the run.
     pub event_cursor: i64,
@@ -349,13 +385,18 @@ pub struct CatchUp {
 /// The facts tables of one audit database.
 #[derive(Debug)]
 pub struct FactsStore {
+    /// The facts tables (read-write).
     conn: Connection,
+    /// The audit tables, read only through `bursar-audit`'s typed reads.
+    log: AuditLog,
     path: String,
     hints: PolicyHints,
 }
 
 /// Events read per transaction.
-const BATCH: i64 = 20_000;
+const BATCH: usize = 20_000;
+/// Decisions read per transaction.
+const DECISION_BATCH: usize = 5_000;
 
 impl FactsStore {
     /// Opens the facts of the audit database at `path` (which must exist), creating the tables if
@@ -369,22 +410,16 @@ impl FactsStore {
                 "`{shown}` does not exist\n  help: create it with `bursar eval --policies policies --events events.jsonl --audit {shown}`"
             )));
         }
+        // The audit log's own check: its schema version says whether this is an audit log.
+        let log = AuditLog::open_read(p).map_err(|e| match e {
+            bursar_audit::AuditError::Invalid(m) => {
+                ReportError::Invalid(format!("{m}\n  help: create one with `bursar eval … --audit {shown}`"))
+            }
+            other => ReportError::Audit(other),
+        })?;
         let conn = Connection::open(p).map_err(ReportError::sqlite(format!("open `{shown}`")))?;
         conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(ReportError::sqlite("set the busy timeout"))?;
-        let is_audit: bool = conn
-            .query_row(
-                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('events', 'decisions')",
-                [],
-                |r| r.get::<_, i64>(0),
-            )
-            .map(|n| n == 2)
-            .map_err(ReportError::sqlite(format!("read `{shown}`")))?;
-        if !is_audit {
-            return Err(ReportError::Invalid(format!(
-                "`{shown}` is not a bursar audit log\n  help: create one with `bursar eval … --audit {shown}`"
-            )));
-        }
-        let mut store = FactsStore { conn, path: shown, hints: PolicyHints::default() };
+        let mut store = FactsStore { conn, log, path: shown, hints: PolicyHints::default() };
         store.ensure_schema()?;
         let stored: Option<PolicyHints> = store.meta("hints")?.and_then(|s| serde_json::from_str(&s).ok());
         match (hints, stored) {
@@ -444,9 +479,15 @@ impl FactsStore {
             .map_err(ReportError::sqlite("write the facts cursor"))
     }
 
-    /// The connection (for queries over the facts and the audit tables).
+    /// The connection, for queries over the `facts_*` tables (the audit tables are read through
+    /// [`FactsStore::audit`]).
     pub fn connection(&self) -> &Connection {
         &self.conn
+    }
+
+    /// The audit log the facts are derived from, for its typed reads.
+    pub fn audit(&self) -> &AuditLog {
+        &self.log
     }
 
     /// The database path, as given.
@@ -464,13 +505,18 @@ impl FactsStore {
         self.hints.idle_threshold()
     }
 
-    /// Applies everything the log committed after the cursors, one transaction per batch.
+    /// Applies everything the log committed after the cursors, one transaction per batch. The
+    /// transaction takes the write lock first, so two catch-ups of the same file (two report
+    /// requests to `serve`) run one after the other, the second from the first's cursors.
     pub fn catch_up(&mut self) -> Result<CatchUp> {
         let threshold = self.idle_threshold();
         let mut total = CatchUp::default();
         loop {
-            let tx = self.conn.transaction().map_err(ReportError::sqlite("start a facts transaction"))?;
-            let n = catch_up_batch(&tx, threshold, &mut total)?;
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(ReportError::sqlite("start a facts transaction"))?;
+            let n = catch_up_batch(&tx, &self.log, threshold, &mut total)?;
             tx.commit().map_err(ReportError::sqlite("commit the facts"))?;
             if n == 0 {
                 return Ok(total);
@@ -493,164 +539,101 @@ fn set_cursor(tx: &Transaction<'_>, key: &str, v: i64) -> Result<()> {
         .map_err(ReportError::sqlite("write the facts cursor"))
 }
 
-enum Item {
-    Event { seq: i64, raw: String },
-    Reclaim { job: String, time: i64 },
-}
-
 /// One batch: returns how many log rows it consumed.
-fn catch_up_batch(tx: &Transaction<'_>, threshold: f64, total: &mut CatchUp) -> Result<u64> {
+fn catch_up_batch(tx: &Transaction<'_>, log: &AuditLog, threshold: f64, total: &mut CatchUp) -> Result<u64> {
     let ecur = get_cursor(tx, "event_cursor")?;
     let dcur = get_cursor(tx, "decision_cursor")?;
-    let mut items: Vec<((i64, u8, i64), Item)> = Vec::new();
-    let mut emax = ecur;
-    let mut event_time: HashMap<i64, i64> = HashMap::new();
-    {
-        let mut st = tx
-            .prepare_cached("SELECT seq, raw, time FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2")
-            .map_err(ReportError::sqlite("read the audit events"))?;
-        let rows = st
-            .query_map(params![ecur, BATCH], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))
-            .map_err(ReportError::sqlite("read the audit events"))?;
-        for row in rows {
-            let (seq, raw, time) = row.map_err(ReportError::sqlite("read an audit event"))?;
-            emax = seq;
-            event_time.insert(seq, time);
-            items.push(((seq, 1, 0), Item::Event { seq, raw }));
-        }
-    }
-    let mut dnew = dcur;
-    let mut ndec = 0u64;
-    {
-        let mut st = tx
-            .prepare_cached(
-                "SELECT seq, event_seq, time, job, decision, dry_run FROM decisions WHERE seq > ?1 ORDER BY seq LIMIT ?2",
-            )
-            .map_err(ReportError::sqlite("read the audit decisions"))?;
-        let rows = st
-            .query_map(params![dcur, BATCH * 4], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, Option<i64>>(1)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, Option<String>>(3)?,
-                    r.get::<_, String>(4)?,
-                    r.get::<_, bool>(5)?,
-                ))
-            })
-            .map_err(ReportError::sqlite("read the audit decisions"))?;
-        let mut anchor = ecur;
-        for row in rows {
-            let (seq, event_seq, time, job, kind, dry_run) =
-                row.map_err(ReportError::sqlite("read an audit decision"))?;
-            match event_seq {
-                Some(e) if e > emax => break,
-                // Decisions of events the next batch reads wait for it.
-                Some(e) => anchor = e,
-                None => {}
-            }
-            dnew = seq;
-            ndec += 1;
-            if kind == "reclaim"
-                && !dry_run
-                && let Some(job) = job
-            {
-                // A timer that fell due before its event's time fired before the event was applied.
-                let before = event_time.get(&anchor).is_some_and(|t| time < *t);
-                items.push(((anchor, if before { 0 } else { 2 }, seq), Item::Reclaim { job, time }));
-            }
-        }
-    }
-    items.sort_by_key(|(k, _)| *k);
-    let nev = (emax - ecur).max(0) as u64;
-    if nev == 0 && ndec == 0 {
+    let events = log.events_since(ecur, BATCH)?;
+    let emax = events.last().map_or(ecur, |e| e.seq);
+    // Written in the same transaction as their events, so every step of this page is there.
+    let steps = if emax > ecur { log.steps_between(ecur, emax)? } else { Vec::new() };
+    let nst = steps.len() as u64;
+    let decisions = log.decisions_since(dcur, DECISION_BATCH)?;
+    if events.is_empty() && decisions.is_empty() {
         total.event_cursor = ecur;
         return Ok(0);
     }
 
     let mut batch =
         Batch { tx, jobs: HashMap::new(), dirty: HashSet::new(), configs: HashMap::new(), usage: HashMap::new() };
-    for (_, item) in items {
-        match item {
-            Item::Event { seq, raw } => {
-                let Ok(ev) = decode_event(&raw) else { continue };
-                let t = ev.time.millis();
-                match &ev.kind {
-                    EventKind::JobSubmitted(spec) => {
-                        if batch.job(&spec.id)?.is_some() {
-                            continue;
-                        }
-                        let rerun = match config_of(spec) {
-                            Some(c) => batch.config_failed(&spec.project, &c)?,
-                            None => false,
-                        };
-                        batch.jobs.insert(spec.id.clone(), Some(JobFacts::submitted(spec, t, rerun)));
-                        batch.dirty.insert(spec.id.clone());
-                    }
-                    EventKind::JobStarted { job_id } => batch.with(job_id, total, |j| j.start(t))?,
-                    EventKind::JobSample(bursar_model::Sample { job_id, gpu_util, .. }) => {
-                        batch.with(job_id, total, |j| j.sample(t, *gpu_util, threshold))?
-                    }
-                    EventKind::JobFinished { job_id, status } => {
-                        let mut ended: Option<(String, Option<String>, bool)> = None;
-                        batch.with(job_id, total, |j| {
-                            let was_running = j.started.is_some();
-                            let changed = j.release(t, status.as_str(), threshold);
-                            if changed && was_running {
-                                ended = Some((j.project.clone(), j.config.clone(), false));
-                            }
-                            changed
-                        })?;
-                        if let Some((project, Some(config), _)) = ended {
-                            match status {
-                                FinishStatus::Failed => batch.configs.insert((project, config), true),
-                                FinishStatus::Succeeded => batch.configs.insert((project, config), false),
-                                FinishStatus::Cancelled => None,
-                            };
-                        }
-                    }
-                    EventKind::BillingCharge(c) => {
-                        let gpu_ms = (c.gpu_hours * HOUR_MS as f64).round() as i64;
-                        tx.execute(
-                            "INSERT OR IGNORE INTO facts_charges(event_seq, day, project, job, gpu_ms, amount, currency, mode)
-                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                            params![
-                                seq,
-                                t.div_euclid(DAY_MS),
-                                c.project,
-                                c.job_id,
-                                gpu_ms,
-                                c.amount,
-                                c.currency,
-                                c.mode.map(|m| match m {
-                                    bursar_model::BillingMode::OnDemand => "on_demand",
-                                    bursar_model::BillingMode::Reserved => "reserved",
-                                    bursar_model::BillingMode::PerTask => "per_task",
-                                })
-                            ],
-                        )
-                        .map_err(ReportError::sqlite("store a billing charge"))?;
-                    }
-                    _ => {}
+    let mut steps = steps.iter().peekable();
+    for ev in &events {
+        // The engine's steps for this input, in the order it took them (timers that fell due first).
+        while let Some(st) = steps.next_if(|st| st.event_seq <= ev.seq) {
+            if st.event_seq == ev.seq {
+                batch.step(st, ev, threshold, total)?;
+            }
+        }
+        match ev.kind.as_str() {
+            "job.sample" => {
+                let Ok(e) = decode_event(&ev.raw) else { continue };
+                if let EventKind::JobSample(bursar_model::Sample { job_id, gpu_util, .. }) = &e.kind {
+                    batch.with(job_id, total, |j| j.sample(ev.time, *gpu_util, threshold))?;
                 }
             }
-            Item::Reclaim { job, time } => {
-                batch.with(&job, total, |j| j.started.is_some() && j.release(time, "reclaimed", threshold))?
+            "billing.charge" => {
+                let Ok(e) = decode_event(&ev.raw) else { continue };
+                if let EventKind::BillingCharge(c) = &e.kind {
+                    let gpu_ms = (c.gpu_hours * HOUR_MS as f64).round() as i64;
+                    tx.prepare_cached(
+                        "INSERT OR IGNORE INTO facts_charges(event_seq, day, project, job, gpu_ms, amount, currency, mode)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                    )
+                    .and_then(|mut st| {
+                        st.execute(params![
+                            ev.seq,
+                            ev.time.div_euclid(DAY_MS),
+                            c.project,
+                            c.job_id,
+                            gpu_ms,
+                            c.amount,
+                            c.currency,
+                            c.mode.map(|m| match m {
+                                bursar_model::BillingMode::OnDemand => "on_demand",
+                                bursar_model::BillingMode::Reserved => "reserved",
+                                bursar_model::BillingMode::PerTask => "per_task",
+                            })
+                        ])
+                    })
+                    .map_err(ReportError::sqlite("store a billing charge"))?;
+                }
             }
+            _ => {}
         }
     }
     batch.flush()?;
+    let dnew = prevented(tx, &decisions)?.unwrap_or(dcur);
     set_cursor(tx, "event_cursor", emax)?;
     set_cursor(tx, "decision_cursor", dnew)?;
+    let (nev, ndec) = (events.len() as u64, decisions.len() as u64);
     total.events += nev;
+    total.steps += nst;
     total.decisions += ndec;
     total.event_cursor = emax;
     Ok(nev + ndec)
 }
 
+/// Stores the decisions that name GPU-hours a policy kept from being used (`deny`, `defer`,
+/// `reclaim`); returns the last decision seq read.
+fn prevented(tx: &Transaction<'_>, decisions: &[StoredDecision]) -> Result<Option<i64>> {
+    let mut st = tx
+        .prepare_cached(
+            "INSERT OR IGNORE INTO facts_prevented(decision_seq, decision_id, time, job, project, user, decision,
+               dry_run, gpu_hours) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )
+        .map_err(ReportError::sqlite("store what policies prevented"))?;
+    for d in decisions {
+        if let ("deny" | "defer" | "reclaim", Some(gh)) = (d.decision.as_str(), d.gpu_hours) {
+            st.execute(params![d.seq, d.decision_id, d.time, d.job, d.project, d.user, d.decision, d.dry_run, gh])
+                .map_err(ReportError::sqlite("store what policies prevented"))?;
+        }
+    }
+    Ok(decisions.last().map(|d| d.seq))
+}
+
 struct Batch<'a, 'c> {
     tx: &'a Transaction<'c>,
-    /// Loaded jobs; None = not in the facts (never submitted).
+    /// Loaded jobs; None = not in the facts (no admission step seen for it).
     jobs: HashMap<String, Option<JobFacts>>,
     dirty: HashSet<String>,
     configs: HashMap<(String, String), bool>,
@@ -677,6 +660,61 @@ impl Batch<'_, '_> {
             Some(j) => {
                 if f(j) {
                     self.dirty.insert(id.to_owned());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies one of the engine's steps, taken while it applied `ev`.
+    fn step(&mut self, st: &StoredStep, ev: &StoredEvent, threshold: f64, total: &mut CatchUp) -> Result<()> {
+        let t = st.time;
+        match st.step {
+            Step::Admitted | Step::Deferred | Step::Held | Step::Denied => {
+                // The job's own submission: its facts come from the event the engine admitted (or
+                // refused) it on. Later admission steps (an approval, the end of a deferral, an
+                // expired request) change nothing but a refusal.
+                if ev.kind == "job.submitted"
+                    && ev.job.as_deref() == Some(st.job.as_str())
+                    && self.job(&st.job)?.is_none_or(|j| j.status.as_deref() == Some("denied"))
+                    && let Ok(e) = decode_event(&ev.raw)
+                    && let EventKind::JobSubmitted(spec) = &e.kind
+                {
+                    let rerun = match config_of(spec) {
+                        Some(c) => self.config_failed(&spec.project, &c)?,
+                        None => false,
+                    };
+                    let mut facts = JobFacts::submitted(spec, ev.time, rerun);
+                    if st.step == Step::Denied {
+                        facts.deny();
+                    }
+                    self.jobs.insert(st.job.clone(), Some(facts));
+                    self.dirty.insert(st.job.clone());
+                } else if st.step == Step::Denied {
+                    self.with(&st.job, total, JobFacts::deny)?;
+                } else if self.job(&st.job)?.is_none() {
+                    total.unattributed += 1;
+                }
+            }
+            Step::Started => self.with(&st.job, total, |j| j.start(t))?,
+            Step::Reclaimed => self.with(&st.job, total, |j| j.release(t, "reclaimed", threshold))?,
+            Step::Finished(status) => {
+                let mut ended: Option<(String, Option<String>)> = None;
+                self.with(&st.job, total, |j| {
+                    let was_running = j.started.is_some();
+                    let changed = j.release(t, status.as_str(), threshold);
+                    if changed && was_running {
+                        ended = Some((j.project.clone(), j.config.clone()));
+                    }
+                    changed
+                })?;
+                // The last finished run of a configuration decides whether the next one is a rerun.
+                if let Some((project, Some(config))) = ended {
+                    match status {
+                        FinishStatus::Failed => self.configs.insert((project, config), true),
+                        FinishStatus::Succeeded => self.configs.insert((project, config), false),
+                        FinishStatus::Cancelled => None,
+                    };
                 }
             }
         }
@@ -852,6 +890,24 @@ mod tests {
         ok.start(0);
         ok.release(H, "succeeded", 0.05);
         assert_eq!(ok.total().productive, H);
+    }
+
+    #[test]
+    fn only_the_engine_starts_a_job() {
+        // A sample of a job the engine never started (held, denied, or simply no `started` step)
+        // counts nothing: it used to start the job at its first sample.
+        let mut j = job(1);
+        assert!(!j.sample(H, 0.9, 0.05));
+        assert!(!j.sample(2 * H, 0.9, 0.05));
+        assert_eq!((j.started, j.total().nominal), (None, 0));
+        let mut d = job(1);
+        assert!(d.deny());
+        assert!(!d.sample(3 * H, 0.9, 0.05));
+        assert_eq!((d.total().nominal, d.status.as_deref()), (0, Some("denied")));
+        // Once started, the same samples count.
+        j.start(2 * H);
+        assert!(j.sample(3 * H, 0.9, 0.05));
+        assert_eq!(j.total().productive, H);
     }
 
     #[test]

@@ -2,30 +2,53 @@
 //! GPU-hours by project, user or tag, the billing-mode comparison, and a self-contained HTML page with
 //! charts.
 //!
-//! Boundaries: this crate reads an audit database written by `bursar-audit` (its `events` and
-//! `decisions` tables) and owns the `facts_*` tables it adds to the same file; it never writes the
-//! audit tables, evaluates policies or serves HTTP. The facts are derived data, rebuilt from the log
-//! when their version or the idle threshold changes. `bursar report` (crates/cli) and `bursar serve`
-//! call in here.
+//! # Boundaries and dependencies
+//!
+//! - **Reads the audit log only through `bursar-audit`'s typed reads** ([`bursar_audit::AuditLog`]:
+//!   `events_since`, `steps_between`, `decisions_since`, `newest_event_time`); it runs no SQL against
+//!   the audit tables and never writes them. It owns the `facts_*` tables it adds to the same file
+//!   (derived data: rebuilt from the log when their version or the idle threshold changes).
+//! - **The job lifecycle is the engine's** ([`bursar_engine::Step`], journalled per input in the
+//!   audit log's `lifecycle` table): a job starts and is released when the engine says so; this crate
+//!   does the accounting (samples, idle/held/failure, reruns, days and hours, money) on top.
+//! - **Budgets and the idle threshold come from a loaded [`bursar_engine::PolicySet`]**
+//!   ([`PolicyHints::from_set`], over the set's own description of what it limits); this crate never
+//!   reads or parses policy files, and never evaluates policies.
+//! - No HTTP, no CLI: `bursar report` and `bursar eval --audit` (crates/cli) and `bursar serve`'s
+//!   report routes call in here. It depends on `bursar-model` (decoding stored inputs),
+//!   `bursar-engine` (steps, the policy set), `bursar-audit` (the typed reads), `rusqlite` (the facts
+//!   tables) and `toml` (the price file).
 //!
 //! ```no_run
-//! use bursar_report::{FactsStore, GroupBy, Options, Span, build, render};
-//! # fn demo() -> bursar_report::Result<()> {
-//! let mut store = FactsStore::open("audit.db", None)?;   // creates the facts tables if needed
+//! use bursar_report::{FactsStore, GroupBy, Options, PolicyHints, Span, build, render};
+//! # fn demo(set: &bursar_engine::PolicySet) -> bursar_report::Result<()> {
+//! let hints = PolicyHints::from_set(set);                 // budgets and idle threshold of the set
+//! let mut store = FactsStore::open("audit.db", Some(&hints))?; // creates the facts tables if needed
 //! store.catch_up()?;                                      // applies what the log gained since
 //! let report = build(&store, &Options { span: Span::parse("2026-11")?, by: GroupBy::Project, prices: None })?;
 //! let html = render::html(&report);                       // or render::table / csv / json
 //! # let _ = html; Ok(()) }
 //! ```
 //!
-//! For `serve`: [`current_json`] and [`current_html`] catch up and render the current month (the month
-//! of the newest event) or a `period` and `by` from the query string.
+//! # Exports
+//!
+//! - [`FactsStore`] (with [`CatchUp`], [`JobFacts`], [`Split`]): the facts and the incremental catch-up
+//!   — what `eval --audit` runs after a stream and every report runs first.
+//! - [`PolicyHints`]: what a report takes from the policies, kept beside the facts so a report
+//!   without the policies at hand uses the set the log was written with.
+//! - [`build`], [`Report`], [`Options`], [`GroupBy`], [`Span`]: the grouped queries and their options.
+//! - [`Prices`], [`Comparison`]: the price file and the billing-mode comparison.
+//! - [`render`]: table, CSV, JSON and HTML.
+//! - [`serve_report`], [`current_json`], [`current_html`]: the report `serve` answers — catch up with
+//!   the set in force and render the current month (the month of the newest event) or a `period` and
+//!   `by` from the query string.
+//! - [`ReportError`], [`Result`].
 //!
 //! # Layout
 //! - [`facts`] — [`FactsStore`]: the facts tables, the accounting rules, incremental catch-up.
 //! - [`report`] — [`Report`] and [`build`]: the grouped queries.
 //! - [`billing`] — the price file and the billing-mode arithmetic.
-//! - [`policy`] — idle threshold and monthly budgets read from the policy files.
+//! - [`policy`] — [`PolicyHints`]: idle threshold and monthly budgets from a loaded policy set.
 //! - [`period`] — `--period` spans and day arithmetic.
 //! - [`render`] — table, CSV, JSON and HTML (with hand-written SVG charts in [`render::svg`]).
 //! - [`error`] — [`ReportError`].
@@ -40,6 +63,8 @@ pub mod report;
 
 use std::path::Path;
 
+use bursar_engine::PolicySet;
+
 pub use billing::{Comparison, Prices};
 pub use error::{ReportError, Result};
 pub use facts::{CatchUp, FactsStore, JobFacts, Split};
@@ -47,26 +72,25 @@ pub use period::Span;
 pub use policy::PolicyHints;
 pub use report::{GroupBy, Options, Report, build};
 
-/// The report `serve` answers: catches up the facts of `db` and builds the report for `period`
-/// (default: the calendar month of the newest event in the log — the engine's "now", which is also
-/// right for a replayed history — or of `now_ms` when the log is empty), grouped by `by` (default
-/// `project`).
+/// The report `serve` answers: catches up the facts of `db` — with the idle threshold and budgets of
+/// `policies`, the set in force, when given — and builds the report for `period` (default: the
+/// calendar month of the newest event in the log — the engine's "now", which is also right for a
+/// replayed history — or of `now_ms` when the log is empty), grouped by `by` (default `project`).
 pub fn serve_report(
     db: &Path,
+    policies: Option<&PolicySet>,
     period: Option<&str>,
     by: Option<&str>,
     prices: Option<&Prices>,
     now_ms: i64,
 ) -> Result<Report> {
-    let mut store = FactsStore::open(db, None)?;
+    let hints = policies.map(PolicyHints::from_set);
+    let mut store = FactsStore::open(db, hints.as_ref())?;
     store.catch_up()?;
     let span = match period {
         Some(p) => Span::parse(p)?,
         None => {
-            let newest: Option<i64> = store
-                .connection()
-                .query_row("SELECT max(time) FROM events", [], |r| r.get(0))
-                .map_err(ReportError::sqlite("read the newest event time"))?;
+            let newest = store.audit().newest_event_time()?;
             Span::month_of(newest.unwrap_or(now_ms).div_euclid(period::DAY_MS))
         }
     };
@@ -75,13 +99,25 @@ pub fn serve_report(
 }
 
 /// `GET /v1/report[?period=2026-11&by=project]` for `serve`: [`serve_report`] as JSON.
-pub fn current_json(db: &Path, period: Option<&str>, by: Option<&str>, now_ms: i64) -> Result<String> {
-    serve_report(db, period, by, None, now_ms).map(|r| render::json(&r))
+pub fn current_json(
+    db: &Path,
+    policies: Option<&PolicySet>,
+    period: Option<&str>,
+    by: Option<&str>,
+    now_ms: i64,
+) -> Result<String> {
+    serve_report(db, policies, period, by, None, now_ms).map(|r| render::json(&r))
 }
 
 /// `GET /report[?period=…&by=…]` for `serve`: [`serve_report`] as one self-contained HTML page.
-pub fn current_html(db: &Path, period: Option<&str>, by: Option<&str>, now_ms: i64) -> Result<String> {
-    serve_report(db, period, by, None, now_ms).map(|r| render::html(&r))
+pub fn current_html(
+    db: &Path,
+    policies: Option<&PolicySet>,
+    period: Option<&str>,
+    by: Option<&str>,
+    now_ms: i64,
+) -> Result<String> {
+    serve_report(db, policies, period, by, None, now_ms).map(|r| render::html(&r))
 }
 
 #[cfg(test)]
@@ -91,7 +127,7 @@ mod tests {
     #[test]
     fn serve_reports_need_an_audit_log() {
         let missing = std::env::temp_dir().join(format!("bursar-report-none-{}.db", std::process::id()));
-        let e = current_json(&missing, None, None, 0).unwrap_err().to_string();
+        let e = current_json(&missing, None, None, None, 0).unwrap_err().to_string();
         assert!(e.contains("does not exist"), "{e}");
     }
 }

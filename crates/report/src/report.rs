@@ -398,8 +398,8 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
     let sql = format!(
         "SELECT k, decision, dry_run, sum(gh) FROM (
            SELECT {k} AS k, d.decision AS decision, d.dry_run AS dry_run, max(d.gpu_hours) AS gh
-           FROM decisions d LEFT JOIN facts_jobs j ON j.job = d.job
-           WHERE d.time >= ?1 AND d.time < ?2 AND d.decision IN ('deny', 'defer', 'reclaim') AND d.gpu_hours IS NOT NULL
+           FROM facts_prevented d LEFT JOIN facts_jobs j ON j.job = d.job
+           WHERE d.time >= ?1 AND d.time < ?2
            GROUP BY COALESCE(d.job, d.decision_id), d.decision, d.dry_run
          ) GROUP BY k, decision, dry_run",
         k = by.sql(Some("d"))

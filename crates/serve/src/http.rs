@@ -497,16 +497,18 @@ async fn report_html(State(st): State<AppState>, Query(q): Query<ReportQuery>) -
     report_answer(st, q, true).await
 }
 
-/// Catches the report facts up from the audit log and renders them, off the async threads.
+/// Catches the report facts up from the audit log and renders them, off the async threads, with the
+/// idle threshold and budgets of the policy set in force.
 async fn report_answer(st: AppState, q: ReportQuery, html: bool) -> Response {
     let audit = st.audit.clone();
     let now = bursar_audit::wall_ms();
+    let set = st.status.read().ok().and_then(|s| s.set.clone());
     let done = tokio::task::spawn_blocking(move || {
-        let (period, by) = (q.period.as_deref(), q.by.as_deref());
+        let (period, by, set) = (q.period.as_deref(), q.by.as_deref(), set.as_deref());
         if html {
-            bursar_report::current_html(&audit, period, by, now)
+            bursar_report::current_html(&audit, set, period, by, now)
         } else {
-            bursar_report::current_json(&audit, period, by, now)
+            bursar_report::current_json(&audit, set, period, by, now)
         }
     })
     .await;

@@ -1,5 +1,5 @@
 //! Renderers: a terminal table, CSV (one row per group), JSON (the whole [`Report`]) and one
-//! self-contained HTML page with inline SVG charts ([`html`], [`svg`]).
+//! self-contained HTML page with inline SVG charts ([`html`](mod@html), [`svg`]).
 
 pub mod html;
 pub mod svg;
