@@ -146,7 +146,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Serve(args) => bursar::serve::run(&args, cli.error_format),
         Command::Slurm(args) => bursar::slurm::run(&args),
         Command::Audit(args) => bursar::audit::run(&args, cli.error_format),
-        Command::Report(args) => bursar::report::run(&args),
+        Command::Report(args) => bursar::report::run(&args, cli.error_format),
         Command::Eval { policies, events, dedupe_window, summary_json, audit, durability, max_line } => {
             let set = match bursar::load_policies(&policies, cli.error_format) {
                 Ok(s) => s,
