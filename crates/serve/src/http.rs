@@ -59,7 +59,7 @@ pub struct AppState {
 }
 
 /// The router with every route, the body limit and the token check.
-pub fn router(state: AppState, max_body: usize) -> Router {
+pub fn router(state: AppState, limits: crate::listen::Limits, counters: Arc<crate::listen::ListenCounters>) -> Router {
     let api = Router::new()
         .route("/v1/events", post(events))
         .route("/v1/admit", post(admit))
@@ -77,8 +77,30 @@ pub fn router(state: AppState, max_body: usize) -> Router {
         .route("/healthz", get(healthz))
         .merge(api)
         .fallback(not_found)
-        .layer(DefaultBodyLimit::max(max_body))
+        .layer(middleware::from_fn_with_state((limits, counters), crate::listen::body_limits))
+        .layer(DefaultBodyLimit::max(limits.max_body))
         .with_state(state)
+}
+
+/// The router of the scheduler's own listener (`--admit-listen`): admissions and health only, so
+/// nothing else competes for its connections.
+pub fn admit_router(
+    state: AppState,
+    limits: crate::listen::Limits,
+    counters: Arc<crate::listen::ListenCounters>,
+) -> Router {
+    let api = Router::new().route("/v1/admit", post(admit)).layer(middleware::from_fn_with_state(state.clone(), auth));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .merge(api)
+        .fallback(admit_only)
+        .layer(middleware::from_fn_with_state((limits, counters), crate::listen::body_limits))
+        .layer(DefaultBodyLimit::max(limits.max_body))
+        .with_state(state)
+}
+
+async fn admit_only() -> Response {
+    error(StatusCode::NOT_FOUND, "this listener (--admit-listen) serves only POST /v1/admit and GET /healthz")
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
@@ -130,6 +152,13 @@ async fn healthz() -> &'static str {
 }
 
 async fn metrics(State(st): State<AppState>) -> Response {
+    // The live jobs are counted by walking the job table: on the engine thread, once per scrape.
+    let (tx, rx) = oneshot::channel();
+    if st.engine.send(Work::CountJobs { reply: tx }).await.is_ok()
+        && let Ok(Ok(live)) = tokio::time::timeout(std::time::Duration::from_secs(5), rx).await
+    {
+        st.metrics.live_jobs.store(live, Ordering::Relaxed);
+    }
     let mut text = st.metrics.render();
     // Failures of policies that can fail (WebAssembly guests: deadline, fuel, memory cap, trap, bad
     // output), by policy, from the set in force.
