@@ -67,4 +67,4 @@ pub use log::{
     Appended, AuditLog, Durability, EventRow, PolicyLoad, Record, StoredDecision, StoredEvent, StoredSnapshot,
     StoredStep, wall_ms,
 };
-pub use writer::{CommitHook, Writer, WriterConfig, WriterStats, no_hook};
+pub use writer::{CommitHook, Failing, Health, Writer, WriterConfig, WriterStats, no_hook};

@@ -65,6 +65,9 @@ enum Command {
         /// The longest event line accepted, in bytes (longer lines are reported and skipped); default 8 MiB.
         #[arg(long, value_name = "BYTES")]
         max_line: Option<usize>,
+        /// Evaluate with a policy directory that holds no policy (every job is allowed).
+        #[arg(long)]
+        allow_empty: bool,
     },
     /// Query, explain, verify, prune and summarise an audit database.
     ///
@@ -147,8 +150,8 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Slurm(args) => bursar::slurm::run(&args),
         Command::Audit(args) => bursar::audit::run(&args, cli.error_format),
         Command::Report(args) => bursar::report::run(&args, cli.error_format),
-        Command::Eval { policies, events, dedupe_window, summary_json, audit, durability, max_line } => {
-            let set = match bursar::load_policies(&policies, cli.error_format) {
+        Command::Eval { policies, events, dedupe_window, summary_json, audit, durability, max_line, allow_empty } => {
+            let set = match bursar::load_policies_with(&policies, cli.error_format, allow_empty) {
                 Ok(s) => s,
                 Err(CliError::Policies { .. }) => return Ok(ExitCode::Failed),
                 Err(e) => return Err(e),

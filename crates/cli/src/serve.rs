@@ -68,6 +68,11 @@ pub struct ServeArgs {
     /// not apply to the socket). The default lets the user bursar runs as and its group write.
     #[arg(long, default_value = "660", value_parser = parse_mode, requires = "socket")]
     pub socket_mode: u32,
+    /// Run (and reload) a policy directory that holds no policy. Without it, an empty directory does
+    /// not start, and a reload that finds every policy gone fails and keeps the last set in force: an
+    /// empty set allows every job.
+    #[arg(long)]
+    pub allow_empty: bool,
     /// Request body limit in bytes (a larger declared body is refused with 413 before it is read).
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
     pub max_body: usize,
@@ -170,7 +175,10 @@ pub fn run(args: &ServeArgs, error_format: ErrorFormat) -> Result<ExitCode, CliE
     config.engine = bursar_engine::EngineConfig { dedupe_window: args.dedupe_window, ..Default::default() };
     // The same loader as `check` and `eval`: TOML policies and WebAssembly components.
     let host = bursar_wasm::WasmHost::shared().map_err(|e| CliError::Message(e.to_string()))?;
-    config.loader = std::sync::Arc::new(move |dir: &std::path::Path| bursar_loader::load_dir(dir, host));
+    let allow_empty = args.allow_empty;
+    config.loader = std::sync::Arc::new(move |dir: &std::path::Path| {
+        if allow_empty { bursar_loader::load_dir_allowing_empty(dir, host) } else { bursar_loader::load_dir(dir, host) }
+    });
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

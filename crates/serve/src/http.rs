@@ -56,6 +56,20 @@ pub struct AppState {
     pub shutdown: watch::Receiver<bool>,
     /// The longest line of a request body.
     pub max_line: usize,
+    /// Whether the audit log commits.
+    pub journal: Arc<bursar_audit::Health>,
+}
+
+/// Why the audit log cannot commit, as a sentence, if it cannot.
+fn journal_failing(st: &AppState) -> Option<String> {
+    st.journal.failing().map(|f| {
+        format!(
+            "the audit log cannot commit since {} ({} attempts): {}; retrying, nothing is lost",
+            bursar_model::Timestamp(f.since_ms),
+            f.attempts,
+            f.error
+        )
+    })
 }
 
 /// The router with every route, the body limit and the token check.
@@ -147,8 +161,12 @@ async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response 
     next.run(req).await
 }
 
-async fn healthz() -> &'static str {
-    "ok\n"
+/// `ok`, or 503 with why the server cannot take events (its audit log cannot commit).
+async fn healthz(State(st): State<AppState>) -> Response {
+    match journal_failing(&st) {
+        None => (StatusCode::OK, "ok\n").into_response(),
+        Some(why) => error(StatusCode::SERVICE_UNAVAILABLE, why),
+    }
 }
 
 async fn metrics(State(st): State<AppState>) -> Response {
@@ -186,6 +204,10 @@ pub fn decode_body(body: &[u8], max_line: usize) -> (Vec<Incoming>, Vec<Rejected
 }
 
 async fn submit(st: &AppState, items: Vec<Incoming>) -> Result<Vec<Outcome>, Response> {
+    if let Some(why) = journal_failing(st) {
+        // Refused at once rather than queued behind a commit that cannot happen yet.
+        return Err(error(StatusCode::SERVICE_UNAVAILABLE, format!("{why}; resend later (ids make that safe)")));
+    }
     let (tx, rx) = oneshot::channel();
     if st.engine.send(Work::Inputs { items, reply: tx }).await.is_err() {
         return Err(error(StatusCode::SERVICE_UNAVAILABLE, "the engine is shutting down"));

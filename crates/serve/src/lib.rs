@@ -285,7 +285,7 @@ pub async fn serve_then(
     // The audit log, and the engine rebuilt from it.
     let metrics = Arc::new(Metrics::default());
     let (decisions_tx, _) = broadcast::channel(8192);
-    let core = {
+    let (core, journal_health) = {
         let audit = config.audit.clone();
         let durable = config.durable;
         let set = set.clone();
@@ -293,7 +293,7 @@ pub async fn serve_then(
         let metrics = metrics.clone();
         let decisions_tx = decisions_tx.clone();
         let utilisation_jobs = config.utilisation.as_ref().map(|u| u.jobs.clone());
-        tokio::task::spawn_blocking(move || -> Result<core::Core, ServeError> {
+        tokio::task::spawn_blocking(move || -> Result<(core::Core, Arc<bursar_audit::Health>), ServeError> {
             let durability = if durable { bursar_audit::Durability::Durable } else { bursar_audit::Durability::Fast };
             let log = bursar_audit::AuditLog::open(&audit, durability).map_err(|e| ServeError::Audit(e.to_string()))?;
             let started = std::time::Instant::now();
@@ -320,14 +320,16 @@ pub async fn serve_then(
             metrics.tracked_jobs.store(engine.state().tracked_jobs() as u64, std::sync::atomic::Ordering::Relaxed);
             let writer = bursar_audit::Writer::spawn(
                 log,
-                bursar_audit::WriterConfig { receipts: true, ..bursar_audit::WriterConfig::default() },
+                // A failed commit (disk full) is retried until it succeeds, and /healthz says so.
+                bursar_audit::WriterConfig { receipts: true, retry: true, ..bursar_audit::WriterConfig::default() },
                 bursar_audit::no_hook(),
             )
             .map_err(|e| ServeError::Audit(e.to_string()))?;
             // The session records the load of the set in force, as every (re)load is recorded.
+            let health = writer.health();
             let session = bursar_session::Session::open(engine, writer, bursar_session::Origin::Producer)
                 .map_err(|e| ServeError::Audit(e.to_string()))?;
-            Ok(core::Core::new(session, metrics, decisions_tx, seq, jobs))
+            Ok((core::Core::new(session, metrics, decisions_tx, seq, jobs), health))
         })
         .await
         .map_err(|e| ServeError::Io { context: "open the audit log".into(), message: e.to_string() })??
@@ -455,6 +457,7 @@ pub async fn serve_then(
         token: config.token.as_deref().map(Arc::from),
         shutdown: shutdown_rx.clone(),
         max_line: config.max_body,
+        journal: journal_health,
     };
     let limits = listen::Limits {
         max_connections: config.max_connections,
