@@ -115,7 +115,11 @@ fn run(mut log: AuditLog, rx: Receiver<Entry>, max_group: usize, mut on_commit: 
         group.clear();
         match rx.recv() {
             Ok(e) => group.push(e),
-            Err(_) => return Ok(stats),
+            Err(_) => {
+                // Closed: sign what a witness that signs every so often still has pending.
+                log.sign_pending()?;
+                return Ok(stats);
+            }
         }
         while group.len() < max_group {
             match rx.try_recv() {
