@@ -23,6 +23,17 @@ pub fn copy_to(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Whether the database at `path` has a table `name`.
+pub fn has_table(path: &Path, name: &str) -> Result<bool> {
+    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(AuditError::sqlite(format!("open `{}`", path.display())))?;
+    conn.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1", [name], |r| {
+        r.get::<_, i64>(0)
+    })
+    .map(|n| n > 0)
+    .map_err(AuditError::sqlite("read the table list"))
+}
+
 /// How one table differs between two copies.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TableDiff {

@@ -62,8 +62,16 @@ enum Command {
         /// With --audit: `durable` (fsync each group commit) or `fast` (may lose the last few ms on power loss).
         #[arg(long, value_enum, default_value_t = bursar::audit::DurabilityArg::Durable, requires = "audit")]
         durability: bursar::audit::DurabilityArg,
+        /// With --audit and --witness: sign the log's head with this Ed25519 key (from `bursar audit
+        /// keygen`) after every commit, so `bursar audit verify --witness` catches truncation and re-hashing.
+        #[arg(long, value_name = "FILE", requires_all = ["audit", "witness"])]
+        signing_key: Option<PathBuf>,
+        /// With --signing-key: append each signed head to this file, kept where the database's editors
+        /// cannot write (see docs/audit.md, "Signed heads").
+        #[arg(long, value_name = "FILE", requires_all = ["audit", "signing_key"])]
+        witness: Option<PathBuf>,
     },
-    /// Query, explain, verify, prune and summarise an audit database.
+    /// Query, explain, verify, prune and summarise an audit database; sign its head.
     ///
     /// Example: bursar audit --db audit.db explain j42
     Audit(bursar::audit::AuditArgs),
@@ -144,7 +152,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Slurm(args) => bursar::slurm::run(&args),
         Command::Audit(args) => bursar::audit::run(&args, cli.error_format),
         Command::Report(args) => bursar::report::run(&args),
-        Command::Eval { policies, events, dedupe_window, summary_json, audit, durability } => {
+        Command::Eval { policies, events, dedupe_window, summary_json, audit, durability, signing_key, witness } => {
             let set = match bursar::load_policies(&policies, cli.error_format) {
                 Ok(s) => s,
                 Err(CliError::Policies { .. }) => return Ok(ExitCode::Failed),
@@ -158,7 +166,8 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             };
             let summary = match &audit {
                 Some(db) => {
-                    let summary = bursar::audit::run_eval(set, input, &opts, db, durability)?;
+                    let witness = bursar::audit::WitnessOpts::from_flags(signing_key.as_ref(), witness.as_ref());
+                    let summary = bursar::audit::run_eval(set, input, &opts, db, durability, witness.as_ref())?;
                     // Bring the report facts (crates/report) up to date with what was just logged.
                     bursar::report::update_facts(db, Some(&policies))?;
                     summary
