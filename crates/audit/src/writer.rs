@@ -336,7 +336,8 @@ impl Thread {
                 let seq = self.log.last_event_seq();
                 // A snapshot only saves replay time: one that cannot be written is reported to its
                 // caller, never a reason to stop the journal.
-                let saved = self.log.save_snapshot(seq, Some(&policy_set), &blob).and_then(|()| self.log.prune_snapshots(keep));
+                let saved =
+                    self.log.save_snapshot(seq, Some(&policy_set), &blob).and_then(|()| self.log.prune_snapshots(keep));
                 match saved {
                     Ok(_) => {
                         let _ = reply.send(Ok(seq));
@@ -377,6 +378,8 @@ fn run(
             Ok(m) => t.handle(m)?,
             Err(_) => {
                 t.commit()?;
+                // Closed: sign what a witness that signs every so often still has pending.
+                t.log.sign_pending()?;
                 return Ok(t.stats);
             }
         }
@@ -387,6 +390,7 @@ fn run(
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => {
                     t.commit()?;
+                    t.log.sign_pending()?;
                     return Ok(t.stats);
                 }
             }

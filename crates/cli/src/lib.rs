@@ -92,8 +92,11 @@ pub fn load_policies_with(
 ) -> Result<std::sync::Arc<bursar_engine::PolicySet>, CliError> {
     // One process-wide WebAssembly host, so a reload reuses the components it already compiled.
     let host = bursar_wasm::WasmHost::shared().map_err(|e| CliError::Message(e.to_string()))?;
-    let loaded =
-        if allow_empty { bursar_loader::load_dir_allowing_empty(dir, host) } else { bursar_loader::load_dir(dir, host) };
+    let loaded = if allow_empty {
+        bursar_loader::load_dir_allowing_empty(dir, host)
+    } else {
+        bursar_loader::load_dir(dir, host)
+    };
     match loaded {
         Ok(set) => Ok(std::sync::Arc::new(set)),
         Err(diags) => {

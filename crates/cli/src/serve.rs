@@ -68,6 +68,15 @@ pub struct ServeArgs {
     /// not apply to the socket). The default lets the user bursar runs as and its group write.
     #[arg(long, default_value = "660", value_parser = parse_mode, requires = "socket")]
     pub socket_mode: u32,
+    /// Sign the audit log's head with this Ed25519 key (from `bursar audit keygen`) at most once a
+    /// second and at shutdown, appending each signed head to `--witness`: `bursar audit verify
+    /// --witness` then catches truncation, rollback and re-hashing (docs/audit.md).
+    #[arg(long, value_name = "FILE", requires = "witness")]
+    pub signing_key: Option<PathBuf>,
+    /// With --signing-key: the append-only file signed heads go to, kept where the database's editors
+    /// cannot write.
+    #[arg(long, value_name = "FILE", requires = "signing_key")]
+    pub witness: Option<PathBuf>,
     /// Run (and reload) a policy directory that holds no policy. Without it, an empty directory does
     /// not start, and a reload that finds every policy gone fails and keeps the last set in force: an
     /// empty set allows every job.
@@ -166,6 +175,7 @@ pub fn run(args: &ServeArgs, error_format: ErrorFormat) -> Result<ExitCode, CliE
     config.body_timeout = std_duration(args.body_timeout);
     config.socket = args.socket.clone();
     config.socket_mode = args.socket_mode;
+    config.witness = args.signing_key.clone().zip(args.witness.clone());
     if let Some(path) = &args.utilisation {
         config.utilisation = Some(
             bursar_serve::utilisation::UtilisationConfig::load(path).map_err(|e| CliError::Message(e.to_string()))?,

@@ -110,7 +110,8 @@ fn unknown_nested_fields_are_kept_and_absurd_numbers_refused() {
     assert_eq!(stdout.lines().count(), 1, "{stdout}");
     assert!(!stdout.contains("inf") && !stdout.contains("null"), "{stdout}");
     assert!(
-        stderr.contains(":2: skipped malformed event") && stderr.contains("`job.requested_hours` is 1e300, above the largest value bursar accepts"),
+        stderr.contains(":2: skipped malformed event")
+            && stderr.contains("`job.requested_hours` is 1e300, above the largest value bursar accepts"),
         "{stderr}"
     );
 }
@@ -262,7 +263,10 @@ fn an_empty_policy_set_never_fails_open() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("no policy found: an empty set would allow every job") && stderr.contains("--allow-empty"), "{stderr}");
+    assert!(
+        stderr.contains("no policy found: an empty set would allow every job") && stderr.contains("--allow-empty"),
+        "{stderr}"
+    );
     assert!(!s.0.join("port").exists(), "a port file was written for a server that did not start");
     let events = s.0.join("e.jsonl");
     std::fs::write(&events, format!("{BIG}\n")).unwrap();
@@ -306,7 +310,9 @@ fn an_empty_policy_set_never_fails_open() {
 #[test]
 fn health_tells_the_truth_when_the_disk_is_full_and_serve_resumes() {
     // SAFETY-free check for root: only root can mount a tmpfs.
-    if std::env::var("USER").ok().as_deref() != Some("root") && !Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n") {
+    if std::env::var("USER").ok().as_deref() != Some("root")
+        && !Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n")
+    {
         eprintln!("skipping: mounting a tmpfs needs root");
         return;
     }

@@ -87,9 +87,10 @@ pub fn load_dir(dir: &Path, host: &dyn ComponentHost) -> Result<PolicySet, Vec<D
     let set = load_dir_allowing_empty(dir, host)?;
     if set.is_empty() {
         return Err(vec![
-            Diagnostic::file(&dir.display().to_string(), "no policy found: an empty set would allow every job").with_help(
-                "add policy files (`*.toml`), or pass `--allow-empty` if allowing every job is what you mean",
-            ),
+            Diagnostic::file(&dir.display().to_string(), "no policy found: an empty set would allow every job")
+                .with_help(
+                    "add policy files (`*.toml`), or pass `--allow-empty` if allowing every job is what you mean",
+                ),
         ]);
     }
     Ok(set)

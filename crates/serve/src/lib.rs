@@ -132,6 +132,9 @@ pub struct Config {
     pub loader: Loader,
     /// Read GPU utilisation from Prometheus (`--utilisation FILE`).
     pub utilisation: Option<utilisation::UtilisationConfig>,
+    /// Sign the audit log's head with this Ed25519 key and append it to this witness file (at most
+    /// once a second, and at shutdown): `--signing-key`, `--witness`.
+    pub witness: Option<(PathBuf, PathBuf)>,
 }
 
 impl std::fmt::Debug for Config {
@@ -175,6 +178,7 @@ impl Config {
             engine: EngineConfig::default(),
             loader: toml_loader(),
             utilisation: None,
+            witness: None,
         }
     }
 }
@@ -293,9 +297,17 @@ pub async fn serve_then(
         let metrics = metrics.clone();
         let decisions_tx = decisions_tx.clone();
         let utilisation_jobs = config.utilisation.as_ref().map(|u| u.jobs.clone());
+        let witness = config.witness.clone();
         tokio::task::spawn_blocking(move || -> Result<(core::Core, Arc<bursar_audit::Health>), ServeError> {
             let durability = if durable { bursar_audit::Durability::Durable } else { bursar_audit::Durability::Fast };
-            let log = bursar_audit::AuditLog::open(&audit, durability).map_err(|e| ServeError::Audit(e.to_string()))?;
+            let mut log =
+                bursar_audit::AuditLog::open(&audit, durability).map_err(|e| ServeError::Audit(e.to_string()))?;
+            if let Some((key, file)) = &witness {
+                // Signing every commit would add the witness's fsync to each batch: once a second.
+                let key = bursar_audit::SigningKey::from_file(key).map_err(|e| ServeError::Audit(e.to_string()))?;
+                let w = bursar_audit::Witness::open(key, file).map_err(|e| ServeError::Audit(e.to_string()))?;
+                log.set_witness(w.every(Duration::from_secs(1)));
+            }
             let started = std::time::Instant::now();
             let mut jobs = utilisation_jobs.as_ref().map(utilisation::JobIndex::new);
             let (engine, seq, replayed) = core::recover(&log, set.clone(), engine_config, &mut |input| {
