@@ -12,7 +12,7 @@
 mod common;
 
 use bursar_audit::verify::{ProblemKind, Report, prune, verify};
-use bursar_audit::{AuditLog, Durability, Entry, SnapshotRejected, SourceFile};
+use bursar_audit::{AuditLog, Durability, Record, SnapshotRejected, SourceFile};
 use bursar_model::DecisionKind;
 use common::{TempDir, entry, rehash, sql};
 
@@ -21,7 +21,7 @@ fn build(dir: &TempDir, name: &str) -> std::path::PathBuf {
     let db = dir.path(name);
     let mut log = AuditLog::open(&db, Durability::Fast).unwrap();
     log.record_policy_set("set1", &[SourceFile { path: "q.toml".into(), digest: "ab".into() }]).unwrap();
-    let batch: Vec<Entry> = (1..=40)
+    let batch: Vec<Record> = (1..=40)
         .map(|i| {
             let kind = if i % 3 == 0 { DecisionKind::Deny } else { DecisionKind::Allow };
             entry(i, if i % 2 == 0 { "nlp" } else { "cv" }, "alice", (i as u32).div_ceil(2), kind, "quota/m", "set1")
