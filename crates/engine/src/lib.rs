@@ -41,7 +41,8 @@ pub mod timers;
 pub use engine::{Coverage, ENGINE_POLICY, Engine, EngineConfig, Outcome, Snapshot, Stats, Step, Transition};
 pub use intern::Sym;
 pub use policy::{
-    Context, Effect, EventMask, Mode, Output, Policy, PolicyMeta, Selector, TimerContext, Verdict, VerdictKind,
+    Context, Deadline, Effect, EventMask, Mode, Output, Policy, PolicyMeta, Selector, TimerContext, Verdict,
+    VerdictKind,
 };
 pub use set::{PolicySet, SetError, SourceFile};
 pub use state::{JobFacts, JobPhase, JobRecord, Ledger, ScopeKind, State, Usage, mark_key};
