@@ -47,6 +47,8 @@
 //! # Layout
 //! - [`log`] — [`AuditLog`], [`Record`], the stored row types and the typed reads.
 //! - [`writer`] — [`Writer`], the journal: group commit on its own thread.
+//! - [`outbox`] — [`Outbox`], the notifier's cursor and notices (`bursar-notify`): typed reads and
+//!   writes of the two tables schema version 3 added.
 //! - [`query`] — filters, `explain` and `stats`.
 //! - [`verify`] — chain verification and pruning.
 //! - [`schema`] — the versioned schema and its migrations; [`canon`]: the canonical row hash.
@@ -55,6 +57,7 @@
 pub mod canon;
 pub mod error;
 pub mod log;
+pub mod outbox;
 pub mod query;
 pub mod schema;
 pub mod verify;
@@ -67,4 +70,5 @@ pub use log::{
     Appended, AuditLog, Durability, EventRow, PolicyLoad, Record, StoredDecision, StoredEvent, StoredSnapshot,
     StoredStep, wall_ms,
 };
+pub use outbox::{Delivered, NewNotice, NoticeRow, Outbox, OutboxCursor, Resolved};
 pub use writer::{CommitHook, Writer, WriterConfig, WriterStats, no_hook};

@@ -18,7 +18,7 @@ use rusqlite::Connection;
 use crate::error::{AuditError, Result};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 const V1: &str = r#"
 CREATE TABLE events (
@@ -118,8 +118,38 @@ CREATE TABLE lifecycle (
 CREATE INDEX lifecycle_job ON lifecycle(job, event_seq);
 "#;
 
+/// Version 3: the notifier's outbox (`bursar-notify`, run by `serve --notify`). `notify_cursor` is
+/// how far the notifier has read the log (the last decision and event seq whose notices are in
+/// `notices`); `notices` holds one row per decision that raised a notice, its resolution once its
+/// cause ended, and what the sink has acknowledged (`delivered`: `none`, `firing`, `resolved`). The
+/// cursor and the notices it covers are written in one transaction, so a restart neither skips nor
+/// repeats a decision. Not chained: derived from the chained decisions and lifecycle rows.
+const V3: &str = r#"
+CREATE TABLE notify_cursor (
+    id           INTEGER PRIMARY KEY CHECK (id = 1),
+    decision_seq INTEGER NOT NULL,
+    event_seq    INTEGER NOT NULL
+);
+CREATE TABLE notices (
+    seq         INTEGER PRIMARY KEY,
+    job         TEXT,
+    kind        TEXT NOT NULL,
+    policy      TEXT,
+    opened_at   INTEGER NOT NULL,
+    expires_at  INTEGER,
+    resolved_at INTEGER,
+    resolution  TEXT,
+    body        TEXT NOT NULL,
+    delivered   TEXT NOT NULL,
+    attempts    INTEGER NOT NULL,
+    sent_at     INTEGER
+);
+CREATE INDEX notices_open ON notices(job) WHERE resolved_at IS NULL;
+CREATE INDEX notices_to_send ON notices(seq) WHERE delivered <> 'resolved';
+"#;
+
 /// The migration steps: `MIGRATIONS[n]` takes a file from version n to n+1.
-const MIGRATIONS: &[&str] = &[V1, V2];
+const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 /// Brings the database to [`SCHEMA_VERSION`], refusing a newer one. Returns the version found.
 pub fn migrate(conn: &mut Connection, path: &str) -> Result<i64> {
