@@ -93,6 +93,14 @@ pub enum Work {
         /// The answer.
         reply: oneshot::Sender<crate::utilisation::Running>,
     },
+    /// A read for the people-facing routes and the notifier: the pool page, what waits for whom,
+    /// what is known about some jobs ([`crate::pool`]).
+    People {
+        /// The question.
+        ask: crate::pool::Ask,
+        /// The answer.
+        reply: oneshot::Sender<crate::pool::Answer>,
+    },
     /// Persist a snapshot now.
     Snapshot {
         /// Answered with the event seq the snapshot covers.
@@ -165,6 +173,7 @@ enum After {
     Job(oneshot::Sender<Option<JobView>>, Box<Option<JobView>>),
     Running(oneshot::Sender<crate::utilisation::Running>, crate::utilisation::Running),
     Project(oneshot::Sender<ProjectView>, Box<ProjectView>),
+    People(oneshot::Sender<crate::pool::Answer>, crate::pool::Answer),
 }
 
 /// The engine thread's state.
@@ -323,6 +332,9 @@ impl Core {
                     let v = self.jobs.as_ref().map(|j| j.running(self.session.engine())).unwrap_or_default();
                     after.push(After::Running(reply, v));
                 }
+                Work::People { ask, reply } => {
+                    after.push(After::People(reply, crate::pool::answer(self.session.engine(), ask)));
+                }
                 Work::Snapshot { .. } | Work::Shutdown => {}
             }
         }
@@ -378,6 +390,9 @@ impl Core {
                 }
                 After::Project(reply, v) => {
                     let _ = reply.send(*v);
+                }
+                After::People(reply, v) => {
+                    let _ = reply.send(v);
                 }
             }
         }

@@ -56,6 +56,8 @@ pub struct AppState {
     pub shutdown: watch::Receiver<bool>,
     /// The longest line of a request body.
     pub max_line: usize,
+    /// The action links' key ([`crate::people`]).
+    pub people: crate::people::Links,
 }
 
 /// The router with every route, the body limit and the token check.
@@ -76,6 +78,7 @@ pub fn router(state: AppState, max_body: usize) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .merge(api)
+        .merge(crate::people::router(state.clone()))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(state)
@@ -108,7 +111,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response {
+pub(crate) async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response {
     if let Some(token) = &st.token {
         let given = req
             .headers()
