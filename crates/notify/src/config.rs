@@ -2,6 +2,7 @@
 //!
 //! ```toml
 //! public_url = "https://bursar.example.org"   # how people reach serve: the base of the action links
+//!                                             # (default: http://<the address serve listens on>)
 //! # key_file = "/var/lib/bursar/link.key"     # HMAC key of the links (default: <audit db>.link-key)
 //! # resend = "1m"        # Alertmanager: re-send open notices this often (they lapse after 4× this)
 //! # info_for = "1h"      # how long a notice that only informs (an advice, a reclaim) stays open
@@ -27,8 +28,10 @@ use crate::http::Endpoint;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NotifyConfig {
-    /// The URL people reach `bursar serve` at: links are `<public_url>/act/<token>`.
-    pub public_url: String,
+    /// The URL people reach `bursar serve` at: links are `<public_url>/act/<token>` (default: the
+    /// address serve listens on, see [`NotifyConfig::listening_on`]).
+    #[serde(default)]
+    pub public_url: Option<String>,
     /// The HMAC key file (generated with mode 0600 when missing).
     #[serde(default)]
     pub key_file: Option<PathBuf>,
@@ -152,15 +155,17 @@ impl NotifyConfig {
         let cfg: NotifyConfig = toml::from_str(&text)
             .map_err(|e| ConfigError::Invalid { path: shown.clone(), message: e.to_string().trim_end().to_owned() })?;
         cfg.sink().map_err(|message| ConfigError::Invalid { path: shown.clone(), message })?;
-        let url = cfg.public_url.trim_end_matches('/');
-        if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() <= "https://".len() {
-            return Err(ConfigError::Invalid {
-                path: shown,
-                message: format!(
-                    "`public_url` `{}` is not an http(s) URL\n  help: the address people's browsers reach `bursar serve` at, e.g. `https://bursar.example.org`",
-                    cfg.public_url
-                ),
-            });
+        if let Some(url) = &cfg.public_url {
+            let trimmed = url.trim_end_matches('/');
+            let host = trimmed.strip_prefix("http://").or_else(|| trimmed.strip_prefix("https://"));
+            if host.is_none_or(str::is_empty) {
+                return Err(ConfigError::Invalid {
+                    path: shown,
+                    message: format!(
+                        "`public_url` `{url}` is not an http(s) URL\n  help: the address people's browsers reach `bursar serve` at, e.g. `https://bursar.example.org`"
+                    ),
+                });
+            }
         }
         for (name, d) in [("resend", cfg.resend), ("poll", cfg.poll), ("timeout", cfg.timeout)] {
             if d.millis() <= 0 {
@@ -189,9 +194,18 @@ impl NotifyConfig {
         })
     }
 
-    /// `public_url` without a trailing slash.
+    /// Sets `public_url` to `http://<addr>` when the file left it out (serve calls this with the
+    /// address it bound).
+    pub fn listening_on(&mut self, addr: std::net::SocketAddr) {
+        if self.public_url.is_none() {
+            self.public_url = Some(format!("http://{addr}"));
+        }
+    }
+
+    /// `public_url` without a trailing slash (empty until [`NotifyConfig::listening_on`] when the
+    /// file has none).
     pub fn base_url(&self) -> &str {
-        self.public_url.trim_end_matches('/')
+        self.public_url.as_deref().unwrap_or("").trim_end_matches('/')
     }
 }
 
@@ -221,6 +235,9 @@ mod tests {
         assert!(both.unwrap_err().to_string().contains("both"));
         let none = load("public_url = \"http://b\"\n");
         assert!(none.unwrap_err().to_string().contains("no sink"));
+        let mut default = load("[webhook]\nurl = \"http://w\"\n").unwrap();
+        default.listening_on("127.0.0.1:7878".parse().unwrap());
+        assert_eq!(default.base_url(), "http://127.0.0.1:7878");
         let tls = load("public_url = \"http://b\"\n[webhook]\nurl = \"https://w\"\n");
         assert!(tls.unwrap_err().to_string().contains("[webhook]"));
         let typo = load("public_url = \"http://b\"\nresnd = \"1m\"\n[webhook]\nurl = \"http://w\"\n");

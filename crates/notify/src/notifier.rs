@@ -117,8 +117,13 @@ impl<E: EngineView> Notifier<E> {
     /// Runs passes every `poll` until `stop()` is true (checked every 100 ms at most).
     pub fn run(mut self, stop: impl Fn() -> bool) {
         let poll = std_duration(self.cfg.poll);
+        let mut first = true;
         while !stop() {
-            match self.pass() {
+            let pass = self.pass();
+            if std::mem::take(&mut first) {
+                tracing::info!(outcome = ?pass, "notifier: first pass done");
+            }
+            match pass {
                 Ok(p) if p.more => continue,
                 Ok(_) => {}
                 Err(NotifyError::Engine(_)) => return,

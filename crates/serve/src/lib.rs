@@ -310,7 +310,7 @@ pub async fn serve(
 
     let (engine_tx, engine_rx) = mpsc::channel::<core::Work>(config.queue.max(1));
     // Before the engine applies anything new: the notifier's first cursor is the recovered log's end.
-    let (links, notifier) = notices::start(config.notify.clone(), &config.audit, engine_tx.clone())?;
+    let (links, notifier) = notices::start(config.notify.clone(), &config.audit, addr, engine_tx.clone())?;
     let snapshot_every = config.snapshot_every;
     let engine_thread = std::thread::Builder::new()
         .name("bursar-engine".into())

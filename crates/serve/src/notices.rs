@@ -61,9 +61,11 @@ fn failed(context: &str, e: impl std::fmt::Display) -> ServeError {
 pub fn start(
     cfg: Option<NotifyConfig>,
     audit: &Path,
+    listening: std::net::SocketAddr,
     engine: mpsc::Sender<Work>,
 ) -> Result<(Links, Option<Running>), ServeError> {
-    let Some(cfg) = cfg else { return Ok((Links::default(), None)) };
+    let Some(mut cfg) = cfg else { return Ok((Links::default(), None)) };
+    cfg.listening_on(listening);
     let key =
         Arc::new(LinkKey::load_or_create(&cfg.key_path(audit)).map_err(|e| failed("load the action-link key", e))?);
     let notifier =

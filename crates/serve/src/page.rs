@@ -18,7 +18,7 @@ pub const REFRESH_SECS: u32 = 10;
 const STYLE: &str = "body{font:15px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:70em;padding:0 1em;color:#1d2327}\
 h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.6em;border-bottom:1px solid #ccd}\
 table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.25em .6em;border-bottom:1px solid #eef;vertical-align:top}\
-th{font-weight:600;background:#f4f6fa}td.n{text-align:right;font-variant-numeric:tabular-nums}\
+th{font-weight:600;background:#f4f6fa}td:first-child{white-space:nowrap}td.n{text-align:right;font-variant-numeric:tabular-nums}\
 .muted{color:#667}.warn{color:#a04000;font-weight:600}.over{color:#b00020;font-weight:600}\
 .box{border:1px solid #ccd;border-radius:6px;padding:1em 1.2em;max-width:40em}\
 button{font-size:1em;padding:.45em 1.2em;border-radius:4px;border:1px solid #557;background:#2f5fb3;color:#fff;cursor:pointer}\
