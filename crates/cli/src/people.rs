@@ -142,7 +142,7 @@ fn left(now: Timestamp, t: &str) -> String {
 }
 
 fn ago(now: Timestamp, t: &str) -> String {
-    Timestamp::parse(t).map(|t| bursar_serve::page::countdown(now.since(t))).unwrap_or_else(|_| t.to_owned())
+    Timestamp::parse(t).map(|t| bursar_serve::page::span(now.since(t))).unwrap_or_else(|_| t.to_owned())
 }
 
 /// The table `bursar pending` prints.

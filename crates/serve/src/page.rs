@@ -33,13 +33,14 @@ fn head(out: &mut String, title: &str, refresh: Option<u32>) {
     let _ = write!(out, "<title>{}</title><style>{STYLE}</style></head><body>", esc(title));
 }
 
-/// `2h 05m`, `4m 10s`, `12s`; `now` for anything not in the future.
+/// Time left: `2h 05m`, `4m 10s`, `12s`; `now` for anything not in the future.
 pub fn countdown(d: Duration) -> String {
-    let s = d.millis() / 1000;
-    if s <= 0 {
-        return "now".to_owned();
-    }
-    match s {
+    if d.millis() < 1000 { "now".to_owned() } else { span(d) }
+}
+
+/// A length of time: `2d 02h`, `2h 05m`, `4m 10s`, `12s` (`0s` for anything shorter).
+pub fn span(d: Duration) -> String {
+    match (d.millis() / 1000).max(0) {
         s if s >= 86_400 => format!("{}d {:02}h", s / 86_400, (s % 86_400) / 3600),
         s if s >= 3600 => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
         s if s >= 60 => format!("{}m {:02}s", s / 60, s % 60),
@@ -56,7 +57,7 @@ fn until(now: Timestamp, t: &str) -> String {
 }
 
 fn ago(now: Timestamp, t: &str) -> String {
-    Timestamp::parse(t).map(|t| countdown(now.since(t))).unwrap_or_else(|_| "?".into())
+    Timestamp::parse(t).map(|t| span(now.since(t))).unwrap_or_else(|_| "?".into())
 }
 
 fn quota_rows(out: &mut String, lines: &[QuotaLine], with_ledger: bool) {
@@ -317,6 +318,7 @@ mod tests {
         assert_eq!(countdown(Duration::minutes(125)), "2h 05m");
         assert_eq!(countdown(Duration::hours(50)), "2d 02h");
         assert_eq!(countdown(Duration::seconds(-3)), "now");
+        assert_eq!(span(Duration::seconds(-3)), "0s");
     }
 
     #[test]
