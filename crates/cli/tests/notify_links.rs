@@ -184,6 +184,11 @@ fn an_approvers_link_approves_once_and_every_other_use_changes_nothing() {
     let rej = bursar(&["reject", "j-two", "--reason", "split it into 8-GPU runs", "--as", "bob", "--server", &addr]);
     assert!(rej.status.success(), "{}", text(&rej));
     assert!(text(&rej).contains("job `j-two` rejected by bob"), "{}", text(&rej));
+    let why = server.decisions(0).into_iter().find(|d| d["job_id"] == "j-two" && d["decision"] == "deny").unwrap();
+    assert!(
+        why["reason"].as_str().unwrap().starts_with("approval rejected by bob: split it into 8-GPU runs ("),
+        "{why}"
+    );
     let raw = server.get_json("/v1/jobs/j-big");
     assert_eq!(raw["phase"], "admitted");
     let ka = bursar(&["keepalive", "j-big", "--as", "alice", "--server", &addr]);

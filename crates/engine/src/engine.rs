@@ -927,7 +927,16 @@ impl Engine {
             em.step(id, event.time, Step::Admitted);
             state.jobs.insert(id.clone(), job);
         } else {
-            d.reason = format!("approval rejected by {who} (asked because: {})", pending.reason);
+            // A rejection may say why (`"reason"`, as `bursar reject --reason` sends it): the owner reads it here.
+            let why = event
+                .extra
+                .iter()
+                .find(|(k, _)| k == "reason")
+                .and_then(|(_, v)| serde_json::from_str::<String>(v.get()).ok())
+                .filter(|r| !r.trim().is_empty())
+                .map(|r| format!(": {}", r.trim()))
+                .unwrap_or_default();
+            d.reason = format!("approval rejected by {who}{why} (asked because: {})", pending.reason);
             em.emit(d);
             em.step(id, event.time, Step::Denied);
         }
