@@ -4,6 +4,8 @@
 //! the job) saves the job from its reclaim; a second idle job nobody answers for is reclaimed, and
 //! its alert is resolved in Alertmanager (`GET /api/v2/alerts` no longer lists it).
 
+#![expect(clippy::unwrap_used, clippy::panic, reason = "test helpers: a failure should stop the test with its message")]
+
 mod serve_support;
 
 use std::time::{Duration, Instant};

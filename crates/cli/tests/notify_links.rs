@@ -4,6 +4,8 @@
 //! an expired link, a forged one and a link for a non-approver each change nothing and say why; and
 //! `bursar pending|approve|reject|keepalive` answer with the errors a person expects.
 
+#![expect(clippy::unwrap_used, clippy::panic, reason = "test helpers: a failure should stop the test with its message")]
+
 mod serve_support;
 
 use std::path::Path;

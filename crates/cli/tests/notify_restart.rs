@@ -4,6 +4,8 @@
 //! refusing it — and after each restart the notice reaches the webhook exactly once, while the
 //! notices delivered before the kills are never sent again.
 
+#![expect(clippy::unwrap_used, reason = "test helpers: a failure should stop the test with its message")]
+
 mod serve_support;
 
 use std::time::Duration;

@@ -134,8 +134,7 @@ pub fn raise(d: &StoredDecision, facts: Option<&JobFacts>, links: Linker<'_>, in
         "alert" => {
             let idle = facts.and_then(|f| {
                 f.idle.iter().find(|w| {
-                    d.policies.iter().any(|p| *p == w.policy)
-                        && parse_time(&w.alerted).map(|t| t.millis()) == Some(d.time)
+                    d.policies.contains(&w.policy) && parse_time(&w.alerted).map(|t| t.millis()) == Some(d.time)
                 })
             });
             match (idle, job) {

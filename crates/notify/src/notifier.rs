@@ -303,7 +303,7 @@ impl<E: EngineView> Notifier<E> {
             return Ok(());
         }
         let timeout = std_duration(self.cfg.timeout);
-        let messages: Vec<(NoticeRow, NoticeMessage)> = rows.into_iter().filter_map(|r| message_of(r)).collect();
+        let messages: Vec<(NoticeRow, NoticeMessage)> = rows.into_iter().filter_map(message_of).collect();
         match self.sink.clone() {
             SinkKind::Alertmanager(ep) => {
                 let lease = bursar_model::Duration(self.cfg.resend.millis().saturating_mul(4));

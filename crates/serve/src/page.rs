@@ -296,10 +296,10 @@ pub fn confirm(c: &Claims, facts: Option<&JobFacts>) -> String {
     if c.action == ActionKind::Reject {
         o.push_str("<p><label for=\"reason\">Why (kept in the audit log):</label><br><textarea id=\"reason\" name=\"reason\"></textarea></p>");
     }
-    let _ = write!(
+    let _ = writeln!(
         o,
         "<p><button type=\"submit\">{}</button></p></form><p class=\"muted\">This link is for {} and works until {}. \
-         Opening it changes nothing; only the button does.</p></div></body></html>\n",
+         Opening it changes nothing; only the button does.</p></div></body></html>",
         esc(button),
         esc(who),
         esc(&c.expires().to_string())

@@ -155,7 +155,7 @@ fn precheck(act: &Act, facts: Option<&JobFacts>, seen: bool, now: Timestamp) -> 
                     format!("the approval request of job `{job}` expired at {}: it is denied", w.expires),
                 ));
             }
-            if !w.approvers.is_empty() && !w.approvers.iter().any(|a| *a == act.by) {
+            if !w.approvers.is_empty() && !w.approvers.contains(&act.by) {
                 return Err(Refusal::new(
                     StatusCode::FORBIDDEN,
                     format!(
@@ -366,9 +366,9 @@ async fn page(State(st): State<AppState>) -> Response {
 }
 
 /// Verifies a link's token: its claims, or the page that says why it cannot be used.
-fn verify(st: &AppState, token: &str) -> Result<bursar_notify::Claims, Response> {
+fn verify(st: &AppState, token: &str) -> Result<bursar_notify::Claims, Box<Response>> {
     let Some(key) = &st.people.key else {
-        return Err(html(
+        return Err(Box::new(html(
             StatusCode::NOT_FOUND,
             crate::page::message(
                 "bursar",
@@ -376,7 +376,7 @@ fn verify(st: &AppState, token: &str) -> Result<bursar_notify::Claims, Response>
                 "This bursar server does not send notices (`serve --notify`), so it has no action links.",
                 None,
             ),
-        ));
+        )));
     };
     key.verify(token, crate::wall_time()).map_err(|e| {
         let (status, title) = match &e {
@@ -388,7 +388,7 @@ fn verify(st: &AppState, token: &str) -> Result<bursar_notify::Claims, Response>
             TokenError::Expired(c) => format!("{e}. Nothing was done to job `{}`.", c.job),
             _ => format!("{e}. Nothing was done."),
         };
-        html(status, crate::page::message("bursar", title, &more, None))
+        Box::new(html(status, crate::page::message("bursar", title, &more, None)))
     })
 }
 
@@ -406,7 +406,7 @@ fn act_of(claims: &bursar_notify::Claims, token: &str, reason: Option<String>) -
 async fn link_show(State(st): State<AppState>, Path(token): Path<String>) -> Response {
     let claims = match verify(&st, &token) {
         Ok(c) => c,
-        Err(page) => return page,
+        Err(page) => return *page,
     };
     let act = act_of(&claims, &token, None);
     let facts = match ask(&st, Ask::Facts { jobs: vec![act.job.clone()], seen: Some(act.event_id.clone()) }).await {
@@ -433,7 +433,7 @@ struct LinkForm {
 async fn link_do(State(st): State<AppState>, Path(token): Path<String>, body: Bytes) -> Response {
     let claims = match verify(&st, &token) {
         Ok(c) => c,
-        Err(page) => return page,
+        Err(page) => return *page,
     };
     let form: LinkForm = parse_form(&body);
     let act = act_of(&claims, &token, form.reason);
