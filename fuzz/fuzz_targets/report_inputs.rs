@@ -1,5 +1,5 @@
 //! Fuzz what `bursar report` reads from people: the price file, the `--period` and `--by` arguments and
-//! the policy TOML it takes the idle threshold and budgets from. Any input must give a value or a typed
+//! the policy set it takes the idle threshold and budgets from. Any input must give a value or a typed
 //! error, and a parsed price file must price any usage curve without panicking.
 #![no_main]
 
@@ -14,7 +14,11 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = bursar_report::Span::parse(text);
     let _ = bursar_report::GroupBy::parse(text);
-    let mut hints = bursar_report::PolicyHints::default();
-    hints.add_toml(text);
-    let _ = hints.idle_threshold();
+    // The report takes budgets and the idle threshold from a compiled set, as `check` compiles it.
+    if let Ok(file) = bursar_lang::compile_str("fuzz.toml", text, std::path::Path::new("."))
+        && let Ok(set) = bursar_engine::PolicySet::new(file.policies, Vec::new(), "fuzz".to_owned())
+    {
+        let hints = bursar_report::PolicyHints::from_set(&set);
+        let _ = hints.idle_threshold();
+    }
 });

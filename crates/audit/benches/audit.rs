@@ -8,6 +8,10 @@
 //!   (default 10,000,000) spread over 50 projects and 26 weeks. The file is built once into
 //!   `/tmp/bursar-audit-bench-<rows>.db` (bulk path: fast mode, `synchronous=OFF`, 100k-decision
 //!   transactions, decisions only) and reused by later runs; `BURSAR_BENCH_DB=FILE` reuses any log.
+//! - `witness/*`: the cost a witness adds to one commit. `sign` is one Ed25519 signature of the head
+//!   alone; `commit_{fast,durable}_{unsigned,signed}` append one entry per transaction (the worst
+//!   case: serve under light load commits per request), without and with a witness attached that
+//!   signs after every commit (in durable mode the witness line is `fsync`ed too).
 //! - `eval/audit_off` vs `eval/audit_on_durable`: the eval pipeline in-process (decode, engine,
 //!   JSON lines) over 50,000 job submissions, without and with the audit writer, for the ratio.
 
@@ -267,5 +271,45 @@ fn eval_pipeline(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, writer, query_bench, eval_pipeline);
+fn witness_bench(c: &mut Criterion) {
+    use bursar_audit::{SigningKey, Witness};
+    let mut g = c.benchmark_group("witness");
+    g.sample_size(20);
+    let Ok(key) = SigningKey::generate() else { return };
+    let db = scratch("witness-sign");
+    let Ok(mut log) = AuditLog::open(&db, Durability::Fast) else { return };
+    let _ = log.append(&entries(10, 0));
+    g.bench_function("sign", |b| {
+        b.iter(|| black_box(bursar_audit::witness::sign_now(&log, &key).map(|h| h.sig.len())))
+    });
+    drop(log);
+    for (durability, dname) in [(Durability::Fast, "fast"), (Durability::Durable, "durable")] {
+        for signed in [false, true] {
+            let name = format!("commit_{dname}_{}", if signed { "signed" } else { "unsigned" });
+            let db = scratch(&name);
+            let Ok(mut log) = AuditLog::open(&db, durability) else { return };
+            if signed {
+                let wit = db.with_extension("witness");
+                let _ = std::fs::remove_file(&wit);
+                let Ok(k) = SigningKey::generate() else { return };
+                let Ok(w) = Witness::open(k, &wit) else { return };
+                log.set_witness(w);
+            }
+            let mut next = 0u64;
+            g.bench_function(&name, |b| {
+                b.iter_batched(
+                    || {
+                        next += 1;
+                        entries(1, next)
+                    },
+                    |e| black_box(log.append(&e).map(|a| a.len())),
+                    criterion::BatchSize::SmallInput,
+                )
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, writer, query_bench, eval_pipeline, witness_bench);
 criterion_main!(benches);

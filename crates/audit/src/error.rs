@@ -32,6 +32,27 @@ pub enum AuditError {
     /// Handing committed decisions on (to stdout, say) failed.
     #[error("cannot write decisions: {0}")]
     Output(#[source] std::io::Error),
+    /// A signing or public key file cannot be used.
+    #[error("audit log: key `{path}`: {message}")]
+    Key {
+        /// The key file.
+        path: String,
+        /// What is wrong, with a `help:` line.
+        message: String,
+    },
+    /// The witness file cannot be read or appended to. When appending failed, the write it was
+    /// signing is committed: the next write that succeeds signs it too.
+    #[error(
+        "audit log: cannot {action} witness `{path}`: {source}\n  help: the witness must be a file this process can append to (a disk of its own, or a file only bursar's user may write)"
+    )]
+    Witness {
+        /// What was being done (`append to`, `read`).
+        action: &'static str,
+        /// The witness file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
 }
 
 fn help_for(e: &rusqlite::Error) -> &'static str {

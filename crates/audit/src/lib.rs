@@ -40,35 +40,58 @@
 //! # Tamper evidence
 //!
 //! Events, decisions and policy loads each form a hash chain over canonical row content ([`canon`]);
-//! [`verify::verify`] re-walks them and names the first row edited, removed or reordered;
-//! [`verify::prune`] deletes old rows and records a checkpoint the remaining chain starts from. The
+//! every write also appends an [`anchor`] (its own chain) recording the heads of the three and binding
+//! prune checkpoints, policy sets and engine snapshots. [`verify::verify`] re-walks the chains, checks
+//! them against the anchors and one another, and names the first problem of each;
+//! [`verify::prune`] deletes old rows and records an anchored checkpoint the remaining chain starts
+//! from. [`AuditLog::latest_snapshot`] restores only a snapshot that matches its anchor. The
 //! `lifecycle` table is derived data (the engine's steps for the logged events), not chained.
+//!
+//! A [`Witness`] attached with [`AuditLog::set_witness`] signs the head (Ed25519, the key outside
+//! the database) after every write and appends it to a file the attacker cannot edit with the
+//! database; [`verify::verify_with_witness`] then also catches truncation, rollback and a re-hash.
+//!
+//! ```no_run
+//! use bursar_audit::{AuditLog, Durability, SigningKey, Witness};
+//! # fn demo() -> bursar_audit::Result<()> {
+//! let mut log = AuditLog::open("audit.db", Durability::Durable)?;
+//! log.set_witness(Witness::open(SigningKey::from_file("/etc/bursar/audit.key")?, "/var/log/bursar/witness.jsonl")?);
+//! // every append, record_policy_set, save_snapshot from here on is signed after it commits
+//! # Ok(()) }
+//! ```
 //!
 //! # Layout
 //! - [`log`] — [`AuditLog`], [`Record`], the stored row types and the typed reads.
 //! - [`writer`] — [`Writer`], the journal: group commit on its own thread.
 //! - [`outbox`] — [`Outbox`], the notifier's cursor and notices (`bursar-notify`): typed reads and
-//!   writes of the two tables schema version 3 added.
+//!   writes of the two tables schema version 4 added.
 //! - [`query`] — filters, `explain` and `stats`.
-//! - [`verify`] — chain verification and pruning.
+//! - [`verify`] — chain verification (with or without a witness) and pruning.
+//! - [`anchor`] — the anchors chain that binds the others and the side data.
+//! - [`witness`] — keys, signed heads, the witness file.
+//! - [`derived`] — copying the file and comparing derived tables, for `verify --deep`.
 //! - [`schema`] — the versioned schema and its migrations; [`canon`]: the canonical row hash.
 //! - [`error`] — [`AuditError`].
 
+pub mod anchor;
 pub mod canon;
+pub mod derived;
 pub mod error;
 pub mod log;
 pub mod outbox;
 pub mod query;
 pub mod schema;
 pub mod verify;
+pub mod witness;
 pub mod writer;
 
 pub use bursar_engine::SourceFile;
 pub use bursar_session::Journal;
 pub use error::{AuditError, Result};
 pub use log::{
-    Appended, AuditLog, Durability, EventRow, PolicyLoad, Record, StoredDecision, StoredEvent, StoredSnapshot,
-    StoredStep, wall_ms,
+    Appended, AuditLog, Durability, EventRow, PolicyLoad, Record, RestorePoint, SnapshotRejected, StoredDecision,
+    StoredEvent, StoredSnapshot, StoredStep, wall_ms,
 };
 pub use outbox::{Delivered, NewNotice, NoticeRow, Outbox, OutboxCursor, Resolved};
-pub use writer::{CommitHook, Writer, WriterConfig, WriterStats, no_hook};
+pub use witness::{PublicKey, SignedHead, SigningKey, Witness};
+pub use writer::{CommitHook, Failing, Health, Writer, WriterConfig, WriterStats, no_hook};

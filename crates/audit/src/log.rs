@@ -15,9 +15,11 @@ use bursar_model::{Decision, Event, EventKind, FinishStatus, Input, Timestamp};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde::Serialize;
 
-use crate::canon::{Canon, GENESIS, Hash};
+use crate::anchor::{self, Heads, UPSERT_HEAD, What};
+use crate::canon::{Canon, GENESIS, Hash, hex};
 use crate::error::{AuditError, Result};
 use crate::schema;
+use crate::witness::Witness;
 
 /// How hard a commit tries to reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -290,16 +292,56 @@ pub(crate) struct Head {
     pub hash: Hash,
 }
 
-/// The three hash chains.
+/// The three row chains (the fourth, `anchors`, binds them: [`crate::anchor`]).
 pub(crate) const CHAINS: [&str; 3] = ["events", "decisions", "policy_loads"];
+
+/// Why the newest engine snapshot was not restored ([`AuditLog::restore_point`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SnapshotRejected {
+    /// No anchor records this snapshot: it was written by something other than bursar.
+    #[error("the engine snapshot at event {event_seq} is not anchored in the log: it was not written by bursar")]
+    Unanchored {
+        /// The event seq the snapshot claims to cover.
+        event_seq: i64,
+    },
+    /// The blob (or its seq, time or policy set) differs from what its anchor recorded.
+    #[error(
+        "the engine snapshot at event {event_seq} does not match its anchor (anchors row {anchor}): its blob has SHA-256 {found}, the anchor recorded {recorded}"
+    )]
+    Edited {
+        /// The event seq the snapshot covers.
+        event_seq: i64,
+        /// The anchor that records it.
+        anchor: i64,
+        /// Hex SHA-256 of the blob as stored.
+        found: String,
+        /// Hex SHA-256 the anchor recorded.
+        recorded: String,
+    },
+    /// The anchor itself no longer matches its hash.
+    #[error("the anchor of the engine snapshot at event {event_seq} (anchors row {anchor}) was edited")]
+    AnchorEdited {
+        /// The event seq the snapshot covers.
+        event_seq: i64,
+        /// The anchor.
+        anchor: i64,
+    },
+}
+
+/// What to restore an engine from: the newest snapshot that matches its anchor, and those rejected.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RestorePoint {
+    /// The newest snapshot that matches its anchor (None: replay the whole log).
+    pub snapshot: Option<StoredSnapshot>,
+    /// Newer snapshots that were rejected, newest first, and why.
+    pub rejected: Vec<SnapshotRejected>,
+}
 
 const INSERT_EVENT: &str = "INSERT INTO events (seq, event_id, time, type, job, project, user, raw, recorded_at, hash) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT(event_id) DO NOTHING";
 const INSERT_DECISION: &str = "INSERT INTO decisions (seq, decision_id, event_id, event_seq, time, recorded_at, job, \
      project, user, decision, dry_run, admission, policies, reason, until, gpus, gpu_hours, policy_set, json, hash) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)";
-const UPSERT_HEAD: &str = "INSERT INTO chain_heads (chain, seq, hash) VALUES (?1, ?2, ?3) \
-     ON CONFLICT(chain) DO UPDATE SET seq = excluded.seq, hash = excluded.hash";
 const INSERT_STEP: &str =
     "INSERT INTO lifecycle (event_seq, n, job, step, status, time) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 pub(crate) const DECISION_COLUMNS: &str = "seq, decision_id, event_id, event_seq, time, recorded_at, job, project, \
@@ -315,6 +357,11 @@ pub struct AuditLog {
     events: Head,
     decisions: Head,
     loads: Head,
+    anchors: Head,
+    /// The log's identity once it has a first anchor.
+    id: Option<String>,
+    durability: Durability,
+    witness: Option<Witness>,
 }
 
 impl AuditLog {
@@ -337,11 +384,7 @@ impl AuditLog {
         };
         conn.pragma_update(None, "synchronous", sync).map_err(AuditError::sqlite("set the synchronous mode"))?;
         schema::migrate(&mut conn, &shown)?;
-        let mut log = AuditLog { conn, path: shown, events: head0(), decisions: head0(), loads: head0() };
-        log.events = log.load_head("events")?;
-        log.decisions = log.load_head("decisions")?;
-        log.loads = log.load_head("policy_loads")?;
-        Ok(log)
+        AuditLog::with_heads(conn, shown, durability)
     }
 
     /// Opens an existing audit database read-only (for queries, `verify`, and readers beside a writer).
@@ -370,11 +413,88 @@ impl AuditLog {
                 "`{shown}` is not a bursar audit log (or one of an older schema: open it for writing once to migrate it)"
             )));
         }
-        let mut log = AuditLog { conn, path: shown, events: head0(), decisions: head0(), loads: head0() };
-        log.events = log.load_head("events")?;
-        log.decisions = log.load_head("decisions")?;
-        log.loads = log.load_head("policy_loads")?;
-        Ok(log)
+        AuditLog::with_heads(conn, shown, Durability::Durable)
+    }
+
+    fn with_heads(conn: Connection, path: String, durability: Durability) -> Result<AuditLog> {
+        let events = load_head(&conn, "events")?;
+        let decisions = load_head(&conn, "decisions")?;
+        let loads = load_head(&conn, "policy_loads")?;
+        let anchors = load_head(&conn, "anchors")?;
+        let id = anchor::log_id(&conn)?;
+        Ok(AuditLog { conn, path, events, decisions, loads, anchors, id, durability, witness: None })
+    }
+
+    /// Signs the log's head after every successful write from now on and appends it to a witness
+    /// ([`crate::witness`]); every writer on this `AuditLog` (the [`Writer`](crate::Writer) thread,
+    /// `serve`'s engine thread) then gets signed heads with no other change. A failure to append to
+    /// the witness is returned by the write that committed (the rows are in the log; the next
+    /// successful write signs them).
+    pub fn set_witness(&mut self, witness: Witness) {
+        self.witness = Some(witness);
+    }
+
+    /// The witness attached with [`AuditLog::set_witness`].
+    pub fn witness(&self) -> Option<&Witness> {
+        self.witness.as_ref()
+    }
+
+    /// Signs the current head now if a witness is attached and a write since the last signature is
+    /// not yet signed (a witness that signs at most every so often leaves the last writes pending);
+    /// returns the line appended. Call it before stopping, or from a timer.
+    pub fn sign_pending(&mut self) -> Result<Option<crate::witness::SignedHead>> {
+        let Some(w) = self.witness.as_mut() else { return Ok(None) };
+        if !w.pending() {
+            return Ok(None);
+        }
+        let heads = crate::witness::CurrentHeads {
+            log: self.id.clone(),
+            anchors: self.anchors,
+            events: self.events,
+            decisions: self.decisions,
+            loads: self.loads,
+        };
+        w.sign(&heads, self.durability == Durability::Durable).map(Some)
+    }
+
+    /// The heads to sign, as this connection knows them.
+    pub(crate) fn current_heads(&self) -> crate::witness::CurrentHeads {
+        crate::witness::CurrentHeads {
+            log: self.id.clone(),
+            anchors: self.anchors,
+            events: self.events,
+            decisions: self.decisions,
+            loads: self.loads,
+        }
+    }
+
+    /// After a committed write: sign the new head if a witness is attached and it is due.
+    fn committed(&mut self) -> Result<()> {
+        if self.id.is_none() {
+            self.id = anchor::log_id(&self.conn)?;
+        }
+        if let Some(w) = self.witness.as_mut() {
+            w.mark_pending();
+            if w.due() {
+                self.sign_pending()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The heads as this connection knows them.
+    fn heads(&self) -> Heads {
+        Heads { events: self.events, decisions: self.decisions, loads: self.loads }
+    }
+
+    /// The log's identity (the hex hash of its first anchor); None before the first write.
+    pub fn log_id(&self) -> Result<Option<String>> {
+        anchor::log_id(&self.conn)
+    }
+
+    /// The newest anchor's sequence number and hex hash: the one value that covers the whole log.
+    pub fn head(&self) -> (i64, String) {
+        (self.anchors.seq, hex(&self.anchors.hash))
     }
 
     /// The database path, for messages.
@@ -395,32 +515,6 @@ impl AuditLog {
     /// The sequence number of the newest decision (0 when none).
     pub fn last_decision_seq(&self) -> i64 {
         self.decisions.seq
-    }
-
-    /// Where the chain `chain` stands: the newest row, else the newest prune checkpoint, else genesis.
-    fn load_head(&self, chain: &str) -> Result<Head> {
-        let sql = format!("SELECT seq, hash FROM {chain} ORDER BY seq DESC LIMIT 1");
-        let row: Option<(i64, Vec<u8>)> = self
-            .conn
-            .query_row(&sql, [], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()
-            .map_err(AuditError::sqlite(format!("read the newest row of `{chain}`")))?;
-        let row = match row {
-            Some(r) => Some(r),
-            None => self
-                .conn
-                .query_row(
-                    "SELECT through_seq, hash FROM checkpoints WHERE chain = ?1 ORDER BY id DESC LIMIT 1",
-                    [chain],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
-                .optional()
-                .map_err(AuditError::sqlite("read the prune checkpoints"))?,
-        };
-        match row {
-            None => Ok(head0()),
-            Some((seq, h)) => Ok(Head { seq, hash: to_hash(&h, chain, seq)? }),
-        }
     }
 
     /// Appends `entries` in one transaction and returns what happened to each. An entry whose event id
@@ -546,9 +640,17 @@ impl AuditLog {
                     .map_err(AuditError::sqlite("update a chain head"))?;
             }
         }
+        // Nothing new (every entry a duplicate): no anchor, nothing to sign.
+        if ev == self.events && de == self.decisions {
+            return Ok(out);
+        }
+        let heads = Heads { events: ev, decisions: de, loads: self.loads };
+        let anchors = anchor::insert(&tx, self.anchors, now, &heads, &What::plain("commit"))?;
         tx.commit().map_err(AuditError::sqlite(format!("commit to `{}`", self.path)))?;
         self.events = ev;
         self.decisions = de;
+        self.anchors = anchors;
+        self.committed()?;
         Ok(out)
     }
 
@@ -571,12 +673,15 @@ impl AuditLog {
         c.int(seq).int(now).int(event_seq).int(i64::from(ok)).opt_text(digest).opt_text(error);
         let hash = c.finish();
         let tx = self.conn.transaction().map_err(AuditError::sqlite("start a transaction"))?;
+        let mut new_set = false;
         if let (Some(d), Some(f)) = (digest, files) {
-            tx.execute(
-                "INSERT INTO policy_sets (digest, files, first_loaded_at) VALUES (?1, ?2, ?3) ON CONFLICT(digest) DO NOTHING",
-                params![d, f, now],
-            )
-            .map_err(AuditError::sqlite("record a policy set"))?;
+            new_set = tx
+                .execute(
+                    "INSERT INTO policy_sets (digest, files, first_loaded_at) VALUES (?1, ?2, ?3) ON CONFLICT(digest) DO NOTHING",
+                    params![d, f, now],
+                )
+                .map_err(AuditError::sqlite("record a policy set"))?
+                == 1;
         }
         tx.execute(
             "INSERT INTO policy_loads (seq, at, event_seq, ok, digest, error, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -585,8 +690,20 @@ impl AuditLog {
         .map_err(AuditError::sqlite("record a policy load"))?;
         tx.execute(UPSERT_HEAD, params!["policy_loads", seq, &hash[..]])
             .map_err(AuditError::sqlite("update a chain head"))?;
+        let loads = Head { seq, hash };
+        let heads = Heads { events: self.events, decisions: self.decisions, loads };
+        let files_sum = files.map(|f| anchor::sha256(f.as_bytes()));
+        let what = match (new_set, files_sum.as_ref()) {
+            (true, Some(sum)) => {
+                What { kind: "policy_set", subject: digest, subject_seq: Some(now), digest: Some(&sum[..]), note: None }
+            }
+            _ => What::plain("load"),
+        };
+        let anchors = anchor::insert(&tx, self.anchors, now, &heads, &what)?;
         tx.commit().map_err(AuditError::sqlite(format!("commit to `{}`", self.path)))?;
-        self.loads = Head { seq, hash };
+        self.loads = loads;
+        self.anchors = anchors;
+        self.committed()?;
         Ok(seq)
     }
 
@@ -749,35 +866,133 @@ impl AuditLog {
         }
     }
 
-    /// Stores an engine snapshot covering every event up to `event_seq` (replacing one at the same seq).
+    /// Stores an engine snapshot covering every event up to `event_seq` (replacing one at the same
+    /// seq), and anchors its SHA-256 in the same transaction, so an edited blob is refused at restore
+    /// ([`AuditLog::latest_snapshot`]) and reported by `verify`.
     pub fn save_snapshot(&mut self, event_seq: i64, policy_set: Option<&str>, blob: &[u8]) -> Result<()> {
-        self.conn
-            .execute(
-                "INSERT INTO engine_snapshots (event_seq, taken_at, policy_set, blob) VALUES (?1, ?2, ?3, ?4) \
-                 ON CONFLICT(event_seq) DO UPDATE SET taken_at = excluded.taken_at, policy_set = excluded.policy_set, blob = excluded.blob",
-                params![event_seq, wall_ms(), policy_set, blob],
-            )
-            .map_err(AuditError::sqlite("store an engine snapshot"))?;
+        let now = wall_ms();
+        let sum = anchor::sha256(blob);
+        let heads = self.heads();
+        let tx = self.conn.transaction().map_err(AuditError::sqlite("start a transaction"))?;
+        tx.execute(
+            "INSERT INTO engine_snapshots (event_seq, taken_at, policy_set, blob) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT(event_seq) DO UPDATE SET taken_at = excluded.taken_at, policy_set = excluded.policy_set, blob = excluded.blob",
+            params![event_seq, now, policy_set, blob],
+        )
+        .map_err(AuditError::sqlite("store an engine snapshot"))?;
+        let what = What {
+            kind: "snapshot",
+            subject: policy_set,
+            subject_seq: Some(event_seq),
+            digest: Some(&sum[..]),
+            note: None,
+        };
+        let anchors = anchor::insert(&tx, self.anchors, now, &heads, &what)?;
+        tx.commit().map_err(AuditError::sqlite(format!("commit to `{}`", self.path)))?;
+        self.anchors = anchors;
+        self.committed()?;
         Ok(())
     }
 
-    /// The newest engine snapshot, if any.
+    /// The newest engine snapshot that matches its anchor, if any: what `serve` restores from.
+    ///
+    /// A newer snapshot that does not match (its blob edited, or written outside bursar) is skipped
+    /// and logged at error level (`tracing`), and the next older one is tried; with none left the
+    /// answer is `None`, and the caller replays the whole log. [`AuditLog::restore_point`] gives the
+    /// same answer with the rejections, for a caller that reports them itself.
     pub fn latest_snapshot(&self) -> Result<Option<StoredSnapshot>> {
-        self.conn
-            .query_row(
-                "SELECT event_seq, taken_at, policy_set, blob FROM engine_snapshots ORDER BY event_seq DESC LIMIT 1",
-                [],
-                |r| {
-                    Ok(StoredSnapshot {
-                        event_seq: r.get(0)?,
-                        taken_at: r.get(1)?,
-                        policy_set: r.get(2)?,
-                        blob: r.get(3)?,
-                    })
-                },
+        let point = self.restore_point()?;
+        for r in &point.rejected {
+            tracing::error!(
+                log = %self.path,
+                problem = %r,
+                "audit log: an engine snapshot was refused; restoring from an older one or replaying the log"
+            );
+        }
+        Ok(point.snapshot)
+    }
+
+    /// The newest engine snapshot that matches its anchor, and every newer one rejected with why.
+    pub fn restore_point(&self) -> Result<RestorePoint> {
+        let mut st = self
+            .conn
+            .prepare("SELECT event_seq, taken_at, policy_set, blob FROM engine_snapshots ORDER BY event_seq DESC")
+            .map_err(AuditError::sqlite("read the engine snapshots"))?;
+        let mut rows = st.query([]).map_err(AuditError::sqlite("read the engine snapshots"))?;
+        let mut rejected = Vec::new();
+        while let Some(r) = rows.next().map_err(AuditError::sqlite("read the engine snapshots"))? {
+            let snap = StoredSnapshot {
+                event_seq: r.get(0).map_err(AuditError::sqlite("read an engine snapshot"))?,
+                taken_at: r.get(1).map_err(AuditError::sqlite("read an engine snapshot"))?,
+                policy_set: r.get(2).map_err(AuditError::sqlite("read an engine snapshot"))?,
+                blob: r.get(3).map_err(AuditError::sqlite("read an engine snapshot"))?,
+            };
+            match check_snapshot(&self.conn, &snap)? {
+                None => return Ok(RestorePoint { snapshot: Some(snap), rejected }),
+                Some(why) => rejected.push(why),
+            }
+        }
+        Ok(RestorePoint { snapshot: None, rejected })
+    }
+
+    /// Deletes a prefix of the events and decisions chains (rows before the first one whose event
+    /// time is at or after `before`), records a checkpoint per chain and anchors each checkpoint,
+    /// all in one transaction. [`crate::verify::prune`] verifies first.
+    pub(crate) fn prune_prefix(&mut self, before: i64) -> Result<crate::verify::PruneReport> {
+        let now = wall_ms();
+        let heads = self.heads();
+        let mut anchors = self.anchors;
+        let tx = self.conn.transaction().map_err(AuditError::sqlite("start a transaction"))?;
+        let mut out = crate::verify::PruneReport { events: 0, decisions: 0, events_through: 0, decisions_through: 0 };
+        for chain in ["events", "decisions"] {
+            let first_kept: Option<i64> = tx
+                .query_row(&format!("SELECT MIN(seq) FROM {chain} WHERE time >= ?1"), [before], |r| r.get(0))
+                .map_err(AuditError::sqlite(format!("find what to prune in `{chain}`")))?;
+            let last: Option<i64> = tx
+                .query_row(&format!("SELECT MAX(seq) FROM {chain}"), [], |r| r.get(0))
+                .map_err(AuditError::sqlite(format!("read `{chain}`")))?;
+            let Some(last) = last else { continue };
+            let through = match first_kept {
+                Some(k) => k - 1,
+                None => last,
+            };
+            let row: Option<Vec<u8>> = tx
+                .query_row(&format!("SELECT hash FROM {chain} WHERE seq = ?1"), [through], |r| r.get(0))
+                .optional()
+                .map_err(AuditError::sqlite(format!("read `{chain}`")))?;
+            let Some(hash) = row else { continue };
+            let n = tx
+                .execute(&format!("DELETE FROM {chain} WHERE seq <= ?1"), [through])
+                .map_err(AuditError::sqlite(format!("delete old rows of `{chain}`")))?;
+            let removed = i64::try_from(n).unwrap_or(i64::MAX);
+            tx.execute(
+                "INSERT INTO checkpoints (chain, through_seq, hash, removed, before, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![chain, through, hash, removed, before, now],
             )
-            .optional()
-            .map_err(AuditError::sqlite("read the newest engine snapshot"))
+            .map_err(AuditError::sqlite("record a prune checkpoint"))?;
+            let note = anchor::checkpoint_note(removed, before);
+            let what = What {
+                kind: "checkpoint",
+                subject: Some(chain),
+                subject_seq: Some(through),
+                digest: Some(&hash),
+                note: Some(&note),
+            };
+            anchors = anchor::insert(&tx, anchors, now, &heads, &what)?;
+            if chain == "events" {
+                out.events = n as u64;
+                out.events_through = through;
+            } else {
+                out.decisions = n as u64;
+                out.decisions_through = through;
+            }
+        }
+        tx.commit().map_err(AuditError::sqlite("commit the prune"))?;
+        if anchors != self.anchors {
+            self.anchors = anchors;
+            self.committed()?;
+        }
+        Ok(out)
     }
 
     /// Deletes every snapshot but the `keep` newest; returns how many went.
@@ -800,6 +1015,57 @@ impl AuditLog {
 
 fn head0() -> Head {
     Head { seq: 0, hash: GENESIS }
+}
+
+/// Where the chain `chain` stands: the newest row, else the newest prune checkpoint, else genesis.
+pub(crate) fn load_head(conn: &Connection, chain: &str) -> Result<Head> {
+    let sql = format!("SELECT seq, hash FROM {chain} ORDER BY seq DESC LIMIT 1");
+    let row: Option<(i64, Vec<u8>)> = conn
+        .query_row(&sql, [], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()
+        .map_err(AuditError::sqlite(format!("read the newest row of `{chain}`")))?;
+    let row = match row {
+        Some(r) => Some(r),
+        None => conn
+            .query_row(
+                "SELECT through_seq, hash FROM checkpoints WHERE chain = ?1 ORDER BY id DESC LIMIT 1",
+                [chain],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(AuditError::sqlite("read the prune checkpoints"))?,
+    };
+    match row {
+        None => Ok(head0()),
+        Some((seq, h)) => Ok(Head { seq, hash: to_hash(&h, chain, seq)? }),
+    }
+}
+
+/// Checks `snap` against the newest anchor that records a snapshot at its event seq: None when it
+/// matches, else why not.
+pub(crate) fn check_snapshot(conn: &Connection, snap: &StoredSnapshot) -> Result<Option<SnapshotRejected>> {
+    let seq: Option<i64> = conn
+        .query_row("SELECT MAX(seq) FROM anchors WHERE kind = 'snapshot' AND subject_seq = ?1", [snap.event_seq], |r| {
+            r.get(0)
+        })
+        .map_err(AuditError::sqlite("read the snapshot anchors"))?;
+    let Some(a) = seq.map(|s| anchor::anchor_at(conn, s)).transpose()?.flatten() else {
+        return Ok(Some(SnapshotRejected::Unanchored { event_seq: snap.event_seq }));
+    };
+    if anchor::rehash(conn, &a)?.as_slice() != a.hash.as_slice() {
+        return Ok(Some(SnapshotRejected::AnchorEdited { event_seq: snap.event_seq, anchor: a.seq }));
+    }
+    let sum = anchor::sha256(&snap.blob);
+    let recorded = a.digest.as_deref().unwrap_or_default();
+    if sum.as_slice() != recorded || a.at != snap.taken_at || a.subject != snap.policy_set {
+        return Ok(Some(SnapshotRejected::Edited {
+            event_seq: snap.event_seq,
+            anchor: a.seq,
+            found: hex(&sum),
+            recorded: hex(recorded),
+        }));
+    }
+    Ok(None)
 }
 
 pub(crate) fn to_hash(bytes: &[u8], chain: &str, seq: i64) -> Result<Hash> {

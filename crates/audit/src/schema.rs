@@ -10,15 +10,25 @@
 //!   is detected; `checkpoints`: where `prune` cut each chain.
 //! - `engine_snapshots`: opaque engine state blobs and the event `seq` they cover (for `serve`).
 //!
-//! A migration is a function from version N to N+1 run in one transaction; [`migrate`] runs every
+//! Version 2 adds `anchors` ([`crate::anchor`]): one chained row per write, recording the heads of the
+//! three row chains and binding prune checkpoints, policy sets and engine snapshots into a chain. A
+//! version-1 file is migrated by anchoring what it holds as found (one `adopt` anchor per checkpoint,
+//! policy set and snapshot, then one with the heads): edits made before the migration are not
+//! detectable through the anchors, edits after it are.
+//!
+//! Version 4 adds the notifier's outbox, `notify_cursor` and `notices` ([`crate::outbox`]).
+//!
+//! A migration is a step from version N to N+1 run in one transaction; [`migrate`] runs every
 //! step the file lacks. A file newer than this build is refused rather than guessed at.
 
-use rusqlite::Connection;
+use rusqlite::{Connection, Transaction};
 
+use crate::anchor::{self, Heads, What};
 use crate::error::{AuditError, Result};
+use crate::log::{Head, load_head, wall_ms};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 const V1: &str = r#"
 CREATE TABLE events (
@@ -102,11 +112,11 @@ CREATE TABLE engine_snapshots (
 );
 "#;
 
-/// Version 2: the job steps the engine took for each event (`bursar_engine::Transition`), the one
+/// Version 3: the job steps the engine took for each event (`bursar_engine::Transition`), the one
 /// definition of the job lifecycle that the report's accounting reads. Derived data: replaying the
 /// events through the engine gives the same rows.
-const V2: &str = r#"
-CREATE TABLE lifecycle (
+const V3: &str = r#"
+CREATE TABLE IF NOT EXISTS lifecycle (
     event_seq INTEGER NOT NULL,
     n         INTEGER NOT NULL,
     job       TEXT NOT NULL,
@@ -115,16 +125,45 @@ CREATE TABLE lifecycle (
     time      INTEGER NOT NULL,
     PRIMARY KEY (event_seq, n)
 ) WITHOUT ROWID;
-CREATE INDEX lifecycle_job ON lifecycle(job, event_seq);
+CREATE INDEX IF NOT EXISTS lifecycle_job ON lifecycle(job, event_seq);
 "#;
 
-/// Version 3: the notifier's outbox (`bursar-notify`, run by `serve --notify`). `notify_cursor` is
-/// how far the notifier has read the log (the last decision and event seq whose notices are in
-/// `notices`); `notices` holds one row per decision that raised a notice, its resolution once its
-/// cause ended, and what the sink has acknowledged (`delivered`: `none`, `firing`, `resolved`). The
-/// cursor and the notices it covers are written in one transaction, so a restart neither skips nor
-/// repeats a decision. Not chained: derived from the chained decisions and lifecycle rows.
-const V3: &str = r#"
+const V2: &str = r#"
+CREATE TABLE anchors (
+    seq            INTEGER PRIMARY KEY,
+    at             INTEGER NOT NULL,
+    kind           TEXT NOT NULL,
+    events_seq     INTEGER NOT NULL,
+    events_hash    BLOB NOT NULL,
+    decisions_seq  INTEGER NOT NULL,
+    decisions_hash BLOB NOT NULL,
+    loads_seq      INTEGER NOT NULL,
+    loads_hash     BLOB NOT NULL,
+    subject        TEXT,
+    subject_seq    INTEGER,
+    digest         BLOB,
+    note           TEXT,
+    hash           BLOB NOT NULL
+);
+CREATE INDEX anchors_kind ON anchors(kind, subject_seq);
+"#;
+
+/// One migration step.
+enum Step {
+    /// Plain SQL.
+    Sql(&'static str),
+    /// SQL, then code (anchoring what the file already holds).
+    Then(&'static str, fn(&Transaction<'_>) -> Result<()>),
+}
+
+/// Version 4: the notifier's outbox (`bursar-notify`, run by `serve --notify`; [`crate::outbox`]).
+/// `notify_cursor` is how far the notifier has read the log (the last decision and event seq whose
+/// notices are in `notices`); `notices` holds one row per decision that raised a notice, its
+/// resolution once its cause ended, and what the sink has acknowledged (`delivered`: `none`,
+/// `firing`, `resolved`). The cursor and the notices it covers are written in one transaction, so a
+/// restart neither skips nor repeats a decision. Not chained: the notifier's working state, derived
+/// from the chained decisions and lifecycle rows.
+const V4: &str = r#"
 CREATE TABLE notify_cursor (
     id           INTEGER PRIMARY KEY CHECK (id = 1),
     decision_seq INTEGER NOT NULL,
@@ -149,7 +188,94 @@ CREATE INDEX notices_to_send ON notices(seq) WHERE delivered <> 'resolved';
 "#;
 
 /// The migration steps: `MIGRATIONS[n]` takes a file from version n to n+1.
-const MIGRATIONS: &[&str] = &[V1, V2, V3];
+const MIGRATIONS: &[Step] = &[Step::Sql(V1), Step::Then(V2, adopt), Step::Sql(V3), Step::Sql(V4)];
+
+/// Version 1 to 2: anchors what a version-1 file holds, as found.
+fn adopt(tx: &Transaction<'_>) -> Result<()> {
+    let heads = Heads {
+        events: load_head(tx, "events")?,
+        decisions: load_head(tx, "decisions")?,
+        loads: load_head(tx, "policy_loads")?,
+    };
+    let now = wall_ms();
+    let mut prev = Head { seq: 0, hash: crate::canon::GENESIS };
+    let mut any = heads.events.seq > 0 || heads.decisions.seq > 0 || heads.loads.seq > 0;
+    let read = |e| AuditError::sqlite("read a version-1 file to migrate it")(e);
+    {
+        let mut st = tx
+            .prepare("SELECT chain, through_seq, hash, removed, before FROM checkpoints ORDER BY id")
+            .map_err(read)?;
+        let rows = st
+            .query_map([], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, Vec<u8>>(2)?, r.get(3)?, r.get(4)?))
+            })
+            .map_err(read)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(read)?;
+        for (chain, through, hash, removed, before) in rows {
+            let note = anchor::checkpoint_note(removed, before);
+            let what = What {
+                kind: "checkpoint",
+                subject: Some(&chain),
+                subject_seq: Some(through),
+                digest: Some(&hash),
+                note: Some(&note),
+            };
+            prev = anchor::insert(tx, prev, now, &heads, &what)?;
+            any = true;
+        }
+    }
+    {
+        let mut st = tx
+            .prepare("SELECT digest, files, first_loaded_at FROM policy_sets ORDER BY first_loaded_at, digest")
+            .map_err(read)?;
+        let rows = st
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))
+            .map_err(read)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(read)?;
+        for (digest, files, at) in rows {
+            let sum = anchor::sha256(files.as_bytes());
+            let what = What {
+                kind: "policy_set",
+                subject: Some(&digest),
+                subject_seq: Some(at),
+                digest: Some(&sum),
+                note: Some("adopted"),
+            };
+            prev = anchor::insert(tx, prev, now, &heads, &what)?;
+            any = true;
+        }
+    }
+    {
+        let mut st = tx
+            .prepare("SELECT event_seq, taken_at, policy_set, blob FROM engine_snapshots ORDER BY event_seq")
+            .map_err(read)?;
+        let rows = st
+            .query_map([], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, Option<String>>(2)?, r.get::<_, Vec<u8>>(3)?))
+            })
+            .map_err(read)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(read)?;
+        for (event_seq, taken_at, set, blob) in rows {
+            let sum = anchor::sha256(&blob);
+            let what = What {
+                kind: "snapshot",
+                subject: set.as_deref(),
+                subject_seq: Some(event_seq),
+                digest: Some(&sum),
+                note: Some("adopted"),
+            };
+            prev = anchor::insert(tx, prev, taken_at, &heads, &what)?;
+            any = true;
+        }
+    }
+    if any {
+        anchor::insert(tx, prev, now, &heads, &What::plain("adopt"))?;
+    }
+    Ok(())
+}
 
 /// Brings the database to [`SCHEMA_VERSION`], refusing a newer one. Returns the version found.
 pub fn migrate(conn: &mut Connection, path: &str) -> Result<i64> {
@@ -159,10 +285,17 @@ pub fn migrate(conn: &mut Connection, path: &str) -> Result<i64> {
     if found > SCHEMA_VERSION {
         return Err(AuditError::SchemaTooNew { path: path.to_owned(), found, supported: SCHEMA_VERSION });
     }
-    for (from, sql) in MIGRATIONS.iter().enumerate().skip(usize::try_from(found).unwrap_or(0)) {
+    for (from, step) in MIGRATIONS.iter().enumerate().skip(usize::try_from(found).unwrap_or(0)) {
         let to = from as i64 + 1;
         let tx = conn.transaction().map_err(AuditError::sqlite("start a migration"))?;
+        let (sql, then) = match step {
+            Step::Sql(sql) => (*sql, None),
+            Step::Then(sql, f) => (*sql, Some(f)),
+        };
         tx.execute_batch(sql).map_err(AuditError::sqlite(format!("migrate the schema to version {to}")))?;
+        if let Some(f) = then {
+            f(&tx)?;
+        }
         tx.pragma_update(None, "user_version", to).map_err(AuditError::sqlite("record the schema version"))?;
         tx.commit().map_err(AuditError::sqlite(format!("commit the migration to version {to}")))?;
     }

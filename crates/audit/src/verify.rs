@@ -1,22 +1,40 @@
-//! `verify`: re-walk the hash chains and name the first row edited, removed or reordered; `prune`:
-//! delete old rows and record a checkpoint the remaining chain starts from.
+//! `verify`: re-walk the hash chains, check them against one another and against their anchors, and
+//! name the first problem of each; with a witness, check the log against every signed head too.
+//! `prune`: delete old rows and record an anchored checkpoint the remaining chain starts from.
 //!
-//! A chain is walked in `seq` order from its newest prune checkpoint (or from 32 zero bytes). Each row
-//! must carry the next sequence number (a gap means rows were removed) and its stored hash must equal
-//! `SHA-256(previous hash ‖ canonical content)` (a mismatch means the row was edited, or moved by
-//! renumbering). The walk ends against `chain_heads`, which catches rows removed from the end.
+//! What is checked, in order (docs/audit.md says the same for operators):
 //!
-//! What this proves: the log is the one bursar wrote, unless someone recomputed every hash after the
-//! edited row and the head too. Anchoring the head elsewhere (printing `verify`'s final hashes into
-//! another system) closes that gap; see docs/audit.md.
+//! 1. **Each chain on its own** (`events`, `decisions`, `policy_loads`, `anchors`): walked in `seq`
+//!    order from its newest *anchored* prune checkpoint (or from 32 zero bytes). Each row must carry
+//!    the next sequence number (a gap means rows were removed) and its stored hash must equal
+//!    `SHA-256(previous hash ‖ canonical content)` (else it was edited, or moved by renumbering); the
+//!    walk ends against `chain_heads`, which catches rows removed from the end.
+//! 2. **The checkpoints**: every `checkpoints` row must be one a prune anchored, in the same order; a
+//!    forged checkpoint (which would hide a deleted prefix) is not.
+//! 3. **The anchors against the chains**: each chain position an anchor records must be a row of that
+//!    chain with that hash, and the newest anchor must record each chain's newest row: a chain deleted
+//!    with its head, or rows appended by something other than bursar, no longer match.
+//! 4. **Side data**: each engine snapshot and each policy set must match the digest its anchor recorded.
+//! 5. **Cross-chain**: every decision must name an event that is in the log (the one its `event_seq`
+//!    points at), and every `job.submitted` must have exactly one admission decision about its job.
+//!
+//! What this proves without a witness: the file is internally consistent, so an edit needs every hash
+//! after it recomputed (or all chains cut back to an earlier anchor together). With a witness
+//! ([`verify_with_witness`]): the log extends every head that was signed, so truncation, rollback and
+//! a full re-hash are caught too, up to the last signed head.
+
+use std::collections::HashMap;
 
 use rusqlite::OptionalExtension;
-use rusqlite::params;
 use serde::Serialize;
 
+use crate::anchor::{self, AnchorRow};
 use crate::canon::{Canon, GENESIS, Hash, hex};
 use crate::error::{AuditError, Result};
-use crate::log::{AuditLog, CHAINS, DECISION_COLUMNS, EVENT_COLUMNS, LOAD_COLUMNS, to_hash, wall_ms};
+use crate::log::{
+    AuditLog, CHAINS, DECISION_COLUMNS, EVENT_COLUMNS, Head, LOAD_COLUMNS, StoredSnapshot, check_snapshot,
+};
+use crate::witness::{PublicKey, WitnessLine};
 
 /// What was found wrong.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -32,12 +50,29 @@ pub enum ProblemKind {
     Reordered,
     /// The chain head does not match the last row (the head was edited).
     HeadMismatch,
+    /// Rows or side data that no anchor covers: not written by bursar.
+    Unanchored,
+    /// Side data (a snapshot, a policy set, a checkpoint, derived facts) that differs from what its
+    /// anchor recorded, or from what the log rebuilds.
+    Mismatch,
+    /// A broken reference between chains: a decision naming an event not in the log, a submission
+    /// without its admission decision.
+    Orphan,
+    /// The log lacks what a signed head covers: it was truncated or rolled back.
+    BehindWitness,
+    /// The log differs from a signed head: it was rewritten (re-hashed).
+    DiffersFromWitness,
+    /// A witness line that cannot be trusted (unreadable, badly signed, out of order), or none at all.
+    BadWitness,
+    /// A prune checkpoint newer than the last signed head: it could hide removed rows.
+    Unwitnessed,
 }
 
 /// The first problem in a chain.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Problem {
-    /// The chain (table): `events`, `decisions` or `policy_loads`.
+    /// What it is about: a chain (`events`, `decisions`, `policy_loads`, `anchors`), or `checkpoints`,
+    /// `engine_snapshots`, `policy_sets`, `witness`, or a `facts_*` table.
     pub chain: String,
     /// The sequence number of the row named.
     pub seq: i64,
@@ -62,13 +97,34 @@ pub struct ChainReport {
     pub head: String,
 }
 
+/// What checking against a witness found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WitnessReport {
+    /// Signed heads read.
+    pub lines: usize,
+    /// The public keys they were signed with, hex.
+    pub keys: Vec<String>,
+    /// The anchor the newest signed head covers (0 when none).
+    pub signed_anchor: i64,
+    /// When it was signed, ms since the epoch.
+    pub signed_at: i64,
+    /// Anchors (writes) after it: not covered by the witness (the writes since the last signature).
+    pub unwitnessed_anchors: i64,
+}
+
 /// The outcome of [`verify`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Report {
-    /// Each chain walked.
+    /// Each chain walked: `events`, `decisions`, `policy_loads`, `anchors`.
     pub chains: Vec<ChainReport>,
-    /// The first problem of each broken chain.
+    /// The first problem of each broken chain (or side table).
     pub problems: Vec<Problem>,
+    /// With a witness: what it covers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub witness: Option<WitnessReport>,
+    /// Remarks that are not problems (what was not checked, and why).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl Report {
@@ -76,56 +132,580 @@ impl Report {
     pub fn is_ok(&self) -> bool {
         self.problems.is_empty()
     }
+
+    /// Whether `chain` already has its problem.
+    fn has(&self, chain: &str) -> bool {
+        self.problems.iter().any(|p| p.chain == chain)
+    }
+
+    /// Records `p` unless its chain already has a problem (the first one is the one to read).
+    pub fn push(&mut self, p: Problem) {
+        if !self.has(&p.chain) {
+            self.problems.push(p);
+        }
+    }
+}
+
+fn problem(chain: &str, seq: i64, kind: ProblemKind, message: String) -> Problem {
+    Problem { chain: chain.to_owned(), seq, kind, message }
 }
 
 fn columns(chain: &str) -> &'static str {
     match chain {
         "events" => EVENT_COLUMNS,
         "decisions" => DECISION_COLUMNS,
+        "anchors" => anchor::ANCHOR_COLUMNS,
         _ => LOAD_COLUMNS,
     }
 }
 
-fn checkpoint(log: &AuditLog, chain: &str) -> Result<(i64, Hash)> {
-    let row: Option<(i64, Vec<u8>)> = log
-        .conn
-        .query_row(
-            "SELECT through_seq, hash FROM checkpoints WHERE chain = ?1 ORDER BY id DESC LIMIT 1",
-            [chain],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()
-        .map_err(AuditError::sqlite("read the prune checkpoints"))?;
-    match row {
-        None => Ok((0, GENESIS)),
-        Some((seq, h)) => Ok((seq, to_hash(&h, "checkpoints", seq)?)),
-    }
+fn ts(ms: i64) -> String {
+    bursar_model::Timestamp(ms).to_string()
 }
 
-/// Walks every chain; returns a report naming the first problem of each broken chain.
+fn sql(what: &str) -> impl FnOnce(rusqlite::Error) -> AuditError {
+    AuditError::sqlite(format!("verify: read {what}"))
+}
+
+/// A checkpoint a prune anchored.
+#[derive(Debug, Clone)]
+struct Cut {
+    anchor: i64,
+    chain: String,
+    through: i64,
+    hash: Vec<u8>,
+    note: Option<String>,
+}
+
+/// Walks every chain and checks them against one another and their anchors; returns a report naming
+/// the first problem of each broken chain or side table.
 pub fn verify(log: &AuditLog) -> Result<Report> {
-    let mut report = Report { chains: Vec::new(), problems: Vec::new() };
-    for chain in CHAINS {
-        let (from, start) = checkpoint(log, chain)?;
-        let (chain_report, problem) = walk(log, chain, from, start)?;
-        report.chains.push(chain_report);
-        if let Some(p) = problem {
-            report.problems.push(p);
+    let conn = log.connection();
+    let mut report = Report { chains: Vec::new(), problems: Vec::new(), witness: None, notes: Vec::new() };
+
+    // 1. The anchors first: everything else is checked against the part of it that verifies.
+    let (anchors_rep, p) = walk(log, "anchors", 0, GENESIS)?;
+    let good = anchors_rep.last_seq;
+    if let Some(p) = p {
+        report.push(p);
+    }
+
+    // 2. Checkpoints: the table must hold exactly the anchored ones, in order.
+    let cuts = anchored_cuts(log, good)?;
+    check_checkpoints(log, &cuts, &mut report)?;
+    let mut start: HashMap<&str, Head> = HashMap::new();
+    for c in &cuts {
+        if let Some(chain) = CHAINS.iter().find(|x| **x == c.chain) {
+            start.insert(chain, Head { seq: c.through, hash: crate::log::to_hash(&c.hash, "checkpoints", c.through)? });
         }
+    }
+
+    // 3. Each row chain from its anchored checkpoint.
+    let mut ends: HashMap<&str, (i64, Hash)> = HashMap::new();
+    for chain in CHAINS {
+        let from = start.get(chain).copied().unwrap_or(Head { seq: 0, hash: GENESIS });
+        let (rep, p) = walk(log, chain, from.seq, from.hash)?;
+        ends.insert(chain, (rep.last_seq, crate::log::to_hash(&unhex32(&rep.head), chain, rep.last_seq)?));
+        report.chains.push(rep);
+        if let Some(p) = p {
+            report.push(p);
+        }
+    }
+    report.chains.push(anchors_rep);
+
+    // 4. The anchors against the chains.
+    check_positions(log, good, &start, &ends, &mut report)?;
+
+    // 5. Side data.
+    check_snapshots(log, &mut report)?;
+    check_policy_sets(log, good, &mut report)?;
+
+    // 6. Across chains.
+    if !report.has("events") && !report.has("decisions") {
+        let efrom = start.get("events").map_or(0, |h| h.seq);
+        let dfrom = start.get("decisions").map_or(0, |h| h.seq);
+        check_references(conn, efrom, dfrom, &mut report)?;
     }
     Ok(report)
 }
 
+fn unhex32(h: &str) -> Vec<u8> {
+    crate::witness::unhex(h).unwrap_or_default()
+}
+
+fn anchored_cuts(log: &AuditLog, good: i64) -> Result<Vec<Cut>> {
+    let mut st = log
+        .connection()
+        .prepare(
+            "SELECT seq, subject, subject_seq, digest, note FROM anchors WHERE kind = 'checkpoint' AND seq <= ?1 ORDER BY seq",
+        )
+        .map_err(sql("the checkpoint anchors"))?;
+    let rows = st
+        .query_map([good], |r| {
+            Ok(Cut {
+                anchor: r.get(0)?,
+                chain: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                through: r.get::<_, Option<i64>>(2)?.unwrap_or(0),
+                hash: r.get::<_, Option<Vec<u8>>>(3)?.unwrap_or_default(),
+                note: r.get(4)?,
+            })
+        })
+        .map_err(sql("the checkpoint anchors"))?;
+    rows.collect::<rusqlite::Result<Vec<_>>>().map_err(sql("the checkpoint anchors"))
+}
+
+fn check_checkpoints(log: &AuditLog, cuts: &[Cut], report: &mut Report) -> Result<()> {
+    let mut st = log
+        .connection()
+        .prepare("SELECT chain, through_seq, hash, removed, before FROM checkpoints ORDER BY id")
+        .map_err(sql("the prune checkpoints"))?;
+    let rows = st
+        .query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, Vec<u8>>(2)?, r.get::<_, i64>(3)?, r.get(4)?))
+        })
+        .map_err(sql("the prune checkpoints"))?
+        .collect::<rusqlite::Result<Vec<(String, i64, Vec<u8>, i64, i64)>>>()
+        .map_err(sql("the prune checkpoints"))?;
+    for (i, row) in rows.iter().enumerate() {
+        let (chain, through, hash, removed, before) = row;
+        let note = anchor::checkpoint_note(*removed, *before);
+        let matches = cuts.get(i).is_some_and(|c| {
+            c.chain == *chain && c.through == *through && c.hash == *hash && c.note.as_deref() == Some(note.as_str())
+        });
+        if !matches {
+            report.push(problem(
+                "checkpoints",
+                *through,
+                ProblemKind::Unanchored,
+                format!(
+                    "the prune checkpoint of {chain} through row {through} is not anchored: it was not made by `bursar audit prune`, and it would hide the rows before it (verify starts {chain} from its anchored checkpoint instead)"
+                ),
+            ));
+            return Ok(());
+        }
+    }
+    if let Some(c) = cuts.get(rows.len()) {
+        report.push(problem(
+            "checkpoints",
+            c.through,
+            ProblemKind::Mismatch,
+            format!(
+                "the prune checkpoint of {} through row {} (anchors row {}) was removed from `checkpoints`",
+                c.chain, c.through, c.anchor
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn check_positions(
+    log: &AuditLog,
+    good: i64,
+    start: &HashMap<&str, Head>,
+    ends: &HashMap<&str, (i64, Hash)>,
+    report: &mut Report,
+) -> Result<()> {
+    let conn = log.connection();
+    let mut st = conn
+        .prepare(&format!("SELECT {}, hash FROM anchors WHERE seq <= ?1 ORDER BY seq", anchor::ANCHOR_COLUMNS))
+        .map_err(sql("the anchors"))?;
+    let mut rows = st.query([good]).map_err(sql("the anchors"))?;
+    let mut last: HashMap<&str, Head> = HashMap::new();
+    let mut lookups: HashMap<&str, rusqlite::CachedStatement<'_>> = HashMap::new();
+    for chain in CHAINS {
+        let st = conn
+            .prepare_cached(&format!("SELECT hash FROM {chain} WHERE seq = ?1"))
+            .map_err(sql(&format!("`{chain}`")))?;
+        lookups.insert(chain, st);
+    }
+    while let Some(r) = rows.next().map_err(sql("the anchors"))? {
+        let a: AnchorRow = anchor::anchor_from_row(r).map_err(sql("the anchors"))?;
+        for (chain, head) in
+            [("events", a.heads.events), ("decisions", a.heads.decisions), ("policy_loads", a.heads.loads)]
+        {
+            if report.has(chain) || last.get(chain) == Some(&head) {
+                continue;
+            }
+            if let Some(prev) = last.get(chain)
+                && head.seq < prev.seq
+            {
+                report.push(problem(
+                    chain,
+                    head.seq,
+                    ProblemKind::Mismatch,
+                    format!(
+                        "anchors row {} records {chain} at row {}, behind row {} that an earlier anchor recorded",
+                        a.seq, head.seq, prev.seq
+                    ),
+                ));
+                continue;
+            }
+            last.insert(chain, head);
+            let from = start.get(chain).copied().unwrap_or(Head { seq: 0, hash: GENESIS });
+            if head.seq < from.seq {
+                continue; // pruned
+            }
+            let (end, _) = ends.get(chain).copied().unwrap_or((0, GENESIS));
+            let stored: Option<Vec<u8>> = if head.seq == from.seq {
+                Some(from.hash.to_vec())
+            } else if let Some(st) = lookups.get_mut(chain) {
+                st.query_row([head.seq], |r| r.get(0)).optional().map_err(sql(&format!("`{chain}`")))?
+            } else {
+                None
+            };
+            match stored {
+                None => report.push(problem(
+                    chain,
+                    end + 1,
+                    ProblemKind::Truncated,
+                    if end == 0 {
+                        format!(
+                            "{chain} is empty, but anchors row {} records it at row {}: rows 1 to {} were removed, with the chain's head",
+                            a.seq, head.seq, head.seq
+                        )
+                    } else {
+                        format!(
+                            "anchors row {} records {chain} at row {}, but {chain} ends at row {end}: rows {} to {} were removed",
+                            a.seq,
+                            head.seq,
+                            end + 1,
+                            head.seq
+                        )
+                    },
+                )),
+                Some(h) if h.as_slice() != head.hash.as_slice() => report.push(problem(
+                    chain,
+                    head.seq,
+                    ProblemKind::Edited,
+                    format!(
+                        "{chain} row {} does not have the hash anchors row {} recorded for it: the chain was rewritten from there on",
+                        head.seq, a.seq
+                    ),
+                )),
+                Some(_) => {}
+            }
+        }
+    }
+    drop(rows);
+    // The newest anchor must record each chain's newest row (when the anchors verify to the end).
+    if report.has("anchors") {
+        return Ok(());
+    }
+    for chain in CHAINS {
+        if report.has(chain) {
+            continue;
+        }
+        let recorded = last.get(chain).copied().unwrap_or(Head { seq: 0, hash: GENESIS });
+        let (end, _) = ends.get(chain).copied().unwrap_or((0, GENESIS));
+        if end > recorded.seq {
+            report.push(problem(
+                chain,
+                recorded.seq + 1,
+                ProblemKind::Unanchored,
+                format!(
+                    "{chain} rows {} to {end} are not covered by any anchor: they were not written by bursar",
+                    recorded.seq + 1
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_snapshots(log: &AuditLog, report: &mut Report) -> Result<()> {
+    let conn = log.connection();
+    let mut st = conn
+        .prepare("SELECT event_seq, taken_at, policy_set, blob FROM engine_snapshots ORDER BY event_seq DESC")
+        .map_err(sql("the engine snapshots"))?;
+    let mut rows = st.query([]).map_err(sql("the engine snapshots"))?;
+    while let Some(r) = rows.next().map_err(sql("the engine snapshots"))? {
+        let snap = StoredSnapshot {
+            event_seq: r.get(0).map_err(sql("an engine snapshot"))?,
+            taken_at: r.get(1).map_err(sql("an engine snapshot"))?,
+            policy_set: r.get(2).map_err(sql("an engine snapshot"))?,
+            blob: r.get(3).map_err(sql("an engine snapshot"))?,
+        };
+        let why = check_snapshot(conn, &snap)?;
+        if let Some(why) = why {
+            let kind = match why {
+                crate::log::SnapshotRejected::Unanchored { .. } => ProblemKind::Unanchored,
+                _ => ProblemKind::Mismatch,
+            };
+            report.push(problem(
+                "engine_snapshots",
+                snap.event_seq,
+                kind,
+                format!("{why}; `serve` would not restore from it (it replays the log instead)"),
+            ));
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+fn check_policy_sets(log: &AuditLog, good: i64, report: &mut Report) -> Result<()> {
+    let conn = log.connection();
+    let mut anchored: HashMap<String, (i64, Option<i64>, Vec<u8>)> = HashMap::new();
+    {
+        let mut st = conn
+            .prepare(
+                "SELECT seq, subject, subject_seq, digest FROM anchors WHERE kind = 'policy_set' AND seq <= ?1 ORDER BY seq",
+            )
+            .map_err(sql("the policy-set anchors"))?;
+        let rows = st
+            .query_map([good], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                    r.get::<_, Option<i64>>(2)?,
+                    r.get::<_, Option<Vec<u8>>>(3)?.unwrap_or_default(),
+                ))
+            })
+            .map_err(sql("the policy-set anchors"))?;
+        for row in rows {
+            let (seq, digest, at, sum) = row.map_err(sql("the policy-set anchors"))?;
+            anchored.entry(digest).or_insert((seq, at, sum));
+        }
+    }
+    let mut st = conn
+        .prepare("SELECT digest, files, first_loaded_at FROM policy_sets ORDER BY first_loaded_at, digest")
+        .map_err(sql("the policy sets"))?;
+    let rows = st
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))
+        .map_err(sql("the policy sets"))?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(sql("the policy sets"))?;
+    for (digest, files, at) in &rows {
+        let short = digest.get(..12).unwrap_or(digest);
+        match anchored.remove(digest) {
+            None => {
+                report.push(problem(
+                    "policy_sets",
+                    0,
+                    ProblemKind::Unanchored,
+                    format!("policy set `{short}` is not anchored: it was not recorded by bursar"),
+                ));
+                return Ok(());
+            }
+            Some((seq, recorded_at, sum)) => {
+                if anchor::sha256(files.as_bytes()).as_slice() != sum.as_slice() || recorded_at != Some(*at) {
+                    report.push(problem(
+                        "policy_sets",
+                        seq,
+                        ProblemKind::Mismatch,
+                        format!(
+                            "policy set `{short}` was edited: its files (or first-load time) no longer match what anchors row {seq} recorded when it was loaded"
+                        ),
+                    ));
+                    return Ok(());
+                }
+            }
+        }
+    }
+    if let Some((digest, (seq, _, _))) = anchored.iter().min_by_key(|(_, (seq, _, _))| *seq) {
+        let short = digest.get(..12).unwrap_or(digest);
+        report.push(problem(
+            "policy_sets",
+            *seq,
+            ProblemKind::Mismatch,
+            format!("policy set `{short}` (anchors row {seq}) was removed from `policy_sets`"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_references(conn: &rusqlite::Connection, efrom: i64, dfrom: i64, report: &mut Report) -> Result<()> {
+    // Every decision names the event its event_seq points at (unless that event was pruned).
+    let orphan: Option<(i64, String, i64)> = conn
+        .query_row(
+            "SELECT d.seq, d.event_id, d.event_seq FROM decisions d LEFT JOIN events e ON e.seq = d.event_seq \
+             WHERE d.seq > ?1 AND d.event_seq IS NOT NULL AND d.event_seq > ?2 \
+               AND (e.seq IS NULL OR e.event_id IS NOT d.event_id) \
+             ORDER BY d.seq LIMIT 1",
+            [dfrom, efrom],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()
+        .map_err(sql("decisions and their events"))?;
+    if let Some((seq, id, eseq)) = orphan {
+        report.push(problem(
+            "decisions",
+            seq,
+            ProblemKind::Orphan,
+            format!("decisions row {seq} names event `{id}` (events row {eseq}), which is not in the log: the event was removed or replaced"),
+        ));
+        return Ok(());
+    }
+    // Every submission has exactly one admission decision about its job. After a prune of the
+    // decisions, only events at or after the first remaining decision's event are checked.
+    let floor: i64 = if dfrom > 0 {
+        conn.query_row("SELECT COALESCE(MIN(event_seq), 0) FROM decisions WHERE seq > ?1", [dfrom], |r| r.get(0))
+            .map_err(sql("the decisions"))?
+    } else {
+        0
+    };
+    let missing: Option<(i64, String, i64)> = conn
+        .query_row(
+            "SELECT e.seq, e.event_id, (SELECT count(*) FROM decisions d WHERE d.job = e.job AND d.event_seq = e.seq AND d.admission = 1) AS n \
+             FROM events e WHERE e.seq > ?1 AND e.seq >= ?2 AND e.type = 'job.submitted' AND n != 1 \
+             ORDER BY e.seq LIMIT 1",
+            [efrom, floor],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()
+        .map_err(sql("submissions and their admissions"))?;
+    if let Some((seq, id, n)) = missing {
+        let what = if n == 0 {
+            "has no admission decision: its decisions were removed".to_owned()
+        } else {
+            format!("has {n} admission decisions instead of one")
+        };
+        report.push(problem(
+            "decisions",
+            seq,
+            ProblemKind::Orphan,
+            format!("events row {seq} (`{id}`, a job.submitted) {what}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Like [`verify`], and checks the log against every signed head in `witness` (read with
+/// [`crate::witness::read`]): each must be validly signed (by `pinned` when given), name this log,
+/// and cover an anchor the log still has with the same hash. A log that lacks a signed anchor was
+/// truncated or rolled back; one whose anchor differs was rewritten. A prune checkpoint newer than
+/// the newest signed head is a problem too (an unsigned prune could hide rows); other writes after it
+/// are reported in [`WitnessReport::unwitnessed_anchors`].
+pub fn verify_with_witness(log: &AuditLog, witness: &[WitnessLine], pinned: Option<&PublicKey>) -> Result<Report> {
+    let mut report = verify(log)?;
+    check_witness(log, witness, pinned, &mut report)?;
+    Ok(report)
+}
+
+fn check_witness(log: &AuditLog, lines: &[WitnessLine], pinned: Option<&PublicKey>, report: &mut Report) -> Result<()> {
+    let conn = log.connection();
+    let (last_anchor, _) = log.head();
+    let id = log.log_id()?.unwrap_or_default();
+    let mut keys: Vec<String> = Vec::new();
+    let mut signed: Option<(i64, i64)> = None;
+    let w = |kind: ProblemKind, seq: i64, message: String| problem("witness", seq, kind, message);
+    for (n, line) in lines {
+        let head = match line {
+            Ok(h) => h,
+            Err(m) => {
+                report.push(w(ProblemKind::BadWitness, 0, format!("witness line {n}: {m}")));
+                break;
+            }
+        };
+        if let Err(m) = head.check(pinned) {
+            report.push(w(
+                ProblemKind::BadWitness,
+                head.anchors.seq,
+                format!("witness line {n} cannot be trusted: {m}"),
+            ));
+            break;
+        }
+        if !keys.contains(&head.key) {
+            keys.push(head.key.clone());
+        }
+        let when = ts(head.at);
+        if head.log != id {
+            report.push(w(
+                ProblemKind::DiffersFromWitness,
+                head.anchors.seq,
+                format!(
+                    "witness line {n} (signed {when}) is for log {}…, but this file is log {}…: the whole log was rewritten (re-hashed), or the witness belongs to another log",
+                    head.log.get(..16).unwrap_or(&head.log),
+                    id.get(..16).unwrap_or(&id)
+                ),
+            ));
+            break;
+        }
+        if let Some((prev, _)) = signed
+            && head.anchors.seq < prev
+        {
+            report.push(w(
+                ProblemKind::BadWitness,
+                head.anchors.seq,
+                format!("witness line {n} goes back from anchors row {prev} to row {}", head.anchors.seq),
+            ));
+            break;
+        }
+        match anchor::anchor_at(conn, head.anchors.seq)? {
+            None => {
+                report.push(w(
+                    ProblemKind::BehindWitness,
+                    head.anchors.seq,
+                    format!(
+                        "the witness signed anchors row {} on {when} (line {n}), but the log ends at anchors row {last_anchor}: it was truncated, or rolled back to an older copy",
+                        head.anchors.seq
+                    ),
+                ));
+                break;
+            }
+            Some(a) if hex(&a.hash) != head.anchors.hash => {
+                report.push(w(
+                    ProblemKind::DiffersFromWitness,
+                    head.anchors.seq,
+                    format!(
+                        "anchors row {} is not the one signed on {when} (witness line {n}): the log was rewritten from there on",
+                        head.anchors.seq
+                    ),
+                ));
+                break;
+            }
+            Some(_) => {}
+        }
+        signed = Some((head.anchors.seq, head.at));
+    }
+    if lines.is_empty() && last_anchor > 0 {
+        report.push(w(
+            ProblemKind::BadWitness,
+            0,
+            "the witness holds no signed head\n  help: pass the file bursar appends signed heads to (`--witness` of `eval`), or sign one with `bursar audit head`".to_owned(),
+        ));
+    }
+    let (signed_anchor, signed_at) = signed.unwrap_or((0, 0));
+    if !report.has("witness") {
+        let cut: Option<(i64, String, i64)> = conn
+            .query_row(
+                "SELECT seq, subject, subject_seq FROM anchors WHERE kind = 'checkpoint' AND seq > ?1 ORDER BY seq LIMIT 1",
+                [signed_anchor],
+                |r| Ok((r.get(0)?, r.get::<_, Option<String>>(1)?.unwrap_or_default(), r.get::<_, Option<i64>>(2)?.unwrap_or(0))),
+            )
+            .optional()
+            .map_err(sql("the checkpoint anchors"))?;
+        if let Some((seq, chain, through)) = cut {
+            report.push(w(
+                ProblemKind::Unwitnessed,
+                seq,
+                format!(
+                    "the prune of {chain} through row {through} (anchors row {seq}) is newer than the last signed head (anchors row {signed_anchor}): an unsigned prune could hide removed rows\n  help: prune with `--signing-key` and `--witness`, so the checkpoint is signed"
+                ),
+            ));
+        }
+    }
+    report.witness = Some(WitnessReport {
+        lines: lines.len(),
+        keys,
+        signed_anchor,
+        signed_at,
+        unwitnessed_anchors: (last_anchor - signed_anchor).max(0),
+    });
+    Ok(())
+}
+
 fn walk(log: &AuditLog, chain: &str, from: i64, start: Hash) -> Result<(ChainReport, Option<Problem>)> {
+    let conn = log.connection();
     let cols = columns(chain);
     let ncols = cols.split(',').count();
-    let sql = format!("SELECT {cols}, hash FROM {chain} WHERE seq > ?1 ORDER BY seq");
-    let mut st = log.conn.prepare(&sql).map_err(AuditError::sqlite(format!("read `{chain}`")))?;
+    let sql_text = format!("SELECT {cols}, hash FROM {chain} WHERE seq > ?1 ORDER BY seq");
+    let mut st = conn.prepare(&sql_text).map_err(AuditError::sqlite(format!("read `{chain}`")))?;
     let mut rows = st.query([from]).map_err(AuditError::sqlite(format!("read `{chain}`")))?;
-    let mut prev = Head0 { seq: from, hash: start };
+    let mut prev = Head { seq: from, hash: start };
     let mut count = 0u64;
-    let mut problem = None;
-    let p = |seq: i64, kind: ProblemKind, message: String| Problem { chain: chain.to_owned(), seq, kind, message };
+    let mut found = None;
+    let p = |seq: i64, kind: ProblemKind, message: String| problem(chain, seq, kind, message);
     while let Some(r) = rows.next().map_err(AuditError::sqlite(format!("read `{chain}`")))? {
         let seq: i64 = r.get(0).map_err(AuditError::sqlite(format!("read `{chain}`")))?;
         let stored: Vec<u8> = r.get(ncols).map_err(AuditError::sqlite(format!("read `{chain}`")))?;
@@ -141,7 +721,7 @@ fn walk(log: &AuditLog, chain: &str, from: i64, start: Hash) -> Result<(ChainRep
             } else {
                 (ProblemKind::Reordered, format!("{chain} row {seq} is out of order"))
             };
-            problem = Some(p(prev.seq + 1, kind, message));
+            found = Some(p(prev.seq + 1, kind, message));
             break;
         }
         let mut c = Canon::after(&prev.hash);
@@ -151,19 +731,18 @@ fn walk(log: &AuditLog, chain: &str, from: i64, start: Hash) -> Result<(ChainRep
         }
         let h = c.finish();
         if stored.as_slice() != h.as_slice() {
-            problem = Some(p(
+            found = Some(p(
                 seq,
                 ProblemKind::Edited,
                 format!("{chain} row {seq} was edited (or moved): its content does not match its hash"),
             ));
             break;
         }
-        prev = Head0 { seq, hash: h };
+        prev = Head { seq, hash: h };
     }
     drop(rows);
-    if problem.is_none() {
-        let head: Option<(i64, Vec<u8>)> = log
-            .conn
+    if found.is_none() {
+        let head: Option<(i64, Vec<u8>)> = conn
             .query_row("SELECT seq, hash FROM chain_heads WHERE chain = ?1", [chain], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()
             .map_err(AuditError::sqlite("read the chain heads"))?;
@@ -174,9 +753,9 @@ fn walk(log: &AuditLog, chain: &str, from: i64, start: Hash) -> Result<(ChainRep
             } else {
                 format!("{chain} rows {} to {head_seq} (the newest) were removed", prev.seq + 1)
             };
-            problem = Some(p(prev.seq + 1, ProblemKind::Truncated, message));
+            found = Some(p(prev.seq + 1, ProblemKind::Truncated, message));
         } else if head_seq < prev.seq || head_hash.as_slice() != prev.hash.as_slice() {
-            problem = Some(p(
+            found = Some(p(
                 prev.seq,
                 ProblemKind::HeadMismatch,
                 format!("the recorded head of {chain} (row {head_seq}) does not match row {}", prev.seq),
@@ -185,12 +764,7 @@ fn walk(log: &AuditLog, chain: &str, from: i64, start: Hash) -> Result<(ChainRep
     }
     let rep =
         ChainReport { chain: chain.to_owned(), rows: count, from_seq: from, last_seq: prev.seq, head: hex(&prev.hash) };
-    Ok((rep, problem))
-}
-
-struct Head0 {
-    seq: i64,
-    hash: Hash,
+    Ok((rep, found))
 }
 
 /// What [`prune`] removed.
@@ -207,9 +781,10 @@ pub struct PruneReport {
 }
 
 /// Deletes the oldest events and decisions, those before `before` (ms since the epoch, event time),
-/// and records a checkpoint for each chain so the rest still verifies. Only a prefix of each chain
-/// can go: rows are removed up to (not including) the first row whose time is at or after `before`.
-/// Refuses to prune a log that does not verify (that would launder the edit).
+/// and records a checkpoint for each chain so the rest still verifies, each checkpoint anchored (and
+/// signed, when the log has a witness attached). Only a prefix of each chain can go: rows are removed
+/// up to (not including) the first row whose time is at or after `before`. Refuses to prune a log that
+/// does not verify (that would launder the edit).
 pub fn prune(log: &mut AuditLog, before: i64) -> Result<PruneReport> {
     let rep = verify(log)?;
     if let Some(p) = rep.problems.first() {
@@ -218,42 +793,5 @@ pub fn prune(log: &mut AuditLog, before: i64) -> Result<PruneReport> {
             p.message
         )));
     }
-    let now = wall_ms();
-    let tx = log.conn.transaction().map_err(AuditError::sqlite("start a transaction"))?;
-    let mut out = PruneReport { events: 0, decisions: 0, events_through: 0, decisions_through: 0 };
-    for chain in ["events", "decisions"] {
-        let first_kept: Option<i64> = tx
-            .query_row(&format!("SELECT MIN(seq) FROM {chain} WHERE time >= ?1"), [before], |r| r.get(0))
-            .map_err(AuditError::sqlite(format!("find what to prune in `{chain}`")))?;
-        let last: Option<i64> = tx
-            .query_row(&format!("SELECT MAX(seq) FROM {chain}"), [], |r| r.get(0))
-            .map_err(AuditError::sqlite(format!("read `{chain}`")))?;
-        let Some(last) = last else { continue };
-        let through = match first_kept {
-            Some(k) => k - 1,
-            None => last,
-        };
-        let row: Option<Vec<u8>> = tx
-            .query_row(&format!("SELECT hash FROM {chain} WHERE seq = ?1"), [through], |r| r.get(0))
-            .optional()
-            .map_err(AuditError::sqlite(format!("read `{chain}`")))?;
-        let Some(hash) = row else { continue };
-        let n = tx
-            .execute(&format!("DELETE FROM {chain} WHERE seq <= ?1"), [through])
-            .map_err(AuditError::sqlite(format!("delete old rows of `{chain}`")))?;
-        tx.execute(
-            "INSERT INTO checkpoints (chain, through_seq, hash, removed, before, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![chain, through, hash, n as i64, before, now],
-        )
-        .map_err(AuditError::sqlite("record a prune checkpoint"))?;
-        if chain == "events" {
-            out.events = n as u64;
-            out.events_through = through;
-        } else {
-            out.decisions = n as u64;
-            out.decisions_through = through;
-        }
-    }
-    tx.commit().map_err(AuditError::sqlite("commit the prune"))?;
-    Ok(out)
+    log.prune_prefix(before)
 }

@@ -51,11 +51,45 @@ pub struct WriterConfig {
     /// Keep a [`Receipt`] per record until the next [`Journal::flush`] (serve answers from them;
     /// `eval` does not need them).
     pub receipts: bool,
+    /// When a commit fails (disk full, an I/O error), retry it with a growing pause (up to 5 s)
+    /// until it succeeds, reporting the failure in [`Writer::health`], instead of stopping: what a
+    /// long-lived server wants (serve), not a batch run (eval stops and says why).
+    pub retry: bool,
+}
+
+/// Whether the writer can commit: shared with whoever reports health (`serve`'s `/healthz`).
+#[derive(Debug, Default)]
+pub struct Health {
+    failing: std::sync::Mutex<Option<Failing>>,
+}
+
+/// A commit that keeps failing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failing {
+    /// The error of the last attempt.
+    pub error: String,
+    /// Wall time (ms) of the first failed attempt.
+    pub since_ms: i64,
+    /// Attempts so far.
+    pub attempts: u64,
+}
+
+impl Health {
+    /// `None` when commits succeed; else why they fail, since when.
+    pub fn failing(&self) -> Option<Failing> {
+        self.failing.lock().ok().and_then(|f| f.clone())
+    }
+
+    fn set(&self, f: Option<Failing>) {
+        if let Ok(mut g) = self.failing.lock() {
+            *g = f;
+        }
+    }
 }
 
 impl Default for WriterConfig {
     fn default() -> Self {
-        WriterConfig { capacity: 16 * 1024, max_group: 8 * 1024, receipts: false }
+        WriterConfig { capacity: 16 * 1024, max_group: 8 * 1024, receipts: false, retry: false }
     }
 }
 
@@ -71,7 +105,7 @@ enum Msg {
     Record(Record),
     PolicySet { digest: String, files: Vec<SourceFile> },
     ReloadFailed { error: String, in_force: String },
-    Snapshot { policy_set: String, blob: Vec<u8>, keep: usize, reply: SyncSender<i64> },
+    Snapshot { policy_set: String, blob: Vec<u8>, keep: usize, reply: SyncSender<std::result::Result<i64, String>> },
     Flush(SyncSender<Vec<Receipt>>),
 }
 
@@ -82,17 +116,25 @@ pub struct Writer {
     handle: Option<JoinHandle<Result<WriterStats>>>,
     /// The error that stopped the thread, once seen.
     failed: Option<String>,
+    health: std::sync::Arc<Health>,
 }
 
 impl Writer {
     /// Starts the writer thread over `log`.
     pub fn spawn(log: AuditLog, config: WriterConfig, on_commit: CommitHook) -> Result<Writer> {
         let (tx, rx) = sync_channel(config.capacity.max(1));
+        let health = std::sync::Arc::new(Health::default());
+        let shared = health.clone();
         let handle = std::thread::Builder::new()
             .name("bursar-audit".into())
-            .spawn(move || run(log, rx, config, on_commit))
+            .spawn(move || run(log, rx, config, on_commit, shared))
             .map_err(|e| AuditError::WriterStopped(Some(format!("cannot start the writer thread: {e}"))))?;
-        Ok(Writer { tx: Some(tx), handle: Some(handle), failed: None })
+        Ok(Writer { tx: Some(tx), handle: Some(handle), failed: None, health })
+    }
+
+    /// Whether commits succeed; shared, so a health check can read it from any thread.
+    pub fn health(&self) -> std::sync::Arc<Health> {
+        self.health.clone()
     }
 
     fn send(&mut self, msg: Msg) -> Result<()> {
@@ -127,7 +169,11 @@ impl Writer {
     pub fn snapshot(&mut self, policy_set: &str, blob: Vec<u8>, keep: usize) -> Result<i64> {
         let (reply, rx) = sync_channel(1);
         self.send(Msg::Snapshot { policy_set: policy_set.to_owned(), blob, keep, reply })?;
-        rx.recv().map_err(|_| self.stopped())
+        match rx.recv() {
+            Ok(Ok(seq)) => Ok(seq),
+            Ok(Err(e)) => Err(AuditError::Invalid(format!("the engine snapshot was not written: {e}"))),
+            Err(_) => Err(self.stopped()),
+        }
     }
 
     /// Closes the channel, waits until everything queued is committed and handed on, and returns the
@@ -185,6 +231,7 @@ impl Journal for Writer {
 }
 
 struct Thread {
+    health: std::sync::Arc<Health>,
     log: AuditLog,
     config: WriterConfig,
     on_commit: CommitHook,
@@ -198,7 +245,7 @@ impl Thread {
         if self.group.is_empty() {
             return Ok(());
         }
-        let done = self.log.append(&self.group)?;
+        let done = self.append_group()?;
         self.stats.commits += 1;
         self.stats.entries += self.group.len() as u64;
         self.stats.largest_group = self.stats.largest_group.max(self.group.len());
@@ -234,6 +281,40 @@ impl Thread {
         Ok(())
     }
 
+    /// Appends the group; with `retry`, tries again (pausing up to 5 s) until the cause is gone.
+    fn append_group(&mut self) -> Result<Vec<Appended>> {
+        let group = std::mem::take(&mut self.group);
+        let done = self.retrying(|log| log.append(&group));
+        self.group = group;
+        done
+    }
+
+    /// Runs `write`; with `retry`, runs it again (pausing up to 5 s) until it succeeds, reporting the
+    /// failure in the health meanwhile. A failed write leaves the log as it was (one transaction).
+    fn retrying<T>(&mut self, mut write: impl FnMut(&mut AuditLog) -> Result<T>) -> Result<T> {
+        let mut pause = std::time::Duration::from_millis(100);
+        let mut attempts = 0u64;
+        let mut since = None;
+        loop {
+            match write(&mut self.log) {
+                Ok(done) => {
+                    if attempts > 0 {
+                        self.health.set(None);
+                    }
+                    return Ok(done);
+                }
+                Err(e) if self.config.retry && !matches!(e, AuditError::Output(_)) => {
+                    attempts += 1;
+                    let since_ms = *since.get_or_insert_with(crate::log::wall_ms);
+                    self.health.set(Some(Failing { error: e.to_string(), since_ms, attempts }));
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(std::time::Duration::from_secs(5));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     fn handle(&mut self, msg: Msg) -> Result<()> {
         match msg {
             Msg::Record(r) => {
@@ -244,18 +325,28 @@ impl Thread {
             }
             Msg::PolicySet { digest, files } => {
                 self.commit()?;
-                self.log.record_policy_set(&digest, &files)?;
+                self.retrying(|log| log.record_policy_set(&digest, &files))?;
             }
             Msg::ReloadFailed { error, in_force } => {
                 self.commit()?;
-                self.log.record_policy_failure(&error, Some(&in_force))?;
+                self.retrying(|log| log.record_policy_failure(&error, Some(&in_force)))?;
             }
             Msg::Snapshot { policy_set, blob, keep, reply } => {
                 self.commit()?;
                 let seq = self.log.last_event_seq();
-                self.log.save_snapshot(seq, Some(&policy_set), &blob)?;
-                self.log.prune_snapshots(keep)?;
-                let _ = reply.send(seq);
+                // A snapshot only saves replay time: one that cannot be written is reported to its
+                // caller, never a reason to stop the journal.
+                let saved =
+                    self.log.save_snapshot(seq, Some(&policy_set), &blob).and_then(|()| self.log.prune_snapshots(keep));
+                match saved {
+                    Ok(_) => {
+                        let _ = reply.send(Ok(seq));
+                    }
+                    Err(e) if self.config.retry => {
+                        let _ = reply.send(Err(e.to_string()));
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             Msg::Flush(reply) => {
                 self.commit()?;
@@ -266,8 +357,15 @@ impl Thread {
     }
 }
 
-fn run(log: AuditLog, rx: Receiver<Msg>, config: WriterConfig, on_commit: CommitHook) -> Result<WriterStats> {
+fn run(
+    log: AuditLog,
+    rx: Receiver<Msg>,
+    config: WriterConfig,
+    on_commit: CommitHook,
+    health: std::sync::Arc<Health>,
+) -> Result<WriterStats> {
     let mut t = Thread {
+        health,
         log,
         config,
         on_commit,
@@ -280,6 +378,8 @@ fn run(log: AuditLog, rx: Receiver<Msg>, config: WriterConfig, on_commit: Commit
             Ok(m) => t.handle(m)?,
             Err(_) => {
                 t.commit()?;
+                // Closed: sign what a witness that signs every so often still has pending.
+                t.log.sign_pending()?;
                 return Ok(t.stats);
             }
         }
@@ -290,6 +390,7 @@ fn run(log: AuditLog, rx: Receiver<Msg>, config: WriterConfig, on_commit: Commit
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => {
                     t.commit()?;
+                    t.log.sign_pending()?;
                     return Ok(t.stats);
                 }
             }

@@ -82,9 +82,23 @@ pub fn load_policies(
     dir: &std::path::Path,
     format: ErrorFormat,
 ) -> Result<std::sync::Arc<bursar_engine::PolicySet>, CliError> {
+    load_policies_with(dir, format, false)
+}
+
+/// Like [`load_policies`]; with `allow_empty`, a directory without any policy is not an error.
+pub fn load_policies_with(
+    dir: &std::path::Path,
+    format: ErrorFormat,
+    allow_empty: bool,
+) -> Result<std::sync::Arc<bursar_engine::PolicySet>, CliError> {
     // One process-wide WebAssembly host, so a reload reuses the components it already compiled.
     let host = bursar_wasm::WasmHost::shared().map_err(|e| CliError::Message(e.to_string()))?;
-    match bursar_loader::load_dir(dir, host) {
+    let loaded = if allow_empty {
+        bursar_loader::load_dir_allowing_empty(dir, host)
+    } else {
+        bursar_loader::load_dir(dir, host)
+    };
+    match loaded {
         Ok(set) => Ok(std::sync::Arc::new(set)),
         Err(diags) => {
             print_diagnostics(&diags, format);

@@ -62,11 +62,22 @@ enum Command {
         /// With --audit: `durable` (fsync each group commit) or `fast` (may lose the last few ms on power loss).
         #[arg(long, value_enum, default_value_t = bursar::audit::DurabilityArg::Durable, requires = "audit")]
         durability: bursar::audit::DurabilityArg,
-        /// The longest event line accepted, in bytes (longer lines are reported and skipped); default 8 MiB.
+        /// The longest event line accepted, in bytes (longer lines are reported and skipped); default 64 MiB.
         #[arg(long, value_name = "BYTES")]
         max_line: Option<usize>,
+        /// Evaluate with a policy directory that holds no policy (every job is allowed).
+        #[arg(long)]
+        allow_empty: bool,
+        /// With --audit and --witness: sign the log's head with this Ed25519 key (from `bursar audit
+        /// keygen`) after every commit, so `bursar audit verify --witness` catches truncation and re-hashing.
+        #[arg(long, value_name = "FILE", requires_all = ["audit", "witness"])]
+        signing_key: Option<PathBuf>,
+        /// With --signing-key: append each signed head to this file, kept where the database's editors
+        /// cannot write (see docs/audit.md, "Signed heads").
+        #[arg(long, value_name = "FILE", requires_all = ["audit", "signing_key"])]
+        witness: Option<PathBuf>,
     },
-    /// Query, explain, verify, prune and summarise an audit database.
+    /// Query, explain, verify, prune and summarise an audit database; sign its head.
     ///
     /// Example: bursar audit --db audit.db explain j42
     Audit(bursar::audit::AuditArgs),
@@ -162,13 +173,24 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Serve(args) => bursar::serve::run(&args, cli.error_format),
         Command::Slurm(args) => bursar::slurm::run(&args),
         Command::Audit(args) => bursar::audit::run(&args, cli.error_format),
-        Command::Report(args) => bursar::report::run(&args),
+        Command::Report(args) => bursar::report::run(&args, cli.error_format),
         Command::Pending(args) => bursar::people::pending(&args),
         Command::Approve(args) => bursar::people::approve(&args),
         Command::Reject(args) => bursar::people::reject(&args),
         Command::Keepalive(args) => bursar::people::keepalive(&args),
-        Command::Eval { policies, events, dedupe_window, summary_json, audit, durability, max_line } => {
-            let set = match bursar::load_policies(&policies, cli.error_format) {
+        Command::Eval {
+            policies,
+            events,
+            dedupe_window,
+            summary_json,
+            audit,
+            durability,
+            max_line,
+            allow_empty,
+            signing_key,
+            witness,
+        } => {
+            let set = match bursar::load_policies_with(&policies, cli.error_format, allow_empty) {
                 Ok(s) => s,
                 Err(CliError::Policies { .. }) => return Ok(ExitCode::Failed),
                 Err(e) => return Err(e),
@@ -182,7 +204,8 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             };
             let summary = match &audit {
                 Some(db) => {
-                    let summary = bursar::audit::run_eval(set.clone(), input, &opts, db, durability)?;
+                    let witness = bursar::audit::WitnessOpts::from_flags(signing_key.as_ref(), witness.as_ref());
+                    let summary = bursar::audit::run_eval(set.clone(), input, &opts, db, durability, witness.as_ref())?;
                     // Bring the report facts (crates/report) up to date with what was just logged,
                     // with the budgets and idle threshold of the set that ran.
                     bursar::report::update_facts(db, Some(&set))?;

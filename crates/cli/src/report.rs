@@ -71,11 +71,16 @@ pub fn update_facts(db: &Path, policies: Option<&PolicySet>) -> Result<bursar_re
 }
 
 /// Runs `bursar report`.
-pub fn run(args: &ReportArgs) -> Result<ExitCode, CliError> {
+pub fn run(args: &ReportArgs, error_format: ErrorFormat) -> Result<ExitCode, CliError> {
     let span = Span::parse(&args.period).map_err(err)?;
     let by = GroupBy::parse(&args.by).map_err(err)?;
     let prices = args.prices.as_deref().map(Prices::from_file).transpose().map_err(err)?;
-    let set = args.policies.as_deref().map(|dir| crate::load_policies(dir, ErrorFormat::Human)).transpose()?;
+    let set = match args.policies.as_deref().map(|dir| crate::load_policies(dir, error_format)).transpose() {
+        Ok(set) => set,
+        // Every error is printed already, as `check` prints it.
+        Err(CliError::Policies { .. }) => return Ok(ExitCode::Failed),
+        Err(e) => return Err(e),
+    };
     let hints = set.as_deref().map(PolicyHints::from_set);
     let mut store = FactsStore::open(&args.db, hints.as_ref()).map_err(err)?;
     if args.rebuild {

@@ -73,9 +73,36 @@ pub struct ServeArgs {
     /// not apply to the socket). The default lets the user bursar runs as and its group write.
     #[arg(long, default_value = "660", value_parser = parse_mode, requires = "socket")]
     pub socket_mode: u32,
-    /// Request body limit in bytes.
+    /// Sign the audit log's head with this Ed25519 key (from `bursar audit keygen`) at most once a
+    /// second and at shutdown, appending each signed head to `--witness`: `bursar audit verify
+    /// --witness` then catches truncation, rollback and re-hashing (docs/audit.md).
+    #[arg(long, value_name = "FILE", requires = "witness")]
+    pub signing_key: Option<PathBuf>,
+    /// With --signing-key: the append-only file signed heads go to, kept where the database's editors
+    /// cannot write.
+    #[arg(long, value_name = "FILE", requires = "signing_key")]
+    pub witness: Option<PathBuf>,
+    /// Run (and reload) a policy directory that holds no policy. Without it, an empty directory does
+    /// not start, and a reload that finds every policy gone fails and keeps the last set in force: an
+    /// empty set allows every job.
+    #[arg(long)]
+    pub allow_empty: bool,
+    /// Request body limit in bytes (a larger declared body is refused with 413 before it is read).
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
     pub max_body: usize,
+    /// A second listener for the scheduler's admission hook: only POST /v1/admit and GET /healthz,
+    /// with its own connection budget, so event producers and streams cannot crowd admissions out.
+    #[arg(long, value_name = "ADDR")]
+    pub admit_listen: Option<SocketAddr>,
+    /// Open connections at most, per listener; one more is answered 503 and closed.
+    #[arg(long, default_value_t = 512)]
+    pub max_connections: usize,
+    /// Time for a request's head to arrive, and for an idle keep-alive connection's next request.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub header_timeout: Duration,
+    /// Time for a request's body to arrive once its head has.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub body_timeout: Duration,
     /// Engine queue length; requests beyond it wait (back-pressure).
     #[arg(long, default_value_t = 4096)]
     pub queue: usize,
@@ -147,8 +174,13 @@ pub fn run(args: &ServeArgs, error_format: ErrorFormat) -> Result<ExitCode, CliE
     config.debounce = std_duration(args.debounce);
     config.watch = !args.no_watch;
     config.max_body = args.max_body;
+    config.admit_listen = args.admit_listen;
+    config.max_connections = args.max_connections;
+    config.header_timeout = std_duration(args.header_timeout);
+    config.body_timeout = std_duration(args.body_timeout);
     config.socket = args.socket.clone();
     config.socket_mode = args.socket_mode;
+    config.witness = args.signing_key.clone().zip(args.witness.clone());
     if let Some(path) = &args.utilisation {
         config.utilisation = Some(
             bursar_serve::utilisation::UtilisationConfig::load(path).map_err(|e| CliError::Message(e.to_string()))?,
@@ -161,7 +193,10 @@ pub fn run(args: &ServeArgs, error_format: ErrorFormat) -> Result<ExitCode, CliE
     config.engine = bursar_engine::EngineConfig { dedupe_window: args.dedupe_window, ..Default::default() };
     // The same loader as `check` and `eval`: TOML policies and WebAssembly components.
     let host = bursar_wasm::WasmHost::shared().map_err(|e| CliError::Message(e.to_string()))?;
-    config.loader = std::sync::Arc::new(move |dir: &std::path::Path| bursar_loader::load_dir(dir, host));
+    let allow_empty = args.allow_empty;
+    config.loader = std::sync::Arc::new(move |dir: &std::path::Path| {
+        if allow_empty { bursar_loader::load_dir_allowing_empty(dir, host) } else { bursar_loader::load_dir(dir, host) }
+    });
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -174,15 +209,25 @@ pub fn run(args: &ServeArgs, error_format: ErrorFormat) -> Result<ExitCode, CliE
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|e| CliError::io(format!("cannot listen on `{listen}`"), e))?;
-        let addr = listener.local_addr().map_err(|e| CliError::io("cannot read the bound address", e))?;
-        if let Some(path) = &port_file {
-            let tmp = path.with_extension("tmp");
-            std::fs::write(&tmp, format!("{}\n", addr.port()))
-                .and_then(|()| std::fs::rename(&tmp, path))
-                .map_err(|e| CliError::io(format!("cannot write the port file `{}`", path.display()), e))?;
-        }
-        eprintln!("bursar serve: listening on {addr}");
-        match bursar_serve::serve(config, listener, bursar_serve::shutdown_signal()).await {
+        // The port file and the "listening" line come once the policies compiled and the engine
+        // recovered: a port file never names a server that is about to exit.
+        let ready = |r: &bursar_serve::Ready| {
+            if let Some(path) = &port_file {
+                let tmp = path.with_extension("tmp");
+                std::fs::write(&tmp, format!("{}\n", r.addr.port()))
+                    .and_then(|()| std::fs::rename(&tmp, path))
+                    .map_err(|e| bursar_serve::ServeError::Io {
+                        context: format!("cannot write the port file `{}`", path.display()),
+                        message: e.to_string(),
+                    })?;
+            }
+            match r.admit {
+                Some(a) => eprintln!("bursar serve: listening on {} (admissions also on {a})", r.addr),
+                None => eprintln!("bursar serve: listening on {}", r.addr),
+            }
+            Ok(())
+        };
+        match bursar_serve::serve_then(config, listener, bursar_serve::shutdown_signal(), ready).await {
             Ok(()) => Ok(ExitCode::Ok),
             Err(bursar_serve::ServeError::Policies { errors, .. }) => {
                 crate::print_diagnostics(&errors, error_format);

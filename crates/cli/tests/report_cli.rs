@@ -351,7 +351,6 @@ fn errors_say_what_to_do() {
 /// its configuration is still a rerun: the lifecycle must say the job *finished failed*, and that the
 /// reclaim followed.
 #[test]
-#[ignore = "needs the engine to record Finished(status) before the on_finish reclaim of the same event (engine.rs observe); see the report of helper/report"]
 fn a_failed_job_released_by_the_finish_reclaim_is_failure() {
     let fx = Fixture::new("on-finish");
     std::fs::write(

@@ -826,6 +826,14 @@ impl Engine {
             _ => {}
         }
 
+        // A job that ends has finished, with its status, before any reclaim its end triggers (an
+        // `on_finish` reclaim releases it in `follow_up`, which would otherwise hide the status).
+        if let EventKind::JobFinished { status, .. } = &event.kind
+            && let Some(id) = &job_id
+            && state.job(id).is_some_and(|j| !matches!(j.phase, JobPhase::Reclaimed | JobPhase::Finished))
+        {
+            em.step(id, event.time, Step::Finished(*status));
+        }
         if let Some(id) = &job_id {
             Self::follow_up(state, timers, config, event.time, id, &outputs, em);
         } else {
@@ -858,16 +866,12 @@ impl Engine {
             && let Some(id) = &job_id
             && let Some(mut j) = state.jobs.remove(&**id)
         {
-            let ended_before = matches!(j.phase, JobPhase::Reclaimed | JobPhase::Finished);
             j.status = Some(*status);
             if j.started.is_some() {
                 j.ended = event.time.into();
             }
             if j.phase.is_live() {
                 state.release(&mut j, event.time, JobPhase::Finished);
-            }
-            if !ended_before {
-                em.step(id, event.time, Step::Finished(*status));
             }
             j.phase = if j.phase == JobPhase::Reclaimed { JobPhase::Reclaimed } else { JobPhase::Finished };
             if j.started.is_some() || *status == FinishStatus::Succeeded {

@@ -17,7 +17,8 @@
 //!   writes), with [`Ledger`], [`Usage`], [`ScopeKind`], [`JobPhase`].
 //! - [`Policy`], [`PolicyMeta`], [`Verdict`], [`Effect`], [`Selector`], [`Context`]: what a policy
 //!   family implements (`bursar-lang`, `bursar-wasm`).
-//! - [`PolicySet`]: the immutable set swapped whole on reload.
+//! - [`PolicySet`]: the immutable set swapped whole on reload; [`PolicySet::limits`] describes what
+//!   it limits ([`PoolLimits`], [`QuotaLimit`]), for the report and the pool page.
 //!
 //! Layout:
 //! - [`policy`]: the [`Policy`] trait, [`Verdict`]s, [`Effect`]s, [`Selector`].
@@ -41,8 +42,8 @@ pub mod timers;
 pub use engine::{Coverage, ENGINE_POLICY, Engine, EngineConfig, Outcome, Snapshot, Stats, Step, Transition};
 pub use intern::Sym;
 pub use policy::{
-    Context, Deadline, Effect, EventMask, Mode, Output, Policy, PolicyMeta, Selector, TimerContext, Verdict,
-    VerdictKind,
+    Context, Deadline, Effect, EventMask, Limits, Mode, Output, Policy, PolicyMeta, QuotaLimit, QuotaScope, Selector,
+    Settle, TimerContext, Verdict, VerdictKind,
 };
-pub use set::{PolicySet, SetError, SourceFile};
+pub use set::{PolicyLimits, PolicySet, PoolLimits, SetError, SourceFile};
 pub use state::{JobFacts, JobPhase, JobRecord, Ledger, ScopeKind, State, Usage, mark_key};

@@ -80,8 +80,24 @@ pub fn policy_files(dir: &Path) -> Result<Vec<PathBuf>, Diagnostic> {
     Ok(out)
 }
 
-/// Loads every policy file under `dir` into one set, or returns every error found.
+/// Loads every policy file under `dir` into one set, or returns every error found. A directory that
+/// holds no policy is an error: an empty set allows every job, which is never what a reload that
+/// deleted the files, or a mistyped path, meant (see [`load_dir_allowing_empty`]).
 pub fn load_dir(dir: &Path, host: &dyn ComponentHost) -> Result<PolicySet, Vec<Diagnostic>> {
+    let set = load_dir_allowing_empty(dir, host)?;
+    if set.is_empty() {
+        return Err(vec![
+            Diagnostic::file(&dir.display().to_string(), "no policy found: an empty set would allow every job")
+                .with_help(
+                    "add policy files (`*.toml`), or pass `--allow-empty` if allowing every job is what you mean",
+                ),
+        ]);
+    }
+    Ok(set)
+}
+
+/// Like [`load_dir`], but an empty set is not an error (`--allow-empty`).
+pub fn load_dir_allowing_empty(dir: &Path, host: &dyn ComponentHost) -> Result<PolicySet, Vec<Diagnostic>> {
     let files = policy_files(dir).map_err(|d| vec![d])?;
     let mut errors = Vec::new();
     let mut policies: Vec<Arc<dyn Policy>> = Vec::new();

@@ -539,8 +539,8 @@ pub mod limits {
     pub const GPUS: u32 = 1_000_000;
     /// Nodes of one job.
     pub const NODES: u32 = 100_000;
-    /// Requested wall-clock hours of one job (about 11 years).
-    pub const REQUESTED_HOURS: f64 = 100_000.0;
+    /// Requested wall-clock hours of one job (about 114 years).
+    pub const REQUESTED_HOURS: f64 = 1_000_000.0;
     /// Memory of one GPU, GB.
     pub const GPU_MEM_GB: f64 = 100_000.0;
     /// Model size, billions of parameters.
@@ -553,10 +553,19 @@ pub mod limits {
     pub const SAMPLE_QUANTITY: f64 = 1e18;
 }
 
+/// A number as a person writes it: `1e300` rather than three hundred digits.
+fn shown(v: f64) -> String {
+    if v.is_finite() && (v.abs() >= 1e16 || (v != 0.0 && v.abs() < 1e-6)) { format!("{v:e}") } else { format!("{v}") }
+}
+
 fn bounded<E: de::Error>(field: &str, v: f64, max: f64) -> Result<f64, E> {
     let v = non_negative(field, v)?;
     if v > max {
-        return Err(E::custom(format!("`{field}` is {v}, above the largest value bursar accepts ({max})")));
+        return Err(E::custom(format!(
+            "`{field}` is {}, above the largest value bursar accepts ({})",
+            shown(v),
+            shown(max)
+        )));
     }
     Ok(v)
 }

@@ -101,6 +101,11 @@ pub enum Work {
         /// The answer.
         reply: oneshot::Sender<crate::pool::Answer>,
     },
+    /// Count the live jobs (for `/metrics`; it walks the job table).
+    CountJobs {
+        /// The answer.
+        reply: oneshot::Sender<u64>,
+    },
     /// Persist a snapshot now.
     Snapshot {
         /// Answered with the event seq the snapshot covers.
@@ -172,6 +177,7 @@ enum After {
     Ack(oneshot::Sender<Result<(), String>>),
     Job(oneshot::Sender<Option<JobView>>, Box<Option<JobView>>),
     Running(oneshot::Sender<crate::utilisation::Running>, crate::utilisation::Running),
+    Count(oneshot::Sender<u64>, u64),
     Project(oneshot::Sender<ProjectView>, Box<ProjectView>),
     People(oneshot::Sender<crate::pool::Answer>, crate::pool::Answer),
 }
@@ -185,8 +191,6 @@ pub struct Core {
     last_event_seq: u64,
     /// Input seq covered by the last snapshot.
     snapshot_seq: u64,
-    /// When the live jobs were last counted.
-    counted: Instant,
     /// The Prometheus source's job index, when it runs.
     jobs: Option<crate::utilisation::JobIndex>,
 }
@@ -200,15 +204,7 @@ impl Core {
         last_event_seq: u64,
         jobs: Option<crate::utilisation::JobIndex>,
     ) -> Core {
-        Core {
-            session,
-            metrics,
-            decisions,
-            last_event_seq,
-            snapshot_seq: last_event_seq,
-            counted: Instant::now(),
-            jobs,
-        }
+        Core { session, metrics, decisions, last_event_seq, snapshot_seq: last_event_seq, jobs }
     }
 
     /// Runs until [`Work::Shutdown`] or until every sender is gone; writes a final snapshot.
@@ -328,6 +324,9 @@ impl Core {
                     let v = crate::views::project(self.session.engine(), &name);
                     after.push(After::Project(reply, Box::new(v)));
                 }
+                Work::CountJobs { reply } => {
+                    after.push(After::Count(reply, self.session.engine().state().live_jobs() as u64));
+                }
                 Work::Running { reply } => {
                     let v = self.jobs.as_ref().map(|j| j.running(self.session.engine())).unwrap_or_default();
                     after.push(After::Running(reply, v));
@@ -356,11 +355,6 @@ impl Core {
         }
         let engine = self.session.engine();
         self.metrics.tracked_jobs.store(engine.state().tracked_jobs() as u64, Ordering::Relaxed);
-        // Counting the live jobs walks the job table: at most once a second.
-        if self.counted.elapsed() >= std::time::Duration::from_secs(1) {
-            self.metrics.live_jobs.store(engine.state().live_jobs() as u64, Ordering::Relaxed);
-            self.counted = Instant::now();
-        }
         self.metrics.timers.store(engine.timers().len() as u64, Ordering::Relaxed);
         for a in after {
             match a {
@@ -387,6 +381,9 @@ impl Core {
                 }
                 After::Running(reply, v) => {
                     let _ = reply.send(v);
+                }
+                After::Count(reply, n) => {
+                    let _ = reply.send(n);
                 }
                 After::Project(reply, v) => {
                     let _ = reply.send(*v);

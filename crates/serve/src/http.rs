@@ -58,10 +58,24 @@ pub struct AppState {
     pub max_line: usize,
     /// The action links' key ([`crate::people`]).
     pub people: crate::people::Links,
+    /// Whether the audit log commits.
+    pub journal: Arc<bursar_audit::Health>,
+}
+
+/// Why the audit log cannot commit, as a sentence, if it cannot.
+fn journal_failing(st: &AppState) -> Option<String> {
+    st.journal.failing().map(|f| {
+        format!(
+            "the audit log cannot commit since {} ({} attempts): {}; retrying, nothing is lost",
+            bursar_model::Timestamp(f.since_ms),
+            f.attempts,
+            f.error
+        )
+    })
 }
 
 /// The router with every route, the body limit and the token check.
-pub fn router(state: AppState, max_body: usize) -> Router {
+pub fn router(state: AppState, limits: crate::listen::Limits, counters: Arc<crate::listen::ListenCounters>) -> Router {
     let api = Router::new()
         .route("/v1/events", post(events))
         .route("/v1/admit", post(admit))
@@ -80,8 +94,30 @@ pub fn router(state: AppState, max_body: usize) -> Router {
         .merge(api)
         .merge(crate::people::router(state.clone()))
         .fallback(not_found)
-        .layer(DefaultBodyLimit::max(max_body))
+        .layer(middleware::from_fn_with_state((limits, counters), crate::listen::body_limits))
+        .layer(DefaultBodyLimit::max(limits.max_body))
         .with_state(state)
+}
+
+/// The router of the scheduler's own listener (`--admit-listen`): admissions and health only, so
+/// nothing else competes for its connections.
+pub fn admit_router(
+    state: AppState,
+    limits: crate::listen::Limits,
+    counters: Arc<crate::listen::ListenCounters>,
+) -> Router {
+    let api = Router::new().route("/v1/admit", post(admit)).layer(middleware::from_fn_with_state(state.clone(), auth));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .merge(api)
+        .fallback(admit_only)
+        .layer(middleware::from_fn_with_state((limits, counters), crate::listen::body_limits))
+        .layer(DefaultBodyLimit::max(limits.max_body))
+        .with_state(state)
+}
+
+async fn admit_only() -> Response {
+    error(StatusCode::NOT_FOUND, "this listener (--admit-listen) serves only POST /v1/admit and GET /healthz")
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
@@ -128,11 +164,22 @@ pub(crate) async fn auth(State(st): State<AppState>, req: Request, next: Next) -
     next.run(req).await
 }
 
-async fn healthz() -> &'static str {
-    "ok\n"
+/// `ok`, or 503 with why the server cannot take events (its audit log cannot commit).
+async fn healthz(State(st): State<AppState>) -> Response {
+    match journal_failing(&st) {
+        None => (StatusCode::OK, "ok\n").into_response(),
+        Some(why) => error(StatusCode::SERVICE_UNAVAILABLE, why),
+    }
 }
 
 async fn metrics(State(st): State<AppState>) -> Response {
+    // The live jobs are counted by walking the job table: on the engine thread, once per scrape.
+    let (tx, rx) = oneshot::channel();
+    if st.engine.send(Work::CountJobs { reply: tx }).await.is_ok()
+        && let Ok(Ok(live)) = tokio::time::timeout(std::time::Duration::from_secs(5), rx).await
+    {
+        st.metrics.live_jobs.store(live, Ordering::Relaxed);
+    }
     let mut text = st.metrics.render();
     // Failures of policies that can fail (WebAssembly guests: deadline, fuel, memory cap, trap, bad
     // output), by policy, from the set in force.
@@ -160,6 +207,10 @@ pub fn decode_body(body: &[u8], max_line: usize) -> (Vec<Incoming>, Vec<Rejected
 }
 
 async fn submit(st: &AppState, items: Vec<Incoming>) -> Result<Vec<Outcome>, Response> {
+    if let Some(why) = journal_failing(st) {
+        // Refused at once rather than queued behind a commit that cannot happen yet.
+        return Err(error(StatusCode::SERVICE_UNAVAILABLE, format!("{why}; resend later (ids make that safe)")));
+    }
     let (tx, rx) = oneshot::channel();
     if st.engine.send(Work::Inputs { items, reply: tx }).await.is_err() {
         return Err(error(StatusCode::SERVICE_UNAVAILABLE, "the engine is shutting down"));

@@ -21,6 +21,7 @@
 //! Layout:
 //! - [`core`]: the engine thread, group commit, recovery from snapshot + log replay.
 //! - [`http`]: routes, the token check, answers.
+//! - [`listen`]: the accept loop: connection cap, header/idle and body deadlines, early 413.
 //! - [`stream`]: `GET /v1/decisions`, catch-up from the log then live.
 //! - [`reload`]: watcher, debounce, off-thread compile, swap.
 //! - [`socket`]: events as JSON Lines over a Unix socket.
@@ -32,6 +33,7 @@
 
 pub mod core;
 pub mod http;
+pub mod listen;
 pub mod metrics;
 pub mod notices;
 pub mod page;
@@ -113,6 +115,14 @@ pub struct Config {
     pub snapshot_every: Duration,
     /// Request body limit in bytes.
     pub max_body: usize,
+    /// Open connections at most, per listener (the admission listener has its own).
+    pub max_connections: usize,
+    /// Time for a request's head to arrive, and for an idle keep-alive connection's next request.
+    pub header_timeout: Duration,
+    /// Time for a request's body to arrive.
+    pub body_timeout: Duration,
+    /// A second listener for the scheduler's hook: only `/v1/admit` and `/healthz`, its own connections.
+    pub admit_listen: Option<SocketAddr>,
     /// Engine queue length (requests waiting beyond it wait for room).
     pub queue: usize,
     /// Quiet time after a file change before reloading.
@@ -131,6 +141,9 @@ pub struct Config {
     pub utilisation: Option<utilisation::UtilisationConfig>,
     /// Send notices to Alertmanager or a webhook, with action links (`--notify FILE`).
     pub notify: Option<bursar_notify::NotifyConfig>,
+    /// Sign the audit log's head with this Ed25519 key and append it to this witness file (at most
+    /// once a second, and at shutdown): `--signing-key`, `--witness`.
+    pub witness: Option<(PathBuf, PathBuf)>,
 }
 
 impl std::fmt::Debug for Config {
@@ -162,6 +175,10 @@ impl Config {
             tick: Duration::from_secs(1),
             snapshot_every: Duration::from_secs(30),
             max_body: 8 * 1024 * 1024,
+            max_connections: 512,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            admit_listen: None,
             queue: 4096,
             debounce: Duration::from_millis(100),
             watch: true,
@@ -171,6 +188,7 @@ impl Config {
             loader: toml_loader(),
             utilisation: None,
             notify: None,
+            witness: None,
         }
     }
 }
@@ -241,6 +259,27 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    serve_then(config, listener, shutdown, |_: &Ready| Ok(())).await
+}
+
+/// Where a started server listens, for [`serve_then`]'s `ready` callback.
+#[derive(Debug, Clone, Copy)]
+pub struct Ready {
+    /// The main listener.
+    pub addr: SocketAddr,
+    /// The admission listener, if any.
+    pub admit: Option<SocketAddr>,
+}
+
+/// Like [`serve`], calling `ready` once the policies compiled, the engine recovered and the listeners
+/// are bound — and before any request is taken (where `bursar serve` writes its `--port-file`, so
+/// a port file never names a server that is about to exit).
+pub async fn serve_then(
+    config: Config,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    ready: impl FnOnce(&Ready) -> Result<(), ServeError>,
+) -> Result<(), ServeError> {
     let addr = listener
         .local_addr()
         .map_err(|e| ServeError::Io { context: "read the bound address".into(), message: e.to_string() })?;
@@ -260,7 +299,7 @@ pub async fn serve(
     // The audit log, and the engine rebuilt from it.
     let metrics = Arc::new(Metrics::default());
     let (decisions_tx, _) = broadcast::channel(8192);
-    let core = {
+    let (core, journal_health) = {
         let audit = config.audit.clone();
         let durable = config.durable;
         let set = set.clone();
@@ -268,9 +307,17 @@ pub async fn serve(
         let metrics = metrics.clone();
         let decisions_tx = decisions_tx.clone();
         let utilisation_jobs = config.utilisation.as_ref().map(|u| u.jobs.clone());
-        tokio::task::spawn_blocking(move || -> Result<core::Core, ServeError> {
+        let witness = config.witness.clone();
+        tokio::task::spawn_blocking(move || -> Result<(core::Core, Arc<bursar_audit::Health>), ServeError> {
             let durability = if durable { bursar_audit::Durability::Durable } else { bursar_audit::Durability::Fast };
-            let log = bursar_audit::AuditLog::open(&audit, durability).map_err(|e| ServeError::Audit(e.to_string()))?;
+            let mut log =
+                bursar_audit::AuditLog::open(&audit, durability).map_err(|e| ServeError::Audit(e.to_string()))?;
+            if let Some((key, file)) = &witness {
+                // Signing every commit would add the witness's fsync to each batch: once a second.
+                let key = bursar_audit::SigningKey::from_file(key).map_err(|e| ServeError::Audit(e.to_string()))?;
+                let w = bursar_audit::Witness::open(key, file).map_err(|e| ServeError::Audit(e.to_string()))?;
+                log.set_witness(w.every(Duration::from_secs(1)));
+            }
             let started = std::time::Instant::now();
             let mut jobs = utilisation_jobs.as_ref().map(utilisation::JobIndex::new);
             let (engine, seq, replayed) = core::recover(&log, set.clone(), engine_config, &mut |input| {
@@ -295,14 +342,16 @@ pub async fn serve(
             metrics.tracked_jobs.store(engine.state().tracked_jobs() as u64, std::sync::atomic::Ordering::Relaxed);
             let writer = bursar_audit::Writer::spawn(
                 log,
-                bursar_audit::WriterConfig { receipts: true, ..bursar_audit::WriterConfig::default() },
+                // A failed commit (disk full) is retried until it succeeds, and /healthz says so.
+                bursar_audit::WriterConfig { receipts: true, retry: true, ..bursar_audit::WriterConfig::default() },
                 bursar_audit::no_hook(),
             )
             .map_err(|e| ServeError::Audit(e.to_string()))?;
             // The session records the load of the set in force, as every (re)load is recorded.
+            let health = writer.health();
             let session = bursar_session::Session::open(engine, writer, bursar_session::Origin::Producer)
                 .map_err(|e| ServeError::Audit(e.to_string()))?;
-            Ok(core::Core::new(session, metrics, decisions_tx, seq, jobs))
+            Ok((core::Core::new(session, metrics, decisions_tx, seq, jobs), health))
         })
         .await
         .map_err(|e| ServeError::Io { context: "open the audit log".into(), message: e.to_string() })??
@@ -430,18 +479,46 @@ pub async fn serve(
         metrics: metrics.clone(),
         audit: config.audit.clone(),
         token: config.token.as_deref().map(Arc::from),
-        shutdown: shutdown_rx,
+        shutdown: shutdown_rx.clone(),
         max_line: config.max_body,
         people: links,
+        journal: journal_health,
     };
-    let app = http::router(state, config.max_body);
-    tracing::info!(%addr, policies = set.len(), digest = set.digest(), "listening");
+    let limits = listen::Limits {
+        max_connections: config.max_connections,
+        header_timeout: config.header_timeout,
+        body_timeout: config.body_timeout,
+        max_body: config.max_body,
+    };
+    let admit_listener = match config.admit_listen {
+        Some(a) => {
+            check_bind(a, config.token.as_deref())?;
+            Some(tokio::net::TcpListener::bind(a).await.map_err(|e| ServeError::Io {
+                context: format!("listen on `{a}` (--admit-listen)"),
+                message: e.to_string(),
+            })?)
+        }
+        None => None,
+    };
+    let admit_addr = admit_listener.as_ref().and_then(|l| l.local_addr().ok());
+    let admit_task = admit_listener.map(|l| {
+        let app = http::admit_router(state.clone(), limits, metrics.admit_listener.clone());
+        tokio::spawn(listen::serve(l, app, limits, metrics.admit_listener.clone(), shutdown_rx.clone()))
+    });
+    let app = http::router(state, limits, metrics.listener.clone());
+    ready(&Ready { addr, admit: admit_addr })?;
+    tracing::info!(%addr, admit = ?admit_addr, policies = set.len(), digest = set.digest(), "listening");
 
+    let main_shutdown = shutdown_rx.clone();
     let drain = async move {
         shutdown.await;
         let _ = shutdown_tx.send(true);
     };
-    let served = axum::serve(listener, app).with_graceful_shutdown(drain).await;
+    tokio::spawn(drain);
+    listen::serve(listener, app, limits, metrics.listener.clone(), main_shutdown).await;
+    if let Some(t) = admit_task {
+        let _ = t.await;
+    }
 
     // Drain: nothing new arrives now; stop the producers, let the engine finish its queue.
     ticker.abort();
@@ -466,7 +543,6 @@ pub async fn serve(
     drop(engine_tx);
     let snap = rx.await;
     let joined = tokio::task::spawn_blocking(move || engine_thread.join()).await;
-    served.map_err(|e| ServeError::Io { context: "serve HTTP".into(), message: e.to_string() })?;
     match (snap, joined) {
         (Ok(Ok(seq)), Ok(Ok(()))) => {
             tracing::info!(event_seq = seq, "stopped cleanly");

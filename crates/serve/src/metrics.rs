@@ -81,6 +81,10 @@ pub struct Metrics {
     pub live_jobs: AtomicU64,
     /// Jobs the engine tracks (live, pending approval, or ended and kept for late charges).
     pub tracked_jobs: AtomicU64,
+    /// The main listener's refusals and cut requests.
+    pub listener: std::sync::Arc<crate::listen::ListenCounters>,
+    /// The admission listener's.
+    pub admit_listener: std::sync::Arc<crate::listen::ListenCounters>,
     /// The Prometheus utilisation source's counters (all zero when it does not run).
     pub prometheus: std::sync::Arc<Mutex<bursar_prometheus::Counters>>,
     /// Whether the Prometheus utilisation source runs (its counters are rendered only then).
@@ -174,7 +178,7 @@ impl Metrics {
         gauge(
             &mut out,
             "bursar_live_jobs",
-            "Jobs holding or about to hold GPUs, or waiting for an approval (counted at most once a second).",
+            "Jobs holding or about to hold GPUs, or waiting for an approval (counted for each scrape).",
             &self.live_jobs,
         );
         gauge(
@@ -184,6 +188,21 @@ impl Metrics {
             &self.tracked_jobs,
         );
         gauge(&mut out, "bursar_timers", "Pending engine timers.", &self.timers);
+        let _ = writeln!(
+            out,
+            "# HELP bursar_http_refused_total Requests and connections refused by a listener's limits, by listener and reason.\n# TYPE bursar_http_refused_total counter"
+        );
+        for (name, l) in [("main", &self.listener), ("admit", &self.admit_listener)] {
+            for (reason, v) in
+                [("connections", &l.refused), ("body_timeout", &l.body_timeouts), ("too_large", &l.too_large)]
+            {
+                let _ = writeln!(
+                    out,
+                    "bursar_http_refused_total{{listener=\"{name}\",reason=\"{reason}\"}} {}",
+                    v.load(Ordering::Relaxed)
+                );
+            }
+        }
         gauge(&mut out, "bursar_policies", "Policies in force.", &self.policies);
         gauge(&mut out, "bursar_decision_streams", "Open decision streams.", &self.streams);
         self.eval.render(&mut out, "bursar_eval_seconds", "Engine evaluation time per event.");

@@ -97,6 +97,45 @@ pub fn event(cx: &Context<'_>) -> t::Event {
     }
 }
 
+/// Bytes the host copies into the guest for `e`: every string of the record (the raw line above all)
+/// and 16 bytes per list element, the sizes the canonical ABI lowers into the guest's memory. The
+/// fixed-size fields are a few hundred bytes at most and not counted.
+pub fn input_bytes(e: &t::Event) -> u64 {
+    fn s(v: &str) -> u64 {
+        v.len() as u64
+    }
+    fn o(v: &Option<String>) -> u64 {
+        v.as_deref().map_or(0, s)
+    }
+    let kind = match &e.kind {
+        t::EventKind::JobSubmitted(j) => {
+            s(&j.id)
+                + s(&j.project)
+                + s(&j.user)
+                + o(&j.queue)
+                + o(&j.gpu_type)
+                + o(&j.stage)
+                + o(&j.image)
+                + o(&j.dataset)
+                + o(&j.script_hash)
+                + j.tags.iter().map(|t| s(&t.key) + s(&t.value) + 16).sum::<u64>()
+                + o(&j.interconnect)
+                + o(&j.region)
+                + s(&j.config_key)
+        }
+        t::EventKind::JobStarted(id) => s(id),
+        t::EventKind::JobSample(x) => s(&x.job_id),
+        t::EventKind::JobFinished(f) => s(&f.job_id),
+        t::EventKind::JobKeepalive(b) | t::EventKind::ApprovalGranted(b) | t::EventKind::ApprovalRejected(b) => {
+            s(&b.job_id) + o(&b.by)
+        }
+        t::EventKind::BillingCharge(c) => s(&c.project) + o(&c.job_id) + o(&c.currency) + o(&c.mode),
+        t::EventKind::AssetRegistered(a) => s(&a.project) + s(&a.kind) + s(&a.fingerprint) + s(&a.uri),
+        t::EventKind::ClockTick => 0,
+    };
+    s(&e.id) + s(&e.raw) + kind
+}
+
 /// Checks one guest verdict and turns it into an engine verdict.
 pub fn verdict(v: t::Verdict, now: Timestamp) -> Result<Verdict, Failure> {
     let bad = |m: String| Err(Failure::BadOutput(m));

@@ -43,13 +43,30 @@ pub struct Limits {
     pub fuel: u64,
     /// Linear memory cap, in MiB.
     pub memory_mb: u64,
-    /// Failures before the policy is quarantined.
+    /// Failures before the policy is quarantined. Only the guest's own failures count (see
+    /// `ordinary_input_bytes`).
     pub max_failures: u32,
+    /// The most bytes of input one call may hand the guest: the raw line plus every string of the
+    /// event record. A larger event never reaches the guest: it gets the `on_error` outcome, and it
+    /// is not counted as a failure of the policy. [`Limits::with`] caps this at an eighth of the
+    /// memory cap, so an input that is let through always fits.
+    pub max_input_bytes: u64,
+    /// Inputs up to this size are ordinary: a failure on one (a trap, a timeout, the memory cap) is
+    /// the guest's own and counts towards quarantine. A failure on a larger input is attributed to
+    /// that input: the input gets the `on_error` outcome, the policy stays in service.
+    pub ordinary_input_bytes: u64,
 }
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { deadline_ms: 20, fuel: 10_000_000, memory_mb: 16, max_failures: 10 }
+        Limits {
+            deadline_ms: 20,
+            fuel: 10_000_000,
+            memory_mb: 16,
+            max_failures: 10,
+            max_input_bytes: 1 << 20,
+            ordinary_input_bytes: 16 << 10,
+        }
     }
 }
 
@@ -61,7 +78,19 @@ impl Limits {
             fuel: o.fuel.unwrap_or(self.fuel),
             memory_mb: o.memory_mb.unwrap_or(self.memory_mb),
             max_failures: o.max_failures.unwrap_or(self.max_failures),
+            max_input_bytes: self.max_input_bytes,
+            ordinary_input_bytes: self.ordinary_input_bytes,
         }
+        .clamped()
+    }
+
+    /// These limits with the input limits made consistent: at most an eighth of the memory cap may
+    /// be input, and an ordinary input is never above the maximum.
+    pub fn clamped(mut self) -> Limits {
+        let memory = self.memory_mb.saturating_mul(1 << 20);
+        self.max_input_bytes = self.max_input_bytes.min(memory / 8);
+        self.ordinary_input_bytes = self.ordinary_input_bytes.min(self.max_input_bytes);
+        self
     }
 }
 

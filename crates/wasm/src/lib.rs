@@ -8,6 +8,8 @@
 //! [`WasmPolicy`]. Each call runs under a fuel budget, a wall-clock deadline (epoch interruption) and a
 //! memory cap; a guest that traps, overruns, returns an invalid verdict or reports an error yields the
 //! manifest's `on_error` outcome with a reason, is counted, and is quarantined after `max_failures`.
+//! Only the guest's own failures count: an input too large to pass, or a failure on a large input, gets
+//! the `on_error` outcome without disarming the policy for everyone (see [`policy`]).
 //!
 //! Boundaries: the guest sees only the event and read-only, deterministic state queries (no clock, no
 //! randomness, no WASI). The host never mutates engine state. Effects (timers, marks) are not part of
@@ -27,4 +29,4 @@ pub mod policy;
 mod state;
 
 pub use host::{HostConfig, HostError, Limits, Strategy, WasmHost};
-pub use policy::{Failure, Usage, WasmPolicy};
+pub use policy::{Failure, InputFailure, Usage, WasmPolicy};

@@ -7,6 +7,14 @@
 //! `allow` with a reason naming the policy and the failure; for other events an `alert` with that reason
 //! (`skip` stays silent). After `max_failures` failures the policy is quarantined: the guest is no longer
 //! called and every input gets the `on_error` outcome with a reason saying so.
+//!
+//! Only the guest's own failures count towards quarantine: otherwise one project could disarm a policy
+//! for every project by sending events it cannot digest. So an input is sized before the call
+//! ([`crate::convert::input_bytes`]): above `max_input_bytes` it never reaches the guest (the input gets
+//! the `on_error` outcome, the policy is not charged); above `ordinary_input_bytes` a failure is
+//! attributed to the input ([`InputFailure`]) and not counted; and a reused instance that took a large
+//! input is retired after the call, so what that input left in its memory cannot fail the next,
+//! ordinary call. A failure on an ordinary input (a trap, a timeout on a small event) is the guest's.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,6 +57,26 @@ pub enum Failure {
     Start(String),
 }
 
+/// A failure attributed to the input that caused it rather than to the guest: not counted towards
+/// quarantine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputFailure {
+    /// The event's id.
+    pub event_id: String,
+    /// Bytes it would have handed the guest ([`crate::convert::input_bytes`]).
+    pub bytes: u64,
+    /// What the guest did with it; `None` when the input was too large to be passed at all.
+    pub failure: Option<Failure>,
+}
+
+/// Why a call produced no verdicts.
+enum CallError {
+    /// A new instance could not be started (instantiation or `init`): never the input's doing.
+    Start(Failure),
+    /// The `evaluate` call on this input failed.
+    Call(Failure),
+}
+
 /// The most a policy's guest has used so far, for sizing its manifest's `[policy.limits]`: a limit
 /// should sit well above what a correct policy uses (see docs/wasm-policies.md).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -79,6 +107,8 @@ pub struct WasmPolicy {
     idle: Mutex<Vec<Worker>>,
     failures: AtomicU64,
     last_failure: Mutex<Option<Failure>>,
+    input_failures: AtomicU64,
+    last_input_failure: Mutex<Option<InputFailure>>,
     peak_init_fuel: AtomicU64,
     peak_call_fuel: AtomicU64,
     peak_memory: AtomicU64,
@@ -118,6 +148,8 @@ impl WasmPolicy {
             idle: Mutex::new(Vec::new()),
             failures: AtomicU64::new(0),
             last_failure: Mutex::new(None),
+            input_failures: AtomicU64::new(0),
+            last_input_failure: Mutex::new(None),
             peak_init_fuel: AtomicU64::new(0),
             peak_call_fuel: AtomicU64::new(0),
             peak_memory: AtomicU64::new(0),
@@ -169,9 +201,27 @@ impl WasmPolicy {
         self.failures() >= u64::from(self.limits.max_failures)
     }
 
-    /// The most recent failure.
+    /// The most recent failure that was the guest's own (the kind that counts towards quarantine).
     pub fn last_failure(&self) -> Option<Failure> {
         self.last_failure.lock().ok().and_then(|f| f.clone())
+    }
+
+    /// Inputs that got the `on_error` outcome because of their size: too large to pass, or large and
+    /// failed. Not counted in [`Policy::failures`].
+    pub fn input_failures(&self) -> u64 {
+        self.input_failures.load(Ordering::Relaxed)
+    }
+
+    /// The most recent of [`WasmPolicy::input_failures`], with the event it was about.
+    pub fn last_input_failure(&self) -> Option<InputFailure> {
+        self.last_input_failure.lock().ok().and_then(|f| f.clone())
+    }
+
+    fn record_input_failure(&self, f: InputFailure) {
+        self.input_failures.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut last) = self.last_input_failure.lock() {
+            *last = Some(f);
+        }
     }
 
     fn arm(&self, store: &mut Store<StoreData>, deadline_ms: u64) -> Result<(), Failure> {
@@ -225,34 +275,36 @@ impl WasmPolicy {
         }
     }
 
-    /// Runs the guest on one event.
-    fn call(&self, event: &t::Event, cx: &Context<'_>) -> Result<Vec<Verdict>, Failure> {
+    /// Runs the guest on one event; `ordinary` says whether the input is of ordinary size.
+    fn call(&self, event: &t::Event, cx: &Context<'_>, ordinary: bool) -> Result<Vec<Verdict>, CallError> {
         let taken = match self.strategy {
             Strategy::Reuse => self.idle.lock().ok().and_then(|mut idle| idle.pop()),
             Strategy::Fresh => None,
         };
         let mut worker = match taken {
             Some(w) => w,
-            None => self.start(self.limits.deadline_ms)?,
+            None => self.start(self.limits.deadline_ms).map_err(CallError::Start)?,
         };
-        self.arm(&mut worker.store, self.limits.deadline_ms)?;
+        self.arm(&mut worker.store, self.limits.deadline_ms).map_err(CallError::Start)?;
         let result = crate::state::CURRENT.set(cx.state, || worker.bindings.call_evaluate(&mut worker.store, event));
         let verdicts = match result {
             Ok(Ok(vs)) => {
                 self.record(&worker.store, &self.peak_call_fuel);
-                crate::convert::verdicts(vs, cx.event.time)?
+                crate::convert::verdicts(vs, cx.event.time).map_err(CallError::Call)?
             }
-            Ok(Err(m)) => return Err(Failure::Guest(m)),
+            Ok(Err(m)) => return Err(CallError::Call(Failure::Guest(m))),
             // A trap poisons the instance (it refuses further calls), and an error that is not a trap
             // comes from lifting the guest's result (an invalid discriminant, string or pointer): either
             // way the instance is dropped.
-            Err(e) => return Err(self.classify(&worker.store, e, Failure::BadOutput)),
+            Err(e) => return Err(CallError::Call(self.classify(&worker.store, e, Failure::BadOutput))),
         };
         // A reused instance whose memory has passed three quarters of the cap is retired, not put back:
         // linear memory never shrinks, and a guest whose heap creeps up with every call (the JavaScript
         // engine of componentize-js grows by about 0.8 KiB a call) would otherwise hit the cap in the
         // middle of a call, fail and be quarantined. The next call starts a new instance with `init`.
-        let retire = worker.store.data().limiter.peak > worker.store.data().limiter.max_memory / 4 * 3;
+        // An instance that took a large input is retired too: what that input left behind (a grown heap,
+        // a full bump allocator) must not make the next, ordinary call fail and be charged to the guest.
+        let retire = !ordinary || worker.store.data().limiter.peak > worker.store.data().limiter.max_memory / 4 * 3;
         if self.strategy == Strategy::Reuse
             && !retire
             && let Ok(mut idle) = self.idle.lock()
@@ -260,6 +312,19 @@ impl WasmPolicy {
             idle.push(worker);
         }
         Ok(verdicts)
+    }
+
+    /// The `on_error` outcome for an input too large to hand the guest (not a failure of the policy).
+    fn refuse_input(&self, cx: &Context<'_>, out: &mut Output, bytes: u64) {
+        let reason = format!(
+            "wasm policy {} was not called: event `{}` would pass {bytes} bytes to it, more than the {} a call may pass (on_error = {}); not counted as a failure of the policy",
+            self.meta.id,
+            cx.event.id,
+            self.limits.max_input_bytes,
+            self.on_error_word()
+        );
+        self.record_input_failure(InputFailure { event_id: cx.event.id.clone(), bytes, failure: None });
+        self.fallback(cx, out, reason);
     }
 
     /// The `on_error` outcome for an input, with `reason`.
@@ -300,14 +365,40 @@ impl Policy for WasmPolicy {
             self.fallback(cx, out, reason);
             return;
         }
+        // Size the input before building it: the raw line alone may be far over the limit.
+        let raw = cx.raw.map_or(0, |r| r.len() as u64);
+        if raw > self.limits.max_input_bytes {
+            self.refuse_input(cx, out, raw);
+            return;
+        }
         let event = crate::convert::event(cx);
-        match self.call(&event, cx) {
+        let bytes = crate::convert::input_bytes(&event);
+        if bytes > self.limits.max_input_bytes {
+            self.refuse_input(cx, out, bytes);
+            return;
+        }
+        let ordinary = bytes <= self.limits.ordinary_input_bytes;
+        match self.call(&event, cx, ordinary) {
             Ok(verdicts) => {
                 for v in verdicts {
                     out.verdict(v);
                 }
             }
-            Err(failure) => {
+            Err(CallError::Call(failure)) if !ordinary => {
+                let reason = format!(
+                    "wasm policy {id} {failure} on event `{}` of {bytes} bytes (on_error = {}); attributed to the input, larger than the {} bytes of an ordinary one, and not counted as a failure of the policy",
+                    cx.event.id,
+                    self.on_error_word(),
+                    self.limits.ordinary_input_bytes
+                );
+                self.record_input_failure(InputFailure {
+                    event_id: cx.event.id.clone(),
+                    bytes,
+                    failure: Some(failure),
+                });
+                self.fallback(cx, out, reason);
+            }
+            Err(CallError::Call(failure) | CallError::Start(failure)) => {
                 let n = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
                 let quarantine = if n >= u64::from(self.limits.max_failures) {
                     format!("; quarantined after {n} failures")

@@ -59,6 +59,15 @@ pub fn now() -> String {
     bursar_model::Timestamp(wall_ms()).to_string()
 }
 
+fn dir_is_empty(dir: &Path) -> bool {
+    std::fs::read_dir(dir).map(|mut d| d.next().is_none()).unwrap_or(true)
+}
+
+/// A loopback port free right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
 pub fn wall_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
 }
@@ -82,8 +91,17 @@ impl Server {
         Self::try_start(scratch, extra).unwrap_or_else(|log| panic!("bursar serve did not start:\n{log}"))
     }
 
+    /// Starts the binary with its audit log at `audit` (rather than in the scratch directory).
+    pub fn start_with_audit(scratch: &Scratch, audit: &Path, extra: &[&str]) -> Server {
+        Self::try_start_at(scratch, audit, extra).unwrap_or_else(|log| panic!("bursar serve did not start:\n{log}"))
+    }
+
     /// Starts the binary; on failure returns its log.
     pub fn try_start(scratch: &Scratch, extra: &[&str]) -> Result<Server, String> {
+        Self::try_start_at(scratch, &scratch.audit(), extra)
+    }
+
+    fn try_start_at(scratch: &Scratch, audit: &Path, extra: &[&str]) -> Result<Server, String> {
         let port_file = scratch.0.join("port");
         let _ = std::fs::remove_file(&port_file);
         let n = std::fs::read_dir(&scratch.0).map(|d| d.count()).unwrap_or(0);
@@ -93,10 +111,13 @@ impl Server {
             .arg("--policies")
             .arg(scratch.policies())
             .arg("--audit")
-            .arg(scratch.audit())
+            .arg(audit)
             .args(["--listen", "127.0.0.1:0", "--log-level", "debug", "--port-file"])
             .arg(&port_file)
             .args(extra)
+            // These tests drive serve's mechanics, most with no policy at all: say so (an empty
+            // directory is refused otherwise, tests/hardening.rs pins that).
+            .args(dir_is_empty(&scratch.policies()).then_some("--allow-empty"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())

@@ -62,17 +62,43 @@ pub fn guest(wat_src: &str) -> Vec<u8> {
 /// Memory map: the return area is at 32; one verdict record (80 bytes, align 8) at 256; strings at 512+.
 /// `cabi_realloc` bumps from 1024 and wraps at 60000, which is enough for one event at a time.
 pub fn guest_with(body: &str, data: &str) -> Vec<u8> {
-    guest(&format!(
-        r#"(module
-  (memory (export "memory") 1)
-  (global $bump (mut i32) (i32.const 1024))
-  (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32)
-    (local $p i32)
+    guest_with_realloc(BUMP_REALLOC, body, data)
+}
+
+/// The default `cabi_realloc` body: bump from 1024, wrap at 60000 (one page of memory).
+pub const BUMP_REALLOC: &str = r#"(local $p i32)
     (local.set $p (i32.and (i32.add (global.get $bump) (i32.const 7)) (i32.const -8)))
     (if (i32.gt_u (i32.add (local.get $p) (local.get 3)) (i32.const 60000))
       (then (local.set $p (i32.const 1024))))
     (global.set $bump (i32.add (local.get $p) (local.get 3)))
-    (local.get $p))
+    (local.get $p)"#;
+
+/// A `cabi_realloc` body like a real guest's allocator: bumps from 1024, never reuses, and grows the
+/// memory by 16 pages at a time when an allocation does not fit, as `dlmalloc` would. An input as
+/// large as the memory cap makes it hit the cap while the host copies the input in.
+pub const GROWING_REALLOC: &str = r#"(local $p i32) (local $end i32)
+    (local.set $p (i32.and (i32.add (global.get $bump) (i32.const 7)) (i32.const -8)))
+    (local.set $end (i32.add (local.get $p) (local.get 3)))
+    (block $done
+      (loop $grow
+        (br_if $done (i32.le_u (local.get $end) (i32.mul (memory.size) (i32.const 65536))))
+        (if (i32.eq (memory.grow (i32.const 16)) (i32.const -1)) (then (unreachable)))
+        (br $grow)))
+    (global.set $bump (local.get $end))
+    (local.get $p)"#;
+
+/// Like [`guest_with`] with `realloc` as the body of `cabi_realloc` (params: old pointer, old size,
+/// align, new size; result: the pointer). Globals: `$bump` (starts at 1024), and `$seen` and `$flag`
+/// (0, free for the test's own use).
+pub fn guest_with_realloc(realloc: &str, body: &str, data: &str) -> Vec<u8> {
+    guest(&format!(
+        r#"(module
+  (memory (export "memory") 1)
+  (global $bump (mut i32) (i32.const 1024))
+  (global $seen (mut i32) (i32.const 0))
+  (global $flag (mut i32) (i32.const 0))
+  (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32)
+    {realloc})
   (func (export "init") (param i32 i32) (result i32)
     (i32.store8 (i32.const 16) (i32.const 0))
     (i32.const 16))
@@ -83,16 +109,11 @@ pub fn guest_with(body: &str, data: &str) -> Vec<u8> {
     ))
 }
 
-/// `evaluate` returns `ok([verdict { kind: <case>, reason: "no from wat", gpu-hours: none }])`.
-pub fn answering(case: u8) -> Vec<u8> {
-    answering_after("", case)
-}
-
-/// Like [`answering`], running `prelude` (WAT instructions that leave nothing on the stack) first.
-pub fn answering_after(prelude: &str, case: u8) -> Vec<u8> {
-    guest_with(
-        &format!(
-            r#"{prelude}
+/// The body of an `evaluate` that returns `ok([verdict { kind: <case>, reason: "no from wat" }])`
+/// after running `prelude`; pair it with [`ANSWER_DATA`].
+pub fn answer_body(prelude: &str, case: u8) -> String {
+    format!(
+        r#"{prelude}
     (i32.store8 (i32.const 256) (i32.const {case}))
     (i32.store (i32.const 312) (i32.const 512))
     (i32.store (i32.const 316) (i32.const 11))
@@ -101,9 +122,20 @@ pub fn answering_after(prelude: &str, case: u8) -> Vec<u8> {
     (i32.store (i32.const 36) (i32.const 256))
     (i32.store (i32.const 40) (i32.const 1))
     (i32.const 32)"#
-        ),
-        r#"(data (i32.const 512) "no from wat")"#,
     )
+}
+
+/// The data segment of [`answer_body`]: its reason.
+pub const ANSWER_DATA: &str = r#"(data (i32.const 512) "no from wat")"#;
+
+/// `evaluate` returns `ok([verdict { kind: <case>, reason: "no from wat", gpu-hours: none }])`.
+pub fn answering(case: u8) -> Vec<u8> {
+    answering_after("", case)
+}
+
+/// Like [`answering`], running `prelude` (WAT instructions that leave nothing on the stack) first.
+pub fn answering_after(prelude: &str, case: u8) -> Vec<u8> {
+    guest_with(&answer_body(prelude, case), ANSWER_DATA)
 }
 
 /// Runs `lines` (JSON events) through an engine over `policies`, returning the decisions.

@@ -1,0 +1,184 @@
+//! Serving HTTP on a listener with the limits a server on the scheduler's path needs, which a plain
+//! `axum::serve` does not set: a cap on open connections, a deadline for a request's head (which hyper
+//! also applies to an idle keep-alive connection waiting for its next request), a deadline and a size
+//! limit for its body, and a 413 before a declared oversize body is read.
+//!
+//! Before these, 1,100 idle loopback connections exhausted a 1,024 descriptor limit and no admission
+//! could be answered; a half-sent request or a sender of one byte a second held a connection forever.
+//! Now a connection beyond the cap is answered `503` at once and closed, an idle or slow one is closed
+//! after its deadline, and `--admit-listen` gives the scheduler's hook a listener of its own (only
+//! `/v1/admit` and `/healthz`) with its own connection budget, so event producers and streams can
+//! never crowd admissions out.
+//!
+//! The accept loop mirrors `axum::serve`'s (hyper-util's connection builder over the router as a
+//! service, a graceful shutdown that lets in-flight requests finish).
+
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use bursar_model::api::ErrorReply;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tower::ServiceExt;
+
+/// The limits of one listener.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Open connections at most; one more is answered 503 and closed.
+    pub max_connections: usize,
+    /// Time for a request's head to arrive, and for an idle keep-alive connection to send its next one.
+    pub header_timeout: Duration,
+    /// Time for a request's body to arrive once its head has.
+    pub body_timeout: Duration,
+    /// Largest body in bytes.
+    pub max_body: usize,
+}
+
+/// Connections refused and cut, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct ListenCounters {
+    /// Connections answered 503 at once because the listener was at its cap.
+    pub refused: AtomicU64,
+    /// Requests whose body did not arrive in time.
+    pub body_timeouts: AtomicU64,
+    /// Requests refused for a declared or actual body over the limit.
+    pub too_large: AtomicU64,
+}
+
+fn error(status: StatusCode, message: String) -> Response {
+    let body = serde_json::to_string(&ErrorReply { error: message }).unwrap_or_default();
+    let mut r = (status, body).into_response();
+    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+    r
+}
+
+/// Middleware: refuses a declared oversize body before reading it, and reads the body under a
+/// deadline and the size limit, so a slow or endless sender holds nothing for long.
+pub async fn body_limits(
+    State((limits, counters)): State<(Limits, Arc<ListenCounters>)>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limits.max_body as u64) {
+        counters.too_large.fetch_add(1, Ordering::Relaxed);
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the body declares {} bytes, over the limit of {} (`--max-body`); split it into several requests",
+                declared.unwrap_or(0),
+                limits.max_body
+            ),
+        );
+    }
+    let (parts, body) = req.into_parts();
+    match tokio::time::timeout(limits.body_timeout, axum::body::to_bytes(body, limits.max_body)).await {
+        Err(_) => {
+            counters.body_timeouts.fetch_add(1, Ordering::Relaxed);
+            let mut r = error(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("the request body did not arrive within {:?}", limits.body_timeout),
+            );
+            r.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+            r
+        }
+        Ok(Err(e)) => {
+            counters.too_large.fetch_add(1, Ordering::Relaxed);
+            error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the body could not be read within the limit of {} bytes: {e}", limits.max_body),
+            )
+        }
+        Ok(Ok(bytes)) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
+    }
+}
+
+/// Serves `app` on `listener` under `limits` until `shutdown` turns true, then lets the requests in
+/// flight finish.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: Limits,
+    counters: Arc<ListenCounters>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    // Dropped by every connection task when it ends: `closed()` on the sender waits for all of them.
+    let (done_tx, done_rx) = watch::channel(());
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.changed() => break,
+        };
+        let (mut stream, _) = match accepted {
+            Ok(s) => s,
+            Err(e) => {
+                // Out of descriptors or a reset before accept: wait a little rather than spin.
+                tracing::warn!(error = %e, "cannot accept a connection");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            counters.refused.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(async move {
+                let body = serde_json::to_string(&ErrorReply {
+                    error: "too many open connections; retry shortly (the scheduler's hook should use --admit-listen)"
+                        .into(),
+                })
+                .unwrap_or_default();
+                let answer = format!(
+                    "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(answer.as_bytes())).await;
+            });
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let service = app.clone().map_request(|req: Request<Incoming>| req.map(Body::new));
+        let service = TowerToHyperService::new(service);
+        let mut stop = shutdown.clone();
+        let done = done_rx.clone();
+        tokio::spawn(async move {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).keep_alive(true);
+            let mut conn = pin!(builder.serve_connection(TokioIo::new(stream), service));
+            let stopping = async {
+                let _ = stop.wait_for(|s| *s).await.map(|_| ());
+            };
+            let ended = tokio::select! {
+                r = conn.as_mut() => r,
+                () = stopping => {
+                    // Shutting down: finish the request in flight, take no other.
+                    conn.as_mut().graceful_shutdown();
+                    conn.as_mut().await
+                }
+            };
+            if let Err(e) = ended {
+                tracing::trace!(error = %e, "connection ended");
+            }
+            drop(permit);
+            drop(done);
+        });
+    }
+    drop(listener);
+    drop(done_rx);
+    done_tx.closed().await;
+}
