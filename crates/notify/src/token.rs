@@ -14,7 +14,7 @@
 //! than taken from the `hmac` crate, whose releases track a different `digest` major version than
 //! the `sha2` in the lockfile; the RFC 4231 test vectors below pin it.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use bursar_model::Timestamp;
@@ -113,7 +113,8 @@ impl LinkKey {
     }
 
     /// Reads the key from `path` (64 hex digits), or, when the file does not exist, draws 32 bytes
-    /// from the kernel's random source and writes them there with mode 0600. A file other users may
+    /// from the operating system (`getrandom`, as the audit log's signing keys) and writes them there
+    /// with mode 0600. A file other users may
     /// read is refused.
     pub fn load_or_create(path: &Path) -> Result<LinkKey, KeyError> {
         use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -131,7 +132,7 @@ impl LinkKey {
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let mut key = [0u8; 32];
-                std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut key)).map_err(io)?;
+                getrandom::fill(&mut key).map_err(|e| io(std::io::Error::other(e.to_string())))?;
                 let mut f =
                     std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).map_err(io)?;
                 f.write_all(format!("{}\n", hex(&key)).as_bytes()).and_then(|()| f.sync_all()).map_err(io)?;
