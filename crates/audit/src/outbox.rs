@@ -1,4 +1,4 @@
-//! [`Outbox`]: the notifier's durable state beside the audit log (schema version 3): how far it has
+//! [`Outbox`]: the notifier's durable state beside the audit log (schema version 4): how far it has
 //! read the log ([`OutboxCursor`]) and the notices it raised ([`NoticeRow`]), with what its sink has
 //! acknowledged.
 //!
