@@ -164,12 +164,12 @@ enum Step {
 /// restart neither skips nor repeats a decision. Not chained: the notifier's working state, derived
 /// from the chained decisions and lifecycle rows.
 const V4: &str = r#"
-CREATE TABLE notify_cursor (
+CREATE TABLE IF NOT EXISTS notify_cursor (
     id           INTEGER PRIMARY KEY CHECK (id = 1),
     decision_seq INTEGER NOT NULL,
     event_seq    INTEGER NOT NULL
 );
-CREATE TABLE notices (
+CREATE TABLE IF NOT EXISTS notices (
     seq         INTEGER PRIMARY KEY,
     job         TEXT,
     kind        TEXT NOT NULL,
@@ -183,8 +183,8 @@ CREATE TABLE notices (
     attempts    INTEGER NOT NULL,
     sent_at     INTEGER
 );
-CREATE INDEX notices_open ON notices(job) WHERE resolved_at IS NULL;
-CREATE INDEX notices_to_send ON notices(seq) WHERE delivered <> 'resolved';
+CREATE INDEX IF NOT EXISTS notices_open ON notices(job) WHERE resolved_at IS NULL;
+CREATE INDEX IF NOT EXISTS notices_to_send ON notices(seq) WHERE delivered <> 'resolved';
 "#;
 
 /// The migration steps: `MIGRATIONS[n]` takes a file from version n to n+1.
