@@ -7,7 +7,8 @@
 # agents (`bursar slurm watch`, `bursar slurm enforce`), then shows:
 #   1. a job over quota rejected by sbatch with bursar's reason;
 #   2. an allowed job running;
-#   3. a job needing approval held (and not releasable by its owner), then released after approval.granted;
+#   3. a job needing approval held (and not releasable by its owner), listed by `bursar pending`, refused
+#      to a non-approver and released after `bursar approve … --as bob`;
 #   4. a deferrable job given bursar's begin time;
 #   5. an idle job (low utilisation samples) alerted, then cancelled by the enforcer, the action recorded;
 #      (2 and 5 also check the Prolog/Epilog pair's dcgm-exporter job mapping files)
@@ -200,9 +201,20 @@ if runuser -u nobody -- scontrol release "$HELD_USER" 2>/dev/null; then
 fi
 scancel "$HELD_USER"
 ok "Slurm job $HELD held (bursar $HELD_BID); its owner cannot release such a job"
-post "{\"id\":\"e2e-approve-$HELD_BID\",\"time\":\"$(NOW)\",\"type\":\"approval.granted\",\"job_id\":\"$HELD_BID\",\"by\":\"bob\"}"
+# What waits for whom, then the answers from a terminal: a non-approver is refused, bob approves.
+"$BURSAR" pending --server "127.0.0.1:$PORT" > pending.out 2>&1 || fail "bursar pending failed: $(cat pending.out)"
+sed 's/^/    /' pending.out
+grep -q "$HELD_BID .*bob" pending.out || fail "bursar pending does not show $HELD_BID waiting for bob"
+if "$BURSAR" approve "$HELD_BID" --as alice --server "127.0.0.1:$PORT" > refused.out 2>&1; then
+  fail "bursar approve accepted alice, who is not an approver: $(cat refused.out)"
+fi
+grep -q "not an approver of job .$HELD_BID.: only bob" refused.out || fail "no clear refusal: $(cat refused.out)"
+"$BURSAR" approve "$HELD_BID" --as bob --server "127.0.0.1:$PORT" > approve.out 2>&1 \
+  || fail "bursar approve failed: $(cat approve.out)"
+sed 's/^/    /' approve.out
+grep -q "approved by bob" approve.out || fail "bursar approve did not say the job was approved: $(cat approve.out)"
 wait_state "$HELD" RUNNING 30
-ok "approved by bob: the enforcer released Slurm job $HELD, now running"
+ok "alice refused; approved by bob with bursar approve: the enforcer released Slurm job $HELD, now running"
 
 # --- scenario 4: deferred ------------------------------------------------------------------------------
 say "4. deferrable work outside the off-peak window"

@@ -63,6 +63,8 @@
 //! # Layout
 //! - [`log`] — [`AuditLog`], [`Record`], the stored row types and the typed reads.
 //! - [`writer`] — [`Writer`], the journal: group commit on its own thread.
+//! - [`outbox`] — [`Outbox`], the notifier's cursor and notices (`bursar-notify`): typed reads and
+//!   writes of the two tables schema version 4 added.
 //! - [`query`] — filters, `explain` and `stats`.
 //! - [`verify`] — chain verification (with or without a witness) and pruning.
 //! - [`anchor`] — the anchors chain that binds the others and the side data.
@@ -76,6 +78,7 @@ pub mod canon;
 pub mod derived;
 pub mod error;
 pub mod log;
+pub mod outbox;
 pub mod query;
 pub mod schema;
 pub mod verify;
@@ -89,5 +92,6 @@ pub use log::{
     Appended, AuditLog, Durability, EventRow, PolicyLoad, Record, RestorePoint, SnapshotRejected, StoredDecision,
     StoredEvent, StoredSnapshot, StoredStep, wall_ms,
 };
+pub use outbox::{Delivered, NewNotice, NoticeRow, Outbox, OutboxCursor, Resolved};
 pub use witness::{PublicKey, SignedHead, SigningKey, Witness};
 pub use writer::{CommitHook, Failing, Health, Writer, WriterConfig, WriterStats, no_hook};

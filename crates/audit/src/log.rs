@@ -796,6 +796,31 @@ impl AuditLog {
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(AuditError::sqlite("read a job's events"))
     }
 
+    /// The newest `n` decisions of kind `kind` (`deny`, …) that dry-run policies did not make, newest
+    /// first: the pool page's "last denies".
+    pub fn latest_decisions(&self, kind: &str, n: usize) -> Result<Vec<StoredDecision>> {
+        let sql = format!(
+            "SELECT {DECISION_COLUMNS} FROM decisions WHERE decision = ?1 AND dry_run = 0 ORDER BY seq DESC LIMIT ?2"
+        );
+        let mut st = self.conn.prepare_cached(&sql).map_err(AuditError::sqlite("prepare a decision read"))?;
+        let rows = st
+            .query_map(params![kind, limit_i64(n)], decision_from_row)
+            .map_err(AuditError::sqlite("read decisions"))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(AuditError::sqlite("read decisions"))
+    }
+
+    /// The sequence numbers of the newest event and the newest decision now in the file (0 when none),
+    /// read afresh: a reader beside the writer sees every commit made since it opened.
+    pub fn newest_seqs(&self) -> Result<(i64, i64)> {
+        self.conn
+            .query_row(
+                "SELECT (SELECT coalesce(max(seq), 0) FROM events), (SELECT coalesce(max(seq), 0) FROM decisions)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(AuditError::sqlite("read the newest sequence numbers"))
+    }
+
     /// The time of the newest logged event, ms since the epoch.
     pub fn newest_event_time(&self) -> Result<Option<i64>> {
         self.conn

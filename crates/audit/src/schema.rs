@@ -16,6 +16,8 @@
 //! policy set and snapshot, then one with the heads): edits made before the migration are not
 //! detectable through the anchors, edits after it are.
 //!
+//! Version 4 adds the notifier's outbox, `notify_cursor` and `notices` ([`crate::outbox`]).
+//!
 //! A migration is a step from version N to N+1 run in one transaction; [`migrate`] runs every
 //! step the file lacks. A file newer than this build is refused rather than guessed at.
 
@@ -26,7 +28,7 @@ use crate::error::{AuditError, Result};
 use crate::log::{Head, load_head, wall_ms};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 const V1: &str = r#"
 CREATE TABLE events (
@@ -154,8 +156,39 @@ enum Step {
     Then(&'static str, fn(&Transaction<'_>) -> Result<()>),
 }
 
+/// Version 4: the notifier's outbox (`bursar-notify`, run by `serve --notify`; [`crate::outbox`]).
+/// `notify_cursor` is how far the notifier has read the log (the last decision and event seq whose
+/// notices are in `notices`); `notices` holds one row per decision that raised a notice, its
+/// resolution once its cause ended, and what the sink has acknowledged (`delivered`: `none`,
+/// `firing`, `resolved`). The cursor and the notices it covers are written in one transaction, so a
+/// restart neither skips nor repeats a decision. Not chained: the notifier's working state, derived
+/// from the chained decisions and lifecycle rows.
+const V4: &str = r#"
+CREATE TABLE IF NOT EXISTS notify_cursor (
+    id           INTEGER PRIMARY KEY CHECK (id = 1),
+    decision_seq INTEGER NOT NULL,
+    event_seq    INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS notices (
+    seq         INTEGER PRIMARY KEY,
+    job         TEXT,
+    kind        TEXT NOT NULL,
+    policy      TEXT,
+    opened_at   INTEGER NOT NULL,
+    expires_at  INTEGER,
+    resolved_at INTEGER,
+    resolution  TEXT,
+    body        TEXT NOT NULL,
+    delivered   TEXT NOT NULL,
+    attempts    INTEGER NOT NULL,
+    sent_at     INTEGER
+);
+CREATE INDEX IF NOT EXISTS notices_open ON notices(job) WHERE resolved_at IS NULL;
+CREATE INDEX IF NOT EXISTS notices_to_send ON notices(seq) WHERE delivered <> 'resolved';
+"#;
+
 /// The migration steps: `MIGRATIONS[n]` takes a file from version n to n+1.
-const MIGRATIONS: &[Step] = &[Step::Sql(V1), Step::Then(V2, adopt), Step::Sql(V3)];
+const MIGRATIONS: &[Step] = &[Step::Sql(V1), Step::Then(V2, adopt), Step::Sql(V3), Step::Sql(V4)];
 
 /// Version 1 to 2: anchors what a version-1 file holds, as found.
 fn adopt(tx: &Transaction<'_>) -> Result<()> {

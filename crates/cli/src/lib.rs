@@ -11,6 +11,7 @@ pub mod check;
 pub mod eval;
 pub mod generate;
 pub mod import;
+pub mod people;
 pub mod replay;
 pub mod report;
 pub mod serve;

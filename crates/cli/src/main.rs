@@ -138,6 +138,22 @@ enum Command {
     ///
     /// Example: bursar slurm enforce --cluster lab --state /var/lib/bursar/slurm-enforce.json
     Slurm(bursar::slurm::SlurmArgs),
+    /// What waits for a person: jobs held for an approval, idle jobs reclaimed unless kept alive.
+    ///
+    /// Example: bursar pending --server 127.0.0.1:7878
+    Pending(bursar::people::PendingArgs),
+    /// Approve a job held for approval (as `--as NAME`, default $USER; only its approvers may).
+    ///
+    /// Example: bursar approve j42 --as bob
+    Approve(bursar::people::ApproveArgs),
+    /// Reject a job held for approval, saying why.
+    ///
+    /// Example: bursar reject j42 --reason "split it into 8-GPU runs first" --as bob
+    Reject(bursar::people::RejectArgs),
+    /// Keep an idle-alerted job running (calls off its idle reclaim).
+    ///
+    /// Example: bursar keepalive j42
+    Keepalive(bursar::people::KeepaliveArgs),
     /// Where the GPU-hours went: nominal vs effective by project, user or tag, billing-mode comparison.
     ///
     /// Example: bursar report --db audit.db --period 2026-11 --by project --format html -o report.html
@@ -158,6 +174,10 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Slurm(args) => bursar::slurm::run(&args),
         Command::Audit(args) => bursar::audit::run(&args, cli.error_format),
         Command::Report(args) => bursar::report::run(&args, cli.error_format),
+        Command::Pending(args) => bursar::people::pending(&args),
+        Command::Approve(args) => bursar::people::approve(&args),
+        Command::Reject(args) => bursar::people::reject(&args),
+        Command::Keepalive(args) => bursar::people::keepalive(&args),
         Command::Eval {
             policies,
             events,

@@ -16,7 +16,9 @@ pub mod http;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bursar_model::api::{AdmitReply, ErrorReply, EventsReply, Sequenced};
+use bursar_model::api::{
+    ActionKind, ActionReply, ActionRequest, AdmitReply, ErrorReply, EventsReply, PendingReply, PoolView, Sequenced,
+};
 use bursar_model::{Event, Input};
 
 pub use crate::http::{Conn, LineStream, Response};
@@ -155,6 +157,33 @@ impl Client {
         self.call("POST", "/v1/admit", event.to_json().as_bytes())
     }
 
+    /// `GET /v1/pending`: the jobs waiting for an approval or a keepalive.
+    pub fn pending(&self) -> Result<PendingReply> {
+        self.call("GET", "/v1/pending", b"")
+    }
+
+    /// `GET /v1/pool`: what the pool page shows.
+    pub fn pool(&self) -> Result<PoolView> {
+        self.call("GET", "/v1/pool", b"")
+    }
+
+    /// `POST /v1/jobs/{job}/approve|reject|keepalive`: a person's answer, once durable. A refusal
+    /// (unknown job 404, not an approver 403, not pending 409, lapsed 410) is a
+    /// [`ClientError::Status`] with serve's sentence.
+    pub fn act(&self, job: &str, action: ActionKind, req: &ActionRequest) -> Result<ActionReply> {
+        let verb = match action {
+            ActionKind::Approve | ActionKind::ApproveOverBudget => "approve",
+            ActionKind::Reject => "reject",
+            ActionKind::Keepalive => "keepalive",
+        };
+        let body = serde_json::to_vec(req).map_err(|e| ClientError::Decode {
+            addr: self.addr,
+            what: "an action request".into(),
+            message: e.to_string(),
+        })?;
+        self.call("POST", &format!("/v1/jobs/{}/{verb}", path_segment(job)), &body)
+    }
+
     /// `GET /v1/decisions?after=SEQ`: every decision after `after`, in order; `follow` keeps the stream
     /// open for live decisions.
     pub fn decisions(&self, after: u64, follow: bool) -> Result<DecisionStream> {
@@ -172,6 +201,19 @@ impl Client {
         stream.set_read_timeout(Some(Duration::from_secs(45))).map_err(|e| self.io(e))?;
         Ok(DecisionStream { stream, addr: self.addr })
     }
+}
+
+/// `s` percent-encoded as one path segment (a job id may hold `/`, `?`, spaces, …).
+pub fn path_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// A stream of decisions, each with its `seq`.

@@ -57,6 +57,11 @@ impl Dedupe {
         true
     }
 
+    /// True when `id` was seen and is still remembered (what [`Dedupe::insert`] would call a duplicate).
+    pub fn contains(&self, id: &str) -> bool {
+        self.seen.contains(&id_hash(id))
+    }
+
     /// Ids remembered.
     pub fn len(&self) -> usize {
         self.order.len()

@@ -359,6 +359,26 @@ impl Engine {
         &self.timers
     }
 
+    /// True when an input with id `id` was applied and is still remembered: applying it again would
+    /// be a duplicate. How serve tells a used action link (whose event id derives from its token)
+    /// from a fresh one before sending anything.
+    pub fn seen(&self, id: &str) -> bool {
+        self.dedupe.contains(id)
+    }
+
+    /// The steps the enforced policies that apply to job `job_id` will take on it by themselves unless
+    /// a person answers first ([`Policy::deadline`]: the idle rule's reclaim), with each policy's id,
+    /// in policy order. Empty for an unknown job.
+    pub fn deadlines(&self, job_id: &str) -> Vec<(Arc<str>, crate::policy::Deadline)> {
+        let Some(job) = self.state.job(job_id) else { return Vec::new() };
+        self.policies
+            .policies()
+            .iter()
+            .filter(|p| p.meta().mode == Mode::Enforce && p.meta().selector.matches(job))
+            .filter_map(|p| p.deadline(job).map(|d| (p.meta().id.clone(), d)))
+            .collect()
+    }
+
     /// Applies one input and appends its decisions to `out`; the job steps it caused are then in
     /// [`Engine::transitions`]. `raw` is the line as received, passed to policies that want the
     /// producer's own fields.
@@ -911,7 +931,16 @@ impl Engine {
             em.step(id, event.time, Step::Admitted);
             state.jobs.insert(id.clone(), job);
         } else {
-            d.reason = format!("approval rejected by {who} (asked because: {})", pending.reason);
+            // A rejection may say why (`"reason"`, as `bursar reject --reason` sends it): the owner reads it here.
+            let why = event
+                .extra
+                .iter()
+                .find(|(k, _)| k == "reason")
+                .and_then(|(_, v)| serde_json::from_str::<String>(v.get()).ok())
+                .filter(|r| !r.trim().is_empty())
+                .map(|r| format!(": {}", r.trim()))
+                .unwrap_or_default();
+            d.reason = format!("approval rejected by {who}{why} (asked because: {})", pending.reason);
             em.emit(d);
             em.step(id, event.time, Step::Denied);
         }

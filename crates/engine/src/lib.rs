@@ -42,8 +42,8 @@ pub mod timers;
 pub use engine::{Coverage, ENGINE_POLICY, Engine, EngineConfig, Outcome, Snapshot, Stats, Step, Transition};
 pub use intern::Sym;
 pub use policy::{
-    Context, Effect, EventMask, Limits, Mode, Output, Policy, PolicyMeta, QuotaLimit, QuotaScope, Selector, Settle,
-    TimerContext, Verdict, VerdictKind,
+    Context, Deadline, Effect, EventMask, Limits, Mode, Output, Policy, PolicyMeta, QuotaLimit, QuotaScope, Selector,
+    Settle, TimerContext, Verdict, VerdictKind,
 };
 pub use set::{PolicyLimits, PolicySet, PoolLimits, SetError, SourceFile};
 pub use state::{JobFacts, JobPhase, JobRecord, Ledger, ScopeKind, State, Usage, mark_key};

@@ -423,6 +423,16 @@ impl Limits {
     }
 }
 
+/// A step a policy will take on a job by itself unless a person answers first: the idle rule's
+/// reclaim after its alert, unless the owner sends a keepalive ([`Policy::deadline`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deadline {
+    /// When the policy told the person (the event time of its alert).
+    pub since: Timestamp,
+    /// When it acts.
+    pub at: Timestamp,
+}
+
 /// A compiled policy. Implemented by the TOML families, general rules and WebAssembly components.
 ///
 /// Implementations must be deterministic: the same input and state give the same output.
@@ -455,5 +465,15 @@ pub trait Policy: Send + Sync + fmt::Debug {
     /// nothing they can draw.
     fn limits(&self) -> Limits {
         Limits::default()
+    }
+
+    /// The step this policy will take on `job` by itself unless its owner answers first, if it is
+    /// waiting to take one: for the idle rule, the reclaim due `grace` after its alert, which a
+    /// `job.keepalive` calls off. Read by the notices (a keep-alive link and its deadline) and by
+    /// serve's pool page (the time left before reclaim); never by the engine, which decides from its
+    /// timers. The default is "none": a policy that cannot tell (a WebAssembly component, a `rule`)
+    /// announces nothing, and its alerts go out as plain alerts.
+    fn deadline(&self, _job: &JobRecord) -> Option<Deadline> {
+        None
     }
 }

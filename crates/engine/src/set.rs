@@ -49,6 +49,14 @@ pub struct PolicyLimits {
     pub limits: Limits,
 }
 
+impl PolicyLimits {
+    /// Whether this policy may check jobs whose ledger of kind `kind` is `name` (a quota whose
+    /// selector names projects applies to those projects' ledgers only; see [`PoolLimits`]).
+    pub fn applies_to(&self, kind: ScopeKind, name: &str) -> bool {
+        may_apply(&self.selector, kind, name)
+    }
+}
+
 /// What the policies of a set limit, and the rules that fold them into the numbers a reader wants.
 /// Plain data (serialisable), so a reader can keep the description of the set it ran with — the
 /// report stores it beside its facts — and apply the same rules later without the policies.

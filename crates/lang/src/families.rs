@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use bursar_engine::policy::{Limits, QuotaLimit, QuotaScope};
+use bursar_engine::policy::{Deadline, Limits, QuotaLimit, QuotaScope};
 use bursar_engine::{
     Context, Effect, JobPhase, JobRecord, Output, Policy, PolicyMeta, ScopeKind, TimerContext, Verdict, VerdictKind,
 };
@@ -373,6 +373,19 @@ impl Policy for TomlPolicy {
             }
             _ => Limits::default(),
         }
+    }
+
+    /// An idle rule that alerted about `job` and has not been answered: the reclaim `grace` after
+    /// its alert (the timer `IDLE_RECLAIM` checks the same marks when it fires).
+    fn deadline(&self, job: &JobRecord) -> Option<Deadline> {
+        let Family::Reclaim(r @ Reclaim { idle: Some(idle), .. }) = &self.family else { return None };
+        if !Reclaim::live(job) {
+            return None;
+        }
+        let (low_key, alert_key, _) = r.keys;
+        job.mark(low_key)?;
+        let since = Timestamp(job.mark(alert_key)?);
+        Some(Deadline { since, at: since.plus(idle.grace) })
     }
 }
 

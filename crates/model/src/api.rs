@@ -13,6 +13,12 @@ use serde::{Deserialize, Serialize};
 use crate::decision::Decision;
 use crate::event::FinishStatus;
 
+mod people;
+pub use people::{
+    ActionKind, ActionReply, ActionRequest, ApprovalWait, DeferredWait, DenyLine, IdleWait, NoticeKind, NoticeLink,
+    NoticeMessage, NoticeStatus, PendingReply, PoolView, ProjectLine, QuotaLine,
+};
+
 /// A line that was not applied, and why: the one shape of a rejected line everywhere (the `rejected`
 /// list of `POST /v1/events`, a socket answer, `bursar eval --error-format json` on stderr).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -96,6 +96,14 @@ pub enum Work {
         /// The answer.
         reply: oneshot::Sender<crate::utilisation::Running>,
     },
+    /// A read for the people-facing routes and the notifier: the pool page, what waits for whom,
+    /// what is known about some jobs ([`crate::pool`]).
+    People {
+        /// The question.
+        ask: crate::pool::Ask,
+        /// The answer.
+        reply: oneshot::Sender<crate::pool::Answer>,
+    },
     /// Count the live jobs (for `/metrics`; it walks the job table).
     CountJobs {
         /// The answer.
@@ -174,6 +182,7 @@ enum After {
     Running(oneshot::Sender<crate::utilisation::Running>, crate::utilisation::Running),
     Count(oneshot::Sender<u64>, u64),
     Project(oneshot::Sender<ProjectView>, Box<ProjectView>),
+    People(oneshot::Sender<crate::pool::Answer>, crate::pool::Answer),
 }
 
 /// The engine thread's state.
@@ -332,6 +341,9 @@ impl Core {
                     let v = self.jobs.as_ref().map(|j| j.running(self.session.engine())).unwrap_or_default();
                     after.push(After::Running(reply, v));
                 }
+                Work::People { ask, reply } => {
+                    after.push(After::People(reply, crate::pool::answer(self.session.engine(), ask)));
+                }
                 Work::Snapshot { .. } | Work::Shutdown => {}
             }
         }
@@ -406,6 +418,9 @@ fn answer(
             }
             After::Project(reply, v) => {
                 let _ = reply.send(*v);
+            }
+            After::People(reply, v) => {
+                let _ = reply.send(v);
             }
         }
     }

@@ -56,6 +56,8 @@ pub struct AppState {
     pub shutdown: watch::Receiver<bool>,
     /// The longest line of a request body.
     pub max_line: usize,
+    /// The action links' key ([`crate::people`]).
+    pub people: crate::people::Links,
     /// Whether the audit log commits.
     pub journal: Arc<bursar_audit::Health>,
 }
@@ -90,6 +92,7 @@ pub fn router(state: AppState, limits: crate::listen::Limits, counters: Arc<crat
     Router::new()
         .route("/healthz", get(healthz))
         .merge(api)
+        .merge(crate::people::router(state.clone()))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state((limits, counters), crate::listen::body_limits))
         .layer(DefaultBodyLimit::max(limits.max_body))
@@ -144,7 +147,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response {
+pub(crate) async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response {
     if let Some(token) = &st.token {
         let given = req
             .headers()

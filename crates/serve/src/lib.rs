@@ -27,11 +27,18 @@
 //! - [`socket`]: events as JSON Lines over a Unix socket.
 //! - [`utilisation`]: GPU utilisation from Prometheus (dcgm-exporter) as `job.sample` events.
 //! - [`metrics`], [`views`]: `/metrics`; job and project views.
+//! - [`people`], [`pool`], [`page`], [`notices`]: people in the loop (`docs/notifications.md`): the
+//!   pool page, what waits for whom, approvals and keepalives from a terminal or a signed link, and
+//!   the notifier (`--notify`).
 
 pub mod core;
 pub mod http;
 pub mod listen;
 pub mod metrics;
+pub mod notices;
+pub mod page;
+pub mod people;
+pub mod pool;
 pub mod reload;
 pub mod socket;
 pub mod stream;
@@ -132,6 +139,8 @@ pub struct Config {
     pub loader: Loader,
     /// Read GPU utilisation from Prometheus (`--utilisation FILE`).
     pub utilisation: Option<utilisation::UtilisationConfig>,
+    /// Send notices to Alertmanager or a webhook, with action links (`--notify FILE`).
+    pub notify: Option<bursar_notify::NotifyConfig>,
     /// Sign the audit log's head with this Ed25519 key and append it to this witness file (at most
     /// once a second, and at shutdown): `--signing-key`, `--witness`.
     pub witness: Option<(PathBuf, PathBuf)>,
@@ -178,6 +187,7 @@ impl Config {
             engine: EngineConfig::default(),
             loader: toml_loader(),
             utilisation: None,
+            notify: None,
             witness: None,
         }
     }
@@ -348,6 +358,8 @@ pub async fn serve_then(
     };
 
     let (engine_tx, engine_rx) = mpsc::channel::<core::Work>(config.queue.max(1));
+    // Before the engine applies anything new: the notifier's first cursor is the recovered log's end.
+    let (links, notifier) = notices::start(config.notify.clone(), &config.audit, addr, engine_tx.clone())?;
     let snapshot_every = config.snapshot_every;
     let engine_thread = std::thread::Builder::new()
         .name("bursar-engine".into())
@@ -469,6 +481,7 @@ pub async fn serve_then(
         token: config.token.as_deref().map(Arc::from),
         shutdown: shutdown_rx.clone(),
         max_line: config.max_body,
+        people: links,
         journal: journal_health,
     };
     let limits = listen::Limits {
@@ -521,6 +534,9 @@ pub async fn serve_then(
         let _ = tokio::task::spawn_blocking(move || t.join()).await;
     }
     let _ = tokio::time::timeout(Duration::from_secs(10), reloader).await;
+    if let Some(n) = notifier {
+        let _ = tokio::task::spawn_blocking(move || n.stop()).await;
+    }
     let (tx, rx) = oneshot::channel();
     let _ = engine_tx.send(core::Work::Snapshot { reply: Some(tx) }).await;
     let _ = engine_tx.send(core::Work::Shutdown).await;

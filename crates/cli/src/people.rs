@@ -1,0 +1,303 @@
+//! `bursar pending`, `bursar approve JOB`, `bursar reject JOB --reason …`, `bursar keepalive JOB`:
+//! what waits for whom, and the answers, from a terminal. They talk to a running `bursar serve`
+//! through `bursar-client`'s typed calls (`GET /v1/pending`, `POST /v1/jobs/{id}/…`); serve turns an
+//! answer into the ordinary v1 event on the one road, after checking it (see `crates/serve/src/people.rs`).
+//!
+//! Exit codes: 0 done; 1 refused (unknown job, not pending, not an approver, expired, nothing to keep
+//! alive), with serve's sentence; 2 could not ask (serve unreachable, a wrong token, a bad argument).
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use bursar_client::{Client, ClientError};
+use bursar_model::Timestamp;
+use bursar_model::api::{ActionKind, ActionRequest, PendingReply};
+
+use crate::{CliError, ExitCode};
+
+/// Where serve is, shared by the four commands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServerArgs {
+    /// Where `bursar serve` listens.
+    #[arg(long, default_value = "127.0.0.1:7878")]
+    pub server: SocketAddr,
+    /// File holding serve's bearer token (serve --token), if it has one.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+}
+
+impl ServerArgs {
+    fn client(&self) -> Result<Client, CliError> {
+        let token = match &self.token_file {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .map_err(|e| CliError::io(format!("read the token file `{}`", path.display()), e))?
+                    .trim()
+                    .to_owned(),
+            ),
+            None => None,
+        };
+        Ok(Client::new(self.server, token))
+    }
+}
+
+/// Who answers: `--as NAME`, else `$USER`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Who {
+    /// Who answers (an approver's name, the job's owner); default `$USER`.
+    #[arg(long = "as", value_name = "NAME")]
+    pub by: Option<String>,
+}
+
+impl Who {
+    fn name(&self) -> Result<String, CliError> {
+        self.by
+            .clone()
+            .or_else(|| std::env::var("USER").ok())
+            .or_else(|| std::env::var("LOGNAME").ok())
+            .filter(|n| !n.trim().is_empty())
+            .ok_or_else(|| CliError::Message("who answers? pass `--as NAME` (no $USER is set)".into()))
+    }
+}
+
+/// Output of `bursar pending`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Format {
+    /// A table for people.
+    #[default]
+    Human,
+    /// serve's JSON answer.
+    Json,
+}
+
+/// `bursar pending`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PendingArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    format: Format,
+}
+
+/// `bursar approve JOB`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ApproveArgs {
+    /// The job (bursar's id).
+    job: String,
+    #[command(flatten)]
+    who: Who,
+    /// The job was held because a quota is exhausted: approve it to run over that budget.
+    #[arg(long)]
+    over_budget: bool,
+    #[command(flatten)]
+    server: ServerArgs,
+}
+
+/// `bursar reject JOB --reason TEXT`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RejectArgs {
+    /// The job (bursar's id).
+    job: String,
+    /// Why (kept in the audit log with the rejection).
+    #[arg(long)]
+    reason: String,
+    #[command(flatten)]
+    who: Who,
+    #[command(flatten)]
+    server: ServerArgs,
+}
+
+/// `bursar keepalive JOB`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct KeepaliveArgs {
+    /// The job (bursar's id).
+    job: String,
+    #[command(flatten)]
+    who: Who,
+    #[command(flatten)]
+    server: ServerArgs,
+}
+
+/// serve could not be asked (exit 2), or refused (exit 1, its sentence on stderr).
+fn failure(e: ClientError, server: SocketAddr) -> Result<ExitCode, CliError> {
+    match e {
+        ClientError::Io { source, .. } => Err(CliError::Message(format!(
+            "cannot reach bursar serve at {server}: {source}\n  help: is it running there? (`bursar serve --listen {server}`; `--server` names another address)"
+        ))),
+        ClientError::Status { status: 401, .. } => Err(CliError::Message(format!(
+            "bursar serve at {server} refused the token\n  help: pass the file holding serve's `--token` with `--token-file`"
+        ))),
+        ClientError::Status { status, message, .. } if (400..500).contains(&status) => {
+            eprintln!("bursar: {message}");
+            Ok(ExitCode::Failed)
+        }
+        other => Err(CliError::Message(other.to_string())),
+    }
+}
+
+fn left(now: Timestamp, t: &str) -> String {
+    Timestamp::parse(t).map(|t| bursar_serve::page::countdown(t.since(now))).unwrap_or_else(|_| t.to_owned())
+}
+
+fn ago(now: Timestamp, t: &str) -> String {
+    Timestamp::parse(t).map(|t| bursar_serve::page::span(now.since(t))).unwrap_or_else(|_| t.to_owned())
+}
+
+/// The table `bursar pending` prints.
+pub fn render(p: &PendingReply, now: Timestamp) -> String {
+    let mut o = String::new();
+    if p.approvals.is_empty() && p.idle.is_empty() {
+        o.push_str("nothing waits for anyone\n");
+        return o;
+    }
+    if !p.approvals.is_empty() {
+        o.push_str(&format!("waiting for approval ({}):\n", p.approvals.len()));
+        o.push_str(&format!(
+            "  {:<20} {:<12} {:<10} {:>12} {:>9} {:>10}  {:<16} why\n",
+            "JOB", "PROJECT", "USER", "GPUS×HOURS", "WAITING", "EXPIRES IN", "APPROVERS"
+        ));
+        for a in &p.approvals {
+            let who = if a.approvers.is_empty() { "anyone".to_owned() } else { a.approvers.join(",") };
+            let ask = format!("{}×{}", a.gpus, bursar_lang::families::fmt_num(a.requested_hours));
+            let why = if a.over_budget { format!("[over budget] {}", a.reason) } else { a.reason.clone() };
+            o.push_str(&format!(
+                "  {:<20} {:<12} {:<10} {:>12} {:>9} {:>10}  {:<16} {why}\n",
+                a.job_id,
+                a.project,
+                a.user,
+                ask,
+                ago(now, &a.submitted),
+                left(now, &a.expires),
+                who
+            ));
+        }
+    }
+    if !p.idle.is_empty() {
+        o.push_str(&format!("idle, reclaimed unless kept alive ({}):\n", p.idle.len()));
+        o.push_str(&format!(
+            "  {:<20} {:<12} {:<10} {:>5} {:>10} {:>11}  rule\n",
+            "JOB", "PROJECT", "OWNER", "GPUS", "ALERTED", "RECLAIM IN"
+        ));
+        for i in &p.idle {
+            o.push_str(&format!(
+                "  {:<20} {:<12} {:<10} {:>5} {:>10} {:>11}  {}\n",
+                i.job_id,
+                i.project,
+                i.user,
+                i.gpus,
+                format!("{} ago", ago(now, &i.alerted)),
+                left(now, &i.reclaim_at),
+                i.policy
+            ));
+        }
+    }
+    o
+}
+
+/// `bursar pending`.
+pub fn pending(args: &PendingArgs) -> Result<ExitCode, CliError> {
+    let client = args.server.client()?;
+    let reply = match client.pending() {
+        Ok(r) => r,
+        Err(e) => return failure(e, args.server.server),
+    };
+    let text = match args.format {
+        Format::Json => format!("{}\n", serde_json::to_string(&reply).unwrap_or_default()),
+        Format::Human => render(&reply, Timestamp::wall_clock()),
+    };
+    std::io::stdout().lock().write_all(text.as_bytes()).map_err(|e| CliError::io("write to stdout", e))?;
+    Ok(ExitCode::Ok)
+}
+
+fn act(
+    server: &ServerArgs,
+    job: &str,
+    action: ActionKind,
+    by: String,
+    reason: Option<String>,
+    over_budget: bool,
+) -> Result<ExitCode, CliError> {
+    let client = server.client()?;
+    let id = format!("cli-{}-{job}-{}-{}", action.as_str(), Timestamp::wall_clock().millis(), std::process::id());
+    let req = ActionRequest { by, reason, over_budget, id: Some(id) };
+    match client.act(job, action, &req) {
+        Ok(r) => {
+            println!("{}", r.message);
+            Ok(ExitCode::Ok)
+        }
+        Err(e) => failure(e, server.server),
+    }
+}
+
+/// `bursar approve JOB`.
+pub fn approve(a: &ApproveArgs) -> Result<ExitCode, CliError> {
+    let kind = if a.over_budget { ActionKind::ApproveOverBudget } else { ActionKind::Approve };
+    act(&a.server, &a.job, kind, a.who.name()?, None, a.over_budget)
+}
+
+/// `bursar reject JOB --reason TEXT`.
+pub fn reject(a: &RejectArgs) -> Result<ExitCode, CliError> {
+    if a.reason.trim().is_empty() {
+        return Err(CliError::Message("`--reason` must say why the job is rejected".into()));
+    }
+    act(&a.server, &a.job, ActionKind::Reject, a.who.name()?, Some(a.reason.clone()), false)
+}
+
+/// `bursar keepalive JOB`.
+pub fn keepalive(a: &KeepaliveArgs) -> Result<ExitCode, CliError> {
+    act(&a.server, &a.job, ActionKind::Keepalive, a.who.name()?, None, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bursar_model::api::{ApprovalWait, IdleWait};
+
+    #[test]
+    fn the_table_says_what_waits_for_whom() {
+        let now = Timestamp::parse("2026-11-02T10:00:00Z").unwrap();
+        let p = PendingReply {
+            engine_time: now.to_string(),
+            approvals: vec![ApprovalWait {
+                job_id: "j1".into(),
+                project: "nlp".into(),
+                user: "alice".into(),
+                gpus: 64,
+                requested_hours: 100.0,
+                submitted: "2026-11-02T09:00:00Z".into(),
+                expires: "2026-11-03T09:00:00Z".into(),
+                approvers: vec!["bob".into()],
+                policies: vec!["approval/big".into()],
+                reason: "job j1 needs approval".into(),
+                over_budget: false,
+            }],
+            idle: vec![IdleWait {
+                job_id: "j2".into(),
+                project: "vision".into(),
+                user: "dan".into(),
+                gpus: 8,
+                alerted: "2026-11-02T09:55:00Z".into(),
+                reclaim_at: "2026-11-02T10:25:00Z".into(),
+                policy: "reclaim/idle".into(),
+            }],
+        };
+        let t = render(&p, now);
+        assert!(
+            t.contains("waiting for approval (1)")
+                && t.contains("64×100")
+                && t.contains("1h 00m")
+                && t.contains("23h 00m"),
+            "{t}"
+        );
+        assert!(
+            t.contains("idle, reclaimed unless kept alive (1)") && t.contains("5m 00s ago") && t.contains("25m 00s"),
+            "{t}"
+        );
+        assert_eq!(
+            render(&PendingReply { engine_time: String::new(), approvals: vec![], idle: vec![] }, now),
+            "nothing waits for anyone\n"
+        );
+    }
+}

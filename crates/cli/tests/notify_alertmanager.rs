@@ -1,0 +1,161 @@
+//! Idle warnings through a real Alertmanager (Debian's `prometheus-alertmanager`, started on a
+//! loopback port, stopped by PID) to a webhook receiver the test runs: an idle job's alert arrives
+//! with a keep-alive link; following it (GET shows the confirmation and changes nothing, POST keeps
+//! the job) saves the job from its reclaim; a second idle job nobody answers for is reclaimed, and
+//! its alert is resolved in Alertmanager (`GET /api/v2/alerts` no longer lists it).
+
+#![expect(clippy::unwrap_used, clippy::panic, reason = "test helpers: a failure should stop the test with its message")]
+
+mod serve_support;
+
+use std::time::{Duration, Instant};
+
+use bursar_model::Timestamp;
+use bursar_testkit::{Alertmanager, WebhookReceiver};
+use serde_json::Value;
+use serve_support::*;
+
+const POLICIES: &str = r#"[[policy]]
+id = "reclaim/idle"
+description = "Alert after 3s under 10% GPU utilisation; reclaim 10s later unless kept alive."
+kind = "reclaim"
+[policy.idle]
+below = 0.1
+window = "3s"
+grace = "10s"
+"#;
+
+/// Every alert of every notification Alertmanager sent to the receiver, in order.
+fn notified(hook: &WebhookReceiver) -> Vec<Value> {
+    hook.received()
+        .iter()
+        .filter_map(|r| serde_json::from_str::<Value>(&r.body).ok())
+        .flat_map(|v| v["alerts"].as_array().cloned().unwrap_or_default())
+        .collect()
+}
+
+fn is(a: &Value, alertname: &str, job: &str) -> bool {
+    a["labels"]["alertname"] == alertname && a["labels"]["job"] == job
+}
+
+fn wait_notified(hook: &WebhookReceiver, alertname: &str, job: &str, status: &str) -> Value {
+    hook.wait_for(Duration::from_secs(30), |_| {
+        notified(hook).into_iter().find(|a| is(a, alertname, job) && a["status"] == status)
+    })
+    .unwrap_or_else(|| panic!("Alertmanager sent no {status} {alertname} for {job}; it sent {:#?}", notified(hook)))
+}
+
+fn active(am: &Alertmanager) -> Vec<Value> {
+    serde_json::from_str::<Value>(&am.alerts().unwrap()).unwrap().as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn an_idle_jobs_owner_keeps_it_with_one_click_and_the_unanswered_one_is_reclaimed_and_resolved() {
+    if Alertmanager::binary().is_none() {
+        assert!(std::env::var_os("CI").is_none(), "prometheus-alertmanager is missing: scripts/setup.sh installs it");
+        eprintln!("skipping: /usr/bin/prometheus-alertmanager is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let hook = WebhookReceiver::start().unwrap();
+    let am = Alertmanager::start(&hook.url("/alertmanager")).unwrap();
+    let s = Scratch::new("notify-am");
+    s.write_policy("reclaim.toml", POLICIES);
+    let notify = s.0.join("notify.toml");
+    std::fs::write(&notify, format!("poll = \"100ms\"\n[alertmanager]\nurl = \"{}\"\n", am.url())).unwrap();
+    let server = Server::start(&s, &["--tick", "200ms", "--notify", notify.to_str().unwrap()]);
+    let base = format!("http://{}", server.addr);
+
+    for (n, job) in ["j-kept", "j-lost"].iter().enumerate() {
+        assert_eq!(server.post("/v1/admit", &submit(&format!("s{n}"), job, "nlp", 4, 2.0)).status, 200);
+        let r = server.post(
+            "/v1/events",
+            &format!(
+                "{}\n{}\n",
+                job_event(&format!("b{n}"), "job.started", job, ""),
+                job_event(&format!("u{n}"), "job.sample", job, r#","gpu_util":0.02"#)
+            ),
+        );
+        assert_eq!(r.json().unwrap()["accepted"], 2, "{}", r.text());
+    }
+
+    // Both idle alerts reach the receiver through Alertmanager, each with its owner's link.
+    let kept = wait_notified(&hook, "BursarJobIdle", "j-kept", "firing");
+    let lost = wait_notified(&hook, "BursarJobIdle", "j-lost", "firing");
+    assert_eq!(
+        (kept["labels"]["recipient"].as_str(), kept["labels"]["project"].as_str()),
+        (Some("alice"), Some("nlp"))
+    );
+    assert_eq!(kept["labels"]["decision"], "alert");
+    assert_eq!(kept["labels"]["policy"], "reclaim/idle");
+    assert!(kept["annotations"]["reason"].as_str().unwrap().contains("unless its owner sends a keepalive"), "{kept}");
+    let deadline = Timestamp::parse(kept["annotations"]["deadline"].as_str().unwrap()).unwrap();
+    let link = kept["annotations"]["keepalive_url"].as_str().unwrap();
+    assert!(lost["annotations"]["keepalive_url"].as_str().is_some_and(|l| l != link));
+    let path = link.strip_prefix(&base).unwrap_or_else(|| panic!("{link} is not under {base}"));
+    assert!(active(&am).iter().any(|a| is(a, "BursarJobIdle", "j-lost")), "{:#?}", active(&am));
+
+    // GET: the confirmation page, and nothing changes.
+    let logged = server.decisions(0).len();
+    let page = server.get(path).unwrap();
+    assert_eq!(page.status, 200, "{}", page.text());
+    assert!(
+        page.text().contains("Keep job j-kept running?") && page.text().contains("keepalive from alice"),
+        "{}",
+        page.text()
+    );
+    assert_eq!(server.decisions(0).len(), logged, "the GET of a link changed something");
+    let pending = server.get_json("/v1/pending");
+    assert!(pending["idle"].as_array().unwrap().iter().any(|i| i["job_id"] == "j-kept"), "{pending}");
+    // POST: kept alive.
+    let done = server.post(path, "");
+    assert_eq!(done.status, 200, "{}", done.text());
+    assert!(
+        done.text().contains("job `j-kept` kept alive by alice: the idle reclaim is called off"),
+        "{}",
+        done.text()
+    );
+    // The link used again changes nothing and says so (after its deadline it says it expired).
+    let again = server.post(path, "");
+    assert_eq!(again.status, 409, "{}", again.text());
+    assert!(again.text().contains("already done"), "{}", again.text());
+
+    // Nobody answers for j-lost: reclaimed at its deadline. j-kept lives past the same deadline.
+    server.wait_for(30, "j-lost reclaimed", || {
+        (server.get_json("/v1/jobs/j-lost")["phase"] == "reclaimed").then_some(())
+    });
+    while Timestamp::wall_clock() < deadline.plus(bursar_model::Duration(500)) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(server.get_json("/v1/jobs/j-kept")["phase"], "running");
+    assert!(
+        !server.decisions(0).iter().any(|d| d["decision"] == "reclaim" && d["job_id"] == "j-kept"),
+        "j-kept was reclaimed after its keepalive"
+    );
+
+    // j-lost's idle alert is resolved in Alertmanager (and notified as resolved); its reclaim fires.
+    wait_notified(&hook, "BursarJobIdle", "j-lost", "resolved");
+    wait_notified(&hook, "BursarJobReclaimed", "j-lost", "firing");
+    let started = Instant::now();
+    loop {
+        let now = active(&am);
+        if !now.iter().any(|a| is(a, "BursarJobIdle", "j-lost"))
+            && now.iter().any(|a| is(a, "BursarJobReclaimed", "j-lost"))
+        {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "Alertmanager still holds {now:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // j-kept's first alert was resolved by the keepalive; its link is now past its time.
+    let resolved = wait_notified(&hook, "BursarJobIdle", "j-kept", "resolved");
+    assert!(resolved["annotations"]["resolution"].as_str().unwrap().contains("keepalive from alice"), "{resolved}");
+    let late = server.post(path, "");
+    assert_eq!(late.status, 410, "{}", late.text());
+
+    // Decision to delivery, as logged (measured, never asserted).
+    for line in
+        server.log_text().lines().filter(|l| l.contains("notice delivered") && !l.contains("since_decision_ms=-1"))
+    {
+        println!("{line}");
+    }
+}

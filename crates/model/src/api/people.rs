@@ -1,0 +1,342 @@
+//! The bodies of the people-facing part of `bursar serve`: what waits for whom (`GET /v1/pending`),
+//! the pool as the page `/` shows it (`GET /v1/pool`), the answers a person gives
+//! (`POST /v1/jobs/{id}/approve|reject|keepalive`), and the notices serve sends to a webhook.
+//!
+//! `bursar pending|approve|reject|keepalive`, the page and the tests read these types; serve
+//! serialises them. Times are RFC 3339 strings, as everywhere in the API.
+
+use serde::{Deserialize, Serialize};
+
+use super::Sequenced;
+
+/// A job waiting for a person's approval, in [`PendingReply`] and [`PoolView`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalWait {
+    /// The job.
+    pub job_id: String,
+    /// Its project.
+    pub project: String,
+    /// Its user.
+    pub user: String,
+    /// GPUs asked for.
+    pub gpus: u32,
+    /// Hours asked for.
+    pub requested_hours: f64,
+    /// When it was submitted (held since then).
+    pub submitted: String,
+    /// When the request lapses (the job is then denied).
+    pub expires: String,
+    /// Who may approve it (empty: anyone).
+    pub approvers: Vec<String>,
+    /// The policies that asked.
+    pub policies: Vec<String>,
+    /// Why.
+    pub reason: String,
+    /// A quota asked (the project, user or tag is out of budget): approving it runs the job over
+    /// that budget.
+    pub over_budget: bool,
+}
+
+/// A job its idle rule alerted about, reclaimed at `reclaim_at` unless its owner sends a keepalive.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdleWait {
+    /// The job.
+    pub job_id: String,
+    /// Its project.
+    pub project: String,
+    /// Its user (who may keep it alive).
+    pub user: String,
+    /// GPUs it holds.
+    pub gpus: u32,
+    /// When the owner was alerted.
+    pub alerted: String,
+    /// When it is reclaimed unless kept alive.
+    pub reclaim_at: String,
+    /// The idle rule.
+    pub policy: String,
+}
+
+/// `GET /v1/pending`: what waits for a person, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingReply {
+    /// The engine's clock (the newest event time).
+    pub engine_time: String,
+    /// Jobs waiting for an approval.
+    pub approvals: Vec<ApprovalWait>,
+    /// Jobs alerted as idle, waiting for a keepalive.
+    pub idle: Vec<IdleWait>,
+}
+
+/// A deferred job, in [`PoolView`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeferredWait {
+    /// The job.
+    pub job_id: String,
+    /// Its project.
+    pub project: String,
+    /// Its user.
+    pub user: String,
+    /// GPUs.
+    pub gpus: u32,
+    /// When it may start.
+    pub until: String,
+}
+
+/// One quota of one ledger in the current period, in [`PoolView`]: the numbers the quota admits
+/// with (`bursar_engine::QuotaLimit::counted` of the ledger's usage against its budget).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuotaLine {
+    /// The quota policy.
+    pub policy: String,
+    /// `project`, `user` or `tag`.
+    pub scope: String,
+    /// The ledger: a project, a user, or a tag pair `team=search`.
+    pub ledger: String,
+    /// The period, e.g. `2026-11` or `2026-W45`.
+    pub period: String,
+    /// GPU-hours the ledger may use in the period.
+    pub limit: f64,
+    /// Settled so far (runtime, or billing for a quota settled by billing).
+    pub used: f64,
+    /// Reserved by admitted jobs, not yet settled.
+    pub reserved: f64,
+    /// `limit - used - reserved` (negative when over).
+    pub left: f64,
+    /// GPU-hours counted today (the burn rate the estimate uses).
+    pub today: f64,
+    /// The day on which today's burn rate exhausts what is left, when that falls inside the period;
+    /// `None` when nothing was used today, or the budget lasts the period at today's rate.
+    pub runs_out: Option<String>,
+}
+
+/// A project on the pool page: what it holds now and its quotas.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProjectLine {
+    /// The project.
+    pub project: String,
+    /// GPUs of admitted jobs not yet released.
+    pub held_gpus: u32,
+    /// GPUs of started jobs not yet released.
+    pub running_gpus: u32,
+    /// Jobs holding or about to hold GPUs.
+    pub live_jobs: u64,
+    /// Its quotas (project-scoped ones) in their current period.
+    pub quotas: Vec<QuotaLine>,
+}
+
+/// A recent deny, in [`PoolView`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DenyLine {
+    /// Event time of the decision.
+    pub time: String,
+    /// The job.
+    pub job_id: Option<String>,
+    /// Its project.
+    pub project: Option<String>,
+    /// Its user.
+    pub user: Option<String>,
+    /// The policies.
+    pub policies: Vec<String>,
+    /// Why.
+    pub reason: String,
+}
+
+/// `GET /v1/pool`: everything the page `/` shows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolView {
+    /// The engine's clock (the newest event time).
+    pub engine_time: String,
+    /// The wall clock when the view was built (countdowns count from it).
+    pub now: String,
+    /// Projects with usage or a quota of their own, by name.
+    pub projects: Vec<ProjectLine>,
+    /// Quotas of users and tags (a `tag:team` budget spans projects).
+    pub shared_quotas: Vec<QuotaLine>,
+    /// Jobs waiting for an approval.
+    pub approvals: Vec<ApprovalWait>,
+    /// Jobs alerted as idle.
+    pub idle: Vec<IdleWait>,
+    /// Deferred jobs.
+    pub deferred: Vec<DeferredWait>,
+    /// The last denies, newest first.
+    pub denies: Vec<DenyLine>,
+}
+
+/// What a person does about a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionKind {
+    /// Keep an idle job (a `job.keepalive`).
+    Keepalive,
+    /// Approve a held job (an `approval.granted`).
+    Approve,
+    /// Approve a job held because a quota is exhausted: it runs over that budget (an
+    /// `approval.granted` with `"over_budget": true`).
+    ApproveOverBudget,
+    /// Reject a held job (an `approval.rejected`).
+    Reject,
+}
+
+impl ActionKind {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionKind::Keepalive => "keepalive",
+            ActionKind::Approve => "approve",
+            ActionKind::ApproveOverBudget => "approve_over_budget",
+            ActionKind::Reject => "reject",
+        }
+    }
+
+    /// Parses a wire name.
+    pub fn parse(s: &str) -> Option<ActionKind> {
+        Some(match s {
+            "keepalive" => ActionKind::Keepalive,
+            "approve" => ActionKind::Approve,
+            "approve_over_budget" => ActionKind::ApproveOverBudget,
+            "reject" => ActionKind::Reject,
+            _ => return None,
+        })
+    }
+
+    /// True for the two kinds of approval.
+    pub fn approves(self) -> bool {
+        matches!(self, ActionKind::Approve | ActionKind::ApproveOverBudget)
+    }
+}
+
+/// The body of `POST /v1/jobs/{id}/approve|reject|keepalive`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionRequest {
+    /// Who answers (an approver's name, the job's owner): the event's `by`.
+    pub by: String,
+    /// For a rejection: why (kept in the event as `reason`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Approve over budget (a job a quota held).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub over_budget: bool,
+    /// The event id to use, so a retried request is a duplicate (generated by serve when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+}
+
+/// What an answer did, once durable: the answer to a successful `POST /v1/jobs/{id}/…` (a refusal
+/// is an [`super::ErrorReply`] with 403, 404, 409 or 410).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActionReply {
+    /// The job.
+    pub job_id: String,
+    /// What was done.
+    pub action: ActionKind,
+    /// Who did it.
+    pub by: String,
+    /// The event id it was applied under.
+    pub event_id: String,
+    /// What happened, as a sentence.
+    pub message: String,
+    /// The decisions it produced.
+    pub decisions: Vec<Sequenced>,
+}
+
+/// Whether a notice is open or over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoticeStatus {
+    /// Its cause stands.
+    Firing,
+    /// Its cause ended (`resolution` says how).
+    Resolved,
+}
+
+/// What a notice is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoticeKind {
+    /// A job waits for an approval.
+    Approval,
+    /// A job was alerted as idle and is reclaimed unless kept alive.
+    Idle,
+    /// A job's GPUs were reclaimed.
+    Reclaim,
+    /// Any other alert (advice, an ignored approval, a keepalive acknowledged).
+    Alert,
+}
+
+impl NoticeKind {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoticeKind::Approval => "approval",
+            NoticeKind::Idle => "idle",
+            NoticeKind::Reclaim => "reclaim",
+            NoticeKind::Alert => "alert",
+        }
+    }
+
+    /// Parses a wire name.
+    pub fn parse(s: &str) -> Option<NoticeKind> {
+        Some(match s {
+            "approval" => NoticeKind::Approval,
+            "idle" => NoticeKind::Idle,
+            "reclaim" => NoticeKind::Reclaim,
+            "alert" => NoticeKind::Alert,
+            _ => return None,
+        })
+    }
+}
+
+/// A signed action link in a notice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NoticeLink {
+    /// What it does.
+    pub action: ActionKind,
+    /// Who it is for (the event's `by` when used).
+    pub for_user: String,
+    /// The URL (`GET` shows what it will do; only a `POST` there acts).
+    pub url: String,
+    /// When it stops working.
+    pub expires: String,
+}
+
+/// One notice as the webhook sink sends it (`POST` to the configured URL, one notice per request;
+/// the same notice is sent once firing and once resolved).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NoticeMessage {
+    /// Stable id of the notice (`notice-<decision seq>`): a receiver that sees it twice (serve
+    /// killed between the receiver's answer and its own record) can drop the second.
+    pub id: String,
+    /// Firing or resolved.
+    pub status: NoticeStatus,
+    /// What it is about.
+    pub kind: NoticeKind,
+    /// Who should act (the approvers, the job's owner); empty when nobody in particular.
+    pub recipients: Vec<String>,
+    /// The job.
+    pub job_id: Option<String>,
+    /// Its project.
+    pub project: Option<String>,
+    /// Its user.
+    pub user: Option<String>,
+    /// The policies behind the decision.
+    pub policies: Vec<String>,
+    /// The decision that raised it (`require_approval`, `alert`, `reclaim`).
+    pub decision: String,
+    /// Its decision id.
+    pub decision_id: String,
+    /// A line for a person.
+    pub summary: String,
+    /// The decision's reason.
+    pub reason: String,
+    /// When the cause began (the decision's time).
+    pub starts_at: String,
+    /// When something happens by itself unless someone acts (the approval lapses, the job is
+    /// reclaimed).
+    pub deadline: Option<String>,
+    /// For a resolved notice: when and how its cause ended.
+    pub resolved_at: Option<String>,
+    /// For a resolved notice: how (`approved`, `kept alive`, `reclaimed`, `job finished`, …).
+    pub resolution: Option<String>,
+    /// The action links.
+    pub links: Vec<NoticeLink>,
+}

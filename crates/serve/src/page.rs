@@ -1,0 +1,338 @@
+//! Server-rendered HTML: the pool page (`GET /`) and the pages of the action links.
+//!
+//! Every value that comes from outside (job ids, names, reasons) goes through one escape function,
+//! the report's ([`bursar_report::render::svg::esc`]); the pages have no script and fetch nothing
+//! (the CSS is inline), and the pool page refreshes itself every [`REFRESH_SECS`] seconds. The
+//! countdowns are rendered from the wall clock of the request.
+
+use std::fmt::Write;
+
+use bursar_model::api::{ActionKind, PoolView, QuotaLine};
+use bursar_model::{Duration, Timestamp};
+use bursar_notify::{Claims, JobFacts};
+use bursar_report::render::svg::esc;
+
+/// How often the pool page reloads itself.
+pub const REFRESH_SECS: u32 = 10;
+
+const STYLE: &str = "body{font:15px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:70em;padding:0 1em;color:#1d2327}\
+h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.6em;border-bottom:1px solid #ccd}\
+table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.25em .6em;border-bottom:1px solid #eef;vertical-align:top}\
+th{font-weight:600;background:#f4f6fa}td:first-child{white-space:nowrap}td.n{text-align:right;font-variant-numeric:tabular-nums}\
+.muted{color:#667}.warn{color:#a04000;font-weight:600}.over{color:#b00020;font-weight:600}\
+.box{border:1px solid #ccd;border-radius:6px;padding:1em 1.2em;max-width:40em}\
+button{font-size:1em;padding:.45em 1.2em;border-radius:4px;border:1px solid #557;background:#2f5fb3;color:#fff;cursor:pointer}\
+textarea{width:100%;min-height:4em;font:inherit}";
+
+fn head(out: &mut String, title: &str, refresh: Option<u32>) {
+    out.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
+    out.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">");
+    if let Some(s) = refresh {
+        let _ = write!(out, "<meta http-equiv=\"refresh\" content=\"{s}\">");
+    }
+    let _ = write!(out, "<title>{}</title><style>{STYLE}</style></head><body>", esc(title));
+}
+
+/// Time left: `2h 05m`, `4m 10s`, `12s`; `now` for anything not in the future.
+pub fn countdown(d: Duration) -> String {
+    if d.millis() < 1000 { "now".to_owned() } else { span(d) }
+}
+
+/// A length of time: `2d 02h`, `2h 05m`, `4m 10s`, `12s` (`0s` for anything shorter).
+pub fn span(d: Duration) -> String {
+    match (d.millis() / 1000).max(0) {
+        s if s >= 86_400 => format!("{}d {:02}h", s / 86_400, (s % 86_400) / 3600),
+        s if s >= 3600 => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
+        s if s >= 60 => format!("{}m {:02}s", s / 60, s % 60),
+        s => format!("{s}s"),
+    }
+}
+
+fn gpu_hours(v: f64) -> String {
+    bursar_lang::families::fmt_num(v)
+}
+
+fn until(now: Timestamp, t: &str) -> String {
+    Timestamp::parse(t).map(|t| countdown(t.since(now))).unwrap_or_else(|_| "?".into())
+}
+
+fn ago(now: Timestamp, t: &str) -> String {
+    Timestamp::parse(t).map(|t| span(now.since(t))).unwrap_or_else(|_| "?".into())
+}
+
+fn quota_rows(out: &mut String, lines: &[QuotaLine], with_ledger: bool) {
+    out.push_str("<table><tr>");
+    if with_ledger {
+        out.push_str("<th>ledger</th>");
+    }
+    out.push_str("<th>quota</th><th>period</th><th>budget</th><th>used</th><th>reserved</th><th>left</th><th>today</th><th>at today's rate</th></tr>");
+    for q in lines {
+        out.push_str("<tr>");
+        if with_ledger {
+            let _ = write!(out, "<td>{}</td>", esc(&q.ledger));
+        }
+        let left_class = if q.left <= 0.0 { " over" } else { "" };
+        let _ = write!(
+            out,
+            "<td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+             <td class=\"n{left_class}\" data-left=\"{}\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+            esc(&q.policy),
+            esc(&q.period),
+            gpu_hours(q.limit),
+            gpu_hours(q.used),
+            gpu_hours(q.reserved),
+            esc(&q.ledger),
+            gpu_hours(q.left),
+            gpu_hours(q.today),
+            match (&q.runs_out, q.left <= 0.0) {
+                (_, true) => "<span class=\"over\">exhausted</span>".to_owned(),
+                (Some(d), _) => format!("<span class=\"warn\">runs out {}</span>", esc(d)),
+                (None, _) if q.today > 0.0 => "lasts the period".to_owned(),
+                (None, _) => "<span class=\"muted\">nothing used today</span>".to_owned(),
+            }
+        );
+    }
+    out.push_str("</table>");
+}
+
+/// The pool page.
+pub fn pool(v: &PoolView) -> String {
+    let now = Timestamp::parse(&v.now).unwrap_or_else(|_| Timestamp::wall_clock());
+    let mut o = String::with_capacity(8192);
+    head(&mut o, "bursar: the pool", Some(REFRESH_SECS));
+    let _ = write!(
+        o,
+        "<h1>The GPU pool</h1><p class=\"muted\">As of {} (engine clock {}); this page refreshes every {REFRESH_SECS} s. \
+         <a href=\"/report\">Monthly report</a> · <a href=\"/v1/pool\">as JSON</a></p>",
+        esc(&v.now),
+        esc(&v.engine_time)
+    );
+
+    let _ = write!(o, "<h2 id=\"approvals\">Waiting for approval ({})</h2>", v.approvals.len());
+    if v.approvals.is_empty() {
+        o.push_str("<p class=\"muted\">No job waits for an approval.</p>");
+    } else {
+        o.push_str("<table><tr><th>job</th><th>project</th><th>user</th><th>asks for</th><th>waiting</th><th>expires in</th><th>approvers</th><th>why</th></tr>");
+        for a in &v.approvals {
+            let approvers = if a.approvers.is_empty() { "anyone".to_owned() } else { a.approvers.join(", ") };
+            let _ = write!(
+                o,
+                "<tr data-job=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{} GPUs × {} h{}</td><td>{}</td><td class=\"warn\">{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&a.job_id),
+                esc(&a.job_id),
+                esc(&a.project),
+                esc(&a.user),
+                a.gpus,
+                gpu_hours(a.requested_hours),
+                if a.over_budget { " <span class=\"over\">over budget</span>" } else { "" },
+                ago(now, &a.submitted),
+                until(now, &a.expires),
+                esc(&approvers),
+                esc(&a.reason)
+            );
+        }
+        o.push_str("</table>");
+    }
+
+    let _ = write!(o, "<h2 id=\"idle\">Idle, reclaimed unless kept alive ({})</h2>", v.idle.len());
+    if v.idle.is_empty() {
+        o.push_str("<p class=\"muted\">No job is under an idle warning.</p>");
+    } else {
+        o.push_str("<table><tr><th>job</th><th>project</th><th>user</th><th>GPUs</th><th>alerted</th><th>reclaim in</th><th>rule</th></tr>");
+        for i in &v.idle {
+            let _ = write!(
+                o,
+                "<tr data-job=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{} ago</td><td class=\"warn\">reclaim in {}</td><td>{}</td></tr>",
+                esc(&i.job_id),
+                esc(&i.job_id),
+                esc(&i.project),
+                esc(&i.user),
+                i.gpus,
+                ago(now, &i.alerted),
+                until(now, &i.reclaim_at),
+                esc(&i.policy)
+            );
+        }
+        o.push_str("</table>");
+    }
+
+    o.push_str("<h2 id=\"projects\">Projects</h2>");
+    if v.projects.is_empty() {
+        o.push_str("<p class=\"muted\">Nothing counted yet.</p>");
+    }
+    for p in &v.projects {
+        let _ = write!(
+            o,
+            "<h3 data-project=\"{}\">{}</h3><p>{} GPUs held, {} running, {} live jobs.</p>",
+            esc(&p.project),
+            esc(&p.project),
+            p.held_gpus,
+            p.running_gpus,
+            p.live_jobs
+        );
+        if p.quotas.is_empty() {
+            o.push_str("<p class=\"muted\">No GPU-hour quota applies.</p>");
+        } else {
+            quota_rows(&mut o, &p.quotas, false);
+        }
+    }
+    if !v.shared_quotas.is_empty() {
+        o.push_str("<h2 id=\"shared\">Shared budgets (users, tags)</h2>");
+        quota_rows(&mut o, &v.shared_quotas, true);
+    }
+
+    let _ = write!(o, "<h2 id=\"deferred\">Deferred ({})</h2>", v.deferred.len());
+    if v.deferred.is_empty() {
+        o.push_str("<p class=\"muted\">No job is deferred.</p>");
+    } else {
+        o.push_str("<table><tr><th>job</th><th>project</th><th>user</th><th>GPUs</th><th>may start</th></tr>");
+        for d in &v.deferred {
+            let _ = write!(
+                o,
+                "<tr data-job=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{} (in {})</td></tr>",
+                esc(&d.job_id),
+                esc(&d.job_id),
+                esc(&d.project),
+                esc(&d.user),
+                d.gpus,
+                esc(&d.until),
+                until(now, &d.until)
+            );
+        }
+        o.push_str("</table>");
+    }
+
+    let _ = write!(o, "<h2 id=\"denies\">Last denies ({})</h2>", v.denies.len());
+    if v.denies.is_empty() {
+        o.push_str("<p class=\"muted\">Nothing was denied.</p>");
+    } else {
+        o.push_str("<table><tr><th>when</th><th>job</th><th>project</th><th>user</th><th>why</th></tr>");
+        for d in &v.denies {
+            let _ = write!(
+                o,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&d.time),
+                esc(d.job_id.as_deref().unwrap_or("")),
+                esc(d.project.as_deref().unwrap_or("")),
+                esc(d.user.as_deref().unwrap_or("")),
+                esc(&d.reason)
+            );
+        }
+        o.push_str("</table>");
+    }
+    o.push_str("</body></html>\n");
+    o
+}
+
+/// A page with one message: what happened, or why nothing did.
+pub fn message(title: &str, heading: &str, text: &str, event: Option<&str>) -> String {
+    let mut o = String::new();
+    head(&mut o, title, None);
+    let _ = write!(o, "<div class=\"box\"><h1>{}</h1><p id=\"message\">{}</p>", esc(heading), esc(text));
+    if let Some(id) = event {
+        let _ = write!(o, "<p class=\"muted\">Recorded in the audit log as event <code>{}</code>.</p>", esc(id));
+    }
+    o.push_str("<p><a href=\"/\">The pool</a></p></div></body></html>\n");
+    o
+}
+
+/// The confirmation page of a genuine link: exactly what its `POST` will do.
+pub fn confirm(c: &Claims, facts: Option<&JobFacts>) -> String {
+    let job = &c.job;
+    let who = &c.for_user;
+    let (heading, button, what) = match c.action {
+        ActionKind::Keepalive => {
+            let deadline = facts.and_then(|f| f.idle.first()).map(|w| w.reclaim_at.clone());
+            (
+                format!("Keep job {job} running?"),
+                "Keep it running",
+                format!(
+                    "bursar will record a keepalive from {who} for job {job}{}. The idle reclaim{} is called off, and the job is watched for another idle window.",
+                    facts.map(|f| format!(" (project {})", f.project)).unwrap_or_default(),
+                    deadline.map(|d| format!(" due at {d}")).unwrap_or_default()
+                ),
+            )
+        }
+        ActionKind::Approve | ActionKind::ApproveOverBudget => {
+            let w = facts.and_then(|f| f.approval.as_ref());
+            let mut what = format!(
+                "bursar will record {who}'s approval of job {job}{}. The job may then start.",
+                w.map(|w| format!(
+                    " (project {}, user {}, {} GPUs for {} h; held because: {})",
+                    w.project,
+                    w.user,
+                    w.gpus,
+                    gpu_hours(w.requested_hours),
+                    w.reason
+                ))
+                .unwrap_or_default()
+            );
+            if c.action == ActionKind::ApproveOverBudget {
+                what.push_str(" It runs over the budget that held it: its GPU-hours count beyond that quota.");
+            }
+            let heading = if c.action == ActionKind::ApproveOverBudget {
+                format!("Approve job {job} over budget?")
+            } else {
+                format!("Approve job {job}?")
+            };
+            (heading, "Approve", what)
+        }
+        ActionKind::Reject => (
+            format!("Reject job {job}?"),
+            "Reject",
+            format!(
+                "bursar will record {who}'s rejection of job {job}. The job will not run, and its owner is told why."
+            ),
+        ),
+    };
+    let mut o = String::new();
+    head(&mut o, &format!("bursar: {heading}"), None);
+    let _ = write!(
+        o,
+        "<div class=\"box\"><h1>{}</h1><p id=\"what\">{}</p><form method=\"post\">",
+        esc(&heading),
+        esc(&what)
+    );
+    if c.action == ActionKind::Reject {
+        o.push_str("<p><label for=\"reason\">Why (kept in the audit log):</label><br><textarea id=\"reason\" name=\"reason\"></textarea></p>");
+    }
+    let _ = writeln!(
+        o,
+        "<p><button type=\"submit\">{}</button></p></form><p class=\"muted\">This link is for {} and works until {}. \
+         Opening it changes nothing; only the button does.</p></div></body></html>",
+        esc(button),
+        esc(who),
+        esc(&c.expires().to_string())
+    );
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn countdowns_read_like_a_clock() {
+        assert_eq!(countdown(Duration::seconds(12)), "12s");
+        assert_eq!(countdown(Duration::seconds(250)), "4m 10s");
+        assert_eq!(countdown(Duration::minutes(125)), "2h 05m");
+        assert_eq!(countdown(Duration::hours(50)), "2d 02h");
+        assert_eq!(countdown(Duration::seconds(-3)), "now");
+        assert_eq!(span(Duration::seconds(-3)), "0s");
+    }
+
+    #[test]
+    fn outside_text_is_escaped_on_every_page() {
+        let c = Claims {
+            action: ActionKind::Reject,
+            job: "<j>".into(),
+            for_user: "\"bob\"".into(),
+            expires_ms: 0,
+            notice: "n".into(),
+        };
+        let page = confirm(&c, None);
+        assert!(page.contains("Reject job &lt;j&gt;?") && page.contains("&quot;bob&quot;"), "{page}");
+        assert!(!page.contains("<j>") && !page.contains("<script"));
+        assert!(message("t", "h", "<b>", Some("e<1>")).contains("&lt;b&gt;"));
+    }
+}

@@ -1,0 +1,573 @@
+//! The people-facing routes: the pool page, what waits for whom, and the answers a person gives —
+//! from a terminal (`bursar approve|reject|keepalive`, through the API) or with one click on a
+//! signed link in a notice.
+//!
+//! Routes (merged into [`crate::http::router`]):
+//! - `GET /` (the pool page, [`crate::page`]), `GET /v1/pool`, `GET /v1/pending`,
+//!   `POST /v1/jobs/{id}/approve|reject|keepalive` ([`ActionRequest`] → [`ActionReply`]): behind the
+//!   bearer token like every other route.
+//! - `GET /act/{token}` shows what the link will do and changes nothing (a link preview or a mail
+//!   scanner that follows it approves nothing); `POST /act/{token}` does it. The HMAC token is these
+//!   two routes' authority ([`bursar_notify::token`]), so they take no bearer token.
+//!
+//! Every answer goes the one road: the action becomes the ordinary v1 event (`job.keepalive`,
+//! `approval.granted`, `approval.rejected`), encoded from `bursar-model` types, decoded through
+//! `bursar_session` under the producer's rules and applied as [`Work::Inputs`], so it is journaled,
+//! replayed and deduplicated like any event. A link's event id derives from its token: a second use
+//! is a duplicate the engine already knows. Before sending anything, the job's state is checked
+//! (unknown, not pending, lapsed, not an approver, not live) so the person is told why nothing
+//! happened; the engine's own checks stay behind it.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bursar_model::api::{ActionKind, ActionReply, ActionRequest, DenyLine, ErrorReply, PoolView};
+use bursar_model::{Event, EventKind, RawJson, Timestamp};
+use bursar_notify::{JobFacts, LinkKey, TokenError};
+use bursar_session::Origin;
+use tokio::sync::oneshot;
+
+use crate::core::Work;
+use crate::http::AppState;
+use crate::pool::{Answer, Ask};
+
+/// The link key, when notices are on (`serve --notify`).
+#[derive(Debug, Clone, Default)]
+pub struct Links {
+    /// The HMAC key the notifier signs links with.
+    pub key: Option<Arc<LinkKey>>,
+}
+
+/// How many recent denies the page shows.
+const DENIES_SHOWN: usize = 10;
+
+/// The people-facing routes, the API ones behind the bearer token.
+pub fn router(state: AppState) -> Router<AppState> {
+    let api = Router::new()
+        .route("/", get(page))
+        .route("/v1/pool", get(pool_json))
+        .route("/v1/pending", get(pending_json))
+        .route("/v1/jobs/{id}/{action}", axum::routing::post(action_api))
+        .layer(middleware::from_fn_with_state(state, crate::http::auth));
+    Router::new().route("/act/{token}", get(link_show).post(link_do)).merge(api)
+}
+
+fn json(status: StatusCode, v: &impl serde::Serialize) -> Response {
+    match serde_json::to_string(v) {
+        Ok(body) => {
+            let mut r = (status, body).into_response();
+            r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            r
+        }
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+fn html(status: StatusCode, body: String) -> Response {
+    let mut r = (status, body).into_response();
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+/// Why an answer was refused, with the status it is given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// 400, 403, 404, 409, 410, 503.
+    pub status: StatusCode,
+    /// For the person.
+    pub message: String,
+}
+
+impl Refusal {
+    fn new(status: StatusCode, message: impl Into<String>) -> Refusal {
+        Refusal { status, message: message.into() }
+    }
+
+    fn engine_gone() -> Refusal {
+        Refusal::new(StatusCode::SERVICE_UNAVAILABLE, "the engine is shutting down; try again in a moment")
+    }
+}
+
+async fn ask(st: &AppState, ask: Ask) -> Result<Answer, Refusal> {
+    let (tx, rx) = oneshot::channel();
+    st.engine.send(Work::People { ask, reply: tx }).await.map_err(|_| Refusal::engine_gone())?;
+    rx.await.map_err(|_| Refusal::engine_gone())
+}
+
+/// What a person asks for.
+#[derive(Debug, Clone)]
+struct Act {
+    job: String,
+    action: ActionKind,
+    by: String,
+    reason: Option<String>,
+    event_id: String,
+    /// `link` or `api`, kept in the event as `via`.
+    via: &'static str,
+}
+
+fn phase_words(phase: &str) -> &str {
+    match phase {
+        "pending_approval" => "waiting for approval",
+        "admitted" => "admitted",
+        "running" => "running",
+        "deferred" => "deferred",
+        "finished" => "finished",
+        "reclaimed" => "reclaimed",
+        other => other,
+    }
+}
+
+/// Checks `act` against what the engine knows, before anything is sent.
+fn precheck(act: &Act, facts: Option<&JobFacts>, seen: bool, now: Timestamp) -> Result<(), Refusal> {
+    let job = &act.job;
+    if seen {
+        let state = facts.map(|f| format!("; job `{job}` is now {}", phase_words(&f.phase))).unwrap_or_default();
+        return Err(Refusal::new(
+            StatusCode::CONFLICT,
+            format!("this was already done (the same answer was applied before){state}"),
+        ));
+    }
+    let Some(f) = facts else {
+        return Err(Refusal::new(
+            StatusCode::NOT_FOUND,
+            format!("bursar knows no job `{job}` (never submitted, denied, or forgotten after it ended)"),
+        ));
+    };
+    match act.action {
+        ActionKind::Approve | ActionKind::ApproveOverBudget | ActionKind::Reject => {
+            let Some(w) = &f.approval else {
+                return Err(Refusal::new(
+                    StatusCode::CONFLICT,
+                    format!("job `{job}` is not waiting for an approval: it is {}", phase_words(&f.phase)),
+                ));
+            };
+            if Timestamp::parse(&w.expires).is_ok_and(|e| now >= e) {
+                return Err(Refusal::new(
+                    StatusCode::GONE,
+                    format!("the approval request of job `{job}` expired at {}: it is denied", w.expires),
+                ));
+            }
+            if !w.approvers.is_empty() && !w.approvers.contains(&act.by) {
+                return Err(Refusal::new(
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "`{}` is not an approver of job `{job}`: only {} may approve or reject it",
+                        act.by,
+                        w.approvers.join(", ")
+                    ),
+                ));
+            }
+            if act.action == ActionKind::ApproveOverBudget && !w.over_budget {
+                return Err(Refusal::new(
+                    StatusCode::CONFLICT,
+                    format!("job `{job}` was not held by a quota; approve it plainly"),
+                ));
+            }
+        }
+        ActionKind::Keepalive => {
+            if !f.live {
+                return Err(Refusal::new(
+                    StatusCode::CONFLICT,
+                    format!("job `{job}` is {}: there is nothing to keep alive", phase_words(&f.phase)),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The v1 event of `act` at `now`.
+fn event_of(act: &Act, now: Timestamp, over_budget: bool) -> Event {
+    let by = Some(act.by.clone());
+    let job_id = act.job.clone();
+    let kind = match act.action {
+        ActionKind::Keepalive => EventKind::JobKeepalive { job_id, by },
+        ActionKind::Approve | ActionKind::ApproveOverBudget => EventKind::ApprovalGranted { job_id, by },
+        ActionKind::Reject => EventKind::ApprovalRejected { job_id, by },
+    };
+    let raw = |v: serde_json::Value| serde_json::value::RawValue::from_string(v.to_string()).ok().map(RawJson);
+    let mut extra = Vec::new();
+    extra.extend(raw(serde_json::Value::from(act.via)).map(|v| ("via".to_owned(), v)));
+    if over_budget {
+        extra.extend(raw(serde_json::Value::Bool(true)).map(|v| ("over_budget".to_owned(), v)));
+    }
+    if let Some(r) = act.reason.as_ref().filter(|r| !r.trim().is_empty()) {
+        extra.extend(raw(serde_json::Value::from(r.trim())).map(|v| ("reason".to_owned(), v)));
+    }
+    Event { id: act.event_id.clone(), time: now, kind, extra }
+}
+
+/// Checks `act`, applies it as its v1 event through the one road, and says what it did.
+async fn apply(st: &AppState, act: Act) -> Result<ActionReply, Refusal> {
+    let now = crate::wall_time();
+    let Answer::Facts(facts, seen) =
+        ask(st, Ask::Facts { jobs: vec![act.job.clone()], seen: Some(act.event_id.clone()) }).await?
+    else {
+        return Err(Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "the engine answered another question"));
+    };
+    let facts = facts.into_iter().next().flatten();
+    precheck(&act, facts.as_ref(), seen, now)?;
+    let over_budget = act.action == ActionKind::ApproveOverBudget;
+    let line = event_of(&act, now, over_budget).to_json();
+    let (items, rejected) = bursar_session::decode_body(line.as_bytes(), st.max_line, Origin::Producer);
+    if let Some(r) = rejected.first() {
+        return Err(Refusal::new(StatusCode::BAD_REQUEST, format!("the answer is not a valid event: {}", r.error)));
+    }
+    let (tx, rx) = oneshot::channel();
+    st.engine.send(Work::Inputs { items, reply: tx }).await.map_err(|_| Refusal::engine_gone())?;
+    let outcome = match rx.await {
+        Ok(Ok(mut o)) if !o.is_empty() => o.remove(0),
+        Ok(Err(e)) => return Err(Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, e)),
+        _ => return Err(Refusal::engine_gone()),
+    };
+    if outcome.duplicate {
+        return Err(Refusal::new(StatusCode::CONFLICT, "this was already done (the same answer was applied before)"));
+    }
+    let job = &act.job;
+    let about: Vec<&bursar_model::Decision> =
+        outcome.decisions.iter().map(|s| &s.decision).filter(|d| d.job_id.as_deref() == Some(job.as_str())).collect();
+    let admission = about.iter().find(|d| d.admission);
+    let message = match act.action {
+        ActionKind::Approve | ActionKind::ApproveOverBudget => match admission {
+            Some(d) if d.decision == bursar_model::DecisionKind::Allow => {
+                format!(
+                    "job `{job}` approved by {}{}: it may start now",
+                    act.by,
+                    if over_budget { " over budget" } else { "" }
+                )
+            }
+            _ => match about.iter().find(|d| d.decision == bursar_model::DecisionKind::Alert) {
+                Some(d) => return Err(Refusal::new(StatusCode::FORBIDDEN, d.reason.clone())),
+                None => {
+                    return Err(Refusal::new(
+                        StatusCode::CONFLICT,
+                        format!("job `{job}` no longer waited for an approval; nothing changed"),
+                    ));
+                }
+            },
+        },
+        ActionKind::Reject => match admission {
+            Some(d) if d.decision == bursar_model::DecisionKind::Deny => {
+                format!("job `{job}` rejected by {}: it will not run", act.by)
+            }
+            _ => {
+                return Err(Refusal::new(
+                    StatusCode::CONFLICT,
+                    format!("job `{job}` no longer waited for an approval; nothing changed"),
+                ));
+            }
+        },
+        ActionKind::Keepalive => {
+            if about.iter().any(|d| d.decision == bursar_model::DecisionKind::Alert) {
+                format!("job `{job}` kept alive by {}: the idle reclaim is called off", act.by)
+            } else {
+                format!("keepalive for job `{job}` recorded by {}; it was not under an idle warning", act.by)
+            }
+        }
+    };
+    Ok(ActionReply {
+        job_id: job.clone(),
+        action: act.action,
+        by: act.by.clone(),
+        event_id: act.event_id.clone(),
+        message,
+        decisions: outcome.decisions,
+    })
+}
+
+async fn action_api(State(st): State<AppState>, Path((job, action)): Path<(String, String)>, body: Bytes) -> Response {
+    let kind = match action.as_str() {
+        "approve" => ActionKind::Approve,
+        "reject" => ActionKind::Reject,
+        "keepalive" => ActionKind::Keepalive,
+        other => {
+            return json(
+                StatusCode::NOT_FOUND,
+                &ErrorReply { error: format!("no action `{other}`: use approve, reject or keepalive") },
+            );
+        }
+    };
+    let req: ActionRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return json(
+                StatusCode::BAD_REQUEST,
+                &ErrorReply { error: format!("the body is not an action request ({{\"by\": \"name\"}}): {e}") },
+            );
+        }
+    };
+    if req.by.trim().is_empty() {
+        return json(StatusCode::BAD_REQUEST, &ErrorReply { error: "`by` must name who answers".into() });
+    }
+    let kind = if kind == ActionKind::Approve && req.over_budget { ActionKind::ApproveOverBudget } else { kind };
+    let event_id =
+        req.id.clone().unwrap_or_else(|| format!("api-{}-{job}-{}", kind.as_str(), crate::wall_time().millis()));
+    let act = Act { job, action: kind, by: req.by.trim().to_owned(), reason: req.reason, event_id, via: "api" };
+    match apply(&st, act).await {
+        Ok(reply) => json(StatusCode::OK, &reply),
+        Err(r) => json(r.status, &ErrorReply { error: r.message }),
+    }
+}
+
+async fn pending_json(State(st): State<AppState>) -> Response {
+    match ask(&st, Ask::Pending).await {
+        Ok(Answer::Pending(p)) => json(StatusCode::OK, &p),
+        Ok(_) => json(StatusCode::INTERNAL_SERVER_ERROR, &ErrorReply { error: "unexpected engine answer".into() }),
+        Err(r) => json(r.status, &ErrorReply { error: r.message }),
+    }
+}
+
+/// The pool view with the last denies from the audit log.
+async fn pool_view(st: &AppState) -> Result<PoolView, Refusal> {
+    let Answer::Pool(mut view) = ask(st, Ask::Pool { now: crate::wall_time() }).await? else {
+        return Err(Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "unexpected engine answer"));
+    };
+    let audit = st.audit.clone();
+    let denies = tokio::task::spawn_blocking(move || {
+        bursar_audit::AuditLog::open_read(&audit)?.latest_decisions("deny", DENIES_SHOWN)
+    })
+    .await
+    .map_err(|e| Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+    .map_err(|e| Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    view.denies = denies
+        .into_iter()
+        .map(|d| DenyLine {
+            time: Timestamp(d.time).to_string(),
+            job_id: d.job,
+            project: d.project,
+            user: d.user,
+            policies: d.policies,
+            reason: d.reason,
+        })
+        .collect();
+    Ok(*view)
+}
+
+async fn pool_json(State(st): State<AppState>) -> Response {
+    match pool_view(&st).await {
+        Ok(v) => json(StatusCode::OK, &v),
+        Err(r) => json(r.status, &ErrorReply { error: r.message }),
+    }
+}
+
+async fn page(State(st): State<AppState>) -> Response {
+    match pool_view(&st).await {
+        Ok(v) => html(StatusCode::OK, crate::page::pool(&v)),
+        Err(r) => html(r.status, crate::page::message("bursar: the pool", "Cannot show the pool", &r.message, None)),
+    }
+}
+
+/// Verifies a link's token: its claims, or the page that says why it cannot be used.
+fn verify(st: &AppState, token: &str) -> Result<bursar_notify::Claims, Box<Response>> {
+    let Some(key) = &st.people.key else {
+        return Err(Box::new(html(
+            StatusCode::NOT_FOUND,
+            crate::page::message(
+                "bursar",
+                "Links are off",
+                "This bursar server does not send notices (`serve --notify`), so it has no action links.",
+                None,
+            ),
+        )));
+    };
+    key.verify(token, crate::wall_time()).map_err(|e| {
+        let (status, title) = match &e {
+            TokenError::Malformed => (StatusCode::BAD_REQUEST, "This link is damaged"),
+            TokenError::Forged => (StatusCode::FORBIDDEN, "This link is not valid"),
+            TokenError::Expired(_) => (StatusCode::GONE, "This link has expired"),
+        };
+        let more = match &e {
+            TokenError::Expired(c) => format!("{e}. Nothing was done to job `{}`.", c.job),
+            _ => format!("{e}. Nothing was done."),
+        };
+        Box::new(html(status, crate::page::message("bursar", title, &more, None)))
+    })
+}
+
+fn act_of(claims: &bursar_notify::Claims, token: &str, reason: Option<String>) -> Act {
+    Act {
+        job: claims.job.clone(),
+        action: claims.action,
+        by: claims.for_user.clone(),
+        reason,
+        event_id: bursar_notify::event_id(token),
+        via: "link",
+    }
+}
+
+async fn link_show(State(st): State<AppState>, Path(token): Path<String>) -> Response {
+    let claims = match verify(&st, &token) {
+        Ok(c) => c,
+        Err(page) => return *page,
+    };
+    let act = act_of(&claims, &token, None);
+    let facts = match ask(&st, Ask::Facts { jobs: vec![act.job.clone()], seen: Some(act.event_id.clone()) }).await {
+        Ok(Answer::Facts(f, seen)) => (f.into_iter().next().flatten(), seen),
+        Ok(_) => (None, false),
+        Err(r) => return html(r.status, crate::page::message("bursar", "Try again", &r.message, None)),
+    };
+    if let Err(r) = precheck(&act, facts.0.as_ref(), facts.1, crate::wall_time()) {
+        return html(
+            r.status,
+            crate::page::message("bursar", "Nothing to do", &format!("{}. Nothing was done.", r.message), None),
+        );
+    }
+    html(StatusCode::OK, crate::page::confirm(&claims, facts.0.as_ref()))
+}
+
+/// The form of a confirmation page.
+#[derive(Debug, Default)]
+struct LinkForm {
+    /// A rejection's reason.
+    reason: Option<String>,
+}
+
+async fn link_do(State(st): State<AppState>, Path(token): Path<String>, body: Bytes) -> Response {
+    let claims = match verify(&st, &token) {
+        Ok(c) => c,
+        Err(page) => return *page,
+    };
+    let form: LinkForm = parse_form(&body);
+    let act = act_of(&claims, &token, form.reason);
+    match apply(&st, act).await {
+        Ok(reply) => {
+            html(StatusCode::OK, crate::page::message("bursar", "Done", &reply.message, Some(&reply.event_id)))
+        }
+        Err(r) => html(
+            r.status,
+            crate::page::message("bursar", "Nothing was done", &format!("{}. Nothing was done.", r.message), None),
+        ),
+    }
+}
+
+/// Reads the confirmation form (`application/x-www-form-urlencoded`, one optional field, `reason`)
+/// leniently: anything else in it is ignored.
+fn parse_form(body: &[u8]) -> LinkForm {
+    let text = String::from_utf8_lossy(body);
+    let mut form = LinkForm::default();
+    for pair in text.split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if k == "reason" {
+            form.reason = Some(url_decode(v));
+        }
+    }
+    form
+}
+
+/// Percent-decoding with `+` as a space.
+fn url_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => match s.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                Some(b) => {
+                    out.push(b);
+                    i += 2;
+                }
+                None => out.push(b'%'),
+            },
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bursar_model::api::ApprovalWait;
+
+    fn act(action: ActionKind, by: &str) -> Act {
+        Act { job: "j1".into(), action, by: by.into(), reason: None, event_id: "link-x".into(), via: "link" }
+    }
+
+    fn held(expires: &str) -> JobFacts {
+        JobFacts {
+            phase: "pending_approval".into(),
+            live: false,
+            user: "alice".into(),
+            project: "nlp".into(),
+            approval: Some(ApprovalWait {
+                job_id: "j1".into(),
+                project: "nlp".into(),
+                user: "alice".into(),
+                gpus: 8,
+                requested_hours: 100.0,
+                submitted: "2026-11-02T09:00:00Z".into(),
+                expires: expires.into(),
+                approvers: vec!["bob".into()],
+                policies: vec!["approval/big".into()],
+                reason: "big".into(),
+                over_budget: false,
+            }),
+            idle: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_person_is_told_why_nothing_happens() {
+        let now = Timestamp::parse("2026-11-02T10:00:00Z").unwrap();
+        let f = held("2026-11-03T09:00:00Z");
+        assert_eq!(precheck(&act(ActionKind::Approve, "bob"), Some(&f), false, now), Ok(()));
+        let status = |a: &Act, f: Option<&JobFacts>, seen| precheck(a, f, seen, now).unwrap_err().status;
+        assert_eq!(status(&act(ActionKind::Approve, "bob"), Some(&f), true), StatusCode::CONFLICT);
+        assert_eq!(status(&act(ActionKind::Approve, "bob"), None, false), StatusCode::NOT_FOUND);
+        let r = precheck(&act(ActionKind::Approve, "mallory"), Some(&f), false, now).unwrap_err();
+        assert_eq!(r.status, StatusCode::FORBIDDEN);
+        assert!(r.message.contains("only bob"), "{}", r.message);
+        assert_eq!(status(&act(ActionKind::ApproveOverBudget, "bob"), Some(&f), false), StatusCode::CONFLICT);
+        assert_eq!(
+            status(&act(ActionKind::Reject, "bob"), Some(&held("2026-11-02T09:30:00Z")), false),
+            StatusCode::GONE
+        );
+        let mut running = f.clone();
+        running.approval = None;
+        running.phase = "running".into();
+        running.live = true;
+        assert_eq!(status(&act(ActionKind::Approve, "bob"), Some(&running), false), StatusCode::CONFLICT);
+        assert_eq!(precheck(&act(ActionKind::Keepalive, "alice"), Some(&running), false, now), Ok(()));
+        running.live = false;
+        running.phase = "reclaimed".into();
+        assert_eq!(status(&act(ActionKind::Keepalive, "alice"), Some(&running), false), StatusCode::CONFLICT);
+    }
+
+    #[test]
+    fn an_answer_is_the_ordinary_v1_event() {
+        let now = Timestamp::parse("2026-11-02T10:00:00Z").unwrap();
+        let mut a = act(ActionKind::Reject, "bob");
+        a.reason = Some(" too big ".into());
+        let line = event_of(&a, now, false).to_json();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["type"], "approval.rejected");
+        assert_eq!(
+            (v["by"].as_str(), v["reason"].as_str(), v["via"].as_str()),
+            (Some("bob"), Some("too big"), Some("link"))
+        );
+        let (ok, bad) = bursar_session::decode_body(line.as_bytes(), 1 << 20, Origin::Producer);
+        assert_eq!((ok.len(), bad.len()), (1, 0));
+        let granted = event_of(&act(ActionKind::ApproveOverBudget, "bob"), now, true).to_json();
+        assert!(
+            granted.contains("\"type\":\"approval.granted\"") && granted.contains("\"over_budget\":true"),
+            "{granted}"
+        );
+    }
+
+    #[test]
+    fn form_reasons_are_decoded() {
+        assert_eq!(parse_form(b"reason=too+big%21").reason.as_deref(), Some("too big!"));
+        assert_eq!(parse_form(b"reason=50%").reason.as_deref(), Some("50%"));
+        assert_eq!(parse_form(b"x=1").reason, None);
+    }
+}
