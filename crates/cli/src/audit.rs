@@ -112,7 +112,7 @@ pub fn open_journal(
 /// decision is printed.
 pub fn run_eval(
     set: Arc<PolicySet>,
-    input: impl std::io::Read,
+    input: impl std::io::Read + Send,
     opts: &crate::eval::EvalOptions,
     db: &Path,
     durability: DurabilityArg,

@@ -74,13 +74,14 @@ pub struct EvalOptions {
     pub max_line: usize,
 }
 
-/// Opens `path`, or stdin for `-`.
-pub fn open_events(path: &PathBuf) -> Result<Box<dyn Read>, CliError> {
+/// Opens `path`, or stdin for `-`. The reader is `Send`: the session reads and decodes on a thread of
+/// its own while the calling thread applies.
+pub fn open_events(path: &PathBuf) -> Result<Box<dyn Read + Send>, CliError> {
     if path.as_os_str() == "-" {
-        Ok(Box::new(std::io::stdin().lock()))
+        Ok(Box::new(std::io::stdin()))
     } else {
         std::fs::File::open(path)
-            .map(|f| Box::new(f) as Box<dyn Read>)
+            .map(|f| Box::new(f) as Box<dyn Read + Send>)
             .map_err(|e| CliError::io(format!("cannot open events file `{}`", path.display()), e))
     }
 }
@@ -116,7 +117,7 @@ pub fn session_err(source: &str, e: SessionError) -> CliError {
 /// Runs `set` over the events of `input` into `journal`; returns the summary and the journal.
 pub fn run<J: Journal>(
     set: Arc<PolicySet>,
-    input: impl Read,
+    input: impl Read + Send,
     journal: J,
     opts: &EvalOptions,
 ) -> Result<(Summary, J), CliError> {

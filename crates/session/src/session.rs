@@ -64,6 +64,41 @@ pub enum LineOutcome {
     },
 }
 
+/// Lines decoded per chunk handed from [`Session::read`]'s reading thread to the applying one.
+pub const CHUNK_LINES: usize = 1024;
+
+/// Chunks that may wait between the two threads of [`Session::read`].
+pub const CHUNKS_IN_FLIGHT: usize = 4;
+
+/// Decoded lines on their way from the reading thread to the applying one: their texts in one buffer.
+#[derive(Debug, Default)]
+struct Chunk {
+    text: String,
+    items: Vec<Item>,
+}
+
+#[derive(Debug)]
+enum Item {
+    Rejected(Rejected),
+    Input { line: u64, text: std::ops::Range<usize>, input: Input },
+}
+
+impl Chunk {
+    fn push(&mut self, frame: Frame<'_>, origin: Origin) {
+        let item = match decode::decode(frame, origin) {
+            // Nothing to count or report.
+            Line::Blank => return,
+            Line::Rejected(r) => Item::Rejected(r),
+            Line::Input(d) => {
+                let start = self.text.len();
+                self.text.push_str(d.text);
+                Item::Input { line: d.line, text: start..self.text.len(), input: d.input }
+            }
+        };
+        self.items.push(item);
+    }
+}
+
 /// Reading a stream failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -231,23 +266,72 @@ impl<J: Journal> Session<J> {
 
     /// Reads `source` to its end, line by line (a line is at most `max_line` bytes), applying every
     /// input and calling `on_line` with what happened to each non-blank line.
+    ///
+    /// Two threads share the work: one reads, frames and decodes (the origin's rules included) into
+    /// chunks of [`CHUNK_LINES`] lines, the calling thread applies them in order — so decoding line
+    /// N+1 overlaps applying line N, and what is applied, in what order, and every count are exactly
+    /// what one thread would give. At most [`CHUNKS_IN_FLIGHT`] chunks wait, so memory stays bounded
+    /// however fast the source is. If the journal refuses, reading stops there.
     pub fn read(
         &mut self,
-        source: impl Read,
+        source: impl Read + Send,
         max_line: usize,
         mut on_line: impl FnMut(&LineOutcome),
     ) -> Result<(), SessionError> {
-        crate::frame::read_frames(source, max_line, |frame| {
-            match self.line(frame)? {
-                LineOutcome::Blank => {}
-                outcome => on_line(&outcome),
+        let origin = self.origin;
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Chunk>(CHUNKS_IN_FLIGHT);
+        std::thread::scope(|scope| {
+            let reader = scope.spawn(move || {
+                let mut chunk = Chunk::default();
+                let read = crate::frame::read_frames(source, max_line, |frame| {
+                    chunk.push(frame, origin);
+                    if chunk.items.len() >= CHUNK_LINES {
+                        // The applying side hung up (the journal refused): stop reading.
+                        tx.send(std::mem::take(&mut chunk)).map_err(|_| ())?;
+                    }
+                    Ok::<(), ()>(())
+                });
+                if !chunk.items.is_empty() {
+                    let _ = tx.send(chunk);
+                }
+                match read {
+                    Err(ReadError::Read(io)) => Err(io),
+                    _ => Ok(()),
+                }
+            });
+            let mut applied = Ok(());
+            'chunks: for chunk in rx {
+                for item in &chunk.items {
+                    match self.item(&chunk.text, item) {
+                        Ok(outcome) => on_line(&outcome),
+                        Err(e) => {
+                            applied = Err(SessionError::Journal(e));
+                            break 'chunks;
+                        }
+                    }
+                }
             }
-            Ok::<(), JournalError>(())
+            // Dropping the receiver (leaving the loop) stops a reader still sending.
+            let read = reader.join().unwrap_or_else(|_| Err(std::io::Error::other("the reading thread panicked")));
+            applied?;
+            read.map_err(SessionError::Read)
         })
-        .map_err(|e| match e {
-            ReadError::Read(io) => SessionError::Read(io),
-            ReadError::Stopped(j) => SessionError::Journal(j),
-        })
+    }
+
+    /// Applies one decoded item of a chunk.
+    fn item(&mut self, text: &str, item: &Item) -> Result<LineOutcome, JournalError> {
+        match item {
+            Item::Rejected(r) => {
+                self.counts.lines += 1;
+                self.counts.rejected += 1;
+                Ok(LineOutcome::Rejected(r.clone()))
+            }
+            Item::Input { line, text: range, input } => {
+                self.counts.lines += 1;
+                let applied = self.apply(input, &text[range.clone()])?;
+                Ok(LineOutcome::Input { line: *line, id: input.id().into_owned(), applied })
+            }
+        }
     }
 
     /// Swaps in a new policy set (state, timers and pending approvals are kept) and journals the load.
