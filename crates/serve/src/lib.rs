@@ -135,6 +135,9 @@ pub struct Config {
     /// Sign the audit log's head with this Ed25519 key and append it to this witness file (at most
     /// once a second, and at shutdown): `--signing-key`, `--witness`.
     pub witness: Option<(PathBuf, PathBuf)>,
+    /// Rates for `GET /v1/report` and `GET /report` (`--prices FILE`): the billing comparison and,
+    /// with `cost_per_unit=true`, the cost per unit of work.
+    pub prices: Option<bursar_report::Prices>,
 }
 
 impl std::fmt::Debug for Config {
@@ -179,6 +182,7 @@ impl Config {
             loader: toml_loader(),
             utilisation: None,
             witness: None,
+            prices: None,
         }
     }
 }
@@ -470,6 +474,7 @@ pub async fn serve_then(
         shutdown: shutdown_rx.clone(),
         max_line: config.max_body,
         journal: journal_health,
+        prices: config.prices.clone().map(Arc::new),
     };
     let limits = listen::Limits {
         max_connections: config.max_connections,
