@@ -13,7 +13,8 @@
 //!   mean over its runs, with the slowest and fastest run and the sample standard deviation.
 //! - **Cost per 1,000 units** under a mode = `rate per GPU-hour ÷ (x × 3600) × 1000`, with the
 //!   type's rates from the price file ([`crate::Prices::rates`]); the range is the same from the
-//!   fastest and the slowest run.
+//!   fastest and the slowest run (without an upper end when the slowest run did no work). A row
+//!   whose runs all did no work has no cost.
 //! - **Ranking**: at each configuration and GPU count, the GPU types by on-demand cost per unit,
 //!   cheapest first (ties by name). The cheapest type is **separated** from the next when even its
 //!   slowest run is cheaper per unit than the next type's fastest run: no single noisy run decides.
@@ -39,8 +40,8 @@ pub struct UnitCost {
     pub per_1k: f64,
     /// The same at the fastest run's throughput (the lowest cost).
     pub per_1k_low: f64,
-    /// The same at the slowest run's (the highest).
-    pub per_1k_high: f64,
+    /// The same at the slowest run's (the highest); none when the slowest run did no work at all.
+    pub per_1k_high: Option<f64>,
 }
 
 /// One configuration on one GPU type at one GPU count.
@@ -184,13 +185,13 @@ fn unit_costs(rates: &TypeRates, mean: f64, min: f64, max: f64) -> Vec<UnitCost>
     MODES
         .iter()
         .filter_map(|m| rates.of(m).map(|r| (*m, r)))
-        .filter(|_| mean > 0.0 && min > 0.0)
+        .filter(|_| mean > 0.0)
         .map(|(mode, r)| UnitCost {
             mode,
             per_gpu_hour: r,
             per_1k: per_1k(r, mean),
             per_1k_low: per_1k(r, max),
-            per_1k_high: per_1k(r, min),
+            per_1k_high: (min > 0.0).then(|| per_1k(r, min)),
         })
         .collect()
 }
@@ -263,7 +264,8 @@ fn rank(rows: &mut [CostRow]) {
         let high = |i: usize| rows[i].cost.iter().find(|c| c.mode == "on_demand").map(|c| (c.per_1k_low, c.per_1k_high));
         let separated = match (at.first(), at.get(1)) {
             (Some(&(a, _)), Some(&(b, _))) => match (high(a), high(b)) {
-                (Some((_, a_high)), Some((b_low, _))) => Some(a_high < b_low),
+                // A slowest run that did no work costs without bound: never separated.
+                (Some((_, a_high)), Some((b_low, _))) => Some(a_high.is_some_and(|h| h < b_low)),
                 _ => None,
             },
             _ => None,
@@ -362,6 +364,22 @@ mod tests {
         // Rows by GPU count, then rank.
         let order: Vec<(&str, u32)> = c.rows.iter().map(|r| (r.gpu_type.as_str(), r.gpus)).collect();
         assert_eq!(order, [("H100", 1), ("A100", 1), ("A100", 8), ("H100", 8)]);
+    }
+
+    #[test]
+    fn a_run_that_did_no_work_lowers_the_mean_and_leaves_the_range_open() {
+        let r = runs(&[("A100", 1, &[0.0, 2000.0]), ("H100", 1, &[3000.0, 3000.0])]);
+        let s = section(&r, Some(&prices()), 0, 0);
+        let a = s.configs[0].rows.iter().find(|r| r.gpu_type == "A100").unwrap();
+        // Mean 1,000: 12 / 3.6 / 1000 = 0.003333 per 1k; the fastest run 0.001667; no upper end.
+        let od = &a.cost[0];
+        assert!((od.per_1k - 12.0 / 3600.0).abs() < 1e-12 && (od.per_1k_low - 12.0 / 7200.0).abs() < 1e-12);
+        assert_eq!(od.per_1k_high, None);
+        let h = s.configs[0].rows.iter().find(|r| r.gpu_type == "H100").unwrap();
+        // H100 is cheaper on the mean (0.002778), but A100's fastest run (0.001667) beats it: overlaps.
+        assert_eq!((h.rank, h.separated), (Some(1), Some(false)));
+        let none = section(&runs(&[("A100", 1, &[0.0])]), Some(&prices()), 0, 0);
+        assert!(none.configs[0].rows[0].cost.is_empty() && none.configs[0].rows[0].rank.is_none());
     }
 
     #[test]

@@ -52,8 +52,11 @@ fn cost_section(o: &mut String, c: &crate::cost::CostPerUnit) {
     for cfg in c.configs.iter().take(6) {
         let mut counts: Vec<u32> = cfg.rows.iter().map(|r| r.gpus).collect();
         counts.dedup();
+        // Ticks are short: the count first, then the end of the configuration's name.
+        let chars: Vec<char> = cfg.config.chars().collect();
+        let tail: String = chars[chars.len().saturating_sub(6)..].iter().collect();
         for g in counts {
-            cats.push(format!("{} x{g}", cfg.config));
+            cats.push(format!("x{g} {tail}"));
             keys.push((&cfg.config, &cfg.unit, g));
         }
         for r in &cfg.rows {
@@ -62,8 +65,8 @@ fn cost_section(o: &mut String, c: &crate::cost::CostPerUnit) {
             }
         }
     }
-    cats.truncate(14);
-    keys.truncate(14);
+    cats.truncate(10);
+    keys.truncate(10);
     types.truncate(PALETTE.len());
     if c.priced && !cats.is_empty() {
         let series: Vec<Series> = types
@@ -87,18 +90,22 @@ fn cost_section(o: &mut String, c: &crate::cost::CostPerUnit) {
             .collect();
         o.push_str(&svg::grouped_bars(
             "cost-per-unit",
-            &format!("On-demand cost per million units of work, by configuration x GPU count and GPU type ({cur})"),
+            &format!(
+                "On-demand cost per million units of work, by GPU count x configuration and GPU type{}",
+                if cur.is_empty() { String::new() } else { format!(" ({cur})") }
+            ),
             &cats,
             &series,
-            &format!("{cur} per 1M units"),
+            format!("{cur} per 1M units").trim(),
         ));
     }
     for cfg in &c.configs {
         let best = cfg.cheapest.as_ref().map_or(String::new(), |b| {
             format!(
-                "; cheapest: <b>{}</b> on {} GPU(s), {} per 1k {} on demand",
+                "; cheapest: <b>{}</b> on {} GPU{}, {} per 1k {} on demand",
                 esc(&b.gpu_type),
                 b.gpus,
+                if b.gpus == 1 { "" } else { "s" },
                 sig(b.per_1k),
                 esc(&cfg.unit)
             )
@@ -119,7 +126,7 @@ fn cost_section(o: &mut String, c: &crate::cost::CostPerUnit) {
                 (None, _) => "-".into(),
             };
             let scaling = match (r.scaling_efficiency, r.scaling_base_gpus) {
-                (Some(e), Some(b)) => format!("{} of {b}", pct(e)),
+                (Some(e), Some(b)) => format!("{} of {b} GPU{}", pct(e), if b == 1 { "" } else { "s" }),
                 _ => "-".into(),
             };
             let _ = write!(
