@@ -264,7 +264,9 @@ pub struct Efficiency {
 ///   compared at one GPU count both measured (with at least `min_runs` runs each, in the same unit):
 ///   the largest such count not above the job's GPUs, else the smallest. Cost per unit on a type is
 ///   its price per GPU-hour ÷ (throughput per GPU × 3600). When the asked type costs more than
-///   `1 + margin` times the other's, the cheapest such type is named with the saving.
+///   `1 + margin` times the other's, the cheapest such type is named with the saving. With
+///   `require_separated`, only when the other type's slowest run is still cheaper per unit than the
+///   asked type's fastest.
 /// - **Poor scaling.** When the job asks more GPUs than the smallest count its configuration was
 ///   measured at on the asked type, the per-GPU throughput at the largest measured count not above
 ///   the job's, divided by the per-GPU throughput at the smallest count, is the scaling efficiency;
@@ -283,6 +285,9 @@ pub struct CostPerUnit {
     pub min_runs: u32,
     /// Scaling efficiency under this is advice.
     pub scaling_below: Option<f64>,
+    /// Name a cheaper type only when even its slowest measured run is cheaper per unit than the
+    /// asked type's fastest: the runs' spread cannot explain the difference.
+    pub require_separated: bool,
     /// `alert` (the default) or `deny`.
     pub action: Action,
 }
@@ -1082,7 +1087,11 @@ impl CostPerUnit {
             let Some((m, t)) = at else { continue };
             let here = Self::per_1k(p_asked, m.mean);
             let there = Self::per_1k(p_other, t.mean);
-            if here > there * (1.0 + self.margin) && best.is_none_or(|b| there / here < b.4 / b.3) {
+            let separated = t.min > 0.0 && Self::per_1k(p_other, t.min) < Self::per_1k(p_asked, m.max);
+            if here > there * (1.0 + self.margin)
+                && (!self.require_separated || separated)
+                && best.is_none_or(|b| there / here < b.4 / b.3)
+            {
                 best = Some((other, m.gpus, &m.unit, here, there, m.runs, t.runs));
             }
         }

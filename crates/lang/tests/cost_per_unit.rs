@@ -128,6 +128,25 @@ fn one_run_is_not_enough_by_default_and_the_default_row_prices_unlisted_types() 
 }
 
 #[test]
+fn require_separated_ignores_a_difference_the_runs_spread_explains() {
+    // H100 runs at 2,000 and 4,000 tokens/s (mean 3,000: 0.00278 per 1k); A100 at 500 and 1,500 (mean
+    // 1,000: 0.00333). On the means A100 is 20% dearer; but H100's slowest run (30 / 3.6 / 2000 =
+    // 0.00417) is dearer than A100's fastest (12 / 3.6 / 1500 = 0.00222).
+    for (separated, alerts) in [(false, 1), (true, 0)] {
+        let mut e = engine(&format!(
+            "per_gpu_hour = {{ A100 = 12.0, H100 = 30.0 }}\nrequire_separated = {separated}\n"
+        ));
+        let mut f = Feed { n: 0, out: Vec::new() };
+        for (id, ty, v) in [("a1", "A100", 500.0), ("a2", "A100", 1500.0), ("h1", "H100", 2000.0), ("h2", "H100", 4000.0)] {
+            f.run(&mut e, id, ty, 1, v);
+        }
+        f.out.clear();
+        f.submit(&mut e, "q", "A100", 1);
+        assert_eq!(f.about("q").len(), alerts, "require_separated = {separated}: {:?}", f.about("q"));
+    }
+}
+
+#[test]
 fn advice_denies_only_when_the_policy_says_so() {
     let mut e = engine("per_gpu_hour = { A100 = 10.0, H100 = 10.0 }\nmin_runs = 1\naction = \"deny\"\n");
     let mut f = Feed { n: 0, out: Vec::new() };
