@@ -110,12 +110,8 @@ pub fn run(opts: &ImportOptions, out: &mut dyn Write) -> Result<Report, CliError
             opts.seed
         ));
     }
-    let emit = EmitOptions {
-        util: util.as_ref(),
-        seed: opts.seed,
-        sample_every_secs: opts.sample_every_secs,
-        throughput,
-    };
+    let emit =
+        EmitOptions { util: util.as_ref(), seed: opts.seed, sample_every_secs: opts.sample_every_secs, throughput };
     let mut w = BufWriter::with_capacity(1 << 16, out);
     bursar_traces::emit(&jobs, &emit, &mut w, &mut report).map_err(err)?;
     w.flush().map_err(|e| CliError::io("cannot write events", e))?;

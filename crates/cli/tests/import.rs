@@ -170,7 +170,8 @@ fn generated_stream_is_deterministic_and_eval_consumes_it() {
 fn modelled_throughput_is_seeded_labelled_and_needs_util() {
     let file = data("philly/sampled_jobs.json").display().to_string();
     let util = data("alibaba-genai-2026/pod_gpu_duty_cycle_excerpt.csv").display().to_string();
-    let base = ["import", "philly", file.as_str(), "--util", util.as_str(), "--sample-every", "6h", "--model-throughput"];
+    let base =
+        ["import", "philly", file.as_str(), "--util", util.as_str(), "--sample-every", "6h", "--model-throughput"];
     let a = bursar(&[&base[..], &["--seed", "7"]].concat());
     let b = bursar(&[&base[..], &["--seed", "7"]].concat());
     assert_eq!(a.stdout, b.stdout, "same seed, same bytes");

@@ -51,7 +51,15 @@ fn audit(name: &str) -> (Dir, String, String) {
     let alerted: Vec<&str> = decisions
         .lines()
         .filter(|l| l.contains(r#""decision":"alert""#))
-        .map(|l| if l.contains(r#""job_id":"q1""#) { "q1" } else if l.contains(r#""job_id":"q3""#) { "q3" } else { "?" })
+        .map(|l| {
+            if l.contains(r#""job_id":"q1""#) {
+                "q1"
+            } else if l.contains(r#""job_id":"q3""#) {
+                "q3"
+            } else {
+                "?"
+            }
+        })
         .collect();
     assert_eq!(alerted, ["q1", "q3", "q3"], "{decisions}");
     (Dir(dir), db, prices.display().to_string())
@@ -95,7 +103,8 @@ fn close(a: f64, b: f64) -> bool {
 #[test]
 fn cost_per_thousand_tokens_ranking_and_scaling_equal_the_hand_computation() {
     let (_dir, db, prices) = audit("json");
-    let out = run(&["report", "--db", &db, "--by", "config", "--cost-per-unit", "--prices", &prices, "--format", "json"]);
+    let out =
+        run(&["report", "--db", &db, "--by", "config", "--cost-per-unit", "--prices", &prices, "--format", "json"]);
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["by"], "config");
     assert_eq!(r["groups"][0]["key"], "llm-7b");
@@ -104,7 +113,9 @@ fn cost_per_thousand_tokens_ranking_and_scaling_equal_the_hand_computation() {
     let cfg = &c["configs"][0];
     assert_eq!((cfg["config"].as_str(), cfg["unit"].as_str()), (Some("llm-7b"), Some("tokens")));
     let (a1, h1, a8, h8) = (row(cfg, "A100", 1), row(cfg, "H100", 1), row(cfg, "A100", 8), row(cfg, "H100", 8));
-    for (row, x, sd) in [(a1, 1000.0, 20_000f64.sqrt()), (h1, 3000.0, 0.0), (a8, 800.0, 0.0), (h8, 1800.0, 20_000f64.sqrt())] {
+    for (row, x, sd) in
+        [(a1, 1000.0, 20_000f64.sqrt()), (h1, 3000.0, 0.0), (a8, 800.0, 0.0), (h8, 1800.0, 20_000f64.sqrt())]
+    {
         assert!(close(row["throughput_per_gpu"].as_f64().unwrap(), x), "{row}");
         assert!(close(row["stddev_per_gpu"].as_f64().unwrap(), sd), "{row}");
         assert_eq!(row["runs"], 2);
@@ -137,7 +148,10 @@ fn table_csv_and_html_carry_the_section() {
     let (_dir, db, prices) = audit("text");
     let table = run(&["report", "--db", &db, "--by", "config", "--cost-per-unit", "--prices", &prices]);
     let t = String::from_utf8(table.stdout).unwrap();
-    assert!(t.contains("configuration llm-7b (tokens/s), 8 runs; cheapest: H100 on 1 GPU at 0.00278 per 1k tokens"), "{t}");
+    assert!(
+        t.contains("configuration llm-7b (tokens/s), 8 runs; cheapest: H100 on 1 GPU at 0.00278 per 1k tokens"),
+        "{t}"
+    );
     let line = t.lines().find(|l| l.trim_start().starts_with("H100") && l.contains("  8  ")).unwrap();
     assert!(line.contains("0.00463") && line.contains("60.0% of 1 GPU") && line.contains("1.11x"), "{line}");
 

@@ -230,10 +230,7 @@ fn cost_per_unit(r: &mut Reader<'_>, mut t: Fields<'_, '_>) -> CostPerUnit {
     let scaling_below = t.fraction(r, "scaling_below");
     let require_separated = t.bool(r, "require_separated").unwrap_or(false);
     let action = action(r, &mut t, "action", &["alert", "deny"], "alert");
-    t.finish(
-        r,
-        &["per_gpu_hour", "currency", "margin", "min_runs", "scaling_below", "require_separated", "action"],
-    );
+    t.finish(r, &["per_gpu_hour", "currency", "margin", "min_runs", "scaling_below", "require_separated", "action"]);
     CostPerUnit { per_gpu_hour, default_price, currency, margin, min_runs, scaling_below, require_separated, action }
 }
 

@@ -1039,7 +1039,8 @@ impl CostPerUnit {
         let key = job.config_key();
         let measured: Vec<&bursar_engine::state::Measured> =
             cx.state.throughput(&key).iter().filter(|m| m.runs >= self.min_runs && m.mean > 0.0).collect();
-        let mine: Vec<&bursar_engine::state::Measured> = measured.iter().copied().filter(|m| &*m.gpu_type == asked).collect();
+        let mine: Vec<&bursar_engine::state::Measured> =
+            measured.iter().copied().filter(|m| &*m.gpu_type == asked).collect();
         if mine.is_empty() {
             return;
         }
@@ -1074,9 +1075,8 @@ impl CostPerUnit {
         let mut best: Option<(&str, u32, &str, f64, f64, u32, u32)> = None;
         for other in others {
             let Some(p_other) = self.price(other) else { continue };
-            let theirs = |g: u32, unit: &str| {
-                measured.iter().find(|m| &*m.gpu_type == other && m.gpus == g && &*m.unit == unit)
-            };
+            let theirs =
+                |g: u32, unit: &str| measured.iter().find(|m| &*m.gpu_type == other && m.gpus == g && &*m.unit == unit);
             let common: Vec<(&bursar_engine::state::Measured, &bursar_engine::state::Measured)> =
                 mine.iter().filter_map(|m| theirs(m.gpus, &m.unit).map(|t| (*m, *t))).collect();
             let at = common

@@ -97,7 +97,9 @@ fn types_are_compared_at_the_largest_common_count_up_to_the_job_else_the_smalles
     // Above the job only: the smallest common count.
     let mut e = engine("per_gpu_hour = { A100 = 10.0, H100 = 20.0 }\nmin_runs = 1\n");
     let mut f = Feed { n: 0, out: Vec::new() };
-    for (id, ty, g, v) in [("a4", "A100", 4, 100.0), ("a8", "A100", 8, 100.0), ("h4", "H100", 4, 1000.0), ("h8", "H100", 8, 10.0)] {
+    for (id, ty, g, v) in
+        [("a4", "A100", 4, 100.0), ("a8", "A100", 8, 100.0), ("h4", "H100", 4, 1000.0), ("h8", "H100", 8, 10.0)]
+    {
         f.run(&mut e, id, ty, g, v);
     }
     f.out.clear();
@@ -133,11 +135,12 @@ fn require_separated_ignores_a_difference_the_runs_spread_explains() {
     // 1,000: 0.00333). On the means A100 is 20% dearer; but H100's slowest run (30 / 3.6 / 2000 =
     // 0.00417) is dearer than A100's fastest (12 / 3.6 / 1500 = 0.00222).
     for (separated, alerts) in [(false, 1), (true, 0)] {
-        let mut e = engine(&format!(
-            "per_gpu_hour = {{ A100 = 12.0, H100 = 30.0 }}\nrequire_separated = {separated}\n"
-        ));
+        let mut e =
+            engine(&format!("per_gpu_hour = {{ A100 = 12.0, H100 = 30.0 }}\nrequire_separated = {separated}\n"));
         let mut f = Feed { n: 0, out: Vec::new() };
-        for (id, ty, v) in [("a1", "A100", 500.0), ("a2", "A100", 1500.0), ("h1", "H100", 2000.0), ("h2", "H100", 4000.0)] {
+        for (id, ty, v) in
+            [("a1", "A100", 500.0), ("a2", "A100", 1500.0), ("h1", "H100", 2000.0), ("h2", "H100", 4000.0)]
+        {
             f.run(&mut e, id, ty, 1, v);
         }
         f.out.clear();
@@ -176,7 +179,8 @@ fn bad_settings_point_at_the_value() {
         assert!(lines.iter().any(|l| l == w), "missing {w:?} in {lines:#?}");
     }
     assert!(lines.iter().any(|l| l.starts_with("p.toml:11:1: unknown field `margn`")), "{lines:#?}");
-    let missing = "[[policy]]\nid = \"a\"\ndescription = \"d\"\nkind = \"efficiency\"\n[policy.cost_per_unit]\nmargin = 0.1\n";
+    let missing =
+        "[[policy]]\nid = \"a\"\ndescription = \"d\"\nkind = \"efficiency\"\n[policy.cost_per_unit]\nmargin = 0.1\n";
     let errs = bursar_lang::compile_str("p.toml", missing, Path::new(".")).expect_err("no prices");
     assert!(errs[0].headline().contains("`cost_per_unit` is missing `per_gpu_hour`"), "{}", errs[0]);
 }

@@ -256,7 +256,9 @@ impl JobSpec {
     /// runs of the same configuration by the report's reruns or by measured throughput.
     pub fn has_config(&self) -> bool {
         self.config.is_some()
-            || [&self.image, &self.dataset, &self.script_hash].into_iter().any(|p| p.as_deref().is_some_and(|s| !s.is_empty()))
+            || [&self.image, &self.dataset, &self.script_hash]
+                .into_iter()
+                .any(|p| p.as_deref().is_some_and(|s| !s.is_empty()))
             || self.model_params_b.is_some()
     }
 

@@ -431,11 +431,18 @@ mod tests {
         let ev = samples(&cfg, AT, &a, &jobs(), &mut c);
         assert_eq!(ev.len(), 2, "busy has throughput but no utilisation: no sample");
         let multi = sample(&ev[1]);
-        assert_eq!((multi.throughput, multi.progress, multi.unit.as_deref()), (Some(5120.0), Some(3e6), Some("tokens/s")));
+        assert_eq!(
+            (multi.throughput, multi.progress, multi.unit.as_deref()),
+            (Some(5120.0), Some(3e6), Some("tokens/s"))
+        );
         let w = multi.work().unwrap();
         assert_eq!((w.unit, w.rate, w.progress), ("tokens", Some(5120.0), Some(3e6)));
         let idle = sample(&ev[0]);
-        assert_eq!((idle.throughput, idle.unit.as_deref()), (None, None), "a stale series drops the field, not the sample");
+        assert_eq!(
+            (idle.throughput, idle.unit.as_deref()),
+            (None, None),
+            "a stale series drops the field, not the sample"
+        );
         assert_eq!(c.series_stale, 1);
         let line = serde_json::to_string(&ev[1]).unwrap();
         assert_eq!(bursar_model::decode_event(&line).unwrap(), ev[1], "the fields survive the wire format");

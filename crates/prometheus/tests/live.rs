@@ -203,7 +203,11 @@ fn a_job_level_throughput_metric_rides_on_the_jobs_sample(w: &World) -> Result<(
     let p = src.poll(at, &w.jobs());
     assert!(p.is_ok(), "{:?}", p.error);
     let m = sample(&p, "lab-multi").ok_or("no sample for the two-GPU job")?;
-    assert_eq!((m.throughput, m.unit.as_deref(), m.gpus), (Some(5120.0), Some("tokens/s"), Some(2)), "summed over ranks");
+    assert_eq!(
+        (m.throughput, m.unit.as_deref(), m.gpus),
+        (Some(5120.0), Some("tokens/s"), Some(2)),
+        "summed over ranks"
+    );
     let busy = sample(&p, "lab-busy").ok_or("no sample for the busy job")?;
     assert_eq!(busy.throughput, None, "a job without the metric still gets its utilisation sample");
     // Without the setting the metric is not asked for.
@@ -334,7 +338,10 @@ fn main() {
         ("the_prolog_names_files_by_nvml_index", the_prolog_names_files_by_nvml_index),
         ("busy_idle_and_memory_held", busy_idle_and_memory_held),
         ("a_multi_gpu_job_gets_mean_and_max", a_multi_gpu_job_gets_mean_and_max),
-        ("a_job_level_throughput_metric_rides_on_the_jobs_sample", a_job_level_throughput_metric_rides_on_the_jobs_sample),
+        (
+            "a_job_level_throughput_metric_rides_on_the_jobs_sample",
+            a_job_level_throughput_metric_rides_on_the_jobs_sample,
+        ),
         ("two_polls_of_one_time_give_the_same_events", two_polls_of_one_time_give_the_same_events),
         ("a_dcgm_error_value_is_no_sample", a_dcgm_error_value_is_no_sample),
         ("a_gpu_that_goes_stale_is_no_sample", a_gpu_that_goes_stale_is_no_sample),

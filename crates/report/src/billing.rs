@@ -182,7 +182,10 @@ impl Prices {
             if v.is_finite() && v >= 0.0 {
                 Ok(())
             } else {
-                Err(at(locate(text, keys), format!("`{}` must be a finite number of at least 0, got {v}", keys.join("."))))
+                Err(at(
+                    locate(text, keys),
+                    format!("`{}` must be a finite number of at least 0, got {v}", keys.join(".")),
+                ))
             }
         };
         check(&["on_demand", "per_gpu_hour"], prices.on_demand.per_gpu_hour)?;
@@ -479,7 +482,10 @@ per_gpu_hour = 9.0
         assert!(e.starts_with("x.toml:2:16: price file: `on_demand.per_gpu_hour` must be"), "{e}");
         let text = "[on_demand]\nper_gpu_hour = 1.0\n[gpu_types]\nH100 = { on_demand = 30.0, reserved = 0 }\n";
         let e = Prices::parse(text, "x.toml").unwrap_err().to_string();
-        assert!(e.starts_with("x.toml:4:39: price file: `gpu_types.H100.reserved` must be a price greater than 0, got 0"), "{e}");
+        assert!(
+            e.starts_with("x.toml:4:39: price file: `gpu_types.H100.reserved` must be a price greater than 0, got 0"),
+            "{e}"
+        );
         let text = "[on_demand]\nper_gpu_hour = 1.0\n[gpu_types]\nH100 = { on_demand = 30.0, reservd = 1.0 }\n";
         let e = Prices::parse(text, "x.toml").unwrap_err().to_string();
         assert!(e.starts_with("x.toml:4:28: price file: unknown field `reservd`"), "{e}");

@@ -261,7 +261,8 @@ fn rank(rows: &mut [CostRow]) {
             .collect();
         at.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| rows[a.0].gpu_type.cmp(&rows[b.0].gpu_type)));
         let Some(&(_, best)) = at.first() else { continue };
-        let high = |i: usize| rows[i].cost.iter().find(|c| c.mode == "on_demand").map(|c| (c.per_1k_low, c.per_1k_high));
+        let high =
+            |i: usize| rows[i].cost.iter().find(|c| c.mode == "on_demand").map(|c| (c.per_1k_low, c.per_1k_high));
         let separated = match (at.first(), at.get(1)) {
             (Some(&(a, _)), Some(&(b, _))) => match (high(a), high(b)) {
                 // A slowest run that did no work costs without bound: never separated.

@@ -131,12 +131,20 @@ pub fn emit(
                 };
                 report.samples += 1;
                 let (throughput, unit) = match (opts.throughput, cur.peak) {
-                    (Some(m), Some(peak)) => (Some(m.sample(&job.spec, peak, n, gpu_util)), Some(throughput::UNIT.to_owned())),
+                    (Some(m), Some(peak)) => {
+                        (Some(m.sample(&job.spec, peak, n, gpu_util)), Some(throughput::UNIT.to_owned()))
+                    }
                     _ => (None, None),
                 };
                 (
                     format!("{id}/u{n}"),
-                    EventKind::JobSample(Sample { job_id: id.clone(), gpu_util, throughput, unit, ..Sample::default() }),
+                    EventKind::JobSample(Sample {
+                        job_id: id.clone(),
+                        gpu_util,
+                        throughput,
+                        unit,
+                        ..Sample::default()
+                    }),
                 )
             }
         };
