@@ -219,7 +219,6 @@ pub fn samples(cfg: &Config, at: Timestamp, answers: &Answers, jobs: &dyn Jobs, 
                     throughput: tp,
                     progress: pg,
                     unit,
-                    ..Sample::default()
                 }),
                 extra: source_field(),
             });

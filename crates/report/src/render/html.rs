@@ -24,8 +24,8 @@ fn pct(v: f64) -> String {
     format!("{:.1}%", v * 100.0)
 }
 
-/// 5. Cost per unit of work: a chart of the on-demand cost per million units of each GPU type at each
-/// configuration and GPU count, and the table.
+/// Chart 5, the cost per unit of work: the on-demand cost per million units of each GPU type at each
+/// configuration and GPU count, and the tables.
 fn cost_section(o: &mut String, c: &crate::cost::CostPerUnit) {
     use super::sig;
     let cur = c.currency.clone().unwrap_or_default();
