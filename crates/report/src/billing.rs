@@ -123,6 +123,31 @@ fn locate(text: &str, path: &[&str]) -> Option<Range<usize>> {
     span
 }
 
+/// The dotted key (`on_demand.per_gpu_hour`) of the value that holds byte `offset`, if any (a
+/// table's own span may cover only its header, so every value is searched).
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    fn find(table: &toml::de::DeTable<'_>, offset: usize, path: &mut Vec<String>) -> bool {
+        for (k, v) in table.iter() {
+            path.push(k.get_ref().to_string());
+            let hit = match v.get_ref() {
+                toml::de::DeValue::Table(t) => find(t, offset, path),
+                _ => {
+                    let span = v.span();
+                    span.start <= offset && offset < span.end.max(span.start + 1)
+                }
+            };
+            if hit {
+                return true;
+            }
+            path.pop();
+        }
+        false
+    }
+    let doc = toml::de::DeTable::parse(text).ok()?;
+    let mut path = Vec::new();
+    find(doc.get_ref(), offset, &mut path).then(|| path.join("."))
+}
+
 /// 1-based line and column (in characters) of byte `offset` of `text`.
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let offset = offset.min(text.len());
@@ -175,7 +200,12 @@ impl Prices {
             ReportError::Prices { path: path.to_owned(), line, column, message }
         };
         let prices: Prices = toml::from_str(text).map_err(|e| {
-            let message = e.message().trim_end().to_owned();
+            let message = e.message().trim_end();
+            let key = e.span().and_then(|s| key_at(text, s.start));
+            let message = match key {
+                Some(k) if !message.contains(&format!("`{k}`")) => format!("`{k}`: {message}"),
+                _ => message.to_owned(),
+            };
             at(e.span(), message)
         })?;
         let check = |keys: &[&str], v: f64| {
@@ -490,7 +520,7 @@ per_gpu_hour = 9.0
         let e = Prices::parse(text, "x.toml").unwrap_err().to_string();
         assert!(e.starts_with("x.toml:4:28: price file: unknown field `reservd`"), "{e}");
         let e = Prices::parse("[on_demand]\nper_gpu_hour = \"ten\"\n", "x.toml").unwrap_err().to_string();
-        assert!(e.starts_with("x.toml:2:16: price file: "), "{e}");
+        assert!(e.starts_with("x.toml:2:16: price file: `on_demand.per_gpu_hour`: invalid type"), "{e}");
     }
 
     #[test]

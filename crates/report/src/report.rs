@@ -37,7 +37,7 @@ impl GroupBy {
                 Ok(GroupBy::Tag(t[4..].to_owned()))
             }
             _ => Err(ReportError::Invalid(format!(
-                "`--by {s}` is not a grouping\n  help: use `project`, `user`, `config` or `tag:KEY` (e.g. `tag:team`)"
+                "`--by {s}` is not a grouping\n  help: use `project`, `user` or `tag:KEY` (e.g. `tag:team`), or `config` for the job's configuration"
             ))),
         }
     }
