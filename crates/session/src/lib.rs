@@ -32,7 +32,7 @@ pub mod session;
 
 pub use decode::{Decoded, Incoming, Line, Origin, decode, decode_body};
 pub use frame::{Frame, Framer, ReadError, read_frames};
-pub use journal::{Discard, Entry, Journal, JournalError, Memory, Receipt};
+pub use journal::{Discard, Entry, FlushDone, Journal, JournalError, Memory, Receipt};
 pub use session::{Applied, Counts, LineOutcome, Session, SessionError};
 
 /// The longest line `eval` and `replay` accept from a file or stdin by default (64 MiB): far above any
