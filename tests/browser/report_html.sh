@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The HTML report in a real browser: builds a report from the real Philly excerpt (with utilisation
-# samples from the Alibaba excerpt), opens it in headless Chromium, and checks that
+# samples from the Alibaba excerpt, and modelled throughput for the cost-per-unit section), opens it in
+# headless Chromium, and checks that
 #   - the file is self-contained (no script, no external URL, nothing fetched),
 #   - every chart rendered: each <svg data-chart> in the DOM Chromium built has drawn elements,
 #   - Chromium logged no console message or uncaught error,
@@ -55,11 +56,12 @@ on_exhaust = "deny"
 TOML
 
 "$bursar" import philly "$root/tests/data/philly/sampled_jobs.json" \
-    --util "$root/tests/data/alibaba-genai-2026/pod_gpu_duty_cycle_excerpt.csv" --sample-every 6h 2>"$work/import.log" \
+    --util "$root/tests/data/alibaba-genai-2026/pod_gpu_duty_cycle_excerpt.csv" --sample-every 6h --model-throughput \
+    2>"$work/import.log" \
   | "$bursar" eval --policies "$work/policies" --events - --audit "$work/r.db" --durability fast >/dev/null 2>"$work/eval.log" \
   || { cat "$work/import.log" "$work/eval.log" >&2; fail "import | eval failed"; }
-"$bursar" report --db "$work/r.db" --period 2017-11 --prices "$root/examples/prices.toml" --format html \
-  -o "$out/report.html" || fail "bursar report failed"
+"$bursar" report --db "$work/r.db" --period 2017-11 --prices "$root/docs/philly-cost/prices.toml" --cost-per-unit \
+  --format html -o "$out/report.html" || fail "bursar report failed"
 
 html="$out/report.html"
 grep -q '<script' "$html" && fail "the report contains a script"
@@ -83,7 +85,8 @@ fi
 
 # Every chart in the DOM Chromium built is non-empty.
 charts="$(grep -o '<svg[^>]*data-chart="[^"]*"' "$out/dom.html" | wc -l)"
-[ "$charts" -ge 5 ] || fail "expected at least 5 charts in the rendered DOM, found $charts"
+[ "$charts" -ge 6 ] || fail "expected at least 6 charts in the rendered DOM, found $charts"
+grep -q 'data-chart="cost-per-unit"' "$out/dom.html" || fail "no cost-per-unit chart"
 python3 - "$out/dom.html" "$out/screenshot.png" <<'PY' || exit 1
 import re, sys, struct, zlib
 dom = open(sys.argv[1], encoding="utf-8").read()
@@ -92,7 +95,7 @@ for name, body in svgs:
     drawn = len(re.findall(r'<(rect|polyline|circle|line)\b', body))
     if drawn == 0:
         sys.exit(f"FAIL: chart {name} has no drawn element")
-    if "no data for this period" in body and name in ("split", "utilisation", "billing"):
+    if "no data for this period" in body and name in ("split", "utilisation", "billing", "cost-per-unit"):
         sys.exit(f"FAIL: chart {name} says it has no data")
 # Decode the PNG (8-bit RGB/RGBA, non-interlaced, as Chromium writes it) and count non-white pixels.
 data = open(sys.argv[2], "rb").read()

@@ -7,7 +7,7 @@
 use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use bursar_traces::{EmitOptions, ImportError, Report, UtilSeries, openb, philly, sacct};
+use bursar_traces::{EmitOptions, ImportError, Report, ThroughputModel, UtilSeries, openb, philly, sacct};
 
 use crate::CliError;
 
@@ -37,6 +37,9 @@ pub struct ImportOptions {
     pub sample_every_secs: i64,
     /// Declare every Philly job ready (the trace has no readiness).
     pub assume_ready: bool,
+    /// Attach seeded, modelled throughput to the utilisation samples (and model the GPU type and
+    /// configuration a trace lacks): `bursar_traces::throughput`.
+    pub model_throughput: bool,
 }
 
 fn err(e: ImportError) -> CliError {
@@ -63,8 +66,13 @@ pub fn run(opts: &ImportOptions, out: &mut dyn Write) -> Result<Report, CliError
     if opts.assume_ready && opts.format != Format::Philly {
         return Err(CliError::Message("`--assume-ready` applies to `philly` only".into()));
     }
+    if opts.model_throughput && opts.util.is_none() {
+        return Err(CliError::Message(
+            "`--model-throughput` attaches throughput to utilisation samples: add `--util FILE`".into(),
+        ));
+    }
     let input = open(&opts.file)?;
-    let jobs = match opts.format {
+    let mut jobs = match opts.format {
         Format::Philly => {
             philly::read(input, philly::Fill { assume_ready: opts.assume_ready }, &mut report).map_err(err)?
         }
@@ -91,7 +99,19 @@ pub fn run(opts: &ImportOptions, out: &mut dyn Write) -> Result<Report, CliError
         }
         None => None,
     };
-    let emit = EmitOptions { util: util.as_ref(), seed: opts.seed, sample_every_secs: opts.sample_every_secs };
+    let throughput = opts.model_throughput.then_some(ThroughputModel { seed: opts.seed });
+    if let Some(m) = throughput {
+        for j in &mut jobs {
+            m.fill(j, &mut report);
+        }
+        report.note(format!(
+            "--model-throughput: every sample carries MODELLED throughput in `{}` (seed {}; docs/importers.md): not measured",
+            bursar_traces::throughput::UNIT,
+            opts.seed
+        ));
+    }
+    let emit =
+        EmitOptions { util: util.as_ref(), seed: opts.seed, sample_every_secs: opts.sample_every_secs, throughput };
     let mut w = BufWriter::with_capacity(1 << 16, out);
     bursar_traces::emit(&jobs, &emit, &mut w, &mut report).map_err(err)?;
     w.flush().map_err(|e| CliError::io("cannot write events", e))?;

@@ -102,6 +102,10 @@ enum Command {
         /// Philly only: declare image, data and script ready on every job (the trace has no readiness).
         #[arg(long)]
         assume_ready: bool,
+        /// With --util: attach seeded, MODELLED throughput (`modelled-tokens/s`) to each sample, and
+        /// model the GPU type and configuration the trace lacks (see docs/importers.md).
+        #[arg(long, requires = "util")]
+        model_throughput: bool,
     },
     /// Generate a synthetic v1 event stream (seeded, streaming) on stdout.
     ///
@@ -223,7 +227,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             }
             Ok(ExitCode::Ok)
         }
-        Command::Import { format, file, util, seed, sample_every, assume_ready } => {
+        Command::Import { format, file, util, seed, sample_every, assume_ready, model_throughput } => {
             let opts = bursar::import::ImportOptions {
                 format,
                 file,
@@ -231,6 +235,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
                 seed,
                 sample_every_secs: (sample_every.millis() / 1000).max(1),
                 assume_ready,
+                model_throughput,
             };
             let report = bursar::import::run(&opts, &mut std::io::stdout().lock())?;
             eprint!("{report}");

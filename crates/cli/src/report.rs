@@ -35,15 +35,22 @@ pub struct ReportArgs {
     /// A month (`2026-11`), year (`2026`), day, range (`2026-11-01..2026-11-15`) or `all`.
     #[arg(long, default_value = "all")]
     pub period: String,
-    /// Rows: `project`, `user` or `tag:KEY`.
+    /// Rows: `project`, `user`, `config` (the job's configuration) or `tag:KEY`.
     #[arg(long, default_value = "project")]
     pub by: String,
     /// Output format.
     #[arg(long, value_enum, default_value_t = ReportFormat::Table)]
     pub format: ReportFormat,
-    /// A price file (TOML) for the billing-mode comparison; see examples/prices.toml.
+    /// A price file (TOML) for the billing-mode comparison and, with its `[gpu_types]` rates, the cost
+    /// per unit of work; see examples/prices.toml.
     #[arg(long, value_name = "FILE")]
     pub prices: Option<PathBuf>,
+    /// Add the cost per unit of work: for each configuration and GPU type with runs that reported
+    /// throughput, throughput per GPU, cost per 1k units under each billing mode, the ranking of the
+    /// GPU types and the scaling efficiency across GPU counts. With `--format csv`, the CSV holds
+    /// these rows instead of the groups.
+    #[arg(long)]
+    pub cost_per_unit: bool,
     /// The policy directory, loaded as `eval` loads it: its enforced idle-reclaim threshold and monthly
     /// quotas are used (the ones `eval --audit` stored are used otherwise; 5% utilisation without
     /// either). A directory with errors stops the report, with the errors `bursar check` prints.
@@ -87,10 +94,11 @@ pub fn run(args: &ReportArgs, error_format: ErrorFormat) -> Result<ExitCode, Cli
         store.reset().map_err(err)?;
     }
     store.catch_up().map_err(err)?;
-    let report = build(&store, &Options { span, by, prices }).map_err(err)?;
+    let report = build(&store, &Options { span, by, prices, cost_per_unit: args.cost_per_unit }).map_err(err)?;
     let text = match args.format {
         ReportFormat::Table => render::table(&report),
         ReportFormat::Json => render::json(&report),
+        ReportFormat::Csv if args.cost_per_unit => render::cost_csv(&report),
         ReportFormat::Csv => render::csv(&report),
         ReportFormat::Html => render::html(&report),
     };

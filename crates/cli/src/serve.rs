@@ -69,6 +69,11 @@ pub struct ServeArgs {
     /// (see docs/notifications.md).
     #[arg(long, value_name = "FILE")]
     pub notify: Option<PathBuf>,
+    /// A price file (as for `bursar report --prices`) for the report routes: `GET /v1/report` and
+    /// `GET /report` then compare billing modes and, with `cost_per_unit=true`, price the work per
+    /// unit. Read once at start; a bad file stops the start with its line and column.
+    #[arg(long, value_name = "FILE")]
+    pub prices: Option<PathBuf>,
     /// Permission bits of the socket file, in octal: who may write events on it (the HTTP token does
     /// not apply to the socket). The default lets the user bursar runs as and its group write.
     #[arg(long, default_value = "660", value_parser = parse_mode, requires = "socket")]
@@ -188,6 +193,9 @@ pub fn run(args: &ServeArgs, error_format: ErrorFormat) -> Result<ExitCode, CliE
     }
     if let Some(path) = &args.notify {
         config.notify = Some(bursar_notify::NotifyConfig::load(path).map_err(|e| CliError::Message(e.to_string()))?);
+    }
+    if let Some(path) = &args.prices {
+        config.prices = Some(bursar_report::Prices::from_file(path).map_err(|e| CliError::Message(e.to_string()))?);
     }
     config.queue = args.queue;
     config.engine = bursar_engine::EngineConfig { dedupe_window: args.dedupe_window, ..Default::default() };

@@ -165,3 +165,42 @@ fn generated_stream_is_deterministic_and_eval_consumes_it() {
     assert_eq!(summary["unknown_jobs"].as_u64(), Some(0));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn modelled_throughput_is_seeded_labelled_and_needs_util() {
+    let file = data("philly/sampled_jobs.json").display().to_string();
+    let util = data("alibaba-genai-2026/pod_gpu_duty_cycle_excerpt.csv").display().to_string();
+    let base =
+        ["import", "philly", file.as_str(), "--util", util.as_str(), "--sample-every", "6h", "--model-throughput"];
+    let a = bursar(&[&base[..], &["--seed", "7"]].concat());
+    let b = bursar(&[&base[..], &["--seed", "7"]].concat());
+    assert_eq!(a.stdout, b.stdout, "same seed, same bytes");
+    let evs = events(&a);
+    let mut samples = 0;
+    for e in &evs {
+        match &e.kind {
+            EventKind::JobSubmitted(j) => {
+                assert!(matches!(j.gpu_type.as_deref(), Some("modelled-a" | "modelled-b")), "{j:?}");
+                assert_eq!(j.config.as_deref(), Some(format!("modelled-{}", j.user).as_str()));
+            }
+            EventKind::JobSample(s) => {
+                samples += 1;
+                assert_eq!(s.unit.as_deref(), Some("modelled-tokens/s"));
+                let t = s.throughput.unwrap();
+                assert!(t >= 0.0 && (s.gpu_util > 0.0 || t == 0.0), "no work on an idle GPU: {s:?}");
+            }
+            _ => {}
+        }
+    }
+    assert!(samples > 10_000, "{samples}");
+    let report = String::from_utf8_lossy(&a.stderr);
+    assert!(report.contains("MODELLED throughput"), "the import says so: {report}");
+
+    // Without --util there is nothing to attach it to.
+    let out = Command::new(env!("CARGO_BIN_EXE_bursar"))
+        .args(["import", "philly", file.as_str(), "--model-throughput"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--util"), "{}", String::from_utf8_lossy(&out.stderr));
+}

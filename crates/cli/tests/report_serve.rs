@@ -90,3 +90,42 @@ fn serve_reports_with_the_budgets_and_threshold_of_the_set_in_force() {
     let r = server.get_json("/v1/report");
     assert_eq!(budget(&r, "nlp"), Some(serde_json::json!(600.0)), "{r}");
 }
+
+/// `GET /v1/report?by=config&cost_per_unit=true` with `serve --prices`: the same cost-per-unit
+/// section as `bursar report --cost-per-unit` (hand-computed in `report_cost.rs`), on the trials of
+/// `tests/cases/cost-per-unit-advice` posted to the server.
+#[test]
+fn serve_answers_the_cost_per_unit_with_its_price_file() {
+    let s = Scratch::new("serve-report-cost");
+    let case = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/cases/cost-per-unit-advice");
+    s.write_policy("advice.toml", &std::fs::read_to_string(case.join("policies/advice.toml")).unwrap());
+    let prices = s.0.join("prices.toml");
+    std::fs::write(
+        &prices,
+        "currency = \"CNY\"\n[on_demand]\nper_gpu_hour = 15.0\n[gpu_types]\nA100 = { on_demand = 12.0 }\nH100 = { on_demand = 30.0 }\n",
+    )
+    .unwrap();
+    let server = Server::start(&s, &["--prices", &prices.display().to_string()]);
+    let events = std::fs::read_to_string(case.join("events.jsonl")).unwrap();
+    let r = server.post("/v1/events", &events);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = server.get_json("/v1/report?by=config&period=all&cost_per_unit=true");
+    assert_eq!(r["by"], "config");
+    let cfg = &r["cost_per_unit"]["configs"][0];
+    let row = |t: &str, g: u64| {
+        cfg["rows"].as_array().unwrap().iter().find(|x| x["gpu_type"] == t && x["gpus"] == g).unwrap().clone()
+    };
+    // A100 x8: 12 / (800 × 3600) × 1000 = 0.0041667 per 1k tokens, the cheaper at 8 GPUs.
+    let a8 = row("A100", 8);
+    let od = a8["cost"][0]["per_1k"].as_f64().unwrap();
+    assert!((od - 12.0 / 2880.0).abs() < 1e-12, "{a8}");
+    assert_eq!((a8["rank"].as_u64(), row("H100", 8)["rank"].as_u64()), (Some(1), Some(2)));
+    assert!((row("H100", 8)["scaling_efficiency"].as_f64().unwrap() - 0.6).abs() < 1e-12);
+    // The billing comparison comes with the price file too; without the parameter, no section.
+    assert!(r["billing"].is_object());
+    assert!(server.get_json("/v1/report?period=all").get("cost_per_unit").is_none());
+    let bad = server.get("/v1/report?cost_per_unit=maybe").unwrap();
+    assert_eq!(bad.status, 400, "{}", bad.text());
+    let html = server.get("/report?period=all&cost_per_unit=1").unwrap().text();
+    assert!(html.contains("<h2>Cost per unit of work</h2>"));
+}

@@ -532,6 +532,7 @@ impl Engine {
                         .is_some_and(|j| !j.phase.is_live() && j.phase != JobPhase::PendingApproval)
                     {
                         state.jobs.remove(&*job_id);
+                        state.runs.remove(&*job_id);
                     }
                 }
             }
@@ -797,7 +798,7 @@ impl Engine {
                     state.jobs.insert(id.clone(), j);
                 }
             }
-            EventKind::JobSample(Sample { gpu_util, mem_util, .. }) => {
+            EventKind::JobSample(sample @ Sample { gpu_util, mem_util, .. }) => {
                 if let Some(j) = job_id.as_deref().and_then(|id| state.jobs.get_mut(id)) {
                     let u = &mut j.util;
                     u.avg_gpu_util =
@@ -806,6 +807,9 @@ impl Engine {
                     u.last_sample = event.time.into();
                     u.gpu_util = *gpu_util as f32;
                     u.mem_util = mem_util.unwrap_or(0.0) as f32;
+                }
+                if let (Some(id), Some(work)) = (&job_id, sample.work()) {
+                    state.sample_work(id, &work, event.time);
                 }
             }
             EventKind::JobKeepalive { .. } => {
@@ -872,6 +876,7 @@ impl Engine {
             }
             if j.phase.is_live() {
                 state.release(&mut j, event.time, JobPhase::Finished);
+                state.end_run(id, &j, event.time);
             }
             j.phase = if j.phase == JobPhase::Reclaimed { JobPhase::Reclaimed } else { JobPhase::Finished };
             if j.started.is_some() || *status == FinishStatus::Succeeded {
@@ -1014,6 +1019,7 @@ impl Engine {
                     && let Some(mut j) = state.jobs.remove(&**job_id)
                 {
                     state.release(&mut j, time, JobPhase::Reclaimed);
+                    state.end_run(job_id, &j, time);
                     em.step(job_id, time, Step::Reclaimed);
                     state.jobs.insert(job_id.clone(), j);
                     timers.set(time.plus(config.finished_retention), job_id.clone(), TimerKind::Forget);
@@ -1048,4 +1054,68 @@ impl Engine {
 /// Convenience for tests and tools: a verdict about the current job.
 pub fn verdict(kind: VerdictKind, reason: impl Into<String>) -> Verdict {
     Verdict::new(kind, reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bursar_model::decode_event;
+
+    fn run(engine: &mut Engine, lines: &[String]) {
+        let mut out = Vec::new();
+        for l in lines {
+            engine.process(&decode_event(l).unwrap(), Some(l), &mut out);
+        }
+    }
+
+    fn ev(id: &str, min: u32, rest: &str) -> String {
+        format!(r#"{{"id":"{id}","time":"2026-11-02T{:02}:{:02}:00Z",{rest}}}"#, 9 + min / 60, min % 60)
+    }
+
+    fn job(id: &str, gpus: u32, gpu_type: &str, config: Option<&str>) -> String {
+        let config = config.map(|c| format!(r#","config":"{c}""#)).unwrap_or_default();
+        format!(
+            r#""type":"job.submitted","job":{{"id":"{id}","project":"p","gpus":{gpus},"gpu_type":"{gpu_type}","requested_hours":2{config}}}"#
+        )
+    }
+
+    fn sample(job: &str, tp: f64) -> String {
+        format!(r#""type":"job.sample","job_id":"{job}","gpu_util":0.9,"throughput":{tp},"unit":"tokens/s""#)
+    }
+
+    #[test]
+    fn measured_throughput_is_folded_per_configuration_and_gpu_type_at_release() {
+        let mut e = Engine::new(Arc::new(PolicySet::empty()));
+        run(
+            &mut e,
+            &[
+                ev("s1", 0, &job("a", 8, "A100", Some("cfg"))),
+                ev("s2", 0, &job("b", 8, "A100", None)),
+                ev("t1", 1, r#""type":"job.started","job_id":"a""#),
+                ev("t2", 1, r#""type":"job.started","job_id":"b""#),
+                // Job a reports 8,000 and 10,000 tokens/s for its 8 GPUs: 9,000 / 8 = 1,125 per GPU.
+                ev("u1", 10, &sample("a", 8000.0)),
+                ev("u2", 20, &sample("a", 10000.0)),
+                // Job b names no configuration: its throughput is not kept.
+                ev("u3", 10, &sample("b", 8000.0)),
+            ],
+        );
+        assert_eq!(e.state().run_rate("a").and_then(|r| r.rate()), Some(9000.0));
+        assert!(e.state().run_rate("b").is_none());
+        assert!(e.state().throughput("cfg").is_empty(), "nothing until the run ends");
+        // The snapshot keeps the run in progress.
+        let mut e = Engine::restore(Arc::new(PolicySet::empty()), e.snapshot());
+        run(
+            &mut e,
+            &[
+                ev("f1", 30, r#""type":"job.finished","job_id":"a","status":"cancelled""#),
+                // A sample after the release counts nothing.
+                ev("u4", 31, &sample("a", 1e9)),
+            ],
+        );
+        let m = e.state().throughput("cfg");
+        assert_eq!(m.len(), 1);
+        assert_eq!((&*m[0].gpu_type, m[0].gpus, &*m[0].unit, m[0].runs, m[0].mean), ("A100", 8, "tokens", 1, 1125.0));
+        assert!(e.state().run_rate("a").is_none(), "released: the run is folded and dropped");
+    }
 }

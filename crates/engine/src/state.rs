@@ -1,5 +1,5 @@
-//! What the engine remembers between events: jobs, usage ledgers, pending approvals, registered assets
-//! and successful trial runs.
+//! What the engine remembers between events: jobs, usage ledgers, pending approvals, registered assets,
+//! successful trial runs and the measured throughput of each configuration on each GPU type.
 //!
 //! Policies read this through `&State` and never write it; the engine changes it only after it has
 //! combined the policies' verdicts for an event. Usage is kept in day buckets per ledger (a project, a
@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use bursar_model::{FinishStatus, JobSpec, Period, Timestamp};
+use bursar_model::{FinishStatus, JobSpec, Period, RunRate, Timestamp, Work};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
@@ -404,6 +404,10 @@ pub struct JobRecord {
     pub(crate) phase: JobPhase,
     /// Deferrable work.
     pub(crate) deferrable: bool,
+    /// Whether the job names a configuration ([`JobSpec::has_config`]); only then is its measured
+    /// throughput kept. (Lives in what was padding: the record stays 192 bytes.)
+    #[serde(default)]
+    pub(crate) configured: bool,
 }
 
 impl JobRecord {
@@ -495,6 +499,11 @@ impl JobRecord {
     /// Hash of its configuration key (trial-before-scale).
     pub fn config(&self) -> u64 {
         self.config
+    }
+
+    /// Whether it names a configuration at all ([`JobSpec::has_config`]).
+    pub fn has_config(&self) -> bool {
+        self.configured
     }
 
     /// How it ended.
@@ -615,19 +624,106 @@ pub struct AssetRecord {
     pub registered: Timestamp,
 }
 
-/// Run history of one configuration, for trial-before-scale.
+/// Run history of one configuration: for trial-before-scale, and its measured throughput.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TrialHistory {
     /// Latest success per GPU count, at most 8 entries.
     pub successes: Vec<(u32, Timestamp)>,
     /// Latest failure.
     pub last_failure: Option<Timestamp>,
+    /// Measured throughput per GPU, one entry per (GPU type, GPU count, unit), at most
+    /// [`MEASURED_PER_CONFIG`] (the least recently measured is forgotten first).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub throughput: Vec<Measured>,
+}
+
+/// Entries of measured throughput kept per configuration.
+pub const MEASURED_PER_CONFIG: usize = 16;
+
+/// The measured throughput per GPU of the runs of one configuration on one GPU type at one GPU count:
+/// each run contributes its rate ([`RunRate`]: the mean of its `throughput` samples, or the rate of
+/// its cumulative `progress`) divided by its GPUs, once, at its release. Mean and spread are kept
+/// with Welford's update, so the entry stays this size however many runs it counts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Measured {
+    /// GPU type of the runs.
+    pub gpu_type: Sym,
+    /// GPUs of each run.
+    pub gpus: u32,
+    /// What is counted (`tokens`), per second.
+    pub unit: Sym,
+    /// Runs counted.
+    pub runs: u32,
+    /// Mean throughput per GPU over the runs, units per second.
+    pub mean: f64,
+    /// Sum of squared deviations from the mean (Welford).
+    m2: f64,
+    /// The slowest run's throughput per GPU.
+    pub min: f64,
+    /// The fastest run's.
+    pub max: f64,
+    /// When the latest run was released.
+    pub last: Timestamp,
+}
+
+impl Measured {
+    fn new(gpu_type: Sym, gpus: u32, unit: Sym) -> Measured {
+        Measured {
+            gpu_type,
+            gpus,
+            unit,
+            runs: 0,
+            mean: 0.0,
+            m2: 0.0,
+            min: f64::INFINITY,
+            max: 0.0,
+            last: Timestamp(i64::MIN),
+        }
+    }
+
+    fn add(&mut self, per_gpu: f64, at: Timestamp) {
+        self.runs = self.runs.saturating_add(1);
+        let d = per_gpu - self.mean;
+        self.mean += d / f64::from(self.runs);
+        self.m2 += d * (per_gpu - self.mean);
+        self.min = self.min.min(per_gpu);
+        self.max = self.max.max(per_gpu);
+        self.last = self.last.max(at);
+    }
+
+    /// Sample standard deviation of the runs' throughput per GPU (0 for a single run).
+    pub fn stddev(&self) -> f64 {
+        if self.runs > 1 { (self.m2 / f64::from(self.runs - 1)).max(0.0).sqrt() } else { 0.0 }
+    }
 }
 
 impl TrialHistory {
     /// The latest success of a run with at most `max_gpus` GPUs.
     pub fn last_success_at_most(&self, max_gpus: u32) -> Option<(u32, Timestamp)> {
         self.successes.iter().filter(|(g, _)| *g <= max_gpus).max_by_key(|(_, t)| *t).copied()
+    }
+
+    /// The measured throughput of this configuration on `gpu_type` at `gpus` GPUs in `unit`.
+    pub fn measured(&self, gpu_type: &str, gpus: u32, unit: &str) -> Option<&Measured> {
+        self.throughput.iter().find(|m| &*m.gpu_type == gpu_type && m.gpus == gpus && &*m.unit == unit)
+    }
+
+    fn record_throughput(&mut self, gpu_type: &Sym, gpus: u32, unit: Sym, per_gpu: f64, at: Timestamp) {
+        let i = match self.throughput.iter().position(|m| m.gpu_type == *gpu_type && m.gpus == gpus && m.unit == unit) {
+            Some(i) => i,
+            None => {
+                if self.throughput.len() >= MEASURED_PER_CONFIG
+                    && let Some(old) = self.throughput.iter().enumerate().min_by_key(|(_, m)| m.last).map(|(i, _)| i)
+                {
+                    self.throughput.swap_remove(old);
+                }
+                self.throughput.push(Measured::new(gpu_type.clone(), gpus, unit));
+                self.throughput.len() - 1
+            }
+        };
+        if let Some(m) = self.throughput.get_mut(i) {
+            m.add(per_gpu, at);
+        }
     }
 
     fn record_success(&mut self, gpus: u32, at: Timestamp) {
@@ -666,6 +762,10 @@ pub struct State {
     pub(crate) assets: FxHashMap<Box<str>, AssetRecord>,
     /// Run history by configuration hash.
     pub(crate) trials: FxHashMap<u64, TrialHistory>,
+    /// The rate of work of running jobs that report one and name a configuration and a GPU type, by
+    /// job id; folded into their configuration's [`TrialHistory::throughput`] at release.
+    #[serde(default)]
+    pub(crate) runs: FxHashMap<Arc<str>, RunRate>,
     #[serde(skip)]
     pub(crate) names: Interner,
     /// Scratch space for building keys without allocating.
@@ -718,6 +818,17 @@ impl State {
     /// Run history of a configuration key.
     pub fn trial(&self, config_key: &str) -> Option<&TrialHistory> {
         self.trials.get(&config_hash(config_key))
+    }
+
+    /// The measured throughput of a configuration key on every GPU type and count it ran at (empty
+    /// when none of its runs reported throughput).
+    pub fn throughput(&self, config_key: &str) -> &[Measured] {
+        self.trial(config_key).map_or(&[], |h| &h.throughput)
+    }
+
+    /// The rate of work a running job has reported so far, if it reports one.
+    pub fn run_rate(&self, job_id: &str) -> Option<&RunRate> {
+        self.runs.get(job_id)
     }
 
     /// Number of live jobs: holding or about to hold GPUs (admitted, deferred, running) or waiting for
@@ -794,6 +905,7 @@ impl State {
             config,
             deferrable: spec.deferrable,
             marks: None,
+            configured: spec.has_config(),
         }
     }
 
@@ -886,6 +998,38 @@ impl State {
         }
     }
 
+    /// A sample's measure of work for a running job that names a configuration and a GPU type.
+    pub(crate) fn sample_work(&mut self, id: &Arc<str>, work: &Work<'_>, at: Timestamp) {
+        let Some(j) = self.jobs.get(&**id) else { return };
+        if j.phase != JobPhase::Running || !j.configured || j.gpu_type.is_none() || j.gpus == 0 {
+            return;
+        }
+        match self.runs.get_mut(&**id) {
+            Some(r) => {
+                r.add(at, work);
+            }
+            None => {
+                let mut r = RunRate::default();
+                if r.add(at, work) {
+                    self.runs.insert(id.clone(), r);
+                }
+            }
+        }
+    }
+
+    /// The job's run ended (its release) at `at`: its rate, per GPU, joins its configuration's
+    /// measured throughput on its GPU type.
+    pub(crate) fn end_run(&mut self, id: &str, job: &JobRecord, at: Timestamp) {
+        let Some(run) = self.runs.remove(id) else { return };
+        let (Some(rate), Some(gpu_type)) = (run.rate(), &job.gpu_type) else { return };
+        if job.gpus == 0 || !rate.is_finite() {
+            return;
+        }
+        let unit = self.intern(run.unit());
+        let per_gpu = rate / f64::from(job.gpus);
+        self.trials.entry(job.config).or_default().record_throughput(gpu_type, job.gpus, unit, per_gpu, at);
+    }
+
     pub(crate) fn record_run(&mut self, config: u64, gpus: u32, status: FinishStatus, at: Timestamp) {
         let h = self.trials.entry(config).or_default();
         match status {
@@ -913,6 +1057,26 @@ mod tests {
         let m = l.usage(Period::Month, d0);
         assert_eq!(m.by_runtime(), 7.0);
         assert_eq!(l.usage(Period::Day, d0).by_runtime(), 2.0);
+    }
+
+    #[test]
+    fn measured_throughput_keeps_mean_spread_and_a_bounded_number_of_entries() {
+        let mut h = TrialHistory::default();
+        let (a100, tokens) = (Sym::new("A100"), Sym::new("tokens"));
+        // Runs of 900, 1000, 1100 tokens/s per GPU: mean 1000, sample stddev 100.
+        for (i, v) in [900.0, 1000.0, 1100.0].into_iter().enumerate() {
+            h.record_throughput(&a100, 1, tokens.clone(), v, Timestamp(i as i64));
+        }
+        let m = h.measured("A100", 1, "tokens").unwrap();
+        assert_eq!((m.runs, m.mean, m.min, m.max, m.last), (3, 1000.0, 900.0, 1100.0, Timestamp(2)));
+        assert!((m.stddev() - 100.0).abs() < 1e-9);
+        // Entries per configuration are bounded: the least recently measured goes first.
+        for g in 2..40u32 {
+            h.record_throughput(&a100, g, tokens.clone(), 1.0, Timestamp(i64::from(g) * 10));
+        }
+        assert_eq!(h.throughput.len(), MEASURED_PER_CONFIG);
+        assert!(h.measured("A100", 1, "tokens").is_none());
+        assert!(h.measured("A100", 39, "tokens").is_some());
     }
 
     #[test]

@@ -159,6 +159,81 @@ fn offset(r: &mut Reader<'_>, s: &str, span: &Range<usize>) -> Option<Duration> 
     }
 }
 
+/// `[policy.cost_per_unit]` of the efficiency family.
+fn cost_per_unit(r: &mut Reader<'_>, mut t: Fields<'_, '_>) -> CostPerUnit {
+    t.what = "`cost_per_unit`".into();
+    let mut per_gpu_hour = Vec::new();
+    let mut default_price = None;
+    match t.table(r, "per_gpu_hour") {
+        Some(mut p) => {
+            let entries = p.entries();
+            if entries.is_empty() {
+                r.error_help(
+                    p.span.clone(),
+                    "`per_gpu_hour` names no GPU type",
+                    "e.g. `per_gpu_hour = { A100 = 12.0, H100 = 30.0, default = 15.0 }`",
+                );
+            }
+            for (k, _, v) in entries {
+                let n = match v.get_ref() {
+                    DeValue::Integer(i) => i.as_str().replace('_', "").parse::<f64>().ok(),
+                    DeValue::Float(x) => x.as_str().replace('_', "").parse::<f64>().ok(),
+                    _ => None,
+                };
+                match n {
+                    Some(n) if n.is_finite() && n > 0.0 => {
+                        if k == "default" {
+                            default_price = Some(n);
+                        } else {
+                            per_gpu_hour.push((k.to_owned(), n));
+                        }
+                    }
+                    _ => r.error_help(
+                        v.span(),
+                        format!("the price of a `{k}` GPU-hour must be a number greater than 0"),
+                        "write the price of one GPU-hour, e.g. `H100 = 30.0`",
+                    ),
+                }
+            }
+        }
+        None => r.error_help(
+            t.span.clone(),
+            "`cost_per_unit` is missing `per_gpu_hour`",
+            "give the price of one GPU-hour per GPU type, e.g. `per_gpu_hour = { A100 = 12.0, H100 = 30.0, default = 15.0 }`",
+        ),
+    }
+    let currency = t.str(r, "currency").map(|(c, _)| c);
+    let margin = match t.num(r, "margin") {
+        Some((m, _)) if m >= 0.0 => m,
+        Some((m, span)) => {
+            r.error_help(
+                span,
+                format!("`margin` must be at least 0, found {m}"),
+                "it is how much more per unit of work the asked type may cost before it is advice: 0.15 is 15%",
+            );
+            0.1
+        }
+        None => 0.1,
+    };
+    let min_runs = match t.num(r, "min_runs") {
+        Some((n, _)) if n >= 1.0 && n.fract() == 0.0 && n <= f64::from(u32::MAX) => n as u32,
+        Some((n, span)) => {
+            r.error_help(
+                span,
+                format!("`min_runs` must be a whole number of at least 1, found {n}"),
+                "it is how many measured runs a GPU type needs before its cost counts; 2 (the default) keeps one noisy trial from deciding",
+            );
+            2
+        }
+        None => 2,
+    };
+    let scaling_below = t.fraction(r, "scaling_below");
+    let require_separated = t.bool(r, "require_separated").unwrap_or(false);
+    let action = action(r, &mut t, "action", &["alert", "deny"], "alert");
+    t.finish(r, &["per_gpu_hour", "currency", "margin", "min_runs", "scaling_below", "require_separated", "action"]);
+    CostPerUnit { per_gpu_hour, default_price, currency, margin, min_runs, scaling_below, require_separated, action }
+}
+
 /// Compiles one file.
 pub fn compile(file: &str, source: &str, base_dir: &Path) -> Result<CompiledFile, Vec<Diagnostic>> {
     let (doc, syntax) = DeTable::parse_recoverable(source);
@@ -665,7 +740,9 @@ fn compile_policy(
             let mixed_precision = f.bool(r, "mixed_precision").unwrap_or(false);
             let min_batch_size = f.count(r, "min_batch_size");
             let dataloader_workers = f.bool(r, "dataloader_workers").unwrap_or(false);
-            f.finish(r, &known(&["mixed_precision", "min_batch_size", "dataloader_workers"]));
+            let cost_per_unit = f.table(r, "cost_per_unit").map(|t| cost_per_unit(r, t));
+            f.finish(r, &known(&["mixed_precision", "min_batch_size", "dataloader_workers", "cost_per_unit"]));
+            let scaling = cost_per_unit.as_ref().is_some_and(|c| c.scaling_below.is_some());
             (
                 meta(
                     submitted,
@@ -674,9 +751,11 @@ fn compile_policy(
                         ("mixed precision off", mixed_precision),
                         ("tiny batch", min_batch_size.is_some()),
                         ("inline data loading", dataloader_workers),
+                        ("cheaper GPU type", cost_per_unit.is_some()),
+                        ("poor scaling", scaling),
                     ]),
                 ),
-                Family::Efficiency(Efficiency { mixed_precision, min_batch_size, dataloader_workers }),
+                Family::Efficiency(Efficiency { mixed_precision, min_batch_size, dataloader_workers, cost_per_unit }),
             )
         }
         "rule" => {

@@ -253,6 +253,61 @@ pub struct Efficiency {
     pub min_batch_size: Option<u32>,
     /// Alert when data loading runs in the training process.
     pub dataloader_workers: bool,
+    /// Advice from measured throughput: a cheaper GPU type per unit of work, poor scaling.
+    pub cost_per_unit: Option<CostPerUnit>,
+}
+
+/// `[policy.cost_per_unit]`: advice from the measured throughput of a job's configuration
+/// ([`bursar_engine::State::throughput`]).
+///
+/// - **A cheaper type.** For the type the job asks and each other type with a price, the two are
+///   compared at one GPU count both measured (with at least `min_runs` runs each, in the same unit):
+///   the largest such count not above the job's GPUs, else the smallest. Cost per unit on a type is
+///   its price per GPU-hour ÷ (throughput per GPU × 3600). When the asked type costs more than
+///   `1 + margin` times the other's, the cheapest such type is named with the saving. With
+///   `require_separated`, only when the other type's slowest run is still cheaper per unit than the
+///   asked type's fastest.
+/// - **Poor scaling.** When the job asks more GPUs than the smallest count its configuration was
+///   measured at on the asked type, the per-GPU throughput at the largest measured count not above
+///   the job's, divided by the per-GPU throughput at the smallest count, is the scaling efficiency;
+///   under `scaling_below` it is advice too.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CostPerUnit {
+    /// Price of one GPU-hour per GPU type.
+    pub per_gpu_hour: Vec<(String, f64)>,
+    /// The price of a type not listed (the `default` row).
+    pub default_price: Option<f64>,
+    /// Shown beside the amounts.
+    pub currency: Option<String>,
+    /// How much worse (a fraction: 0.1 = 10 %) the asked type must be before it is advice.
+    pub margin: f64,
+    /// Runs a measurement needs before it counts.
+    pub min_runs: u32,
+    /// Scaling efficiency under this is advice.
+    pub scaling_below: Option<f64>,
+    /// Name a cheaper type only when even its slowest measured run is cheaper per unit than the
+    /// asked type's fastest: the runs' spread cannot explain the difference.
+    pub require_separated: bool,
+    /// `alert` (the default) or `deny`.
+    pub action: Action,
+}
+
+fn gpus(n: u32) -> String {
+    if n == 1 { "1 GPU".to_owned() } else { format!("{n} GPUs") }
+}
+
+/// A number for people with three significant digits (`0.0123`, `4.56`, `78.9`), or as
+/// [`fmt_num`] from 100 up.
+pub fn fmt_sig(v: f64) -> String {
+    if !v.is_finite() || v == 0.0 {
+        return fmt_num(v);
+    }
+    let mag = v.abs().log10().floor();
+    if mag >= 2.0 {
+        return fmt_num(v);
+    }
+    let decimals = (2.0 - mag).clamp(0.0, 12.0) as usize;
+    format!("{v:.decimals$}")
 }
 
 /// A general rule.
@@ -349,7 +404,7 @@ impl Policy for TomlPolicy {
                     Family::Fit(f) => f.admit(job, out),
                     Family::Trial(t) => t.admit(job, cx, out),
                     Family::Placement(p) => p.admit(job, cx, out),
-                    Family::Efficiency(e) => e.admit(job, out),
+                    Family::Efficiency(e) => e.admit(job, cx, out),
                     Family::Reclaim(_) | Family::Rule(_) => {}
                 }
             }
@@ -976,8 +1031,156 @@ impl Placement {
     }
 }
 
+impl CostPerUnit {
+    fn price(&self, gpu_type: &str) -> Option<f64> {
+        self.per_gpu_hour.iter().find(|(t, _)| t == gpu_type).map(|(_, p)| *p).or(self.default_price)
+    }
+
+    fn money(&self, v: f64) -> String {
+        let n = if v.abs() >= 1.0 { fmt_num(v) } else { fmt_sig(v) };
+        match &self.currency {
+            Some(c) => format!("{n} {c}"),
+            None => n,
+        }
+    }
+
+    fn admit(&self, job: &JobSpec, cx: &Context<'_>, out: &mut Output) {
+        let Some(asked) = job.gpu_type.as_deref() else { return };
+        if !job.has_config() || job.gpus == 0 {
+            return;
+        }
+        let key = job.config_key();
+        let measured: Vec<&bursar_engine::state::Measured> =
+            cx.state.throughput(&key).iter().filter(|m| m.runs >= self.min_runs && m.mean > 0.0).collect();
+        let mine: Vec<&bursar_engine::state::Measured> =
+            measured.iter().copied().filter(|m| &*m.gpu_type == asked).collect();
+        if mine.is_empty() {
+            return;
+        }
+        let label = if key.len() <= 40 { format!("`{key}`") } else { "its configuration".to_owned() };
+        if let Some(p_asked) = self.price(asked) {
+            self.cheaper_type(job, asked, p_asked, &label, &measured, &mine, out);
+        }
+        if let Some(below) = self.scaling_below {
+            self.scaling(job, asked, below, &label, &mine, out);
+        }
+    }
+
+    /// Cost per 1,000 units on a type: price per GPU-hour ÷ (throughput per GPU × 3600) × 1000.
+    fn per_1k(price: f64, per_gpu: f64) -> f64 {
+        price / (per_gpu * 3600.0) * 1000.0
+    }
+
+    #[expect(clippy::too_many_arguments, reason = "one call site; the pieces of one admission")]
+    fn cheaper_type(
+        &self,
+        job: &JobSpec,
+        asked: &str,
+        p_asked: f64,
+        label: &str,
+        measured: &[&bursar_engine::state::Measured],
+        mine: &[&bursar_engine::state::Measured],
+        out: &mut Output,
+    ) {
+        let others: std::collections::BTreeSet<&str> =
+            measured.iter().map(|m| &*m.gpu_type).filter(|t| *t != asked).collect();
+        // (other type, count, unit, cost here, cost there, runs here, runs there)
+        let mut best: Option<(&str, u32, &str, f64, f64, u32, u32)> = None;
+        for other in others {
+            let Some(p_other) = self.price(other) else { continue };
+            let theirs =
+                |g: u32, unit: &str| measured.iter().find(|m| &*m.gpu_type == other && m.gpus == g && &*m.unit == unit);
+            let common: Vec<(&bursar_engine::state::Measured, &bursar_engine::state::Measured)> =
+                mine.iter().filter_map(|m| theirs(m.gpus, &m.unit).map(|t| (*m, *t))).collect();
+            let at = common
+                .iter()
+                .filter(|(m, _)| m.gpus <= job.gpus)
+                .max_by_key(|(m, _)| m.gpus)
+                .or_else(|| common.iter().min_by_key(|(m, _)| m.gpus));
+            let Some((m, t)) = at else { continue };
+            let here = Self::per_1k(p_asked, m.mean);
+            let there = Self::per_1k(p_other, t.mean);
+            let separated = t.min > 0.0 && Self::per_1k(p_other, t.min) < Self::per_1k(p_asked, m.max);
+            if here > there * (1.0 + self.margin)
+                && (!self.require_separated || separated)
+                && best.is_none_or(|b| there / here < b.4 / b.3)
+            {
+                best = Some((other, m.gpus, &m.unit, here, there, m.runs, t.runs));
+            }
+        }
+        let Some((other, g, unit, here, there, n_here, n_there)) = best else { return };
+        let saving = 1.0 - there / here;
+        let requested = f64::from(job.gpus) * job.requested_hours;
+        let money = if requested > 0.0 {
+            let cost = requested * p_asked;
+            format!(
+                "; about {} of the {} its {} requested GPU-hours cost on {asked}",
+                self.money(cost * saving),
+                self.money(cost),
+                fmt_num(requested)
+            )
+        } else {
+            String::new()
+        };
+        let runs = |n: u32| if n == 1 { "1 run".to_owned() } else { format!("{n} runs") };
+        self.action.emit(
+            out,
+            format!(
+                "job {} asks for {asked} for configuration {label}, but measured at {} {other} costs {:.0}% less per unit of work: {} per 1k {unit} on {other} ({}) against {} on {asked} ({}){money}",
+                job.id,
+                gpus(g),
+                saving * 100.0,
+                self.money(there),
+                runs(n_there),
+                self.money(here),
+                runs(n_here),
+            ),
+            3,
+        );
+    }
+
+    fn scaling(
+        &self,
+        job: &JobSpec,
+        asked: &str,
+        below: f64,
+        label: &str,
+        mine: &[&bursar_engine::state::Measured],
+        out: &mut Output,
+    ) {
+        let Some(base) = mine.iter().min_by_key(|m| m.gpus) else { return };
+        if job.gpus <= base.gpus {
+            return;
+        }
+        let Some(at) = mine
+            .iter()
+            .filter(|m| m.unit == base.unit && m.gpus > base.gpus && m.gpus <= job.gpus)
+            .max_by_key(|m| m.gpus)
+        else {
+            return;
+        };
+        let eff = at.mean / base.mean;
+        if eff >= below {
+            return;
+        }
+        self.action.emit(
+            out,
+            format!(
+                "job {} asks {} {asked} GPUs for configuration {label}, whose measured throughput per GPU at {} is {:.0}% of that at {} (under {:.0}%): the same work on fewer GPUs costs less",
+                job.id,
+                job.gpus,
+                gpus(at.gpus),
+                eff * 100.0,
+                gpus(base.gpus),
+                below * 100.0
+            ),
+            4,
+        );
+    }
+}
+
 impl Efficiency {
-    fn admit(&self, job: &JobSpec, out: &mut Output) {
+    fn admit(&self, job: &JobSpec, cx: &Context<'_>, out: &mut Output) {
         if self.mixed_precision && job.mixed_precision == Some(false) {
             out.verdict(
                 Verdict::new(
@@ -1012,6 +1215,9 @@ impl Efficiency {
                 )
                 .on_branch(2),
             );
+        }
+        if let Some(c) = &self.cost_per_unit {
+            c.admit(job, cx, out);
         }
     }
 }

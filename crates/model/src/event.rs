@@ -251,6 +251,17 @@ impl JobSpec {
         s
     }
 
+    /// Whether the job names a configuration at all: `config`, or any of image, dataset, script hash
+    /// and model size. Jobs without one (a bare trace) share the key `|||` and are never treated as
+    /// runs of the same configuration by the report's reruns or by measured throughput.
+    pub fn has_config(&self) -> bool {
+        self.config.is_some()
+            || [&self.image, &self.dataset, &self.script_hash]
+                .into_iter()
+                .any(|p| p.as_deref().is_some_and(|s| !s.is_empty()))
+            || self.model_params_b.is_some()
+    }
+
     /// Appends [`JobSpec::config_key`] to `out` (no allocation when `out` has room).
     pub fn write_config_key(&self, out: &mut String) {
         if let Some(c) = &self.config {
@@ -1034,6 +1045,10 @@ mod tests {
         assert_eq!(j.config_key(), "img|||1.25");
         j.config = Some("named".into());
         assert_eq!(j.config_key(), "named");
+        assert!(j.has_config());
+        let bare = JobSpec { image: Some(String::new()), ..JobSpec::default() };
+        assert!(!bare.has_config(), "an empty image names nothing: the key is `|||`");
+        assert!(JobSpec { model_params_b: Some(7.0), ..JobSpec::default() }.has_config());
     }
 
     #[test]

@@ -10,12 +10,14 @@
 //! - [`event`]: the ten v1 event types and the hand-written, single-pass decoder.
 //! - [`input`]: [`Input`], everything that reaches the engine: events, `serve`'s wall tick, action records.
 //! - [`decision`]: decision kinds and the decision line.
+//! - [`throughput`]: what a sample's `throughput`, `progress` and `unit` mean, and the rate of a run.
 //! - [`api`]: the bodies of `bursar serve`'s HTTP API and socket, shared by the server and its clients.
 
 pub mod api;
 pub mod decision;
 pub mod event;
 pub mod input;
+pub mod throughput;
 pub mod time;
 
 pub use decision::{Decision, DecisionKind, Hints};
@@ -24,4 +26,5 @@ pub use event::{
     RawJson, Ready, Sample, decode_event, decode_input, limits,
 };
 pub use input::{Action, ActionOutcome, Input, WALL_TICK_PREFIX, WALL_TICK_TYPE, WallTick};
+pub use throughput::{RunRate, Work};
 pub use time::{Duration, Period, TimeError, Timestamp, push_int};

@@ -6,6 +6,12 @@
 //! [`Jobs::lookup`]) a sample is made only when every GPU of the job is in the answer with a fresh,
 //! in-range value and the count matches what bursar expects. Anything else is no sample and a
 //! counter: a missing or broken reading is never read as "0 % used".
+//!
+//! The job-level metrics (`metrics.throughput`, `metrics.progress`) are grouped by the attribution
+//! key alone and summed over the job's series (one per rank or node); a job's sample carries them
+//! when every one of its series is fresh and in range (else the sample goes without them, and the
+//! series is counted as stale or bad). They never make a sample on their own: a sample needs the
+//! GPUs' utilisation.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -36,6 +42,10 @@ pub struct Answers {
     pub fb_used: Vec<Reading>,
     /// `metrics.fb_free`.
     pub fb_free: Vec<Reading>,
+    /// `metrics.throughput` (job-level).
+    pub throughput: Vec<Reading>,
+    /// `metrics.progress` (job-level).
+    pub progress: Vec<Reading>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -94,6 +104,28 @@ fn source_field() -> Vec<(String, RawJson)> {
         .unwrap_or_default()
 }
 
+/// A job-level metric per job key: the sum over its series, or `None` when one of them is stale or
+/// not a finite number of at least 0.
+fn job_sums(readings: &[Reading], at: Timestamp, cfg: &Config, counts: &mut Counters) -> BTreeMap<String, Option<f64>> {
+    let mut out: BTreeMap<String, Option<f64>> = BTreeMap::new();
+    for r in readings {
+        let Some(key) = cfg.attribution.key_of(|n| r.label(n)) else { continue };
+        let fresh = r.sample_time.is_some_and(|t| at.since(t) <= cfg.max_age);
+        let v = if !fresh {
+            counts.series_stale += 1;
+            None
+        } else if !r.value.is_finite() || r.value < 0.0 || r.value > bursar_model::limits::SAMPLE_QUANTITY {
+            counts.series_bad_value += 1;
+            None
+        } else {
+            Some(r.value)
+        };
+        let e = out.entry(key).or_insert(Some(0.0));
+        *e = e.zip(v).map(|(a, b)| a + b);
+    }
+    out
+}
+
 /// The samples of evaluation time `at`, in job-key order; `counts` gets the series and jobs skipped.
 pub fn samples(cfg: &Config, at: Timestamp, answers: &Answers, jobs: &dyn Jobs, counts: &mut Counters) -> Vec<Event> {
     let mut gpus: BTreeMap<&Labels, Gpu<'_>> = BTreeMap::new();
@@ -118,6 +150,13 @@ pub fn samples(cfg: &Config, at: Timestamp, answers: &Answers, jobs: &dyn Jobs, 
         }
     }
 
+    // Only the metrics the configuration turns on (an answer for one that is off is not read).
+    let on = |name: &str, readings: &[Reading], counts: &mut Counters| {
+        if name.is_empty() { BTreeMap::new() } else { job_sums(readings, at, cfg, counts) }
+    };
+    let throughput = on(&cfg.metrics.throughput, &answers.throughput, counts);
+    let progress = on(&cfg.metrics.progress, &answers.progress, counts);
+    let base = if cfg.metrics.unit.is_empty() { bursar_model::throughput::DEFAULT_UNIT } else { &cfg.metrics.unit };
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     for (key, job_gpus) in by_key {
@@ -160,6 +199,13 @@ pub fn samples(cfg: &Config, at: Timestamp, answers: &Answers, jobs: &dyn Jobs, 
             let mean = utils.iter().sum::<f64>() / n as f64;
             let max = utils.iter().copied().fold(0.0, f64::max);
             let mem_util = used.zip(free).and_then(|(u, f)| (u + f > 0.0).then(|| u / (u + f)));
+            let tp = throughput.get(&key).copied().flatten();
+            let pg = progress.get(&key).copied().flatten();
+            let unit = match (tp, pg) {
+                (Some(_), _) => Some(format!("{base}/s")),
+                (None, Some(_)) => Some(base.to_owned()),
+                (None, None) => None,
+            };
             out.push(Event {
                 id: event_id(&cfg.id_prefix, &expected.job_id, at),
                 time: at,
@@ -170,7 +216,9 @@ pub fn samples(cfg: &Config, at: Timestamp, answers: &Answers, jobs: &dyn Jobs, 
                     gpu_util_max: (n > 1).then_some(max),
                     fb_used_mib: used,
                     gpus: Some(utils.len() as u32),
-                    ..Sample::default()
+                    throughput: tp,
+                    progress: pg,
+                    unit,
                 }),
                 extra: source_field(),
             });
@@ -356,6 +404,50 @@ mod tests {
         let line = serde_json::to_string(&ev[0]).unwrap();
         assert!(line.contains(r#""type":"job.sample""#) && line.contains(r#""source":"prometheus""#), "{line}");
         assert_eq!(bursar_model::decode_event(&line).unwrap(), ev[0], "what serve journals decodes to the same event");
+    }
+
+    #[test]
+    fn job_level_throughput_is_summed_per_job_and_never_makes_a_sample_alone() {
+        let mut cfg = Config::default();
+        cfg.metrics.throughput = "train_tokens_per_second".into();
+        cfg.metrics.progress = "train_tokens_total".into();
+        cfg.metrics.unit = "tokens".into();
+        // Job-level series carry the job label but no GPU label: one per rank.
+        let job = |job: &str, rank: &str, v: f64| Reading {
+            labels: vec![("hpc_job".into(), job.into()), ("rank".into(), rank.into())],
+            value: v,
+            sample_time: Some(AT.plus(Duration::seconds(-5))),
+        };
+        let mut stale = job("idle", "0", 10.0);
+        stale.sample_time = Some(AT.plus(Duration::minutes(-10)));
+        let a = Answers {
+            engine_active: vec![r("multi", "2", 0.9), r("multi", "3", 0.9), r("idle", "1", 0.9)],
+            throughput: vec![job("multi", "0", 2500.0), job("multi", "1", 2620.0), stale, job("busy", "0", 9.0)],
+            progress: vec![job("multi", "0", 1e6), job("multi", "1", 2e6)],
+            ..Answers::default()
+        };
+        let mut c = Counters::default();
+        let ev = samples(&cfg, AT, &a, &jobs(), &mut c);
+        assert_eq!(ev.len(), 2, "busy has throughput but no utilisation: no sample");
+        let multi = sample(&ev[1]);
+        assert_eq!(
+            (multi.throughput, multi.progress, multi.unit.as_deref()),
+            (Some(5120.0), Some(3e6), Some("tokens/s"))
+        );
+        let w = multi.work().unwrap();
+        assert_eq!((w.unit, w.rate, w.progress), ("tokens", Some(5120.0), Some(3e6)));
+        let idle = sample(&ev[0]);
+        assert_eq!(
+            (idle.throughput, idle.unit.as_deref()),
+            (None, None),
+            "a stale series drops the field, not the sample"
+        );
+        assert_eq!(c.series_stale, 1);
+        let line = serde_json::to_string(&ev[1]).unwrap();
+        assert_eq!(bursar_model::decode_event(&line).unwrap(), ev[1], "the fields survive the wire format");
+        // Off by default: no throughput fields at all.
+        let (plain, _) = run(&a);
+        assert!(plain.iter().all(|e| sample(e).throughput.is_none() && sample(e).unit.is_none()));
     }
 
     #[test]

@@ -23,6 +23,17 @@ pub struct Metrics {
     /// Frame buffer free, MiB (default `DCGM_FI_DEV_FB_FREE`); with `fb_used`, `mem_util` is
     /// used / (used + free).
     pub fb_free: String,
+    /// A **job-level** gauge: the job's own rate of work in `unit` per second (e.g. tokens/s that the
+    /// training loop exports), summed over the job's series (one per rank or node). Default empty:
+    /// off. Its series carry the attribution labels, not GPU labels.
+    pub throughput: String,
+    /// A job-level counter: the job's cumulative work in `unit` (e.g. tokens so far), summed over
+    /// its series, sent as `progress` (bursar turns consecutive readings into a rate). Default
+    /// empty: off.
+    pub progress: String,
+    /// What `throughput` and `progress` count: `tokens`, `samples`, `steps` (no time base: the
+    /// throughput metric is per second). Default empty: `units`.
+    pub unit: String,
 }
 
 impl Default for Metrics {
@@ -32,6 +43,9 @@ impl Default for Metrics {
             gpu_util: "DCGM_FI_DEV_GPU_UTIL".into(),
             fb_used: "DCGM_FI_DEV_FB_USED".into(),
             fb_free: "DCGM_FI_DEV_FB_FREE".into(),
+            throughput: String::new(),
+            progress: String::new(),
+            unit: String::new(),
         }
     }
 }
@@ -204,6 +218,9 @@ pub enum ConfigError {
     /// `id_prefix` is empty.
     #[error("`id_prefix` is empty")]
     IdPrefix,
+    /// `metrics.unit` has a time base or odd characters.
+    #[error("`metrics.unit` `{0}` is not a unit of work")]
+    Unit(String),
 }
 
 impl ConfigError {
@@ -226,6 +243,9 @@ impl ConfigError {
             ConfigError::Matchers(_) => "write matchers without braces: `cluster=\"gpu-a\",rack!=\"r9\"`",
             ConfigError::Duration { .. } => "durations are written like `\"60s\"`, `\"2m\"`, `\"1h\"`",
             ConfigError::IdPrefix => "leave it out to get `prom`",
+            ConfigError::Unit(_) => {
+                "name what is counted, without a time base: `tokens`, `samples`, `steps` (the throughput metric is per second)"
+            }
         })
     }
 }
@@ -252,6 +272,8 @@ impl Config {
             ("gpu_util", &m.gpu_util),
             ("fb_used", &m.fb_used),
             ("fb_free", &m.fb_free),
+            ("throughput", &m.throughput),
+            ("progress", &m.progress),
         ] {
             if !name.is_empty() && !metric_name_ok(name) {
                 return Err(ConfigError::MetricName { field, name: name.clone() });
@@ -259,6 +281,9 @@ impl Config {
         }
         if m.engine_active.is_empty() && m.gpu_util.is_empty() {
             return Err(ConfigError::NoUtilisation);
+        }
+        if m.unit.contains('/') || m.unit.chars().any(|c| c.is_control() || c == '"') {
+            return Err(ConfigError::Unit(m.unit.clone()));
         }
         let a = &self.attribution;
         if a.labels.is_empty() {
@@ -362,6 +387,9 @@ mod tests {
         assert!(bad(&|c| c.matchers = "a=\"b\"}".into()).contains("braces"));
         assert!(bad(&|c| c.interval = Duration(10)).contains("`interval` is 10ms"));
         assert!(bad(&|c| c.id_prefix.clear()).contains("`id_prefix` is empty"));
+        assert!(bad(&|c| c.metrics.throughput = "tokens per second".into()).contains("`metrics.throughput`"));
+        assert!(bad(&|c| c.metrics.unit = "tokens/s".into()).contains("`metrics.unit` `tokens/s`"));
+        assert!(ConfigError::Unit(String::new()).help().is_some_and(|h| h.contains("per second")));
         assert!(ConfigError::NoUtilisation.help().is_some());
     }
 

@@ -153,7 +153,7 @@ impl Source {
     fn metrics(&self) -> Vec<(usize, String)> {
         let m = &self.config.metrics;
         let a = &self.config.attribution;
-        [&m.engine_active, &m.gpu_util, &m.fb_used, &m.fb_free]
+        [&m.engine_active, &m.gpu_util, &m.fb_used, &m.fb_free, &m.throughput, &m.progress]
             .into_iter()
             .enumerate()
             .filter(|(_, name)| !name.is_empty())
@@ -202,7 +202,9 @@ impl Source {
                     0 => answers.engine_active = readings,
                     1 => answers.gpu_util = readings,
                     2 => answers.fb_used = readings,
-                    _ => answers.fb_free = readings,
+                    3 => answers.fb_free = readings,
+                    4 => answers.throughput = readings,
+                    _ => answers.progress = readings,
                 },
                 Err(e) => {
                     match &e {

@@ -53,16 +53,21 @@ impl World {
     }
 
     fn source(&self) -> Source {
+        self.source_with(|_| {})
+    }
+
+    fn source_with(&self, f: impl FnOnce(&mut Config)) -> Source {
         let url = self.prom.lock().unwrap().url();
-        Source::new(Config {
+        let mut cfg = Config {
             server: url,
             interval: Duration::seconds(1),
             lag: Duration(0),
             max_age: Duration::seconds(3),
             timeout: Duration::seconds(2),
             ..Config::default()
-        })
-        .unwrap()
+        };
+        f(&mut cfg);
+        Source::new(cfg).unwrap()
     }
 
     /// Waits until Prometheus's current answer to `promql` satisfies `ok`, then returns an evaluation
@@ -179,6 +184,36 @@ fn a_multi_gpu_job_gets_mean_and_max(w: &World) -> Result<(), Failed> {
     let m = sample(&p, "lab-multi").ok_or("no sample for the two-GPU job")?;
     assert!((m.gpu_util - 0.4).abs() < 1e-12, "mean {}", m.gpu_util);
     assert_eq!((m.gpu_util_max, m.gpus, m.fb_used_mib), (Some(0.6), Some(2), Some(4000.0)));
+    Ok(())
+}
+
+fn a_job_level_throughput_metric_rides_on_the_jobs_sample(w: &World) -> Result<(), Failed> {
+    // The two-GPU job's training loop exports tokens/s per rank, labelled with its Slurm id.
+    w.dcgm.set_extra(
+        "# TYPE train_tokens_per_second gauge\n\
+         train_tokens_per_second{hpc_job=\"103\",rank=\"0\"} 2500\n\
+         train_tokens_per_second{hpc_job=\"103\",rank=\"1\"} 2620\n",
+    );
+    let at = w.settle("train_tokens_per_second{hpc_job=\"103\"}", |r| r.len() == 2);
+    let mut src = w.source_with(|c| {
+        c.metrics.throughput = "train_tokens_per_second".into();
+        c.metrics.unit = "tokens".into();
+    });
+    assert_eq!(src.queries().len(), 5, "one more query: the job-level metric");
+    let p = src.poll(at, &w.jobs());
+    assert!(p.is_ok(), "{:?}", p.error);
+    let m = sample(&p, "lab-multi").ok_or("no sample for the two-GPU job")?;
+    assert_eq!(
+        (m.throughput, m.unit.as_deref(), m.gpus),
+        (Some(5120.0), Some("tokens/s"), Some(2)),
+        "summed over ranks"
+    );
+    let busy = sample(&p, "lab-busy").ok_or("no sample for the busy job")?;
+    assert_eq!(busy.throughput, None, "a job without the metric still gets its utilisation sample");
+    // Without the setting the metric is not asked for.
+    let p = w.source().poll(at, &w.jobs());
+    assert_eq!(sample(&p, "lab-multi").and_then(|s| s.throughput), None);
+    w.dcgm.set_extra("");
     Ok(())
 }
 
@@ -299,10 +334,14 @@ fn a_prometheus_restart_is_counted_and_resumed(w: &World) -> Result<(), Failed> 
 fn main() {
     let mut args = Arguments::from_args();
     args.test_threads = Some(1);
-    let tests: [(&str, Test); 8] = [
+    let tests: [(&str, Test); 9] = [
         ("the_prolog_names_files_by_nvml_index", the_prolog_names_files_by_nvml_index),
         ("busy_idle_and_memory_held", busy_idle_and_memory_held),
         ("a_multi_gpu_job_gets_mean_and_max", a_multi_gpu_job_gets_mean_and_max),
+        (
+            "a_job_level_throughput_metric_rides_on_the_jobs_sample",
+            a_job_level_throughput_metric_rides_on_the_jobs_sample,
+        ),
         ("two_polls_of_one_time_give_the_same_events", two_polls_of_one_time_give_the_same_events),
         ("a_dcgm_error_value_is_no_sample", a_dcgm_error_value_is_no_sample),
         ("a_gpu_that_goes_stale_is_no_sample", a_gpu_that_goes_stale_is_no_sample),

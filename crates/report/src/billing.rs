@@ -28,7 +28,29 @@
 //!
 //! The cheapest mode wins; the saving is reported against the next cheapest and against on demand.
 //! Sections other than `[on_demand]` are optional: a mode without rates is left out.
+//!
+//! # Rates per GPU type
+//!
+//! For the cost per unit of work (`bursar report --cost-per-unit`), rates per GPU-hour by GPU type and
+//! billing mode, with a `default` row for types not listed:
+//!
+//! ```toml
+//! [gpu_types]
+//! default = { on_demand = 15.0, reserved = 9.0, per_task = 13.5 }
+//! A100 = { on_demand = 12.0, reserved = 7.2, per_task = 10.8 }
+//! H100 = { on_demand = 30.0, reserved = 18.0, per_task = 27.0 }
+//! ```
+//!
+//! `on_demand` is required in a row, the others optional (a mode without a rate is not priced for that
+//! type). `reserved` is the cost of a reserved GPU-hour that is used (the block's monthly price over
+//! the hours it is used); `per_task` is the per-task mode's GPU-hour rate (its fixed fee per job is not
+//! a rate and is left out of cost per unit). Without a `default` row, a type not listed takes the flat
+//! rates: `[on_demand] per_gpu_hour` and `[per_task] per_gpu_hour` (a reserved block has no hourly rate).
+//!
+//! Every error names the file, line and column: `prices.toml:7:15: …`.
 
+use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -50,6 +72,94 @@ pub struct Prices {
     /// Per-task pricing.
     #[serde(default)]
     pub per_task: Option<PerTask>,
+    /// Per-GPU-hour rates by GPU type (and a `default` row), for the cost per unit of work.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gpu_types: BTreeMap<String, TypeRates>,
+}
+
+/// One row of `[gpu_types]`: what a GPU-hour of this type costs under each billing mode.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TypeRates {
+    /// A GPU-hour on demand.
+    pub on_demand: f64,
+    /// A used GPU-hour of a reserved block.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved: Option<f64>,
+    /// A GPU-hour under per-task pricing (without the per-task fee).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_task: Option<f64>,
+}
+
+impl TypeRates {
+    /// The rate of `mode` (`on_demand`, `reserved`, `per_task`).
+    pub fn of(&self, mode: &str) -> Option<f64> {
+        match mode {
+            "on_demand" => Some(self.on_demand),
+            "reserved" => self.reserved,
+            "per_task" => self.per_task,
+            _ => None,
+        }
+    }
+}
+
+/// The billing modes, in the order reports list them.
+pub const MODES: [&str; 3] = ["on_demand", "reserved", "per_task"];
+
+/// Byte span of the value at `path` (`["gpu_types", "H100", "on_demand"]`) in a TOML text, as deep
+/// as the path exists.
+fn locate(text: &str, path: &[&str]) -> Option<Range<usize>> {
+    let doc = toml::de::DeTable::parse(text).ok()?;
+    let mut table = doc.get_ref();
+    let mut span = None;
+    for key in path {
+        let v = table.get(*key)?;
+        span = Some(v.span());
+        match v.get_ref() {
+            toml::de::DeValue::Table(t) => table = t,
+            _ => break,
+        }
+    }
+    span
+}
+
+/// The dotted key (`on_demand.per_gpu_hour`) of the value that holds byte `offset`, if any (a
+/// table's own span may cover only its header, so every value is searched).
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    fn find(table: &toml::de::DeTable<'_>, offset: usize, path: &mut Vec<String>) -> bool {
+        for (k, v) in table.iter() {
+            path.push(k.get_ref().to_string());
+            let hit = match v.get_ref() {
+                toml::de::DeValue::Table(t) => find(t, offset, path),
+                _ => {
+                    let span = v.span();
+                    span.start <= offset && offset < span.end.max(span.start + 1)
+                }
+            };
+            if hit {
+                return true;
+            }
+            path.pop();
+        }
+        false
+    }
+    let doc = toml::de::DeTable::parse(text).ok()?;
+    let mut path = Vec::new();
+    find(doc.get_ref(), offset, &mut path).then(|| path.join("."))
+}
+
+/// 1-based line and column (in characters) of byte `offset` of `text`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let mut start = offset;
+    while start > 0 && !text.is_char_boundary(start) {
+        start -= 1;
+    }
+    let before = text.get(..start).unwrap_or("");
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before.get(line_start..).map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
 }
 
 /// `[on_demand]`.
@@ -83,27 +193,65 @@ pub struct PerTask {
 }
 
 impl Prices {
-    /// Parses a price file; `path` names it in errors.
+    /// Parses a price file; `path` names it in errors, with the line and column of the value.
     pub fn parse(text: &str, path: &str) -> Result<Prices> {
-        let prices: Prices = toml::from_str(text)
-            .map_err(|e| ReportError::Prices { path: path.to_owned(), message: e.to_string().trim_end().to_owned() })?;
-        let bad = |key: &str, v: f64| ReportError::Prices {
-            path: path.to_owned(),
-            message: format!("`{key}` must be a finite number of at least 0, got {v}"),
+        let at = |span: Option<Range<usize>>, message: String| {
+            let (line, column) = span.map_or((1, 1), |s| line_col(text, s.start));
+            ReportError::Prices { path: path.to_owned(), line, column, message }
         };
-        let check = |key: &str, v: f64| if v.is_finite() && v >= 0.0 { Ok(()) } else { Err(bad(key, v)) };
-        check("on_demand.per_gpu_hour", prices.on_demand.per_gpu_hour)?;
+        let prices: Prices = toml::from_str(text).map_err(|e| {
+            let message = e.message().trim_end();
+            let key = e.span().and_then(|s| key_at(text, s.start));
+            let message = match key {
+                Some(k) if !message.contains(&format!("`{k}`")) => format!("`{k}`: {message}"),
+                _ => message.to_owned(),
+            };
+            at(e.span(), message)
+        })?;
+        let check = |keys: &[&str], v: f64| {
+            if v.is_finite() && v >= 0.0 {
+                Ok(())
+            } else {
+                Err(at(
+                    locate(text, keys),
+                    format!("`{}` must be a finite number of at least 0, got {v}", keys.join(".")),
+                ))
+            }
+        };
+        check(&["on_demand", "per_gpu_hour"], prices.on_demand.per_gpu_hour)?;
         if let Some(r) = &prices.reserved {
-            check("reserved.per_gpu_month", r.per_gpu_month)?;
+            check(&["reserved", "per_gpu_month"], r.per_gpu_month)?;
             if let Some(o) = r.overage_per_gpu_hour {
-                check("reserved.overage_per_gpu_hour", o)?;
+                check(&["reserved", "overage_per_gpu_hour"], o)?;
             }
         }
         if let Some(t) = &prices.per_task {
-            check("per_task.per_task", t.per_task)?;
-            check("per_task.per_gpu_hour", t.per_gpu_hour)?;
+            check(&["per_task", "per_task"], t.per_task)?;
+            check(&["per_task", "per_gpu_hour"], t.per_gpu_hour)?;
+        }
+        for (name, row) in &prices.gpu_types {
+            for mode in MODES {
+                if let Some(v) = row.of(mode)
+                    && !(v.is_finite() && v > 0.0)
+                {
+                    return Err(at(
+                        locate(text, &["gpu_types", name, mode]),
+                        format!("`gpu_types.{name}.{mode}` must be a price greater than 0, got {v}"),
+                    ));
+                }
+            }
         }
         Ok(prices)
+    }
+
+    /// The rates of a GPU-hour of `gpu_type`: its `[gpu_types]` row, else the `default` row, else
+    /// the flat on-demand and per-task GPU-hour rates.
+    pub fn rates(&self, gpu_type: &str) -> TypeRates {
+        self.gpu_types.get(gpu_type).or_else(|| self.gpu_types.get("default")).copied().unwrap_or(TypeRates {
+            on_demand: self.on_demand.per_gpu_hour,
+            reserved: None,
+            per_task: self.per_task.as_ref().map(|t| t.per_gpu_hour),
+        })
     }
 
     /// Reads and parses a price file.
@@ -340,6 +488,39 @@ per_gpu_hour = 9.0
             assert!((q.cost - brute).abs() < 1e-6, "{} vs {brute}", q.cost);
             assert!((total(q.block_gpus) - q.cost).abs() < 1e-6);
         }
+    }
+
+    #[test]
+    fn rates_per_gpu_type_with_a_default_row() {
+        let text = "currency = \"CNY\"\n[on_demand]\nper_gpu_hour = 15.0\n[per_task]\nper_gpu_hour = 13.5\n";
+        let flat = Prices::parse(text, "p.toml").unwrap();
+        assert_eq!(flat.rates("H100"), TypeRates { on_demand: 15.0, reserved: None, per_task: Some(13.5) });
+        let rows = format!(
+            "{text}[gpu_types]\ndefault = {{ on_demand = 14.0 }}\nH100 = {{ on_demand = 30.0, reserved = 18.0, per_task = 27.0 }}\n"
+        );
+        let p = Prices::parse(&rows, "p.toml").unwrap();
+        assert_eq!(p.rates("H100").of("reserved"), Some(18.0));
+        assert_eq!(p.rates("A100"), TypeRates { on_demand: 14.0, reserved: None, per_task: None });
+        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/prices.toml");
+        let ex = Prices::from_file(&example).unwrap();
+        assert!(ex.gpu_types.contains_key("default") && ex.gpu_types.len() > 2, "{:?}", ex.gpu_types);
+    }
+
+    #[test]
+    fn price_file_errors_have_file_line_and_column() {
+        let e = Prices::parse("[on_demand]\nper_gpu_hour = -1.0\n", "x.toml").unwrap_err().to_string();
+        assert!(e.starts_with("x.toml:2:16: price file: `on_demand.per_gpu_hour` must be"), "{e}");
+        let text = "[on_demand]\nper_gpu_hour = 1.0\n[gpu_types]\nH100 = { on_demand = 30.0, reserved = 0 }\n";
+        let e = Prices::parse(text, "x.toml").unwrap_err().to_string();
+        assert!(
+            e.starts_with("x.toml:4:39: price file: `gpu_types.H100.reserved` must be a price greater than 0, got 0"),
+            "{e}"
+        );
+        let text = "[on_demand]\nper_gpu_hour = 1.0\n[gpu_types]\nH100 = { on_demand = 30.0, reservd = 1.0 }\n";
+        let e = Prices::parse(text, "x.toml").unwrap_err().to_string();
+        assert!(e.starts_with("x.toml:4:28: price file: unknown field `reservd`"), "{e}");
+        let e = Prices::parse("[on_demand]\nper_gpu_hour = \"ten\"\n", "x.toml").unwrap_err().to_string();
+        assert!(e.starts_with("x.toml:2:16: price file: `on_demand.per_gpu_hour`: invalid type"), "{e}");
     }
 
     #[test]

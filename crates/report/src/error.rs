@@ -15,10 +15,16 @@ pub enum ReportError {
     #[error(transparent)]
     Audit(#[from] bursar_audit::AuditError),
     /// The price file is not valid.
-    #[error("price file `{path}`: {message}\n  help: see docs/reports.md for the format, or examples/prices.toml")]
+    #[error(
+        "{path}:{line}:{column}: price file: {message}\n  help: see docs/reports.md for the format, or examples/prices.toml"
+    )]
     Prices {
         /// The file.
         path: String,
+        /// 1-based line of the value (1 when the error is about the whole file).
+        line: usize,
+        /// 1-based column, in characters.
+        column: usize,
         /// What is wrong.
         message: String,
     },

@@ -18,6 +18,11 @@
 //! - **Accounting comes from the events.** Utilisation samples (`job.sample`) and billing charges
 //!   (`billing.charge`) are read from the inputs; the steps of an input are applied before the
 //!   input's own sample, as the engine fired them before evaluating it.
+//! - **Throughput** comes from the samples too: a sample's `throughput` or `progress`
+//!   ([`bursar_model::Work`]) joins the job's [`RunRate`] while it runs (between its start and its
+//!   release, like utilisation), the one definition of a run's rate the engine also uses; the rate
+//!   is stored with the job (`facts_jobs.throughput`, units per second for the whole job, and its
+//!   `unit`) for the cost per unit of work.
 //! - **What policies prevented** comes from the decisions (`facts_prevented`, one row per `deny`,
 //!   `defer` or `reclaim` decision with GPU-hours).
 //!
@@ -60,7 +65,7 @@ use std::path::Path;
 
 use bursar_audit::{AuditLog, StoredDecision, StoredEvent, StoredStep};
 use bursar_engine::Step;
-use bursar_model::{EventKind, FinishStatus, JobSpec, decode_event};
+use bursar_model::{EventKind, FinishStatus, JobSpec, RunRate, Work, decode_event};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
 
@@ -69,8 +74,9 @@ use crate::period::{DAY_MS, HOUR_MS};
 use crate::policy::PolicyHints;
 
 /// Version of the `facts_*` tables; a different stored version is rebuilt from the log. Version 2:
-/// the lifecycle from the engine's steps, and `facts_prevented`.
-pub const FACTS_VERSION: i64 = 2;
+/// the lifecycle from the engine's steps, and `facts_prevented`. Version 3: each job's GPU type and
+/// measured throughput (`facts_jobs.gpu_type`, `unit`, `throughput`, `throughput_samples`).
+pub const FACTS_VERSION: i64 = 3;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS facts_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -88,7 +94,11 @@ CREATE TABLE IF NOT EXISTS facts_jobs (
     rerun         INTEGER NOT NULL,
     queue_wait_ms INTEGER,
     unsampled     INTEGER NOT NULL,
-    state         TEXT NOT NULL
+    state         TEXT NOT NULL,
+    gpu_type      TEXT,
+    unit          TEXT,
+    throughput    REAL,
+    throughput_samples INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS facts_jobs_project ON facts_jobs(project);
 CREATE TABLE IF NOT EXISTS facts_job_day (
@@ -187,6 +197,12 @@ pub struct JobFacts {
     pub config: Option<String>,
     /// GPUs.
     pub gpus: u32,
+    /// GPU type, when the submission names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
+    /// The rate of work measured so far from the job's samples.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub run: RunRate,
     /// Submission time, ms.
     pub submitted: Option<i64>,
     /// Start time, ms.
@@ -220,10 +236,14 @@ pub struct JobFacts {
     days_dirty: bool,
 }
 
-/// The configuration key of `spec`, or None when it carries no configuration at all.
+/// The configuration key of `spec`, or None when it carries no configuration at all
+/// ([`JobSpec::has_config`]).
 pub fn config_of(spec: &JobSpec) -> Option<String> {
-    let key = spec.config_key();
-    (spec.config.is_some() || key.chars().any(|c| c != '|')).then_some(key)
+    spec.has_config().then(|| spec.config_key())
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 impl JobFacts {
@@ -235,6 +255,7 @@ impl JobFacts {
             tags: spec.tags.clone(),
             config: config_of(spec),
             gpus: spec.gpus,
+            gpu_type: spec.gpu_type.clone(),
             submitted: Some(at),
             rerun,
             ..JobFacts::default()
@@ -290,6 +311,15 @@ impl JobFacts {
         self.accrue(from, t, Some(value), threshold);
         self.last = Some((t, util));
         true
+    }
+
+    /// A sample's measure of work at `t`. Counted, like utilisation, only between the engine's start
+    /// and release of the job.
+    pub fn work(&mut self, t: i64, w: &Work<'_>) -> bool {
+        if self.started.is_none() || self.released.is_some() {
+            return false;
+        }
+        self.run.add(bursar_model::Timestamp(t), w)
     }
 
     /// The engine's release step (`finished` with its status, or `reclaimed`) at `t`.
@@ -569,8 +599,13 @@ fn catch_up_batch(tx: &Transaction<'_>, log: &AuditLog, threshold: f64, total: &
         match ev.kind.as_str() {
             "job.sample" => {
                 let Ok(e) = decode_event(&ev.raw) else { continue };
-                if let EventKind::JobSample(bursar_model::Sample { job_id, gpu_util, .. }) = &e.kind {
-                    batch.with(job_id, total, |j| j.sample(ev.time, *gpu_util, threshold))?;
+                if let EventKind::JobSample(sample) = &e.kind {
+                    let work = sample.work();
+                    batch.with(&sample.job_id, total, |j| {
+                        let util = j.sample(ev.time, sample.gpu_util, threshold);
+                        let work = work.is_some_and(|w| j.work(ev.time, &w));
+                        util || work
+                    })?;
                 }
             }
             "billing.charge" => {
@@ -746,11 +781,12 @@ impl Batch<'_, '_> {
             .tx
             .prepare_cached(
                 "INSERT INTO facts_jobs(job, project, user, tags, config, gpus, submitted, started, released, status, rerun,
-                   queue_wait_ms, unsampled, state)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+                   queue_wait_ms, unsampled, state, gpu_type, unit, throughput, throughput_samples)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
                  ON CONFLICT(job) DO UPDATE SET started = excluded.started, released = excluded.released,
                    status = excluded.status, queue_wait_ms = excluded.queue_wait_ms, unsampled = excluded.unsampled,
-                   state = excluded.state",
+                   state = excluded.state, unit = excluded.unit, throughput = excluded.throughput,
+                   throughput_samples = excluded.throughput_samples",
             )
             .map_err(e())?;
         let mut up_day = self
@@ -794,7 +830,11 @@ impl Batch<'_, '_> {
                     j.rerun,
                     j.queue_wait(),
                     j.unsampled,
-                    state
+                    state,
+                    j.gpu_type,
+                    j.run.rate().map(|_| j.run.unit()),
+                    j.run.rate(),
+                    j.run.samples()
                 ])
                 .map_err(e())?;
         }

@@ -8,6 +8,7 @@ use rusqlite::{Connection, params};
 use serde::Serialize;
 
 use crate::billing::{Comparison, Prices, Usage, compare};
+use crate::cost::CostPerUnit;
 use crate::error::{ReportError, Result};
 use crate::facts::{FactsStore, Split};
 use crate::period::{DAY_MS, HOUR_MS, Span, day_label, hours};
@@ -21,19 +22,22 @@ pub enum GroupBy {
     User,
     /// The value of one tag (`(none)` for jobs without it).
     Tag(String),
+    /// The job's configuration (`JobSpec::config_key`; `(none)` for jobs that name none).
+    Config,
 }
 
 impl GroupBy {
-    /// Parses `project`, `user` or `tag:KEY`.
+    /// Parses `project`, `user`, `config` or `tag:KEY`.
     pub fn parse(s: &str) -> Result<GroupBy> {
         match s {
             "project" => Ok(GroupBy::Project),
             "user" => Ok(GroupBy::User),
+            "config" => Ok(GroupBy::Config),
             t if t.starts_with("tag:") && t.len() > 4 && !t[4..].contains(['"', '\\', '\'']) => {
                 Ok(GroupBy::Tag(t[4..].to_owned()))
             }
             _ => Err(ReportError::Invalid(format!(
-                "`--by {s}` is not a grouping\n  help: use `project`, `user` or `tag:KEY` (e.g. `tag:team`)"
+                "`--by {s}` is not a grouping\n  help: use `project`, `user` or `tag:KEY` (e.g. `tag:team`), or `config` for the job's configuration"
             ))),
         }
     }
@@ -44,6 +48,7 @@ impl GroupBy {
             GroupBy::Project => "project".into(),
             GroupBy::User => "user".into(),
             GroupBy::Tag(k) => format!("tag:{k}"),
+            GroupBy::Config => "config".into(),
         }
     }
 
@@ -56,6 +61,7 @@ impl GroupBy {
             (GroupBy::User, Some(f)) => format!("COALESCE(NULLIF({f}.user, ''), NULLIF(j.user, ''), '(none)')"),
             (GroupBy::User, None) => "COALESCE(NULLIF(j.user, ''), '(none)')".into(),
             (GroupBy::Tag(k), _) => format!("COALESCE(json_extract(j.tags, '$.\"{k}\"'), '(none)')"),
+            (GroupBy::Config, _) => "COALESCE(j.config, '(none)')".into(),
         }
     }
 }
@@ -297,6 +303,9 @@ pub struct Report {
     pub burndown: Vec<Burndown>,
     /// The billing comparison, with `--prices`.
     pub billing: Option<Billing>,
+    /// Cost per unit of work by configuration and GPU type, with `--cost-per-unit`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_per_unit: Option<CostPerUnit>,
 }
 
 /// What to report.
@@ -306,8 +315,10 @@ pub struct Options {
     pub span: Span,
     /// The grouping.
     pub by: GroupBy,
-    /// Rates for the billing comparison.
+    /// Rates for the billing comparison (and, per GPU type, for the cost per unit of work).
     pub prices: Option<Prices>,
+    /// Add the cost-per-unit section.
+    pub cost_per_unit: bool,
 }
 
 fn e(context: &str) -> impl FnOnce(rusqlite::Error) -> ReportError + '_ {
@@ -449,6 +460,8 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
         Some(p) => Some(billing(conn, &days, p)?),
         None => None,
     };
+    let cost_per_unit =
+        if opts.cost_per_unit { Some(crate::cost::build(conn, tlo, thi, opts.prices.as_ref())?) } else { None };
     let events_covered = conn
         .query_row("SELECT value FROM facts_meta WHERE key = 'event_cursor'", [], |r| r.get::<_, String>(0))
         .ok()
@@ -469,6 +482,7 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
         daily_ratio_by_project: ratio,
         burndown,
         billing,
+        cost_per_unit,
     })
 }
 

@@ -60,6 +60,8 @@ pub struct AppState {
     pub people: crate::people::Links,
     /// Whether the audit log commits.
     pub journal: Arc<bursar_audit::Health>,
+    /// Rates for the report routes (`--prices`): the billing comparison and the cost per unit.
+    pub prices: Option<Arc<bursar_report::Prices>>,
 }
 
 /// Why the audit log cannot commit, as a sentence, if it cannot.
@@ -535,12 +537,14 @@ mod tests {
     }
 }
 
-/// `?period=2026-11&by=project` of the report routes; both optional (default: the month of the
-/// newest event, by project).
+/// `?period=2026-11&by=project&cost_per_unit=true` of the report routes; all optional (default: the
+/// month of the newest event, by project, without the cost-per-unit section).
 #[derive(Debug, Deserialize)]
 struct ReportQuery {
     period: Option<String>,
     by: Option<String>,
+    #[serde(default)]
+    cost_per_unit: Option<String>,
 }
 
 async fn report_json(State(st): State<AppState>, Query(q): Query<ReportQuery>) -> Response {
@@ -557,12 +561,24 @@ async fn report_answer(st: AppState, q: ReportQuery, html: bool) -> Response {
     let audit = st.audit.clone();
     let now = bursar_audit::wall_ms();
     let set = st.status.read().ok().and_then(|s| s.set.clone());
+    let cost_per_unit = match q.cost_per_unit.as_deref() {
+        None | Some("false") | Some("0") => false,
+        Some("true") | Some("1") | Some("") => true,
+        Some(other) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("`cost_per_unit={other}` is not a boolean\n  help: use `cost_per_unit=true`"),
+            );
+        }
+    };
+    let prices = st.prices.clone();
     let done = tokio::task::spawn_blocking(move || {
-        let (period, by, set) = (q.period.as_deref(), q.by.as_deref(), set.as_deref());
+        let query = bursar_report::ReportQuery { period: q.period.as_deref(), by: q.by.as_deref(), cost_per_unit };
+        let (set, prices) = (set.as_deref(), prices.as_deref());
         if html {
-            bursar_report::current_html(&audit, set, period, by, now)
+            bursar_report::current_html(&audit, set, &query, prices, now)
         } else {
-            bursar_report::current_json(&audit, set, period, by, now)
+            bursar_report::current_json(&audit, set, &query, prices, now)
         }
     })
     .await;

@@ -144,6 +144,9 @@ pub struct Config {
     /// Sign the audit log's head with this Ed25519 key and append it to this witness file (at most
     /// once a second, and at shutdown): `--signing-key`, `--witness`.
     pub witness: Option<(PathBuf, PathBuf)>,
+    /// Rates for `GET /v1/report` and `GET /report` (`--prices FILE`): the billing comparison and,
+    /// with `cost_per_unit=true`, the cost per unit of work.
+    pub prices: Option<bursar_report::Prices>,
 }
 
 impl std::fmt::Debug for Config {
@@ -189,6 +192,7 @@ impl Config {
             utilisation: None,
             notify: None,
             witness: None,
+            prices: None,
         }
     }
 }
@@ -483,6 +487,7 @@ pub async fn serve_then(
         max_line: config.max_body,
         people: links,
         journal: journal_health,
+        prices: config.prices.clone().map(Arc::new),
     };
     let limits = listen::Limits {
         max_connections: config.max_connections,

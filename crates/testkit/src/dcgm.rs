@@ -77,6 +77,8 @@ struct State {
     model: String,
     map_dir: Option<PathBuf>,
     gpus: BTreeMap<u32, Gpu>,
+    /// Exposition lines served after the GPU metrics (a job's own metrics, say).
+    extra: String,
     serving: bool,
     scrapes: u64,
 }
@@ -142,6 +144,7 @@ fn render(s: &State) -> String {
             }
         }
     }
+    out.push_str(&s.extra);
     out
 }
 
@@ -202,6 +205,7 @@ impl FakeDcgm {
             model: "NVIDIA H100 80GB HBM3".into(),
             map_dir,
             gpus,
+            extra: String::new(),
             serving: true,
             scrapes: 0,
         }));
@@ -266,6 +270,12 @@ impl FakeDcgm {
     /// Scrapes answered or refused so far.
     pub fn scrapes(&self) -> u64 {
         lock(&self.state).scrapes
+    }
+
+    /// Serves `text` (exposition lines, each ending in a newline) after the GPU metrics: a job-level
+    /// metric such as a training loop's tokens per second, labelled with `hpc_job`.
+    pub fn set_extra(&self, text: &str) {
+        lock(&self.state).extra = text.to_owned();
     }
 
     /// What `/metrics` serves now.

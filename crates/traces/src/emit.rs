@@ -14,6 +14,7 @@ use std::io::Write;
 
 use bursar_model::{Event, EventKind, Sample, Timestamp};
 
+use crate::throughput::{self, ThroughputModel};
 use crate::util::{Assignment, UtilSeries};
 use crate::{ImportError, JobTrace, Report};
 
@@ -26,11 +27,13 @@ pub struct EmitOptions<'a> {
     pub seed: u64,
     /// Seconds between two samples of a running job.
     pub sample_every_secs: i64,
+    /// Attach modelled throughput to each sample ([`ThroughputModel`]).
+    pub throughput: Option<ThroughputModel>,
 }
 
 impl Default for EmitOptions<'_> {
     fn default() -> Self {
-        EmitOptions { util: None, seed: 0, sample_every_secs: 600 }
+        EmitOptions { util: None, seed: 0, sample_every_secs: 600, throughput: None }
     }
 }
 
@@ -42,6 +45,8 @@ const STEP_FINISH: u32 = u32::MAX;
 struct Cursor {
     util: Option<Assignment>,
     samples: u32,
+    /// The job's modelled rate at full utilisation.
+    peak: Option<f64>,
 }
 
 fn sample_count(job: &JobTrace, every_ms: i64) -> u32 {
@@ -101,7 +106,8 @@ pub fn emit(
         if samples > 0 {
             report.util_jobs += 1;
         }
-        cursors.push(Cursor { util, samples });
+        let peak = opts.throughput.map(|m| m.peak(&job.spec));
+        cursors.push(Cursor { util, samples, peak });
         heap.push(Reverse((job.submitted.millis(), i, STEP_SUBMIT)));
     }
     let mut line = String::new();
@@ -124,9 +130,21 @@ pub fn emit(
                     _ => 0.0,
                 };
                 report.samples += 1;
+                let (throughput, unit) = match (opts.throughput, cur.peak) {
+                    (Some(m), Some(peak)) => {
+                        (Some(m.sample(&job.spec, peak, n, gpu_util)), Some(throughput::UNIT.to_owned()))
+                    }
+                    _ => (None, None),
+                };
                 (
                     format!("{id}/u{n}"),
-                    EventKind::JobSample(Sample { job_id: id.clone(), gpu_util, ..Sample::default() }),
+                    EventKind::JobSample(Sample {
+                        job_id: id.clone(),
+                        gpu_util,
+                        throughput,
+                        unit,
+                        ..Sample::default()
+                    }),
                 )
             }
         };
@@ -157,6 +175,7 @@ mod tests {
             submitted: Timestamp(sub * 1000),
             started: start.map(|s| Timestamp(s * 1000)),
             finished: end.map(|e| (Timestamp(e * 1000), FinishStatus::Succeeded)),
+            machine: None,
         }
     }
 
@@ -190,7 +209,7 @@ mod tests {
         }
         let u = UtilSeries::from_csv(csv.as_bytes(), "t").unwrap();
         let jobs = [job("a", 0, Some(0), Some(3600))];
-        let opts = EmitOptions { util: Some(&u), seed: 3, sample_every_secs: 600 };
+        let opts = EmitOptions { util: Some(&u), seed: 3, sample_every_secs: 600, throughput: None };
         let ev = run(&jobs, &opts);
         let samples: Vec<&Event> = ev.iter().filter(|e| matches!(e.kind, EventKind::JobSample(_))).collect();
         assert_eq!(samples.len(), 5, "samples at 10, 20, 30, 40, 50 min");
@@ -201,5 +220,24 @@ mod tests {
             assert_eq!(gpu_util, u.value_at(a, (k as i64 + 1) * 600));
         }
         assert_eq!(ev.last().map(|e| e.id.as_str()), Some("a/finished"));
+
+        // With the throughput model, each sample also carries the modelled rate at its utilisation.
+        let m = ThroughputModel { seed: 3 };
+        let with = EmitOptions { throughput: Some(m), ..opts };
+        let ev = run(&jobs, &with);
+        let peak = m.peak(&jobs[0].spec);
+        let samples: Vec<&Sample> = ev
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::JobSample(s) => Some(s),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(samples.len(), 5);
+        for (k, s) in samples.iter().enumerate() {
+            assert_eq!(s.throughput, Some(m.sample(&jobs[0].spec, peak, k as u32 + 1, s.gpu_util)));
+            assert_eq!(s.unit.as_deref(), Some("modelled-tokens/s"));
+        }
+        assert!(samples.iter().any(|s| s.throughput.unwrap_or(0.0) > 0.0));
     }
 }

@@ -13,6 +13,7 @@
 //! Layout:
 //! - [`philly`], [`openb`], [`sacct`]: one parser per format, each `read(...) -> Vec<JobTrace>`.
 //! - [`util`]: the GenAI duty-cycle series (tar.gz or CSV) and the job-to-container rule.
+//! - [`throughput`]: the seeded throughput model (`--model-throughput`), labelled as modelled.
 //! - [`emit`](mod@emit): the time-ordered merge of every job's events onto a writer.
 //! - [`workload`]: the seeded, streaming workload generator.
 //! - [`rng`]: version-stable seeded randomness.
@@ -22,6 +23,7 @@ pub mod openb;
 pub mod philly;
 pub mod rng;
 pub mod sacct;
+pub mod throughput;
 pub mod util;
 pub mod workload;
 
@@ -31,6 +33,7 @@ use std::fmt;
 use bursar_model::{FinishStatus, JobSpec, Timestamp};
 
 pub use emit::{EmitOptions, emit};
+pub use throughput::ThroughputModel;
 pub use util::UtilSeries;
 
 /// One job as a trace recorded it.
@@ -44,6 +47,8 @@ pub struct JobTrace {
     pub started: Option<Timestamp>,
     /// When and how it ended, if it did.
     pub finished: Option<(Timestamp, FinishStatus)>,
+    /// The (first) machine it ran on, when the trace says (Philly's `detail[0].ip`).
+    pub machine: Option<String>,
 }
 
 /// What an import did: records read, mapped, skipped (by reason), events written.

@@ -146,7 +146,7 @@ fn map<'a>(get: &dyn Fn(usize) -> &'a str) -> Result<JobTrace, String> {
         extra: raw_u32("gpu_milli", gpu_milli),
         ..JobSpec::default()
     };
-    Ok(JobTrace { spec, submitted: created, started: scheduled, finished: deleted.map(|d| (d, status)) })
+    Ok(JobTrace { spec, submitted: created, started: scheduled, finished: deleted.map(|d| (d, status)), machine: None })
 }
 
 fn raw_u32(key: &str, v: u32) -> Vec<(String, RawJson)> {

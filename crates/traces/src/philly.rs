@@ -118,7 +118,8 @@ fn map(rec: &Value, fill: Fill) -> Result<JobTrace, String> {
         ready,
         ..JobSpec::default()
     };
-    Ok(JobTrace { spec, submitted, started, finished: ended.map(|e| (e, status)) })
+    let machine = detail.first().and_then(|m| m.get("ip")).and_then(Value::as_str).map(str::to_owned);
+    Ok(JobTrace { spec, submitted, started, finished: ended.map(|e| (e, status)), machine })
 }
 
 /// Parses bytes as a Philly log and discards the result (for the fuzz target).
@@ -151,6 +152,7 @@ mod tests {
         assert_eq!(j.finished.map(|f| f.1), Some(FinishStatus::Succeeded));
         assert_eq!(jobs[1].finished.map(|f| f.1), Some(FinishStatus::Cancelled));
         assert_eq!(j.spec.ready, Ready::default(), "readiness is left out unless asked for");
+        assert_eq!(j.machine.as_deref(), Some("m412"), "the first machine, for the throughput model");
     }
 
     #[test]

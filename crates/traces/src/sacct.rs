@@ -200,7 +200,7 @@ fn map<'a>(get: &dyn Fn(usize) -> &'a str, report: &mut Report) -> Result<JobTra
         requested_hours,
         ..JobSpec::default()
     };
-    Ok(JobTrace { spec, submitted, started, finished })
+    Ok(JobTrace { spec, submitted, started, finished, machine: None })
 }
 
 /// Parses bytes as sacct output (for the fuzz target).

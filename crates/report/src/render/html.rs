@@ -24,6 +24,134 @@ fn pct(v: f64) -> String {
     format!("{:.1}%", v * 100.0)
 }
 
+/// Chart 5, the cost per unit of work: the on-demand cost per million units of each GPU type at each
+/// configuration and GPU count, and the tables.
+fn cost_section(o: &mut String, c: &crate::cost::CostPerUnit) {
+    use super::sig;
+    let cur = c.currency.clone().unwrap_or_default();
+    let _ = write!(
+        o,
+        "<h2>Cost per unit of work</h2><p>{} runs with throughput, by configuration and GPU type{}.</p>",
+        c.runs,
+        if cur.is_empty() { String::new() } else { format!(" ({})", esc(&cur)) }
+    );
+    if c.runs_without_config + c.runs_without_gpu_type > 0 {
+        let _ = write!(
+            o,
+            "<p class=\"note\">Not counted: {} runs without a configuration, {} without a GPU type.</p>",
+            c.runs_without_config, c.runs_without_gpu_type
+        );
+    }
+    if !c.priced {
+        o.push_str("<p class=\"note\">No prices: pass <code>--prices FILE</code> (with <code>[gpu_types]</code>) for costs and the ranking.</p>");
+    }
+    // The chart: categories are (configuration, GPU count), series the GPU types.
+    let mut cats: Vec<String> = Vec::new();
+    let mut keys: Vec<(&str, &str, u32)> = Vec::new();
+    let mut types: Vec<&str> = Vec::new();
+    for cfg in c.configs.iter().take(6) {
+        let mut counts: Vec<u32> = cfg.rows.iter().map(|r| r.gpus).collect();
+        counts.dedup();
+        // Ticks are short: the count first, then the end of the configuration's name.
+        let chars: Vec<char> = cfg.config.chars().collect();
+        let tail: String = chars[chars.len().saturating_sub(6)..].iter().collect();
+        for g in counts {
+            cats.push(format!("x{g} {tail}"));
+            keys.push((&cfg.config, &cfg.unit, g));
+        }
+        for r in &cfg.rows {
+            if !types.contains(&r.gpu_type.as_str()) {
+                types.push(&r.gpu_type);
+            }
+        }
+    }
+    cats.truncate(10);
+    keys.truncate(10);
+    types.truncate(PALETTE.len());
+    if c.priced && !cats.is_empty() {
+        let series: Vec<Series> = types
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Series {
+                name: (*t).to_owned(),
+                color: PALETTE[i % PALETTE.len()].into(),
+                values: keys
+                    .iter()
+                    .map(|(cfg, unit, g)| {
+                        c.configs
+                            .iter()
+                            .find(|x| x.config == *cfg && x.unit == *unit)
+                            .and_then(|x| x.rows.iter().find(|r| r.gpu_type == *t && r.gpus == *g))
+                            .and_then(|r| r.per_1k("on_demand"))
+                            .map(|v| v * 1000.0)
+                    })
+                    .collect(),
+            })
+            .collect();
+        o.push_str(&svg::grouped_bars(
+            "cost-per-unit",
+            &format!(
+                "On-demand cost per million units of work, by GPU count x configuration and GPU type{}",
+                if cur.is_empty() { String::new() } else { format!(" ({cur})") }
+            ),
+            &cats,
+            &series,
+            format!("{cur} per 1M units").trim(),
+        ));
+    }
+    for cfg in &c.configs {
+        let best = cfg.cheapest.as_ref().map_or(String::new(), |b| {
+            format!(
+                "; cheapest: <b>{}</b> on {} GPU{}, {} per 1k {} on demand",
+                esc(&b.gpu_type),
+                b.gpus,
+                if b.gpus == 1 { "" } else { "s" },
+                sig(b.per_1k),
+                esc(&cfg.unit)
+            )
+        });
+        let _ = write!(
+            o,
+            "<p>Configuration <b>{}</b> ({}/s), {} runs{best}</p><table><tr><th>GPU type</th><th>GPUs</th><th>runs</th><th>{}/s per GPU</th><th>min&ndash;max</th><th>sd</th><th>on demand /1k</th><th>reserved /1k</th><th>per task /1k</th><th>rank</th><th>vs cheapest</th><th>scaling</th></tr>",
+            esc(&cfg.config),
+            esc(&cfg.unit),
+            cfg.runs,
+            esc(&cfg.unit)
+        );
+        for r in &cfg.rows {
+            let cell = |v: Option<f64>| v.map_or("-".to_owned(), sig);
+            let rank = match (r.rank, r.separated) {
+                (Some(x), Some(false)) => format!("{x} (overlaps)"),
+                (Some(x), _) => x.to_string(),
+                (None, _) => "-".into(),
+            };
+            let scaling = match (r.scaling_efficiency, r.scaling_base_gpus) {
+                (Some(e), Some(b)) => format!("{} of {b} GPU{}", pct(e), if b == 1 { "" } else { "s" }),
+                _ => "-".into(),
+            };
+            let _ = write!(
+                o,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}&ndash;{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&r.gpu_type),
+                r.gpus,
+                r.runs,
+                sig(r.throughput_per_gpu),
+                sig(r.min_per_gpu),
+                sig(r.max_per_gpu),
+                sig(r.stddev_per_gpu),
+                cell(r.per_1k("on_demand")),
+                cell(r.per_1k("reserved")),
+                cell(r.per_1k("per_task")),
+                rank,
+                r.vs_cheapest.map_or("-".into(), |v| format!("{v:.2}&times;")),
+                scaling
+            );
+        }
+        o.push_str("</table>");
+    }
+    o.push_str("<p class=\"note\">Cost per 1k units = rate per GPU-hour &divide; (throughput per GPU &times; 3600) &times; 1000, with the GPU type's rates from the price file. Rank: by on-demand cost at each GPU count; &ldquo;overlaps&rdquo; when the cheapest type's slowest run is not cheaper than the next type's fastest. Scaling: throughput per GPU against the smallest GPU count of the same type. Rules: docs/reports.md.</p>");
+}
+
 /// Renders the whole report as one HTML page.
 pub fn html(r: &Report) -> String {
     let mut o = String::with_capacity(64 * 1024);
@@ -252,6 +380,9 @@ pub fn html(r: &Report) -> String {
                 b.months
             );
         }
+    }
+    if let Some(c) = &r.cost_per_unit {
+        cost_section(&mut o, c);
     }
     o.push_str("<p class=\"note\">Generated by bursar report. Rules: docs/reports.md.</p></body></html>\n");
     o

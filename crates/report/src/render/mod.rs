@@ -6,6 +6,7 @@ pub mod svg;
 
 use std::fmt::Write;
 
+use crate::cost::CostPerUnit;
 use crate::report::{Group, Report};
 
 pub use html::html;
@@ -151,6 +152,162 @@ pub fn table(r: &Report) -> String {
             "  each project on its cheapest mode: {:.2} {cur}, against {:.2} {cur} on demand",
             b.total_cheapest, b.total_on_demand
         );
+    }
+    if let Some(c) = &r.cost_per_unit {
+        cost_table(&mut out, c);
+    }
+    out
+}
+
+/// Three significant digits (`0.00278`, `4.17`, `1,234`): costs per unit are small numbers.
+pub fn sig(v: f64) -> String {
+    if !v.is_finite() || v == 0.0 {
+        return format!("{v}");
+    }
+    let mag = v.abs().log10().floor();
+    if mag >= 3.0 {
+        return thousands(v.round());
+    }
+    let decimals = (2.0 - mag).clamp(0.0, 12.0) as usize;
+    format!("{v:.decimals$}")
+}
+
+fn thousands(v: f64) -> String {
+    let digits = format!("{:.0}", v.abs());
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if v < 0.0 { format!("-{out}") } else { out }
+}
+
+fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    v.map_or_else(|| "-".to_owned(), f)
+}
+
+fn gpus(n: u32) -> String {
+    if n == 1 { "1 GPU".into() } else { format!("{n} GPUs") }
+}
+
+fn cost_table(out: &mut String, c: &CostPerUnit) {
+    let cur = c.currency.clone().unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "\nCost per unit of work by configuration and GPU type{}: {} runs with throughput",
+        if cur.is_empty() { String::new() } else { format!(" ({cur})") },
+        c.runs
+    );
+    if c.runs_without_config + c.runs_without_gpu_type > 0 {
+        let _ = writeln!(
+            out,
+            "  not counted: {} runs without a configuration, {} without a GPU type",
+            c.runs_without_config, c.runs_without_gpu_type
+        );
+    }
+    if !c.priced {
+        let _ = writeln!(out, "  no prices: pass --prices FILE (with [gpu_types]) for costs and the ranking");
+    }
+    for cfg in &c.configs {
+        let best = cfg.cheapest.as_ref().map_or(String::new(), |b| {
+            format!("; cheapest: {} on {} at {} per 1k {} on demand", b.gpu_type, gpus(b.gpus), sig(b.per_1k), cfg.unit)
+        });
+        let _ = writeln!(out, "\n  configuration {} ({}/s), {} runs{best}", cfg.config, cfg.unit, cfg.runs);
+        let header = [
+            "GPU type".to_owned(),
+            "GPUs".into(),
+            "runs".into(),
+            format!("{}/s per GPU", cfg.unit),
+            "min-max".into(),
+            "sd".into(),
+            "on demand /1k".into(),
+            "reserved /1k".into(),
+            "per task /1k".into(),
+            "rank".into(),
+            "vs cheapest".into(),
+            "scaling".into(),
+        ];
+        let mut rows: Vec<Vec<String>> = vec![header.to_vec()];
+        for row in &cfg.rows {
+            let rank = match (row.rank, row.separated) {
+                (Some(r), Some(false)) => format!("{r} (overlaps)"),
+                (Some(r), _) => r.to_string(),
+                (None, _) => "-".into(),
+            };
+            rows.push(vec![
+                row.gpu_type.clone(),
+                row.gpus.to_string(),
+                row.runs.to_string(),
+                sig(row.throughput_per_gpu),
+                format!("{}-{}", sig(row.min_per_gpu), sig(row.max_per_gpu)),
+                sig(row.stddev_per_gpu),
+                opt(row.per_1k("on_demand"), sig),
+                opt(row.per_1k("reserved"), sig),
+                opt(row.per_1k("per_task"), sig),
+                rank,
+                opt(row.vs_cheapest, |v| format!("{v:.2}x")),
+                match (row.scaling_efficiency, row.scaling_base_gpus) {
+                    (Some(e), Some(b)) => format!("{} of {}", pct(e), gpus(b)),
+                    _ => "-".into(),
+                },
+            ]);
+        }
+        let widths: Vec<usize> =
+            (0..header.len()).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+        for row in &rows {
+            let cells: Vec<String> = row
+                .iter()
+                .zip(&widths)
+                .enumerate()
+                .map(|(i, (v, w))| if i == 0 { format!("{v:<w$}") } else { format!("{v:>w$}") })
+                .collect();
+            let _ = writeln!(out, "    {}", cells.join("  ").trim_end());
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\nCost per 1k units = rate per GPU-hour / (throughput per GPU x 3600) x 1000; rank by on-demand cost at each GPU count \
+         (\"overlaps\": the cheapest type's slowest run is not cheaper than the next type's fastest); scaling = throughput per GPU \
+         against the smallest GPU count of the same type."
+    );
+}
+
+/// RFC 4180 CSV of the cost-per-unit section (`--cost-per-unit --format csv`): one row per
+/// configuration, unit, GPU type and GPU count.
+pub fn cost_csv(r: &Report) -> String {
+    let mut out = String::from(
+        "period,config,unit,gpu_type,gpus,runs,throughput_per_gpu,min_per_gpu,max_per_gpu,stddev_per_gpu,\
+         on_demand_per_1k,reserved_per_1k,per_task_per_1k,rank,vs_cheapest,separated,scaling_efficiency,scaling_base_gpus\r\n",
+    );
+    let Some(c) = &r.cost_per_unit else { return out };
+    let o = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
+    for cfg in &c.configs {
+        for row in &cfg.rows {
+            let fields = [
+                csv_field(&r.period),
+                csv_field(&cfg.config),
+                csv_field(&cfg.unit),
+                csv_field(&row.gpu_type),
+                row.gpus.to_string(),
+                row.runs.to_string(),
+                row.throughput_per_gpu.to_string(),
+                row.min_per_gpu.to_string(),
+                row.max_per_gpu.to_string(),
+                row.stddev_per_gpu.to_string(),
+                o(row.per_1k("on_demand")),
+                o(row.per_1k("reserved")),
+                o(row.per_1k("per_task")),
+                row.rank.map_or(String::new(), |v| v.to_string()),
+                o(row.vs_cheapest),
+                row.separated.map_or(String::new(), |v| v.to_string()),
+                o(row.scaling_efficiency),
+                row.scaling_base_gpus.map_or(String::new(), |v| v.to_string()),
+            ];
+            out.push_str(&fields.join(","));
+            out.push_str("\r\n");
+        }
     }
     out
 }
