@@ -15,7 +15,7 @@ use bursar_model::api::Rejected;
 use bursar_model::{Decision, Input, Timestamp, WallTick};
 
 use crate::decode::{self, Line, Origin};
-use crate::frame::{Frame, ReadError};
+use crate::frame::Frame;
 use crate::journal::{Entry, Journal, JournalError, Receipt};
 
 /// What the session counted.
@@ -97,6 +97,52 @@ impl Chunk {
         };
         self.items.push(item);
     }
+}
+
+/// [`Session::read`]'s reading side: frames and decodes `source` into chunks sent on `tx`, one at
+/// least per read of the source. Stops early, without error, when the applying side hangs up.
+fn read_chunks(
+    mut source: impl Read,
+    max_line: usize,
+    origin: Origin,
+    tx: &std::sync::mpsc::SyncSender<Chunk>,
+) -> std::io::Result<()> {
+    let mut framer = crate::frame::Framer::new(max_line);
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut chunk = Chunk::default();
+    let mut hung_up = false;
+    loop {
+        let n = match source.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                // What was read before the failure is still applied.
+                if !chunk.items.is_empty() {
+                    let _ = tx.send(chunk);
+                }
+                return Err(e);
+            }
+        };
+        framer.push(&buf[..n], |frame| {
+            chunk.push(frame, origin);
+            if chunk.items.len() >= CHUNK_LINES && !hung_up {
+                hung_up = tx.send(std::mem::take(&mut chunk)).is_err();
+            }
+        });
+        if hung_up {
+            return Ok(());
+        }
+        // Whatever this read completed goes now: a live source may not send more for a while.
+        if !chunk.items.is_empty() && tx.send(std::mem::take(&mut chunk)).is_err() {
+            return Ok(());
+        }
+    }
+    framer.finish(|frame| chunk.push(frame, origin));
+    if !chunk.items.is_empty() {
+        let _ = tx.send(chunk);
+    }
+    Ok(())
 }
 
 /// Reading a stream failed.
@@ -268,10 +314,13 @@ impl<J: Journal> Session<J> {
     /// input and calling `on_line` with what happened to each non-blank line.
     ///
     /// Two threads share the work: one reads, frames and decodes (the origin's rules included) into
-    /// chunks of [`CHUNK_LINES`] lines, the calling thread applies them in order — so decoding line
+    /// chunks, the calling thread applies them in order — so decoding line
     /// N+1 overlaps applying line N, and what is applied, in what order, and every count are exactly
-    /// what one thread would give. At most [`CHUNKS_IN_FLIGHT`] chunks wait, so memory stays bounded
-    /// however fast the source is. If the journal refuses, reading stops there.
+    /// what one thread would give. A chunk is handed over when it holds [`CHUNK_LINES`] lines or when
+    /// the source has nothing more to give at once, so a live stream (`--events -` from a pipe) is
+    /// applied as its lines arrive, never held back to fill a chunk. At most [`CHUNKS_IN_FLIGHT`]
+    /// chunks wait, so memory stays bounded however fast the source is. If the journal refuses,
+    /// reading stops there.
     pub fn read(
         &mut self,
         source: impl Read + Send,
@@ -281,24 +330,7 @@ impl<J: Journal> Session<J> {
         let origin = self.origin;
         let (tx, rx) = std::sync::mpsc::sync_channel::<Chunk>(CHUNKS_IN_FLIGHT);
         std::thread::scope(|scope| {
-            let reader = scope.spawn(move || {
-                let mut chunk = Chunk::default();
-                let read = crate::frame::read_frames(source, max_line, |frame| {
-                    chunk.push(frame, origin);
-                    if chunk.items.len() >= CHUNK_LINES {
-                        // The applying side hung up (the journal refused): stop reading.
-                        tx.send(std::mem::take(&mut chunk)).map_err(|_| ())?;
-                    }
-                    Ok::<(), ()>(())
-                });
-                if !chunk.items.is_empty() {
-                    let _ = tx.send(chunk);
-                }
-                match read {
-                    Err(ReadError::Read(io)) => Err(io),
-                    _ => Ok(()),
-                }
-            });
+            let reader = scope.spawn(move || read_chunks(source, max_line, origin, &tx));
             let mut applied = Ok(());
             'chunks: for chunk in rx {
                 for item in &chunk.items {
@@ -374,6 +406,48 @@ mod tests {
     }
 
     const SUBMIT: &str = r#"{"id":"e1","time":"2026-11-02T09:00:00Z","type":"job.submitted","job":{"id":"j1","project":"nlp","gpus":8,"requested_hours":4}}"#;
+
+    /// A source that gives what the test sends it, when it sends it: a pipe with a live producer.
+    struct Pipe(std::sync::mpsc::Receiver<Vec<u8>>, Vec<u8>);
+
+    impl std::io::Read for Pipe {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.1.is_empty() {
+                match self.0.recv() {
+                    Ok(bytes) => self.1 = bytes,
+                    Err(_) => return Ok(0),
+                }
+            }
+            let n = buf.len().min(self.1.len());
+            buf[..n].copy_from_slice(&self.1[..n]);
+            self.1.drain(..n);
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_live_stream_is_applied_as_its_lines_arrive_not_when_a_chunk_fills() {
+        let (feed, source) = std::sync::mpsc::channel::<Vec<u8>>();
+        let (seen_tx, seen) = std::sync::mpsc::channel::<String>();
+        let reader = std::thread::spawn(move || {
+            let mut s = session();
+            s.read(Pipe(source, Vec::new()), 1024, |o| {
+                if let LineOutcome::Input { id, .. } = o {
+                    let _ = seen_tx.send(id.clone());
+                }
+            })
+            .unwrap();
+            s.counts().applied
+        });
+        feed.send(format!("{SUBMIT}\n").into_bytes()).unwrap();
+        // The producer sends nothing more until the first line is decided.
+        let first = seen.recv_timeout(std::time::Duration::from_secs(20));
+        assert_eq!(first.as_deref(), Ok("e1"), "the first line waited for more input");
+        feed.send(br#"{"id":"e2","time":"2026-11-02T10:00:00Z","type":"job.started","job_id":"j1"}"#.to_vec()).unwrap();
+        drop(feed);
+        assert_eq!(reader.join().unwrap(), 2, "the last line, without its newline, is applied at the end");
+        assert_eq!(seen.recv().as_deref(), Ok("e2"));
+    }
 
     #[test]
     fn a_stream_is_applied_line_by_line_and_every_bad_line_reported_by_its_number() {
