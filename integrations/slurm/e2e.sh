@@ -10,8 +10,9 @@
 #   3. a job needing approval held (and not releasable by its owner), listed by `bursar pending`, refused
 #      to a non-approver and released after `bursar approve … --as bob`;
 #   4. a deferrable job given bursar's begin time;
-#   5. an idle job (low utilisation samples) alerted, then cancelled by the enforcer, the action recorded;
-#      (2 and 5 also check the Prolog/Epilog pair's dcgm-exporter job mapping files)
+#   5. an idle job alerted, then cancelled by the enforcer, the action recorded — its utilisation read
+#      from a real Prometheus (`serve --utilisation`) scraping a dcgm-exporter stand-in that labels each
+#      GPU with the job the Prolog mapped to it (2 and 5 also check the Prolog/Epilog mapping files);
 #   6. each decision in the audit log next to Slurm's job id, and each enforcer action recorded;
 #   7. both agents killed and restarted from scratch: nothing done or recorded twice;
 #   8. with bursar down, submissions rejected (fail closed).
@@ -31,7 +32,7 @@ ok() { say "ok: $*"; }
 
 # --- 1. packages ---------------------------------------------------------------------------------------
 missing=0
-for b in slurmctld slurmd sbatch squeue scancel scontrol munged mungekey curl sqlite3; do
+for b in slurmctld slurmd sbatch squeue scancel scontrol munged mungekey curl sqlite3 prometheus; do
   command -v "$b" >/dev/null 2>&1 || missing=1
 done
 if [ $missing = 1 ]; then
@@ -40,7 +41,7 @@ if [ $missing = 1 ]; then
   if [ ! -e /usr/sbin/policy-rc.d ]; then   # keep the packages' init scripts from starting daemons
     printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod 755 /usr/sbin/policy-rc.d; made_policy=1
   fi
-  pkgs=(slurmctld slurmd slurm-client munge curl sqlite3)
+  pkgs=(slurmctld slurmd slurm-client munge curl sqlite3 prometheus)
   export DEBIAN_FRONTEND=noninteractive
   apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null 2>&1 \
     || { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null; }
@@ -54,12 +55,20 @@ if [ -z "${BURSAR:-}" ]; then
   BURSAR=${CARGO_TARGET_DIR:-$ROOT/target}/debug/bursar
 fi
 [ -x "$BURSAR" ] || fail "no bursar binary at $BURSAR"
+# The dcgm-exporter stand-in (crates/testkit): a GPU's load is the one thing that cannot be had here.
+FAKE_DCGM=${FAKE_DCGM:-$(dirname "$BURSAR")/bursar-fake-dcgm}
+if [ ! -x "$FAKE_DCGM" ]; then
+  say "building the dcgm-exporter stand-in"
+  (cd "$ROOT" && cargo build -q -p bursar-testkit --bin bursar-fake-dcgm)
+  FAKE_DCGM=${CARGO_TARGET_DIR:-$ROOT/target}/debug/bursar-fake-dcgm
+fi
+[ -x "$FAKE_DCGM" ] || fail "no bursar-fake-dcgm binary at $FAKE_DCGM"
 
 # --- 3. work folder and cleanup ------------------------------------------------------------------------
 WORK=$(mktemp -d /tmp/bursar-slurm-e2e.XXXXXX)
 chmod 755 "$WORK"
 LAB=$WORK/lab
-SERVE_PID= WATCH_PID= ENFORCE_PID=
+SERVE_PID= WATCH_PID= ENFORCE_PID= DCGM_PID= PROM_PID=
 alive() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null); [ -n "$st" ] && [ "${st#Z}" = "$st" ]; }
 stop_pid() {  # $1 = pid of a child of this shell
   [ -n "$1" ] || return 0
@@ -75,15 +84,15 @@ cleanup() {
   set +e
   stop_pid "$ENFORCE_PID"; stop_pid "$WATCH_PID"
   [ -d "$LAB" ] && LAB=$LAB "$HERE/down.sh"
-  stop_pid "$SERVE_PID"
+  stop_pid "$SERVE_PID"; stop_pid "$PROM_PID"; stop_pid "$DCGM_PID"
   local left=""
-  for p in $ENFORCE_PID $WATCH_PID $SERVE_PID; do alive "$p" && left="$left $p"; done
+  for p in $ENFORCE_PID $WATCH_PID $SERVE_PID $PROM_PID $DCGM_PID; do alive "$p" && left="$left $p"; done
   for f in "$LAB/run/slurmctld.pid" "$LAB/run/slurmd.pid" "$LAB/munge/munged.pid"; do
     [ -f "$f" ] && alive "$(cat "$f")" && left="$left $(cat "$f")"
   done
   [ -n "$left" ] && { echo "e2e.sh: processes still running:$left" >&2; rc=1; }
   if [ $rc != 0 ]; then
-    for f in serve.log watch.log enforce.log lab/log/slurmctld.log; do
+    for f in serve.log watch.log enforce.log dcgm.log prometheus.log lab/log/slurmctld.log; do
       [ -f "$WORK/$f" ] && { echo "----- $f (last 25 lines)"; tail -n 25 "$WORK/$f"; }
     done
     echo "e2e.sh: FAILED (work folder kept: $WORK)"
@@ -110,9 +119,50 @@ sed -i -e "s/^start = .*/start = \"$(printf %02d $OFF_START):00\"/" -e "s/^end =
        -e 's/^utc_offset = .*/utc_offset = "+00:00"/' "$WORK/policies/placement.toml"
 grep -q "start = \"$(printf %02d $OFF_START):00\"" "$WORK/policies/placement.toml" || fail "could not set the off-peak window"
 
-# --- 5. bursar serve -----------------------------------------------------------------------------------
+# --- 5. utilisation: dcgm-exporter stand-in -> Prometheus -> bursar serve --utilisation -----------------
+# The stand-in serves dcgm-exporter's /metrics for the node's 8 GPUs, each labelled hpc_job=<Slurm id>
+# from the mapping files the Prolog writes; a GPU running a job reads busy (0.9) unless the test wrote
+# a load for that job under $WORK/load. Prometheus scrapes it every second on a loopback port.
+mkdir -p "$LAB/dcgm-job-map" "$WORK/load" "$WORK/prometheus"
+"$FAKE_DCGM" --map-dir "$LAB/dcgm-job-map" --load-dir "$WORK/load" --gpus 8 --hostname lab \
+  --port-file "$WORK/dcgm.port" > "$WORK/dcgm.log" 2>&1 &
+DCGM_PID=$!
+for _ in $(seq 100); do [ -s "$WORK/dcgm.port" ] && break; alive $DCGM_PID || break; sleep 0.1; done
+[ -s "$WORK/dcgm.port" ] || fail "the dcgm-exporter stand-in did not start"
+cat > "$WORK/prometheus/prometheus.yml" <<YML
+global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+scrape_configs:
+  - job_name: dcgm
+    static_configs:
+      - targets: ["127.0.0.1:$(cat "$WORK/dcgm.port")"]
+YML
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PROM_PORT=$(free_port)
+prometheus --config.file="$WORK/prometheus/prometheus.yml" --storage.tsdb.path="$WORK/prometheus/data" \
+  --web.listen-address="127.0.0.1:$PROM_PORT" > "$WORK/prometheus.log" 2>&1 &
+PROM_PID=$!
+for _ in $(seq 150); do curl -sf "http://127.0.0.1:$PROM_PORT/-/ready" >/dev/null && break; alive $PROM_PID || break; sleep 0.2; done
+curl -sf "http://127.0.0.1:$PROM_PORT/-/ready" >/dev/null || fail "Prometheus did not start"
+cat > "$WORK/utilisation.toml" <<TOML
+[prometheus]
+server = "http://127.0.0.1:$PROM_PORT"
+interval = "1s"
+lag = "1s"
+max_age = "3s"
+timeout = "2s"
+
+[jobs]
+keys = "slurm"
+slurm_cluster = "lab"
+TOML
+ok "Prometheus on port $PROM_PORT (pid $PROM_PID) scraping the dcgm-exporter stand-in (pid $DCGM_PID)"
+
+# --- 6. bursar serve -----------------------------------------------------------------------------------
 "$BURSAR" serve --policies "$WORK/policies" --audit "$WORK/audit.db" --listen 127.0.0.1:0 \
-  --port-file "$WORK/port" --fast-commit --tick 500ms > "$WORK/serve.log" 2>&1 &
+  --port-file "$WORK/port" --fast-commit --tick 500ms --utilisation "$WORK/utilisation.toml" \
+  > "$WORK/serve.log" 2>&1 &
 SERVE_PID=$!
 for _ in $(seq 300); do [ -s "$WORK/port" ] && break; alive $SERVE_PID || break; sleep 0.1; done
 [ -s "$WORK/port" ] || fail "bursar serve did not start"
@@ -121,13 +171,13 @@ API=http://127.0.0.1:$PORT
 curl -sf "$API/healthz" >/dev/null || fail "bursar serve does not answer /healthz"
 ok "bursar serve on port $PORT (pid $SERVE_PID)"
 
-# --- 6. the cluster ------------------------------------------------------------------------------------
+# --- 7. the cluster ------------------------------------------------------------------------------------
 LAB=$LAB BURSAR_URL=$API/v1/admit SLURMCTLD_PORT=${SLURMCTLD_PORT:-16817} SLURMD_PORT=${SLURMD_PORT:-16818} \
   "$HERE/up.sh" | sed 's/^/    /'
 export SLURM_CONF=$LAB/etc/slurm.conf
 ok "Slurm up: $(sinfo -h -o '%n %T %G')"
 
-# --- 7. the agents -------------------------------------------------------------------------------------
+# --- 8. the agents -------------------------------------------------------------------------------------
 "$BURSAR" slurm watch --server "127.0.0.1:$PORT" --cluster lab --state "$WORK/watch.json" --interval 300ms \
   > "$WORK/watch.log" 2>&1 &
 WATCH_PID=$!
@@ -241,15 +291,24 @@ wait_state "$IDLE" RUNNING 20
 IDLE_BID=$(scontrol show job "$IDLE" | grep -o 'bursar_job=lab-[0-9a-f]\{12\}' | cut -d= -f2)
 for _ in $(seq 50); do job_view "$IDLE_BID" | grep -q '"started":"' && break; sleep 0.2; done
 job_view "$IDLE_BID" | grep -q '"started":"' || fail "the watcher did not report job $IDLE as started"
-n=0
-while [ "$(state_of "$IDLE")" = RUNNING ] && [ $n -lt 60 ]; do
-  n=$((n + 1))
-  post "{\"id\":\"e2e-sample-$IDLE-$n\",\"time\":\"$(NOW)\",\"type\":\"job.sample\",\"job_id\":\"$IDLE_BID\",\"gpu_util\":0.01,\"mem_util\":0.2}"
-  sleep 0.5
-done
-wait_state "$IDLE" CANCELLED 10
+# Its GPU goes quiet: the stand-in reports 1 % engine activity for it, Prometheus scrapes that, and
+# serve's utilisation source turns it into job.sample events. Nothing is posted by hand.
+echo 0.01 > "$WORK/load/$IDLE"
+wait_state "$IDLE" CANCELLED 45
 grep -q "alert.*$IDLE_BID\|$IDLE_BID.*alert" "$WORK/enforce.log" || fail "the enforcer saw no alert for $IDLE_BID"
-ok "Slurm job $IDLE (bursar $IDLE_BID) alerted, then cancelled after $n low samples"
+samples=$(sqlite3 "$WORK/audit.db" "SELECT count(*) FROM events WHERE type = 'job.sample' AND job = '$IDLE_BID'")
+[ "$samples" -gt 0 ] || fail "no job.sample of $IDLE_BID in the audit log"
+# Every sample is the Prometheus source's (its ids are prom-<job>-<evaluation time>).
+other=$(sqlite3 "$WORK/audit.db" "SELECT count(*) FROM events WHERE type = 'job.sample' AND event_id NOT LIKE 'prom-%'")
+[ "$other" = 0 ] || fail "$other samples in the audit log did not come from Prometheus"
+low=$(sqlite3 "$WORK/audit.db" "SELECT count(*) FROM events WHERE type = 'job.sample' AND job = '$IDLE_BID' AND raw LIKE '%\"gpu_util\":0.01%'")
+[ "$low" -gt 0 ] || fail "no sample of $IDLE_BID carries the stand-in's 1 %: $(sqlite3 "$WORK/audit.db" "SELECT raw FROM events WHERE type = 'job.sample' AND job = '$IDLE_BID' LIMIT 2")"
+ok "Slurm job $IDLE (bursar $IDLE_BID) alerted, then cancelled; $samples samples, all read from Prometheus"
+# The busy job next to it was sampled too, and left alone.
+busy=$(sqlite3 "$WORK/audit.db" "SELECT count(*) FROM events WHERE type = 'job.sample' AND job = '$ALLOW_BID'")
+[ "$busy" -gt 0 ] || fail "no job.sample of the busy job $ALLOW_BID: is Prometheus attributing GPUs?"
+[ "$(state_of "$ALLOW")" = RUNNING ] || fail "the busy job $ALLOW is $(state_of "$ALLOW"), not RUNNING"
+ok "the busy Slurm job $ALLOW: $busy samples from Prometheus, still running"
 for _ in $(seq 50); do [ "$(mapped "$IDLE")" = 0 ] && break; sleep 0.2; done
 [ "$(mapped "$IDLE")" = 0 ] || fail "the epilog left job $IDLE in the mapping files"
 ok "epilog: Slurm job $IDLE gone from the mapping files"
