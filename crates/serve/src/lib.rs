@@ -27,7 +27,9 @@
 //! - [`socket`]: events as JSON Lines over a Unix socket.
 //! - [`utilisation`]: GPU utilisation from Prometheus (dcgm-exporter) as `job.sample` events.
 //! - [`metrics`], [`views`]: `/metrics`; job and project views.
+//! - [`cluster`]: `serve --cluster`, one instance of a cluster on NATS JetStream (`bursar-cluster`).
 
+pub mod cluster;
 pub mod core;
 pub mod http;
 pub mod listen;
@@ -86,6 +88,9 @@ pub enum ServeError {
         /// The error.
         message: String,
     },
+    /// `--cluster`: the cluster could not start (NATS unreachable, a policy that spans partitions).
+    #[error("{0}")]
+    Cluster(String),
     /// The engine thread stopped on an error (already logged).
     #[error("the engine stopped on an audit-log error; restart to resume from the log")]
     EngineFailed,
