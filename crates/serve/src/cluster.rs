@@ -240,6 +240,17 @@ pub async fn serve_cluster(
         .local_addr()
         .map_err(|e| ServeError::Io { context: "read the bound address".into(), message: e.to_string() })?;
     crate::check_bind(addr, config.token.as_deref())?;
+    for (on, flag) in [
+        (config.socket.is_some(), "--socket"),
+        (config.admit_listen.is_some(), "--admit-listen"),
+        (config.utilisation.is_some(), "--utilisation"),
+    ] {
+        if on {
+            return Err(ServeError::Cluster(format!(
+                "`{flag}` is not available with `--cluster` yet: send events to any instance's POST /v1/events (docs/cluster.md)"
+            )));
+        }
+    }
     let set = Arc::new(compile(&config).await?);
     cluster.audit = config.audit.clone();
     cluster.durable = config.durable;
