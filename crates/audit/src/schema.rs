@@ -114,7 +114,7 @@ CREATE TABLE engine_snapshots (
 /// definition of the job lifecycle that the report's accounting reads. Derived data: replaying the
 /// events through the engine gives the same rows.
 const V3: &str = r#"
-CREATE TABLE lifecycle (
+CREATE TABLE IF NOT EXISTS lifecycle (
     event_seq INTEGER NOT NULL,
     n         INTEGER NOT NULL,
     job       TEXT NOT NULL,
@@ -123,7 +123,7 @@ CREATE TABLE lifecycle (
     time      INTEGER NOT NULL,
     PRIMARY KEY (event_seq, n)
 ) WITHOUT ROWID;
-CREATE INDEX lifecycle_job ON lifecycle(job, event_seq);
+CREATE INDEX IF NOT EXISTS lifecycle_job ON lifecycle(job, event_seq);
 "#;
 
 const V2: &str = r#"

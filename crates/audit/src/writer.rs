@@ -19,7 +19,7 @@ use std::thread::JoinHandle;
 
 use bursar_engine::{PolicySet, SourceFile};
 use bursar_model::api::Sequenced;
-use bursar_session::{Entry, Journal, JournalError, Receipt};
+use bursar_session::{Entry, FlushDone, Journal, JournalError, Receipt};
 
 use crate::error::{AuditError, Result};
 use crate::log::{Appended, AuditLog, Record};
@@ -107,6 +107,8 @@ enum Msg {
     ReloadFailed { error: String, in_force: String },
     Snapshot { policy_set: String, blob: Vec<u8>, keep: usize, reply: SyncSender<std::result::Result<i64, String>> },
     Flush(SyncSender<Vec<Receipt>>),
+    /// Call back with the receipts of the records sent since the previous flush once committed.
+    FlushThen(FlushDone),
 }
 
 /// A running writer thread.
@@ -228,6 +230,13 @@ impl Journal for Writer {
         self.send(Msg::Flush(reply)).map_err(journal_err)?;
         rx.recv().map_err(|_| journal_err(self.stopped()))
     }
+
+    /// Queues the callback behind the records sent so far and returns: the writer thread calls it
+    /// after the commit that makes them durable. Flushes queued back to back share one commit (group
+    /// commit across the caller's batches).
+    fn flush_then(&mut self, done: FlushDone) -> Result<(), JournalError> {
+        self.send(Msg::FlushThen(done)).map_err(journal_err)
+    }
 }
 
 struct Thread {
@@ -238,6 +247,14 @@ struct Thread {
     stats: WriterStats,
     group: Vec<Record>,
     receipts: Vec<Receipt>,
+    /// Records received since the last flush of either kind.
+    since_flush: usize,
+    /// Callbacks waiting for a commit, each with how many of the oldest receipts are its own.
+    waiting: std::collections::VecDeque<(usize, FlushDone)>,
+    /// The sender marks the end of its batches with [`Msg::FlushThen`]: commit when one is waiting,
+    /// not whenever the channel is momentarily empty (which, mid-batch, would spend a commit on half
+    /// of it).
+    flush_driven: bool,
 }
 
 impl Thread {
@@ -318,6 +335,7 @@ impl Thread {
     fn handle(&mut self, msg: Msg) -> Result<()> {
         match msg {
             Msg::Record(r) => {
+                self.since_flush += 1;
                 self.group.push(r);
                 if self.group.len() >= self.config.max_group.max(1) {
                     self.commit()?;
@@ -350,9 +368,34 @@ impl Thread {
             }
             Msg::Flush(reply) => {
                 self.commit()?;
+                self.call_back();
+                self.since_flush = 0;
                 let _ = reply.send(std::mem::take(&mut self.receipts));
             }
+            Msg::FlushThen(done) => {
+                // Not committed yet: whatever else is queued joins the group, and the callbacks run
+                // after the commit that ends this round ([`run`]).
+                self.flush_driven = true;
+                self.waiting.push_back((std::mem::take(&mut self.since_flush), done));
+            }
         }
+        Ok(())
+    }
+
+    /// Calls the waiting callbacks, in order, each with its own receipts: only after a commit, so
+    /// everything they cover is durable.
+    fn call_back(&mut self) {
+        while let Some((n, done)) = self.waiting.pop_front() {
+            let n = n.min(self.receipts.len());
+            let mine: Vec<Receipt> = self.receipts.drain(..n).collect();
+            done(mine);
+        }
+    }
+
+    /// Commits the group, then answers the callbacks it completes.
+    fn commit_and_call_back(&mut self) -> Result<()> {
+        self.commit()?;
+        self.call_back();
         Ok(())
     }
 }
@@ -372,12 +415,15 @@ fn run(
         stats: WriterStats::default(),
         group: Vec::with_capacity(config.max_group.clamp(1, 64 * 1024)),
         receipts: Vec::new(),
+        since_flush: 0,
+        waiting: std::collections::VecDeque::new(),
+        flush_driven: false,
     };
     loop {
         match rx.recv() {
             Ok(m) => t.handle(m)?,
             Err(_) => {
-                t.commit()?;
+                t.commit_and_call_back()?;
                 // Closed: sign what a witness that signs every so often still has pending.
                 t.log.sign_pending()?;
                 return Ok(t.stats);
@@ -389,12 +435,17 @@ fn run(
                 Ok(m) => t.handle(m)?,
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => {
-                    t.commit()?;
+                    t.commit_and_call_back()?;
                     t.log.sign_pending()?;
                     return Ok(t.stats);
                 }
             }
         }
-        t.commit()?;
+        if t.flush_driven && t.waiting.is_empty() {
+            // Records of a batch whose end has not arrived yet: they wait for it (the group still
+            // commits at `max_group`).
+            continue;
+        }
+        t.commit_and_call_back()?;
     }
 }

@@ -182,3 +182,50 @@ fn the_writer_thread_hands_on_only_committed_entries_and_reports_a_full_disk() {
     // Everything handed on is stored, in the same order; nothing was handed on that is not stored.
     assert_eq!(stored, handed);
 }
+
+#[test]
+fn flush_then_calls_back_in_order_with_each_batchs_own_receipts_once_they_are_committed() {
+    use bursar_audit::Journal;
+    let dir = TempDir::new("flush-then");
+    let db = dir.path("f.db");
+    let log = AuditLog::open(&db, Durability::Durable).unwrap();
+    let mut w = Writer::spawn(
+        log,
+        WriterConfig { receipts: true, ..WriterConfig::default() },
+        bursar_audit::no_hook(),
+    )
+    .unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<(u64, Vec<String>, Vec<String>)>::new()));
+    for batch in 0..40u64 {
+        for k in 0..3 {
+            let i = batch * 3 + k;
+            w.send_record(entry(i, "nlp", "a", 2, DecisionKind::Allow, "p", "d")).unwrap();
+        }
+        let seen = seen.clone();
+        let db = db.clone();
+        w.flush_then(Box::new(move |receipts| {
+            let ids: Vec<String> =
+                receipts.iter().flat_map(|r| r.decisions.iter().map(|s| s.decision.decision_id.clone())).collect();
+            // Called only once durable: a fresh reader already sees every decision it is told about.
+            let read = AuditLog::open_read(&db).unwrap();
+            let stored: Vec<String> =
+                read.decisions_since(0, usize::MAX).unwrap().into_iter().map(|d| d.decision_id).collect();
+            let missing: Vec<String> = ids.iter().filter(|id| !stored.contains(id)).cloned().collect();
+            seen.lock().unwrap().push((batch, ids, missing));
+        }))
+        .unwrap();
+    }
+    // A plain flush after the callbacks: they have all run, and nothing is left for it.
+    let rest = w.flush().unwrap();
+    assert!(rest.is_empty(), "{rest:?}");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 40);
+    for (n, (batch, ids, missing)) in seen.iter().enumerate() {
+        assert_eq!(*batch, n as u64, "callbacks run in the order of their flushes");
+        let want: Vec<String> = (0..3).map(|k| format!("e{}/0", batch * 3 + k)).collect();
+        assert_eq!(ids, &want, "each callback gets exactly its own batch's receipts");
+        assert!(missing.is_empty(), "told about decisions not yet committed: {missing:?}");
+    }
+    let stats = w.finish().unwrap();
+    assert_eq!(stats.entries, 120);
+}

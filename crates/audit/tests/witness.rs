@@ -10,7 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use bursar_audit::verify::{ProblemKind, Report, prune, verify, verify_with_witness};
-use bursar_audit::{AuditLog, Durability, Record, PublicKey, SigningKey, SourceFile, Witness, Writer, WriterConfig};
+use bursar_audit::{AuditLog, Durability, PublicKey, Record, SigningKey, SourceFile, Witness, Writer, WriterConfig};
 use bursar_model::DecisionKind;
 use common::{TempDir, entry, rehash, sql};
 
@@ -218,7 +218,12 @@ fn the_writer_thread_signs_through_the_log_it_was_given() {
     let mut log = AuditLog::open(&db, Durability::Durable).unwrap();
     let w = Witness::open(SigningKey::generate().unwrap(), &wit).unwrap().every(std::time::Duration::from_secs(3600));
     log.set_witness(w);
-    let mut writer = Writer::spawn(log, WriterConfig { capacity: 4, max_group: 2, ..WriterConfig::default() }, Box::new(|_, _| Ok(()))).unwrap();
+    let mut writer = Writer::spawn(
+        log,
+        WriterConfig { capacity: 4, max_group: 2, ..WriterConfig::default() },
+        Box::new(|_, _| Ok(())),
+    )
+    .unwrap();
     for e in batch(1, 9) {
         writer.send_record(e).unwrap();
     }

@@ -66,7 +66,7 @@ enum Command {
         /// With --audit: `durable` (fsync each group commit) or `fast` (may lose the last few ms on power loss).
         #[arg(long, value_enum, default_value_t = bursar::audit::DurabilityArg::Durable, requires = "audit")]
         durability: bursar::audit::DurabilityArg,
-        /// The longest event line accepted, in bytes (longer lines are reported and skipped); default 8 MiB.
+        /// The longest event line accepted, in bytes (longer lines are reported and skipped); default 64 MiB.
         #[arg(long, value_name = "BYTES")]
         max_line: Option<usize>,
         /// Evaluate with a policy directory that holds no policy (every job is allowed).

@@ -30,7 +30,7 @@ fn a_killed_eval_leaves_a_log_holding_every_printed_decision() {
     }
     let db = dir.join("k.db");
     let mut child = Command::new(env!("CARGO_BIN_EXE_bursar"))
-        .args(["eval", "--policies"])
+        .args(["eval", "--allow-empty", "--policies"])
         .arg(dir.join("policies"))
         .arg("--events")
         .arg(&events)
@@ -75,7 +75,7 @@ fn a_killed_eval_leaves_a_log_holding_every_printed_decision() {
     let v = Command::new(env!("CARGO_BIN_EXE_bursar")).args(["audit", "--db"]).arg(&db).arg("verify").output().unwrap();
     assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
     let rerun = Command::new(env!("CARGO_BIN_EXE_bursar"))
-        .args(["eval", "--durability", "fast", "--policies"])
+        .args(["eval", "--allow-empty", "--durability", "fast", "--policies"])
         .arg(dir.join("policies"))
         .arg("--events")
         .arg(&events)

@@ -149,7 +149,7 @@ fn generated_stream_is_deterministic_and_eval_consumes_it() {
     let dir = std::env::temp_dir().join(format!("bursar-import-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_bursar"))
-        .args(["eval", "--policies", dir.to_str().unwrap(), "--events", "-", "--summary-json"])
+        .args(["eval", "--allow-empty", "--policies", dir.to_str().unwrap(), "--events", "-", "--summary-json"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -385,10 +385,12 @@ pub struct CatchUp {
 /// The facts tables of one audit database.
 #[derive(Debug)]
 pub struct FactsStore {
+    /// The audit tables, read only through `bursar-audit`'s typed reads. Declared (so dropped) before
+    /// the write connection: SQLite checkpoints the WAL into the file when the last connection
+    /// closes, which a read-only one cannot do, so the write connection must close last.
+    log: AuditLog,
     /// The facts tables (read-write).
     conn: Connection,
-    /// The audit tables, read only through `bursar-audit`'s typed reads.
-    log: AuditLog,
     path: String,
     hints: PolicyHints,
 }

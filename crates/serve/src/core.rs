@@ -3,10 +3,13 @@
 //!
 //! Handlers, the ticker and the reloader send [`Work`] over a bounded channel (a full channel makes
 //! senders wait: back-pressure, never an unbounded buffer). The thread takes whatever is queued (up to
-//! [`MAX_BATCH`] items), applies it in arrival order through the session, flushes the journal once
-//! (one group commit for the whole batch) and only then answers the senders from the receipts and
-//! publishes the decisions to the live streams. So an answer always describes something durable, and
-//! a decision a client saw is always in the log.
+//! [`MAX_BATCH`] items), applies it in arrival order through the session and hands the batch's
+//! records to the audit writer with a callback ([`bursar_session::Journal::flush_then`]). It does not
+//! wait for the commit: while the writer commits batch N (in one transaction with whatever else is
+//! queued behind it), this thread applies batch N+1. The writer calls back after the commit, and only
+//! then are the decisions published to the live streams and the senders answered from the receipts.
+//! So an answer always describes something durable, and a decision a client saw is always in the log;
+//! if the writer fails, the callbacks are dropped and their senders see an error, never an answer.
 //!
 //! Wall-clock ticks are the session's [`bursar_model::Input::WallTick`]s: a tick that fired a timer
 //! is journaled as a `bursar.tick` line; one that fired nothing only before the next input. On start,
@@ -15,7 +18,7 @@
 //! state is exactly what it was when the last batch committed.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use bursar_audit::{AuditLog, Writer};
@@ -178,8 +181,8 @@ pub struct Core {
     session: Session<Writer>,
     metrics: Arc<Metrics>,
     decisions: broadcast::Sender<Arc<Sequenced>>,
-    /// Last input seq committed.
-    last_event_seq: u64,
+    /// Last input seq committed (set by the writer's thread as commits land).
+    committed: Arc<AtomicU64>,
     /// Input seq covered by the last snapshot.
     snapshot_seq: u64,
     /// The Prometheus source's job index, when it runs.
@@ -195,7 +198,14 @@ impl Core {
         last_event_seq: u64,
         jobs: Option<crate::utilisation::JobIndex>,
     ) -> Core {
-        Core { session, metrics, decisions, last_event_seq, snapshot_seq: last_event_seq, jobs }
+        Core {
+            session,
+            metrics,
+            decisions,
+            committed: Arc::new(AtomicU64::new(last_event_seq)),
+            snapshot_seq: last_event_seq,
+            jobs,
+        }
     }
 
     /// Runs until [`Work::Shutdown`] or until every sender is gone; writes a final snapshot.
@@ -231,7 +241,7 @@ impl Core {
             }
             if !want_snapshot.is_empty()
                 || stop
-                || (last_snapshot.elapsed() >= snapshot_every && self.last_event_seq > self.snapshot_seq)
+                || (last_snapshot.elapsed() >= snapshot_every && self.committed.load(Ordering::Relaxed) > self.snapshot_seq)
             {
                 let r = self.snapshot();
                 if let Err(e) = &r {
@@ -246,7 +256,7 @@ impl Core {
         if !stop && let Err(e) = self.snapshot() {
             tracing::error!(error = %e, "cannot write the engine snapshot");
         }
-        tracing::info!(event_seq = self.last_event_seq, "engine stopped");
+        tracing::info!(event_seq = self.committed.load(Ordering::Relaxed), "engine stopped");
     }
 
     /// Writes a snapshot covering everything journaled.
@@ -256,7 +266,7 @@ impl Core {
         let digest = self.session.engine().policies().digest().to_owned();
         let seq = self.session.journal_mut().snapshot(&digest, blob, SNAPSHOTS_KEPT).map_err(|e| e.to_string())?;
         let seq = u64::try_from(seq).unwrap_or(0);
-        self.last_event_seq = self.last_event_seq.max(seq);
+        self.committed.fetch_max(seq, Ordering::Relaxed);
         self.snapshot_seq = seq;
         self.metrics.snapshots.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(event_seq = seq, bytes, "engine snapshot written");
@@ -326,58 +336,77 @@ impl Core {
             }
         }
 
-        // One commit for the batch, then the receipts say what is durable.
-        let started = Instant::now();
-        let mut receipts: Vec<Receipt> = self.session.flush().map_err(|e| e.to_string())?;
-        if !receipts.is_empty() {
-            self.metrics.commit.observe(started.elapsed());
-        }
-        for r in &receipts {
-            if let Some(s) = r.input_seq {
-                self.last_event_seq = self.last_event_seq.max(s);
-            }
-            self.metrics.count_decisions(r.decisions.iter().map(|s| &s.decision));
-            for d in &r.decisions {
-                let _ = self.decisions.send(Arc::new(d.clone()));
-            }
-        }
+        // The batch's records are with the writer: it commits them (together with whatever else is
+        // queued behind them) while this thread goes on to the next batch, and calls back once they
+        // are durable. Only then are the decisions published and the senders answered.
         let engine = self.session.engine();
         self.metrics.tracked_jobs.store(engine.state().tracked_jobs() as u64, Ordering::Relaxed);
         self.metrics.timers.store(engine.timers().len() as u64, Ordering::Relaxed);
-        for a in after {
-            match a {
-                After::Inputs { reply, items } => {
-                    let outcomes = items
-                        .into_iter()
-                        .map(|(line, id, entry)| {
-                            let receipt = entry.and_then(|i| receipts.get_mut(i));
-                            Outcome {
-                                line,
-                                id,
-                                duplicate: entry.is_none() || receipt.as_ref().is_some_and(|r| r.duplicate),
-                                decisions: receipt.map(|r| std::mem::take(&mut r.decisions)).unwrap_or_default(),
-                            }
-                        })
-                        .collect();
-                    let _ = reply.send(Ok(outcomes));
-                }
-                After::Ack(reply) => {
-                    let _ = reply.send(Ok(()));
-                }
-                After::Job(reply, v) => {
-                    let _ = reply.send(*v);
-                }
-                After::Running(reply, v) => {
-                    let _ = reply.send(v);
-                }
-                After::Count(reply, n) => {
-                    let _ = reply.send(n);
-                }
-                After::Project(reply, v) => {
-                    let _ = reply.send(*v);
-                }
+        let started = Instant::now();
+        let metrics = self.metrics.clone();
+        let decisions = self.decisions.clone();
+        let committed = self.committed.clone();
+        self.session
+            .flush_then(Box::new(move |receipts| answer(receipts, after, started, &metrics, &decisions, &committed)))
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
+/// Publishes a durable batch's decisions and answers its senders (on the audit writer's thread,
+/// after the commit).
+fn answer(
+    mut receipts: Vec<Receipt>,
+    after: Vec<After>,
+    started: Instant,
+    metrics: &Metrics,
+    decisions: &broadcast::Sender<Arc<Sequenced>>,
+    committed: &AtomicU64,
+) {
+    if !receipts.is_empty() {
+        metrics.commit.observe(started.elapsed());
+    }
+    for r in &receipts {
+        if let Some(s) = r.input_seq {
+            committed.fetch_max(s, Ordering::Relaxed);
+        }
+        metrics.count_decisions(r.decisions.iter().map(|s| &s.decision));
+        for d in &r.decisions {
+            let _ = decisions.send(Arc::new(d.clone()));
+        }
+    }
+    for a in after {
+        match a {
+            After::Inputs { reply, items } => {
+                let outcomes = items
+                    .into_iter()
+                    .map(|(line, id, entry)| {
+                        let receipt = entry.and_then(|i| receipts.get_mut(i));
+                        Outcome {
+                            line,
+                            id,
+                            duplicate: entry.is_none() || receipt.as_ref().is_some_and(|r| r.duplicate),
+                            decisions: receipt.map(|r| std::mem::take(&mut r.decisions)).unwrap_or_default(),
+                        }
+                    })
+                    .collect();
+                let _ = reply.send(Ok(outcomes));
+            }
+            After::Ack(reply) => {
+                let _ = reply.send(Ok(()));
+            }
+            After::Job(reply, v) => {
+                let _ = reply.send(*v);
+            }
+            After::Running(reply, v) => {
+                let _ = reply.send(v);
+            }
+            After::Count(reply, n) => {
+                let _ = reply.send(n);
+            }
+            After::Project(reply, v) => {
+                let _ = reply.send(*v);
             }
         }
-        Ok(())
     }
 }

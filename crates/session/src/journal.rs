@@ -81,7 +81,23 @@ pub trait Journal {
     /// Returns once everything taken so far is durable (and handed on), with one receipt per entry
     /// taken since the last flush, in order (or none, for a journal that does not number entries).
     fn flush(&mut self) -> Result<Vec<Receipt>, JournalError>;
+
+    /// Like [`Journal::flush`], but without waiting: `done` is called with the receipts once
+    /// everything taken so far is durable, and the caller may go on appending meanwhile (`serve`
+    /// applies its next batch while the previous one commits). Callbacks run in the order of their
+    /// calls. If the journal fails before the commit, `done` is dropped uncalled: whoever waits on it
+    /// sees the sender gone, never an answer about something that is not durable.
+    ///
+    /// The default flushes and calls `done` at once.
+    fn flush_then(&mut self, done: FlushDone) -> Result<(), JournalError> {
+        let receipts = self.flush()?;
+        done(receipts);
+        Ok(())
+    }
 }
+
+/// What [`Journal::flush_then`] calls once the entries it covers are durable.
+pub type FlushDone = Box<dyn FnOnce(Vec<Receipt>) + Send>;
 
 /// Keeps nothing: for re-applying inputs that are already journaled (restart recovery).
 #[derive(Debug, Default, Clone, Copy)]

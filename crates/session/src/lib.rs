@@ -32,8 +32,10 @@ pub mod session;
 
 pub use decode::{Decoded, Incoming, Line, Origin, decode, decode_body};
 pub use frame::{Frame, Framer, ReadError, read_frames};
-pub use journal::{Discard, Entry, Journal, JournalError, Memory, Receipt};
+pub use journal::{Discard, Entry, FlushDone, Journal, JournalError, Memory, Receipt};
 pub use session::{Applied, Counts, LineOutcome, Session, SessionError};
 
-/// The longest line any entry point accepts by default (8 MiB), as `serve`'s body limit.
-pub const DEFAULT_MAX_LINE: usize = 8 * 1024 * 1024;
+/// The longest line `eval` and `replay` accept from a file or stdin by default (64 MiB): far above any
+/// real event, low enough that one line without a newline cannot exhaust memory. `serve` bounds a
+/// line by its `--max-body` (8 MiB by default) instead.
+pub const DEFAULT_MAX_LINE: usize = 64 * 1024 * 1024;

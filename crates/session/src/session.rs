@@ -270,6 +270,13 @@ impl<J: Journal> Session<J> {
         self.unflushed = 0;
         self.journal.flush()
     }
+
+    /// Calls `done` with a receipt per entry since the last flush once they are durable, without
+    /// waiting for it ([`Journal::flush_then`]).
+    pub fn flush_then(&mut self, done: crate::FlushDone) -> Result<(), JournalError> {
+        self.unflushed = 0;
+        self.journal.flush_then(done)
+    }
 }
 
 #[cfg(test)]

@@ -59,6 +59,10 @@ pub fn now() -> String {
     bursar_model::Timestamp(wall_ms()).to_string()
 }
 
+fn dir_is_empty(dir: &Path) -> bool {
+    std::fs::read_dir(dir).map(|mut d| d.next().is_none()).unwrap_or(true)
+}
+
 /// A loopback port free right now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -111,6 +115,9 @@ impl Server {
             .args(["--listen", "127.0.0.1:0", "--log-level", "debug", "--port-file"])
             .arg(&port_file)
             .args(extra)
+            // These tests drive serve's mechanics, most with no policy at all: say so (an empty
+            // directory is refused otherwise, tests/hardening.rs pins that).
+            .args(dir_is_empty(&scratch.policies()).then_some("--allow-empty"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
