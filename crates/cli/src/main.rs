@@ -137,7 +137,7 @@ enum Command {
     /// Run the live engine: events in over HTTP, admissions answered, decisions streamed, hot reload.
     ///
     /// Example: bursar serve --policies policies --audit audit.db --listen 127.0.0.1:7878
-    Serve(bursar::serve::ServeArgs),
+    Serve(Box<bursar::serve::ServeArgs>),
     /// Slurm agents: `watch` sends job starts and ends, `enforce` executes reclaims and approvals.
     ///
     /// Example: bursar slurm enforce --cluster lab --state /var/lib/bursar/slurm-enforce.json

@@ -10,7 +10,7 @@
 //!   take over and write, SIGCONT it: no journal message or snapshot chunk of an older epoch follows
 //!   the new owner's fence on any subject.
 
-#![expect(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a test")]
+#![expect(clippy::unwrap_used, clippy::panic, reason = "a test")]
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -390,7 +390,14 @@ fn failover_loses_nothing_decides_nothing_twice_and_never_overshoots() {
         load.unanswered.load(Ordering::Relaxed),
         admissions.len()
     );
-    let _ = answered.values().map(|a| &a.project).count();
+    // And by what the clients were told.
+    let mut told: HashMap<&str, f64> = HashMap::new();
+    for a in answered.values().filter(|a| a.decision == "allow") {
+        *told.entry(a.project.as_str()).or_default() += a.gpu_hours;
+    }
+    for (project, h) in &told {
+        assert!(*h <= 100.0 + 1e-9, "project {project}: clients were allowed {h} GPU-hours of 100");
+    }
 
     // Every instance's audit log verifies (the killed one's as it was left).
     for i in b.iter_mut() {

@@ -3,7 +3,7 @@
 //! engine's de-duplication agree, a handover keeps the quota state, and a paused owner's writes are
 //! refused once a new owner took over.
 
-#![expect(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a test")]
+#![expect(clippy::unwrap_used, reason = "a test")]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -84,7 +84,12 @@ struct Running {
 }
 
 impl Running {
-    fn start(dir: &Path, audit: &Path, durable: bool, cluster: Option<bursar_cluster::ClusterConfig>) -> Result<Running, String> {
+    fn start(
+        dir: &Path,
+        audit: &Path,
+        durable: bool,
+        cluster: Option<bursar_cluster::ClusterConfig>,
+    ) -> Result<Running, String> {
         let mut config = bursar_serve::Config::new(dir, audit);
         config.durable = durable;
         config.watch = false;
@@ -238,8 +243,9 @@ fn applied(addrs: &[SocketAddr]) -> u64 {
         .iter()
         .filter_map(|a| get(*a, "/metrics").ok())
         .filter_map(|(_, t)| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("bursar_cluster_events_applied_total ").and_then(|v| v.trim().parse::<u64>().ok()))
+            t.lines().find_map(|l| {
+                l.strip_prefix("bursar_cluster_events_applied_total ").and_then(|v| v.trim().parse::<u64>().ok())
+            })
         })
         .sum()
 }
@@ -266,7 +272,8 @@ fn measure(name: &str, tag: &str, addrs: &[SocketAddr], o: &Opts, cluster: bool)
     let started = Instant::now();
     let (t, jobs, batch) = (tag.to_owned(), o.admissions, o.batch);
     let posts = o.events.div_ceil(batch);
-    let run = load(addrs, posts, o.concurrency, move |n| ("/v1/events", samples(&t, n * batch, batch, jobs).into_bytes()))?;
+    let run =
+        load(addrs, posts, o.concurrency, move |n| ("/v1/events", samples(&t, n * batch, batch, jobs).into_bytes()))?;
     let total = (posts * batch) as u64;
     if cluster {
         let deadline = Instant::now() + Duration::from_secs(300);
@@ -291,7 +298,9 @@ fn run() -> Result<(), String> {
     std::fs::create_dir_all(&policies).map_err(|e| e.to_string())?;
     std::fs::write(policies.join("set.toml"), POLICIES).map_err(|e| e.to_string())?;
     let mut rows = Vec::new();
-    for (name, durable) in [("single-node serve, synchronous=NORMAL", false), ("single-node serve, synchronous=FULL", true)] {
+    for (name, durable) in
+        [("single-node serve, synchronous=NORMAL", false), ("single-node serve, synchronous=FULL", true)]
+    {
         let audit = dir.path().join(format!("single-{durable}.db"));
         let s = Running::start(&policies, &audit, durable, None)?;
         rows.push(measure(name, if durable { "sf" } else { "sn" }, &[s.addr], &o, false)?);
@@ -305,7 +314,8 @@ fn run() -> Result<(), String> {
         let mut servers = Vec::new();
         for i in 0..n {
             let name = format!("{tag}-{i}");
-            let mut c = bursar_cluster::ClusterConfig::new(nats.url(), name.clone(), dir.path().join(format!("{name}.db")));
+            let mut c =
+                bursar_cluster::ClusterConfig::new(nats.url(), name.clone(), dir.path().join(format!("{name}.db")));
             c.partitions = 16;
             servers.push(Running::start(&policies, &dir.path().join(format!("{name}.db")), false, Some(c))?);
         }
@@ -339,7 +349,9 @@ fn run() -> Result<(), String> {
         "{} admissions and {} events ({}-line batches) per configuration, {} clients\n",
         o.admissions, o.events, o.batch, o.concurrency
     );
-    println!("| configuration | events/s (applied) | × single NORMAL | admissions/s | admit p50 ms | p99 ms | p50 × | p99 × |");
+    println!(
+        "| configuration | events/s (applied) | × single NORMAL | admissions/s | admit p50 ms | p99 ms | p50 × | p99 × |"
+    );
     println!("|---|---|---|---|---|---|---|---|");
     for r in &rows {
         let (p50, p99) = (r.admit.pct(0.5), r.admit.pct(0.99));
