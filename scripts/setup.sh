@@ -7,6 +7,7 @@
 #   slurmctld slurmd slurm-client munge    the end-to-end test against a real one-node Slurm
 #   prometheus                             bursar-prometheus's tests run it (Debian's 2.42, on loopback)
 #   prometheus-alertmanager                the notification tests send through it (Debian's 0.25, on loopback)
+#   nats-server                            `serve --cluster`'s tests run a 3-node JetStream cluster (2.9, loopback)
 #   nodejs npm                             the JavaScript example policy (examples/js-policy/build.sh
 #                                          installs its pinned npm packages itself)
 #   lua5.1                                 the Slurm hook's own tests (the Lua Debian's Slurm links)
@@ -30,6 +31,7 @@ command -v munged >/dev/null || need+=(munge)
 command -v curl >/dev/null || need+=(curl)
 [ -x /usr/bin/prometheus ] || need+=(prometheus)
 [ -x /usr/bin/prometheus-alertmanager ] || need+=(prometheus-alertmanager)
+[ -x /usr/sbin/nats-server ] || need+=(nats-server)
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
 command -v lua5.1 >/dev/null || need+=(lua5.1)

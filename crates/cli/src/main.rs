@@ -38,6 +38,10 @@ enum Command {
     Check {
         /// The policy directory (or a single policy file).
         dir: PathBuf,
+        /// Also refuse what `bursar serve --cluster` cannot enforce exactly: quotas scoped by user or
+        /// tag, whose ledgers span projects and so partitions (docs/cluster.md).
+        #[arg(long)]
+        cluster: bool,
     },
     /// Run policies over an event file (or stdin) and print decisions as JSON lines.
     ///
@@ -137,7 +141,7 @@ enum Command {
     /// Run the live engine: events in over HTTP, admissions answered, decisions streamed, hot reload.
     ///
     /// Example: bursar serve --policies policies --audit audit.db --listen 127.0.0.1:7878
-    Serve(bursar::serve::ServeArgs),
+    Serve(Box<bursar::serve::ServeArgs>),
     /// Slurm agents: `watch` sends job starts and ends, `enforce` executes reclaims and approvals.
     ///
     /// Example: bursar slurm enforce --cluster lab --state /var/lib/bursar/slurm-enforce.json
@@ -170,7 +174,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 
 fn run(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
-        Command::Check { dir } => bursar::check::run(&dir, cli.error_format),
+        Command::Check { dir, cluster } => bursar::check::run(&dir, cluster, cli.error_format),
         Command::Test(args) => bursar::test::run(&args, cli.error_format),
         Command::Replay(args) => bursar::replay::run(&args, cli.error_format),
         Command::Fmt(args) => bursar::tomlfmt::run(&args),

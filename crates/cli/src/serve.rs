@@ -118,6 +118,32 @@ pub struct ServeArgs {
     /// How long event ids are remembered to drop resent events.
     #[arg(long, default_value = "24h", value_parser = parse_duration)]
     pub dedupe_window: Duration,
+    /// Run as one instance of a bursar cluster on NATS JetStream at these URLs (comma-separated): the
+    /// partitions are shared with the other instances, each owned by one at a time, and `--audit` is
+    /// this instance's projection of the decisions stream (docs/cluster.md). Without it, serve needs
+    /// no NATS.
+    #[arg(long, value_name = "NATS_URLS")]
+    pub cluster: Option<String>,
+    /// With --cluster: this instance's name, unique in the cluster (default: the host name and PID).
+    #[arg(long, requires = "cluster")]
+    pub instance: Option<String>,
+    /// With --cluster: the partition count, used only by the instance that creates the cluster.
+    #[arg(long, default_value_t = 16, requires = "cluster")]
+    pub partitions: u32,
+    /// With --cluster: replicas of every stream and bucket (at most the NATS servers).
+    #[arg(long, default_value_t = 3, requires = "cluster")]
+    pub replicas: usize,
+    /// With --cluster: an owner that cannot renew its lease for this long loses its partitions.
+    #[arg(long, default_value = "2s", value_parser = parse_duration, requires = "cluster")]
+    pub lease_ttl: Duration,
+    /// With --cluster: the longest wait for an owner's admission decision (keep it below the Slurm
+    /// hook's timeout, 2 s).
+    #[arg(long, default_value = "1500ms", value_parser = parse_duration, requires = "cluster")]
+    pub admit_timeout: Duration,
+    /// With --cluster: the events stream's `Nats-Msg-Id` duplicate window (bursar's own dedupe,
+    /// --dedupe-window, catches resends after it).
+    #[arg(long, default_value = "2m", value_parser = parse_duration, requires = "cluster")]
+    pub stream_dedupe_window: Duration,
 }
 
 /// Log levels as a clap value.
@@ -206,6 +232,20 @@ pub fn run(args: &ServeArgs, error_format: ErrorFormat) -> Result<ExitCode, CliE
         if allow_empty { bursar_loader::load_dir_allowing_empty(dir, host) } else { bursar_loader::load_dir(dir, host) }
     });
 
+    let cluster = args.cluster.as_ref().map(|url| {
+        let instance = args.instance.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+            let host: String = host.trim().chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
+            format!("{}-{}", if host.is_empty() { "bursar" } else { &host }, std::process::id())
+        });
+        let mut c = bursar_cluster::ClusterConfig::new(url.clone(), instance, &args.audit);
+        c.partitions = args.partitions;
+        c.replicas = args.replicas;
+        c.lease_ttl = std_duration(args.lease_ttl);
+        c.admit_timeout = std_duration(args.admit_timeout);
+        c.dedupe_window = std_duration(args.stream_dedupe_window);
+        c
+    });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("bursar-serve")
@@ -235,7 +275,13 @@ pub fn run(args: &ServeArgs, error_format: ErrorFormat) -> Result<ExitCode, CliE
             }
             Ok(())
         };
-        match bursar_serve::serve_then(config, listener, bursar_serve::shutdown_signal(), ready).await {
+        let served = match cluster {
+            Some(c) => {
+                bursar_serve::cluster::serve_cluster(config, c, listener, bursar_serve::shutdown_signal(), ready).await
+            }
+            None => bursar_serve::serve_then(config, listener, bursar_serve::shutdown_signal(), ready).await,
+        };
+        match served {
             Ok(()) => Ok(ExitCode::Ok),
             Err(bursar_serve::ServeError::Policies { errors, .. }) => {
                 crate::print_diagnostics(&errors, error_format);

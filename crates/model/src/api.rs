@@ -366,6 +366,37 @@ pub struct SnapshotReply {
     pub event_seq: u64,
 }
 
+/// `GET /v1/cluster` of `bursar serve --cluster`: this instance, the partitions it owns and who owns
+/// each partition (see `docs/cluster.md`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterView {
+    /// This instance's name.
+    pub instance: String,
+    /// The cluster's partition count.
+    pub partitions: u32,
+    /// The partitions this instance owns, by partition.
+    pub owned: Vec<OwnedPartition>,
+    /// Every partition's lease holder as last read (`None`: no owner).
+    pub owners: Vec<Option<String>>,
+    /// Journal messages this instance's audit log has projected (the stream sequence of the last).
+    pub projected_seq: u64,
+}
+
+/// One partition an instance owns, in [`ClusterView`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OwnedPartition {
+    /// The partition.
+    pub partition: u32,
+    /// Its fencing epoch (the lease revision at acquisition).
+    pub epoch: u64,
+    /// `restoring` (replaying to the head, not answering yet) or `live`.
+    pub state: String,
+    /// Milliseconds from acquiring the lease to answering (restore and replay included).
+    pub takeover_ms: Option<f64>,
+    /// Journal entries replayed at takeover.
+    pub replayed: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

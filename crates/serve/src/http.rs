@@ -145,7 +145,7 @@ async fn not_found() -> Response {
 }
 
 /// Constant-time comparison, so the token cannot be guessed byte by byte from response times.
-fn same(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

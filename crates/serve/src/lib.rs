@@ -30,7 +30,9 @@
 //! - [`people`], [`pool`], [`page`], [`notices`]: people in the loop (`docs/notifications.md`): the
 //!   pool page, what waits for whom, approvals and keepalives from a terminal or a signed link, and
 //!   the notifier (`--notify`).
+//! - [`cluster`]: `serve --cluster`, one instance of a cluster on NATS JetStream (`bursar-cluster`).
 
+pub mod cluster;
 pub mod core;
 pub mod http;
 pub mod listen;
@@ -93,6 +95,9 @@ pub enum ServeError {
         /// The error.
         message: String,
     },
+    /// `--cluster`: the cluster could not start (NATS unreachable, a policy that spans partitions).
+    #[error("{0}")]
+    Cluster(String),
     /// The engine thread stopped on an error (already logged).
     #[error("the engine stopped on an audit-log error; restart to resume from the log")]
     EngineFailed,

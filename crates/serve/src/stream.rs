@@ -76,7 +76,7 @@ impl Drop for Guard {
     }
 }
 
-fn frame(format: Format, seq: u64, json_with_seq: &str) -> Bytes {
+pub(crate) fn frame(format: Format, seq: u64, json_with_seq: &str) -> Bytes {
     // `json_with_seq` is a `Sequenced` serialised by the model: the frame only adds SSE's framing.
     match format {
         Format::JsonLines => Bytes::from(format!("{json_with_seq}\n")),
@@ -91,7 +91,7 @@ fn keepalive(format: Format) -> Bytes {
     }
 }
 
-fn error_frame(format: Format, message: &str) -> Bytes {
+pub(crate) fn error_frame(format: Format, message: &str) -> Bytes {
     let j = serde_json::to_string(&ErrorReply { error: message.to_owned() }).unwrap_or_default();
     match format {
         Format::JsonLines => Bytes::from(format!("{j}\n")),

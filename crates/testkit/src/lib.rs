@@ -1,7 +1,7 @@
 //! Real external servers for bursar's tests, and the stand-ins that feed them.
 //!
-//! Each launcher starts the real binary Debian ships (Prometheus and Alertmanager now; NATS is meant
-//! to join them here) on a loopback port it picks, with a generated configuration in a temporary
+//! Each launcher starts the real binary Debian ships (Prometheus, Alertmanager and a NATS JetStream
+//! cluster) on a loopback port it picks, with a generated configuration in a temporary
 //! folder, and stops it by PID on `Drop`, pass, fail or panic ([`process::Server`], which also
 //! leaves a sentinel that stops the server if the test process is killed outright). Tests check
 //! [`prometheus::Prometheus::binary`] and skip, saying so, when the package is not installed
@@ -11,12 +11,14 @@
 //! own: a crate's integration tests combine these with the crate under test.
 //!
 //! Exports: [`process`] (`Server`, `TempDir`, `free_port`, `http_get`), [`prometheus`]
-//! (`Prometheus`), [`alertmanager`] (`Alertmanager`), [`webhook`] (`WebhookReceiver`: records the
-//! POSTs a sink makes, answers with the status the test sets), [`dcgm`] (`FakeDcgm`, a dcgm-exporter stand-in whose values the test changes
+//! (`Prometheus`), [`alertmanager`] (`Alertmanager`), [`nats`] (`NatsCluster`: 1 to 5 `nats-server` nodes
+//! with JetStream), [`webhook`] (`WebhookReceiver`: records the POSTs a sink makes, answers with the
+//! status the test sets), [`dcgm`] (`FakeDcgm`, a dcgm-exporter stand-in whose values the test changes
 //! while it is scraped), [`node`] (`FakeNode`: a GPU node's driver view for the Slurm prolog/epilog).
 
 pub mod alertmanager;
 pub mod dcgm;
+pub mod nats;
 pub mod node;
 pub mod process;
 pub mod prometheus;
@@ -24,6 +26,7 @@ pub mod webhook;
 
 pub use alertmanager::Alertmanager;
 pub use dcgm::{FakeDcgm, Field};
+pub use nats::NatsCluster;
 pub use node::FakeNode;
 pub use process::{Server, TempDir, free_port, http_get};
 pub use prometheus::Prometheus;

@@ -1,0 +1,568 @@
+//! `bursar serve --cluster` end to end: a real 3-node NATS JetStream cluster on loopback and real
+//! `bursar serve --cluster` processes, every one stopped by PID when the test ends, pass or fail.
+//!
+//! - `failover_loses_nothing_decides_nothing_twice_and_never_overshoots`: admissions and samples for
+//!   many projects through all three instances while the owner of busy partitions is killed with
+//!   SIGKILL, twice (the first victim restarted in between). Each partition is served again within
+//!   5 s (measured and printed); every admission that got an answer is in the decisions stream once,
+//!   with the answered decision; no project's quota is overshot; every instance's audit log verifies.
+//! - `a_paused_owner_writes_nothing_after_the_takeover`: SIGSTOP an owner past its lease, let another
+//!   take over and write, SIGCONT it: no journal message or snapshot chunk of an older epoch follows
+//!   the new owner's fence on any subject.
+
+#![expect(clippy::unwrap_used, clippy::panic, reason = "a test")]
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bursar_client::Conn;
+use bursar_model::api::ClusterView;
+use bursar_testkit::{NatsCluster, TempDir};
+use serde_json::Value;
+
+const QUOTA: &str = r#"[[policy]]
+id = "quota/monthly"
+description = "100 GPU-hours a month per project"
+kind = "quota"
+gpu_hours = 100
+"#;
+
+const PARTITIONS: u32 = 8;
+
+/// A running `bursar serve --cluster`, killed by PID when dropped.
+struct Instance {
+    name: String,
+    child: Child,
+    addr: SocketAddr,
+    log: PathBuf,
+}
+
+impl Instance {
+    fn start(nats: &NatsCluster, dir: &Path, name: &str, run: u32) -> Instance {
+        let port_file = dir.join(format!("{name}.port"));
+        let _ = std::fs::remove_file(&port_file);
+        let log = dir.join(format!("{name}-{run}.log"));
+        let child = Command::new(env!("CARGO_BIN_EXE_bursar"))
+            .arg("serve")
+            .arg("--policies")
+            .arg(dir.join("policies"))
+            .arg("--audit")
+            .arg(dir.join(format!("{name}.db")))
+            .args(["--listen", "127.0.0.1:0", "--port-file"])
+            .arg(&port_file)
+            .args(["--cluster", &nats.url(), "--instance", name, "--partitions", &PARTITIONS.to_string()])
+            .args(["--lease-ttl", "2s", "--snapshot-every", "1s", "--fast-commit", "--log-level", "info"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut i = Instance { name: name.to_owned(), child, addr: "127.0.0.1:1".parse().unwrap(), log };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(st)) = i.child.try_wait() {
+                panic!("{name} exited ({st}):\n{}", i.log_text());
+            }
+            if let Some(port) = std::fs::read_to_string(&port_file).ok().and_then(|s| s.trim().parse::<u16>().ok()) {
+                i.addr = SocketAddr::from(([127, 0, 0, 1], port));
+                if i.get("/healthz").is_some_and(|(s, _)| s == 200) {
+                    return i;
+                }
+            }
+            assert!(Instant::now() < deadline, "{name} did not start:\n{}", i.log_text());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+
+    fn signal(&self, sig: &str) {
+        assert!(Command::new("kill").args([sig, &self.pid()]).status().unwrap().success());
+    }
+
+    fn get(&self, path: &str) -> Option<(u16, String)> {
+        let mut c = Conn::connect(self.addr, None).ok()?;
+        c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        let r = c.request("GET", path, b"").ok()?;
+        Some((r.status, r.text()))
+    }
+
+    fn view(&self) -> Option<ClusterView> {
+        let (s, body) = self.get("/v1/cluster")?;
+        (s == 200).then(|| serde_json::from_str(&body).ok()).flatten()
+    }
+
+    fn live(&self) -> Vec<u32> {
+        self.view()
+            .map(|v| v.owned.iter().filter(|o| o.state == "live").map(|o| o.partition).collect())
+            .unwrap_or_default()
+    }
+
+    fn terminate(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.pid()]).status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        // A stopped process cannot take SIGKILL's exit until continued; continue it first.
+        let _ = Command::new("kill").args(["-CONT", &self.pid()]).stderr(Stdio::null()).status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn post(addr: SocketAddr, path: &str, body: &str) -> Option<(u16, Value)> {
+    let mut c = Conn::connect(addr, None).ok()?;
+    c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let r = c.request("POST", path, body.as_bytes()).ok()?;
+    Some((r.status, r.json().unwrap_or(Value::Null)))
+}
+
+fn now() -> String {
+    bursar_model::Timestamp::wall_clock().to_string()
+}
+
+fn submit(id: &str, job: &str, project: &str, gpus: u32, hours: f64) -> String {
+    format!(
+        r#"{{"id":"{id}","time":"{}","type":"job.submitted","job":{{"id":"{job}","project":"{project}","user":"u","gpus":{gpus},"requested_hours":{hours},"ready":{{"image":true,"data":true,"script":true}}}}}}"#,
+        now()
+    )
+}
+
+/// A project whose partition is `p`.
+fn project_in(p: u32, tag: &str) -> String {
+    (0..).map(|i| format!("{tag}-{i}")).find(|n| bursar_cluster::partition::partition_of(n, PARTITIONS) == p).unwrap()
+}
+
+fn setup(name: &str) -> Option<(NatsCluster, TempDir)> {
+    if NatsCluster::binary().is_none() {
+        eprintln!("skipped: no nats-server (scripts/setup.sh installs it)");
+        return None;
+    }
+    let nats = NatsCluster::start(3).unwrap();
+    let dir = TempDir::new(name).unwrap();
+    std::fs::create_dir_all(dir.path().join("policies")).unwrap();
+    std::fs::write(dir.path().join("policies/quota.toml"), QUOTA).unwrap();
+    Some((nats, dir))
+}
+
+/// Waits until every partition is live somewhere and each instance has at least `min` of them.
+fn wait_shared(instances: &[&Instance], min: usize) -> BTreeMap<u32, String> {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let mut owners = BTreeMap::new();
+        let mut ok = true;
+        for i in instances {
+            let live = i.live();
+            ok &= live.len() >= min;
+            for p in live {
+                owners.insert(p, i.name.clone());
+            }
+        }
+        if ok && owners.len() == PARTITIONS as usize {
+            return owners;
+        }
+        assert!(Instant::now() < deadline, "partitions not shared out: {owners:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Answered {
+    project: String,
+    decision: String,
+    gpu_hours: f64,
+}
+
+/// Load: admissions (and samples for the admitted jobs, sent through another instance) for many
+/// projects, round-robin over the instances that are up.
+struct Load {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    answered: Arc<Mutex<HashMap<String, Answered>>>,
+    unanswered: Arc<AtomicU64>,
+}
+
+fn start_load(addrs: Arc<Mutex<Vec<SocketAddr>>>, projects: Vec<String>) -> Load {
+    let stop = Arc::new(AtomicBool::new(false));
+    let answered = Arc::new(Mutex::new(HashMap::new()));
+    let unanswered = Arc::new(AtomicU64::new(0));
+    let mut threads = Vec::new();
+    for t in 0..3 {
+        let (stop, answered, unanswered, addrs, projects) =
+            (stop.clone(), answered.clone(), unanswered.clone(), addrs.clone(), projects.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut n = 0u64;
+            // Bounded: at most 3,000 submissions per thread, well past the test's length.
+            while !stop.load(Ordering::Relaxed) && n < 3000 {
+                n += 1;
+                let project = &projects[(n as usize * 3 + t) % projects.len()];
+                let (id, job) = (format!("t{t}-e{n}"), format!("t{t}-j{n}"));
+                let list = addrs.lock().unwrap().clone();
+                let to = list[(n as usize + t) % list.len()];
+                match post(to, "/v1/admit", &submit(&id, &job, project, 1, 8.0)) {
+                    Some((200, v)) => {
+                        let decision = v["decision"].as_str().unwrap_or("").to_owned();
+                        let gpu_hours = v["gpu_hours"].as_f64().unwrap_or(0.0);
+                        answered.lock().unwrap().insert(id.clone(), Answered { project: project.clone(), decision: decision.clone(), gpu_hours });
+                        if decision == "allow" {
+                            let other = list[(n as usize + t + 1) % list.len()];
+                            let sample = format!(
+                                r#"{{"id":"s-{id}","time":"{}","type":"job.sample","job_id":"{job}","gpu_util":0.9,"mem_util":0.5}}"#,
+                                now()
+                            );
+                            let _ = post(other, "/v1/events", &sample);
+                        }
+                    }
+                    _ => {
+                        unanswered.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }));
+    }
+    Load { stop, threads, answered, unanswered }
+}
+
+/// Kills the instance owning the most partitions while load runs; returns how long each of its
+/// partitions took to answer admissions again, through `survivors`.
+fn kill_owner_and_measure(
+    victim: &mut Instance,
+    survivors: &[SocketAddr],
+    owners: &BTreeMap<u32, String>,
+) -> Vec<(u32, Duration)> {
+    let partitions: Vec<u32> = owners.iter().filter(|(_, o)| **o == victim.name).map(|(p, _)| *p).collect();
+    assert!(!partitions.is_empty());
+    victim.kill9();
+    let killed = Instant::now();
+    let mut times = Vec::new();
+    for (k, p) in partitions.iter().enumerate() {
+        let project = project_in(*p, "probe");
+        let mut n = 0;
+        loop {
+            n += 1;
+            let id = format!("probe-{}-{p}-{n}-{}", victim.name, killed.elapsed().as_nanos());
+            let to = survivors[(k + n) % survivors.len()];
+            if let Some((200, _)) = post(to, "/v1/admit", &submit(&id, &id, &project, 1, 0.01)) {
+                times.push((*p, killed.elapsed()));
+                break;
+            }
+            assert!(killed.elapsed() < Duration::from_secs(20), "partition {p} not served again after 20 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    times
+}
+
+fn verify(db: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_bursar")).args(["audit", "verify", "--db"]).arg(db).output().unwrap();
+    assert!(
+        out.status.success(),
+        "audit verify {}: {}{}",
+        db.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn failover_loses_nothing_decides_nothing_twice_and_never_overshoots() {
+    let Some((nats, dir)) = setup("cluster-failover") else { return };
+    let d = dir.path();
+    let mut b = vec![
+        Instance::start(&nats, d, "b1", 1),
+        Instance::start(&nats, d, "b2", 1),
+        Instance::start(&nats, d, "b3", 1),
+    ];
+    let owners = wait_shared(&[&b[0], &b[1], &b[2]], 2);
+    eprintln!("partitions shared out: {owners:?}");
+    let projects: Vec<String> = (0..12).map(|i| format!("proj-{i}")).collect();
+    let addrs = Arc::new(Mutex::new(b.iter().map(|i| i.addr).collect::<Vec<_>>()));
+    let load = start_load(addrs.clone(), projects.clone());
+    std::thread::sleep(Duration::from_secs(2));
+
+    // First failover: the owner of the most partitions, killed outright.
+    let owners = wait_shared(&[&b[0], &b[1], &b[2]], 1);
+    let victim = (0..3).max_by_key(|i| owners.values().filter(|o| **o == b[*i].name).count()).unwrap();
+    let survivors: Vec<SocketAddr> = (0..3).filter(|i| *i != victim).map(|i| b[i].addr).collect();
+    *addrs.lock().unwrap() = survivors.clone();
+    let first = kill_owner_and_measure(&mut b[victim], &survivors, &owners);
+    // Back with the same audit log; it rejoins and takes its share again by handover.
+    b[victim] = Instance::start(&nats, d, &format!("b{}", victim + 1), 2);
+    *addrs.lock().unwrap() = b.iter().map(|i| i.addr).collect();
+    let owners = wait_shared(&[&b[0], &b[1], &b[2]], 2);
+    std::thread::sleep(Duration::from_secs(1));
+
+    // Second failover: another busy owner.
+    let victim2 =
+        (0..3).filter(|i| *i != victim).max_by_key(|i| owners.values().filter(|o| **o == b[*i].name).count()).unwrap();
+    let survivors: Vec<SocketAddr> = (0..3).filter(|i| *i != victim2).map(|i| b[i].addr).collect();
+    *addrs.lock().unwrap() = survivors.clone();
+    let second = kill_owner_and_measure(&mut b[victim2], &survivors, &owners);
+    std::thread::sleep(Duration::from_secs(1));
+    load.stop.store(true, Ordering::Relaxed);
+    for t in load.threads {
+        t.join().unwrap();
+    }
+
+    for (round, times) in [("first", &first), ("second", &second)] {
+        for (p, t) in times.iter() {
+            eprintln!("failover {round}: partition {p} served again {} ms after SIGKILL", t.as_millis());
+        }
+    }
+    for (p, t) in first.iter().chain(&second) {
+        assert!(*t <= Duration::from_secs(5), "partition {p} took {t:?} to be served again (the bound is 5 s)");
+    }
+
+    // Every decision, from the decisions stream, through a survivor.
+    let reader = survivors[0];
+    let mut c = Conn::connect(reader, None).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let r = c.request("GET", "/v1/decisions?after=0&follow=false", b"").unwrap();
+    assert_eq!(r.status, 200);
+    let mut admissions: HashMap<String, Vec<Value>> = HashMap::new();
+    let mut last_cursor = 0;
+    for line in r.text().lines().filter(|l| !l.trim().is_empty()) {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let cursor = v["seq"].as_u64().unwrap();
+        assert!(cursor > last_cursor, "cursors grow");
+        last_cursor = cursor;
+        if v["admission"] == true {
+            admissions.entry(v["event_id"].as_str().unwrap().to_owned()).or_default().push(v);
+        }
+    }
+    let answered = load.answered.lock().unwrap().clone();
+    assert!(answered.len() > 200, "only {} admissions answered", answered.len());
+    for (id, a) in &answered {
+        let found =
+            admissions.get(id).unwrap_or_else(|| panic!("answered admission {id} is not in the decisions stream"));
+        assert_eq!(found.len(), 1, "admission {id} decided {} times", found.len());
+        assert_eq!(found[0]["decision"].as_str(), Some(a.decision.as_str()), "{id}: answered otherwise than journaled");
+    }
+    for (id, ds) in &admissions {
+        assert_eq!(ds.len(), 1, "{id} has {} admission decisions", ds.len());
+    }
+    // No overshoot: what was allowed per project, by the stream and by the answers.
+    let mut allowed: HashMap<String, f64> = HashMap::new();
+    for ds in admissions.values() {
+        if ds[0]["decision"] == "allow" {
+            *allowed.entry(ds[0]["project"].as_str().unwrap().to_owned()).or_default() +=
+                ds[0]["gpu_hours"].as_f64().unwrap();
+        }
+    }
+    for (project, h) in &allowed {
+        assert!(*h <= 100.0 + 1e-9, "project {project} was allowed {h} GPU-hours of 100");
+    }
+    let denied = answered.values().filter(|a| a.decision == "deny").count();
+    let allowed_answers: f64 = answered.values().filter(|a| a.decision == "allow").map(|a| a.gpu_hours).sum();
+    assert!(denied > 0, "the quota was never reached: the test proves nothing about overshoot");
+    eprintln!(
+        "{} admissions answered ({} denied, {allowed_answers} GPU-hours allowed), {} not answered during failovers, {} decisions in the stream",
+        answered.len(),
+        denied,
+        load.unanswered.load(Ordering::Relaxed),
+        admissions.len()
+    );
+    // And by what the clients were told.
+    let mut told: HashMap<&str, f64> = HashMap::new();
+    for a in answered.values().filter(|a| a.decision == "allow") {
+        *told.entry(a.project.as_str()).or_default() += a.gpu_hours;
+    }
+    for (project, h) in &told {
+        assert!(*h <= 100.0 + 1e-9, "project {project}: clients were allowed {h} GPU-hours of 100");
+    }
+
+    // Every instance's audit log verifies (the killed one's as it was left).
+    for i in b.iter_mut() {
+        i.terminate();
+    }
+    for n in ["b1", "b2", "b3"] {
+        verify(&d.join(format!("{n}.db")));
+    }
+    drop(b);
+    drop(nats);
+}
+
+#[test]
+fn a_paused_owner_writes_nothing_after_the_takeover() {
+    let Some((nats, dir)) = setup("cluster-paused") else { return };
+    let d = dir.path();
+    let b1 = Instance::start(&nats, d, "b1", 1);
+    let b2 = Instance::start(&nats, d, "b2", 1);
+    let owners = wait_shared(&[&b1, &b2], 3);
+    let paused: Vec<u32> = owners.iter().filter(|(_, o)| *o == "b1").map(|(p, _)| *p).collect();
+    let old_epochs: HashMap<u32, u64> = b1.view().unwrap().owned.iter().map(|o| (o.partition, o.epoch)).collect();
+    // Traffic for b1's partitions, so it has something to write.
+    for (k, p) in paused.iter().enumerate() {
+        let project = project_in(*p, "paused");
+        let (s, _) =
+            post(b2.addr, "/v1/admit", &submit(&format!("before-{k}"), &format!("jb-{k}"), &project, 1, 1.0)).unwrap();
+        assert_eq!(s, 200);
+    }
+    b1.signal("-STOP");
+    let stopped = Instant::now();
+    // b2 takes every partition once b1's leases lapse, and decides for them.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while b2.live().len() != PARTITIONS as usize {
+        assert!(Instant::now() < deadline, "b2 did not take over: {:?}", b2.live());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("b2 took over every partition {} ms after SIGSTOP", stopped.elapsed().as_millis());
+    let new_epochs: HashMap<u32, u64> = b2.view().unwrap().owned.iter().map(|o| (o.partition, o.epoch)).collect();
+    let send = |tag: &str, to: SocketAddr| {
+        for (k, p) in paused.iter().enumerate() {
+            let project = project_in(*p, "paused");
+            let id = format!("{tag}-{k}");
+            let _ = post(to, "/v1/admit", &submit(&id, &id, &project, 1, 1.0));
+            let sample = format!(
+                r#"{{"id":"s-{id}","time":"{}","type":"job.sample","job_id":"jb-{k}","gpu_util":0.5,"mem_util":0.5}}"#,
+                now()
+            );
+            let _ = post(to, "/v1/events", &sample);
+        }
+    };
+    send("during", b2.addr);
+    b1.signal("-CONT");
+    // b1 wakes with events queued for partitions it no longer owns; whatever it tries must fail.
+    std::thread::sleep(Duration::from_millis(500));
+    send("after", b1.addr);
+    send("after2", b2.addr);
+    std::thread::sleep(Duration::from_secs(3));
+    let log = b1.log_text();
+    eprintln!(
+        "b1 after SIGCONT: {} fenced writes; its log:\n{}",
+        metric(&b1, "bursar_cluster_fenced_writes_total"),
+        tail(&log, 12)
+    );
+
+    // Read every subject of the partitions b1 had: nothing of b1's epoch after b2's fence.
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut config = bursar_cluster::ClusterConfig::new(nats.url(), "reader", d.join("reader.db"));
+        config.partitions = PARTITIONS;
+        let n = bursar_cluster::nats::Nats::connect(&config).await.unwrap();
+        for p in &paused {
+            let (old, new) = (old_epochs[p], new_epochs[p]);
+            assert!(new > old, "partition {p}: epoch {new} after {old}");
+            for (stream, subject) in [
+                (&n.journal, bursar_cluster::partition::journal_subject(*p)),
+                (&n.snapshots, bursar_cluster::partition::snapshot_subject(*p)),
+            ] {
+                let last = bursar_cluster::snapshot::last_on_subject(stream, &subject).await.unwrap();
+                let mut fenced_at = None;
+                let mut after_fence = 0;
+                bursar_cluster::snapshot::read_subject(stream, &subject, 1, |seq, m| {
+                    let epoch: u64 = m
+                        .headers
+                        .as_ref()
+                        .and_then(|h| h.get(bursar_cluster::wire::EPOCH_HEADER))
+                        .and_then(|v| v.as_str().parse().ok())
+                        .unwrap();
+                    if epoch >= new && fenced_at.is_none() {
+                        fenced_at = Some(seq);
+                    }
+                    if let Some(f) = fenced_at {
+                        assert!(
+                            epoch >= new,
+                            "{subject}: message {seq} of epoch {epoch} after the fence of epoch {new} at {f}"
+                        );
+                        after_fence += 1;
+                    }
+                    Ok(seq < last)
+                })
+                .await
+                .unwrap();
+                assert!(fenced_at.is_some(), "{subject}: no message of the new owner");
+                eprintln!("{subject}: {after_fence} messages from the fence on, none of the old epoch {old}");
+            }
+            // The snapshot pointer is the new owner's.
+            let e = n.pointers.entry(bursar_cluster::partition::partition_key(*p)).await.unwrap().unwrap();
+            let ptr: bursar_cluster::wire::SnapshotPointer = serde_json::from_slice(&e.value).unwrap();
+            assert!(ptr.epoch >= new, "partition {p}: the pointer was written by epoch {}", ptr.epoch);
+        }
+    });
+    // And b1 does not own anything it was fenced out of.
+    let still: Vec<u32> = b1
+        .view()
+        .map(|v| {
+            v.owned
+                .iter()
+                .map(|o| o.partition)
+                .filter(|p| new_epochs.contains_key(p) && b2.live().contains(p))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(still.is_empty(), "b1 still claims {still:?}");
+    drop((b1, b2));
+    drop(nats);
+}
+
+fn metric(i: &Instance, name: &str) -> String {
+    i.get("/metrics")
+        .and_then(|(_, t)| t.lines().find(|l| l.starts_with(&format!("{name} "))).map(|l| l.to_owned()))
+        .unwrap_or_default()
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+#[test]
+fn check_and_serve_refuse_quotas_that_span_partitions_in_cluster_mode() {
+    let dir = TempDir::new("cluster-check").unwrap();
+    let p = dir.path().join("policies");
+    std::fs::create_dir_all(&p).unwrap();
+    std::fs::write(
+        p.join("team.toml"),
+        "[[policy]]\nid = \"quota/team\"\ndescription = \"per team\"\nkind = \"quota\"\nscope = \"tag:team\"\ngpu_hours = 100\n",
+    )
+    .unwrap();
+    let bursar = env!("CARGO_BIN_EXE_bursar");
+    // Without --cluster the set is valid: one engine keeps the tag ledger exact.
+    assert!(Command::new(bursar).arg("check").arg(&p).status().unwrap().success());
+    let out = Command::new(bursar).args(["check", "--cluster"]).arg(&p).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("team.toml") && err.contains("`quota/team`") && err.contains("scope = \"tag:team\""), "{err}");
+    assert!(err.contains("help: scope the quota by project"), "{err}");
+    // serve --cluster refuses the set before it reaches NATS (nothing listens on this port).
+    let out = Command::new(bursar)
+        .arg("serve")
+        .arg("--policies")
+        .arg(&p)
+        .arg("--audit")
+        .arg(dir.path().join("a.db"))
+        .args(["--listen", "127.0.0.1:0", "--cluster", "nats://127.0.0.1:1", "--instance", "x"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("spans projects"), "{err}");
+}

@@ -1,0 +1,314 @@
+//! The front end every instance runs, whatever it owns: events onto the stream, admissions to the
+//! partition's owner, the decisions stream back.
+//!
+//! - [`Front::publish`]: each decoded input goes to its partition's subject with `Nats-Msg-Id` = its
+//!   id (JetStream drops a resend within the stream's duplicate window; the engine's own dedupe drops
+//!   a later one: the same id, the same answer, two windows). An event that names only a job is
+//!   routed by the job → partition index (`bursar_jobs`, written when the submission passes through
+//!   any front end, cached here); an `asset.registered` or a producer's `clock.tick` goes to every
+//!   partition, each copy with the id `<id>@p<n>` so each partition's copy is its own input.
+//! - [`Front::admit`]: NATS request-reply to `bursar.admit.<p>`, retried while no owner answers, within
+//!   the admission timeout (below the Slurm hook's 2 s); then a 503 that names the partition and why.
+//! - [`Front::decisions`]: the journal stream from a cursor, as sequenced decisions.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::consumer::{DeliverPolicy, pull};
+use bursar_model::api::{AdmitReply, Sequenced};
+use bursar_model::{EventKind, Input};
+use bursar_session::Incoming;
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+
+use crate::nats::Nats;
+use crate::partition::{admit_subject, cursor, events_subject, job_key, partition_of, split_cursor};
+use crate::status::Status;
+use crate::wire::{JournalBatch, OwnerAnswer};
+
+/// Jobs remembered per front end before the cache is cleared.
+const JOB_CACHE: usize = 1_000_000;
+
+/// Longest wait for one admission attempt (a paused owner may still hold the subscription: the next
+/// attempt reaches the new one).
+const ATTEMPT: Duration = Duration::from_millis(700);
+
+/// What happened to one published input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    /// 1-based line in the body.
+    pub line: u64,
+    /// The input's id.
+    pub id: String,
+    /// The stream had it already (every copy, for an event sent to every partition).
+    pub duplicate: bool,
+}
+
+/// Why an admission got no decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// HTTP status.
+    pub status: u16,
+    /// Why, naming the partition and the cause.
+    pub error: String,
+}
+
+/// The front end.
+#[derive(Debug)]
+pub struct Front {
+    nats: Nats,
+    status: Arc<Status>,
+    admit_timeout: Duration,
+    jobs: Mutex<HashMap<String, u32>>,
+}
+
+impl Front {
+    /// A front end over `nats`.
+    pub fn new(nats: Nats, status: Arc<Status>, admit_timeout: Duration) -> Front {
+        Front { nats, status, admit_timeout, jobs: Mutex::new(HashMap::new()) }
+    }
+
+    /// The partition count.
+    pub fn partitions(&self) -> u32 {
+        self.nats.partitions
+    }
+
+    /// Whether the NATS connection is up.
+    pub fn connected(&self) -> bool {
+        self.nats.client.connection_state() == async_nats::connection::State::Connected
+    }
+
+    fn remember(&self, job: &str, p: u32) {
+        if let Ok(mut m) = self.jobs.lock() {
+            if m.len() >= JOB_CACHE {
+                m.clear();
+            }
+            m.insert(job.to_owned(), p);
+        }
+    }
+
+    async fn index(&self, job: &str, p: u32) {
+        self.remember(job, p);
+        if let Err(e) = self.nats.jobs.put(job_key(job), p.to_string().into()).await {
+            tracing::warn!(job, error = %e, "cannot index the job's partition; its later events may miss it");
+        }
+    }
+
+    /// The partition of job `job`: the index, else the job id's own hash (an unknown job's events
+    /// still reach one partition, which counts them as unknown, as a single engine does).
+    pub async fn partition_of_job(&self, job: &str) -> u32 {
+        if let Some(p) = self.jobs.lock().ok().and_then(|m| m.get(job).copied()) {
+            return p;
+        }
+        if let Ok(Some(v)) = self.nats.jobs.get(job_key(job)).await
+            && let Some(p) = std::str::from_utf8(&v).ok().and_then(|s| s.parse().ok())
+        {
+            self.remember(job, p);
+            return p;
+        }
+        partition_of(job, self.nats.partitions)
+    }
+
+    /// Where an input goes: `(partition, id, line)` per copy.
+    async fn route(&self, input: &Input, raw: &str) -> Vec<(u32, String, String)> {
+        let n = self.nats.partitions;
+        let one = |p: u32| vec![(p, input.id().into_owned(), raw.to_owned())];
+        match input {
+            Input::Event(e) => match &e.kind {
+                EventKind::JobSubmitted(spec) => {
+                    let p = partition_of(&spec.project, n);
+                    self.index(&spec.id, p).await;
+                    one(p)
+                }
+                EventKind::BillingCharge(c) => one(partition_of(&c.project, n)),
+                EventKind::AssetRegistered { .. } | EventKind::ClockTick => (0..n)
+                    .map(|p| {
+                        let mut copy = e.clone();
+                        copy.id = format!("{}@p{p}", e.id);
+                        let line = Input::Event(copy).to_json();
+                        (p, format!("{}@p{p}", e.id), line)
+                    })
+                    .collect(),
+                kind => match kind.job_id() {
+                    Some(job) => one(self.partition_of_job(job).await),
+                    None => one(0),
+                },
+            },
+            Input::Action(a) => match &a.job_id {
+                Some(job) => one(self.partition_of_job(job).await),
+                None => one(0),
+            },
+            // Producers cannot send wall ticks (the session's decoder refuses them at the edge).
+            Input::WallTick(_) => Vec::new(),
+        }
+    }
+
+    /// Publishes decoded inputs (already admitted under the producer's rules) to their partitions;
+    /// returns once every one is stored (replicated) in the events stream.
+    pub async fn publish(&self, items: Vec<Incoming>) -> Result<Vec<Published>, String> {
+        let mut pending = Vec::with_capacity(items.len());
+        for inc in &items {
+            let copies = self.route(&inc.input, &inc.raw).await;
+            let mut acks = Vec::with_capacity(copies.len());
+            for (p, id, line) in copies {
+                let mut headers = HeaderMap::new();
+                headers.insert("Nats-Msg-Id", id.as_str());
+                let f = self
+                    .nats
+                    .js
+                    .publish_with_headers(events_subject(p), headers, line.into_bytes().into())
+                    .await
+                    .map_err(|e| format!("cannot publish to the events stream: {e}"))?;
+                acks.push(f);
+            }
+            pending.push((inc.line, inc.input.id().into_owned(), acks));
+        }
+        let mut out = Vec::with_capacity(pending.len());
+        let c = &self.status.counters;
+        for (line, id, acks) in pending {
+            let mut all_duplicate = !acks.is_empty();
+            for f in acks {
+                let ack = f.await.map_err(|e| format!("the events stream did not store an event: {e}"))?;
+                all_duplicate &= ack.duplicate;
+                if ack.duplicate {
+                    c.events_duplicate.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    c.events_published.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            out.push(Published { line, id, duplicate: all_duplicate });
+        }
+        Ok(out)
+    }
+
+    /// Asks the owner of the submission's partition for its admission decision.
+    pub async fn admit(&self, item: &Incoming) -> Result<AdmitReply, Refusal> {
+        let deadline = Instant::now() + self.admit_timeout;
+        let Input::Event(e) = &item.input else {
+            return Err(Refusal { status: 400, error: "expected a `job.submitted` event".into() });
+        };
+        let EventKind::JobSubmitted(spec) = &e.kind else {
+            return Err(Refusal { status: 400, error: "expected a `job.submitted` event".into() });
+        };
+        let p = partition_of(&spec.project, self.nats.partitions);
+        self.index(&spec.id, p).await;
+        let subject = admit_subject(p);
+        let payload: bytes::Bytes = item.raw.clone().into_bytes().into();
+        let mut cause = String::from("no instance answered");
+        let c = &self.status.counters;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let attempt = left.min(ATTEMPT);
+            match tokio::time::timeout(attempt, self.nats.client.request(subject.clone(), payload.clone())).await {
+                Err(_) => cause = format!("the owner did not answer within {} ms", attempt.as_millis()),
+                Ok(Err(e)) if e.kind() == async_nats::client::RequestErrorKind::NoResponders => {
+                    cause = "no instance holds its lease (no responders)".into();
+                    tokio::time::sleep(Duration::from_millis(50).min(left)).await;
+                }
+                Ok(Err(e)) => {
+                    cause = e.to_string();
+                    tokio::time::sleep(Duration::from_millis(50).min(left)).await;
+                }
+                Ok(Ok(msg)) => match serde_json::from_slice::<OwnerAnswer>(&msg.payload) {
+                    Ok(OwnerAnswer::Decided { reply }) => {
+                        c.admissions_decided.fetch_add(1, Ordering::Relaxed);
+                        return Ok(*reply);
+                    }
+                    Ok(OwnerAnswer::Refused { status, error, retry: false }) => {
+                        return Err(Refusal { status, error });
+                    }
+                    Ok(OwnerAnswer::Refused { error, .. }) => {
+                        cause = error;
+                        tokio::time::sleep(Duration::from_millis(20).min(left)).await;
+                    }
+                    Err(e) => cause = format!("the owner's answer is unreadable: {e}"),
+                },
+            }
+        }
+        c.admissions_unowned.fetch_add(1, Ordering::Relaxed);
+        Err(Refusal {
+            status: 503,
+            error: format!(
+                "no decision: partition {p} (project `{}`) has no owner answering yet ({cause}) within {} ms; the hook's fail-closed setting applies, and the submission may be resent with the same event id",
+                spec.project,
+                self.admit_timeout.as_millis()
+            ),
+        })
+    }
+
+    /// The decisions after cursor `after`, in stream order, on a channel; with `follow` the channel
+    /// stays open for new ones, without it it closes once caught up.
+    pub fn decisions(&self, after: u64, follow: bool) -> mpsc::Receiver<Result<Sequenced, String>> {
+        let (tx, rx) = mpsc::channel(1024);
+        let journal = self.nats.journal.clone();
+        tokio::spawn(async move {
+            let (from, skip_through) = split_cursor(after);
+            let start = if after == 0 { 1 } else { from.max(1) };
+            let consumer = journal
+                .create_consumer(pull::OrderedConfig {
+                    filter_subject: "bursar.journal.>".into(),
+                    deliver_policy: DeliverPolicy::ByStartSequence { start_sequence: start },
+                    ..Default::default()
+                })
+                .await;
+            let mut messages = match consumer {
+                Ok(c) => match c.messages().await {
+                    Ok(m) => m,
+                    Err(e) => {
+                        let _ = tx.send(Err(e.to_string())).await;
+                        return;
+                    }
+                },
+                Err(e) => {
+                    let _ = tx.send(Err(e.to_string())).await;
+                    return;
+                }
+            };
+            let last = journal.get_info().await.map(|i| i.state.last_sequence).unwrap_or(0);
+            if !follow && last < start {
+                return;
+            }
+            while let Some(m) = messages.next().await {
+                let m = match m {
+                    Ok(m) => m,
+                    Err(e) => {
+                        let _ = tx.send(Err(e.to_string())).await;
+                        return;
+                    }
+                };
+                let (seq, pending) = match m.info() {
+                    Ok(i) => (i.stream_sequence, i.pending),
+                    Err(e) => {
+                        let _ = tx.send(Err(e.to_string())).await;
+                        return;
+                    }
+                };
+                if let Ok(batch) = serde_json::from_slice::<JournalBatch>(&m.message.payload) {
+                    let mut index = 0;
+                    for entry in batch.entries {
+                        for d in entry.decisions {
+                            let at = index;
+                            index += 1;
+                            if seq == from && after != 0 && (at as u64) <= skip_through {
+                                continue;
+                            }
+                            if tx.send(Ok(Sequenced { seq: cursor(seq, at), decision: d })).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+                if !follow && (pending == 0 || seq >= last) {
+                    return;
+                }
+            }
+        });
+        rx
+    }
+}

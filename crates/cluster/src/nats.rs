@@ -1,0 +1,183 @@
+//! The connection and everything the cluster keeps on NATS: three streams and five key-value
+//! buckets, created by the first instance and found by the others.
+//!
+//! | name | kind | subjects / keys | what |
+//! |---|---|---|---|
+//! | `BURSAR_EVENTS` | stream | `bursar.events.<p>` | producers' events, de-duplicated by `Nats-Msg-Id` = event id |
+//! | `BURSAR_JOURNAL` | stream | `bursar.journal.<p>` | owners' group commits: the decisions stream |
+//! | `BURSAR_SNAPSHOTS` | stream | `bursar.snapshots.<p>` | snapshot chunks |
+//! | `bursar_meta` | bucket | `partitions` | the partition count, written once |
+//! | `bursar_leases` | bucket | `p<n>` | who owns partition n (compare-and-set by revision) |
+//! | `bursar_snapshots` | bucket | `p<n>` | where partition n's newest snapshot is |
+//! | `bursar_jobs` | bucket | job id | the partition of a job, for events that name only the job |
+//! | `bursar_members` | bucket | instance | heartbeats, to share the partitions fairly |
+//!
+//! The buckets are made here rather than with `create_key_value` so that reads go to the stream
+//! leader (`allow_direct: false`): a read right after another instance's write sees it, which the
+//! direct-get path served by any replica does not promise.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv, stream};
+
+use crate::partition::{
+    EVENTS_STREAM, JOBS_BUCKET, JOURNAL_STREAM, LEASES_BUCKET, MEMBERS_BUCKET, META_BUCKET, PARTITIONS_KEY,
+    POINTERS_BUCKET, SNAPSHOTS_STREAM,
+};
+use crate::{ClusterConfig, ClusterError};
+
+/// An open connection with every stream and bucket.
+#[derive(Clone, Debug)]
+pub struct Nats {
+    /// The core client (request-reply, subscriptions).
+    pub client: async_nats::Client,
+    /// JetStream.
+    pub js: jetstream::Context,
+    /// `BURSAR_EVENTS`.
+    pub events: stream::Stream,
+    /// `BURSAR_JOURNAL`.
+    pub journal: stream::Stream,
+    /// `BURSAR_SNAPSHOTS`.
+    pub snapshots: stream::Stream,
+    /// Leases.
+    pub leases: kv::Store,
+    /// Snapshot pointers.
+    pub pointers: kv::Store,
+    /// Job index.
+    pub jobs: kv::Store,
+    /// Heartbeats.
+    pub members: kv::Store,
+    /// The partition count.
+    pub partitions: u32,
+}
+
+fn nats_err(what: &str) -> impl Fn(&dyn std::fmt::Display) -> ClusterError + '_ {
+    move |e| ClusterError::Nats { what: what.to_owned(), error: e.to_string() }
+}
+
+fn bucket_config(bucket: &str, history: i64, max_age: Duration, replicas: usize) -> stream::Config {
+    stream::Config {
+        name: format!("KV_{bucket}"),
+        subjects: vec![format!("$KV.{bucket}.>")],
+        max_messages_per_subject: history,
+        max_age,
+        allow_rollup: true,
+        deny_delete: true,
+        deny_purge: false,
+        allow_direct: false,
+        discard: stream::DiscardPolicy::New,
+        num_replicas: replicas,
+        ..Default::default()
+    }
+}
+
+impl Nats {
+    /// Connects to `config.url`, creates what is missing and reads the partition count (writing
+    /// `config.partitions` if this instance is the first).
+    pub async fn connect(config: &ClusterConfig) -> Result<Nats, ClusterError> {
+        let servers: Vec<async_nats::ServerAddr> = config
+            .url
+            .split(',')
+            .map(|s| s.trim().parse::<async_nats::ServerAddr>())
+            .collect::<Result<_, _>>()
+            .map_err(|e| ClusterError::Config(format!("`{}` is not a NATS URL list: {e}", config.url)))?;
+        let client = async_nats::ConnectOptions::new()
+            .name(format!("bursar {}", config.instance))
+            .request_timeout(Some(Duration::from_secs(5)))
+            .retry_on_initial_connect()
+            .connect(servers)
+            .await
+            .map_err(|e| ClusterError::Nats { what: format!("connect to `{}`", config.url), error: e.to_string() })?;
+        let js = jetstream::new(client.clone());
+        let replicas = config.replicas.max(1);
+        let events = js
+            .get_or_create_stream(stream::Config {
+                name: EVENTS_STREAM.into(),
+                subjects: vec!["bursar.events.>".into()],
+                duplicate_window: config.dedupe_window,
+                max_age: config.retention,
+                num_replicas: replicas,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| nats_err("create the events stream")(&e))?;
+        let journal = js
+            .get_or_create_stream(stream::Config {
+                name: JOURNAL_STREAM.into(),
+                subjects: vec!["bursar.journal.>".into()],
+                max_age: config.retention,
+                num_replicas: replicas,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| nats_err("create the journal stream")(&e))?;
+        let snapshots = js
+            .get_or_create_stream(stream::Config {
+                name: SNAPSHOTS_STREAM.into(),
+                subjects: vec!["bursar.snapshots.>".into()],
+                max_age: Duration::from_secs(24 * 3600),
+                num_replicas: replicas,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| nats_err("create the snapshot stream")(&e))?;
+        let mut buckets = Vec::new();
+        for (name, history, max_age) in [
+            (META_BUCKET, 1, Duration::ZERO),
+            (LEASES_BUCKET, 1, Duration::ZERO),
+            (POINTERS_BUCKET, 1, Duration::ZERO),
+            (JOBS_BUCKET, 1, Duration::from_secs(30 * 24 * 3600)),
+            (MEMBERS_BUCKET, 1, Duration::from_secs(24 * 3600)),
+        ] {
+            js.get_or_create_stream(bucket_config(name, history, max_age, replicas))
+                .await
+                .map_err(|e| nats_err(&format!("create the `{name}` bucket"))(&e))?;
+            buckets.push(js.get_key_value(name).await.map_err(|e| nats_err(&format!("open the `{name}` bucket"))(&e))?);
+        }
+        let mut it = buckets.into_iter();
+        let (Some(meta), Some(leases), Some(pointers), Some(jobs), Some(members)) =
+            (it.next(), it.next(), it.next(), it.next(), it.next())
+        else {
+            return Err(ClusterError::Nats { what: "open the buckets".into(), error: "missing".into() });
+        };
+        let partitions = Self::partition_count(&meta, config.partitions).await?;
+        Ok(Nats { client, js, events, journal, snapshots, leases, pointers, jobs, members, partitions })
+    }
+
+    /// The stored partition count, or `wanted` written as the count if none is stored yet.
+    async fn partition_count(meta: &kv::Store, wanted: u32) -> Result<u32, ClusterError> {
+        let read = |v: &[u8]| -> Result<u32, ClusterError> {
+            std::str::from_utf8(v).ok().and_then(|s| s.trim().parse().ok()).filter(|n: &u32| *n > 0).ok_or_else(|| {
+                ClusterError::Nats {
+                    what: "read the partition count".into(),
+                    error: format!("`{}` is not a partition count", String::from_utf8_lossy(v)),
+                }
+            })
+        };
+        match meta.create(PARTITIONS_KEY, wanted.to_string().into()).await {
+            Ok(_) => {
+                tracing::info!(partitions = wanted, "created the cluster's partitions");
+                Ok(wanted)
+            }
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
+                let v =
+                    meta.get(PARTITIONS_KEY).await.map_err(|e| nats_err("read the partition count")(&e))?.ok_or_else(
+                        || ClusterError::Nats {
+                            what: "read the partition count".into(),
+                            error: "it was deleted".into(),
+                        },
+                    )?;
+                let n = read(&v)?;
+                if n != wanted {
+                    tracing::warn!(
+                        stored = n,
+                        asked = wanted,
+                        "the cluster was created with {n} partitions; --partitions {wanted} is ignored (the count is fixed at creation)"
+                    );
+                }
+                Ok(n)
+            }
+            Err(e) => Err(nats_err("write the partition count")(&e)),
+        }
+    }
+}

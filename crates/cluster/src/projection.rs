@@ -1,0 +1,160 @@
+//! Each instance's audit log: a SQLite projection of the decisions stream.
+//!
+//! A thread reads `bursar.journal.>` in stream order from where it stopped and appends every entry
+//! (the input line, its decisions, its job steps, the policy-set digest) and every policy load to the
+//! instance's own `bursar-audit` log, one transaction per group of messages. Every instance projects
+//! the same messages in the same order, so every instance's log holds the same inputs and decisions
+//! in the same order, its hash chains are over that order, and `bursar audit verify` checks each one
+//! on its own; `bursar audit query`/`explain` and the report read it as they read a single server's.
+//!
+//! Where it stopped is a small file beside the database (`<audit>.journal-seq`), written after each
+//! commit. After a crash between the commit and that write, the messages are projected again and
+//! the log skips every input it already holds (its ids are unique), so nothing is doubled.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use async_nats::jetstream::consumer::{DeliverPolicy, pull};
+use bursar_audit::{AuditLog, Durability, Record};
+use bursar_session::{Entry, Frame, Line, Origin};
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+
+use crate::ClusterError;
+use crate::nats::Nats;
+use crate::status::Status;
+use crate::wire::JournalBatch;
+
+/// The position file of the audit log at `audit`.
+pub fn position_path(audit: &Path) -> PathBuf {
+    let mut p = audit.as_os_str().to_owned();
+    p.push(".journal-seq");
+    PathBuf::from(p)
+}
+
+fn read_position(path: &Path) -> u64 {
+    std::fs::read_to_string(path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
+}
+
+fn write_position(path: &Path, seq: u64) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("{seq}\n"))?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Starts the projection into the audit log at `audit`; it runs until `stop` is dropped... or the
+/// runtime ends. Returns the thread.
+pub fn spawn(
+    nats: Nats,
+    rt: tokio::runtime::Handle,
+    audit: PathBuf,
+    durability: Durability,
+    status: Arc<Status>,
+) -> Result<std::thread::JoinHandle<()>, ClusterError> {
+    let mut log = AuditLog::open(&audit, durability).map_err(|e| ClusterError::Audit(e.to_string()))?;
+    let pos_file = position_path(&audit);
+    let from = read_position(&pos_file);
+    status.counters.projected_seq.store(from, Ordering::Relaxed);
+    let (tx, mut rx) = mpsc::channel::<(u64, bytes::Bytes)>(4096);
+    let journal = nats.journal.clone();
+    rt.spawn(async move {
+        let consumer = journal
+            .create_consumer(pull::OrderedConfig {
+                filter_subject: "bursar.journal.>".into(),
+                deliver_policy: DeliverPolicy::ByStartSequence { start_sequence: from + 1 },
+                ..Default::default()
+            })
+            .await;
+        let mut messages = match consumer {
+            Ok(c) => match c.messages().await {
+                Ok(m) => m,
+                Err(e) => return tracing::error!(error = %e, "the audit projection cannot read the journal"),
+            },
+            Err(e) => return tracing::error!(error = %e, "the audit projection cannot read the journal"),
+        };
+        while let Some(m) = messages.next().await {
+            match m {
+                Ok(m) => {
+                    let Ok(info) = m.info() else { continue };
+                    if tx.send((info.stream_sequence, m.message.payload.clone())).await.is_err() {
+                        return;
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "the audit projection's consumer: retrying"),
+            }
+        }
+    });
+    std::thread::Builder::new()
+        .name("bursar-projection".into())
+        .spawn(move || {
+            let mut group: Vec<(u64, bytes::Bytes)> = Vec::new();
+            while let Some(first) = rx.blocking_recv() {
+                group.push(first);
+                while group.len() < 256 {
+                    match rx.try_recv() {
+                        Ok(m) => group.push(m),
+                        Err(_) => break,
+                    }
+                }
+                let last = group.last().map(|(s, _)| *s).unwrap_or(0);
+                if let Err(e) = project(&mut log, &group) {
+                    tracing::error!(error = %e, "the audit projection stopped: cannot write the audit log");
+                    return;
+                }
+                status.counters.projected.fetch_add(group.len() as u64, Ordering::Relaxed);
+                status.counters.projected_seq.store(last, Ordering::Relaxed);
+                if let Err(e) = write_position(&pos_file, last) {
+                    tracing::warn!(error = %e, "cannot record the projection's position");
+                }
+                group.clear();
+            }
+        })
+        .map_err(|e| ClusterError::Audit(format!("cannot start the projection thread: {e}")))
+}
+
+/// Appends a group of journal messages to the log.
+fn project(log: &mut AuditLog, group: &[(u64, bytes::Bytes)]) -> Result<(), String> {
+    let mut records: Vec<Record> = Vec::new();
+    for (seq, payload) in group {
+        let batch: JournalBatch = match serde_json::from_slice(payload) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(seq, error = %e, "a journal message cannot be read; not projected");
+                continue;
+            }
+        };
+        if !batch.policy_sets.is_empty() || !batch.reload_failures.is_empty() {
+            // Loads are recorded in order with the entries around them.
+            if !records.is_empty() {
+                log.append(&records).map_err(|e| e.to_string())?;
+                records.clear();
+            }
+            for l in &batch.policy_sets {
+                log.record_policy_set(&l.digest, &l.files).map_err(|e| e.to_string())?;
+            }
+            for f in &batch.reload_failures {
+                log.record_policy_failure(&f.error, Some(&f.in_force)).map_err(|e| e.to_string())?;
+            }
+        }
+        for mut entry in batch.entries {
+            let frame = Frame::Line { line: *seq, bytes: entry.raw.as_bytes() };
+            let Line::Input(d) = bursar_session::decode(frame, Origin::Journal) else {
+                tracing::warn!(seq, "a journaled input cannot be decoded; not projected");
+                continue;
+            };
+            let digest: Arc<str> = Arc::from(entry.policy_set.as_str());
+            records.push(Record::of(Entry {
+                input: &d.input,
+                raw: d.text,
+                decisions: &mut entry.decisions,
+                steps: &entry.steps,
+                policy_set: &digest,
+            }));
+        }
+    }
+    if !records.is_empty() {
+        log.append(&records).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}

@@ -1,0 +1,335 @@
+//! `bursar serve --cluster nats://…`: this instance's part of a bursar cluster on NATS JetStream
+//! (`bursar-cluster` does the cluster; this module serves it over HTTP).
+//!
+//! Routes (a router of its own: cluster mode has no engine thread on this instance to ask about a
+//! job or a project, and no single audit log to stream from):
+//! - `POST /v1/admit`: forwarded to the partition's owner (NATS request-reply), answered within
+//!   `--admit-timeout`; `503` with the partition and the cause when no owner answers in time.
+//! - `POST /v1/events`: published to the partitions' subjects; answered once stored in the stream
+//!   (`accepted`, `duplicates` as the stream found them, `rejected`; `decisions` is empty: they come
+//!   on the decisions stream).
+//! - `GET /v1/decisions?after=CURSOR&follow=&format=`: the decisions stream, from JetStream.
+//! - `GET /v1/cluster`: this instance, its partitions, every partition's owner.
+//! - `GET /healthz` (200 while connected to NATS), `GET /metrics`.
+//!
+//! Policies load with the same loader as single-node serve, and reload on file changes and SIGHUP;
+//! a set with a user- or tag-scoped quota is refused at start and on reload (`docs/cluster.md`).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bursar_cluster::{Cluster, ClusterConfig, Front, Status};
+use bursar_engine::PolicySet;
+use bursar_model::api::{Duplicate, ErrorReply, EventsReply};
+use bursar_model::{EventKind, Input};
+use bursar_session::{Origin, decode_body};
+use serde::Deserialize;
+use tokio::sync::{mpsc, watch};
+
+use crate::stream::Format;
+use crate::{Config, Ready, ServeError};
+
+#[derive(Clone)]
+struct ClusterState {
+    front: Arc<Front>,
+    status: Arc<Status>,
+    token: Option<Arc<str>>,
+    max_line: usize,
+}
+
+fn reply(status: StatusCode, v: &impl serde::Serialize) -> Response {
+    match serde_json::to_string(v) {
+        Ok(body) => {
+            let mut r = (status, body).into_response();
+            r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            r
+        }
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    reply(status, &ErrorReply { error: message.into() })
+}
+
+async fn auth(State(st): State<ClusterState>, req: Request, next: Next) -> Response {
+    if let Some(token) = &st.token {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        if !given.is_some_and(|g| crate::http::same(g.as_bytes(), token.as_bytes())) {
+            return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
+        }
+    }
+    next.run(req).await
+}
+
+fn router(state: ClusterState, limits: crate::listen::Limits, counters: Arc<crate::listen::ListenCounters>) -> Router {
+    let api = Router::new()
+        .route("/v1/admit", post(admit))
+        .route("/v1/events", post(events))
+        .route("/v1/decisions", get(decisions))
+        .route("/v1/cluster", get(cluster_view))
+        .route("/metrics", get(metrics))
+        .layer(middleware::from_fn_with_state(state.clone(), auth));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .merge(api)
+        .fallback(|| async {
+            error(
+                StatusCode::NOT_FOUND,
+                "no such route in cluster mode: /v1/admit, /v1/events, /v1/decisions, /v1/cluster, /healthz, /metrics (docs/cluster.md)",
+            )
+        })
+        .layer(middleware::from_fn_with_state((limits, counters), crate::listen::body_limits))
+        .layer(DefaultBodyLimit::max(limits.max_body))
+        .with_state(state)
+}
+
+async fn healthz(State(st): State<ClusterState>) -> Response {
+    if st.front.connected() {
+        (StatusCode::OK, "ok\n").into_response()
+    } else {
+        error(StatusCode::SERVICE_UNAVAILABLE, "not connected to NATS; reconnecting")
+    }
+}
+
+async fn metrics(State(st): State<ClusterState>) -> Response {
+    let mut r = st.status.render().into_response();
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+    r
+}
+
+async fn cluster_view(State(st): State<ClusterState>) -> Response {
+    reply(StatusCode::OK, &st.status.view())
+}
+
+async fn admit(State(st): State<ClusterState>, body: Bytes) -> Response {
+    let (mut items, rejected) = decode_body(&body, st.max_line, Origin::Producer);
+    if let Some(r) = rejected.first() {
+        return error(StatusCode::BAD_REQUEST, format!("malformed event: {}", r.error));
+    }
+    if items.len() != 1 {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("expected exactly one job.submitted event, got {}", items.len()),
+        );
+    }
+    let Some(item) = items.pop() else { return error(StatusCode::BAD_REQUEST, "expected one event") };
+    if !matches!(&item.input, Input::Event(e) if matches!(e.kind, EventKind::JobSubmitted(_))) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("expected a `job.submitted` event, got `{}`; send it to /v1/events", item.input.type_name()),
+        );
+    }
+    match st.front.admit(&item).await {
+        Ok(r) => reply(StatusCode::OK, &r),
+        Err(refusal) => {
+            error(StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE), refusal.error)
+        }
+    }
+}
+
+async fn events(State(st): State<ClusterState>, body: Bytes) -> Response {
+    let (items, rejected) = decode_body(&body, st.max_line, Origin::Producer);
+    if items.is_empty() {
+        let reason = if rejected.is_empty() { "the body holds no event" } else { "no line is a valid event" };
+        let r =
+            EventsReply { error: Some(reason.into()), accepted: 0, duplicates: vec![], rejected, decisions: vec![] };
+        return reply(StatusCode::BAD_REQUEST, &r);
+    }
+    match st.front.publish(items).await {
+        Ok(published) => {
+            let mut answer =
+                EventsReply { error: None, accepted: 0, duplicates: Vec::new(), rejected, decisions: Vec::new() };
+            for p in published {
+                if p.duplicate {
+                    answer.duplicates.push(Duplicate { line: p.line, id: p.id });
+                } else {
+                    answer.accepted += 1;
+                }
+            }
+            reply(StatusCode::OK, &answer)
+        }
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("{e}; resend the events (ids make that safe)")),
+    }
+}
+
+/// Query of `GET /v1/decisions`.
+#[derive(Debug, Deserialize)]
+struct StreamQuery {
+    after: Option<u64>,
+    follow: Option<bool>,
+    format: Option<String>,
+}
+
+async fn decisions(
+    State(st): State<ClusterState>,
+    headers: HeaderMap,
+    q: Result<Query<StreamQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Query(q) = match q {
+        Ok(q) => q,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad query: {}", e.body_text())),
+    };
+    let sse =
+        headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("text/event-stream"));
+    let format = match q.format.as_deref() {
+        Some("sse") => Format::Sse,
+        Some("jsonl" | "ndjson") => Format::JsonLines,
+        Some(other) => {
+            return error(StatusCode::BAD_REQUEST, format!("unknown format `{other}`: use `sse` or `jsonl`"));
+        }
+        None if sse => Format::Sse,
+        None => Format::JsonLines,
+    };
+    let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
+    let rx = st.front.decisions(q.after.or(last_event_id).unwrap_or(0), q.follow.unwrap_or(true));
+    let stream =
+        futures_util::stream::unfold((rx, false), move |(mut rx, done): (mpsc::Receiver<_>, bool)| async move {
+            if done {
+                return None;
+            }
+            match rx.recv().await {
+                Some(Ok(d)) => {
+                    let d: bursar_model::api::Sequenced = d;
+                    let frame = crate::stream::frame(format, d.seq, &d.to_json());
+                    Some((Ok::<Bytes, Infallible>(frame), (rx, false)))
+                }
+                Some(Err(e)) => Some((Ok(crate::stream::error_frame(format, &e)), (rx, true))),
+                None => None,
+            }
+        });
+    let mut r = Response::new(Body::from_stream(stream));
+    let ctype = if format == Format::Sse { "text/event-stream" } else { "application/x-ndjson" };
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
+    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}
+
+async fn compile(config: &Config) -> Result<PolicySet, ServeError> {
+    let (loader, dir) = (config.loader.clone(), config.policies.clone());
+    let set = tokio::task::spawn_blocking(move || loader(&dir))
+        .await
+        .map_err(|e| ServeError::Io { context: "compile the policies".into(), message: e.to_string() })?;
+    set.map_err(|errors| ServeError::Policies { dir: config.policies.display().to_string(), errors })
+}
+
+/// Runs one cluster instance on `listener` until `shutdown` resolves, then hands its partitions over
+/// (a snapshot each, leases deleted) and stops. `ready` is called once the instance is connected and
+/// listening, before any request is taken.
+pub async fn serve_cluster(
+    config: Config,
+    mut cluster: ClusterConfig,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ready: impl FnOnce(&Ready) -> Result<(), ServeError>,
+) -> Result<(), ServeError> {
+    let addr = listener
+        .local_addr()
+        .map_err(|e| ServeError::Io { context: "read the bound address".into(), message: e.to_string() })?;
+    crate::check_bind(addr, config.token.as_deref())?;
+    for (on, flag) in [
+        (config.socket.is_some(), "--socket"),
+        (config.admit_listen.is_some(), "--admit-listen"),
+        (config.utilisation.is_some(), "--utilisation"),
+    ] {
+        if on {
+            return Err(ServeError::Cluster(format!(
+                "`{flag}` is not available with `--cluster` yet: send events to any instance's POST /v1/events (docs/cluster.md)"
+            )));
+        }
+    }
+    let set = Arc::new(compile(&config).await?);
+    cluster.audit = config.audit.clone();
+    cluster.durable = config.durable;
+    cluster.tick = config.tick;
+    cluster.snapshot_every = config.snapshot_every;
+    cluster.engine = config.engine;
+    let (policies_tx, policies_rx) = watch::channel(set.clone());
+    let instance = Cluster::start(cluster, policies_rx).await.map_err(|e| ServeError::Cluster(e.to_string()))?;
+
+    // Reloads: file changes and SIGHUP; a set that does not compile, or spans partitions, is refused
+    // and the one in force stays.
+    let (reload_tx, mut reload_rx) = mpsc::channel::<crate::reload::ReloadRequest>(64);
+    let _watcher = if config.watch {
+        Some(crate::reload::watch(&config.policies, config.debounce, reload_tx.clone()).map_err(|e| {
+            ServeError::Io { context: format!("watch `{}`", config.policies.display()), message: e.to_string() }
+        })?)
+    } else {
+        None
+    };
+    let hup = {
+        let reload_tx = reload_tx.clone();
+        tokio::spawn(async move {
+            use tokio::signal::unix::{SignalKind, signal};
+            let Ok(mut s) = signal(SignalKind::hangup()) else { return };
+            while s.recv().await.is_some() {
+                if reload_tx.send(crate::reload::ReloadRequest { cause: "sighup", reply: None }).await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    let reloader = {
+        let config = config.clone();
+        tokio::spawn(async move {
+            while let Some(req) = reload_rx.recv().await {
+                match compile(&config).await {
+                    Ok(set) => {
+                        let spanning = bursar_cluster::spanning_quotas(&set);
+                        if let Some(s) = spanning.first() {
+                            tracing::error!(cause = req.cause, "policy reload refused: {s}");
+                        } else if set.digest() != policies_tx.borrow().digest() {
+                            tracing::info!(cause = req.cause, digest = set.digest(), "policies reloaded");
+                            let _ = policies_tx.send(Arc::new(set));
+                        }
+                    }
+                    Err(e) => {
+                        tracing::error!(cause = req.cause, error = %e, "policy reload failed; the set in force stays")
+                    }
+                }
+            }
+        })
+    };
+
+    let limits = crate::listen::Limits {
+        max_connections: config.max_connections,
+        header_timeout: config.header_timeout,
+        body_timeout: config.body_timeout,
+        max_body: config.max_body,
+    };
+    let state = ClusterState {
+        front: instance.front.clone(),
+        status: instance.status.clone(),
+        token: config.token.as_deref().map(Arc::from),
+        max_line: config.max_body,
+    };
+    let counters = Arc::new(crate::listen::ListenCounters::default());
+    let app = router(state, limits, counters.clone());
+    ready(&Ready { addr, admit: None })?;
+    tracing::info!(%addr, partitions = instance.front.partitions(), digest = set.digest(), "cluster instance listening");
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    crate::listen::serve(listener, app, limits, counters, stop_rx).await;
+    hup.abort();
+    reloader.abort();
+    drop(_watcher);
+    let _ = tokio::time::timeout(Duration::from_secs(30), instance.shutdown()).await;
+    tracing::info!("cluster instance stopped");
+    Ok(())
+}
