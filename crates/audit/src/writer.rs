@@ -103,9 +103,20 @@ pub fn no_hook() -> CommitHook {
 
 enum Msg {
     Record(Record),
-    PolicySet { digest: String, files: Vec<SourceFile> },
-    ReloadFailed { error: String, in_force: String },
-    Snapshot { policy_set: String, blob: Vec<u8>, keep: usize, reply: SyncSender<std::result::Result<i64, String>> },
+    PolicySet {
+        digest: String,
+        files: Vec<SourceFile>,
+    },
+    ReloadFailed {
+        error: String,
+        in_force: String,
+    },
+    Snapshot {
+        policy_set: String,
+        blob: Vec<u8>,
+        keep: usize,
+        reply: SyncSender<std::result::Result<i64, String>>,
+    },
     Flush(SyncSender<Vec<Receipt>>),
     /// Call back with the receipts of the records sent since the previous flush once committed.
     FlushThen(FlushDone),

@@ -189,12 +189,8 @@ fn flush_then_calls_back_in_order_with_each_batchs_own_receipts_once_they_are_co
     let dir = TempDir::new("flush-then");
     let db = dir.path("f.db");
     let log = AuditLog::open(&db, Durability::Durable).unwrap();
-    let mut w = Writer::spawn(
-        log,
-        WriterConfig { receipts: true, ..WriterConfig::default() },
-        bursar_audit::no_hook(),
-    )
-    .unwrap();
+    let mut w = Writer::spawn(log, WriterConfig { receipts: true, ..WriterConfig::default() }, bursar_audit::no_hook())
+        .unwrap();
     let seen = Arc::new(std::sync::Mutex::new(Vec::<(u64, Vec<String>, Vec<String>)>::new()));
     for batch in 0..40u64 {
         for k in 0..3 {

@@ -250,7 +250,8 @@ impl Core {
             }
             if !want_snapshot.is_empty()
                 || stop
-                || (last_snapshot.elapsed() >= snapshot_every && self.committed.load(Ordering::Relaxed) > self.snapshot_seq)
+                || (last_snapshot.elapsed() >= snapshot_every
+                    && self.committed.load(Ordering::Relaxed) > self.snapshot_seq)
             {
                 let r = self.snapshot();
                 if let Err(e) = &r {
