@@ -46,6 +46,18 @@ fn admission_round_trip_is_durable_and_idempotent() {
     assert_eq!(p["month"]["reserved"], 32.0);
     assert_eq!(server.get("/v1/jobs/nope").unwrap().status, 404);
 
+    // The same event id reused for another job: a 409 that names the real cause (the id is taken), not
+    // a pruned log, and nothing is decided.
+    let reused = server.post("/v1/admit", &submit("e1", "j2", "nlp", 1, 1.0));
+    assert_eq!(reused.status, 409, "{}", reused.text());
+    let why = reused.json().unwrap();
+    assert_eq!(
+        why["error"], "event id `e1` was already used for job `j1`; a new submission needs a new event id",
+        "{why}"
+    );
+    assert_eq!(server.decisions(0).len(), 1);
+    assert_eq!(server.get("/v1/jobs/j2").unwrap().status, 404);
+
     let (status, log) = server.terminate();
     assert!(status.success(), "exit {status:?}\n{log}");
     assert!(log.contains("stopped cleanly"), "{log}");
