@@ -8,7 +8,9 @@
 //!   with the answered decision; no project's quota is overshot; every instance's audit log verifies.
 //! - `a_paused_owner_writes_nothing_after_the_takeover`: SIGSTOP an owner past its lease, let another
 //!   take over and write, SIGCONT it: no journal message or snapshot chunk of an older epoch follows
-//!   the new owner's fence on any subject.
+//!   the new owner's fence on any subject. Before the pause, on the same cluster (one NATS start per
+//!   test): a trial run in a project of one instance's partition lets a scale-up of the same
+//!   configuration in a project of the other instance's partition through trial-before-scale.
 
 #![expect(clippy::unwrap_used, clippy::panic, reason = "a test")]
 
@@ -30,6 +32,16 @@ id = "quota/monthly"
 description = "100 GPU-hours a month per project"
 kind = "quota"
 gpu_hours = 100
+"#;
+
+const TRIAL: &str = r#"[[policy]]
+id = "trial/before-scale"
+description = "Above 16 GPUs, a recent successful trial of the same configuration on 8 GPUs or fewer"
+kind = "trial"
+above_gpus = 16
+trial_max_gpus = 8
+within = "14d"
+action = "deny"
 "#;
 
 const PARTITIONS: u32 = 8;
@@ -169,6 +181,7 @@ fn setup(name: &str) -> Option<(NatsCluster, TempDir)> {
     let dir = TempDir::new(name).unwrap();
     std::fs::create_dir_all(dir.path().join("policies")).unwrap();
     std::fs::write(dir.path().join("policies/quota.toml"), QUOTA).unwrap();
+    std::fs::write(dir.path().join("policies/trial.toml"), TRIAL).unwrap();
     Some((nats, dir))
 }
 
@@ -417,6 +430,7 @@ fn a_paused_owner_writes_nothing_after_the_takeover() {
     let b1 = Instance::start(&nats, d, "b1", 1);
     let b2 = Instance::start(&nats, d, "b2", 1);
     let owners = wait_shared(&[&b1, &b2], 3);
+    trial_history_reaches_every_partition(&b1, &b2, &owners);
     let paused: Vec<u32> = owners.iter().filter(|(_, o)| *o == "b1").map(|(p, _)| *p).collect();
     let old_epochs: HashMap<u32, u64> = b1.view().unwrap().owned.iter().map(|o| (o.partition, o.epoch)).collect();
     // Traffic for b1's partitions, so it has something to write.
@@ -522,6 +536,57 @@ fn a_paused_owner_writes_nothing_after_the_takeover() {
     assert!(still.is_empty(), "b1 still claims {still:?}");
     drop((b1, b2));
     drop(nats);
+}
+
+/// A job of one configuration (image, dataset, script) in `project`.
+fn configured(id: &str, job: &str, project: &str, gpus: u32, image: &str) -> String {
+    format!(
+        r#"{{"id":"{id}","time":"{}","type":"job.submitted","job":{{"id":"{job}","project":"{project}","user":"u","gpus":{gpus},"requested_hours":1.0,"image":"{image}","dataset":"ds-7","script_hash":"f00d","ready":{{"image":true,"data":true,"script":true}}}}}}"#,
+        now()
+    )
+}
+
+/// The trial runs in a partition b1 owns; the scale-up goes to a partition b2 owns, through b2. The
+/// run fact (`run.recorded`) b1's owner sends must reach b2's partition before the scale-up is let
+/// through; a configuration with no trial anywhere stays denied.
+fn trial_history_reaches_every_partition(b1: &Instance, b2: &Instance, owners: &BTreeMap<u32, String>) {
+    let pa = *owners.iter().find(|(_, o)| *o == "b1").unwrap().0;
+    let pb = *owners.iter().find(|(_, o)| *o == "b2").unwrap().0;
+    let (small, big) = (project_in(pa, "trial-small"), project_in(pb, "trial-big"));
+    let admit = |to: SocketAddr, body: &str| {
+        let (s, d) = post(to, "/v1/admit", body).unwrap();
+        assert_eq!(s, 200, "{d}");
+        d["decision"].as_str().unwrap().to_owned()
+    };
+    // Without a trial anywhere, the scale-up is denied in either partition.
+    assert_eq!(admit(b2.addr, &configured("t-big-0", "t-big-0", &big, 32, "img:1")), "deny");
+    assert_eq!(admit(b1.addr, &configured("t-small", "t-small", &small, 8, "img:1")), "allow");
+    let events = format!(
+        "{{\"id\":\"t-start\",\"time\":\"{}\",\"type\":\"job.started\",\"job_id\":\"t-small\"}}\n{{\"id\":\"t-end\",\"time\":\"{}\",\"type\":\"job.finished\",\"job_id\":\"t-small\",\"status\":\"succeeded\"}}\n",
+        now(),
+        now()
+    );
+    let (s, r) = post(b1.addr, "/v1/events", &events).unwrap();
+    assert_eq!(s, 200, "{r}");
+    let sent = Instant::now();
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let id = format!("t-big-{tries}");
+        if admit(b2.addr, &configured(&id, &id, &big, 32, "img:1")) == "allow" {
+            break;
+        }
+        assert!(sent.elapsed() < Duration::from_secs(15), "the trial never reached partition {pb}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("the trial in partition {pa} let partition {pb} admit the scale-up after {:?}", sent.elapsed());
+    // Another configuration has no trial: still denied.
+    assert_eq!(admit(b2.addr, &configured("t-other", "t-other", &big, 32, "img:2")), "deny");
+    let sent_total: u64 = [b1, b2]
+        .iter()
+        .filter_map(|i| metric(i, "bursar_cluster_run_facts_sent_total").rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(sent_total, u64::from(PARTITIONS - 1), "one fact per other partition");
 }
 
 fn metric(i: &Instance, name: &str) -> String {

@@ -141,8 +141,9 @@ impl Front {
                 Some(job) => one(self.partition_of_job(job).await),
                 None => one(0),
             },
-            // Producers cannot send wall ticks (the session's decoder refuses them at the edge).
-            Input::WallTick(_) => Vec::new(),
+            // Producers cannot send wall ticks or run facts (the session's decoder refuses them at
+            // the edge); run facts are published by the partitions' owners themselves.
+            Input::WallTick(_) | Input::Run(_) => Vec::new(),
         }
     }
 

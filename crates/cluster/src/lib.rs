@@ -6,7 +6,8 @@
 //! a [`bursar_session::Journal`] that publishes each group commit to the decisions stream, fenced by
 //! the subject's expected last sequence. A new owner fences the old one out, restores the latest
 //! snapshot, replays the journal to its own marker and the events to the head, and only then
-//! answers. Every instance's front end publishes events, forwards admissions to owners by NATS
+//! answers. An owner sends every run it sees finish to the other partitions as a `run.recorded` fact,
+//! so trial history is the same everywhere. Every instance's front end publishes events, forwards admissions to owners by NATS
 //! request-reply, and serves the decisions stream; every instance's audit log is a SQLite projection
 //! of the decisions stream. `docs/cluster.md` has the design, the failover sequence and what is and
 //! is not guaranteed.

@@ -15,7 +15,8 @@
 //!
 //! Running: the thread takes what is queued (events, admission waiters, ticks, snapshot requests; at
 //! most [`MAX_BATCH`]), applies it through the session, flushes the journal once (one fenced
-//! message) and only then answers the waiters. Any journal or snapshot error ends the thread: the
+//! message) and only then answers the waiters. The runs the batch saw finish are sent to every other
+//! partition (`run.recorded`) before that flush, so a crash in between resends them, never loses them. Any journal or snapshot error ends the thread: the
 //! partition is then the next owner's, which replays what was published.
 
 use std::collections::{HashMap, VecDeque};
@@ -27,7 +28,7 @@ use async_nats::HeaderMap;
 use async_nats::Subject;
 use bursar_engine::{Engine, EngineConfig, PolicySet};
 use bursar_model::api::{AdmitReply, Sequenced};
-use bursar_model::{EventKind, Input, Timestamp};
+use bursar_model::{EventKind, Input, RunFact, Timestamp};
 use bursar_session::{Applied, Discard, Frame, Line, LineOutcome, Origin, Session};
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -337,6 +338,30 @@ async fn consume(nats: Nats, partition: u32, from: u64, tx: mpsc::Sender<Item>) 
     }
 }
 
+/// Publishes each run fact to every partition but `from`, each copy with its own id
+/// (`run-<event id>@p<n>`, also its `Nats-Msg-Id`), and waits until the stream has stored them all.
+async fn send_runs(nats: &Nats, from: u32, runs: &[RunFact]) -> Result<(), String> {
+    let mut acks = Vec::new();
+    for run in runs {
+        for p in (0..nats.partitions.max(1)).filter(|p| *p != from) {
+            let copy = run.for_partition(p);
+            let mut headers = HeaderMap::new();
+            headers.insert("Nats-Msg-Id", copy.id.as_str());
+            let line = Input::Run(copy).to_json();
+            let ack = nats
+                .js
+                .publish_with_headers(events_subject(p), headers, Bytes::from(line))
+                .await
+                .map_err(|e| e.to_string())?;
+            acks.push(ack);
+        }
+    }
+    for ack in acks {
+        ack.await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 async fn answer(client: &async_nats::Client, reply: Subject, a: &OwnerAnswer) {
     if let Ok(body) = serde_json::to_vec(a) {
         let _ = client.publish(reply, body.into()).await;
@@ -439,7 +464,7 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
         events_through,
         max_message,
     );
-    let mut session = match Session::open(engine, journal, Origin::Producer) {
+    let mut session = match Session::open(engine, journal, Origin::Cluster) {
         Ok(s) => s,
         Err(e) => return Exit::SteppedDown(e.to_string()),
     };
@@ -518,6 +543,7 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
         let mut stop = None;
         let mut want_snapshot = false;
         let mut error = None;
+        let mut runs: Vec<RunFact> = Vec::new();
         for item in batch.drain(..) {
             match item {
                 Item::Event { seq, data } => {
@@ -527,6 +553,7 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
                     match outcome {
                         Ok(LineOutcome::Input { id, applied: Applied::Applied { entry, .. }, .. }) => {
                             counters.events_applied.fetch_add(1, Ordering::Relaxed);
+                            runs.extend_from_slice(session.engine().recorded_runs());
                             applied.push((id, entry, seq));
                         }
                         Ok(LineOutcome::Input { id, applied: Applied::Duplicate, .. }) => duplicates.push(id),
@@ -565,6 +592,15 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
         }
         if let Some(e) = error {
             break Exit::SteppedDown(e);
+        }
+        // The runs this batch saw finish go to every other partition before the batch is journalled:
+        // if this owner dies in between, the next one applies the same `job.finished` again (the
+        // journal does not have it yet) and sends the same facts, with the same ids.
+        if !runs.is_empty() {
+            if let Err(e) = ctx.rt.block_on(send_runs(&ctx.nats, p, &runs)) {
+                break Exit::SteppedDown(format!("cannot send run facts to the other partitions: {e}"));
+            }
+            counters.run_facts_sent.fetch_add((runs.len() as u64) * u64::from(partitions - 1), Ordering::Relaxed);
         }
         let mut receipts = match session.flush() {
             Ok(r) => r,

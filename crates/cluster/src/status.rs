@@ -22,6 +22,8 @@ pub struct Counters {
     pub events_published: AtomicU64,
     /// Events the stream found duplicates (`Nats-Msg-Id`).
     pub events_duplicate: AtomicU64,
+    /// Run facts (`run.recorded`) this instance's owners sent to other partitions.
+    pub run_facts_sent: AtomicU64,
     /// Admissions answered by this instance's owners.
     pub admissions_answered: AtomicU64,
     /// Admissions this front end forwarded and got a decision for.
@@ -177,6 +179,12 @@ impl Status {
             "counter",
             "Events the stream dropped as duplicates.",
             load(&c.events_duplicate),
+        );
+        put(
+            "bursar_cluster_run_facts_sent_total",
+            "counter",
+            "Run facts (a finished run, for trial-before-scale) this instance's owners sent to the other partitions.",
+            load(&c.run_facts_sent),
         );
         put(
             "bursar_cluster_admissions_answered_total",

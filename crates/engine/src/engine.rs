@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use bursar_model::{
-    Decision, DecisionKind, Duration, Event, EventKind, FinishStatus, Hints, Input, JobSpec, Sample, Timestamp,
+    Decision, DecisionKind, Duration, Event, EventKind, FinishStatus, Hints, Input, JobSpec, RunFact, Sample, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 
@@ -120,6 +120,9 @@ pub struct Stats {
     /// Action records taken (`action.executed`, `action.failed`).
     #[serde(default)]
     pub actions: u64,
+    /// Run facts from other partitions applied (`run.recorded`, cluster mode).
+    #[serde(default)]
+    pub runs_from_elsewhere: u64,
     /// Wall ticks applied.
     #[serde(default)]
     pub wall_ticks: u64,
@@ -152,6 +155,7 @@ pub struct Engine {
     scratch: Scratch,
     coverage: Option<Coverage>,
     transitions: Vec<Transition>,
+    runs: Vec<RunFact>,
 }
 
 /// Reused per-policy output buffers, so evaluating an event allocates no vectors once warm.
@@ -170,6 +174,7 @@ struct Emitter<'a> {
     n: usize,
     out: &'a mut Vec<Decision>,
     steps: &'a mut Vec<Transition>,
+    runs: &'a mut Vec<RunFact>,
     stats: &'a mut Stats,
     coverage: Option<&'a mut Coverage>,
 }
@@ -292,6 +297,7 @@ impl Engine {
             scratch: Scratch::default(),
             coverage: None,
             transitions: Vec::new(),
+            runs: Vec::new(),
         }
     }
 
@@ -310,6 +316,7 @@ impl Engine {
             scratch: Scratch::default(),
             coverage: None,
             transitions: Vec::new(),
+            runs: Vec::new(),
         }
     }
 
@@ -390,17 +397,22 @@ impl Engine {
     ///   ticks) and is not deduplicated.
     /// - An [`Input::Action`] is deduplicated by id and counted; it changes no state and reaches no
     ///   policy (and does not move the clock: it reports on the past).
+    /// - An [`Input::Run`] is deduplicated by id and joins its configuration's run history (as a
+    ///   finish seen here would, but idempotently: a fact applied twice changes nothing); it reaches
+    ///   no policy, makes no decision and does not move the clock.
     pub fn apply(&mut self, input: &Input, raw: Option<&str>, out: &mut Vec<Decision>) -> Outcome {
         match input {
             Input::Event(e) => self.process(e, raw, out),
             Input::WallTick(t) => {
                 self.transitions.clear();
+                self.runs.clear();
                 self.stats.wall_ticks += 1;
                 self.advance(t.time, &t.id(), out);
                 Outcome::Applied
             }
             Input::Action(a) => {
                 self.transitions.clear();
+                self.runs.clear();
                 if !self.dedupe.insert(&a.id, a.time.max(self.state.now)) {
                     self.stats.duplicates += 1;
                     return Outcome::Duplicate;
@@ -408,7 +420,24 @@ impl Engine {
                 self.stats.actions += 1;
                 Outcome::Applied
             }
+            Input::Run(r) => {
+                self.transitions.clear();
+                self.runs.clear();
+                if !self.dedupe.insert(&r.id, r.time.max(self.state.now)) {
+                    self.stats.duplicates += 1;
+                    return Outcome::Duplicate;
+                }
+                self.stats.runs_from_elsewhere += 1;
+                self.state.record_run_fact(r.config, r.gpus, r.status, r.time);
+                Outcome::Applied
+            }
         }
+    }
+
+    /// The runs the last [`Engine::apply`] recorded from a `job.finished` (for trial-before-scale):
+    /// what `serve --cluster` sends the other partitions as `run.recorded` facts.
+    pub fn recorded_runs(&self) -> &[RunFact] {
+        &self.runs
     }
 
     /// The job steps of the last [`Engine::apply`], in the order they happened.
@@ -420,6 +449,7 @@ impl Engine {
     /// [`Input`] (benchmarks, tests): the same path, without wrapping the event.
     pub fn process(&mut self, event: &Event, raw: Option<&str>, out: &mut Vec<Decision>) -> Outcome {
         self.transitions.clear();
+        self.runs.clear();
         if !self.dedupe.insert(&event.id, event.time.max(self.state.now)) {
             self.stats.duplicates += 1;
             return Outcome::Duplicate;
@@ -433,6 +463,7 @@ impl Engine {
             n: 0,
             out,
             steps: &mut self.transitions,
+            runs: &mut self.runs,
             stats: &mut self.stats,
             coverage: self.coverage.as_mut(),
         };
@@ -465,6 +496,7 @@ impl Engine {
             n: 0,
             out,
             steps: &mut self.transitions,
+            runs: &mut self.runs,
             stats: &mut self.stats,
             coverage: self.coverage.as_mut(),
         };
@@ -881,6 +913,10 @@ impl Engine {
             j.phase = if j.phase == JobPhase::Reclaimed { JobPhase::Reclaimed } else { JobPhase::Finished };
             if j.started.is_some() || *status == FinishStatus::Succeeded {
                 state.record_run(j.config, j.gpus, *status, event.time);
+                let mut run_id = String::with_capacity(event.id.len() + 4);
+                run_id.push_str("run-");
+                run_id.push_str(&event.id);
+                em.runs.push(RunFact { id: run_id, time: event.time, config: j.config, gpus: j.gpus, status: *status });
             }
             state.jobs.insert(id.clone(), j);
             timers.set(event.time.plus(config.finished_retention), id.clone(), TimerKind::Forget);

@@ -1030,6 +1030,17 @@ impl State {
         self.trials.entry(job.config).or_default().record_throughput(gpu_type, job.gpus, unit, per_gpu, at);
     }
 
+    /// A run another partition saw finish: the same history as [`State::record_run`], kept
+    /// idempotent (the latest failure is the latest one seen, whatever order the facts come in).
+    pub(crate) fn record_run_fact(&mut self, config: u64, gpus: u32, status: FinishStatus, at: Timestamp) {
+        let h = self.trials.entry(config).or_default();
+        match status {
+            FinishStatus::Succeeded => h.record_success(gpus, at),
+            FinishStatus::Failed => h.last_failure = h.last_failure.max(Some(at)),
+            FinishStatus::Cancelled => {}
+        }
+    }
+
     pub(crate) fn record_run(&mut self, config: u64, gpus: u32, status: FinishStatus, at: Timestamp) {
         let h = self.trials.entry(config).or_default();
         match status {

@@ -731,17 +731,20 @@ impl<'de> Visitor<'de> for InputVisitor {
 
         // Fields of other types than this one are the producer's own: keep them.
         let sample_type = ty == "job.sample";
-        if !sample_type {
+        let run_type = ty == crate::input::RUN_TYPE;
+        if !sample_type && !run_type {
             keep(&mut extra, "gpu_util", gpu_util.take());
             keep(&mut extra, "mem_util", mem_util.take());
             keep(&mut extra, "gpu_util_max", gpu_util_max.take());
             keep(&mut extra, "fb_used_mib", fb_used_mib.take());
             keep(&mut extra, "gpus", gpus.take());
+        }
+        if !sample_type {
             keep(&mut extra, "throughput", throughput.take());
             keep(&mut extra, "progress", progress.take());
             keep(&mut extra, "unit", unit.take());
         }
-        if ty != "job.finished" {
+        if ty != "job.finished" && !run_type {
             keep(&mut extra, "status", status.take());
         }
         if !matches!(ty, "job.keepalive" | "approval.granted" | "approval.rejected") {
@@ -824,6 +827,24 @@ impl<'de> Visitor<'de> for InputVisitor {
                 }));
             }
             crate::input::WALL_TICK_TYPE => return Ok(Input::WallTick(WallTick { time })),
+            crate::input::RUN_TYPE => {
+                let config = match extra.iter().position(|(k, _)| k == "config") {
+                    Some(i) => extra.remove(i).1,
+                    None => return Err(de::Error::missing_field("config")),
+                };
+                let config = serde_json::from_str::<&str>(config.get())
+                    .ok()
+                    .filter(|h| h.len() == 16)
+                    .and_then(|h| u64::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| de::Error::custom("`config` must be 16 hexadecimal digits"))?;
+                return Ok(Input::Run(crate::input::RunFact {
+                    id,
+                    time,
+                    config,
+                    gpus: bounded_int("gpus", gpus.ok_or_else(|| de::Error::missing_field("gpus"))?, limits::GPUS)?,
+                    status: status.ok_or_else(|| de::Error::missing_field("status"))?,
+                }));
+            }
             other => {
                 return Err(de::Error::custom(format!(
                     "unknown event type `{other}`, expected one of {}",

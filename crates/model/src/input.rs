@@ -12,13 +12,17 @@
 //!   (`action.executed`) or could not be (`action.failed`), written by an agent such as
 //!   `bursar slurm enforce`. It is deduplicated and journaled (so `bursar audit` shows it) but changes
 //!   no state and reaches no policy.
+//! - [`Input::Run`]: in `serve --cluster`, the outcome of a run of one configuration that another
+//!   partition saw finish (`run.recorded`), so trial-before-scale finds a trial made in any project.
+//!   Only bursar writes it (a partition's owner, onto the other partitions' streams); producers may
+//!   not send it. It updates the configuration's run history and nothing else.
 
 use std::borrow::Cow;
 
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 
-use crate::event::{Event, Extra};
+use crate::event::{Event, Extra, FinishStatus};
 use crate::time::Timestamp;
 
 /// The wire type of bursar's own wall tick, accepted only from bursar's journal.
@@ -26,6 +30,9 @@ pub const WALL_TICK_TYPE: &str = "bursar.tick";
 
 /// The id prefix of bursar's wall ticks; producers may not use it.
 pub const WALL_TICK_PREFIX: &str = "bursar-tick-";
+
+/// The wire type of a run fact ([`RunFact`]), accepted only from bursar itself.
+pub const RUN_TYPE: &str = "run.recorded";
 
 /// One input to the engine.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,6 +43,46 @@ pub enum Input {
     WallTick(WallTick),
     /// An enforcement record.
     Action(Action),
+    /// A run of a configuration that another partition saw finish (cluster mode).
+    Run(RunFact),
+}
+
+/// The outcome of one run of a configuration, as the partition that saw the job finish recorded it:
+/// `{"id":"run-<event id>","time":…,"type":"run.recorded","config":"<16 hex digits>","gpus":8,
+/// "status":"succeeded"}`. `config` is the engine's hash of the job's configuration key (the trial
+/// family's "same configuration"), `time` the job's finish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunFact {
+    /// Unique id: `run-<the job.finished event's id>`, and `@p<n>` for the copy sent to partition n.
+    pub id: String,
+    /// When the run finished (event time of its `job.finished`).
+    pub time: Timestamp,
+    /// Hash of the configuration key.
+    pub config: u64,
+    /// GPUs of the run.
+    pub gpus: u32,
+    /// How it ended.
+    pub status: FinishStatus,
+}
+
+impl RunFact {
+    /// The copy of this fact for partition `p`, with its own id.
+    pub fn for_partition(&self, p: u32) -> RunFact {
+        RunFact { id: format!("{}@p{p}", self.id), ..self.clone() }
+    }
+}
+
+impl Serialize for RunFact {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(6))?;
+        m.serialize_entry("id", &self.id)?;
+        m.serialize_entry("time", &self.time.to_string())?;
+        m.serialize_entry("type", RUN_TYPE)?;
+        m.serialize_entry("config", &format!("{:016x}", self.config))?;
+        m.serialize_entry("gpus", &self.gpus)?;
+        m.serialize_entry("status", self.status.as_str())?;
+        m.end()
+    }
 }
 
 /// `serve`'s wall clock at one instant.
@@ -142,6 +189,7 @@ impl Serialize for Input {
             Input::Event(e) => e.serialize(s),
             Input::WallTick(t) => t.serialize(s),
             Input::Action(a) => a.serialize(s),
+            Input::Run(r) => r.serialize(s),
         }
     }
 }
@@ -153,6 +201,7 @@ impl Input {
             Input::Event(e) => Cow::Borrowed(&e.id),
             Input::WallTick(t) => Cow::Owned(t.id()),
             Input::Action(a) => Cow::Borrowed(&a.id),
+            Input::Run(r) => Cow::Borrowed(&r.id),
         }
     }
 
@@ -162,6 +211,7 @@ impl Input {
             Input::Event(e) => e.time,
             Input::WallTick(t) => t.time,
             Input::Action(a) => a.time,
+            Input::Run(r) => r.time,
         }
     }
 
@@ -171,6 +221,7 @@ impl Input {
             Input::Event(e) => e.kind.type_name(),
             Input::WallTick(_) => WALL_TICK_TYPE,
             Input::Action(a) => a.outcome.type_name(),
+            Input::Run(_) => RUN_TYPE,
         }
     }
 
@@ -178,7 +229,7 @@ impl Input {
     pub fn job_id(&self) -> Option<&str> {
         match self {
             Input::Event(e) => e.kind.job_id(),
-            Input::WallTick(_) => None,
+            Input::WallTick(_) | Input::Run(_) => None,
             Input::Action(a) => a.job_id.as_deref(),
         }
     }

@@ -25,6 +25,6 @@ pub use event::{
     Asset, BillingCharge, BillingMode, DecodeError, EVENT_TYPES, Event, EventKind, Extra, FinishStatus, JobSpec,
     RawJson, Ready, Sample, decode_event, decode_input, limits,
 };
-pub use input::{Action, ActionOutcome, Input, WALL_TICK_PREFIX, WALL_TICK_TYPE, WallTick};
+pub use input::{Action, ActionOutcome, Input, RUN_TYPE, RunFact, WALL_TICK_PREFIX, WALL_TICK_TYPE, WallTick};
 pub use throughput::{RunRate, Work};
 pub use time::{Duration, Period, TimeError, Timestamp, push_int};

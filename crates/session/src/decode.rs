@@ -3,10 +3,15 @@
 //! One function decides what every entry point accepts ([`decode`]), so `eval`, `replay`, `test`,
 //! serve's HTTP and socket front ends and serve's own recovery cannot disagree again:
 //!
-//! | origin | v1 events | action records | `bursar.tick` | ids `bursar-tick-…` |
-//! |---|---|---|---|---|
-//! | [`Origin::Producer`] (files, stdin, HTTP, socket, agents) | yes | yes | refused | refused |
-//! | [`Origin::Journal`] (bursar's own audit log) | yes | yes | yes | yes |
+//! | origin | v1 events | action records | `bursar.tick` | ids `bursar-tick-…` | `run.recorded` |
+//! |---|---|---|---|---|---|
+//! | [`Origin::Producer`] (files, stdin, HTTP, socket, agents) | yes | yes | refused | refused | refused |
+//! | [`Origin::Cluster`] (a partition's events stream in `serve --cluster`) | yes | yes | refused | refused | yes |
+//! | [`Origin::Journal`] (bursar's own audit log) | yes | yes | yes | yes | yes |
+//!
+//! A partition's events stream holds what the front ends published, each line already decoded under
+//! the producer's rules, and the run facts other partitions' owners wrote: so it is the producer's
+//! rules plus `run.recorded`, which no producer can forge (a front end refuses it).
 //!
 //! The journal origin also reads what older versions of bursar wrote: a `clock.tick` whose id starts
 //! with `bursar-tick-` was serve's wall tick, and a `clock.tick` carrying an `enforcement` object was a
@@ -15,7 +20,7 @@
 
 use bursar_model::api::Rejected;
 use bursar_model::{
-    Action, ActionOutcome, Event, EventKind, Input, WALL_TICK_PREFIX, WALL_TICK_TYPE, WallTick, decode_input,
+    Action, ActionOutcome, Event, EventKind, Input, RUN_TYPE, WALL_TICK_PREFIX, WALL_TICK_TYPE, WallTick, decode_input,
 };
 
 use crate::frame::Frame;
@@ -27,6 +32,8 @@ pub enum Origin {
     Producer,
     /// bursar's own journal (serve's recovery, `replay --audit`).
     Journal,
+    /// A partition's events stream (`serve --cluster`): producers' events and other partitions' run facts.
+    Cluster,
 }
 
 /// A decoded line: the input and its text as received.
@@ -109,13 +116,16 @@ pub fn decode_body(body: &[u8], max_line: usize, origin: Origin) -> (Vec<Incomin
 /// Applies the origin's rules to a decoded input.
 pub fn admit(input: Input, origin: Origin) -> Result<Input, String> {
     match (origin, input) {
-        (Origin::Producer, Input::WallTick(_)) => Err(format!(
+        (Origin::Producer, Input::Run(_)) => Err(format!(
+            "`{RUN_TYPE}` is written by bursar's cluster partitions and cannot be sent; send the run's `job.finished`"
+        )),
+        (Origin::Producer | Origin::Cluster, Input::WallTick(_)) => Err(format!(
             "`{WALL_TICK_TYPE}` is bursar's own wall clock and cannot be sent; send `clock.tick` to move event time"
         )),
-        (Origin::Producer, Input::Event(e)) if e.id.starts_with(WALL_TICK_PREFIX) => {
+        (Origin::Producer | Origin::Cluster, Input::Event(e)) if e.id.starts_with(WALL_TICK_PREFIX) => {
             Err(format!("event ids starting with `{WALL_TICK_PREFIX}` are reserved for bursar's own clock"))
         }
-        (Origin::Producer, Input::Action(a)) if a.id.starts_with(WALL_TICK_PREFIX) => {
+        (Origin::Producer | Origin::Cluster, Input::Action(a)) if a.id.starts_with(WALL_TICK_PREFIX) => {
             Err(format!("event ids starting with `{WALL_TICK_PREFIX}` are reserved for bursar's own clock"))
         }
         (Origin::Journal, Input::Event(e)) => Ok(legacy(e)),
@@ -185,6 +195,27 @@ mod tests {
             assert!(r.error.contains(want), "{}", r.error);
         }
         assert!(matches!(one(wall, Origin::Journal), Line::Input(Decoded { input: Input::WallTick(_), .. })));
+    }
+
+    #[test]
+    fn only_bursar_writes_run_facts() {
+        let fact = r#"{"id":"run-e9@p2","time":"2026-11-02T09:00:00Z","type":"run.recorded","config":"00000000deadbeef","gpus":8,"status":"succeeded"}"#;
+        let Line::Rejected(r) = one(fact, Origin::Producer) else { panic!("a producer's run fact was accepted") };
+        assert!(r.error.contains("cannot be sent"), "{}", r.error);
+        for origin in [Origin::Cluster, Origin::Journal] {
+            let Line::Input(Decoded { input: Input::Run(f), text, .. }) = one(fact, origin) else {
+                panic!("not read as a run fact from {origin:?}")
+            };
+            assert_eq!((f.config, f.gpus, f.status), (0xdead_beef, 8, bursar_model::FinishStatus::Succeeded));
+            // What bursar writes reads back as the same line.
+            assert_eq!(Input::Run(f).to_json(), text);
+        }
+        // The stream's other rules are the producer's.
+        let wall = r#"{"id":"bursar-tick-5","time":"2026-11-02T09:00:00Z","type":"bursar.tick"}"#;
+        assert!(matches!(one(wall, Origin::Cluster), Line::Rejected(_)));
+        let bad = r#"{"id":"run-1","time":"2026-11-02T09:00:00Z","type":"run.recorded","config":"xyz","gpus":8,"status":"succeeded"}"#;
+        let Line::Rejected(r) = one(bad, Origin::Journal) else { panic!("a bad config hash was accepted") };
+        assert!(r.error.contains("16 hexadecimal digits"), "{}", r.error);
     }
 
     #[test]
