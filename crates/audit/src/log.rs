@@ -349,6 +349,9 @@ pub(crate) const DECISION_COLUMNS: &str = "seq, decision_id, event_id, event_seq
 pub(crate) const EVENT_COLUMNS: &str = "seq, event_id, time, type, job, project, user, raw, recorded_at";
 pub(crate) const LOAD_COLUMNS: &str = "seq, at, event_seq, ok, digest, error";
 
+/// Page cache of a writing connection, as `PRAGMA cache_size` takes it (negative: KiB): 64 MiB.
+pub const WRITER_CACHE_KIB: i64 = -65_536;
+
 /// An open audit database.
 #[derive(Debug)]
 pub struct AuditLog {
@@ -383,6 +386,11 @@ impl AuditLog {
             Durability::Fast => "NORMAL",
         };
         conn.pragma_update(None, "synchronous", sync).map_err(AuditError::sqlite("set the synchronous mode"))?;
+        // The writer's page cache: the indexes' pages that appends touch stay in memory instead of
+        // being read back from the OS (SQLite's default is 2 MiB). Measured with `append_profile`:
+        // +9 % at 200,000 entries, +14 % at 1,000,000 (docs/perf/audit.md). Readers keep the default.
+        conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)
+            .map_err(AuditError::sqlite("set the page cache size"))?;
         schema::migrate(&mut conn, &shown)?;
         AuditLog::with_heads(conn, shown, durability)
     }
