@@ -1,9 +1,15 @@
 //! Remembering event ids so that a resent event is ignored, in bounded memory.
 //!
-//! Each id is kept as a 128-bit hash (two SipHash-2-4 passes with fixed keys: deterministic across runs
-//! and machines) for a window of event time (24 h by default) and up to a capacity (4 million ids by
-//! default), whichever is reached first. A producer that resends within the window is deduplicated; the
-//! memory bound is `capacity × ~40 bytes` whatever the length of the input.
+//! Each id is kept as a 128-bit hash (XXH3-128 with a fixed seed: one pass, deterministic across
+//! runs, machines and versions, since XXH3 is a specified algorithm) for a window of event time
+//! (24 h by default) and up to a capacity (4 million ids by default), whichever is reached first. A
+//! producer that resends within the window is deduplicated; the memory bound is
+//! `capacity × ~48 bytes` whatever the length of the input.
+//!
+//! Snapshots written before December 2026 hold ids hashed with two SipHash-2-4 passes (hash version
+//! 1). Restored, those entries stay at the front of the queue until they leave the window, and while
+//! any remains an id is looked up under both hashes, so an event resent across the upgrade is still
+//! a duplicate; new ids are stored under XXH3 only.
 
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
@@ -11,6 +17,9 @@ use std::hash::{Hash, Hasher};
 use bursar_model::{Duration, Timestamp};
 use rustc_hash::FxHashSet;
 use serde::{Deserialize, Serialize};
+
+/// The hash of the ids this build stores.
+const HASH_VERSION: u8 = 2;
 
 /// The set of recently seen event ids.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -20,9 +29,24 @@ pub struct Dedupe {
     order: VecDeque<(Timestamp, u128)>,
     window: Duration,
     capacity: usize,
+    /// The hash of the entries of `order` past the first `legacy` (absent in old snapshots: 1).
+    #[serde(default = "version_1")]
+    hash: u8,
+    /// Entries at the front of `order` hashed with [`legacy_hash`] (version 1).
+    #[serde(default)]
+    legacy: usize,
+}
+
+fn version_1() -> u8 {
+    1
 }
 
 fn id_hash(id: &str) -> u128 {
+    xxhash_rust::xxh3::xxh3_128_with_seed(id.as_bytes(), 0x6275_7273_6172_6964)
+}
+
+/// Version 1: two SipHash-2-4 passes with fixed keys, as snapshots before December 2026 hold.
+fn legacy_hash(id: &str) -> u128 {
     #[expect(deprecated, reason = "SipHasher is the only std hasher with fixed, documented keys")]
     let mut a = std::hash::SipHasher::new_with_keys(0x6275_7273_6172_0001, 0x6964_7300_0000_0001);
     #[expect(deprecated, reason = "SipHasher is the only std hasher with fixed, documented keys")]
@@ -35,11 +59,21 @@ fn id_hash(id: &str) -> u128 {
 impl Dedupe {
     /// A set that remembers ids for `window` of event time, at most `capacity` of them.
     pub fn new(window: Duration, capacity: usize) -> Dedupe {
-        Dedupe { seen: FxHashSet::default(), order: VecDeque::new(), window, capacity: capacity.max(1) }
+        Dedupe {
+            seen: FxHashSet::default(),
+            order: VecDeque::new(),
+            window,
+            capacity: capacity.max(1),
+            hash: HASH_VERSION,
+            legacy: 0,
+        }
     }
 
     /// Records `id` seen at `now`; false if it was already seen (a duplicate).
     pub fn insert(&mut self, id: &str, now: Timestamp) -> bool {
+        if self.legacy > 0 && self.seen.contains(&legacy_hash(id)) {
+            return false;
+        }
         let h = id_hash(id);
         if !self.seen.insert(h) {
             return false;
@@ -50,6 +84,7 @@ impl Dedupe {
             if t < horizon || self.order.len() > self.capacity {
                 self.order.pop_front();
                 self.seen.remove(&old);
+                self.legacy = self.legacy.saturating_sub(1);
             } else {
                 break;
             }
@@ -59,7 +94,7 @@ impl Dedupe {
 
     /// True when `id` was seen and is still remembered (what [`Dedupe::insert`] would call a duplicate).
     pub fn contains(&self, id: &str) -> bool {
-        self.seen.contains(&id_hash(id))
+        self.seen.contains(&id_hash(id)) || (self.legacy > 0 && self.seen.contains(&legacy_hash(id)))
     }
 
     /// Ids remembered.
@@ -72,8 +107,14 @@ impl Dedupe {
         self.order.is_empty()
     }
 
-    /// Rebuilds the hash set after deserialisation.
+    /// Rebuilds the hash set after deserialisation; a version-1 snapshot's entries become the legacy
+    /// front of the queue.
     pub fn rebuild(&mut self) {
+        if self.hash != HASH_VERSION {
+            self.legacy = self.order.len();
+            self.hash = HASH_VERSION;
+        }
+        self.legacy = self.legacy.min(self.order.len());
         self.seen = self.order.iter().map(|(_, h)| *h).collect();
     }
 }
@@ -100,5 +141,30 @@ mod tests {
         // Window: everything older than an hour goes.
         assert!(d.insert("e", Timestamp(Duration::hours(2).0)));
         assert_eq!(d.len(), 1);
+    }
+
+    #[test]
+    fn ids_remembered_by_an_old_snapshot_stay_duplicates_until_they_leave_the_window() {
+        // A version-1 snapshot: SipHash entries, no `hash` or `legacy` field.
+        // (serde_json's `Value` cannot hold a u128, so the line is written by hand.)
+        let entry = |t: i64, id: &str| serde_json::to_string(&(Timestamp(t), legacy_hash(id))).unwrap();
+        let window = serde_json::to_string(&Duration::hours(1)).unwrap();
+        let old = format!(r#"{{"order":[{},{}],"window":{window},"capacity":10}}"#, entry(0, "a"), entry(1, "b"));
+        let mut d: Dedupe = serde_json::from_str(&old).unwrap();
+        d.rebuild();
+        assert_eq!((d.hash, d.legacy), (HASH_VERSION, 2));
+        assert!(d.contains("a") && d.contains("b"));
+        assert!(!d.insert("a", Timestamp(2)), "resent across the upgrade: still a duplicate");
+        assert!(d.insert("c", Timestamp(3)));
+        assert!(!d.insert("c", Timestamp(4)));
+        // A snapshot of the mixed state keeps the split.
+        let mut again: Dedupe = serde_json::from_str(&serde_json::to_string(&d).unwrap()).unwrap();
+        again.rebuild();
+        assert_eq!(again.legacy, 2);
+        assert!(!again.insert("b", Timestamp(5)) && !again.insert("c", Timestamp(5)));
+        // Once the old entries leave the window, only XXH3 is computed.
+        assert!(again.insert("d", Timestamp(Duration::hours(2).0)));
+        assert_eq!((again.legacy, again.len()), (0, 1));
+        assert!(again.insert("a", Timestamp(Duration::hours(2).0 + 1)), "forgotten with the window");
     }
 }
