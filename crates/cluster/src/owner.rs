@@ -553,7 +553,7 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
                     match outcome {
                         Ok(LineOutcome::Input { id, applied: Applied::Applied { entry, .. }, .. }) => {
                             counters.events_applied.fetch_add(1, Ordering::Relaxed);
-                            runs.extend_from_slice(session.engine().recorded_runs());
+                            runs.extend(session.engine().recorded_runs().iter().map(|r| r.fact(&id)));
                             applied.push((id, entry, seq));
                         }
                         Ok(LineOutcome::Input { id, applied: Applied::Duplicate, .. }) => duplicates.push(id),

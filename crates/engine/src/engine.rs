@@ -143,6 +143,32 @@ pub struct Snapshot {
     pub config: EngineConfig,
 }
 
+/// A run of a configuration that a `job.finished` recorded (trial-before-scale's history).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordedRun {
+    /// When it finished.
+    pub time: Timestamp,
+    /// Hash of its configuration key.
+    pub config: u64,
+    /// Its GPUs.
+    pub gpus: u32,
+    /// How it ended.
+    pub status: FinishStatus,
+}
+
+impl RecordedRun {
+    /// The `run.recorded` fact of this run, recorded by the input `cause` (its id: `run-<cause>`).
+    pub fn fact(&self, cause: &str) -> RunFact {
+        RunFact {
+            id: format!("run-{cause}"),
+            time: self.time,
+            config: self.config,
+            gpus: self.gpus,
+            status: self.status,
+        }
+    }
+}
+
 /// The evaluation engine.
 #[derive(Debug)]
 pub struct Engine {
@@ -155,7 +181,7 @@ pub struct Engine {
     scratch: Scratch,
     coverage: Option<Coverage>,
     transitions: Vec<Transition>,
-    runs: Vec<RunFact>,
+    runs: Vec<RecordedRun>,
 }
 
 /// Reused per-policy output buffers, so evaluating an event allocates no vectors once warm.
@@ -174,7 +200,7 @@ struct Emitter<'a> {
     n: usize,
     out: &'a mut Vec<Decision>,
     steps: &'a mut Vec<Transition>,
-    runs: &'a mut Vec<RunFact>,
+    runs: &'a mut Vec<RecordedRun>,
     stats: &'a mut Stats,
     coverage: Option<&'a mut Coverage>,
 }
@@ -435,8 +461,9 @@ impl Engine {
     }
 
     /// The runs the last [`Engine::apply`] recorded from a `job.finished` (for trial-before-scale):
-    /// what `serve --cluster` sends the other partitions as `run.recorded` facts.
-    pub fn recorded_runs(&self) -> &[RunFact] {
+    /// what `serve --cluster` sends the other partitions as `run.recorded` facts
+    /// ([`RecordedRun::fact`]).
+    pub fn recorded_runs(&self) -> &[RecordedRun] {
         &self.runs
     }
 
@@ -913,10 +940,7 @@ impl Engine {
             j.phase = if j.phase == JobPhase::Reclaimed { JobPhase::Reclaimed } else { JobPhase::Finished };
             if j.started.is_some() || *status == FinishStatus::Succeeded {
                 state.record_run(j.config, j.gpus, *status, event.time);
-                let mut run_id = String::with_capacity(event.id.len() + 4);
-                run_id.push_str("run-");
-                run_id.push_str(&event.id);
-                em.runs.push(RunFact { id: run_id, time: event.time, config: j.config, gpus: j.gpus, status: *status });
+                em.runs.push(RecordedRun { time: event.time, config: j.config, gpus: j.gpus, status: *status });
             }
             state.jobs.insert(id.clone(), j);
             timers.set(event.time.plus(config.finished_retention), id.clone(), TimerKind::Forget);

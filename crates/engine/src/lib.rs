@@ -39,7 +39,9 @@ pub mod state;
 #[doc(hidden)]
 pub mod timers;
 
-pub use engine::{Coverage, ENGINE_POLICY, Engine, EngineConfig, Outcome, Snapshot, Stats, Step, Transition};
+pub use engine::{
+    Coverage, ENGINE_POLICY, Engine, EngineConfig, Outcome, RecordedRun, Snapshot, Stats, Step, Transition,
+};
 pub use intern::Sym;
 pub use policy::{
     Context, Deadline, Effect, EventMask, Limits, Mode, Output, Policy, PolicyMeta, QuotaLimit, QuotaScope, Selector,

@@ -57,7 +57,7 @@ fn a_trial_seen_in_one_partition_lets_another_admit_the_scale_up() {
         &mut a,
         r#"{"id":"a3","time":"2026-11-02T09:30:00Z","type":"job.finished","job_id":"small","status":"succeeded"}"#,
     );
-    let runs = a.recorded_runs().to_vec();
+    let runs: Vec<_> = a.recorded_runs().iter().map(|r| r.fact("a3")).collect();
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert_eq!((runs[0].id.as_str(), runs[0].gpus, runs[0].status), ("run-a3", 8, FinishStatus::Succeeded));
 
