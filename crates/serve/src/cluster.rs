@@ -31,10 +31,8 @@ use bursar_engine::PolicySet;
 use bursar_model::api::{Duplicate, ErrorReply, EventsReply};
 use bursar_model::{EventKind, Input};
 use bursar_session::{Origin, decode_body};
-use serde::Deserialize;
 use tokio::sync::{mpsc, watch};
 
-use crate::stream::Format;
 use crate::{Config, Ready, ServeError};
 
 #[derive(Clone)]
@@ -166,36 +164,16 @@ async fn events(State(st): State<ClusterState>, body: Bytes) -> Response {
     }
 }
 
-/// Query of `GET /v1/decisions`.
-#[derive(Debug, Deserialize)]
-struct StreamQuery {
-    after: Option<u64>,
-    follow: Option<bool>,
-    format: Option<String>,
-}
-
 async fn decisions(
     State(st): State<ClusterState>,
     headers: HeaderMap,
-    q: Result<Query<StreamQuery>, axum::extract::rejection::QueryRejection>,
+    q: Result<Query<crate::http::StreamQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let Query(q) = match q {
-        Ok(q) => q,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad query: {}", e.body_text())),
+    let (after, follow, format) = match crate::http::stream_request(&headers, q) {
+        Ok(r) => r,
+        Err(r) => return *r,
     };
-    let sse =
-        headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("text/event-stream"));
-    let format = match q.format.as_deref() {
-        Some("sse") => Format::Sse,
-        Some("jsonl" | "ndjson") => Format::JsonLines,
-        Some(other) => {
-            return error(StatusCode::BAD_REQUEST, format!("unknown format `{other}`: use `sse` or `jsonl`"));
-        }
-        None if sse => Format::Sse,
-        None => Format::JsonLines,
-    };
-    let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
-    let rx = st.front.decisions(q.after.or(last_event_id).unwrap_or(0), q.follow.unwrap_or(true));
+    let rx = st.front.decisions(after, follow);
     let stream =
         futures_util::stream::unfold((rx, false), move |(mut rx, done): (mpsc::Receiver<_>, bool)| async move {
             if done {
@@ -211,11 +189,7 @@ async fn decisions(
                 None => None,
             }
         });
-    let mut r = Response::new(Body::from_stream(stream));
-    let ctype = if format == Format::Sse { "text/event-stream" } else { "application/x-ndjson" };
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
-    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    r
+    crate::http::stream_response(Body::from_stream(stream), format)
 }
 
 async fn compile(config: &Config) -> Result<PolicySet, ServeError> {
@@ -263,25 +237,7 @@ pub async fn serve_cluster(
     // Reloads: file changes and SIGHUP; a set that does not compile, or spans partitions, is refused
     // and the one in force stays.
     let (reload_tx, mut reload_rx) = mpsc::channel::<crate::reload::ReloadRequest>(64);
-    let _watcher = if config.watch {
-        Some(crate::reload::watch(&config.policies, config.debounce, reload_tx.clone()).map_err(|e| {
-            ServeError::Io { context: format!("watch `{}`", config.policies.display()), message: e.to_string() }
-        })?)
-    } else {
-        None
-    };
-    let hup = {
-        let reload_tx = reload_tx.clone();
-        tokio::spawn(async move {
-            use tokio::signal::unix::{SignalKind, signal};
-            let Ok(mut s) = signal(SignalKind::hangup()) else { return };
-            while s.recv().await.is_some() {
-                if reload_tx.send(crate::reload::ReloadRequest { cause: "sighup", reply: None }).await.is_err() {
-                    return;
-                }
-            }
-        })
-    };
+    let triggers = crate::reload::Triggers::start(&config.policies, config.watch, config.debounce, &reload_tx)?;
     let reloader = {
         let config = config.clone();
         tokio::spawn(async move {
@@ -326,9 +282,8 @@ pub async fn serve_cluster(
         let _ = stop_tx.send(true);
     });
     crate::listen::serve(listener, app, limits, counters, stop_rx).await;
-    hup.abort();
+    triggers.stop();
     reloader.abort();
-    drop(_watcher);
     let _ = tokio::time::timeout(Duration::from_secs(30), instance.shutdown()).await;
     tracing::info!("cluster instance stopped");
     Ok(())

@@ -377,37 +377,34 @@ pub struct StreamQuery {
     format: Option<String>,
 }
 
-async fn decisions(
-    State(st): State<AppState>,
-    headers: HeaderMap,
+/// What a `GET /v1/decisions` asks for, single node or cluster: the seq to start after (`after`, else
+/// SSE's `Last-Event-ID`), whether to follow, and the format (`format`, else the `Accept` header); or
+/// the 400 that says why not.
+pub(crate) fn stream_request(
+    headers: &HeaderMap,
     q: Result<Query<StreamQuery>, axum::extract::rejection::QueryRejection>,
-) -> Response {
-    let Query(q) = match q {
-        Ok(q) => q,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad query: {}", e.body_text())),
-    };
+) -> Result<(u64, bool, Format), Box<Response>> {
+    let Query(q) = q.map_err(|e| Box::new(error(StatusCode::BAD_REQUEST, format!("bad query: {}", e.body_text()))))?;
     let accept_sse =
         headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("text/event-stream"));
     let format = match q.format.as_deref() {
         Some("sse") => Format::Sse,
         Some("jsonl" | "ndjson") => Format::JsonLines,
         Some(other) => {
-            return error(StatusCode::BAD_REQUEST, format!("unknown format `{other}`: use `sse` or `jsonl`"));
+            return Err(Box::new(error(
+                StatusCode::BAD_REQUEST,
+                format!("unknown format `{other}`: use `sse` or `jsonl`"),
+            )));
         }
         None if accept_sse => Format::Sse,
         None => Format::JsonLines,
     };
     let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
-    let after = q.after.or(last_event_id).unwrap_or(0);
-    let body = stream::body(stream::Stream {
-        after,
-        follow: q.follow.unwrap_or(true),
-        format,
-        audit: st.audit.clone(),
-        live: st.decisions.subscribe(),
-        shutdown: st.shutdown.clone(),
-        metrics: st.metrics.clone(),
-    });
+    Ok((q.after.or(last_event_id).unwrap_or(0), q.follow.unwrap_or(true), format))
+}
+
+/// A decision stream's response: `body` with the format's content type, never cached.
+pub(crate) fn stream_response(body: axum::body::Body, format: Format) -> Response {
     let ctype = match format {
         Format::Sse => "text/event-stream",
         Format::JsonLines => "application/x-ndjson",
@@ -416,6 +413,27 @@ async fn decisions(
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
     r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     r
+}
+
+async fn decisions(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    q: Result<Query<StreamQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let (after, follow, format) = match stream_request(&headers, q) {
+        Ok(r) => r,
+        Err(r) => return *r,
+    };
+    let body = stream::body(stream::Stream {
+        after,
+        follow,
+        format,
+        audit: st.audit.clone(),
+        live: st.decisions.subscribe(),
+        shutdown: st.shutdown.clone(),
+        metrics: st.metrics.clone(),
+    });
+    stream_response(body, format)
 }
 
 async fn job(State(st): State<AppState>, Path(id): Path<String>) -> Response {

@@ -391,29 +391,8 @@ pub async fn serve_then(
         }
         .run(reload_rx),
     );
-    let _watcher = if config.watch {
-        Some(reload::watch(&config.policies, config.debounce, reload_tx.clone()).map_err(|e| ServeError::Io {
-            context: format!("watch `{}`", config.policies.display()),
-            message: e.to_string(),
-        })?)
-    } else {
-        None
-    };
-
-    // SIGHUP reloads.
-    let hup = {
-        let reload_tx = reload_tx.clone();
-        tokio::spawn(async move {
-            use tokio::signal::unix::{SignalKind, signal};
-            let Ok(mut s) = signal(SignalKind::hangup()) else { return };
-            while s.recv().await.is_some() {
-                tracing::info!("SIGHUP: reloading policies");
-                if reload_tx.send(reload::ReloadRequest { cause: "sighup", reply: None }).await.is_err() {
-                    return;
-                }
-            }
-        })
-    };
+    // Reloads also come from the directory watcher and SIGHUP.
+    let triggers = reload::Triggers::start(&config.policies, config.watch, config.debounce, &reload_tx)?;
 
     // The wall-clock ticker.
     let ticker = {
@@ -533,8 +512,7 @@ pub async fn serve_then(
     // Drain: nothing new arrives now; stop the producers, let the engine finish its queue.
     ticker.abort();
     snapshotter.abort();
-    hup.abort();
-    drop(_watcher);
+    triggers.stop();
     drop(reload_tx);
     if let Some(t) = socket_task {
         let _ = tokio::time::timeout(Duration::from_secs(10), t).await;

@@ -161,6 +161,49 @@ impl Reloader {
     }
 }
 
+/// What asks for a reload besides the HTTP route: the directory watcher (when `watch` is on) and
+/// SIGHUP. Dropping it (or [`Triggers::stop`]) stops both.
+pub(crate) struct Triggers {
+    _watcher: Option<notify::RecommendedWatcher>,
+    hup: tokio::task::JoinHandle<()>,
+}
+
+impl Triggers {
+    /// Starts the watcher on `dir` (if `watch`) and the SIGHUP listener, both sending on `reload`.
+    pub(crate) fn start(
+        dir: &Path,
+        watch_dir: bool,
+        debounce: Duration,
+        reload: &mpsc::Sender<ReloadRequest>,
+    ) -> Result<Triggers, crate::ServeError> {
+        let watcher = if watch_dir {
+            Some(watch(dir, debounce, reload.clone()).map_err(|e| crate::ServeError::Io {
+                context: format!("watch `{}`", dir.display()),
+                message: e.to_string(),
+            })?)
+        } else {
+            None
+        };
+        let reload = reload.clone();
+        let hup = tokio::spawn(async move {
+            use tokio::signal::unix::{SignalKind, signal};
+            let Ok(mut s) = signal(SignalKind::hangup()) else { return };
+            while s.recv().await.is_some() {
+                tracing::info!("SIGHUP: reloading policies");
+                if reload.send(ReloadRequest { cause: "sighup", reply: None }).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Triggers { _watcher: watcher, hup })
+    }
+
+    /// Stops watching and listening.
+    pub(crate) fn stop(self) {
+        self.hup.abort();
+    }
+}
+
 /// True for paths whose change should trigger a reload.
 pub fn relevant(path: &Path) -> bool {
     matches!(path.extension().and_then(|e| e.to_str()), Some("toml" | "wasm" | "wat"))
