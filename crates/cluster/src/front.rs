@@ -17,7 +17,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_nats::HeaderMap;
-use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use bursar_model::api::{AdmitReply, Sequenced};
 use bursar_model::{EventKind, Input};
 use bursar_session::Incoming;
@@ -251,23 +250,10 @@ impl Front {
         tokio::spawn(async move {
             let (from, skip_through) = split_cursor(after);
             let start = if after == 0 { 1 } else { from.max(1) };
-            let consumer = journal
-                .create_consumer(pull::OrderedConfig {
-                    filter_subject: "bursar.journal.>".into(),
-                    deliver_policy: DeliverPolicy::ByStartSequence { start_sequence: start },
-                    ..Default::default()
-                })
-                .await;
-            let mut messages = match consumer {
-                Ok(c) => match c.messages().await {
-                    Ok(m) => m,
-                    Err(e) => {
-                        let _ = tx.send(Err(e.to_string())).await;
-                        return;
-                    }
-                },
+            let mut messages = match crate::nats::read_from(&journal, "bursar.journal.>", start).await {
+                Ok(m) => m,
                 Err(e) => {
-                    let _ = tx.send(Err(e.to_string())).await;
+                    let _ = tx.send(Err(e)).await;
                     return;
                 }
             };

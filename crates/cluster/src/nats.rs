@@ -26,6 +26,25 @@ use crate::partition::{
 };
 use crate::{ClusterConfig, ClusterError};
 
+/// The messages on `subject` (a wildcard allowed) of `stream` from sequence `start` on, in stream
+/// order: an ordered consumer (no acks; the client recreates it if it falls behind). Every reader of
+/// the cluster's streams starts here.
+pub async fn read_from(
+    stream: &stream::Stream,
+    subject: &str,
+    start: u64,
+) -> Result<jetstream::consumer::pull::Ordered, String> {
+    let consumer = stream
+        .create_consumer(jetstream::consumer::pull::OrderedConfig {
+            filter_subject: subject.to_owned(),
+            deliver_policy: jetstream::consumer::DeliverPolicy::ByStartSequence { start_sequence: start.max(1) },
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    consumer.messages().await.map_err(|e| e.to_string())
+}
+
 /// An open connection with every stream and bucket.
 #[derive(Clone, Debug)]
 pub struct Nats {

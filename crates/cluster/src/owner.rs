@@ -300,24 +300,8 @@ async fn take_over(ctx: &OwnerCtx) -> Result<Restored, ClusterError> {
 /// The events consumer: every event of the partition after `from`, in stream order, to the thread.
 async fn consume(nats: Nats, partition: u32, from: u64, tx: mpsc::Sender<Item>) {
     let subject = events_subject(partition);
-    let consumer = nats
-        .events
-        .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {
-            filter_subject: subject.clone(),
-            deliver_policy: async_nats::jetstream::consumer::DeliverPolicy::ByStartSequence {
-                start_sequence: from.max(1),
-            },
-            ..Default::default()
-        })
-        .await;
-    let mut messages = match consumer {
-        Ok(c) => match c.messages().await {
-            Ok(m) => m,
-            Err(e) => {
-                let _ = tx.send(Item::Failed(format!("consume `{subject}`: {e}"))).await;
-                return;
-            }
-        },
+    let mut messages = match crate::nats::read_from(&nats.events, &subject, from).await {
+        Ok(m) => m,
         Err(e) => {
             let _ = tx.send(Item::Failed(format!("consume `{subject}`: {e}"))).await;
             return;

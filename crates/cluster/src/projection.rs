@@ -15,7 +15,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use bursar_audit::{AuditLog, Durability, Record};
 use bursar_session::{Entry, Frame, Line, Origin};
 use futures_util::StreamExt;
@@ -59,18 +58,8 @@ pub fn spawn(
     let (tx, mut rx) = mpsc::channel::<(u64, bytes::Bytes)>(4096);
     let journal = nats.journal.clone();
     rt.spawn(async move {
-        let consumer = journal
-            .create_consumer(pull::OrderedConfig {
-                filter_subject: "bursar.journal.>".into(),
-                deliver_policy: DeliverPolicy::ByStartSequence { start_sequence: from + 1 },
-                ..Default::default()
-            })
-            .await;
-        let mut messages = match consumer {
-            Ok(c) => match c.messages().await {
-                Ok(m) => m,
-                Err(e) => return tracing::error!(error = %e, "the audit projection cannot read the journal"),
-            },
+        let mut messages = match crate::nats::read_from(&journal, "bursar.journal.>", from + 1).await {
+            Ok(m) => m,
             Err(e) => return tracing::error!(error = %e, "the audit projection cannot read the journal"),
         };
         while let Some(m) = messages.next().await {

@@ -11,7 +11,6 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use async_nats::jetstream::stream::Stream;
 use futures_util::StreamExt;
 
@@ -40,15 +39,9 @@ pub async fn read_subject(
     from: u64,
     mut f: impl FnMut(u64, &async_nats::Message) -> Result<bool, ClusterError>,
 ) -> Result<(), ClusterError> {
-    let consumer = stream
-        .create_consumer(pull::OrderedConfig {
-            filter_subject: subject.to_owned(),
-            deliver_policy: DeliverPolicy::ByStartSequence { start_sequence: from.max(1) },
-            ..Default::default()
-        })
+    let mut messages = crate::nats::read_from(stream, subject, from)
         .await
-        .map_err(|e| err(format!("read `{subject}`"))(&e))?;
-    let mut messages = consumer.messages().await.map_err(|e| err(format!("read `{subject}`"))(&e))?;
+        .map_err(|e| ClusterError::Nats { what: format!("read `{subject}`"), error: e })?;
     loop {
         let next = tokio::time::timeout(READ_WAIT, messages.next()).await.map_err(|_| ClusterError::Nats {
             what: format!("read `{subject}` from sequence {from}"),
