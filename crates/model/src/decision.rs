@@ -145,7 +145,7 @@ impl Decision {
     pub fn serialize_fields<M: SerializeMap>(&self, m: &mut M) -> Result<(), M::Error> {
         m.serialize_entry("decision_id", &self.decision_id)?;
         m.serialize_entry("event_id", &self.event_id)?;
-        m.serialize_entry("time", &self.time.to_string())?;
+        m.serialize_entry("time", &self.time.text())?;
         if let Some(v) = &self.job_id {
             m.serialize_entry("job_id", v)?;
         }
@@ -154,7 +154,7 @@ impl Decision {
         }
         m.serialize_entry("decision", &self.decision)?;
         if let Some(v) = &self.until {
-            m.serialize_entry("until", &v.to_string())?;
+            m.serialize_entry("until", &v.text())?;
         }
         m.serialize_entry("policies", &self.policies)?;
         m.serialize_entry("reason", &self.reason)?;

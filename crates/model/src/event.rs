@@ -980,7 +980,7 @@ impl Serialize for Event {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("id", &self.id)?;
-        m.serialize_entry("time", &self.time.to_string())?;
+        m.serialize_entry("time", &self.time.text())?;
         m.serialize_entry("type", self.kind.type_name())?;
         match &self.kind {
             EventKind::JobSubmitted(job) => m.serialize_entry("job", job)?,

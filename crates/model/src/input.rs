@@ -76,7 +76,7 @@ impl Serialize for RunFact {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(Some(6))?;
         m.serialize_entry("id", &self.id)?;
-        m.serialize_entry("time", &self.time.to_string())?;
+        m.serialize_entry("time", &self.time.text())?;
         m.serialize_entry("type", RUN_TYPE)?;
         m.serialize_entry("config", &format!("{:016x}", self.config))?;
         m.serialize_entry("gpus", &self.gpus)?;
@@ -150,7 +150,7 @@ impl Serialize for Action {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("id", &self.id)?;
-        m.serialize_entry("time", &self.time.to_string())?;
+        m.serialize_entry("time", &self.time.text())?;
         m.serialize_entry("type", self.outcome.type_name())?;
         m.serialize_entry("decision_id", &self.decision_id)?;
         if let Some(v) = &self.decision_seq {
@@ -177,7 +177,7 @@ impl Serialize for WallTick {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(Some(3))?;
         m.serialize_entry("id", &self.id())?;
-        m.serialize_entry("time", &self.time.to_string())?;
+        m.serialize_entry("time", &self.time.text())?;
         m.serialize_entry("type", WALL_TICK_TYPE)?;
         m.end()
     }

@@ -27,4 +27,4 @@ pub use event::{
 };
 pub use input::{Action, ActionOutcome, Input, RUN_TYPE, RunFact, WALL_TICK_PREFIX, WALL_TICK_TYPE, WallTick};
 pub use throughput::{RunRate, Work};
-pub use time::{Duration, Period, TimeError, Timestamp, push_int};
+pub use time::{Duration, Period, TimeError, TimeText, Timestamp, push_int};

@@ -187,17 +187,100 @@ impl Timestamp {
 impl fmt::Display for Timestamp {
     /// Formats as RFC 3339 in UTC: `2026-11-02T09:00:00Z`, with `.250` only when there are milliseconds.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.text().as_str())
+    }
+}
+
+/// A timestamp's RFC 3339 text in a buffer on the stack ([`Timestamp::text`]): what `Display` writes,
+/// for the places that write many of them (every decision's `time`) and need no `String`.
+#[derive(Clone, Copy)]
+pub struct TimeText {
+    buf: [u8; 40],
+    len: u8,
+}
+
+impl TimeText {
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        // Only ASCII digits and separators are ever written.
+        std::str::from_utf8(&self.buf[..usize::from(self.len)]).unwrap_or("")
+    }
+}
+
+impl fmt::Debug for TimeText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Write for TimeText {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let at = usize::from(self.len);
+        let end = at + s.len();
+        if end > self.buf.len() {
+            return Err(fmt::Error);
+        }
+        self.buf[at..end].copy_from_slice(s.as_bytes());
+        self.len = end as u8;
+        Ok(())
+    }
+}
+
+impl serde::Serialize for TimeText {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl Timestamp {
+    /// The RFC 3339 text (UTC, `Z`, milliseconds only when there are some) without allocating. Years
+    /// 0000–9999 take a direct path (a few dozen instructions instead of `core::fmt`'s padded integers,
+    /// about 2,000); the rest of the range goes through `write!` and gives the same text as before.
+    pub fn text(self) -> TimeText {
         let days = self.0.div_euclid(MS_PER_DAY);
         let ms = self.0.rem_euclid(MS_PER_DAY);
         let (y, m, d) = civil_from_days(days);
         let (h, rest) = (ms / MS_PER_HOUR, ms % MS_PER_HOUR);
         let (mi, rest) = (rest / MS_PER_MIN, rest % MS_PER_MIN);
         let (s, milli) = (rest / MS_PER_SEC, rest % MS_PER_SEC);
-        write!(f, "{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}")?;
-        if milli != 0 {
-            write!(f, ".{milli:03}")?;
+        let mut t = TimeText { buf: [0; 40], len: 0 };
+        if (0..=9999).contains(&y) {
+            fn two(b: &mut [u8], v: i64) {
+                b[0] = b'0' + (v / 10) as u8;
+                b[1] = b'0' + (v % 10) as u8;
+            }
+            let b = &mut t.buf;
+            two(&mut b[0..2], y / 100);
+            two(&mut b[2..4], y % 100);
+            b[4] = b'-';
+            two(&mut b[5..7], i64::from(m));
+            b[7] = b'-';
+            two(&mut b[8..10], i64::from(d));
+            b[10] = b'T';
+            two(&mut b[11..13], h);
+            b[13] = b':';
+            two(&mut b[14..16], mi);
+            b[16] = b':';
+            two(&mut b[17..19], s);
+            let mut len = 19;
+            if milli != 0 {
+                b[19] = b'.';
+                b[20] = b'0' + (milli / 100) as u8;
+                two(&mut b[21..23], milli % 100);
+                len = 23;
+            }
+            b[len] = b'Z';
+            t.len = (len + 1) as u8;
+        } else {
+            use fmt::Write as _;
+            // At most 33 bytes for any i64 of milliseconds: the buffer holds it.
+            let _ = write!(t, "{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}");
+            if milli != 0 {
+                let _ = write!(t, ".{milli:03}");
+            }
+            let _ = t.write_str("Z");
         }
-        f.write_str("Z")
+        t
     }
 }
 
@@ -442,6 +525,23 @@ mod tests {
         fn format_parse_round_trip(ms in 0i64..4_102_444_800_000) {
             let t = Timestamp(ms);
             prop_assert_eq!(Timestamp::parse(&t.to_string()).unwrap(), t);
+        }
+
+        #[test]
+        fn text_matches_padded_formatting(ms in any::<i64>()) {
+            let days = ms.div_euclid(MS_PER_DAY);
+            let rem = ms.rem_euclid(MS_PER_DAY);
+            let (y, m, d) = civil_from_days(days);
+            let (h, mi, s, milli) =
+                (rem / MS_PER_HOUR, rem % MS_PER_HOUR / MS_PER_MIN, rem % MS_PER_MIN / MS_PER_SEC, rem % MS_PER_SEC);
+            let mut want = format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}");
+            if milli != 0 {
+                want.push_str(&format!(".{milli:03}"));
+            }
+            want.push('Z');
+            let text = Timestamp(ms).text();
+            prop_assert_eq!(text.as_str(), want.as_str());
+            prop_assert_eq!(Timestamp(ms).to_string(), want);
         }
 
         #[test]
