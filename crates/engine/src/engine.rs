@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dedupe::Dedupe;
 use crate::intern::Sym;
-use crate::policy::{Context, Effect, EventMask, Mode, Output, Policy, TimerContext, Verdict, VerdictKind};
+use crate::policy::{Context, Effect, EventMask, Mode, Output, Policy, Reason, TimerContext, Verdict, VerdictKind};
 use crate::set::PolicySet;
 use crate::state::{JobPhase, JobRecord, Pending, State};
 use crate::timers::{Timer, TimerKind, TimerQueue};
@@ -298,6 +298,41 @@ fn join_reasons<'a>(reasons: impl Iterator<Item = &'a str>) -> String {
     s
 }
 
+/// Appends the sentence of `policy`'s verdict `v` to `out`: its text, or what the policy writes for a
+/// [`Reason::Later`].
+fn write_reason(policy: &dyn Policy, v: &Verdict, job: Option<&JobSpec>, now: Timestamp, out: &mut String) {
+    match &v.reason {
+        Reason::Text(t) => out.push_str(t),
+        Reason::Later(l) => policy.render(v, l, job, now, out),
+    }
+}
+
+/// Appends a sentence to a decision's reason, after a `; ` when there is one already; an empty
+/// sentence adds nothing (as [`join_reasons`] skips it).
+fn join_into(out: &mut String, write: impl FnOnce(&mut String)) {
+    let mark = out.len();
+    if mark > 0 {
+        out.push_str("; ");
+    }
+    let body = out.len();
+    write(out);
+    if out.len() == body {
+        out.truncate(mark);
+    }
+}
+
+/// Writes out the [`Reason::Later`]s of `out` as text, for the paths that keep verdicts beyond the
+/// call that gave them (follow-ups of events and timers).
+fn settle_reasons(policy: &dyn Policy, out: &mut Output, job: Option<&JobSpec>, now: Timestamp) {
+    for i in 0..out.verdicts.len() {
+        if let Reason::Later(l) = out.verdicts[i].reason {
+            let mut text = String::new();
+            policy.render(&out.verdicts[i], &l, job, now, &mut text);
+            out.verdicts[i].reason = Reason::Text(text);
+        }
+    }
+}
+
 /// GPU-hours a job would still have used had it run to its requested end.
 fn remaining_gpu_hours(job: &JobRecord, now: Timestamp) -> f64 {
     let start = job.started.get().unwrap_or(job.submitted);
@@ -547,6 +582,7 @@ impl Engine {
                     let mut out = Output::default();
                     let cx = TimerContext { at, job_id: &job_id, job: state.job(&job_id), tag, state };
                     p.on_timer(&cx, &mut out);
+                    settle_reasons(p.as_ref(), &mut out, None, at);
                     let mode = p.meta().mode;
                     let id = p.meta().id.clone();
                     em.cover(&id, &out);
@@ -681,7 +717,8 @@ impl Engine {
             }
         }
         let mut policy_ids: Vec<Arc<str>> = Vec::new();
-        let mut reasons: Vec<&str> = Vec::new();
+        // Only the verdicts that make the decision are written out, straight into its reason.
+        let mut reason = String::new();
         let mut until: Option<Timestamp> = None;
         let mut approvers: Vec<Arc<str>> = Vec::new();
         let mut expires_after: Option<Duration> = None;
@@ -697,7 +734,7 @@ impl Engine {
                     policy_ids.push(meta.id.clone());
                     counted = true;
                 }
-                reasons.push(&v.reason);
+                join_into(&mut reason, |s| write_reason(policies.policies()[*i].as_ref(), v, Some(spec), now, s));
                 match &v.kind {
                     VerdictKind::Defer { until: u } => until = Some(until.map_or(*u, |x: Timestamp| x.max(*u))),
                     VerdictKind::RequireApproval { approvers: a, expires_after: e } => {
@@ -717,7 +754,6 @@ impl Engine {
                 }
             }
         }
-        let mut reason = join_reasons(reasons.into_iter());
         if kind == DecisionKind::Allow && reason.is_empty() {
             reason = if policy_ids.is_empty() {
                 "no policy applies to this job".to_owned()
@@ -773,7 +809,7 @@ impl Engine {
                 if k == DecisionKind::Alert || (dry && k != DecisionKind::Allow) {
                     let mut a = Draft::about(&job_id, Some(&record), event.time, k);
                     a.policies = vec![meta.id.clone()];
-                    a.reason = v.reason.clone();
+                    write_reason(policies.policies()[*i].as_ref(), v, Some(spec), now, &mut a.reason);
                     a.dry_run = dry;
                     if dry && k != DecisionKind::Alert {
                         a.gpu_hours = Some(requested);
@@ -839,8 +875,11 @@ impl Engine {
         let outputs: Vec<(Arc<str>, Mode, Output)> = results
             .iter()
             .map(|(i, o)| {
-                let m = policies.policies()[*i].meta();
-                (m.id.clone(), m.mode, Output { verdicts: o.verdicts.clone(), effects: o.effects.clone() })
+                let p = &policies.policies()[*i];
+                let m = p.meta();
+                let mut out = Output { verdicts: o.verdicts.clone(), effects: o.effects.clone() };
+                settle_reasons(p.as_ref(), &mut out, cx.submitted(), now);
+                (m.id.clone(), m.mode, out)
             })
             .collect();
 
@@ -912,7 +951,7 @@ impl Engine {
                             kind: DecisionKind::Alert,
                             until: None,
                             policies: vec![pid.clone()],
-                            reason: v.reason.clone(),
+                            reason: v.reason.text().to_owned(),
                             dry_run: *mode == Mode::DryRun,
                             admission: false,
                             gpus: None,
@@ -1034,6 +1073,7 @@ impl Engine {
         for dry in [false, true] {
             for kind in ORDER {
                 let mut ids: Vec<Arc<str>> = Vec::new();
+                // Settled to text by the callers (`settle_reasons`).
                 let mut reasons: Vec<&str> = Vec::new();
                 let mut hours: Option<f64> = None;
                 for (pid, mode, out) in outputs {
@@ -1049,7 +1089,7 @@ impl Engine {
                             ids.push(pid.clone());
                             counted = true;
                         }
-                        reasons.push(&v.reason);
+                        reasons.push(v.reason.text());
                         if let Some(h) = v.gpu_hours {
                             hours = Some(hours.unwrap_or(0.0) + h);
                         }
@@ -1112,7 +1152,7 @@ impl Engine {
 }
 
 /// Convenience for tests and tools: a verdict about the current job.
-pub fn verdict(kind: VerdictKind, reason: impl Into<String>) -> Verdict {
+pub fn verdict(kind: VerdictKind, reason: impl Into<Reason>) -> Verdict {
     Verdict::new(kind, reason)
 }
 

@@ -44,8 +44,8 @@ pub use engine::{
 };
 pub use intern::Sym;
 pub use policy::{
-    Context, Deadline, Effect, EventMask, Limits, Mode, Output, Policy, PolicyMeta, QuotaLimit, QuotaScope, Selector,
-    Settle, TimerContext, Verdict, VerdictKind,
+    Context, Deadline, Effect, EventMask, Later, Limits, Mode, Output, Policy, PolicyMeta, QuotaLimit, QuotaScope,
+    Reason, Selector, Settle, TimerContext, Verdict, VerdictKind,
 };
 pub use set::{PolicyLimits, PolicySet, PoolLimits, SetError, SourceFile};
 pub use state::{JobFacts, JobPhase, JobRecord, Ledger, ScopeKind, State, Usage, mark_key};

@@ -157,8 +157,8 @@ pub struct Verdict {
     pub kind: VerdictKind,
     /// The job concerned; `None` means the job of the input.
     pub job_id: Option<Arc<str>>,
-    /// A sentence a person can read.
-    pub reason: String,
+    /// A sentence a person can read, or what to build it from.
+    pub reason: Reason,
     /// GPU-hours concerned, for the decisions that have no figure of the engine's own: an alert
     /// carries it as its `gpu_hours` (summed when several policies alert about the same job on the same
     /// input). Admissions always carry the GPU-hours requested and reclaims the GPU-hours still
@@ -170,7 +170,7 @@ pub struct Verdict {
 
 impl Verdict {
     /// A verdict about the input's job.
-    pub fn new(kind: VerdictKind, reason: impl Into<String>) -> Verdict {
+    pub fn new(kind: VerdictKind, reason: impl Into<Reason>) -> Verdict {
         Verdict { kind, job_id: None, reason: reason.into(), gpu_hours: None, branch: None }
     }
 
@@ -179,6 +179,65 @@ impl Verdict {
         self.branch = Some(branch);
         self
     }
+}
+
+/// A verdict's sentence: written already, or left for later.
+///
+/// Most verdicts of an admission never reach a person: when one policy denies, the notes of the
+/// policies that allowed ("project nlp at 250 of 10,000 GPU-hours for 2026-11") are dropped. A policy
+/// can therefore hand the engine the numbers of its sentence instead ([`Reason::Later`]), and the
+/// engine asks it to write the sentence ([`Policy::render`]) only for the verdicts that end up in a
+/// decision, straight into that decision's reason. The decision and its text are the same either way.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reason {
+    /// The sentence.
+    Text(String),
+    /// What the policy needs to write it when asked.
+    Later(Later),
+}
+
+impl Reason {
+    /// No sentence.
+    pub const NONE: Reason = Reason::Text(String::new());
+
+    /// The sentence when it is written already (`""` for [`Reason::Later`]: ask the policy).
+    pub fn text(&self) -> &str {
+        match self {
+            Reason::Text(s) => s,
+            Reason::Later(_) => "",
+        }
+    }
+}
+
+impl From<String> for Reason {
+    fn from(s: String) -> Reason {
+        Reason::Text(s)
+    }
+}
+
+impl From<&str> for Reason {
+    fn from(s: &str) -> Reason {
+        Reason::Text(s.to_owned())
+    }
+}
+
+impl From<Later> for Reason {
+    fn from(l: Later) -> Reason {
+        Reason::Later(l)
+    }
+}
+
+/// The numbers of a sentence a policy writes only when asked ([`Policy::render`]); which sentence is
+/// the policy's own numbering. Words the sentence needs from the job or the policy's settings are
+/// not copied: the policy reads them again when it renders.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Later {
+    /// Which sentence.
+    pub code: u16,
+    /// Its numbers.
+    pub nums: [f64; 2],
+    /// Its integer (a count, or a time in milliseconds).
+    pub int: i64,
 }
 
 /// The decision a verdict asks for.
@@ -446,6 +505,12 @@ pub trait Policy: Send + Sync + fmt::Debug {
 
     /// Handles a timer this policy scheduled through [`Effect::Timer`].
     fn on_timer(&self, _cx: &TimerContext<'_>, _out: &mut Output) {}
+
+    /// Writes the sentence of one of this policy's verdicts whose reason is a [`Reason::Later`], for
+    /// the verdicts that end up in a decision. `job` is the submitted job when the verdict answered a
+    /// `job.submitted`, and `now` the engine's time when it was given. A policy that never gives a
+    /// `Later` (the default) writes nothing.
+    fn render(&self, _verdict: &Verdict, _later: &Later, _job: Option<&JobSpec>, _now: Timestamp, _out: &mut String) {}
 
     /// Times this policy failed (a trapped guest, a timeout), for reports. TOML policies never fail.
     fn failures(&self) -> u64 {

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use bursar_engine::policy::{Deadline, Limits, QuotaLimit, QuotaScope};
 use bursar_engine::{
-    Context, Effect, JobPhase, JobRecord, Output, Policy, PolicyMeta, ScopeKind, TimerContext, Verdict, VerdictKind,
+    Context, Effect, JobPhase, JobRecord, Later, Output, Policy, PolicyMeta, Reason, ScopeKind, TimerContext, Verdict,
+    VerdictKind,
 };
 use bursar_model::{Duration, EventKind, Hints, JobSpec, Timestamp};
 
@@ -377,6 +378,11 @@ pub struct TomlPolicy {
     pub family: Family,
 }
 
+/// The sentences the families leave for later ([`Later::code`]), all allow notes of an admission.
+const NOTE_QUOTA: u16 = 1;
+const NOTE_TRIAL: u16 = 2;
+const NOTE_PLACEMENT: u16 = 3;
+
 const IDLE_CHECK: u32 = 1;
 const IDLE_RECLAIM: u32 = 2;
 const MAX_RUNTIME: u32 = 3;
@@ -414,6 +420,21 @@ impl Policy for TomlPolicy {
     fn on_timer(&self, cx: &TimerContext<'_>, out: &mut Output) {
         if let Family::Reclaim(r) = &self.family {
             r.on_timer(cx, out);
+        }
+    }
+
+    fn render(&self, v: &Verdict, l: &Later, job: Option<&JobSpec>, now: Timestamp, out: &mut String) {
+        let Some(job) = job else { return };
+        match (&self.family, l.code, &v.kind) {
+            (Family::Quota(q), NOTE_QUOTA, _) => q.write_note(job, l, now, out),
+            (Family::Trial(_), NOTE_TRIAL, _) => {
+                out.push_str("trial of this configuration on ");
+                bursar_model::push_int(out, l.nums[0] as i64);
+                out.push_str(" GPUs succeeded at ");
+                out.push_str(Timestamp(l.int).text().as_str());
+            }
+            (Family::Placement(_), NOTE_PLACEMENT, VerdictKind::Allow(hints)) => Placement::write_note(job, hints, out),
+            _ => {}
         }
     }
 
@@ -467,25 +488,10 @@ impl Quota {
             (_, Some(t)) => t,
             (QuotaScope::Tag(_), None) => return,
         };
-        // "project nlp", "user alice", "team search".
-        let label = |s: &mut String| match &lim.scope {
-            QuotaScope::Project => {
-                s.push_str("project ");
-                s.push_str(&job.project);
-            }
-            QuotaScope::User => {
-                s.push_str("user ");
-                s.push_str(&job.user);
-            }
-            QuotaScope::Tag(k) => {
-                s.push_str(k);
-                s.push(' ');
-                s.push_str(job.tag(k).unwrap_or(""));
-            }
-        };
+        let label = |s: &mut String| self.write_label(job, s);
         let ledger = cx.state.ledger(kind, key);
         let mut objections = String::new();
-        let mut note = String::new();
+        let mut note: Option<Later> = None;
         let mut branch = 3;
         let object = |s: &mut String| {
             if s.is_empty() {
@@ -499,23 +505,20 @@ impl Quota {
             let usage = ledger.map(|l| l.usage(lim.period, day)).unwrap_or_default();
             let current = lim.counted(&usage);
             let after = current + job.requested_gpu_hours();
-            let s = if after > limit + 1e-9 {
+            if after > limit + 1e-9 {
                 branch = 0;
                 object(&mut objections);
                 label(&mut objections);
                 objections.push_str(" would reach ");
-                &mut objections
+                push_num(&mut objections, after);
+                objections.push_str(" of its ");
+                push_num(&mut objections, limit);
+                objections.push_str(" GPU-hours for ");
+                lim.period.write_label(day, &mut objections);
             } else {
-                note.reserve(96);
-                label(&mut note);
-                note.push_str(" at ");
-                &mut note
-            };
-            push_num(s, after);
-            s.push_str(if branch == 0 { " of its " } else { " of " });
-            push_num(s, limit);
-            s.push_str(" GPU-hours for ");
-            lim.period.write_label(day, s);
+                // Written only if the admission's decision quotes it (`render`).
+                note = Some(Later { code: NOTE_QUOTA, nums: [after, limit], int: 0 });
+            }
         }
         if let Some(max) = lim.max_gpus {
             let held = ledger.map_or(0, |l| l.held_gpus);
@@ -549,10 +552,44 @@ impl Quota {
             }
         }
         if objections.is_empty() {
-            allow(out, note, 3);
+            let note = note.map_or(Reason::NONE, Reason::Later);
+            out.verdict(Verdict::new(VerdictKind::Allow(Hints::default()), note).on_branch(3));
         } else {
             self.on_exhaust.emit(out, objections, branch);
         }
+    }
+}
+
+impl Quota {
+    /// "project nlp", "user alice", "team search".
+    fn write_label(&self, job: &JobSpec, s: &mut String) {
+        match &self.limit.scope {
+            QuotaScope::Project => {
+                s.push_str("project ");
+                s.push_str(&job.project);
+            }
+            QuotaScope::User => {
+                s.push_str("user ");
+                s.push_str(&job.user);
+            }
+            QuotaScope::Tag(k) => {
+                s.push_str(k);
+                s.push(' ');
+                s.push_str(job.tag(k).unwrap_or(""));
+            }
+        }
+    }
+
+    /// "project nlp at 250 of 10,000 GPU-hours for 2026-11".
+    fn write_note(&self, job: &JobSpec, l: &Later, now: Timestamp, s: &mut String) {
+        s.reserve(96);
+        self.write_label(job, s);
+        s.push_str(" at ");
+        push_num(s, l.nums[0]);
+        s.push_str(" of ");
+        push_num(s, l.nums[1]);
+        s.push_str(" GPU-hours for ");
+        self.limit.period.write_label(now.day(), s);
     }
 }
 
@@ -877,25 +914,40 @@ impl Readiness {
 
 impl Fit {
     fn admit(&self, job: &JobSpec, out: &mut Output) {
-        let mut why: Vec<String> = Vec::new();
+        use std::fmt::Write as _;
+        // "job j1 does not fit: <why>; <why>", written straight into one string (writing to a String
+        // cannot fail).
+        let mut text = String::new();
         let mut branch = None;
+        let mut why = |text: &mut String, b: u16| {
+            if text.is_empty() {
+                text.reserve(160);
+                text.push_str("job ");
+                text.push_str(&job.id);
+                text.push_str(" does not fit: ");
+            } else {
+                text.push_str("; ");
+            }
+            branch = branch.or(Some(b));
+        };
         if let (Some((bytes, overhead, sharded)), Some(params), Some(mem)) =
             (self.memory, job.model_params_b, job.gpu_mem_gb)
         {
             let shards = if sharded { f64::from(job.gpus.max(1)) } else { 1.0 };
             let need = params * bytes * overhead / shards;
             if need > mem {
-                why.push(format!(
-                    "the model needs {} GB per GPU ({}B parameters × {} bytes × {} overhead / {} shard(s)) but a {} has {} GB",
-                    fmt_num(need),
-                    fmt_num(params),
-                    fmt_num(bytes),
-                    overhead,
-                    shards,
-                    job.gpu_type.as_deref().unwrap_or("GPU"),
-                    fmt_num(mem)
-                ));
-                branch = branch.or(Some(0));
+                why(&mut text, 0);
+                text.push_str("the model needs ");
+                push_num(&mut text, need);
+                text.push_str(" GB per GPU (");
+                push_num(&mut text, params);
+                text.push_str("B parameters × ");
+                push_num(&mut text, bytes);
+                let _ = write!(text, " bytes × {overhead} overhead / {shards} shard(s)) but a ");
+                text.push_str(job.gpu_type.as_deref().unwrap_or("GPU"));
+                text.push_str(" has ");
+                push_num(&mut text, mem);
+                text.push_str(" GB");
             }
         }
         if let Some(allowed) = &self.multi_node
@@ -903,13 +955,11 @@ impl Fit {
         {
             let ic = job.interconnect.as_deref();
             if !ic.is_some_and(|i| allowed.iter().any(|a| a == i)) {
-                why.push(format!(
-                    "a {}-node job needs a fast interconnect ({}), it has {}",
-                    job.nodes,
-                    allowed.join(" or "),
-                    ic.unwrap_or("none declared")
-                ));
-                branch = branch.or(Some(1));
+                why(&mut text, 1);
+                let _ = write!(text, "a {}-node job needs a fast interconnect (", job.nodes);
+                push_joined(&mut text, allowed, " or ");
+                text.push_str("), it has ");
+                text.push_str(ic.unwrap_or("none declared"));
             }
         }
         if let Some(stage) = &job.stage
@@ -917,14 +967,29 @@ impl Fit {
         {
             let t = job.gpu_type.as_deref().unwrap_or("none");
             if !types.iter().any(|x| x == t) {
-                why.push(format!("stage {stage} runs on {}, not {t}", types.join(" or ")));
-                branch = branch.or(Some(2));
+                why(&mut text, 2);
+                text.push_str("stage ");
+                text.push_str(stage);
+                text.push_str(" runs on ");
+                push_joined(&mut text, types, " or ");
+                text.push_str(", not ");
+                text.push_str(t);
             }
         }
         match branch {
-            Some(b) => self.action.emit(out, format!("job {} does not fit: {}", job.id, why.join("; ")), b),
+            Some(b) => self.action.emit(out, text, b),
             None => allow(out, String::new(), 3),
         }
+    }
+}
+
+/// Appends `items` separated by `sep`, as `items.join(sep)` would, without the intermediate string.
+fn push_joined(out: &mut String, items: &[String], sep: &str) {
+    for (i, x) in items.iter().enumerate() {
+        if i > 0 {
+            out.push_str(sep);
+        }
+        out.push_str(x);
     }
 }
 
@@ -937,10 +1002,12 @@ impl Trial {
         let last = cx.state.trial(&key).and_then(|h| h.last_success_at_most(self.trial_max_gpus));
         let since = Timestamp(cx.now.millis().saturating_sub(self.within.millis()));
         match last {
-            Some((gpus, at)) if at >= since => allow(
-                out,
-                format!("trial of this configuration on {gpus} GPUs succeeded at {at}"),
-                2,
+            Some((gpus, at)) if at >= since => out.verdict(
+                Verdict::new(
+                    VerdictKind::Allow(Hints::default()),
+                    Later { code: NOTE_TRIAL, nums: [f64::from(gpus), 0.0], int: at.millis() },
+                )
+                .on_branch(2),
             ),
             Some((gpus, at)) => self.action.emit(
                 out,
@@ -1008,26 +1075,34 @@ impl Placement {
                 branch = 2;
             }
         }
-        let mut note = String::new();
-        if hints.queue.is_some() || hints.priority.is_some() {
-            note.reserve(48);
-            push_num(&mut note, job.requested_hours);
-            note.push_str(" h job ");
-            if let Some(q) = &hints.queue {
-                note.push_str("goes to queue ");
-                note.push_str(q);
-                if hints.priority.is_some() {
-                    note.push_str(" at");
-                }
-            } else {
-                note.push_str("runs at");
-            }
-            if let Some(p) = hints.priority {
-                note.push_str(" priority ");
-                bursar_model::push_int(&mut note, p);
-            }
-        }
+        // "2.5 h job goes to queue batch at priority 50", written only if the decision quotes it.
+        let note = if hints.queue.is_some() || hints.priority.is_some() {
+            Reason::Later(Later { code: NOTE_PLACEMENT, ..Later::default() })
+        } else {
+            Reason::NONE
+        };
         out.verdict(Verdict::new(VerdictKind::Allow(hints), note).on_branch(branch));
+    }
+}
+
+impl Placement {
+    fn write_note(job: &JobSpec, hints: &Hints, note: &mut String) {
+        note.reserve(48);
+        push_num(note, job.requested_hours);
+        note.push_str(" h job ");
+        if let Some(q) = &hints.queue {
+            note.push_str("goes to queue ");
+            note.push_str(q);
+            if hints.priority.is_some() {
+                note.push_str(" at");
+            }
+        } else {
+            note.push_str("runs at");
+        }
+        if let Some(p) = hints.priority {
+            note.push_str(" priority ");
+            bursar_model::push_int(note, p);
+        }
     }
 }
 

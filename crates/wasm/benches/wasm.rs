@@ -95,7 +95,11 @@ fn bench(c: &mut Criterion) {
         let mut out = Output::default();
         policy.evaluate(&cx, &mut out);
         assert_eq!(out.verdicts.len(), 1, "{name}");
-        assert!(out.verdicts[0].reason.starts_with("job j1 is not ready: data"), "{name}: {}", out.verdicts[0].reason);
+        assert!(
+            out.verdicts[0].reason.text().starts_with("job j1 is not ready: data"),
+            "{name}: {}",
+            out.verdicts[0].reason.text()
+        );
         group.bench_function(name, |b| {
             b.iter(|| {
                 out.clear();

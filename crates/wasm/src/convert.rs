@@ -171,7 +171,7 @@ pub fn verdict(v: t::Verdict, now: Timestamp) -> Result<Verdict, Failure> {
         t::VerdictKind::Reclaim => VerdictKind::Reclaim,
         t::VerdictKind::Alert => VerdictKind::Alert,
     };
-    Ok(Verdict { kind, job_id: None, reason: v.reason, gpu_hours: v.gpu_hours, branch: None })
+    Ok(Verdict { kind, job_id: None, reason: v.reason.into(), gpu_hours: v.gpu_hours, branch: None })
 }
 
 /// Checks and converts every verdict of one call.

@@ -39,6 +39,7 @@ fn admission(n: u64, empty: bool) {
     let mut clock = last.millis() + 1;
     let mut out: Vec<Decision> = Vec::with_capacity(8);
     let mut decisions = 0usize;
+    let mut kinds = std::collections::BTreeMap::<&'static str, u64>::new();
     let mut done = 0u64;
     while done < n {
         let batch = 1_000.min(n - done);
@@ -51,6 +52,9 @@ fn admission(n: u64, empty: bool) {
             .collect();
         for e in &events {
             decisions += admit(&mut engine, e, &mut out);
+            for d in &out {
+                *kinds.entry(d.decision.as_str()).or_default() += 1;
+            }
         }
         for i in 0..batch {
             clock += 1;
@@ -59,7 +63,8 @@ fn admission(n: u64, empty: bool) {
         }
         done += batch;
     }
-    println!("admission: {n} submissions, {decisions} decisions");
+    let mix: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    println!("admission: {n} submissions, {decisions} decisions ({})", mix.join(", "));
 }
 
 fn eval(jobs: u64) {
