@@ -222,7 +222,32 @@ struct Draft {
     hints: Option<Hints>,
 }
 
+/// Whom a decision is about, when there is no stored record to read it from.
+struct Who {
+    project: Sym,
+    user: Sym,
+    gpus: u32,
+}
+
 impl Draft {
+    fn about_who(job_id: &Arc<str>, who: &Who, time: Timestamp, kind: DecisionKind) -> Draft {
+        Draft {
+            time,
+            job_id: Some(job_id.clone()),
+            project: Some(who.project.clone()),
+            user: Some(who.user.clone()),
+            kind,
+            until: None,
+            policies: Vec::new(),
+            reason: String::new(),
+            dry_run: false,
+            admission: false,
+            gpus: Some(who.gpus),
+            gpu_hours: None,
+            hints: None,
+        }
+    }
+
     fn about(job_id: &Arc<str>, job: Option<&JobRecord>, time: Timestamp, kind: DecisionKind) -> Draft {
         Draft {
             time,
@@ -762,26 +787,38 @@ impl Engine {
             };
         }
 
-        let mut record = state.record_from_spec(spec, now);
-        let mut d = Draft::about(&job_id, Some(&record), event.time, kind);
+        // A denied job is not kept: its record (five names and the tags interned, the configuration
+        // key hashed) is built only for the other outcomes; a denial's decisions need only its
+        // project, user and GPUs.
+        let mut record = (kind != DecisionKind::Deny).then(|| state.record_from_spec(spec, now));
+        let who = match &record {
+            Some(_) => None,
+            None => Some(Who { project: state.intern(&spec.project), user: state.intern(&spec.user), gpus: spec.gpus }),
+        };
+        let draft = |record: Option<&JobRecord>, kind| match (record, &who) {
+            (Some(r), _) => Draft::about(&job_id, Some(r), event.time, kind),
+            (None, Some(w)) => Draft::about_who(&job_id, w, event.time, kind),
+            (None, None) => Draft::about(&job_id, None, event.time, kind),
+        };
+        let mut d = draft(record.as_ref(), kind);
         d.admission = true;
         d.policies = policy_ids.clone();
         d.gpu_hours = Some(requested);
-        match kind {
-            DecisionKind::Allow => {
+        match (kind, &mut record) {
+            (DecisionKind::Allow, Some(record)) => {
                 d.hints = Some(hints);
-                state.reserve(&mut record);
+                state.reserve(record);
             }
-            DecisionKind::Defer => {
+            (DecisionKind::Defer, Some(record)) => {
                 d.until = until;
                 record.phase = JobPhase::Deferred;
                 record.defer_until = until.into();
-                state.reserve(&mut record);
+                state.reserve(record);
                 if let Some(u) = until {
                     timers.set(u, job_id.clone(), TimerKind::DeferRelease);
                 }
             }
-            DecisionKind::RequireApproval => {
+            (DecisionKind::RequireApproval, Some(record)) => {
                 let expires = now.plus(expires_after.unwrap_or(Duration::hours(24)));
                 record.phase = JobPhase::PendingApproval;
                 record.pending =
@@ -807,7 +844,7 @@ impl Engine {
                 let dry = meta.mode == Mode::DryRun;
                 let k = v.kind.decision();
                 if k == DecisionKind::Alert || (dry && k != DecisionKind::Allow) {
-                    let mut a = Draft::about(&job_id, Some(&record), event.time, k);
+                    let mut a = draft(record.as_ref(), k);
                     a.policies = vec![meta.id.clone()];
                     write_reason(policies.policies()[*i].as_ref(), v, Some(spec), now, &mut a.reason);
                     a.dry_run = dry;
@@ -825,7 +862,7 @@ impl Engine {
             }
         }
 
-        if kind != DecisionKind::Deny {
+        if let Some(record) = record {
             state.jobs.insert(job_id.clone(), Box::new(record));
             Self::apply_effects(
                 state,

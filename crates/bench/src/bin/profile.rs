@@ -6,7 +6,9 @@
 //! example TOML set on an engine primed like `admission/example_set`, each batch of 1,000 then finished;
 //! `bursar-bench-profile admission-empty [N]` — the same with no policy (the engine's own cost);
 //! `bursar-bench-profile eval [JOBS]` — decode and process a generated stream of JOBS jobs (default
-//! 2,000), like `eval/decode_and_process`. A run prints what it did, so two profiles can be compared.
+//! 2,000), like `eval/decode_and_process`. A run prints what it did, so two profiles can be compared;
+//! with `BURSAR_PROFILE_PRINT=1` an admission run also writes every decision as JSON to stderr, so two
+//! builds can be checked to decide byte for byte the same (`cmp`).
 //!
 //! Instructions per admission, the figure docs/performance.md reports, come from
 //! `valgrind --tool=callgrind target/release/bursar-bench-profile admission 20000` minus the same with
@@ -40,6 +42,7 @@ fn admission(n: u64, empty: bool) {
     let mut out: Vec<Decision> = Vec::with_capacity(8);
     let mut decisions = 0usize;
     let mut kinds = std::collections::BTreeMap::<&'static str, u64>::new();
+    let print = std::env::var_os("BURSAR_PROFILE_PRINT").is_some();
     let mut done = 0u64;
     while done < n {
         let batch = 1_000.min(n - done);
@@ -54,6 +57,9 @@ fn admission(n: u64, empty: bool) {
             decisions += admit(&mut engine, e, &mut out);
             for d in &out {
                 *kinds.entry(d.decision.as_str()).or_default() += 1;
+                if print {
+                    eprintln!("{}", d.to_json());
+                }
             }
         }
         for i in 0..batch {
