@@ -94,4 +94,4 @@ pub use log::{
 };
 pub use outbox::{Delivered, NewNotice, NoticeRow, Outbox, OutboxCursor, Resolved};
 pub use witness::{PublicKey, SignedHead, SigningKey, Witness};
-pub use writer::{CommitHook, Failing, Health, Writer, WriterConfig, WriterStats, no_hook};
+pub use writer::{CommitHook, Failing, Health, Totals, Writer, WriterConfig, WriterStats, no_hook};

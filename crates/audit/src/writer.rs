@@ -57,10 +57,27 @@ pub struct WriterConfig {
     pub retry: bool,
 }
 
-/// Whether the writer can commit: shared with whoever reports health (`serve`'s `/healthz`).
+/// Whether the writer can commit, and what it has committed so far: shared with whoever reports
+/// health (`serve`'s `/healthz` and `/metrics`).
 #[derive(Debug, Default)]
 pub struct Health {
     failing: std::sync::Mutex<Option<Failing>>,
+    transactions: std::sync::atomic::AtomicU64,
+    records: std::sync::atomic::AtomicU64,
+    busy_micros: std::sync::atomic::AtomicU64,
+}
+
+/// The writer's running totals ([`Health::totals`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Transactions committed.
+    pub transactions: u64,
+    /// Records they held.
+    pub records: u64,
+    /// Time spent writing and committing them (the `fsync`s included, and the pauses between the
+    /// attempts of a commit that failed and was retried), in microseconds: over a wall interval, how
+    /// busy the writer thread was.
+    pub busy_micros: u64,
 }
 
 /// A commit that keeps failing.
@@ -78,6 +95,23 @@ impl Health {
     /// `None` when commits succeed; else why they fail, since when.
     pub fn failing(&self) -> Option<Failing> {
         self.failing.lock().ok().and_then(|f| f.clone())
+    }
+
+    /// What the writer has committed since it started.
+    pub fn totals(&self) -> Totals {
+        use std::sync::atomic::Ordering::Relaxed;
+        Totals {
+            transactions: self.transactions.load(Relaxed),
+            records: self.records.load(Relaxed),
+            busy_micros: self.busy_micros.load(Relaxed),
+        }
+    }
+
+    fn committed(&self, records: usize, took: std::time::Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.transactions.fetch_add(1, Relaxed);
+        self.records.fetch_add(records as u64, Relaxed);
+        self.busy_micros.fetch_add(u64::try_from(took.as_micros()).unwrap_or(u64::MAX), Relaxed);
     }
 
     fn set(&self, f: Option<Failing>) {
@@ -273,7 +307,9 @@ impl Thread {
         if self.group.is_empty() {
             return Ok(());
         }
+        let started = std::time::Instant::now();
         let done = self.append_group()?;
+        self.health.committed(self.group.len(), started.elapsed());
         self.stats.commits += 1;
         self.stats.entries += self.group.len() as u64;
         self.stats.largest_group = self.stats.largest_group.max(self.group.len());

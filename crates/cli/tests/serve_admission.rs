@@ -144,6 +144,16 @@ fn metrics_and_health_are_served() {
     ] {
         assert!(text.contains(needle), "missing `{}` in\n{text}", needle.trim());
     }
+    // The writer's own totals: the admission was answered only once durable, so its record is in a
+    // committed transaction already.
+    let total = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("missing `{name}` in\n{text}"))
+    };
+    let (tx, records) = (total("bursar_audit_transactions_total"), total("bursar_audit_transaction_records_total"));
+    assert!(tx >= 1.0 && records >= 1.0 && records >= tx, "transactions {tx}, records {records}");
+    assert!(total("bursar_audit_writer_busy_seconds_total") > 0.0);
 }
 
 /// A WebAssembly policy in force gets its failure counter in `/metrics` (the counting itself, for

@@ -9,6 +9,7 @@
 //! `GET /healthz`, `GET /metrics`, `GET /v1/report` and `GET /report` (the `bursar report` JSON and
 //! HTML, see `docs/reports.md`). See `docs/serve.md` for the bodies.
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -183,6 +184,21 @@ async fn metrics(State(st): State<AppState>) -> Response {
         st.metrics.live_jobs.store(live, Ordering::Relaxed);
     }
     let mut text = st.metrics.render();
+    // The audit writer's own totals: a transaction holds every batch that was queued when it began,
+    // so these (not `bursar_audit_commit_seconds`, which is per batch) say how many fsyncs there are.
+    let t = st.journal.totals();
+    let _ = write!(
+        text,
+        "# HELP bursar_audit_transactions_total Audit-log transactions committed (each holds the batches queued when it began).\n\
+         # TYPE bursar_audit_transactions_total counter\nbursar_audit_transactions_total {}\n\
+         # HELP bursar_audit_transaction_records_total Records (one per input) in those transactions.\n\
+         # TYPE bursar_audit_transaction_records_total counter\nbursar_audit_transaction_records_total {}\n\
+         # HELP bursar_audit_writer_busy_seconds_total Time the audit writer spent writing and committing transactions.\n\
+         # TYPE bursar_audit_writer_busy_seconds_total counter\nbursar_audit_writer_busy_seconds_total {:.6}\n",
+        t.transactions,
+        t.records,
+        t.busy_micros as f64 / 1e6
+    );
     // Failures of policies that can fail (WebAssembly guests: deadline, fuel, memory cap, trap, bad
     // output), by policy, from the set in force.
     let set = st.status.read().ok().and_then(|s| s.set.clone());

@@ -206,7 +206,11 @@ impl Metrics {
         gauge(&mut out, "bursar_policies", "Policies in force.", &self.policies);
         gauge(&mut out, "bursar_decision_streams", "Open decision streams.", &self.streams);
         self.eval.render(&mut out, "bursar_eval_seconds", "Engine evaluation time per event.");
-        self.commit.render(&mut out, "bursar_audit_commit_seconds", "Audit-log commit time per batch.");
+        self.commit.render(
+            &mut out,
+            "bursar_audit_commit_seconds",
+            "Time from handing a batch to the audit writer until it is durable, waiting behind the commit before it included.",
+        );
         self.admit.render(&mut out, "bursar_admit_seconds", "Admission time from request to durable decision.");
         self.reload.render(&mut out, "bursar_reload_compile_seconds", "Policy directory compile time per reload.");
         if self.prometheus_on.load(Ordering::Relaxed)
