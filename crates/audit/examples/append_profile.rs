@@ -6,7 +6,9 @@
 //!     valgrind --tool=callgrind target/release/examples/append_profile 20000 fast
 //!
 //! Appends N entries (one `job.submitted` and its admission decision each) in groups of 8,192, the
-//! writer thread's group size, to a fresh log.
+//! writer thread's largest group (what `eval` fills), to a fresh log; a third argument sets another
+//! group size (`append_profile 20000 fast 16`: about what a transaction holds under `serve` at 32
+//! clients, where the per-transaction costs show).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -39,6 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(100_000);
     let durability =
         if args.get(2).map(String::as_str) == Some("durable") { Durability::Durable } else { Durability::Fast };
+    let group: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(8192).max(1);
     let path = std::env::temp_dir().join(format!("bursar-append-profile-{}.db", std::process::id()));
     let set: Arc<str> = Arc::from("5f0c9a7e3d2b1a08f6e4c2b0a9d8e7f6");
     let t0 = Timestamp::parse("2026-06-01T00:00:00Z")?.millis();
@@ -56,11 +59,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let mut log = AuditLog::open(&path, durability)?;
     let started = Instant::now();
-    for group in records.chunks(8192) {
+    for group in records.chunks(group) {
         log.append(group)?;
     }
     let secs = started.elapsed().as_secs_f64();
-    println!("{n} entries in {secs:.3} s: {:.0} decisions/s", n as f64 / secs);
+    println!("{n} entries in groups of {group} in {secs:.3} s: {:.0} decisions/s", n as f64 / secs);
     drop(log);
     for ext in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{ext}", path.display()));
