@@ -9,4 +9,7 @@
 wasmtime::component::bindgen!({
     path: "../../wit",
     world: "policy",
+    // The event handed to `evaluate` borrows the engine's strings instead of copying each into an
+    // owned record first; the canonical ABI copies them into guest memory either way.
+    ownership: Borrowing { duplicate_if_necessary: true },
 });

@@ -13,49 +13,72 @@ pub const MAX_VERDICTS: usize = 64;
 /// The longest reason, in bytes.
 pub const MAX_REASON: usize = 4096;
 
-fn job_spec(j: &JobSpec) -> t::JobSpec {
-    t::JobSpec {
-        id: j.id.clone(),
-        project: j.project.clone(),
-        user: j.user.clone(),
-        queue: j.queue.clone(),
-        gpus: j.gpus,
-        gpu_type: j.gpu_type.clone(),
-        gpu_mem_gb: j.gpu_mem_gb,
-        nodes: j.nodes,
-        requested_hours: j.requested_hours,
-        stage: j.stage.clone(),
-        model_params_b: j.model_params_b,
-        image: j.image.clone(),
-        dataset: j.dataset.clone(),
-        script_hash: j.script_hash.clone(),
-        ready: t::Ready { image: j.ready.image, data: j.ready.data, script: j.ready.script },
-        deferrable: j.deferrable,
-        tags: j.tags.iter().map(|(k, v)| t::Tag { key: k.clone(), value: v.clone() }).collect(),
-        mixed_precision: j.mixed_precision,
-        batch_size: j.batch_size,
-        dataloader_workers: j.dataloader_workers,
-        interconnect: j.interconnect.clone(),
-        region: j.region.clone(),
-        config_key: j.config_key(),
+/// What the WIT event borrows that the engine's event does not hold as such: the submitted job's
+/// configuration key and its tags as WIT records. Built first ([`Extras::of`]), then lent to
+/// [`event`].
+#[derive(Debug, Default)]
+pub struct Extras<'a> {
+    config_key: String,
+    tags: Vec<t::Tag<'a>>,
+}
+
+impl<'a> Extras<'a> {
+    /// The extras of the event in `cx` (empty for anything but a `job.submitted`).
+    pub fn of(cx: &Context<'a>) -> Extras<'a> {
+        match &cx.event.kind {
+            EventKind::JobSubmitted(j) => Extras {
+                config_key: j.config_key(),
+                tags: j.tags.iter().map(|(k, v)| t::Tag { key: k, value: v }).collect(),
+            },
+            _ => Extras::default(),
+        }
     }
 }
 
-fn by(job_id: &str, by: &Option<String>) -> t::ByPerson {
-    t::ByPerson { job_id: job_id.to_owned(), by: by.clone() }
+fn job_spec<'a>(j: &'a JobSpec, x: &'a Extras<'a>) -> t::JobSpec<'a> {
+    t::JobSpec {
+        id: &j.id,
+        project: &j.project,
+        user: &j.user,
+        queue: j.queue.as_deref(),
+        gpus: j.gpus,
+        gpu_type: j.gpu_type.as_deref(),
+        gpu_mem_gb: j.gpu_mem_gb,
+        nodes: j.nodes,
+        requested_hours: j.requested_hours,
+        stage: j.stage.as_deref(),
+        model_params_b: j.model_params_b,
+        image: j.image.as_deref(),
+        dataset: j.dataset.as_deref(),
+        script_hash: j.script_hash.as_deref(),
+        ready: t::Ready { image: j.ready.image, data: j.ready.data, script: j.ready.script },
+        deferrable: j.deferrable,
+        tags: &x.tags,
+        mixed_precision: j.mixed_precision,
+        batch_size: j.batch_size,
+        dataloader_workers: j.dataloader_workers,
+        interconnect: j.interconnect.as_deref(),
+        region: j.region.as_deref(),
+        config_key: &x.config_key,
+    }
 }
 
-/// The WIT record of the event in `cx`.
-pub fn event(cx: &Context<'_>) -> t::Event {
-    let e = cx.event;
+fn by<'a>(job_id: &'a str, by: &'a Option<String>) -> t::ByPerson<'a> {
+    t::ByPerson { job_id, by: by.as_deref() }
+}
+
+/// The WIT record of the event in `cx`, borrowing its strings (and `x`, from [`Extras::of`] of the
+/// same `cx`): nothing is copied until the call lowers it into the guest's memory.
+pub fn event<'a>(cx: &Context<'a>, x: &'a Extras<'a>) -> t::Event<'a> {
+    let e: &'a bursar_model::Event = cx.event;
     let kind = match &e.kind {
-        EventKind::JobSubmitted(j) => t::EventKind::JobSubmitted(job_spec(j)),
-        EventKind::JobStarted { job_id } => t::EventKind::JobStarted(job_id.clone()),
+        EventKind::JobSubmitted(j) => t::EventKind::JobSubmitted(job_spec(j, x)),
+        EventKind::JobStarted { job_id } => t::EventKind::JobStarted(job_id),
         EventKind::JobSample(s) => {
-            t::EventKind::JobSample(t::Sample { job_id: s.job_id.clone(), gpu_util: s.gpu_util, mem_util: s.mem_util })
+            t::EventKind::JobSample(t::Sample { job_id: &s.job_id, gpu_util: s.gpu_util, mem_util: s.mem_util })
         }
         EventKind::JobFinished { job_id, status } => t::EventKind::JobFinished(t::Finished {
-            job_id: job_id.clone(),
+            job_id,
             status: match status {
                 FinishStatus::Succeeded => t::FinishStatus::Succeeded,
                 FinishStatus::Failed => t::FinishStatus::Failed,
@@ -64,48 +87,39 @@ pub fn event(cx: &Context<'_>) -> t::Event {
         }),
         EventKind::JobKeepalive { job_id, by: b } => t::EventKind::JobKeepalive(by(job_id, b)),
         EventKind::BillingCharge(c) => t::EventKind::BillingCharge(t::Charge {
-            project: c.project.clone(),
-            job_id: c.job_id.clone(),
+            project: &c.project,
+            job_id: c.job_id.as_deref(),
             gpu_hours: c.gpu_hours,
             amount: c.amount,
-            currency: c.currency.clone(),
-            mode: c.mode.map(|m| {
-                match m {
-                    BillingMode::OnDemand => "on_demand",
-                    BillingMode::Reserved => "reserved",
-                    BillingMode::PerTask => "per_task",
-                }
-                .to_owned()
+            currency: c.currency.as_deref(),
+            mode: c.mode.map(|m| match m {
+                BillingMode::OnDemand => "on_demand",
+                BillingMode::Reserved => "reserved",
+                BillingMode::PerTask => "per_task",
             }),
         }),
         EventKind::ApprovalGranted { job_id, by: b } => t::EventKind::ApprovalGranted(by(job_id, b)),
         EventKind::ApprovalRejected { job_id, by: b } => t::EventKind::ApprovalRejected(by(job_id, b)),
         EventKind::AssetRegistered { project, asset } => t::EventKind::AssetRegistered(t::Asset {
-            project: project.clone(),
-            kind: asset.kind.clone(),
-            fingerprint: asset.fingerprint.clone(),
-            uri: asset.uri.clone(),
+            project,
+            kind: &asset.kind,
+            fingerprint: &asset.fingerprint,
+            uri: &asset.uri,
         }),
         EventKind::ClockTick => t::EventKind::ClockTick,
     };
-    t::Event {
-        id: e.id.clone(),
-        time: e.time.millis(),
-        now: cx.now.millis(),
-        kind,
-        raw: cx.raw.unwrap_or_default().to_owned(),
-    }
+    t::Event { id: &e.id, time: e.time.millis(), now: cx.now.millis(), kind, raw: cx.raw.unwrap_or_default() }
 }
 
 /// Bytes the host copies into the guest for `e`: every string of the record (the raw line above all)
 /// and 16 bytes per list element, the sizes the canonical ABI lowers into the guest's memory. The
 /// fixed-size fields are a few hundred bytes at most and not counted.
-pub fn input_bytes(e: &t::Event) -> u64 {
+pub fn input_bytes(e: &t::Event<'_>) -> u64 {
     fn s(v: &str) -> u64 {
         v.len() as u64
     }
-    fn o(v: &Option<String>) -> u64 {
-        v.as_deref().map_or(0, s)
+    fn o(v: &Option<&str>) -> u64 {
+        v.map_or(0, s)
     }
     let kind = match &e.kind {
         t::EventKind::JobSubmitted(j) => {

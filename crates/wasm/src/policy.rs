@@ -276,7 +276,7 @@ impl WasmPolicy {
     }
 
     /// Runs the guest on one event; `ordinary` says whether the input is of ordinary size.
-    fn call(&self, event: &t::Event, cx: &Context<'_>, ordinary: bool) -> Result<Vec<Verdict>, CallError> {
+    fn call(&self, event: t::Event<'_>, cx: &Context<'_>, ordinary: bool) -> Result<Vec<Verdict>, CallError> {
         let taken = match self.strategy {
             Strategy::Reuse => self.idle.lock().ok().and_then(|mut idle| idle.pop()),
             Strategy::Fresh => None,
@@ -371,14 +371,15 @@ impl Policy for WasmPolicy {
             self.refuse_input(cx, out, raw);
             return;
         }
-        let event = crate::convert::event(cx);
+        let extras = crate::convert::Extras::of(cx);
+        let event = crate::convert::event(cx, &extras);
         let bytes = crate::convert::input_bytes(&event);
         if bytes > self.limits.max_input_bytes {
             self.refuse_input(cx, out, bytes);
             return;
         }
         let ordinary = bytes <= self.limits.ordinary_input_bytes;
-        match self.call(&event, cx, ordinary) {
+        match self.call(event, cx, ordinary) {
             Ok(verdicts) => {
                 for v in verdicts {
                     out.verdict(v);
