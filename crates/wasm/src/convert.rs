@@ -123,31 +123,31 @@ pub fn input_bytes(e: &t::Event<'_>) -> u64 {
     }
     let kind = match &e.kind {
         t::EventKind::JobSubmitted(j) => {
-            s(&j.id)
-                + s(&j.project)
-                + s(&j.user)
+            s(j.id)
+                + s(j.project)
+                + s(j.user)
                 + o(&j.queue)
                 + o(&j.gpu_type)
                 + o(&j.stage)
                 + o(&j.image)
                 + o(&j.dataset)
                 + o(&j.script_hash)
-                + j.tags.iter().map(|t| s(&t.key) + s(&t.value) + 16).sum::<u64>()
+                + j.tags.iter().map(|t| s(t.key) + s(t.value) + 16).sum::<u64>()
                 + o(&j.interconnect)
                 + o(&j.region)
-                + s(&j.config_key)
+                + s(j.config_key)
         }
         t::EventKind::JobStarted(id) => s(id),
-        t::EventKind::JobSample(x) => s(&x.job_id),
-        t::EventKind::JobFinished(f) => s(&f.job_id),
+        t::EventKind::JobSample(x) => s(x.job_id),
+        t::EventKind::JobFinished(f) => s(f.job_id),
         t::EventKind::JobKeepalive(b) | t::EventKind::ApprovalGranted(b) | t::EventKind::ApprovalRejected(b) => {
-            s(&b.job_id) + o(&b.by)
+            s(b.job_id) + o(&b.by)
         }
-        t::EventKind::BillingCharge(c) => s(&c.project) + o(&c.job_id) + o(&c.currency) + o(&c.mode),
-        t::EventKind::AssetRegistered(a) => s(&a.project) + s(&a.kind) + s(&a.fingerprint) + s(&a.uri),
+        t::EventKind::BillingCharge(c) => s(c.project) + o(&c.job_id) + o(&c.currency) + o(&c.mode),
+        t::EventKind::AssetRegistered(a) => s(a.project) + s(a.kind) + s(a.fingerprint) + s(a.uri),
         t::EventKind::ClockTick => 0,
     };
-    s(&e.id) + s(&e.raw) + kind
+    s(e.id) + s(e.raw) + kind
 }
 
 /// Checks one guest verdict and turns it into an engine verdict.
