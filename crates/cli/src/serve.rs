@@ -120,8 +120,9 @@ pub struct ServeArgs {
     pub dedupe_window: Duration,
     /// Run as one instance of a bursar cluster on NATS JetStream at these URLs (comma-separated): the
     /// partitions are shared with the other instances, each owned by one at a time, and `--audit` is
-    /// this instance's projection of the decisions stream (docs/cluster.md). Without it, serve needs
-    /// no NATS.
+    /// this instance's projection of the decisions stream (docs/cluster.md). A server that requires a
+    /// login takes it in the URL: `nats://user:password@host:4222` or `nats://token@host:4222`.
+    /// Without it, serve needs no NATS.
     #[arg(long, value_name = "NATS_URLS")]
     pub cluster: Option<String>,
     /// With --cluster: this instance's name, unique in the cluster (default: the host name and PID).

@@ -94,19 +94,61 @@ impl Nats {
     /// Connects to `config.url`, creates what is missing and reads the partition count (writing
     /// `config.partitions` if this instance is the first).
     pub async fn connect(config: &ClusterConfig) -> Result<Nats, ClusterError> {
+        let shown = redacted(&config.url);
         let servers: Vec<async_nats::ServerAddr> = config
             .url
             .split(',')
             .map(|s| s.trim().parse::<async_nats::ServerAddr>())
             .collect::<Result<_, _>>()
-            .map_err(|e| ClusterError::Config(format!("`{}` is not a NATS URL list: {e}", config.url)))?;
-        let client = async_nats::ConnectOptions::new()
+            .map_err(|e| ClusterError::Config(format!("`{shown}` is not a NATS URL list: {e}")))?;
+        let mut options = async_nats::ConnectOptions::new()
             .name(format!("bursar {}", config.instance))
             .request_timeout(Some(Duration::from_secs(5)))
-            .retry_on_initial_connect()
+            .retry_on_initial_connect();
+        // Credentials in the URLs (`nats://user:password@host`, or `nats://token@host`): async-nats
+        // parses them but does not send them, so they are passed on here. Every URL that carries
+        // some must carry the same: they name one user of one cluster.
+        let mut creds = servers.iter().filter_map(|s| s.username().map(|u| (u, s.password())));
+        if let Some(first) = creds.next() {
+            if creds.any(|c| c != first) {
+                return Err(ClusterError::Config(format!(
+                    "`{shown}`: the URLs carry different credentials; give the same user (or token) in each, or in the first only"
+                )));
+            }
+            options = match first {
+                (user, Some(password)) => options.user_and_password(user.to_owned(), password.to_owned()),
+                (token, None) => options.token(token.to_owned()),
+            };
+        }
+        // The client retries in the background, so a refused login (or any error the server sends)
+        // shows only as an event, and the first request then times out: keep the last such event, to
+        // say why.
+        let last_error = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+        let seen = last_error.clone();
+        options = options.event_callback(move |event| {
+            let seen = seen.clone();
+            async move {
+                if matches!(event, async_nats::Event::ClientError(_) | async_nats::Event::ServerError(_))
+                    && let Ok(mut last) = seen.lock()
+                {
+                    *last = Some(event.to_string());
+                }
+            }
+        });
+        let client = options
             .connect(servers)
             .await
-            .map_err(|e| ClusterError::Nats { what: format!("connect to `{}`", config.url), error: e.to_string() })?;
+            .map_err(|e| ClusterError::Nats { what: format!("connect to `{shown}`"), error: e.to_string() })?;
+        Self::open(client, config).await.map_err(|e| match last_error.lock().ok().and_then(|l| l.clone()) {
+            Some(why) => {
+                ClusterError::Nats { what: format!("connect to `{shown}`"), error: format!("{why} (then: {e})") }
+            }
+            None => e,
+        })
+    }
+
+    /// Creates what is missing on a connected client and opens it.
+    async fn open(client: async_nats::Client, config: &ClusterConfig) -> Result<Nats, ClusterError> {
         let js = jetstream::new(client.clone());
         let replicas = config.replicas.max(1);
         let events = js
@@ -198,5 +240,43 @@ impl Nats {
             }
             Err(e) => Err(nats_err("write the partition count")(&e)),
         }
+    }
+}
+
+/// `urls` (a comma-separated NATS URL list) with every password or token replaced by `***`, for
+/// messages and logs.
+pub fn redacted(urls: &str) -> String {
+    urls.split(',')
+        .map(|u| {
+            let u = u.trim();
+            let Some((scheme, rest)) = u.split_once("://") else { return u.to_owned() };
+            let authority_end = rest.find('/').unwrap_or(rest.len());
+            match rest[..authority_end].rfind('@') {
+                Some(at) => {
+                    let (userinfo, host) = (&rest[..at], &rest[at..]);
+                    let shown = match userinfo.split_once(':') {
+                        Some((user, _)) => format!("{user}:***"),
+                        None => "***".to_owned(),
+                    };
+                    format!("{scheme}://{shown}{host}")
+                }
+                None => u.to_owned(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_and_tokens_are_not_shown() {
+        assert_eq!(
+            redacted("nats://alice:s3cret@127.0.0.1:4222, nats://127.0.0.1:4223,tls://tok@h:1/x@y"),
+            "nats://alice:***@127.0.0.1:4222,nats://127.0.0.1:4223,tls://***@h:1/x@y"
+        );
+        assert_eq!(redacted("127.0.0.1:4222"), "127.0.0.1:4222");
     }
 }
