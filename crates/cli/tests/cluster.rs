@@ -1,6 +1,11 @@
 //! `bursar serve --cluster` end to end: a real 3-node NATS JetStream cluster on loopback and real
 //! `bursar serve --cluster` processes, every one stopped by PID when the test ends, pass or fail.
 //!
+//! One NATS cluster serves the whole binary (`cluster_scenarios_on_one_nats_cluster`): each scenario
+//! logs in as its own NATS account, so none sees another's streams, buckets or subjects, and bursar's
+//! instances connect with the account's credentials in the URL, as a secured deployment would. The
+//! scenarios:
+//!
 //! - `failover_loses_nothing_decides_nothing_twice_and_never_overshoots`: admissions and samples for
 //!   many projects through all three instances while the owner of busy partitions is killed with
 //!   SIGKILL, twice (the first victim restarted in between). Each partition is served again within
@@ -8,8 +13,7 @@
 //!   with the answered decision; no project's quota is overshot; every instance's audit log verifies.
 //! - `a_paused_owner_writes_nothing_after_the_takeover`: SIGSTOP an owner past its lease, let another
 //!   take over and write, SIGCONT it: no journal message or snapshot chunk of an older epoch follows
-//!   the new owner's fence on any subject. Before the pause, on the same cluster (one NATS start per
-//!   test): a trial run in a project of one instance's partition lets a scale-up of the same
+//!   the new owner's fence on any subject. Before the pause, on the same instances: a trial run in a project of one instance's partition lets a scale-up of the same
 //!   configuration in a project of the other instance's partition through trial-before-scale.
 
 #![expect(clippy::unwrap_used, clippy::panic, reason = "a test")]
@@ -55,7 +59,7 @@ struct Instance {
 }
 
 impl Instance {
-    fn start(nats: &NatsCluster, dir: &Path, name: &str, run: u32) -> Instance {
+    fn start(url: &str, dir: &Path, name: &str, run: u32) -> Instance {
         let port_file = dir.join(format!("{name}.port"));
         let _ = std::fs::remove_file(&port_file);
         let log = dir.join(format!("{name}-{run}.log"));
@@ -67,7 +71,7 @@ impl Instance {
             .arg(dir.join(format!("{name}.db")))
             .args(["--listen", "127.0.0.1:0", "--port-file"])
             .arg(&port_file)
-            .args(["--cluster", &nats.url(), "--instance", name, "--partitions", &PARTITIONS.to_string()])
+            .args(["--cluster", url, "--instance", name, "--partitions", &PARTITIONS.to_string()])
             .args(["--lease-ttl", "2s", "--snapshot-every", "1s", "--fast-commit", "--log-level", "info"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -172,17 +176,71 @@ fn project_in(p: u32, tag: &str) -> String {
     (0..).map(|i| format!("{tag}-{i}")).find(|n| bursar_cluster::partition::partition_of(n, PARTITIONS) == p).unwrap()
 }
 
-fn setup(name: &str) -> Option<(NatsCluster, TempDir)> {
-    if NatsCluster::binary().is_none() {
-        eprintln!("skipped: no nats-server (scripts/setup.sh installs it)");
-        return None;
-    }
-    let nats = NatsCluster::start(3).unwrap();
+/// A scratch folder with the policies every instance loads.
+fn scratch(name: &str) -> TempDir {
     let dir = TempDir::new(name).unwrap();
     std::fs::create_dir_all(dir.path().join("policies")).unwrap();
     std::fs::write(dir.path().join("policies/quota.toml"), QUOTA).unwrap();
     std::fs::write(dir.path().join("policies/trial.toml"), TRIAL).unwrap();
-    Some((nats, dir))
+    dir
+}
+
+/// The NATS accounts of the scenarios: one cluster for the whole binary, an account each, so no
+/// scenario sees another's streams, buckets or subjects.
+const FAILOVER: &str = "failover";
+const PAUSED: &str = "paused";
+
+/// One scenario, run on the shared cluster.
+type Scenario = fn(&NatsCluster);
+
+#[test]
+fn cluster_scenarios_on_one_nats_cluster() {
+    if NatsCluster::binary().is_none() {
+        eprintln!("skipped: no nats-server (scripts/setup.sh installs it)");
+        return;
+    }
+    let nats = NatsCluster::start_with_accounts(3, &[FAILOVER, PAUSED]).unwrap();
+    let scenarios: [(&str, Scenario); 2] = [
+        (
+            "failover_loses_nothing_decides_nothing_twice_and_never_overshoots",
+            failover_loses_nothing_decides_nothing_twice_and_never_overshoots,
+        ),
+        ("a_paused_owner_writes_nothing_after_the_takeover", a_paused_owner_writes_nothing_after_the_takeover),
+    ];
+    // Every scenario runs, whatever the one before it did; the first failure is re-raised after the
+    // cluster is stopped (its instances were stopped as the failure unwound).
+    let mut failures = Vec::new();
+    for (name, run) in scenarios {
+        eprintln!("--- scenario {name}");
+        if let Err(e) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&nats))) {
+            eprintln!("--- scenario {name} FAILED");
+            failures.push((name, e));
+        }
+    }
+    // A wrong password: serve stops with an error that names the servers but not the password.
+    let dir = scratch("cluster-login");
+    let wrong = nats.url_as(PAUSED).replace("paused:paused@", "paused:not-the-password@");
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_bursar"))
+        .arg("serve")
+        .arg("--policies")
+        .arg(dir.path().join("policies"))
+        .arg("--audit")
+        .arg(dir.path().join("a.db"))
+        .args(["--listen", "127.0.0.1:0", "--cluster", &wrong, "--instance", "intruder"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    eprintln!("wrong password: {:?} after {:?}: {}", out.status, started.elapsed(), tail(&err, 5));
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("paused:***@") && !err.contains("not-the-password"), "{err}");
+    drop(nats);
+    let names: Vec<&str> = failures.iter().map(|(n, _)| *n).collect();
+    if let Some((_, e)) = failures.into_iter().next() {
+        eprintln!("failed scenarios: {names:?}");
+        std::panic::resume_unwind(e);
+    }
 }
 
 /// Waits until every partition is live somewhere and each instance has at least `min` of them.
@@ -305,15 +363,13 @@ fn verify(db: &Path) {
     );
 }
 
-#[test]
-fn failover_loses_nothing_decides_nothing_twice_and_never_overshoots() {
-    let Some((nats, dir)) = setup("cluster-failover") else { return };
+fn failover_loses_nothing_decides_nothing_twice_and_never_overshoots(nats: &NatsCluster) {
+    let dir = scratch("cluster-failover");
+    let url = nats.url_as(FAILOVER);
+    let url = url.as_str();
     let d = dir.path();
-    let mut b = vec![
-        Instance::start(&nats, d, "b1", 1),
-        Instance::start(&nats, d, "b2", 1),
-        Instance::start(&nats, d, "b3", 1),
-    ];
+    let mut b =
+        vec![Instance::start(url, d, "b1", 1), Instance::start(url, d, "b2", 1), Instance::start(url, d, "b3", 1)];
     let owners = wait_shared(&[&b[0], &b[1], &b[2]], 2);
     eprintln!("partitions shared out: {owners:?}");
     let projects: Vec<String> = (0..12).map(|i| format!("proj-{i}")).collect();
@@ -328,7 +384,7 @@ fn failover_loses_nothing_decides_nothing_twice_and_never_overshoots() {
     *addrs.lock().unwrap() = survivors.clone();
     let first = kill_owner_and_measure(&mut b[victim], &survivors, &owners);
     // Back with the same audit log; it rejoins and takes its share again by handover.
-    b[victim] = Instance::start(&nats, d, &format!("b{}", victim + 1), 2);
+    b[victim] = Instance::start(url, d, &format!("b{}", victim + 1), 2);
     *addrs.lock().unwrap() = b.iter().map(|i| i.addr).collect();
     let owners = wait_shared(&[&b[0], &b[1], &b[2]], 2);
     std::thread::sleep(Duration::from_secs(1));
@@ -420,15 +476,15 @@ fn failover_loses_nothing_decides_nothing_twice_and_never_overshoots() {
         verify(&d.join(format!("{n}.db")));
     }
     drop(b);
-    drop(nats);
 }
 
-#[test]
-fn a_paused_owner_writes_nothing_after_the_takeover() {
-    let Some((nats, dir)) = setup("cluster-paused") else { return };
+fn a_paused_owner_writes_nothing_after_the_takeover(nats: &NatsCluster) {
+    let dir = scratch("cluster-paused");
+    let url = nats.url_as(PAUSED);
+    let url = url.as_str();
     let d = dir.path();
-    let b1 = Instance::start(&nats, d, "b1", 1);
-    let b2 = Instance::start(&nats, d, "b2", 1);
+    let b1 = Instance::start(url, d, "b1", 1);
+    let b2 = Instance::start(url, d, "b2", 1);
     let owners = wait_shared(&[&b1, &b2], 3);
     trial_history_reaches_every_partition(&b1, &b2, &owners);
     let paused: Vec<u32> = owners.iter().filter(|(_, o)| *o == "b1").map(|(p, _)| *p).collect();
@@ -479,7 +535,7 @@ fn a_paused_owner_writes_nothing_after_the_takeover() {
     // Read every subject of the partitions b1 had: nothing of b1's epoch after b2's fence.
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     rt.block_on(async {
-        let mut config = bursar_cluster::ClusterConfig::new(nats.url(), "reader", d.join("reader.db"));
+        let mut config = bursar_cluster::ClusterConfig::new(url, "reader", d.join("reader.db"));
         config.partitions = PARTITIONS;
         let n = bursar_cluster::nats::Nats::connect(&config).await.unwrap();
         for p in &paused {
@@ -535,7 +591,6 @@ fn a_paused_owner_writes_nothing_after_the_takeover() {
         .unwrap_or_default();
     assert!(still.is_empty(), "b1 still claims {still:?}");
     drop((b1, b2));
-    drop(nats);
 }
 
 /// A job of one configuration (image, dataset, script) in `project`.

@@ -41,12 +41,20 @@ impl NatsCluster {
     /// Starts `n` nodes (1 to 5) clustered with each other, and waits until each accepts clients and
     /// JetStream has a metadata leader (with more than one node).
     pub fn start(n: usize) -> io::Result<NatsCluster> {
+        Self::start_with_accounts(n, &[])
+    }
+
+    /// Like [`NatsCluster::start`], with one NATS account per name, each with JetStream and one user
+    /// of the same name and password ([`NatsCluster::url_as`]). Accounts share nothing (subjects,
+    /// streams, buckets), so one cluster serves several tests of a binary as if each had its own.
+    /// With accounts, a client must log in as one of them.
+    pub fn start_with_accounts(n: usize, accounts: &[&str]) -> io::Result<NatsCluster> {
         let n = n.clamp(1, 5);
         let bin = Self::binary().ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no nats-server binary"))?;
         let dir = TempDir::new("nats")?;
         let mut last = None;
         for _ in 0..3 {
-            match Self::try_start(&bin, &dir, n) {
+            match Self::try_start(&bin, &dir, n, accounts) {
                 Ok(nodes) => return Ok(NatsCluster { nodes, dir }),
                 Err(e) if e.to_string().contains("address already in use") => last = Some(e),
                 Err(e) => return Err(e),
@@ -55,10 +63,19 @@ impl NatsCluster {
         Err(last.unwrap_or_else(|| io::Error::other("nats-server did not start")))
     }
 
-    fn try_start(bin: &Path, dir: &TempDir, n: usize) -> io::Result<Vec<Node>> {
+    fn try_start(bin: &Path, dir: &TempDir, n: usize, accounts: &[&str]) -> io::Result<Vec<Node>> {
         let clients: Vec<u16> = (0..n).map(|_| free_port()).collect::<io::Result<_>>()?;
         let routes: Vec<u16> = (0..n).map(|_| free_port()).collect::<io::Result<_>>()?;
         let route_list: Vec<String> = routes.iter().map(|p| format!("nats-route://127.0.0.1:{p}")).collect();
+        let accounts = if accounts.is_empty() {
+            String::new()
+        } else {
+            let each: Vec<String> = accounts
+                .iter()
+                .map(|a| format!("  {a}: {{ jetstream: enabled, users: [ {{ user: {a}, password: {a} }} ] }}"))
+                .collect();
+            format!("accounts {{\n{}\n}}\n", each.join("\n"))
+        };
         let mut nodes = Vec::new();
         for i in 0..n {
             let store = dir.path().join(format!("js{i}"));
@@ -72,7 +89,7 @@ impl NatsCluster {
                 String::new()
             };
             let conf = format!(
-                "server_name: n{i}\nlisten: 127.0.0.1:{}\njetstream {{\n  store_dir: \"{}\"\n  max_memory_store: 64MB\n  max_file_store: 1GB\n}}\n{cluster}",
+                "server_name: n{i}\nlisten: 127.0.0.1:{}\njetstream {{\n  store_dir: \"{}\"\n  max_memory_store: 64MB\n  max_file_store: 1GB\n}}\n{cluster}{accounts}",
                 clients[i],
                 store.display()
             );
@@ -111,6 +128,13 @@ impl NatsCluster {
     /// The client URL list, `nats://127.0.0.1:P1,nats://127.0.0.1:P2,…`.
     pub fn url(&self) -> String {
         let urls: Vec<String> = self.nodes.iter().map(|n| format!("nats://{}", n.client)).collect();
+        urls.join(",")
+    }
+
+    /// The client URL list logged in as `account` (one of [`NatsCluster::start_with_accounts`]'s):
+    /// `nats://account:account@127.0.0.1:P1,…`.
+    pub fn url_as(&self, account: &str) -> String {
+        let urls: Vec<String> = self.nodes.iter().map(|n| format!("nats://{account}:{account}@{}", n.client)).collect();
         urls.join(",")
     }
 
