@@ -231,36 +231,34 @@ struct Who {
 
 impl Draft {
     fn about_who(job_id: &Arc<str>, who: &Who, time: Timestamp, kind: DecisionKind) -> Draft {
-        Draft {
-            time,
-            job_id: Some(job_id.clone()),
-            project: Some(who.project.clone()),
-            user: Some(who.user.clone()),
-            kind,
-            until: None,
-            policies: Vec::new(),
-            reason: String::new(),
-            dry_run: false,
-            admission: false,
-            gpus: Some(who.gpus),
-            gpu_hours: None,
-            hints: None,
-        }
+        Draft::with(job_id, Some(who.project.clone()), Some(who.user.clone()), Some(who.gpus), time, kind)
     }
 
     fn about(job_id: &Arc<str>, job: Option<&JobRecord>, time: Timestamp, kind: DecisionKind) -> Draft {
+        let (project, user, gpus) = (job.map(|j| j.project.clone()), job.map(|j| j.user.clone()), job.map(|j| j.gpus));
+        Draft::with(job_id, project, user, gpus, time, kind)
+    }
+
+    fn with(
+        job_id: &Arc<str>,
+        project: Option<Sym>,
+        user: Option<Sym>,
+        gpus: Option<u32>,
+        time: Timestamp,
+        kind: DecisionKind,
+    ) -> Draft {
         Draft {
             time,
             job_id: Some(job_id.clone()),
-            project: job.map(|j| j.project.clone()),
-            user: job.map(|j| j.user.clone()),
+            project,
+            user,
             kind,
             until: None,
             policies: Vec::new(),
             reason: String::new(),
             dry_run: false,
             admission: false,
-            gpus: job.map(|j| j.gpus),
+            gpus,
             gpu_hours: None,
             hints: None,
         }
