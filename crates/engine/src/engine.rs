@@ -470,6 +470,19 @@ impl Engine {
             .collect()
     }
 
+    /// Starts applying a fact that is not an event (an action record, a run from another
+    /// partition): it leaves no job steps or runs of its own, and is remembered by id. False, counted
+    /// as a duplicate, when `id` was seen already.
+    fn first_fact(&mut self, id: &str, time: Timestamp) -> bool {
+        self.transitions.clear();
+        self.runs.clear();
+        let fresh = self.dedupe.insert(id, time.max(self.state.now));
+        if !fresh {
+            self.stats.duplicates += 1;
+        }
+        fresh
+    }
+
     /// Applies one input and appends its decisions to `out`; the job steps it caused are then in
     /// [`Engine::transitions`]. `raw` is the line as received, passed to policies that want the
     /// producer's own fields.
@@ -495,20 +508,14 @@ impl Engine {
                 Outcome::Applied
             }
             Input::Action(a) => {
-                self.transitions.clear();
-                self.runs.clear();
-                if !self.dedupe.insert(&a.id, a.time.max(self.state.now)) {
-                    self.stats.duplicates += 1;
+                if !self.first_fact(&a.id, a.time) {
                     return Outcome::Duplicate;
                 }
                 self.stats.actions += 1;
                 Outcome::Applied
             }
             Input::Run(r) => {
-                self.transitions.clear();
-                self.runs.clear();
-                if !self.dedupe.insert(&r.id, r.time.max(self.state.now)) {
-                    self.stats.duplicates += 1;
+                if !self.first_fact(&r.id, r.time) {
                     return Outcome::Duplicate;
                 }
                 self.stats.runs_from_elsewhere += 1;
