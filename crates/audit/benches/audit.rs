@@ -4,6 +4,9 @@
 //!   thread into a fresh file in durable mode (`synchronous=FULL`, WAL), group commit up to 8,192
 //!   entries per transaction. Throughput is in decisions per second.
 //! - `writer/fast_group_commit`: the same in fast mode (`synchronous=NORMAL`), for the ratio.
+//! - `writer/durable_group_commit_default_cache` and `…_inline_checkpoints`: durable, with SQLite's
+//!   default page cache, and with the checkpoints in the committing connection instead of on the
+//!   checkpoint thread: the same-run baselines of those two choices.
 //! - `query/project_week`: one project, one week, from a log of `BURSAR_BENCH_ROWS` decisions
 //!   (default 10,000,000) spread over 50 projects and 26 weeks. The file is built once into
 //!   `/tmp/bursar-audit-bench-<rows>.db` (bulk path: fast mode, `synchronous=OFF`, 100k-decision
@@ -84,11 +87,13 @@ fn writer(c: &mut Criterion) {
     const N: u64 = 100_000;
     let mut g = c.benchmark_group("writer");
     g.sample_size(10).measurement_time(Duration::from_secs(10)).throughput(Throughput::Elements(N));
-    // The last is the same-run baseline of the writer's page cache: SQLite's default (2 MiB).
-    for (name, durability, default_cache) in [
-        ("durable_group_commit", Durability::Durable, false),
-        ("fast_group_commit", Durability::Fast, false),
-        ("durable_group_commit_default_cache", Durability::Durable, true),
+    // The last two are same-run baselines: of the writer's page cache (SQLite's default, 2 MiB) and
+    // of its checkpoint thread (checkpoints in the commits that fill the WAL, as SQLite does).
+    for (name, durability, default_cache, checkpoint_thread) in [
+        ("durable_group_commit", Durability::Durable, false, true),
+        ("fast_group_commit", Durability::Fast, false, true),
+        ("durable_group_commit_default_cache", Durability::Durable, true, true),
+        ("durable_group_commit_inline_checkpoints", Durability::Durable, false, false),
     ] {
         g.bench_function(name, |b| {
             b.iter_custom(|iters| {
@@ -101,7 +106,8 @@ fn writer(c: &mut Criterion) {
                         return total;
                     }
                     let started = Instant::now();
-                    let Ok(mut w) = Writer::spawn(log, WriterConfig::default(), Box::new(|_, _| Ok(()))) else {
+                    let config = WriterConfig { checkpoint_thread, ..WriterConfig::default() };
+                    let Ok(mut w) = Writer::spawn(log, config, Box::new(|_, _| Ok(()))) else {
                         return total;
                     };
                     for e in batch {

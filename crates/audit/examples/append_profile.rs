@@ -8,7 +8,9 @@
 //! Appends N entries (one `job.submitted` and its admission decision each) in groups of 8,192, the
 //! writer thread's largest group (what `eval` fills), to a fresh log; a third argument sets another
 //! group size (`append_profile 20000 fast 16`: about what a transaction holds under `serve` at 32
-//! clients, where the per-transaction costs show).
+//! clients, where the per-transaction costs show); a fourth, `thread`, checkpoints on a thread of
+//! its own as the writer thread does (`bursar_audit::checkpoint`) instead of in the committing
+//! connection.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -58,11 +60,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         records.push(Record::new(&raw, &ev, vec![decision(i, time, &project)], set.clone()));
     }
     let mut log = AuditLog::open(&path, durability)?;
+    let checkpointer = if args.get(4).map(String::as_str) == Some("thread") {
+        Some(bursar_audit::checkpoint::Checkpointer::start(&mut log)?)
+    } else {
+        None
+    };
     let started = Instant::now();
     for group in records.chunks(group) {
         log.append(group)?;
     }
     let secs = started.elapsed().as_secs_f64();
+    let wal = std::fs::metadata(format!("{}-wal", path.display())).map_or(0, |m| m.len());
+    if let Some(c) = checkpointer {
+        let stats = c.stats();
+        c.stop(&mut log);
+        let n = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        println!(
+            "checkpoint thread: {} runs, {} inline, {} failed; WAL file {:.1} MiB",
+            n(&stats.runs),
+            n(&stats.inline),
+            n(&stats.failures),
+            wal as f64 / (1 << 20) as f64
+        );
+    } else {
+        println!("checkpoints in the committing connection; WAL file {:.1} MiB", wal as f64 / (1 << 20) as f64);
+    }
     println!("{n} entries in groups of {group} in {secs:.3} s: {:.0} decisions/s", n as f64 / secs);
     drop(log);
     for ext in ["", "-wal", "-shm"] {

@@ -75,6 +75,7 @@
 
 pub mod anchor;
 pub mod canon;
+pub mod checkpoint;
 pub mod derived;
 pub mod error;
 pub mod log;

@@ -490,6 +490,11 @@ impl AuditLog {
         Ok(())
     }
 
+    /// How hard its commits try to reach the disk.
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
     /// The heads as this connection knows them.
     fn heads(&self) -> Heads {
         Heads { events: self.events, decisions: self.decisions, loads: self.loads }

@@ -21,6 +21,7 @@ use bursar_engine::{PolicySet, SourceFile};
 use bursar_model::api::Sequenced;
 use bursar_session::{Entry, FlushDone, Journal, JournalError, Receipt};
 
+use crate::checkpoint::{CheckpointStats, Checkpointer};
 use crate::error::{AuditError, Result};
 use crate::log::{Appended, AuditLog, Record};
 
@@ -55,6 +56,9 @@ pub struct WriterConfig {
     /// until it succeeds, reporting the failure in [`Writer::health`], instead of stopping: what a
     /// long-lived server wants (serve), not a batch run (eval stops and says why).
     pub retry: bool,
+    /// Run the WAL checkpoints on a thread of their own ([`crate::checkpoint`]) instead of in the
+    /// commits that fill the WAL. On by default; off is the same-run baseline of the benches.
+    pub checkpoint_thread: bool,
 }
 
 /// Whether the writer can commit, and what it has committed so far: shared with whoever reports
@@ -65,6 +69,8 @@ pub struct Health {
     transactions: std::sync::atomic::AtomicU64,
     records: std::sync::atomic::AtomicU64,
     busy_micros: std::sync::atomic::AtomicU64,
+    /// The checkpoint thread's counters, once it runs.
+    checkpoints: std::sync::OnceLock<std::sync::Arc<CheckpointStats>>,
 }
 
 /// The writer's running totals ([`Health::totals`]).
@@ -78,6 +84,13 @@ pub struct Totals {
     /// attempts of a commit that failed and was retried), in microseconds: over a wall interval, how
     /// busy the writer thread was.
     pub busy_micros: u64,
+    /// WAL checkpoints run on the checkpoint thread ([`crate::checkpoint`]).
+    pub checkpoints: u64,
+    /// Checkpoints the writer ran itself: the last pages after the thread's, so that the checkpoint
+    /// completes, or all of them when the thread had fallen behind.
+    pub inline_checkpoints: u64,
+    /// Checkpoints that failed (retried at the next one; the WAL keeps the pages meanwhile).
+    pub checkpoint_failures: u64,
 }
 
 /// A commit that keeps failing.
@@ -100,10 +113,16 @@ impl Health {
     /// What the writer has committed since it started.
     pub fn totals(&self) -> Totals {
         use std::sync::atomic::Ordering::Relaxed;
+        let ck = |f: fn(&CheckpointStats) -> &std::sync::atomic::AtomicU64| {
+            self.checkpoints.get().map_or(0, |c| f(c).load(Relaxed))
+        };
         Totals {
             transactions: self.transactions.load(Relaxed),
             records: self.records.load(Relaxed),
             busy_micros: self.busy_micros.load(Relaxed),
+            checkpoints: ck(|c| &c.runs),
+            inline_checkpoints: ck(|c| &c.inline),
+            checkpoint_failures: ck(|c| &c.failures),
         }
     }
 
@@ -123,7 +142,13 @@ impl Health {
 
 impl Default for WriterConfig {
     fn default() -> Self {
-        WriterConfig { capacity: 16 * 1024, max_group: 8 * 1024, receipts: false, retry: false }
+        WriterConfig {
+            capacity: 16 * 1024,
+            max_group: 8 * 1024,
+            receipts: false,
+            retry: false,
+            checkpoint_thread: true,
+        }
     }
 }
 
@@ -466,6 +491,20 @@ fn run(
         waiting: std::collections::VecDeque::new(),
         flush_driven: false,
     };
+    // Checkpoints on their own thread; without it (off, or it could not start: `Totals` then shows
+    // no checkpoints) SQLite's automatic ones.
+    let checkpointer = if config.checkpoint_thread { Checkpointer::start(&mut t.log).ok() } else { None };
+    if let Some(c) = &checkpointer {
+        let _ = t.health.checkpoints.set(c.stats());
+    }
+    let result = write_all(&mut t, &rx);
+    if let Some(c) = checkpointer {
+        c.stop(&mut t.log);
+    }
+    result
+}
+
+fn write_all(t: &mut Thread, rx: &Receiver<Msg>) -> Result<WriterStats> {
     loop {
         match rx.recv() {
             Ok(m) => t.handle(m)?,
@@ -473,7 +512,7 @@ fn run(
                 t.commit_and_call_back()?;
                 // Closed: sign what a witness that signs every so often still has pending.
                 t.log.sign_pending()?;
-                return Ok(t.stats);
+                return Ok(t.stats.clone());
             }
         }
         // Whatever queued up meanwhile joins the same group.
@@ -484,7 +523,7 @@ fn run(
                 Err(TryRecvError::Disconnected) => {
                     t.commit_and_call_back()?;
                     t.log.sign_pending()?;
-                    return Ok(t.stats);
+                    return Ok(t.stats.clone());
                 }
             }
         }

@@ -225,3 +225,44 @@ fn flush_then_calls_back_in_order_with_each_batchs_own_receipts_once_they_are_co
     let stats = w.finish().unwrap();
     assert_eq!(stats.entries, 120);
 }
+
+/// The writer thread's checkpoints run on a thread of their own (`bursar_audit::checkpoint`): under a
+/// steady stream of small transactions (what `serve` commits), the checkpoint thread copies most of
+/// the WAL, the writer copies the last pages so the checkpoint completes and the WAL restarts (it
+/// would otherwise grow by every page of every transaction: about 90 MiB here), and closing the
+/// writer leaves a complete database file and no WAL.
+#[test]
+fn checkpoints_run_beside_the_writer_and_keep_the_wal_bounded() {
+    use bursar_audit::checkpoint::HARD_PAGES;
+    let dir = TempDir::new("checkpoints");
+    let db = dir.path("c.db");
+    let wal = dir.path("c.db-wal");
+    let log = AuditLog::open(&db, Durability::Fast).unwrap();
+    let mut w =
+        Writer::spawn(log, WriterConfig { max_group: 16, ..WriterConfig::default() }, bursar_audit::no_hook()).unwrap();
+    let health = w.health();
+    let n = 8_000u64;
+    let mut largest_wal = 0;
+    for i in 0..n {
+        // 50 projects and 300 users: each small transaction dirties a page per record in the
+        // (project, time) and (user, time) indexes, as under serve.
+        w.send_record(entry(i, &format!("p{}", i % 50), &format!("u{}", i % 300), 2, DecisionKind::Allow, "p", "d"))
+            .unwrap();
+        if i % 16 == 15 {
+            bursar_audit::Journal::flush(&mut w).unwrap();
+            largest_wal = largest_wal.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+        }
+    }
+    let t = health.totals();
+    assert!(t.checkpoints > 0, "the checkpoint thread never ran: {t:?}");
+    assert!(t.inline_checkpoints > 0, "the writer never completed a checkpoint: {t:?}");
+    assert_eq!(t.checkpoint_failures, 0, "{t:?}");
+    // A WAL frame is a page and a 24-byte header; one transaction may land past the limit.
+    let bound = (i64::from(HARD_PAGES) + 200) as u64 * (4096 + 24);
+    assert!(largest_wal > 0 && largest_wal <= bound, "largest WAL {largest_wal} bytes, bound {bound}");
+    w.finish().unwrap();
+    assert!(!wal.exists(), "the last connection to close checkpoints and removes the WAL");
+    let log = AuditLog::open_read(&db).unwrap();
+    assert_eq!(log.decisions_since(0, usize::MAX).unwrap().len() as u64, n);
+    assert!(bursar_audit::verify::verify(&log).unwrap().is_ok());
+}

@@ -154,6 +154,14 @@ fn metrics_and_health_are_served() {
     let (tx, records) = (total("bursar_audit_transactions_total"), total("bursar_audit_transaction_records_total"));
     assert!(tx >= 1.0 && records >= 1.0 && records >= tx, "transactions {tx}, records {records}");
     assert!(total("bursar_audit_writer_busy_seconds_total") > 0.0);
+    // One admission is far from a checkpoint: the counters are there, at zero.
+    for name in [
+        "bursar_audit_checkpoints_total{by=\"thread\"}",
+        "bursar_audit_checkpoints_total{by=\"writer\"}",
+        "bursar_audit_checkpoint_failures_total",
+    ] {
+        assert_eq!(total(name), 0.0, "{name}");
+    }
 }
 
 /// A WebAssembly policy in force gets its failure counter in `/metrics` (the counting itself, for

@@ -194,10 +194,17 @@ async fn metrics(State(st): State<AppState>) -> Response {
          # HELP bursar_audit_transaction_records_total Records (one per input) in those transactions.\n\
          # TYPE bursar_audit_transaction_records_total counter\nbursar_audit_transaction_records_total {}\n\
          # HELP bursar_audit_writer_busy_seconds_total Time the audit writer spent writing and committing transactions.\n\
-         # TYPE bursar_audit_writer_busy_seconds_total counter\nbursar_audit_writer_busy_seconds_total {:.6}\n",
+         # TYPE bursar_audit_writer_busy_seconds_total counter\nbursar_audit_writer_busy_seconds_total {:.6}\n\
+         # HELP bursar_audit_checkpoints_total WAL checkpoints, by who ran them: the checkpoint thread, or the writer itself (the last pages after the thread's, or all of them when the thread fell behind).\n\
+         # TYPE bursar_audit_checkpoints_total counter\nbursar_audit_checkpoints_total{{by=\"thread\"}} {}\nbursar_audit_checkpoints_total{{by=\"writer\"}} {}\n\
+         # HELP bursar_audit_checkpoint_failures_total WAL checkpoints that failed (the pages stay in the WAL; the next checkpoint retries).\n\
+         # TYPE bursar_audit_checkpoint_failures_total counter\nbursar_audit_checkpoint_failures_total {}\n",
         t.transactions,
         t.records,
-        t.busy_micros as f64 / 1e6
+        t.busy_micros as f64 / 1e6,
+        t.checkpoints,
+        t.inline_checkpoints,
+        t.checkpoint_failures
     );
     // Failures of policies that can fail (WebAssembly guests: deadline, fuel, memory cap, trap, bad
     // output), by policy, from the set in force.
