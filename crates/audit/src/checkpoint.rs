@@ -8,9 +8,9 @@
 //! [`Checkpointer::start`] moves most of that work to a thread with its own connection to the same
 //! file. A WAL hook on the writing connection (which replaces SQLite's automatic checkpoint) sees
 //! how many pages the WAL holds after each commit:
-//! - from [`SOFT_PAGES`] on, it wakes the thread, which runs `PRAGMA wal_checkpoint(PASSIVE)` until
-//!   all but the last few commits are copied. A passive checkpoint never blocks the writer or a
-//!   reader.
+//! - whenever [`SOFT_PAGES`] of it are not yet in the database file, it wakes the thread, which
+//!   copies them with one `PRAGMA wal_checkpoint(PASSIVE)` (one sync of the database file per
+//!   stride, not per commit). A passive checkpoint never blocks the writer or a reader.
 //! - once the thread has copied all but [`TAIL_PAGES`], the hook copies the rest itself. A
 //!   checkpoint completes only if nothing commits while it runs, which under a steady stream of
 //!   commits is true only between two of them, on the writing connection. SQLite restarts the WAL
@@ -35,7 +35,8 @@ use rusqlite::wal::CheckpointMode;
 use crate::error::{AuditError, Result};
 use crate::log::{AuditLog, Durability};
 
-/// WAL pages at which the thread is woken (SQLite's own automatic checkpoint threshold).
+/// WAL pages not yet copied at which the thread is woken (SQLite's own automatic checkpoint
+/// threshold): the stride it copies in.
 pub const SOFT_PAGES: i32 = 1_000;
 
 /// WAL pages at which the committing connection checkpoints itself (64 MiB of 4 KiB pages).
@@ -46,9 +47,6 @@ pub const HARD_PAGES: i32 = 16_384;
 /// when no commit lands during it, which under a steady load happens only on the committing
 /// connection; copying this tail there is what lets the WAL restart instead of growing.
 pub const TAIL_PAGES: i64 = 256;
-
-/// Most passive rounds per wake-up: each copies what was committed before it started.
-const ROUNDS: usize = 8;
 
 /// What the checkpointer has done: shared with whoever reports on the writer.
 #[derive(Debug, Default)]
@@ -89,15 +87,19 @@ impl Checkpointer {
         let hook_wake = wake.clone();
         let backfilled = Arc::new(AtomicI64::new(0));
         let thread_backfilled = backfilled.clone();
+        let wal_pages = Arc::new(AtomicI64::new(0));
+        let thread_wal_pages = wal_pages.clone();
         log.conn
             .wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, pages: i32| {
                 let pages = i64::from(pages);
+                wal_pages.store(pages, Relaxed);
                 if pages < i64::from(SOFT_PAGES) {
                     // A small WAL is one that restarted: none of it is in the database file yet.
                     backfilled.store(0, Relaxed);
                     return Ok(());
                 }
-                if pages - backfilled.load(Relaxed) <= TAIL_PAGES || pages >= i64::from(HARD_PAGES) {
+                let behind = pages - backfilled.load(Relaxed);
+                if behind <= TAIL_PAGES || pages >= i64::from(HARD_PAGES) {
                     // The thread has copied all but the last few commits (or has fallen far behind):
                     // copy the rest here, between two transactions, where nothing can commit during
                     // it, so the checkpoint completes and the next transaction restarts the WAL. A
@@ -106,7 +108,9 @@ impl Checkpointer {
                     if let Ok((_, done)) = wal.checkpoint_v2(CheckpointMode::PASSIVE) {
                         backfilled.store(i64::from(done), Relaxed);
                     }
-                } else {
+                } else if behind >= i64::from(SOFT_PAGES) {
+                    // A stride's worth not yet copied: the thread copies it in one round (one sync
+                    // of the database file per stride, not per commit).
                     match hook_wake.try_send(()) {
                         Ok(()) | Err(TrySendError::Full(())) | Err(TrySendError::Disconnected(())) => {}
                     }
@@ -119,7 +123,10 @@ impl Checkpointer {
         let thread_stop = stop.clone();
         let handle = std::thread::Builder::new()
             .name("bursar-checkpoint".into())
-            .spawn(move || run(&mut conn, &woken, &thread_stop, &thread_stats, &thread_backfilled))
+            .spawn(move || {
+                let shared = Shared { wal_pages: thread_wal_pages, backfilled: thread_backfilled };
+                run(&mut conn, &woken, &thread_stop, &thread_stats, &shared);
+            })
             .map_err(|e| AuditError::Invalid(format!("cannot start the checkpoint thread: {e}")));
         let handle = match handle {
             Ok(h) => h,
@@ -165,34 +172,28 @@ fn restore(log: &mut AuditLog) {
     let _ = log.conn.pragma_update(None, "wal_autocheckpoint", SOFT_PAGES);
 }
 
-fn run(
-    conn: &mut Connection,
-    woken: &Receiver<()>,
-    stop: &AtomicBool,
-    stats: &CheckpointStats,
-    backfilled: &AtomicI64,
-) {
+fn run(conn: &mut Connection, woken: &Receiver<()>, stop: &AtomicBool, stats: &CheckpointStats, shared: &Shared) {
     while woken.recv().is_ok() && !stop.load(Relaxed) {
-        let mut copied = -1;
-        for _ in 0..ROUNDS {
-            stats.runs.fetch_add(1, Relaxed);
-            match passive(conn) {
-                Ok((pages, done)) => {
-                    backfilled.store(done, Relaxed);
-                    // Done, or within the tail the writer copies itself, or nothing more could be
-                    // copied (a reader's snapshot holds the rest): wait for the next wake-up.
-                    if done >= pages || pages - done <= TAIL_PAGES || done == copied {
-                        break;
-                    }
-                    copied = done;
-                }
-                Err(_) => {
-                    stats.failures.fetch_add(1, Relaxed);
-                    break;
-                }
+        // A wake-up sent while the last round ran may find that round has copied it already.
+        if shared.wal_pages.load(Relaxed) - shared.backfilled.load(Relaxed) < i64::from(SOFT_PAGES) / 2 {
+            continue;
+        }
+        stats.runs.fetch_add(1, Relaxed);
+        match passive(conn) {
+            Ok((_, done)) => shared.backfilled.store(done, Relaxed),
+            Err(_) => {
+                stats.failures.fetch_add(1, Relaxed);
             }
         }
     }
+}
+
+/// What the hook and the thread both see of the WAL.
+struct Shared {
+    /// Pages in the WAL after the last commit.
+    wal_pages: Arc<AtomicI64>,
+    /// Pages of it already in the database file.
+    backfilled: Arc<AtomicI64>,
 }
 
 impl Drop for Checkpointer {
