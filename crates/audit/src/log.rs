@@ -342,6 +342,36 @@ const INSERT_EVENT: &str = "INSERT INTO events (seq, event_id, time, type, job, 
 const INSERT_DECISION: &str = "INSERT INTO decisions (seq, decision_id, event_id, event_seq, time, recorded_at, job, \
      project, user, decision, dry_run, admission, policies, reason, until, gpus, gpu_hours, policy_set, json, hash) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)";
+/// Decisions appended between two runs into `decisions_by_project` and `decisions_by_user`
+/// (schema version 5): the most a query reads from `decisions` itself, by sequence number.
+pub const INDEX_RUN: i64 = 512;
+
+/// The last decision the look-up tables cover.
+pub(crate) fn indexed_through(conn: &Connection) -> Result<i64> {
+    conn.query_row("SELECT through_seq FROM decision_index WHERE id = 1", [], |r| r.get(0))
+        .optional()
+        .map(|t| t.unwrap_or(0))
+        .map_err(AuditError::sqlite("read how far the decision look-ups reach"))
+}
+
+/// Adds the decisions after `from` through `to` to the look-up tables, in key order (one page per
+/// project and per user touched), and records that they now reach `to`.
+fn index_run(tx: &Connection, from: i64, to: i64) -> Result<()> {
+    let run = |sql: &str| {
+        tx.prepare_cached(sql)
+            .and_then(|mut st| st.execute(params![from, to]))
+            .map_err(AuditError::sqlite("add decisions to the project and user look-ups"))
+    };
+    run("INSERT INTO decisions_by_project (project, time, seq) SELECT project, time, seq FROM decisions \
+         WHERE seq > ?1 AND seq <= ?2 AND project IS NOT NULL ORDER BY 1, 2, 3")?;
+    run("INSERT INTO decisions_by_user (user, time, seq) SELECT user, time, seq FROM decisions \
+         WHERE seq > ?1 AND seq <= ?2 AND user IS NOT NULL ORDER BY 1, 2, 3")?;
+    tx.prepare_cached("UPDATE decision_index SET through_seq = ?1 WHERE id = 1")
+        .and_then(|mut st| st.execute([to]))
+        .map_err(AuditError::sqlite("record how far the decision look-ups reach"))?;
+    Ok(())
+}
+
 const INSERT_STEP: &str =
     "INSERT INTO lifecycle (event_seq, n, job, step, status, time) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 pub(crate) const DECISION_COLUMNS: &str = "seq, decision_id, event_id, event_seq, time, recorded_at, job, project, \
@@ -361,6 +391,8 @@ pub struct AuditLog {
     decisions: Head,
     loads: Head,
     anchors: Head,
+    /// The last decision `decisions_by_project` and `decisions_by_user` cover.
+    indexed_through: i64,
     /// The log's identity once it has a first anchor.
     id: Option<String>,
     durability: Durability,
@@ -430,7 +462,8 @@ impl AuditLog {
         let loads = load_head(&conn, "policy_loads")?;
         let anchors = load_head(&conn, "anchors")?;
         let id = anchor::log_id(&conn)?;
-        Ok(AuditLog { conn, path, events, decisions, loads, anchors, id, durability, witness: None })
+        let indexed_through = indexed_through(&conn)?;
+        Ok(AuditLog { conn, path, events, decisions, loads, anchors, indexed_through, id, durability, witness: None })
     }
 
     /// Signs the log's head after every successful write from now on and appends it to a witness
@@ -643,6 +676,9 @@ impl AuditLog {
                 }
                 out.push(Appended { event_seq, duplicate: false, decisions: first..de.seq + 1 });
             }
+            if de.seq - self.indexed_through >= INDEX_RUN {
+                index_run(&tx, self.indexed_through, de.seq)?;
+            }
             let mut head = tx.prepare_cached(UPSERT_HEAD).map_err(AuditError::sqlite("prepare the head update"))?;
             if ev != self.events {
                 head.execute(params!["events", ev.seq, &ev.hash[..]])
@@ -660,6 +696,9 @@ impl AuditLog {
         let heads = Heads { events: ev, decisions: de, loads: self.loads };
         let anchors = anchor::insert(&tx, self.anchors, now, &heads, &What::plain("commit"))?;
         tx.commit().map_err(AuditError::sqlite(format!("commit to `{}`", self.path)))?;
+        if de.seq - self.indexed_through >= INDEX_RUN {
+            self.indexed_through = de.seq;
+        }
         self.events = ev;
         self.decisions = de;
         self.anchors = anchors;
@@ -978,6 +1017,12 @@ impl AuditLog {
                 .execute(&format!("DELETE FROM {chain} WHERE seq <= ?1"), [through])
                 .map_err(AuditError::sqlite(format!("delete old rows of `{chain}`")))?;
             let removed = i64::try_from(n).unwrap_or(i64::MAX);
+            if chain == "decisions" {
+                for table in ["decisions_by_project", "decisions_by_user"] {
+                    tx.execute(&format!("DELETE FROM {table} WHERE seq <= ?1"), [through])
+                        .map_err(AuditError::sqlite(format!("delete old rows of `{table}`")))?;
+                }
+            }
             tx.execute(
                 "INSERT INTO checkpoints (chain, through_seq, hash, removed, before, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 params![chain, through, hash, removed, before, now],

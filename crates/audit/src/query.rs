@@ -1,7 +1,10 @@
 //! Reading the log the way people ask: filtered decisions ([`query`]), one job's story ([`explain`]),
 //! and summaries by kind, policy and project ([`stats`]).
 //!
-//! Every filter maps to an indexed column: `(project, time)`, `(user, time)`, `(job, seq)`, `time`.
+//! Every filter maps to an index: `(job, seq)` and `time` are SQLite indexes on `decisions`;
+//! `(project, time)` and `(user, time)` are the look-up tables the writer fills in sorted runs
+//! (schema version 5, `decisions_by_project` and `decisions_by_user`), read together with the
+//! decisions after the last run, in one read transaction.
 //! Policies are stored as a JSON array per decision and matched with SQLite's `json_each`. Times are
 //! event times in ms since the epoch; `since` is inclusive and `until` exclusive.
 
@@ -87,6 +90,16 @@ pub fn query_each(
     filter: &Filter,
     mut f: impl FnMut(StoredDecision) -> std::io::Result<()>,
 ) -> Result<u64> {
+    // A job is the most selective filter and has its own index; a project or a user without one
+    // is looked up in its table.
+    if filter.job.is_none() {
+        if let Some(p) = &filter.project {
+            return by_lookup(log, filter, Lookup { table: "decisions_by_project", column: "project", key: p }, f);
+        }
+        if let Some(u) = &filter.user {
+            return by_lookup(log, filter, Lookup { table: "decisions_by_user", column: "user", key: u }, f);
+        }
+    }
     let mut args = Vec::new();
     let w = filter.where_clause("", &mut args);
     // Ordering by the indexed time (and the rowid, implicitly last in every index) lets the
@@ -104,6 +117,98 @@ pub fn query_each(
         f(d).map_err(AuditError::Output)?;
         n += 1;
     }
+    Ok(n)
+}
+
+/// A look-up table of schema version 5 and the key to find.
+struct Lookup<'a> {
+    table: &'static str,
+    column: &'static str,
+    key: &'a str,
+}
+
+/// [`query_each`] through a look-up table: the decisions it covers in `(time, seq)` order, merged
+/// with the matching decisions after its last run (fewer than [`crate::log::INDEX_RUN`], read
+/// first), all in one read transaction so that a run committed meanwhile is neither missed nor
+/// read twice.
+fn by_lookup(
+    log: &AuditLog,
+    filter: &Filter,
+    lookup: Lookup<'_>,
+    mut f: impl FnMut(StoredDecision) -> std::io::Result<()>,
+) -> Result<u64> {
+    log.conn.execute_batch("SAVEPOINT bursar_query").map_err(AuditError::sqlite("start a read"))?;
+    let result = (|| {
+        let through = crate::log::indexed_through(&log.conn)?;
+        let limit = filter.limit.unwrap_or(usize::MAX);
+        // The decisions after the last run, sorted.
+        let mut args = Vec::new();
+        let w = filter.where_clause("", &mut args);
+        args.push(Value::Integer(through));
+        let after = format!("seq > ?{}", args.len());
+        let w = if w.is_empty() { format!("WHERE {after}") } else { format!("{w} AND {after}") };
+        let sql = format!("SELECT {DECISION_COLUMNS} FROM decisions {w} ORDER BY time, seq");
+        let mut st = log.conn.prepare(&sql).map_err(AuditError::sqlite("prepare the query"))?;
+        let mut tail = std::collections::VecDeque::new();
+        let mut rows = st.query(params_from_iter(args.iter())).map_err(AuditError::sqlite("run the query"))?;
+        while let Some(r) = rows.next().map_err(AuditError::sqlite("read the answer"))? {
+            tail.push_back(decision_from_row(r).map_err(AuditError::sqlite("read the answer"))?);
+        }
+        // The decisions the table covers, in its key order.
+        let mut args = Vec::new();
+        let w = filter.where_clause("d.", &mut args);
+        args.push(Value::Text(lookup.key.to_owned()));
+        let mut on = format!("x.{} = ?{}", lookup.column, args.len());
+        args.push(Value::Integer(through));
+        on.push_str(&format!(" AND x.seq <= ?{}", args.len()));
+        if let Some(s) = filter.since {
+            args.push(Value::Integer(s));
+            on.push_str(&format!(" AND x.time >= ?{}", args.len()));
+        }
+        if let Some(u) = filter.until {
+            args.push(Value::Integer(u));
+            on.push_str(&format!(" AND x.time < ?{}", args.len()));
+        }
+        let w = if w.is_empty() { format!("WHERE {on}") } else { format!("{w} AND {on}") };
+        let columns = DECISION_COLUMNS.split(", ").map(|c| format!("d.{}", c.trim())).collect::<Vec<_>>().join(", ");
+        let sql = format!(
+            "SELECT {columns} FROM {} x JOIN decisions d ON d.seq = x.seq {w} ORDER BY x.time, x.seq",
+            lookup.table
+        );
+        let mut st = log.conn.prepare(&sql).map_err(AuditError::sqlite("prepare the query"))?;
+        let mut rows = st.query(params_from_iter(args.iter())).map_err(AuditError::sqlite("run the query"))?;
+        let mut n = 0u64;
+        let mut emit = |d: StoredDecision, n: &mut u64| -> Result<bool> {
+            if *n as usize >= limit {
+                return Ok(false);
+            }
+            f(d).map_err(AuditError::Output)?;
+            *n += 1;
+            Ok(true)
+        };
+        while let Some(r) = rows.next().map_err(AuditError::sqlite("read the answer"))? {
+            let d = decision_from_row(r).map_err(AuditError::sqlite("read the answer"))?;
+            while tail.front().is_some_and(|t| (t.time, t.seq) < (d.time, d.seq)) {
+                if let Some(t) = tail.pop_front()
+                    && !emit(t, &mut n)?
+                {
+                    return Ok(n);
+                }
+            }
+            if !emit(d, &mut n)? {
+                return Ok(n);
+            }
+        }
+        for t in tail {
+            if !emit(t, &mut n)? {
+                break;
+            }
+        }
+        Ok(n)
+    })();
+    let released = log.conn.execute_batch("RELEASE bursar_query").map_err(AuditError::sqlite("end a read"));
+    let n = result?;
+    released?;
     Ok(n)
 }
 

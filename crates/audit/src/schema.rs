@@ -16,7 +16,9 @@
 //! policy set and snapshot, then one with the heads): edits made before the migration are not
 //! detectable through the anchors, edits after it are.
 //!
-//! Version 4 adds the notifier's outbox, `notify_cursor` and `notices` ([`crate::outbox`]).
+//! Version 3 adds `lifecycle` (the engine's job steps) and version 4 the notifier's outbox,
+//! `notify_cursor` and `notices` ([`crate::outbox`]). Version 5 replaces the `(project, time)` and
+//! `(user, time)` indexes of `decisions` with tables filled in sorted runs (see `V5`).
 //!
 //! A migration is a step from version N to N+1 run in one transaction; [`migrate`] runs every
 //! step the file lacks. A file newer than this build is refused rather than guessed at.
@@ -28,7 +30,7 @@ use crate::error::{AuditError, Result};
 use crate::log::{Head, load_head, wall_ms};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 const V1: &str = r#"
 CREATE TABLE events (
@@ -187,8 +189,43 @@ CREATE INDEX IF NOT EXISTS notices_open ON notices(job) WHERE resolved_at IS NUL
 CREATE INDEX IF NOT EXISTS notices_to_send ON notices(seq) WHERE delivered <> 'resolved';
 "#;
 
+/// Version 5: the decisions' `(project, time)` and `(user, time)` look-ups become tables that the
+/// writer fills in sorted runs ([`crate::log::INDEX_RUN`] decisions at a time) instead of SQLite
+/// indexes updated by every insert. Under `serve` a transaction holds a dozen decisions for as
+/// many projects and users, and each index entry dirtied a page of its own (about two 4 KiB pages
+/// written per decision); a run of a thousand shares one page per project and per user.
+/// `decision_index.through_seq` is the last decision the tables cover; [`crate::query`] reads the
+/// decisions after it from the table itself, and `verify` checks that the tables hold exactly the
+/// decisions up to it. Derived data, not chained: built from the decisions by this migration (from
+/// scratch, so running it again rebuilds the same tables).
+const V5: &str = r#"
+CREATE TABLE IF NOT EXISTS decisions_by_project (
+    project TEXT NOT NULL,
+    time    INTEGER NOT NULL,
+    seq     INTEGER NOT NULL,
+    PRIMARY KEY (project, time, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS decisions_by_user (
+    user TEXT NOT NULL,
+    time INTEGER NOT NULL,
+    seq  INTEGER NOT NULL,
+    PRIMARY KEY (user, time, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS decision_index (
+    id          INTEGER PRIMARY KEY CHECK (id = 1),
+    through_seq INTEGER NOT NULL
+);
+DELETE FROM decisions_by_project;
+DELETE FROM decisions_by_user;
+INSERT INTO decisions_by_project SELECT project, time, seq FROM decisions WHERE project IS NOT NULL ORDER BY 1, 2, 3;
+INSERT INTO decisions_by_user SELECT user, time, seq FROM decisions WHERE user IS NOT NULL ORDER BY 1, 2, 3;
+INSERT OR REPLACE INTO decision_index VALUES (1, COALESCE((SELECT MAX(seq) FROM decisions), 0));
+DROP INDEX IF EXISTS decisions_project_time;
+DROP INDEX IF EXISTS decisions_user_time;
+"#;
+
 /// The migration steps: `MIGRATIONS[n]` takes a file from version n to n+1.
-const MIGRATIONS: &[Step] = &[Step::Sql(V1), Step::Then(V2, adopt), Step::Sql(V3), Step::Sql(V4)];
+const MIGRATIONS: &[Step] = &[Step::Sql(V1), Step::Then(V2, adopt), Step::Sql(V3), Step::Sql(V4), Step::Sql(V5)];
 
 /// Version 1 to 2: anchors what a version-1 file holds, as found.
 fn adopt(tx: &Transaction<'_>) -> Result<()> {

@@ -72,7 +72,8 @@ pub enum ProblemKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Problem {
     /// What it is about: a chain (`events`, `decisions`, `policy_loads`, `anchors`), or `checkpoints`,
-    /// `engine_snapshots`, `policy_sets`, `witness`, or a `facts_*` table.
+    /// `engine_snapshots`, `policy_sets`, `witness`, a `facts_*` table, or the decision look-ups
+    /// (`decisions_by_project`, `decisions_by_user`, `decision_index`).
     pub chain: String,
     /// The sequence number of the row named.
     pub seq: i64,
@@ -226,7 +227,75 @@ pub fn verify(log: &AuditLog) -> Result<Report> {
         let dfrom = start.get("decisions").map_or(0, |h| h.seq);
         check_references(conn, efrom, dfrom, &mut report)?;
     }
+
+    // 7. The project and user look-ups hold exactly the decisions up to their cursor.
+    if !report.has("decisions") {
+        check_lookups(log, &mut report)?;
+    }
     Ok(report)
+}
+
+/// `decisions_by_project` and `decisions_by_user` (derived, not chained) against the decisions: an
+/// entry missing would hide a decision from `audit query --project/--user`, a wrong or extra one
+/// would show a decision under another name, and a cursor past the last decision would hide the
+/// next ones.
+fn check_lookups(log: &AuditLog, report: &mut Report) -> Result<()> {
+    let conn = log.connection();
+    let through = crate::log::indexed_through(conn)?;
+    let last = log.last_decision_seq();
+    if through > last {
+        report.push(problem(
+            "decision_index",
+            through,
+            ProblemKind::Mismatch,
+            format!("the project and user look-ups claim to cover decisions through row {through}, but the last decision is row {last}"),
+        ));
+        return Ok(());
+    }
+    for (table, column) in [("decisions_by_project", "project"), ("decisions_by_user", "user")] {
+        let missing: Option<(i64, String)> = conn
+            .query_row(
+                &format!(
+                    "SELECT d.seq, d.{column} FROM decisions d WHERE d.seq <= ?1 AND d.{column} IS NOT NULL \
+                     AND NOT EXISTS (SELECT 1 FROM {table} x WHERE x.{column} = d.{column} AND x.time = d.time AND x.seq = d.seq) \
+                     ORDER BY d.seq LIMIT 1"
+                ),
+                [through],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(sql("the decision look-ups"))?;
+        if let Some((seq, key)) = missing {
+            report.push(problem(
+                table,
+                seq,
+                ProblemKind::Mismatch,
+                format!("decisions row {seq} ({column} `{key}`) is missing from `{table}`: `bursar audit query --{column} {key}` would not show it"),
+            ));
+            continue;
+        }
+        let extra: Option<(i64, String)> = conn
+            .query_row(
+                &format!(
+                    "SELECT x.seq, x.{column} FROM {table} x LEFT JOIN decisions d ON d.seq = x.seq \
+                     WHERE x.seq > ?1 OR d.seq IS NULL OR d.{column} IS NOT x.{column} OR d.time != x.time \
+                     ORDER BY x.seq LIMIT 1"
+                ),
+                [through],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(sql("the decision look-ups"))?;
+        if let Some((seq, key)) = extra {
+            report.push(problem(
+                table,
+                seq,
+                ProblemKind::Mismatch,
+                format!("`{table}` lists decisions row {seq} under {column} `{key}`, which the decisions do not say: a query would show it under the wrong {column}, or twice"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn unhex32(h: &str) -> Vec<u8> {

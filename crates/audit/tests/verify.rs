@@ -126,3 +126,58 @@ fn prune_keeps_the_rest_verifiable_and_refuses_a_tampered_log() {
     let err = prune(&mut log, i64::MAX).unwrap_err();
     assert!(err.to_string().contains("refusing to prune"), "{err}");
 }
+
+/// The project and user look-ups (schema version 5) are derived, not chained, so `verify` checks them
+/// against the decisions: an entry removed would hide a decision from `audit query --project`, one
+/// moved or added would show a decision under another name, and a cursor moved would hide the
+/// decisions after it or list them twice. A prune removes the pruned decisions' entries too.
+#[test]
+fn edited_project_and_user_lookups_do_not_verify() {
+    let dir = TempDir::new("lookups");
+    let build = |name: &str| {
+        let db = dir.path(name);
+        let mut log = AuditLog::open(&db, Durability::Fast).unwrap();
+        let batch: Vec<Record> = (1..=600)
+            .map(|i| {
+                let p = if i % 2 == 0 { "nlp" } else { "cv" };
+                entry(
+                    i,
+                    p,
+                    if i % 3 == 0 { "bob" } else { "alice" },
+                    1 + (i % 28) as u32,
+                    DecisionKind::Allow,
+                    "q",
+                    "s",
+                )
+            })
+            .collect();
+        log.append(&batch).unwrap();
+        assert!(verify(&log).unwrap().is_ok());
+        db
+    };
+    let cases: &[(&str, &str, i64)] = &[
+        ("DELETE FROM decisions_by_project WHERE seq = 100", "decisions_by_project", 100),
+        ("UPDATE decisions_by_user SET user = 'mallory' WHERE seq = 200", "decisions_by_user", 200),
+        (
+            "INSERT INTO decisions_by_project SELECT 'cv', time, seq FROM decisions WHERE seq = 300",
+            "decisions_by_project",
+            300,
+        ),
+        ("UPDATE decision_index SET through_seq = 100000", "decision_index", 100000),
+        ("UPDATE decision_index SET through_seq = 99", "decisions_by_project", 100),
+    ];
+    for (i, (sql, table, seq)) in cases.iter().enumerate() {
+        let db = build(&format!("l{i}.db"));
+        let rep = tamper(&db, sql);
+        assert!(!rep.problems.is_empty(), "{sql}: {rep:?}");
+        let p = &rep.problems[0];
+        assert_eq!((p.chain.as_str(), p.seq, &p.kind), (*table, *seq, &ProblemKind::Mismatch), "{sql}: {}", p.message);
+    }
+    // A prune takes the pruned decisions' entries with it.
+    let db = build("prune.db");
+    let mut log = AuditLog::open(&db, Durability::Fast).unwrap();
+    let rep = prune(&mut log, bursar_model::Timestamp::parse("2026-11-10T00:00:00Z").unwrap().millis()).unwrap();
+    assert!(rep.decisions > 0);
+    let v = verify(&log).unwrap();
+    assert!(v.is_ok(), "{v:?}");
+}
