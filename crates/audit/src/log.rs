@@ -342,33 +342,54 @@ const INSERT_EVENT: &str = "INSERT INTO events (seq, event_id, time, type, job, 
 const INSERT_DECISION: &str = "INSERT INTO decisions (seq, decision_id, event_id, event_seq, time, recorded_at, job, \
      project, user, decision, dry_run, admission, policies, reason, until, gpus, gpu_hours, policy_set, json, hash) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)";
-/// Decisions appended between two runs into `decisions_by_project` and `decisions_by_user`
-/// (schema version 5): the most a query reads from `decisions` itself, by sequence number.
+/// Rows appended to a chain between two runs into its look-up tables (schema version 5): the most
+/// a reader takes from the chain's own table, by sequence number.
 pub const INDEX_RUN: i64 = 512;
 
-/// The last decision the look-up tables cover.
-pub(crate) fn indexed_through(conn: &Connection) -> Result<i64> {
-    conn.query_row("SELECT through_seq FROM decision_index WHERE id = 1", [], |r| r.get(0))
-        .optional()
-        .map(|t| t.unwrap_or(0))
-        .map_err(AuditError::sqlite("read how far the decision look-ups reach"))
+/// A look-up table filled in runs (schema version 5).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Lookup {
+    /// The chain whose rows it covers.
+    pub chain: &'static str,
+    /// The table.
+    pub table: &'static str,
+    /// The column looked up.
+    pub column: &'static str,
+    /// Its key, in order: the column, then what orders the rows of one value.
+    pub key: &'static [&'static str],
 }
 
-/// Adds the decisions after `from` through `to` to the look-up tables, in key order (one page per
-/// project and per user touched), and records that they now reach `to`.
-fn index_run(tx: &Connection, from: i64, to: i64) -> Result<()> {
-    let run = |sql: &str| {
-        tx.prepare_cached(sql)
+/// Every look-up table.
+pub(crate) const LOOKUPS: [Lookup; 3] = [
+    Lookup { chain: "decisions", table: "decisions_by_project", column: "project", key: &["project", "time", "seq"] },
+    Lookup { chain: "decisions", table: "decisions_by_user", column: "user", key: &["user", "time", "seq"] },
+    Lookup { chain: "events", table: "events_by_job", column: "job", key: &["job", "seq"] },
+];
+
+/// The last row of `chain` its look-up tables cover.
+pub(crate) fn indexed_through(conn: &Connection, chain: &str) -> Result<i64> {
+    conn.query_row("SELECT through_seq FROM lookup_cursors WHERE chain = ?1", [chain], |r| r.get(0))
+        .optional()
+        .map(|t| t.unwrap_or(0))
+        .map_err(AuditError::sqlite("read how far the look-up tables reach"))
+}
+
+/// Adds the rows of `chain` after `from` through `to` to its look-up tables, in key order (one page
+/// per key touched), and records that they now reach `to`.
+fn index_run(tx: &Connection, chain: &str, from: i64, to: i64) -> Result<()> {
+    for l in LOOKUPS.iter().filter(|l| l.chain == chain) {
+        let key = l.key.join(", ");
+        let sql = format!(
+            "INSERT INTO {} ({key}) SELECT {key} FROM {chain} WHERE seq > ?1 AND seq <= ?2 AND {} IS NOT NULL ORDER BY {key}",
+            l.table, l.column
+        );
+        tx.prepare_cached(&sql)
             .and_then(|mut st| st.execute(params![from, to]))
-            .map_err(AuditError::sqlite("add decisions to the project and user look-ups"))
-    };
-    run("INSERT INTO decisions_by_project (project, time, seq) SELECT project, time, seq FROM decisions \
-         WHERE seq > ?1 AND seq <= ?2 AND project IS NOT NULL ORDER BY 1, 2, 3")?;
-    run("INSERT INTO decisions_by_user (user, time, seq) SELECT user, time, seq FROM decisions \
-         WHERE seq > ?1 AND seq <= ?2 AND user IS NOT NULL ORDER BY 1, 2, 3")?;
-    tx.prepare_cached("UPDATE decision_index SET through_seq = ?1 WHERE id = 1")
-        .and_then(|mut st| st.execute([to]))
-        .map_err(AuditError::sqlite("record how far the decision look-ups reach"))?;
+            .map_err(AuditError::sqlite(format!("add rows to `{}`", l.table)))?;
+    }
+    tx.prepare_cached("UPDATE lookup_cursors SET through_seq = ?2 WHERE chain = ?1")
+        .and_then(|mut st| st.execute(params![chain, to]))
+        .map_err(AuditError::sqlite("record how far the look-up tables reach"))?;
     Ok(())
 }
 
@@ -382,6 +403,13 @@ pub(crate) const LOAD_COLUMNS: &str = "seq, at, event_seq, ok, digest, error";
 /// Page cache of a writing connection, as `PRAGMA cache_size` takes it (negative: KiB): 64 MiB.
 pub const WRITER_CACHE_KIB: i64 = -65_536;
 
+/// How far each chain's look-up tables reach.
+#[derive(Debug, Clone, Copy)]
+struct Indexed {
+    events: i64,
+    decisions: i64,
+}
+
 /// An open audit database.
 #[derive(Debug)]
 pub struct AuditLog {
@@ -391,8 +419,8 @@ pub struct AuditLog {
     decisions: Head,
     loads: Head,
     anchors: Head,
-    /// The last decision `decisions_by_project` and `decisions_by_user` cover.
-    indexed_through: i64,
+    /// The last event and the last decision their look-up tables cover.
+    indexed: Indexed,
     /// The log's identity once it has a first anchor.
     id: Option<String>,
     durability: Durability,
@@ -462,8 +490,9 @@ impl AuditLog {
         let loads = load_head(&conn, "policy_loads")?;
         let anchors = load_head(&conn, "anchors")?;
         let id = anchor::log_id(&conn)?;
-        let indexed_through = indexed_through(&conn)?;
-        Ok(AuditLog { conn, path, events, decisions, loads, anchors, indexed_through, id, durability, witness: None })
+        let indexed =
+            Indexed { events: indexed_through(&conn, "events")?, decisions: indexed_through(&conn, "decisions")? };
+        Ok(AuditLog { conn, path, events, decisions, loads, anchors, indexed, id, durability, witness: None })
     }
 
     /// Signs the log's head after every successful write from now on and appends it to a witness
@@ -676,8 +705,11 @@ impl AuditLog {
                 }
                 out.push(Appended { event_seq, duplicate: false, decisions: first..de.seq + 1 });
             }
-            if de.seq - self.indexed_through >= INDEX_RUN {
-                index_run(&tx, self.indexed_through, de.seq)?;
+            if ev.seq - self.indexed.events >= INDEX_RUN {
+                index_run(&tx, "events", self.indexed.events, ev.seq)?;
+            }
+            if de.seq - self.indexed.decisions >= INDEX_RUN {
+                index_run(&tx, "decisions", self.indexed.decisions, de.seq)?;
             }
             let mut head = tx.prepare_cached(UPSERT_HEAD).map_err(AuditError::sqlite("prepare the head update"))?;
             if ev != self.events {
@@ -696,8 +728,11 @@ impl AuditLog {
         let heads = Heads { events: ev, decisions: de, loads: self.loads };
         let anchors = anchor::insert(&tx, self.anchors, now, &heads, &What::plain("commit"))?;
         tx.commit().map_err(AuditError::sqlite(format!("commit to `{}`", self.path)))?;
-        if de.seq - self.indexed_through >= INDEX_RUN {
-            self.indexed_through = de.seq;
+        if ev.seq - self.indexed.events >= INDEX_RUN {
+            self.indexed.events = ev.seq;
+        }
+        if de.seq - self.indexed.decisions >= INDEX_RUN {
+            self.indexed.decisions = de.seq;
         }
         self.events = ev;
         self.decisions = de;
@@ -842,10 +877,36 @@ impl AuditLog {
     /// The inputs logged about job `job`, oldest first (an index look-up: what a restart needs to
     /// rebuild what it keeps per live job).
     pub fn events_of_job(&self, job: &str) -> Result<Vec<StoredEvent>> {
-        let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE job = ?1 ORDER BY seq");
-        let mut st = self.conn.prepare_cached(&sql).map_err(AuditError::sqlite("prepare a job's events read"))?;
-        let rows = st.query_map([job], event_from_row).map_err(AuditError::sqlite("read a job's events"))?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(AuditError::sqlite("read a job's events"))
+        // The look-up table up to its cursor, then the events after it, in one read transaction.
+        self.conn.execute_batch("SAVEPOINT bursar_job_events").map_err(AuditError::sqlite("start a read"))?;
+        let read = || -> Result<Vec<StoredEvent>> {
+            let through = indexed_through(&self.conn, "events")?;
+            let columns = EVENT_COLUMNS.split(", ").map(|c| format!("e.{c}")).collect::<Vec<_>>().join(", ");
+            let sql = format!(
+                "SELECT {columns} FROM events_by_job x JOIN events e ON e.seq = x.seq \
+                 WHERE x.job = ?1 AND x.seq <= ?2 ORDER BY x.seq"
+            );
+            let mut st = self.conn.prepare_cached(&sql).map_err(AuditError::sqlite("prepare a job's events read"))?;
+            let rows = st
+                .query_map(params![job, through], event_from_row)
+                .map_err(AuditError::sqlite("read a job's events"))?;
+            let mut out =
+                rows.collect::<rusqlite::Result<Vec<_>>>().map_err(AuditError::sqlite("read a job's events"))?;
+            let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE seq > ?2 AND job = ?1 ORDER BY seq");
+            let mut st = self.conn.prepare_cached(&sql).map_err(AuditError::sqlite("prepare a job's events read"))?;
+            let rows = st
+                .query_map(params![job, through], event_from_row)
+                .map_err(AuditError::sqlite("read a job's events"))?;
+            for r in rows {
+                out.push(r.map_err(AuditError::sqlite("read a job's events"))?);
+            }
+            Ok(out)
+        };
+        let out = read();
+        let released = self.conn.execute_batch("RELEASE bursar_job_events").map_err(AuditError::sqlite("end a read"));
+        let out = out?;
+        released?;
+        Ok(out)
     }
 
     /// The newest `n` decisions of kind `kind` (`deny`, …) that dry-run policies did not make, newest
@@ -1017,11 +1078,9 @@ impl AuditLog {
                 .execute(&format!("DELETE FROM {chain} WHERE seq <= ?1"), [through])
                 .map_err(AuditError::sqlite(format!("delete old rows of `{chain}`")))?;
             let removed = i64::try_from(n).unwrap_or(i64::MAX);
-            if chain == "decisions" {
-                for table in ["decisions_by_project", "decisions_by_user"] {
-                    tx.execute(&format!("DELETE FROM {table} WHERE seq <= ?1"), [through])
-                        .map_err(AuditError::sqlite(format!("delete old rows of `{table}`")))?;
-                }
+            for l in LOOKUPS.iter().filter(|l| l.chain == chain) {
+                tx.execute(&format!("DELETE FROM {} WHERE seq <= ?1", l.table), [through])
+                    .map_err(AuditError::sqlite(format!("delete old rows of `{}`", l.table)))?;
             }
             tx.execute(
                 "INSERT INTO checkpoints (chain, through_seq, hash, removed, before, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",

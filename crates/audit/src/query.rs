@@ -14,8 +14,8 @@ use serde::Serialize;
 
 use crate::SourceFile;
 use crate::error::{AuditError, Result};
-use crate::log::{AuditLog, DECISION_COLUMNS, EVENT_COLUMNS, PolicyLoad, StoredDecision, StoredEvent};
-use crate::log::{decision_from_row, event_from_row, limit_i64};
+use crate::log::{AuditLog, DECISION_COLUMNS, PolicyLoad, StoredDecision, StoredEvent};
+use crate::log::{decision_from_row, limit_i64};
 
 /// Which decisions [`query`] returns. Every set field must match.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -139,7 +139,7 @@ fn by_lookup(
 ) -> Result<u64> {
     log.conn.execute_batch("SAVEPOINT bursar_query").map_err(AuditError::sqlite("start a read"))?;
     let result = (|| {
-        let through = crate::log::indexed_through(&log.conn)?;
+        let through = crate::log::indexed_through(&log.conn, "decisions")?;
         let limit = filter.limit.unwrap_or(usize::MAX);
         // The decisions after the last run, sorted.
         let mut args = Vec::new();
@@ -252,13 +252,7 @@ pub struct Story {
 
 /// The story of job `job`: its events and decisions in order, and the policy-set versions in force.
 pub fn explain(log: &AuditLog, job: &str) -> Result<Story> {
-    let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE job = ?1 ORDER BY seq");
-    let mut st = log.conn.prepare(&sql).map_err(AuditError::sqlite("prepare the event read"))?;
-    let events = st
-        .query_map([job], event_from_row)
-        .map_err(AuditError::sqlite("read the job's events"))?
-        .collect::<rusqlite::Result<Vec<_>>>()
-        .map_err(AuditError::sqlite("read the job's events"))?;
+    let events = log.events_of_job(job)?;
     let sql = format!("SELECT {DECISION_COLUMNS} FROM decisions WHERE job = ?1 ORDER BY seq");
     let mut st = log.conn.prepare(&sql).map_err(AuditError::sqlite("prepare the decision read"))?;
     let decisions = st

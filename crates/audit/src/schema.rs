@@ -17,8 +17,9 @@
 //! detectable through the anchors, edits after it are.
 //!
 //! Version 3 adds `lifecycle` (the engine's job steps) and version 4 the notifier's outbox,
-//! `notify_cursor` and `notices` ([`crate::outbox`]). Version 5 replaces the `(project, time)` and
-//! `(user, time)` indexes of `decisions` with tables filled in sorted runs (see `V5`).
+//! `notify_cursor` and `notices` ([`crate::outbox`]). Version 5 replaces the decisions' `(project,
+//! time)` and `(user, time)` indexes and the events' `(job, seq)` with tables filled in sorted runs
+//! (see `V5`).
 //!
 //! A migration is a step from version N to N+1 run in one transaction; [`migrate`] runs every
 //! step the file lacks. A file newer than this build is refused rather than guessed at.
@@ -189,15 +190,16 @@ CREATE INDEX IF NOT EXISTS notices_open ON notices(job) WHERE resolved_at IS NUL
 CREATE INDEX IF NOT EXISTS notices_to_send ON notices(seq) WHERE delivered <> 'resolved';
 "#;
 
-/// Version 5: the decisions' `(project, time)` and `(user, time)` look-ups become tables that the
-/// writer fills in sorted runs ([`crate::log::INDEX_RUN`] decisions at a time) instead of SQLite
-/// indexes updated by every insert. Under `serve` a transaction holds a dozen decisions for as
-/// many projects and users, and each index entry dirtied a page of its own (about two 4 KiB pages
-/// written per decision); a run of a thousand shares one page per project and per user.
-/// `decision_index.through_seq` is the last decision the tables cover; [`crate::query`] reads the
-/// decisions after it from the table itself, and `verify` checks that the tables hold exactly the
-/// decisions up to it. Derived data, not chained: built from the decisions by this migration (from
-/// scratch, so running it again rebuilds the same tables).
+/// Version 5: three look-ups become tables that the writer fills in sorted runs
+/// ([`crate::log::INDEX_RUN`] rows at a time) instead of SQLite indexes updated by every insert:
+/// the decisions' `(project, time)` and `(user, time)` and the events' `(job, seq)`. Their keys are
+/// scattered (a dozen projects and users in one small `serve` transaction; the samples of thousands
+/// of running jobs in an `eval` stream), so each index entry dirtied a page of its own; a sorted run
+/// shares one page per key. `lookup_cursors.through_seq` is, per chain, the last row the tables
+/// cover; readers take the rows after it from the chain's table itself, and `verify` checks that the
+/// tables hold exactly the rows up to it. Derived data, not chained: built from the rows by this
+/// migration (from scratch, so running it again rebuilds the same tables). It also drops
+/// `lifecycle_job`, an index of version 3 that no query reads (the report reads the steps by event).
 const V5: &str = r#"
 CREATE TABLE IF NOT EXISTS decisions_by_project (
     project TEXT NOT NULL,
@@ -211,17 +213,27 @@ CREATE TABLE IF NOT EXISTS decisions_by_user (
     seq  INTEGER NOT NULL,
     PRIMARY KEY (user, time, seq)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS decision_index (
-    id          INTEGER PRIMARY KEY CHECK (id = 1),
+CREATE TABLE IF NOT EXISTS events_by_job (
+    job TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    PRIMARY KEY (job, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS lookup_cursors (
+    chain       TEXT PRIMARY KEY,
     through_seq INTEGER NOT NULL
 );
 DELETE FROM decisions_by_project;
 DELETE FROM decisions_by_user;
+DELETE FROM events_by_job;
 INSERT INTO decisions_by_project SELECT project, time, seq FROM decisions WHERE project IS NOT NULL ORDER BY 1, 2, 3;
 INSERT INTO decisions_by_user SELECT user, time, seq FROM decisions WHERE user IS NOT NULL ORDER BY 1, 2, 3;
-INSERT OR REPLACE INTO decision_index VALUES (1, COALESCE((SELECT MAX(seq) FROM decisions), 0));
+INSERT INTO events_by_job SELECT job, seq FROM events WHERE job IS NOT NULL ORDER BY 1, 2;
+INSERT OR REPLACE INTO lookup_cursors VALUES ('decisions', COALESCE((SELECT MAX(seq) FROM decisions), 0));
+INSERT OR REPLACE INTO lookup_cursors VALUES ('events', COALESCE((SELECT MAX(seq) FROM events), 0));
 DROP INDEX IF EXISTS decisions_project_time;
 DROP INDEX IF EXISTS decisions_user_time;
+DROP INDEX IF EXISTS events_job;
+DROP INDEX IF EXISTS lifecycle_job;
 "#;
 
 /// The migration steps: `MIGRATIONS[n]` takes a file from version n to n+1.

@@ -32,7 +32,7 @@ use crate::anchor::{self, AnchorRow};
 use crate::canon::{Canon, GENESIS, Hash, hex};
 use crate::error::{AuditError, Result};
 use crate::log::{
-    AuditLog, CHAINS, DECISION_COLUMNS, EVENT_COLUMNS, Head, LOAD_COLUMNS, StoredSnapshot, check_snapshot,
+    AuditLog, CHAINS, DECISION_COLUMNS, EVENT_COLUMNS, Head, LOAD_COLUMNS, LOOKUPS, StoredSnapshot, check_snapshot,
 };
 use crate::witness::{PublicKey, WitnessLine};
 
@@ -72,8 +72,8 @@ pub enum ProblemKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Problem {
     /// What it is about: a chain (`events`, `decisions`, `policy_loads`, `anchors`), or `checkpoints`,
-    /// `engine_snapshots`, `policy_sets`, `witness`, a `facts_*` table, or the decision look-ups
-    /// (`decisions_by_project`, `decisions_by_user`, `decision_index`).
+    /// `engine_snapshots`, `policy_sets`, `witness`, a `facts_*` table, or a look-up table
+    /// (`decisions_by_project`, `decisions_by_user`, `events_by_job`) or their `lookup_cursors`.
     pub chain: String,
     /// The sequence number of the row named.
     pub seq: i64,
@@ -228,71 +228,73 @@ pub fn verify(log: &AuditLog) -> Result<Report> {
         check_references(conn, efrom, dfrom, &mut report)?;
     }
 
-    // 7. The project and user look-ups hold exactly the decisions up to their cursor.
-    if !report.has("decisions") {
+    // 7. The look-up tables hold exactly the rows up to their cursors.
+    if !report.has("events") && !report.has("decisions") {
         check_lookups(log, &mut report)?;
     }
     Ok(report)
 }
 
-/// `decisions_by_project` and `decisions_by_user` (derived, not chained) against the decisions: an
-/// entry missing would hide a decision from `audit query --project/--user`, a wrong or extra one
-/// would show a decision under another name, and a cursor past the last decision would hide the
-/// next ones.
+/// The look-up tables (derived, not chained) against their chains' rows: an entry missing would
+/// hide a row from a query (`audit query --project/--user`, a job's events), a wrong or extra one
+/// would show it under another key, and a cursor past the last row would hide the next ones.
 fn check_lookups(log: &AuditLog, report: &mut Report) -> Result<()> {
     let conn = log.connection();
-    let through = crate::log::indexed_through(conn)?;
-    let last = log.last_decision_seq();
-    if through > last {
-        report.push(problem(
-            "decision_index",
-            through,
-            ProblemKind::Mismatch,
-            format!("the project and user look-ups claim to cover decisions through row {through}, but the last decision is row {last}"),
-        ));
-        return Ok(());
-    }
-    for (table, column) in [("decisions_by_project", "project"), ("decisions_by_user", "user")] {
-        let missing: Option<(i64, String)> = conn
-            .query_row(
-                &format!(
-                    "SELECT d.seq, d.{column} FROM decisions d WHERE d.seq <= ?1 AND d.{column} IS NOT NULL \
-                     AND NOT EXISTS (SELECT 1 FROM {table} x WHERE x.{column} = d.{column} AND x.time = d.time AND x.seq = d.seq) \
-                     ORDER BY d.seq LIMIT 1"
-                ),
-                [through],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()
-            .map_err(sql("the decision look-ups"))?;
-        if let Some((seq, key)) = missing {
+    for chain in ["events", "decisions"] {
+        let through = crate::log::indexed_through(conn, chain)?;
+        let last = if chain == "events" { log.last_event_seq() } else { log.last_decision_seq() };
+        if through > last {
             report.push(problem(
-                table,
-                seq,
+                "lookup_cursors",
+                through,
                 ProblemKind::Mismatch,
-                format!("decisions row {seq} ({column} `{key}`) is missing from `{table}`: `bursar audit query --{column} {key}` would not show it"),
+                format!("the look-up tables claim to cover {chain} through row {through}, but the last of them is row {last}"),
             ));
             continue;
         }
-        let extra: Option<(i64, String)> = conn
-            .query_row(
-                &format!(
-                    "SELECT x.seq, x.{column} FROM {table} x LEFT JOIN decisions d ON d.seq = x.seq \
-                     WHERE x.seq > ?1 OR d.seq IS NULL OR d.{column} IS NOT x.{column} OR d.time != x.time \
-                     ORDER BY x.seq LIMIT 1"
-                ),
-                [through],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()
-            .map_err(sql("the decision look-ups"))?;
-        if let Some((seq, key)) = extra {
-            report.push(problem(
-                table,
-                seq,
-                ProblemKind::Mismatch,
-                format!("`{table}` lists decisions row {seq} under {column} `{key}`, which the decisions do not say: a query would show it under the wrong {column}, or twice"),
-            ));
+        for l in LOOKUPS.iter().filter(|l| l.chain == chain) {
+            let (table, column) = (l.table, l.column);
+            let same = l.key.iter().map(|k| format!("x.{k} = d.{k}")).collect::<Vec<_>>().join(" AND ");
+            let missing: Option<(i64, String)> = conn
+                .query_row(
+                    &format!(
+                        "SELECT d.seq, d.{column} FROM {chain} d WHERE d.seq <= ?1 AND d.{column} IS NOT NULL \
+                         AND NOT EXISTS (SELECT 1 FROM {table} x WHERE {same}) ORDER BY d.seq LIMIT 1"
+                    ),
+                    [through],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .map_err(sql("the look-up tables"))?;
+            if let Some((seq, key)) = missing {
+                report.push(problem(
+                    table,
+                    seq,
+                    ProblemKind::Mismatch,
+                    format!("{chain} row {seq} ({column} `{key}`) is missing from `{table}`: a look-up by {column} would not show it"),
+                ));
+                continue;
+            }
+            let differs = l.key.iter().map(|k| format!("d.{k} IS NOT x.{k}")).collect::<Vec<_>>().join(" OR ");
+            let extra: Option<(i64, String)> = conn
+                .query_row(
+                    &format!(
+                        "SELECT x.seq, x.{column} FROM {table} x LEFT JOIN {chain} d ON d.seq = x.seq \
+                         WHERE x.seq > ?1 OR d.seq IS NULL OR {differs} ORDER BY x.seq LIMIT 1"
+                    ),
+                    [through],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .map_err(sql("the look-up tables"))?;
+            if let Some((seq, key)) = extra {
+                report.push(problem(
+                    table,
+                    seq,
+                    ProblemKind::Mismatch,
+                    format!("`{table}` lists {chain} row {seq} under {column} `{key}`, which the row does not say: a look-up would show it under the wrong {column}, or twice"),
+                ));
+            }
         }
     }
     Ok(())

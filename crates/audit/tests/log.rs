@@ -266,3 +266,44 @@ fn checkpoints_run_beside_the_writer_and_keep_the_wal_bounded() {
     assert_eq!(log.decisions_since(0, usize::MAX).unwrap().len() as u64, n);
     assert!(bursar_audit::verify::verify(&log).unwrap().is_ok());
 }
+
+/// A job's events come from the `events_by_job` look-up up to its cursor and from `events` after
+/// it (schema version 5): over samples of ten jobs appended in groups that cross run boundaries,
+/// `events_of_job` always returns exactly that job's events in order, and `explain` tells the same.
+#[test]
+fn a_jobs_events_are_read_from_the_lookup_and_the_events_after_it() {
+    use bursar_audit::log::INDEX_RUN;
+    let dir = TempDir::new("job-events");
+    let mut log = AuditLog::open(dir.path("j.db"), Durability::Fast).unwrap();
+    let mut jobs_of = Vec::new();
+    let mut n = 0u64;
+    for group in [10usize, 400, 3, 300, 1, 900, 20] {
+        let mut batch = Vec::new();
+        for _ in 0..group {
+            n += 1;
+            let job = format!("j{}", n * 7 % 10);
+            let raw = format!(
+                r#"{{"id":"s{n}","time":"2026-11-02T09:{:02}:00Z","type":"job.sample","job_id":"{job}","gpu_util":0.5}}"#,
+                n % 60
+            );
+            let ev = bursar_model::decode_event(&raw).unwrap();
+            batch.push(Record::new(&raw, &ev, Vec::new(), Arc::from("s")));
+            jobs_of.push((n as i64, job));
+        }
+        log.append(&batch).unwrap();
+        let through: i64 = log
+            .connection()
+            .query_row("SELECT through_seq FROM lookup_cursors WHERE chain = 'events'", [], |r| r.get(0))
+            .unwrap();
+        assert!(n as i64 - through < INDEX_RUN, "{through} of {n}");
+        for k in 0..10 {
+            let job = format!("j{k}");
+            let got: Vec<i64> = log.events_of_job(&job).unwrap().into_iter().map(|e| e.seq).collect();
+            let want: Vec<i64> = jobs_of.iter().filter(|(_, j)| *j == job).map(|(s, _)| *s).collect();
+            assert_eq!(got, want, "{job} after {n} events");
+            let story = bursar_audit::query::explain(&log, &job).unwrap();
+            assert_eq!(story.steps.len(), want.len(), "{job}");
+        }
+    }
+    assert!(bursar_audit::verify::verify(&log).unwrap().is_ok());
+}

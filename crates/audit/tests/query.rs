@@ -114,8 +114,10 @@ fn project_and_user_queries_read_the_lookups_and_the_decisions_after_them() {
         }
         log.append(&batch).unwrap();
         assert!(bursar_audit::verify::verify(&log).unwrap().is_ok(), "after a group of {group}");
-        let through: i64 =
-            log.connection().query_row("SELECT through_seq FROM decision_index", [], |r| r.get(0)).unwrap();
+        let through: i64 = log
+            .connection()
+            .query_row("SELECT through_seq FROM lookup_cursors WHERE chain = 'decisions'", [], |r| r.get(0))
+            .unwrap();
         assert!(i as i64 - through < INDEX_RUN, "the tail stays under a run: {through} of {i}");
         let check = |f: Filter, pred: &dyn Fn(&Made) -> bool| {
             let got: Vec<i64> = query(&log, &f).unwrap().into_iter().map(|d| d.seq).collect();

@@ -127,10 +127,10 @@ fn prune_keeps_the_rest_verifiable_and_refuses_a_tampered_log() {
     assert!(err.to_string().contains("refusing to prune"), "{err}");
 }
 
-/// The project and user look-ups (schema version 5) are derived, not chained, so `verify` checks them
-/// against the decisions: an entry removed would hide a decision from `audit query --project`, one
-/// moved or added would show a decision under another name, and a cursor moved would hide the
-/// decisions after it or list them twice. A prune removes the pruned decisions' entries too.
+/// The look-up tables (schema version 5: decisions by project and by user, events by job) are
+/// derived, not chained, so `verify` checks them against the rows: an entry removed would hide a row
+/// from a query, one moved or added would show it under another key, and a cursor moved would hide
+/// the rows after it or list them twice. A prune removes the pruned rows' entries too.
 #[test]
 fn edited_project_and_user_lookups_do_not_verify() {
     let dir = TempDir::new("lookups");
@@ -163,8 +163,11 @@ fn edited_project_and_user_lookups_do_not_verify() {
             "decisions_by_project",
             300,
         ),
-        ("UPDATE decision_index SET through_seq = 100000", "decision_index", 100000),
-        ("UPDATE decision_index SET through_seq = 99", "decisions_by_project", 100),
+        ("UPDATE lookup_cursors SET through_seq = 100000 WHERE chain = 'decisions'", "lookup_cursors", 100000),
+        ("UPDATE lookup_cursors SET through_seq = 99 WHERE chain = 'decisions'", "decisions_by_project", 100),
+        ("DELETE FROM events_by_job WHERE seq = 250", "events_by_job", 250),
+        ("UPDATE events_by_job SET job = 'j1' WHERE seq = 260", "events_by_job", 260),
+        ("UPDATE lookup_cursors SET through_seq = 700 WHERE chain = 'events'", "lookup_cursors", 700),
     ];
     for (i, (sql, table, seq)) in cases.iter().enumerate() {
         let db = build(&format!("l{i}.db"));
