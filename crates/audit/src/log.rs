@@ -892,7 +892,8 @@ impl AuditLog {
                 .map_err(AuditError::sqlite("read a job's events"))?;
             let mut out =
                 rows.collect::<rusqlite::Result<Vec<_>>>().map_err(AuditError::sqlite("read a job's events"))?;
-            let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE seq > ?2 AND job = ?1 ORDER BY seq");
+            let sql =
+                format!("SELECT {EVENT_COLUMNS} FROM events NOT INDEXED WHERE seq > ?2 AND job = ?1 ORDER BY seq");
             let mut st = self.conn.prepare_cached(&sql).map_err(AuditError::sqlite("prepare a job's events read"))?;
             let rows = st
                 .query_map(params![job, through], event_from_row)

@@ -147,7 +147,8 @@ fn by_lookup(
         args.push(Value::Integer(through));
         let after = format!("seq > ?{}", args.len());
         let w = if w.is_empty() { format!("WHERE {after}") } else { format!("{w} AND {after}") };
-        let sql = format!("SELECT {DECISION_COLUMNS} FROM decisions {w} ORDER BY time, seq");
+        // NOT INDEXED: by sequence number, never through the time index (a week of every project).
+        let sql = format!("SELECT {DECISION_COLUMNS} FROM decisions NOT INDEXED {w} ORDER BY time, seq");
         let mut st = log.conn.prepare(&sql).map_err(AuditError::sqlite("prepare the query"))?;
         let mut tail = std::collections::VecDeque::new();
         let mut rows = st.query(params_from_iter(args.iter())).map_err(AuditError::sqlite("run the query"))?;
