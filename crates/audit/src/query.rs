@@ -102,8 +102,8 @@ pub fn query_each(
     }
     let mut args = Vec::new();
     let w = filter.where_clause("", &mut args);
-    // Ordering by the indexed time (and the rowid, implicitly last in every index) lets the
-    // (project, time) and (user, time) indexes answer without a sort.
+    // Ordering by the indexed time (and the rowid, implicitly last in every index) lets the time
+    // index answer without a sort.
     let mut sql = format!("SELECT {DECISION_COLUMNS} FROM decisions {w} ORDER BY time, seq");
     if let Some(l) = filter.limit {
         args.push(Value::Integer(limit_i64(l)));
