@@ -366,6 +366,27 @@ pub(crate) const LOOKUPS: [Lookup; 3] = [
     Lookup { chain: "events", table: "events_by_job", column: "job", key: &["job", "seq"] },
 ];
 
+/// The look-up table of `chain` keyed by `column`.
+pub(crate) fn lookup(chain: &str, column: &str) -> Option<&'static Lookup> {
+    LOOKUPS.iter().find(|l| l.chain == chain && l.column == column)
+}
+
+/// `columns` (a `, `-separated list) each prefixed with `alias.`, for a join.
+pub(crate) fn prefixed(columns: &str, alias: &str) -> String {
+    columns.split(", ").map(|c| format!("{alias}.{}", c.trim())).collect::<Vec<_>>().join(", ")
+}
+
+/// Runs `read` in one read transaction (a savepoint, so it nests inside one already open): a look-up
+/// table, its cursor and the rows after the cursor, as of one moment.
+pub(crate) fn in_one_read<T>(conn: &Connection, read: impl FnOnce() -> Result<T>) -> Result<T> {
+    conn.execute_batch("SAVEPOINT bursar_read").map_err(AuditError::sqlite("start a read"))?;
+    let out = read();
+    let released = conn.execute_batch("RELEASE bursar_read").map_err(AuditError::sqlite("end a read"));
+    let out = out?;
+    released?;
+    Ok(out)
+}
+
 /// The last row of `chain` its look-up tables cover.
 pub(crate) fn indexed_through(conn: &Connection, chain: &str) -> Result<i64> {
     conn.query_row("SELECT through_seq FROM lookup_cursors WHERE chain = ?1", [chain], |r| r.get(0))
@@ -878,10 +899,9 @@ impl AuditLog {
     /// rebuild what it keeps per live job).
     pub fn events_of_job(&self, job: &str) -> Result<Vec<StoredEvent>> {
         // The look-up table up to its cursor, then the events after it, in one read transaction.
-        self.conn.execute_batch("SAVEPOINT bursar_job_events").map_err(AuditError::sqlite("start a read"))?;
-        let read = || -> Result<Vec<StoredEvent>> {
+        in_one_read(&self.conn, || {
             let through = indexed_through(&self.conn, "events")?;
-            let columns = EVENT_COLUMNS.split(", ").map(|c| format!("e.{c}")).collect::<Vec<_>>().join(", ");
+            let columns = prefixed(EVENT_COLUMNS, "e");
             let sql = format!(
                 "SELECT {columns} FROM events_by_job x JOIN events e ON e.seq = x.seq \
                  WHERE x.job = ?1 AND x.seq <= ?2 ORDER BY x.seq"
@@ -902,12 +922,7 @@ impl AuditLog {
                 out.push(r.map_err(AuditError::sqlite("read a job's events"))?);
             }
             Ok(out)
-        };
-        let out = read();
-        let released = self.conn.execute_batch("RELEASE bursar_job_events").map_err(AuditError::sqlite("end a read"));
-        let out = out?;
-        released?;
-        Ok(out)
+        })
     }
 
     /// The newest `n` decisions of kind `kind` (`deny`, …) that dry-run policies did not make, newest

@@ -93,11 +93,11 @@ pub fn query_each(
     // A job is the most selective filter and has its own index; a project or a user without one
     // is looked up in its table.
     if filter.job.is_none() {
-        if let Some(p) = &filter.project {
-            return by_lookup(log, filter, Lookup { table: "decisions_by_project", column: "project", key: p }, f);
-        }
-        if let Some(u) = &filter.user {
-            return by_lookup(log, filter, Lookup { table: "decisions_by_user", column: "user", key: u }, f);
+        let by = [("project", &filter.project), ("user", &filter.user)];
+        if let Some((table, key)) =
+            by.iter().find_map(|(column, key)| Some((crate::log::lookup("decisions", column)?, key.as_deref()?)))
+        {
+            return by_lookup(log, filter, table, key, f);
         }
     }
     let mut args = Vec::new();
@@ -120,13 +120,6 @@ pub fn query_each(
     Ok(n)
 }
 
-/// A look-up table of schema version 5 and the key to find.
-struct Lookup<'a> {
-    table: &'static str,
-    column: &'static str,
-    key: &'a str,
-}
-
 /// [`query_each`] through a look-up table: the decisions it covers in `(time, seq)` order, merged
 /// with the matching decisions after its last run (fewer than [`crate::log::INDEX_RUN`], read
 /// first), all in one read transaction so that a run committed meanwhile is neither missed nor
@@ -134,11 +127,11 @@ struct Lookup<'a> {
 fn by_lookup(
     log: &AuditLog,
     filter: &Filter,
-    lookup: Lookup<'_>,
+    lookup: &crate::log::Lookup,
+    key: &str,
     mut f: impl FnMut(StoredDecision) -> std::io::Result<()>,
 ) -> Result<u64> {
-    log.conn.execute_batch("SAVEPOINT bursar_query").map_err(AuditError::sqlite("start a read"))?;
-    let result = (|| {
+    crate::log::in_one_read(&log.conn, || {
         let through = crate::log::indexed_through(&log.conn, "decisions")?;
         let limit = filter.limit.unwrap_or(usize::MAX);
         // The decisions after the last run, sorted.
@@ -158,7 +151,7 @@ fn by_lookup(
         // The decisions the table covers, in its key order.
         let mut args = Vec::new();
         let w = filter.where_clause("d.", &mut args);
-        args.push(Value::Text(lookup.key.to_owned()));
+        args.push(Value::Text(key.to_owned()));
         let mut on = format!("x.{} = ?{}", lookup.column, args.len());
         args.push(Value::Integer(through));
         on.push_str(&format!(" AND x.seq <= ?{}", args.len()));
@@ -171,7 +164,7 @@ fn by_lookup(
             on.push_str(&format!(" AND x.time < ?{}", args.len()));
         }
         let w = if w.is_empty() { format!("WHERE {on}") } else { format!("{w} AND {on}") };
-        let columns = DECISION_COLUMNS.split(", ").map(|c| format!("d.{}", c.trim())).collect::<Vec<_>>().join(", ");
+        let columns = crate::log::prefixed(DECISION_COLUMNS, "d");
         let sql = format!(
             "SELECT {columns} FROM {} x JOIN decisions d ON d.seq = x.seq {w} ORDER BY x.time, x.seq",
             lookup.table
@@ -206,11 +199,7 @@ fn by_lookup(
             }
         }
         Ok(n)
-    })();
-    let released = log.conn.execute_batch("RELEASE bursar_query").map_err(AuditError::sqlite("end a read"));
-    let n = result?;
-    released?;
-    Ok(n)
+    })
 }
 
 /// One step of a job's story.
