@@ -228,7 +228,10 @@ ALLOW_BID=$(scontrol show job "$ALLOW" | grep -o 'bursar_job=lab-[0-9a-f]\{12\}'
 [ -n "$ALLOW_BID" ] || fail "job $ALLOW has no bursar id in its AdminComment"
 ok "Slurm job $ALLOW (bursar $ALLOW_BID) running"
 # The Prolog wrote dcgm-exporter's job mapping: one file per GPU of the job, holding its Slurm id.
+# Slurm shows the job RUNNING from its allocation on, while the Prolog (PrologFlags=Alloc) may still
+# be running on the node: wait for it, as the Epilog check below waits for the Epilog.
 mapped() { grep -lx "$1" "$LAB"/dcgm-job-map/[0-9]* 2>/dev/null | wc -l; }
+for _ in $(seq 50); do [ "$(mapped "$ALLOW")" = 2 ] && break; sleep 0.2; done
 [ "$(mapped "$ALLOW")" = 2 ] || fail "the prolog mapped job $ALLOW to $(mapped "$ALLOW") GPU files, not 2: $(ls "$LAB/dcgm-job-map")"
 ok "prolog: Slurm job $ALLOW listed in the mapping files of its 2 GPUs"
 
