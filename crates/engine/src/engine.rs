@@ -235,7 +235,8 @@ impl Draft {
     }
 
     fn about(job_id: &Arc<str>, job: Option<&JobRecord>, time: Timestamp, kind: DecisionKind) -> Draft {
-        let (project, user, gpus) = (job.map(|j| j.project.clone()), job.map(|j| j.user.clone()), job.map(|j| j.gpus));
+        let (project, user, gpus) =
+            (job.map(|j| j.profile.project.clone()), job.map(|j| j.profile.user.clone()), job.map(|j| j.gpus));
         Draft::with(job_id, project, user, gpus, time, kind)
     }
 

@@ -25,7 +25,7 @@
 //! - [`set`]: [`PolicySet`], the immutable set swapped whole on reload.
 //! - [`state`]: jobs, ledgers and what policies may ask of them.
 //! - [`engine`]: [`Engine::apply`], timer firing, decision combination, lifecycle steps.
-//! - `timers`, `dedupe`, `intern`: supporting structures, public only because a [`Snapshot`] holds
+//! - `timers`, `dedupe`, `intern`, `profile`: supporting structures, public only because a [`Snapshot`] holds
 //!   them (hidden from the documentation; not an API).
 
 #[doc(hidden)]
@@ -34,6 +34,8 @@ pub mod engine;
 #[doc(hidden)]
 pub mod intern;
 pub mod policy;
+#[doc(hidden)]
+pub mod profile;
 pub mod set;
 pub mod state;
 #[doc(hidden)]

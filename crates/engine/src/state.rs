@@ -21,6 +21,8 @@ use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::intern::{Interner, Sym};
+pub use crate::profile::JobTag;
+use crate::profile::{Profile, Profiles};
 
 /// How long usage buckets are kept: enough for the longest quota period (a month) plus settlement lag.
 pub const LEDGER_RETENTION_DAYS: i64 = 62;
@@ -339,33 +341,14 @@ impl<'de> Deserialize<'de> for OptTime {
     }
 }
 
-/// One tag of a job: its key, its value, and the tag ledger (`key=value`) it counts in, all interned.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JobTag {
-    /// Key.
-    pub key: Sym,
-    /// Value.
-    pub value: Sym,
-    /// The tag ledger's name, `key=value`, computed once at submission.
-    pub ledger: Sym,
-}
-
-/// What the engine keeps per job: 192 bytes plus the id (the size is pinned by a test, because it is
+/// What the engine keeps per job: 144 bytes plus the id (the size is pinned by a test, because it is
 /// most of the memory per tracked job; see `docs/performance.md`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {
-    /// Project.
-    pub(crate) project: Sym,
-    /// User.
-    pub(crate) user: Sym,
-    /// Queue.
-    pub(crate) queue: Option<Sym>,
-    /// Stage.
-    pub(crate) stage: Option<Sym>,
-    /// GPU model.
-    pub(crate) gpu_type: Option<Sym>,
-    /// Tags, in the order submitted.
-    pub(crate) tags: Box<[JobTag]>,
+    /// Project, user, queue, stage, GPU type and tags, shared with the jobs submitted the same way.
+    /// Serialized as the record's own fields, as before profiles.
+    #[serde(flatten)]
+    pub(crate) profile: Arc<Profile>,
     /// GPUs.
     pub(crate) gpus: u32,
     /// Nodes.
@@ -405,7 +388,7 @@ pub struct JobRecord {
     /// Deferrable work.
     pub(crate) deferrable: bool,
     /// Whether the job names a configuration ([`JobSpec::has_config`]); only then is its measured
-    /// throughput kept. (Lives in what was padding: the record stays 192 bytes.)
+    /// throughput kept. (Lives in what was padding.)
     #[serde(default)]
     pub(crate) configured: bool,
 }
@@ -413,32 +396,32 @@ pub struct JobRecord {
 impl JobRecord {
     /// Project.
     pub fn project(&self) -> &str {
-        &self.project
+        &self.profile.project
     }
 
     /// User.
     pub fn user(&self) -> &str {
-        &self.user
+        &self.profile.user
     }
 
     /// Queue.
     pub fn queue(&self) -> Option<&str> {
-        self.queue.as_deref()
+        self.profile.queue.as_deref()
     }
 
     /// Stage.
     pub fn stage(&self) -> Option<&str> {
-        self.stage.as_deref()
+        self.profile.stage.as_deref()
     }
 
     /// GPU model.
     pub fn gpu_type(&self) -> Option<&str> {
-        self.gpu_type.as_deref()
+        self.profile.gpu_type.as_deref()
     }
 
     /// Tags, in the order submitted.
     pub fn tags(&self) -> &[JobTag] {
-        &self.tags
+        &self.profile.tags
     }
 
     /// GPUs.
@@ -540,7 +523,7 @@ impl JobRecord {
 
     /// The tag value for `key`.
     pub fn tag(&self, key: &str) -> Option<&str> {
-        self.tags.iter().find(|t| &*t.key == key).map(|t| &*t.value)
+        self.profile.tags.iter().find(|t| &*t.key == key).map(|t| &*t.value)
     }
 
     /// GPU-hours of runtime so far (or until the end).
@@ -592,19 +575,19 @@ impl JobFacts for JobSpec {
 
 impl JobFacts for JobRecord {
     fn project(&self) -> &str {
-        &self.project
+        JobRecord::project(self)
     }
     fn user(&self) -> &str {
-        &self.user
+        JobRecord::user(self)
     }
     fn queue(&self) -> Option<&str> {
-        self.queue.as_deref()
+        JobRecord::queue(self)
     }
     fn stage(&self) -> Option<&str> {
-        self.stage.as_deref()
+        JobRecord::stage(self)
     }
     fn gpu_type(&self) -> Option<&str> {
-        self.gpu_type.as_deref()
+        JobRecord::gpu_type(self)
     }
     fn tag(&self, key: &str) -> Option<&str> {
         JobRecord::tag(self, key)
@@ -768,6 +751,9 @@ pub struct State {
     pub(crate) runs: FxHashMap<Arc<str>, RunRate>,
     #[serde(skip)]
     pub(crate) names: Interner,
+    /// The jobs' profiles, each stored once.
+    #[serde(skip)]
+    pub(crate) profiles: Profiles,
     /// Scratch space for building keys without allocating.
     #[serde(skip)]
     buf: String,
@@ -846,48 +832,27 @@ impl State {
         self.names.intern(s)
     }
 
-    /// Rebuilds the interner after loading a persisted state, so names are shared again.
+    /// Rebuilds the interner and the profiles after loading a persisted state, so names are shared
+    /// again.
     pub fn reintern(&mut self) {
-        let mut names = Interner::default();
+        let (mut names, mut profiles, mut buf) = (Interner::default(), Profiles::default(), String::new());
         for job in self.jobs.values_mut() {
-            job.project = names.intern(&job.project);
-            job.user = names.intern(&job.user);
-            for name in [&mut job.queue, &mut job.stage, &mut job.gpu_type].into_iter().flatten() {
-                *name = names.intern(name);
-            }
-            for t in job.tags.iter_mut() {
-                t.key = names.intern(&t.key);
-                t.value = names.intern(&t.value);
-                t.ledger = names.intern(&t.ledger);
-            }
+            let shared = profiles.intern(&mut names, &*job.profile, &mut buf);
+            job.profile = shared;
         }
         self.names = names;
+        self.profiles = profiles;
     }
 
     pub(crate) fn record_from_spec(&mut self, spec: &JobSpec, now: Timestamp) -> JobRecord {
         let mut buf = std::mem::take(&mut self.buf);
-        let tags: Box<[JobTag]> = spec
-            .tags
-            .iter()
-            .map(|(k, v)| {
-                buf.clear();
-                buf.push_str(k);
-                buf.push('=');
-                buf.push_str(v);
-                JobTag { key: self.names.intern(k), value: self.names.intern(v), ledger: self.names.intern(&buf) }
-            })
-            .collect();
+        let profile = self.profiles.intern(&mut self.names, spec, &mut buf);
         buf.clear();
         spec.write_config_key(&mut buf);
         let config = config_hash(&buf);
         self.buf = buf;
         JobRecord {
-            project: self.intern(&spec.project),
-            user: self.intern(&spec.user),
-            queue: spec.queue.as_deref().map(|q| self.intern(q)),
-            stage: spec.stage.as_deref().map(|s| self.intern(s)),
-            gpu_type: spec.gpu_type.as_deref().map(|g| self.intern(g)),
-            tags,
+            profile,
             gpus: spec.gpus,
             nodes: spec.nodes,
             requested_hours: spec.requested_hours,
@@ -913,9 +878,9 @@ impl State {
         fn get<'a>(map: &'a mut FxHashMap<Sym, Ledger>, name: &Sym) -> &'a mut Ledger {
             map.entry(name.clone()).or_default()
         }
-        f(get(&mut self.ledgers.project, &job.project));
-        f(get(&mut self.ledgers.user, &job.user));
-        for t in job.tags.iter() {
+        f(get(&mut self.ledgers.project, &job.profile.project));
+        f(get(&mut self.ledgers.user, &job.profile.user));
+        for t in job.profile.tags.iter() {
             f(get(&mut self.ledgers.tag, &t.ledger));
         }
     }
@@ -924,7 +889,7 @@ impl State {
     pub(crate) fn reserve(&mut self, job: &mut JobRecord) {
         let hours = f64::from(job.gpus) * job.requested_hours;
         job.reserved = hours;
-        let (day, gpus, queue) = (job.usage_day, job.gpus, job.queue.clone());
+        let (day, gpus, queue) = (job.usage_day, job.gpus, job.profile.queue.clone());
         self.for_each_ledger(job, |l| {
             l.bucket(day).reserved += hours;
             l.held_gpus += gpus;
@@ -956,7 +921,7 @@ impl State {
         }
         let used = job.runtime_gpu_hours(at);
         let (day, gpus, queue, reserved, running) =
-            (job.usage_day, job.gpus, job.queue.clone(), job.reserved, job.started.is_some());
+            (job.usage_day, job.gpus, job.profile.queue.clone(), job.reserved, job.started.is_some());
         self.for_each_ledger(job, |l| {
             let b = l.bucket(day);
             b.reserved = (b.reserved - reserved).max(0.0);
@@ -1001,7 +966,7 @@ impl State {
     /// A sample's measure of work for a running job that names a configuration and a GPU type.
     pub(crate) fn sample_work(&mut self, id: &Arc<str>, work: &Work<'_>, at: Timestamp) {
         let Some(j) = self.jobs.get(&**id) else { return };
-        if j.phase != JobPhase::Running || !j.configured || j.gpu_type.is_none() || j.gpus == 0 {
+        if j.phase != JobPhase::Running || !j.configured || j.profile.gpu_type.is_none() || j.gpus == 0 {
             return;
         }
         match self.runs.get_mut(&**id) {
@@ -1021,7 +986,7 @@ impl State {
     /// measured throughput on its GPU type.
     pub(crate) fn end_run(&mut self, id: &str, job: &JobRecord, at: Timestamp) {
         let Some(run) = self.runs.remove(id) else { return };
-        let (Some(rate), Some(gpu_type)) = (run.rate(), &job.gpu_type) else { return };
+        let (Some(rate), Some(gpu_type)) = (run.rate(), &job.profile.gpu_type) else { return };
         if job.gpus == 0 || !rate.is_finite() {
             return;
         }
@@ -1090,10 +1055,42 @@ mod tests {
         assert!(h.measured("A100", 39, "tokens").is_some());
     }
 
+    /// A record as every snapshot so far has stored it (written by the build before profiles): it
+    /// loads, and writes back byte for byte.
+    const STORED_RECORD: &str = r#"{"project":"nlp","user":"ada","queue":"short","stage":null,"gpu_type":"A100","tags":[{"key":"team","value":"x","ledger":"team=x"}],"gpus":4,"nodes":1,"requested_hours":2.0,"submitted":1793577600000,"usage_day":20759,"reserved":8.0,"unbilled":0.0,"started":null,"ended":null,"defer_until":null,"pending":null,"util":{"last_sample":null,"gpu_util":0.0,"mem_util":0.0,"avg_gpu_util":0.0,"samples":0,"keepalive":null},"config":11347699277146412874,"marks":null,"status":null,"phase":"admitted","deferrable":false,"configured":true}"#;
+
+    #[test]
+    fn a_stored_job_record_loads_and_writes_back_unchanged() {
+        let r: JobRecord = serde_json::from_str(STORED_RECORD).unwrap();
+        assert_eq!(
+            (r.project(), r.user(), r.queue(), r.stage(), r.gpu_type()),
+            ("nlp", "ada", Some("short"), None, Some("A100"))
+        );
+        assert_eq!(r.tag("team"), Some("x"));
+        assert_eq!(&*r.tags()[0].ledger, "team=x");
+        assert_eq!((r.gpus(), r.reserved(), r.has_config()), (4, 8.0, true));
+        assert_eq!(serde_json::to_string(&r).unwrap(), STORED_RECORD);
+    }
+
+    #[test]
+    fn reinterning_shares_the_profiles_of_loaded_jobs() {
+        let mut state = State::default();
+        for id in ["a", "b"] {
+            state.jobs.insert(Arc::from(id), Box::new(serde_json::from_str(STORED_RECORD).unwrap()));
+        }
+        let [a, b] = [&state.jobs["a"].profile, &state.jobs["b"].profile];
+        assert!(!Arc::ptr_eq(a, b), "loaded apart");
+        state.reintern();
+        let [a, b] = [&state.jobs["a"].profile, &state.jobs["b"].profile];
+        assert!(Arc::ptr_eq(a, b), "shared once re-interned");
+        assert_eq!(state.profiles.len(), 1);
+        assert_eq!(**a, *serde_json::from_str::<JobRecord>(STORED_RECORD).unwrap().profile);
+    }
+
     #[test]
     fn a_job_record_stays_small() {
         // Most of the memory per tracked job; docs/performance.md explains the budget.
-        assert_eq!(size_of::<JobRecord>(), 192);
+        assert_eq!(size_of::<JobRecord>(), 144);
         assert_eq!(size_of::<OptTime>(), 8);
     }
 
