@@ -620,14 +620,14 @@ impl Engine {
                     Self::follow_up(state, timers, config, at, &job_id, &[(id, mode, out)], em);
                 }
                 TimerKind::ApprovalExpiry => {
-                    let expired = state.jobs.get(&*job_id).is_some_and(|j| {
-                        j.phase == JobPhase::PendingApproval && j.pending.as_ref().is_some_and(|p| p.expires == at)
+                    let expired = state.jobs.get(&job_id).is_some_and(|j| {
+                        j.phase == JobPhase::PendingApproval && j.pending().is_some_and(|p| p.expires == at)
                     });
                     if !expired {
                         continue;
                     }
-                    if let Some(job) = state.jobs.remove(&*job_id) {
-                        let pending = job.pending.clone();
+                    if let Some(job) = state.jobs.remove(&job_id) {
+                        let pending = job.pending().cloned();
                         let mut d = Draft::about(&job_id, Some(&job), at, DecisionKind::Deny);
                         d.admission = true;
                         d.gpu_hours = Some(f64::from(job.gpus) * job.requested_hours);
@@ -640,8 +640,8 @@ impl Engine {
                     }
                 }
                 TimerKind::DeferRelease => {
-                    let Some(job) = state.jobs.get_mut(&*job_id) else { continue };
-                    if job.phase != JobPhase::Deferred || job.defer_until.get() != Some(at) {
+                    let Some(job) = state.jobs.get_mut(&job_id) else { continue };
+                    if job.phase != JobPhase::Deferred || job.defer_until() != Some(at) {
                         continue;
                     }
                     job.phase = JobPhase::Admitted;
@@ -654,10 +654,10 @@ impl Engine {
                 TimerKind::Forget => {
                     if state
                         .jobs
-                        .get(&*job_id)
+                        .get(&job_id)
                         .is_some_and(|j| !j.phase.is_live() && j.phase != JobPhase::PendingApproval)
                     {
-                        state.jobs.remove(&*job_id);
+                        state.jobs.remove(&job_id);
                         state.runs.remove(&*job_id);
                     }
                 }
@@ -706,7 +706,7 @@ impl Engine {
         let now = state.now;
         let job_id: Arc<str> = Arc::from(spec.id.as_str());
         let requested = spec.requested_gpu_hours();
-        if let Some(existing) = state.jobs.get(&*job_id) {
+        if let Some(existing) = state.jobs.get(&job_id) {
             let mut d = Draft::about(&job_id, Some(existing), event.time, DecisionKind::Deny);
             d.admission = true;
             d.policies = vec![Arc::from(ENGINE_POLICY)];
@@ -818,7 +818,7 @@ impl Engine {
             (DecisionKind::Defer, Some(record)) => {
                 d.until = until;
                 record.phase = JobPhase::Deferred;
-                record.defer_until = until.into();
+                record.set_defer_until(until);
                 state.reserve(record);
                 if let Some(u) = until {
                     timers.set(u, job_id.clone(), TimerKind::DeferRelease);
@@ -827,8 +827,7 @@ impl Engine {
             (DecisionKind::RequireApproval, Some(record)) => {
                 let expires = now.plus(expires_after.unwrap_or(Duration::hours(24)));
                 record.phase = JobPhase::PendingApproval;
-                record.pending =
-                    Some(Box::new(Pending { approvers, expires, policies: policy_ids, reason: reason.clone() }));
+                record.set_pending(Some(Pending { approvers, expires, policies: policy_ids, reason: reason.clone() }));
                 timers.set(expires, job_id.clone(), TimerKind::ApprovalExpiry);
             }
             _ => {}
@@ -869,7 +868,7 @@ impl Engine {
         }
 
         if let Some(record) = record {
-            state.jobs.insert(job_id.clone(), Box::new(record));
+            state.jobs.insert(job_id.clone(), record);
             Self::apply_effects(
                 state,
                 timers,
@@ -930,7 +929,7 @@ impl Engine {
         match &event.kind {
             EventKind::JobStarted { .. } => {
                 if let Some(id) = &job_id
-                    && let Some(mut j) = state.jobs.remove(&**id)
+                    && let Some(mut j) = state.jobs.remove(id)
                 {
                     if matches!(j.phase, JobPhase::Admitted | JobPhase::Deferred) {
                         state.start(&mut j, event.time);
@@ -1009,7 +1008,7 @@ impl Engine {
 
         if let EventKind::JobFinished { status, .. } = &event.kind
             && let Some(id) = &job_id
-            && let Some(mut j) = state.jobs.remove(&**id)
+            && let Some(mut j) = state.jobs.remove(id)
         {
             j.status = Some(*status);
             if j.started.is_some() {
@@ -1038,11 +1037,11 @@ impl Engine {
         em: &mut Emitter<'_>,
     ) {
         let Some(id) = job_id else { return };
-        let Some(mut job) = state.jobs.remove(&**id) else { return };
-        let pending = match (&job.phase, job.pending.take()) {
+        let Some(mut job) = state.jobs.remove(id) else { return };
+        let pending = match (job.phase, job.take_pending()) {
             (JobPhase::PendingApproval, Some(p)) => p,
             (_, p) => {
-                job.pending = p;
+                job.set_pending(p);
                 state.jobs.insert(id.clone(), job);
                 return;
             }
@@ -1060,7 +1059,7 @@ impl Engine {
                 pending.approvers.iter().map(|a| &**a).collect::<Vec<_>>().join(", ")
             );
             em.emit(d);
-            job.pending = Some(pending);
+            job.set_pending(Some(pending));
             state.jobs.insert(id.clone(), job);
             return;
         }
@@ -1159,7 +1158,7 @@ impl Engine {
                 em.emit(d);
                 if kind == DecisionKind::Reclaim
                     && !dry
-                    && let Some(mut j) = state.jobs.remove(&**job_id)
+                    && let Some(mut j) = state.jobs.remove(job_id)
                 {
                     state.release(&mut j, time, JobPhase::Reclaimed);
                     state.end_run(job_id, &j, time);
@@ -1184,7 +1183,7 @@ impl Engine {
                         timers.set(*at, job_id.clone(), TimerKind::Policy { policy: policy.clone(), tag: *tag })
                     }
                     Effect::Mark { job_id, key, value } => {
-                        if let Some(j) = state.jobs.get_mut(&**job_id) {
+                        if let Some(j) = state.jobs.get_mut(job_id) {
                             j.set_mark(*key, *value);
                         }
                     }

@@ -25,7 +25,7 @@
 //! - [`set`]: [`PolicySet`], the immutable set swapped whole on reload.
 //! - [`state`]: jobs, ledgers and what policies may ask of them.
 //! - [`engine`]: [`Engine::apply`], timer firing, decision combination, lifecycle steps.
-//! - `timers`, `dedupe`, `intern`, `profile`: supporting structures, public only because a [`Snapshot`] holds
+//! - `timers`, `dedupe`, `intern`, `profile`, `jobs`: supporting structures, public only because a [`Snapshot`] holds
 //!   them (hidden from the documentation; not an API).
 
 #[doc(hidden)]
@@ -33,6 +33,8 @@ pub mod dedupe;
 pub mod engine;
 #[doc(hidden)]
 pub mod intern;
+#[doc(hidden)]
+pub mod jobs;
 pub mod policy;
 #[doc(hidden)]
 pub mod profile;

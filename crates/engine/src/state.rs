@@ -21,6 +21,7 @@ use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::intern::{Interner, Sym};
+use crate::jobs::JobTable;
 pub use crate::profile::JobTag;
 use crate::profile::{Profile, Profiles};
 
@@ -341,13 +342,14 @@ impl<'de> Deserialize<'de> for OptTime {
     }
 }
 
-/// What the engine keeps per job: 144 bytes plus the id (the size is pinned by a test, because it is
-/// most of the memory per tracked job; see `docs/performance.md`).
+/// What the engine keeps per job: 120 bytes plus the id (the size is pinned by a test, because it is
+/// most of the memory per tracked job; see `docs/performance.md`). What few jobs have (a deferral, a
+/// pending approval, policies' marks) is behind one pointer. Stored (in snapshots) as
+/// [`StoredRecord`], the layout every build so far has written and read.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "StoredRecord", into = "StoredRecord")]
 pub struct JobRecord {
     /// Project, user, queue, stage, GPU type and tags, shared with the jobs submitted the same way.
-    /// Serialized as the record's own fields, as before profiles.
-    #[serde(flatten)]
     pub(crate) profile: Arc<Profile>,
     /// GPUs.
     pub(crate) gpus: u32,
@@ -355,10 +357,8 @@ pub struct JobRecord {
     pub(crate) nodes: u32,
     /// Requested hours.
     pub(crate) requested_hours: f64,
-    /// Submission time.
+    /// Submission time; its day's buckets hold the job's usage.
     pub(crate) submitted: Timestamp,
-    /// Day whose buckets hold the job's usage.
-    pub(crate) usage_day: i64,
     /// GPU-hours reserved and not yet settled.
     pub(crate) reserved: f64,
     /// GPU-hours settled from runtime and not yet charged.
@@ -367,20 +367,12 @@ pub struct JobRecord {
     pub(crate) started: OptTime,
     /// End time.
     pub(crate) ended: OptTime,
-    /// Deferred until.
-    pub(crate) defer_until: OptTime,
-    /// Pending approval.
-    pub(crate) pending: Option<Box<Pending>>,
     /// Latest utilisation.
     pub(crate) util: Utilisation,
     /// Hash of the configuration key (trial-before-scale).
     pub(crate) config: u64,
-    /// Policies' notes (rare, so a single pointer when there are none).
-    #[expect(
-        clippy::box_collection,
-        reason = "a thin pointer: 8 bytes per job instead of a Vec's 24, most jobs have no mark"
-    )]
-    pub(crate) marks: Option<Box<Vec<Mark>>>,
+    /// A deferral, a pending approval, policies' marks: `None` for most jobs.
+    rare: Option<Box<Rare>>,
     /// How it ended.
     pub(crate) status: Option<FinishStatus>,
     /// Phase.
@@ -388,9 +380,102 @@ pub struct JobRecord {
     /// Deferrable work.
     pub(crate) deferrable: bool,
     /// Whether the job names a configuration ([`JobSpec::has_config`]); only then is its measured
-    /// throughput kept. (Lives in what was padding.)
-    #[serde(default)]
+    /// throughput kept.
     pub(crate) configured: bool,
+}
+
+/// The parts of a job record few jobs have.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Rare {
+    defer_until: OptTime,
+    pending: Option<Pending>,
+    marks: Vec<Mark>,
+}
+
+impl Rare {
+    fn is_empty(&self) -> bool {
+        self.defer_until.is_none() && self.pending.is_none() && self.marks.is_empty()
+    }
+}
+
+/// A job record as snapshots store it: the fields in the order and shape every build has written
+/// (profiles and the rare part flattened; `usage_day`, always the submission's day, written for the
+/// builds that read it and ignored when read). A snapshot stays readable by the build before and
+/// after, which a rolling upgrade of a cluster needs.
+#[derive(Serialize, Deserialize)]
+struct StoredRecord {
+    #[serde(flatten)]
+    profile: Arc<Profile>,
+    gpus: u32,
+    nodes: u32,
+    requested_hours: f64,
+    submitted: Timestamp,
+    usage_day: i64,
+    reserved: f64,
+    unbilled: f64,
+    started: OptTime,
+    ended: OptTime,
+    defer_until: OptTime,
+    pending: Option<Pending>,
+    util: Utilisation,
+    config: u64,
+    marks: Option<Vec<Mark>>,
+    status: Option<FinishStatus>,
+    phase: JobPhase,
+    deferrable: bool,
+    #[serde(default)]
+    configured: bool,
+}
+
+impl From<StoredRecord> for JobRecord {
+    fn from(s: StoredRecord) -> JobRecord {
+        let rare = Rare { defer_until: s.defer_until, pending: s.pending, marks: s.marks.unwrap_or_default() };
+        JobRecord {
+            profile: s.profile,
+            gpus: s.gpus,
+            nodes: s.nodes,
+            requested_hours: s.requested_hours,
+            submitted: s.submitted,
+            reserved: s.reserved,
+            unbilled: s.unbilled,
+            started: s.started,
+            ended: s.ended,
+            util: s.util,
+            config: s.config,
+            rare: (!rare.is_empty()).then(|| Box::new(rare)),
+            status: s.status,
+            phase: s.phase,
+            deferrable: s.deferrable,
+            configured: s.configured,
+        }
+    }
+}
+
+impl From<JobRecord> for StoredRecord {
+    fn from(r: JobRecord) -> StoredRecord {
+        let rare = r.rare.map(|b| *b).unwrap_or_default();
+        StoredRecord {
+            profile: r.profile,
+            gpus: r.gpus,
+            nodes: r.nodes,
+            requested_hours: r.requested_hours,
+            submitted: r.submitted,
+            usage_day: r.submitted.day(),
+            reserved: r.reserved,
+            unbilled: r.unbilled,
+            started: r.started,
+            ended: r.ended,
+            defer_until: rare.defer_until,
+            pending: rare.pending,
+            util: r.util,
+            config: r.config,
+            marks: (!rare.marks.is_empty()).then_some(rare.marks),
+            status: r.status,
+            phase: r.phase,
+            deferrable: r.deferrable,
+            configured: r.configured,
+        }
+    }
 }
 
 impl JobRecord {
@@ -466,12 +551,35 @@ impl JobRecord {
 
     /// For a deferred job, when it may start.
     pub fn defer_until(&self) -> Option<Timestamp> {
-        self.defer_until.get()
+        self.rare.as_ref().and_then(|r| r.defer_until.get())
     }
 
     /// The approval it waits for.
     pub fn pending(&self) -> Option<&Pending> {
-        self.pending.as_deref()
+        self.rare.as_ref().and_then(|r| r.pending.as_ref())
+    }
+
+    /// Changes the rare part, allocated on first use and freed when it is empty again.
+    fn with_rare<T>(&mut self, f: impl FnOnce(&mut Rare) -> T) -> T {
+        let rare = self.rare.get_or_insert_default();
+        let out = f(rare);
+        if rare.is_empty() {
+            self.rare = None;
+        }
+        out
+    }
+
+    pub(crate) fn set_defer_until(&mut self, until: Option<Timestamp>) {
+        self.with_rare(|r| r.defer_until = until.into());
+    }
+
+    pub(crate) fn set_pending(&mut self, pending: Option<Pending>) {
+        self.with_rare(|r| r.pending = pending);
+    }
+
+    pub(crate) fn take_pending(&mut self) -> Option<Pending> {
+        self.pending()?;
+        self.with_rare(|r| r.pending.take())
     }
 
     /// The latest utilisation.
@@ -506,19 +614,20 @@ impl JobRecord {
 
     /// The value a policy stored under `key`.
     pub fn mark(&self, key: u64) -> Option<i64> {
-        self.marks.as_deref().and_then(|m| m.iter().find(|m| m.key == key)).map(|m| m.value)
+        self.rare.as_ref().and_then(|r| r.marks.iter().find(|m| m.key == key)).map(|m| m.value)
     }
 
     /// Sets (or with `None` removes) the value a policy stores under `key`.
     pub fn set_mark(&mut self, key: u64, value: Option<i64>) {
-        let marks = self.marks.get_or_insert_default();
-        marks.retain(|m| m.key != key);
-        if let Some(value) = value {
-            marks.push(Mark { key, value });
+        if value.is_none() && self.mark(key).is_none() {
+            return;
         }
-        if marks.is_empty() {
-            self.marks = None;
-        }
+        self.with_rare(|r| {
+            r.marks.retain(|m| m.key != key);
+            if let Some(value) = value {
+                r.marks.push(Mark { key, value });
+            }
+        });
     }
 
     /// The tag value for `key`.
@@ -736,9 +845,8 @@ pub fn config_hash(key: &str) -> u64 {
 pub struct State {
     /// Latest event time seen.
     pub(crate) now: Timestamp,
-    /// Jobs by id. Records are boxed so the table's empty slots (up to half of them right after it
-    /// grows) cost a pointer each rather than a whole record.
-    pub(crate) jobs: FxHashMap<Arc<str>, Box<JobRecord>>,
+    /// Jobs by id.
+    pub(crate) jobs: JobTable,
     /// Ledgers of projects, users and tag pairs.
     pub(crate) ledgers: Ledgers,
     /// Registered assets by fingerprint.
@@ -767,13 +875,13 @@ impl State {
 
     /// A job's record.
     pub fn job(&self, id: &str) -> Option<&JobRecord> {
-        self.jobs.get(id).map(|j| &**j)
+        self.jobs.get(id)
     }
 
     /// Every tracked job (live, pending approval, or ended and kept for late charges), in no
     /// particular order.
     pub fn jobs(&self) -> impl Iterator<Item = (&str, &JobRecord)> {
-        self.jobs.iter().map(|(id, j)| (&**id, &**j))
+        self.jobs.iter().map(|(id, j)| (&**id, j))
     }
 
     /// Registered assets by fingerprint.
@@ -857,19 +965,16 @@ impl State {
             nodes: spec.nodes,
             requested_hours: spec.requested_hours,
             submitted: now,
-            usage_day: now.day(),
             reserved: 0.0,
             unbilled: 0.0,
             started: OptTime::NONE,
             ended: OptTime::NONE,
             status: None,
             phase: JobPhase::Admitted,
-            defer_until: OptTime::NONE,
-            pending: None,
             util: Utilisation::default(),
             config,
             deferrable: spec.deferrable,
-            marks: None,
+            rare: None,
             configured: spec.has_config(),
         }
     }
@@ -889,7 +994,7 @@ impl State {
     pub(crate) fn reserve(&mut self, job: &mut JobRecord) {
         let hours = f64::from(job.gpus) * job.requested_hours;
         job.reserved = hours;
-        let (day, gpus, queue) = (job.usage_day, job.gpus, job.profile.queue.clone());
+        let (day, gpus, queue) = (job.submitted.day(), job.gpus, job.profile.queue.clone());
         self.for_each_ledger(job, |l| {
             l.bucket(day).reserved += hours;
             l.held_gpus += gpus;
@@ -921,7 +1026,7 @@ impl State {
         }
         let used = job.runtime_gpu_hours(at);
         let (day, gpus, queue, reserved, running) =
-            (job.usage_day, job.gpus, job.profile.queue.clone(), job.reserved, job.started.is_some());
+            (job.submitted.day(), job.gpus, job.profile.queue.clone(), job.reserved, job.started.is_some());
         self.for_each_ledger(job, |l| {
             let b = l.bucket(day);
             b.reserved = (b.reserved - reserved).max(0.0);
@@ -945,7 +1050,7 @@ impl State {
         let job = job_id.and_then(|id| self.jobs.remove_entry(id));
         match job {
             Some((id, mut job)) => {
-                let (day, unbilled) = (job.usage_day, job.unbilled);
+                let (day, unbilled) = (job.submitted.day(), job.unbilled);
                 self.for_each_ledger(&job, |l| {
                     let b = l.bucket(day);
                     b.charged += gpu_hours;
@@ -965,7 +1070,7 @@ impl State {
 
     /// A sample's measure of work for a running job that names a configuration and a GPU type.
     pub(crate) fn sample_work(&mut self, id: &Arc<str>, work: &Work<'_>, at: Timestamp) {
-        let Some(j) = self.jobs.get(&**id) else { return };
+        let Some(j) = self.jobs.get(id) else { return };
         if j.phase != JobPhase::Running || !j.configured || j.profile.gpu_type.is_none() || j.gpus == 0 {
             return;
         }
@@ -1017,7 +1122,7 @@ impl State {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -1057,7 +1162,7 @@ mod tests {
 
     /// A record as every snapshot so far has stored it (written by the build before profiles): it
     /// loads, and writes back byte for byte.
-    const STORED_RECORD: &str = r#"{"project":"nlp","user":"ada","queue":"short","stage":null,"gpu_type":"A100","tags":[{"key":"team","value":"x","ledger":"team=x"}],"gpus":4,"nodes":1,"requested_hours":2.0,"submitted":1793577600000,"usage_day":20759,"reserved":8.0,"unbilled":0.0,"started":null,"ended":null,"defer_until":null,"pending":null,"util":{"last_sample":null,"gpu_util":0.0,"mem_util":0.0,"avg_gpu_util":0.0,"samples":0,"keepalive":null},"config":11347699277146412874,"marks":null,"status":null,"phase":"admitted","deferrable":false,"configured":true}"#;
+    pub(crate) const STORED_RECORD: &str = r#"{"project":"nlp","user":"ada","queue":"short","stage":null,"gpu_type":"A100","tags":[{"key":"team","value":"x","ledger":"team=x"}],"gpus":4,"nodes":1,"requested_hours":2.0,"submitted":1793577600000,"usage_day":20759,"reserved":8.0,"unbilled":0.0,"started":null,"ended":null,"defer_until":null,"pending":null,"util":{"last_sample":null,"gpu_util":0.0,"mem_util":0.0,"avg_gpu_util":0.0,"samples":0,"keepalive":null},"config":11347699277146412874,"marks":null,"status":null,"phase":"admitted","deferrable":false,"configured":true}"#;
 
     #[test]
     fn a_stored_job_record_loads_and_writes_back_unchanged() {
@@ -1073,15 +1178,41 @@ mod tests {
     }
 
     #[test]
+    fn the_rare_part_is_stored_in_place_and_freed_when_empty() {
+        let stored = STORED_RECORD
+            .replace(
+                r#""defer_until":null,"pending":null"#,
+                r#""defer_until":1793581200000,"pending":{"approvers":["lead"],"expires":1793664000000,"policies":["big-jobs"],"reason":"large"}"#,
+            )
+            .replace(r#""marks":null"#, r#""marks":[{"key":7,"value":-3}]"#);
+        let mut r: JobRecord = serde_json::from_str(&stored).unwrap();
+        assert_eq!(r.defer_until(), Some(Timestamp(1_793_581_200_000)));
+        assert_eq!(r.pending().map(|p| (&*p.approvers[0], p.expires)), Some(("lead", Timestamp(1_793_664_000_000))));
+        assert_eq!(r.mark(7), Some(-3));
+        assert_eq!(serde_json::to_string(&r).unwrap(), stored, "writes back as it was stored");
+
+        assert_eq!(r.take_pending().map(|p| p.reason), Some("large".into()));
+        r.set_defer_until(None);
+        assert!(r.rare.is_some(), "a mark is left");
+        r.set_mark(7, None);
+        assert!(r.rare.is_none(), "nothing rare left: freed");
+        assert_eq!(serde_json::to_string(&r).unwrap(), STORED_RECORD);
+        r.set_mark(8, None);
+        assert!(r.rare.is_none(), "removing an absent mark allocates nothing");
+    }
+
+    #[test]
     fn reinterning_shares_the_profiles_of_loaded_jobs() {
         let mut state = State::default();
         for id in ["a", "b"] {
-            state.jobs.insert(Arc::from(id), Box::new(serde_json::from_str(STORED_RECORD).unwrap()));
+            state.jobs.insert(Arc::from(id), serde_json::from_str(STORED_RECORD).unwrap());
         }
-        let [a, b] = [&state.jobs["a"].profile, &state.jobs["b"].profile];
+        let profile = |id| &state.jobs.get(id).unwrap().profile;
+        let [a, b] = [profile("a"), profile("b")];
         assert!(!Arc::ptr_eq(a, b), "loaded apart");
         state.reintern();
-        let [a, b] = [&state.jobs["a"].profile, &state.jobs["b"].profile];
+        let profile = |id| &state.jobs.get(id).unwrap().profile;
+        let [a, b] = [profile("a"), profile("b")];
         assert!(Arc::ptr_eq(a, b), "shared once re-interned");
         assert_eq!(state.profiles.len(), 1);
         assert_eq!(**a, *serde_json::from_str::<JobRecord>(STORED_RECORD).unwrap().profile);
@@ -1090,7 +1221,7 @@ mod tests {
     #[test]
     fn a_job_record_stays_small() {
         // Most of the memory per tracked job; docs/performance.md explains the budget.
-        assert_eq!(size_of::<JobRecord>(), 144);
+        assert_eq!(size_of::<JobRecord>(), 120);
         assert_eq!(size_of::<OptTime>(), 8);
     }
 
