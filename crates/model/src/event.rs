@@ -289,8 +289,8 @@ impl JobSpec {
                         *d = b'0' + (frac % 10) as u8;
                         frac /= 10;
                     }
-                    let text = std::str::from_utf8(&digits).unwrap_or("");
-                    out.push_str(text.trim_end_matches('0'));
+                    let len = digits.iter().rposition(|&d| d != b'0').map_or(0, |p| p + 1);
+                    out.extend(digits[..len].iter().map(|&d| char::from(d)));
                 }
             }
         }
@@ -1062,8 +1062,10 @@ mod tests {
     fn config_keys() {
         let mut j = JobSpec { image: Some("img".into()), model_params_b: Some(7.0), ..JobSpec::default() };
         assert_eq!(j.config_key(), "img|||7");
-        j.model_params_b = Some(1.25);
-        assert_eq!(j.config_key(), "img|||1.25");
+        for (p, text) in [(1.25, "1.25"), (1.05, "1.05"), (0.001, "0.001"), (2.1, "2.1"), (70.0, "70"), (-1.5, "-1.5")] {
+            j.model_params_b = Some(p);
+            assert_eq!(j.config_key(), format!("img|||{text}"), "{p}");
+        }
         j.config = Some("named".into());
         assert_eq!(j.config_key(), "named");
         assert!(j.has_config());

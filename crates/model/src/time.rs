@@ -467,7 +467,10 @@ pub fn push_int(out: &mut String, v: i64) {
             break;
         }
     }
-    out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or(""));
+    // ASCII digits: pushed as chars, which needs no UTF-8 validation of the buffer (`str::from_utf8`
+    // cost more than the digits themselves).
+    out.reserve(buf.len() - i);
+    out.extend(buf[i..].iter().map(|&b| char::from(b)));
 }
 
 #[cfg(test)]
@@ -515,6 +518,13 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn push_int_writes_what_display_does(v in any::<i64>()) {
+            let mut s = String::from("x");
+            push_int(&mut s, v);
+            prop_assert_eq!(s, format!("x{v}"));
+        }
+
         #[test]
         fn civil_round_trip(z in -1_000_000i64..1_000_000) {
             let (y, m, d) = civil_from_days(z);
