@@ -378,10 +378,12 @@ pub struct TomlPolicy {
     pub family: Family,
 }
 
-/// The sentences the families leave for later ([`Later::code`]), all allow notes of an admission.
+/// The sentences the families leave for later ([`Later::code`]): allow notes of an admission, and the
+/// off-peak deferral.
 const NOTE_QUOTA: u16 = 1;
 const NOTE_TRIAL: u16 = 2;
 const NOTE_PLACEMENT: u16 = 3;
+const NOTE_OFF_PEAK: u16 = 4;
 
 const IDLE_CHECK: u32 = 1;
 const IDLE_RECLAIM: u32 = 2;
@@ -434,6 +436,14 @@ impl Policy for TomlPolicy {
                 out.push_str(Timestamp(l.int).text().as_str());
             }
             (Family::Placement(_), NOTE_PLACEMENT, VerdictKind::Allow(hints)) => Placement::write_note(job, hints, out),
+            (Family::Placement(Placement { off_peak: Some(op), .. }), NOTE_OFF_PEAK, VerdictKind::Defer { until }) => {
+                out.push_str("deferrable work waits for off-peak hours (");
+                out.push_str(&op.label);
+                out.push_str("); job ");
+                out.push_str(&job.id);
+                out.push_str(" may start at ");
+                out.push_str(until.text().as_str());
+            }
             _ => {}
         }
     }
@@ -845,7 +855,12 @@ pub fn dataset_fingerprint(job: &JobSpec) -> Option<String> {
     {
         return Some(s);
     }
-    Some(format!("{}+{}", job.dataset.as_deref()?, job.script_hash.as_deref()?))
+    let (dataset, script) = (job.dataset.as_deref()?, job.script_hash.as_deref()?);
+    let mut fp = String::with_capacity(dataset.len() + 1 + script.len());
+    fp.push_str(dataset);
+    fp.push('+');
+    fp.push_str(script);
+    Some(fp)
 }
 
 impl AssetReuse {
@@ -1049,16 +1064,10 @@ impl Placement {
             let deferrable = job.deferrable || job.stage.as_deref().is_some_and(|s| op.stages.iter().any(|x| x == s));
             if deferrable && !op.inside(cx.now.time_of_day(op.offset)) {
                 let until = op.next_start(cx.now);
-                out.verdict(
-                    Verdict::new(
-                        VerdictKind::Defer { until },
-                        format!(
-                            "deferrable work waits for off-peak hours ({}); job {} may start at {until}",
-                            op.label, job.id
-                        ),
-                    )
-                    .on_branch(1),
-                );
+                // Written only if the decision quotes it: most deferrable submissions of a busy pool
+                // are denied by another policy, and then this sentence is never read.
+                let reason = Reason::Later(Later { code: NOTE_OFF_PEAK, ..Later::default() });
+                out.verdict(Verdict::new(VerdictKind::Defer { until }, reason).on_branch(1));
                 return;
             }
         }

@@ -1062,7 +1062,8 @@ mod tests {
     fn config_keys() {
         let mut j = JobSpec { image: Some("img".into()), model_params_b: Some(7.0), ..JobSpec::default() };
         assert_eq!(j.config_key(), "img|||7");
-        for (p, text) in [(1.25, "1.25"), (1.05, "1.05"), (0.001, "0.001"), (2.1, "2.1"), (70.0, "70"), (-1.5, "-1.5")] {
+        for (p, text) in [(1.25, "1.25"), (1.05, "1.05"), (0.001, "0.001"), (2.1, "2.1"), (70.0, "70"), (-1.5, "-1.5")]
+        {
             j.model_params_b = Some(p);
             assert_eq!(j.config_key(), format!("img|||{text}"), "{p}");
         }
