@@ -666,6 +666,7 @@ impl Engine {
     }
 
     /// Runs the policies that want `event` and whose selector matches, collecting (index, output).
+    /// `matches` asks a policy's selector; a policy whose selector selects every job is not asked.
     fn ask<'s>(
         policies: &PolicySet,
         scratch: &'s mut Scratch,
@@ -675,7 +676,7 @@ impl Engine {
         scratch.used = 0;
         for &i in policies.for_type(EventMask::index(&cx.event.kind)) {
             let Some(p) = policies.policies().get(i) else { continue };
-            if !matches(p.as_ref()) {
+            if !policies.selects_all(i) && !matches(p.as_ref()) {
                 continue;
             }
             if scratch.used == scratch.slots.len() {

@@ -137,11 +137,14 @@ fn may_apply(selector: &Selector, kind: ScopeKind, name: &str) -> bool {
     }
 }
 
-/// The policies in force, indexed by the event types they want.
+/// The policies in force, indexed by the event types they want and by whether their selector selects
+/// every job.
 #[derive(Debug, Default)]
 pub struct PolicySet {
     policies: Vec<Arc<dyn Policy>>,
     by_type: [Vec<usize>; 10],
+    /// By policy: its selector is empty, so no job needs to be matched against it.
+    selects_all: Vec<bool>,
     by_id: FxHashMap<Arc<str>, usize>,
     files: Vec<SourceFile>,
     digest: String,
@@ -170,7 +173,8 @@ impl PolicySet {
             }
         }
         let limits = PoolLimits::of(&policies);
-        Ok(PolicySet { policies, by_type, by_id, files, digest, limits })
+        let selects_all = policies.iter().map(|p| p.meta().selector.is_empty()).collect();
+        Ok(PolicySet { policies, by_type, selects_all, by_id, files, digest, limits })
     }
 
     /// An empty set.
@@ -186,6 +190,12 @@ impl PolicySet {
     /// Indices of the policies that want event type `index` (see [`crate::EventMask::index`]).
     pub fn for_type(&self, index: usize) -> &[usize] {
         self.by_type.get(index).map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether policy `i` applies to every job (its selector is empty): then its selector need not be
+    /// asked.
+    pub fn selects_all(&self, i: usize) -> bool {
+        self.selects_all.get(i).copied().unwrap_or(false)
     }
 
     /// The policy with id `id`.
