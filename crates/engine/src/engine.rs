@@ -770,7 +770,7 @@ impl Engine {
                 match &v.kind {
                     VerdictKind::Defer { until: u } => until = Some(until.map_or(*u, |x: Timestamp| x.max(*u))),
                     VerdictKind::RequireApproval { approvers: a, expires_after: e } => {
-                        for name in a {
+                        for name in a.iter() {
                             if !approvers.iter().any(|x| &**x == name) {
                                 approvers.push(Arc::from(name.as_str()));
                             }

@@ -249,8 +249,9 @@ pub enum VerdictKind {
     Deny,
     /// Hold for a person's approval.
     RequireApproval {
-        /// Who may approve; empty means anyone.
-        approvers: Vec<String>,
+        /// Who may approve; empty means anyone. Shared with the policy that names them, so asking for
+        /// an approval copies no name.
+        approvers: Arc<[String]>,
         /// How long the request stays open.
         expires_after: Duration,
     },

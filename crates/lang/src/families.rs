@@ -76,7 +76,7 @@ pub enum Action {
     /// Require approval.
     RequireApproval {
         /// Who may approve.
-        approvers: Vec<String>,
+        approvers: Arc<[String]>,
         /// How long the request is open.
         expires: Duration,
     },
@@ -128,7 +128,7 @@ pub struct Approval {
     /// A general condition.
     pub when: Option<(String, Expr)>,
     /// Who may approve.
-    pub approvers: Vec<String>,
+    pub approvers: Arc<[String]>,
     /// How long a request stays open.
     pub expires: Duration,
 }
@@ -332,7 +332,7 @@ pub enum RuleDecision {
     /// Require approval.
     RequireApproval {
         /// Approvers.
-        approvers: Vec<String>,
+        approvers: Arc<[String]>,
         /// Expiry.
         expires: Duration,
     },

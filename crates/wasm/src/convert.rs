@@ -174,7 +174,7 @@ pub fn verdict(v: t::Verdict, now: Timestamp) -> Result<Verdict, Failure> {
             if a.expires_after < 1 {
                 return bad(format!("require-approval expires after {} ms, must be at least 1", a.expires_after));
             }
-            VerdictKind::RequireApproval { approvers: a.approvers, expires_after: Duration(a.expires_after) }
+            VerdictKind::RequireApproval { approvers: a.approvers.into(), expires_after: Duration(a.expires_after) }
         }
         t::VerdictKind::Defer(until) => {
             if until <= now.millis() {
