@@ -225,27 +225,34 @@ impl<E: EngineView> Notifier<E> {
         flush_steps(through, &mut si, &mut resolver, &mut resolved);
         let now = wall().millis();
         resolver.expire(&expiring, now, &mut resolved);
+        let last_decision = decisions.last().map_or(cursor.decision_seq, |d| d.seq.max(cursor.decision_seq));
         if !pass.more {
             // Caught up: an idle notice whose deadline the engine no longer holds is over.
             let idle_jobs: Vec<String> =
                 resolver.open().iter().filter(|o| o.kind == NoticeKind::Idle).filter_map(|o| o.job.clone()).collect();
             if !idle_jobs.is_empty() {
                 let now_facts = self.engine.facts(&idle_jobs)?;
+                // The engine answers once what it applied is durable, so a decision about one of these
+                // jobs made since this pass read the log (a keepalive's, a reclaim) is in the log now.
+                // Such a job's notice is left to the next pass, which closes it with that decision's
+                // reason instead of "busy again".
+                let decided: Vec<String> =
+                    self.log.decisions_since(last_decision, PAGE)?.into_iter().filter_map(|d| d.job).collect();
                 let holds = |o: &Open| {
-                    idle_jobs.iter().zip(&now_facts).any(|(j, f)| {
-                        Some(j) == o.job.as_ref()
-                            && f.as_ref().is_some_and(|f| {
-                                f.idle.iter().any(|w| {
-                                    Some(&w.policy) == o.policy.as_ref()
-                                        && Timestamp::parse(&w.alerted).is_ok_and(|t| t.millis() == o.opened_at)
+                    o.job.as_ref().is_some_and(|j| decided.contains(j))
+                        || idle_jobs.iter().zip(&now_facts).any(|(j, f)| {
+                            Some(j) == o.job.as_ref()
+                                && f.as_ref().is_some_and(|f| {
+                                    f.idle.iter().any(|w| {
+                                        Some(&w.policy) == o.policy.as_ref()
+                                            && Timestamp::parse(&w.alerted).is_ok_and(|t| t.millis() == o.opened_at)
+                                    })
                                 })
-                            })
-                    })
+                        })
                 };
                 resolver.no_longer_idle(holds, now, &mut resolved);
             }
         }
-        let last_decision = decisions.last().map_or(cursor.decision_seq, |d| d.seq.max(cursor.decision_seq));
         let to = OutboxCursor { decision_seq: last_decision, event_seq: through };
         pass.raised = raised.len();
         pass.resolved = resolved.len();
