@@ -809,7 +809,7 @@ impl Engine {
         };
         let mut d = draft(record.as_ref(), kind);
         d.admission = true;
-        d.policies = policy_ids.clone();
+        d.policies = policy_ids;
         d.gpu_hours = Some(requested);
         match (kind, &mut record) {
             (DecisionKind::Allow, Some(record)) => {
@@ -828,7 +828,12 @@ impl Engine {
             (DecisionKind::RequireApproval, Some(record)) => {
                 let expires = now.plus(expires_after.unwrap_or(Duration::hours(24)));
                 record.phase = JobPhase::PendingApproval;
-                record.set_pending(Some(Pending { approvers, expires, policies: policy_ids, reason: reason.clone() }));
+                record.set_pending(Some(Pending {
+                    approvers,
+                    expires,
+                    policies: d.policies.clone(),
+                    reason: reason.clone(),
+                }));
                 timers.set(expires, job_id.clone(), TimerKind::ApprovalExpiry);
             }
             _ => {}
