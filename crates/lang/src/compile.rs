@@ -699,7 +699,11 @@ fn compile_policy(
                 let queue = t.str(r, "queue").map(|(s, _)| s);
                 let priority = t.num(r, "priority").map(|(n, _)| n as i64);
                 t.finish(r, &["max_hours", "queue", "priority"]);
-                lanes.push(Lane { max_hours: max_hours.unwrap_or(f64::INFINITY), queue, priority });
+                lanes.push(Lane {
+                    max_hours: max_hours.unwrap_or(f64::INFINITY),
+                    queue: queue.map(Arc::from),
+                    priority,
+                });
             }
             let off_peak = f.table(r, "off_peak").and_then(|mut t| {
                 t.what = "`off_peak`".into();
@@ -733,7 +737,7 @@ fn compile_policy(
                         ("no hint", true),
                     ]),
                 ),
-                Family::Placement(Placement { lanes, off_peak, region }),
+                Family::Placement(Placement { lanes, off_peak, region: region.map(Arc::from) }),
             )
         }
         "efficiency" => {

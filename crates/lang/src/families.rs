@@ -214,7 +214,7 @@ pub struct Lane {
     /// Upper bound of requested hours.
     pub max_hours: f64,
     /// Queue hint.
-    pub queue: Option<String>,
+    pub queue: Option<Arc<str>>,
     /// Priority hint.
     pub priority: Option<i64>,
 }
@@ -242,7 +242,7 @@ pub struct Placement {
     /// Off-peak deferral.
     pub off_peak: Option<OffPeak>,
     /// Region hint.
-    pub region: Option<String>,
+    pub region: Option<Arc<str>>,
 }
 
 /// Efficiency advice.

@@ -65,15 +65,15 @@ impl DecisionKind {
 /// Scheduling hints attached to an admission by placement policies.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Hints {
-    /// Queue the job should go to.
+    /// Queue the job should go to (shared with the policy that names it: an allow copies no text).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queue: Option<String>,
+    pub queue: Option<Arc<str>>,
     /// Scheduler priority.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i64>,
-    /// Region the job should run in.
+    /// Region the job should run in (shared, like the queue).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub region: Option<String>,
+    pub region: Option<Arc<str>>,
 }
 
 impl Hints {

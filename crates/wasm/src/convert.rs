@@ -2,6 +2,8 @@
 //! WIT verdicts become engine [`Verdict`]s after validation. Anything out of range is a
 //! [`Failure::BadOutput`], handled like a trap.
 
+use std::sync::Arc;
+
 use bursar_engine::{Context, Verdict, VerdictKind};
 use bursar_model::{BillingMode, Duration, EventKind, FinishStatus, Hints, JobSpec, Timestamp};
 
@@ -166,9 +168,11 @@ pub fn verdict(v: t::Verdict, now: Timestamp) -> Result<Verdict, Failure> {
         return bad(format!("a verdict's gpu-hours is {h}, not a finite number of at least 0"));
     }
     let kind = match v.kind {
-        t::VerdictKind::Allow(h) => {
-            VerdictKind::Allow(Hints { queue: h.queue, priority: h.priority, region: h.region })
-        }
+        t::VerdictKind::Allow(h) => VerdictKind::Allow(Hints {
+            queue: h.queue.map(Arc::from),
+            priority: h.priority,
+            region: h.region.map(Arc::from),
+        }),
         t::VerdictKind::Deny => VerdictKind::Deny,
         t::VerdictKind::RequireApproval(a) => {
             if a.expires_after < 1 {
