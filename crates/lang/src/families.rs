@@ -505,7 +505,8 @@ impl Quota {
         let mut branch = 3;
         let object = |s: &mut String| {
             if s.is_empty() {
-                s.reserve(128);
+                // Room for the usual one or two objections, so the text is allocated once.
+                s.reserve(256);
             } else {
                 s.push_str("; ");
             }
