@@ -18,6 +18,7 @@ use rustc_hash::FxHasher;
 use serde::{Deserialize, Serialize};
 
 use crate::intern::{Interner, Sym};
+use crate::state::JobFacts;
 
 /// One tag of a job: its key, its value, and the tag ledger (`key=value`) it counts in, all interned.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -48,33 +49,14 @@ pub struct Profile {
     pub(crate) tags: Box<[JobTag]>,
 }
 
-/// A profile's names, wherever they are read from: a submission, or a profile being re-interned.
-pub(crate) trait Names {
-    fn project(&self) -> &str;
-    fn user(&self) -> &str;
-    fn queue(&self) -> Option<&str>;
-    fn stage(&self) -> Option<&str>;
-    fn gpu_type(&self) -> Option<&str>;
+/// A profile's names, wherever they are read from: a submission, or a profile being re-interned. The
+/// five single names are the selector's [`JobFacts`]; the tags are read in order.
+pub(crate) trait Names: JobFacts {
     fn tag_count(&self) -> usize;
     fn tags(&self) -> impl Iterator<Item = (&str, &str)>;
 }
 
 impl Names for JobSpec {
-    fn project(&self) -> &str {
-        &self.project
-    }
-    fn user(&self) -> &str {
-        &self.user
-    }
-    fn queue(&self) -> Option<&str> {
-        self.queue.as_deref()
-    }
-    fn stage(&self) -> Option<&str> {
-        self.stage.as_deref()
-    }
-    fn gpu_type(&self) -> Option<&str> {
-        self.gpu_type.as_deref()
-    }
     fn tag_count(&self) -> usize {
         self.tags.len()
     }
@@ -83,7 +65,7 @@ impl Names for JobSpec {
     }
 }
 
-impl Names for Profile {
+impl JobFacts for Profile {
     fn project(&self) -> &str {
         &self.project
     }
@@ -99,6 +81,12 @@ impl Names for Profile {
     fn gpu_type(&self) -> Option<&str> {
         self.gpu_type.as_deref()
     }
+    fn tag(&self, key: &str) -> Option<&str> {
+        self.tags.iter().find(|t| &*t.key == key).map(|t| &*t.value)
+    }
+}
+
+impl Names for Profile {
     fn tag_count(&self) -> usize {
         self.tags.len()
     }

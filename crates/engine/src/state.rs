@@ -481,27 +481,27 @@ impl From<JobRecord> for StoredRecord {
 impl JobRecord {
     /// Project.
     pub fn project(&self) -> &str {
-        &self.profile.project
+        self.profile.project()
     }
 
     /// User.
     pub fn user(&self) -> &str {
-        &self.profile.user
+        self.profile.user()
     }
 
     /// Queue.
     pub fn queue(&self) -> Option<&str> {
-        self.profile.queue.as_deref()
+        self.profile.queue()
     }
 
     /// Stage.
     pub fn stage(&self) -> Option<&str> {
-        self.profile.stage.as_deref()
+        self.profile.stage()
     }
 
     /// GPU model.
     pub fn gpu_type(&self) -> Option<&str> {
-        self.profile.gpu_type.as_deref()
+        self.profile.gpu_type()
     }
 
     /// Tags, in the order submitted.
@@ -632,7 +632,7 @@ impl JobRecord {
 
     /// The tag value for `key`.
     pub fn tag(&self, key: &str) -> Option<&str> {
-        self.profile.tags.iter().find(|t| &*t.key == key).map(|t| &*t.value)
+        self.profile.tag(key)
     }
 
     /// GPU-hours of runtime so far (or until the end).
@@ -684,22 +684,22 @@ impl JobFacts for JobSpec {
 
 impl JobFacts for JobRecord {
     fn project(&self) -> &str {
-        JobRecord::project(self)
+        self.profile.project()
     }
     fn user(&self) -> &str {
-        JobRecord::user(self)
+        self.profile.user()
     }
     fn queue(&self) -> Option<&str> {
-        JobRecord::queue(self)
+        self.profile.queue()
     }
     fn stage(&self) -> Option<&str> {
-        JobRecord::stage(self)
+        self.profile.stage()
     }
     fn gpu_type(&self) -> Option<&str> {
-        JobRecord::gpu_type(self)
+        self.profile.gpu_type()
     }
     fn tag(&self, key: &str) -> Option<&str> {
-        JobRecord::tag(self, key)
+        self.profile.tag(key)
     }
 }
 
