@@ -30,6 +30,9 @@
 //!   sequence number and the range of decision sequence numbers. An input id already in the log is
 //!   skipped with its decisions (`duplicate: true`), so replays and reruns never duplicate rows.
 //! - Decision `seq` is an INTEGER PRIMARY KEY assigned in commit order: a stream cursor.
+//! - A decision row holds each value once: its wire JSON is stored only when the columns cannot
+//!   give it back (placement hints); read it with [`StoredDecision::wire_json`] or
+//!   [`StoredDecision::to_decision`].
 //! - [`Durability::Durable`] is `synchronous=FULL` (a returned commit survives power loss);
 //!   [`Durability::Fast`] is `synchronous=NORMAL`, which may lose the last few milliseconds of commits on
 //!   power loss (never on a crash of the process alone).
@@ -91,7 +94,7 @@ pub use bursar_session::Journal;
 pub use error::{AuditError, Result};
 pub use log::{
     Appended, AuditLog, Durability, EventRow, PolicyLoad, Record, RestorePoint, SnapshotRejected, StoredDecision,
-    StoredEvent, StoredSnapshot, StoredStep, wall_ms,
+    StoredEvent, StoredSnapshot, StoredStep, stores_as_columns, wall_ms,
 };
 pub use outbox::{Delivered, NewNotice, NoticeRow, Outbox, OutboxCursor, Resolved};
 pub use witness::{PublicKey, SignedHead, SigningKey, Witness};

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bursar_engine::{SourceFile, Step, Transition};
-use bursar_model::{Decision, Event, EventKind, FinishStatus, Input, Timestamp};
+use bursar_model::{Decision, DecisionKind, Event, EventKind, FinishStatus, Hints, Input, Timestamp};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde::Serialize;
 
@@ -220,8 +220,73 @@ pub struct StoredDecision {
     pub gpu_hours: Option<f64>,
     /// Digest of the policy set in force.
     pub policy_set: String,
-    /// The decision's wire JSON.
-    pub json: String,
+    /// The `json` column as stored: the decision's wire JSON, or empty when the row's columns hold
+    /// all of it (schema version 6, see [`stores_as_columns`]). Read the decision with
+    /// [`StoredDecision::wire_json`] or [`StoredDecision::to_decision`], which handle both.
+    pub stored_json: String,
+}
+
+impl StoredDecision {
+    /// The decision's wire JSON, exactly as it was emitted: the stored text, or the decision
+    /// rebuilt from the row's columns and serialised.
+    pub fn wire_json(&self) -> Result<std::borrow::Cow<'_, str>> {
+        if !self.stored_json.is_empty() {
+            return Ok(std::borrow::Cow::Borrowed(&self.stored_json));
+        }
+        Ok(std::borrow::Cow::Owned(self.to_decision()?.to_json()))
+    }
+
+    /// The decision as it was emitted, from the row's columns (exact: SQLite gives back every value
+    /// bit for bit, where parsing the JSON's text would round some GPU-hour figures), with the
+    /// placement hints read from the stored JSON when there is one. A GPU-hour figure SQLite does
+    /// not keep (NaN, `-0.0`) comes back as it reads it; [`StoredDecision::wire_json`] has the text.
+    pub fn to_decision(&self) -> Result<Decision> {
+        #[derive(serde::Deserialize)]
+        struct HintsOf {
+            hints: Option<Hints>,
+        }
+        let bad = |what: &str| AuditError::Invalid(format!("decisions row {}: {what}", self.seq));
+        let hints = if self.stored_json.is_empty() {
+            None
+        } else {
+            serde_json::from_str::<HintsOf>(&self.stored_json)
+                .map_err(|e| bad(&format!("its JSON does not parse: {e}")))?
+                .hints
+        };
+        let arc = |v: &Option<String>| v.as_deref().map(Arc::<str>::from);
+        Ok(Decision {
+            decision_id: self.decision_id.clone(),
+            event_id: self.event_id.clone(),
+            time: Timestamp(self.time),
+            job_id: arc(&self.job),
+            project: arc(&self.project),
+            decision: DecisionKind::parse(&self.decision)
+                .ok_or_else(|| bad(&format!("`{}` is not a decision kind", self.decision)))?,
+            until: self.until.map(Timestamp),
+            policies: self.policies.iter().map(|p| Arc::from(p.as_str())).collect(),
+            reason: self.reason.clone(),
+            dry_run: self.dry_run,
+            admission: self.admission,
+            user: arc(&self.user),
+            gpus: self
+                .gpus
+                .map(u32::try_from)
+                .transpose()
+                .map_err(|_| bad(&format!("{:?} GPUs is out of range", self.gpus)))?,
+            gpu_hours: self.gpu_hours,
+            hints,
+        })
+    }
+}
+
+/// True when `d`'s wire JSON is exactly the decision rebuilt from its row's columns, so the row
+/// need not store it (schema version 6): every field has a column, except placement hints; and a
+/// GPU-hour figure SQLite would not give back bit for bit (a NaN or an infinity, which JSON writes
+/// as `null`, or `-0.0`, which SQLite reads back as `0.0`) keeps its JSON too. Tested against
+/// `Decision::to_json` over arbitrary decisions (`tests/log.rs`).
+pub fn stores_as_columns(d: &Decision) -> bool {
+    d.hints.as_ref().is_none_or(|h| h.is_empty())
+        && d.gpu_hours.is_none_or(|h| h.is_finite() && !(h == 0.0 && h.is_sign_negative()))
 }
 
 /// An event as stored.
@@ -628,8 +693,9 @@ impl AuditLog {
                 tx.prepare_cached(INSERT_DECISION).map_err(AuditError::sqlite("prepare the decision insert"))?;
             let mut ins_step =
                 tx.prepare_cached(INSERT_STEP).map_err(AuditError::sqlite("prepare the lifecycle insert"))?;
-            let mut json = String::new();
-            let mut policies = String::new();
+            // Reused for every decision: its JSON (when the columns do not hold it all) and its policies.
+            let mut json = Vec::new();
+            let mut policies = Vec::new();
             for entry in entries {
                 let mut event_seq = None;
                 if let Some(e) = &entry.event {
@@ -667,13 +733,12 @@ impl AuditLog {
                     let seq = de.seq + 1;
                     json.clear();
                     policies.clear();
-                    // Serialising our own types into a String cannot fail; keep going regardless.
-                    if let Ok(s) = serde_json::to_string(d) {
-                        json.push_str(&s);
+                    // Serialising our own types into a Vec cannot fail; keep going regardless.
+                    if !stores_as_columns(d) {
+                        let _ = serde_json::to_writer(&mut json, d);
                     }
-                    if let Ok(s) = serde_json::to_string(&d.policies) {
-                        policies.push_str(&s);
-                    }
+                    let _ = serde_json::to_writer(&mut policies, &d.policies);
+                    let (json, policies) = (utf8(&json), utf8(&policies));
                     let time = d.time.millis();
                     let until = d.until.map(Timestamp::millis);
                     let gpus = d.gpus.map(i64::from);
@@ -690,13 +755,13 @@ impl AuditLog {
                         .text(d.decision.as_str())
                         .int(i64::from(d.dry_run))
                         .int(i64::from(d.admission))
-                        .text(&policies)
+                        .text(policies)
                         .text(&d.reason)
                         .opt_int(until)
                         .opt_int(gpus)
                         .opt_real(d.gpu_hours)
                         .text(&entry.policy_set)
-                        .text(&json);
+                        .text(json);
                     let hash = c.finish();
                     ins_de
                         .execute(params![
@@ -1214,6 +1279,11 @@ pub(crate) fn limit_i64(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// `serde_json`'s output as text (it writes only UTF-8; anything else would be a bug, stored as "").
+fn utf8(bytes: &[u8]) -> &str {
+    std::str::from_utf8(bytes).unwrap_or_default()
+}
+
 /// Reads a row selected with [`DECISION_COLUMNS`].
 pub(crate) fn decision_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredDecision> {
     let policies: String = r.get(12)?;
@@ -1236,7 +1306,7 @@ pub(crate) fn decision_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Store
         gpus: r.get(15)?,
         gpu_hours: r.get(16)?,
         policy_set: r.get(17)?,
-        json: r.get(18)?,
+        stored_json: r.get(18)?,
     })
 }
 

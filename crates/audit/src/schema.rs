@@ -21,6 +21,13 @@
 //! time)` and `(user, time)` indexes and the events' `(job, seq)` with tables filled in sorted runs
 //! (see `V5`).
 //!
+//! Version 6 changes no table: a decision row's `json` may be empty, which means the decision's wire
+//! JSON is the decision rebuilt from the row's own columns (`crate::log::stores_as_columns`: every
+//! decision without placement hints). The row then holds each value once, and the writer neither
+//! serialises nor hashes the JSON a second time. The row's hash covers the empty text like any other
+//! value, so `verify` is unchanged; an older build would read the empty text as the decision, so it
+//! refuses the file (it is newer than the build).
+//!
 //! A migration is a step from version N to N+1 run in one transaction; [`migrate`] runs every
 //! step the file lacks. A file newer than this build is refused rather than guessed at.
 
@@ -31,7 +38,7 @@ use crate::error::{AuditError, Result};
 use crate::log::{Head, load_head, wall_ms};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 const V1: &str = r#"
 CREATE TABLE events (
@@ -236,8 +243,13 @@ DROP INDEX IF EXISTS events_job;
 DROP INDEX IF EXISTS lifecycle_job;
 "#;
 
+/// Version 6: no table changes (see the module's documentation); the version says that a decision's
+/// `json` may be empty, to be rebuilt from its columns.
+const V6: &str = "";
+
 /// The migration steps: `MIGRATIONS[n]` takes a file from version n to n+1.
-const MIGRATIONS: &[Step] = &[Step::Sql(V1), Step::Then(V2, adopt), Step::Sql(V3), Step::Sql(V4), Step::Sql(V5)];
+const MIGRATIONS: &[Step] =
+    &[Step::Sql(V1), Step::Then(V2, adopt), Step::Sql(V3), Step::Sql(V4), Step::Sql(V5), Step::Sql(V6)];
 
 /// Version 1 to 2: anchors what a version-1 file holds, as found.
 fn adopt(tx: &Transaction<'_>) -> Result<()> {

@@ -63,7 +63,7 @@ fn append_assigns_contiguous_seqs_and_skips_known_event_ids() {
     assert_eq!(all[3].event_seq, None);
     assert_eq!(all[5].policy_set, "set2");
     assert_eq!(all[2].policies, vec!["quota/x".to_owned()]);
-    let back: bursar_model::Decision = serde_json::from_str(&all[2].json).unwrap();
+    let back: bursar_model::Decision = all[2].to_decision().unwrap();
     assert_eq!(back, decision(2, 0, "cv", "bob", 3, DecisionKind::Deny, "quota/x"));
     let page = log.decisions_since(4, 1).unwrap();
     assert_eq!(page.len(), 1);
@@ -306,4 +306,130 @@ fn a_jobs_events_are_read_from_the_lookup_and_the_events_after_it() {
         }
     }
     assert!(bursar_audit::verify::verify(&log).unwrap().is_ok());
+}
+
+/// Schema version 6 stores a decision's JSON only when its columns cannot give it back. Over arbitrary
+/// decisions (any text, every optional field present or not, any GPU-hour figure including NaN,
+/// infinities and -0.0, placement hints or none), what a reader gets is exactly what was emitted.
+mod stored_once {
+    use super::*;
+    use bursar_audit::stores_as_columns;
+    use bursar_model::{Decision, Hints, Timestamp};
+    use proptest::prelude::*;
+
+    fn text() -> impl Strategy<Value = String> {
+        // Plain names, any string, and the characters JSON escapes (quotes, backslashes, controls).
+        prop_oneof![
+            Just(String::new()),
+            "[a-z0-9/._-]{1,12}",
+            any::<String>(),
+            "[\"\\\\\u{0}-\u{1f}\u{7f}\u{2028}é]{0,4}"
+        ]
+    }
+
+    fn hours() -> impl Strategy<Value = Option<f64>> {
+        prop_oneof![
+            Just(None),
+            any::<f64>().prop_map(Some),
+            prop::sample::select(vec![0.0, -0.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e300, 5e-324, 0.1])
+                .prop_map(Some),
+        ]
+    }
+
+    fn decision() -> impl Strategy<Value = Decision> {
+        let names = (text(), text(), prop::option::of(text()), prop::option::of(text()), prop::option::of(text()));
+        let kind = prop::sample::select(DecisionKind::ALL.to_vec());
+        // Years 0001–9999: the times RFC 3339 can write (and so the decoder can read back).
+        let year = || -62_135_596_800_000i64..253_402_300_799_999;
+        let when = (year(), prop::option::of(year()));
+        let rest = (
+            prop::collection::vec(text(), 0..3),
+            text(),
+            any::<bool>(),
+            any::<bool>(),
+            prop::option::of(any::<u32>()),
+            hours(),
+        );
+        let hints =
+            prop::option::of((prop::option::of(text()), prop::option::of(any::<i64>()), prop::option::of(text())));
+        (names, kind, when, rest, hints).prop_map(
+            |(
+                (id, ev, job, project, user),
+                decision,
+                (time, until),
+                (policies, reason, dry_run, admission, gpus, gpu_hours),
+                hints,
+            )| {
+                Decision {
+                    decision_id: id,
+                    event_id: ev,
+                    time: Timestamp(time),
+                    job_id: job.map(Into::into),
+                    project: project.map(Into::into),
+                    decision,
+                    until: until.map(Timestamp),
+                    policies: policies.into_iter().map(Into::into).collect(),
+                    reason,
+                    dry_run,
+                    admission,
+                    user: user.map(Into::into),
+                    gpus,
+                    gpu_hours,
+                    hints: hints.map(|(q, priority, r)| Hints {
+                        queue: q.map(Into::into),
+                        priority,
+                        region: r.map(Into::into),
+                    }),
+                }
+            },
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+        #[test]
+        fn readers_get_the_emitted_json(batch in prop::collection::vec(decision(), 1..24)) {
+            let dir = TempDir::new("stored-once");
+            let db = dir.path("a.db");
+            let mut log = AuditLog::open(&db, Durability::Fast).unwrap();
+            log.append(&[Record::without_event(batch.clone(), "set".into())]).unwrap();
+            let stored = log.decisions_since(0, usize::MAX).unwrap();
+            prop_assert_eq!(stored.len(), batch.len());
+            for (d, s) in batch.iter().zip(&stored) {
+                prop_assert_eq!(s.stored_json.is_empty(), stores_as_columns(d));
+                prop_assert_eq!(s.wire_json().unwrap(), d.to_json());
+                // The decision itself comes from the columns (hints from the JSON), so it is exact
+                // wherever SQLite keeps a value bit for bit: all but a NaN or -0.0 GPU-hour figure.
+                if d.gpu_hours.is_none_or(|h| !(h.is_nan() || h == 0.0 && h.is_sign_negative())) {
+                    let mut want = d.clone();
+                    want.hints = want.hints.filter(|h| !h.is_empty());
+                    prop_assert_eq!(s.to_decision().unwrap(), want);
+                }
+            }
+        }
+    }
+
+    /// A log holding both kinds of row (a decision with placement hints keeps its JSON) verifies,
+    /// and editing a column of a row without JSON is caught by the chain like any other edit.
+    #[test]
+    fn both_kinds_of_row_verify_and_edits_are_caught() {
+        let dir = TempDir::new("stored-once-verify");
+        let db = dir.path("a.db");
+        let mut log = AuditLog::open(&db, Durability::Fast).unwrap();
+        let plain = common::decision(1, 0, "nlp", "alice", 2, DecisionKind::Allow, "p/a");
+        let mut hinted = common::decision(2, 0, "nlp", "alice", 2, DecisionKind::Allow, "placement/x");
+        hinted.hints = Some(Hints { queue: Some("short".into()), priority: Some(3), region: None });
+        log.append(&[entry(1, "nlp", "alice", 2, DecisionKind::Allow, "p/a", "set1")]).unwrap();
+        log.append(&[Record::without_event(vec![plain.clone(), hinted.clone()], "set1".into())]).unwrap();
+        let stored = log.decisions_since(0, usize::MAX).unwrap();
+        assert_eq!(stored.iter().map(|s| s.stored_json.is_empty()).collect::<Vec<_>>(), vec![true, true, false]);
+        assert_eq!(stored[1].wire_json().unwrap(), plain.to_json());
+        assert_eq!(stored[2].wire_json().unwrap(), hinted.to_json());
+        drop(log);
+        let report = bursar_audit::verify::verify(&AuditLog::open_read(&db).unwrap()).unwrap();
+        assert!(report.is_ok(), "{report:?}");
+        common::sql(&db, "UPDATE decisions SET reason = 'edited' WHERE seq = 2");
+        let report = bursar_audit::verify::verify(&AuditLog::open_read(&db).unwrap()).unwrap();
+        assert!(!report.is_ok(), "an edited reason must break the chain");
+    }
 }

@@ -54,7 +54,8 @@ fn every_edit_is_found_and_named() {
         ("UPDATE decisions SET project = NULL WHERE seq = 8", "decisions", 8, ProblemKind::Edited),
         ("UPDATE decisions SET dry_run = 1 WHERE seq = 40", "decisions", 40, ProblemKind::Edited),
         (
-            "UPDATE decisions SET json = replace(json, 'deny', 'allow') WHERE seq = 9",
+            // A row whose columns hold the decision stores no JSON (schema 6): forging one is an edit.
+            "UPDATE decisions SET json = '{\"decision\":\"allow\"}' WHERE seq = 9",
             "decisions",
             9,
             ProblemKind::Edited,

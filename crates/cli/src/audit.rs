@@ -655,8 +655,9 @@ pub fn query(log: &AuditLog, filter: &Filter, format: QueryFormat, out: &mut dyn
 }
 
 fn write_json(d: &StoredDecision, out: &mut dyn Write) -> std::io::Result<()> {
-    // The stored wire JSON, with the log's own fields put first; key order is kept.
-    let rest = d.json.strip_prefix('{').unwrap_or(&d.json);
+    // The wire JSON, with the log's own fields put first; key order is kept.
+    let json = d.wire_json().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))?;
+    let rest = json.strip_prefix('{').unwrap_or(&json);
     let set = serde_json::to_string(&d.policy_set).unwrap_or_default();
     writeln!(out, "{{\"seq\":{},\"recorded_at\":\"{}\",\"policy_set\":{set},{rest}", d.seq, ts(d.recorded_at))
 }

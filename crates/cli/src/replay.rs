@@ -143,7 +143,7 @@ fn replay_audit(replayer: &mut Replayer, db: &PathBuf, since: Option<Timestamp>)
                 match decisions.front() {
                     Some(d) if d.event_seq.is_none_or(|s| s <= stored.seq) => {
                         if let Some(d) = decisions.pop_front() {
-                            match serde_json::from_str::<bursar_model::Decision>(&d.json) {
+                            match d.to_decision() {
                                 Ok(dec) => recorded.push(dec),
                                 Err(e) => eprintln!("{}: decision {} is unreadable, skipped: {e}", db.display(), d.seq),
                             }

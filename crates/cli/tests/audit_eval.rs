@@ -58,7 +58,7 @@ fn s(p: &Path) -> &str {
 
 fn stored_json(db: &Path) -> Vec<String> {
     let log = AuditLog::open_read(db).unwrap();
-    log.decisions_since(0, usize::MAX).unwrap().into_iter().map(|d| d.json).collect()
+    log.decisions_since(0, usize::MAX).unwrap().into_iter().map(|d| d.wire_json().unwrap().into_owned()).collect()
 }
 
 #[test]

@@ -65,7 +65,8 @@ fn a_killed_eval_leaves_a_log_holding_every_printed_decision() {
     let log = AuditLog::open_read(&db).unwrap();
     let rep = bursar_audit::verify::verify(&log).unwrap();
     assert!(rep.is_ok(), "{rep:?}");
-    let stored: Vec<String> = log.decisions_since(0, usize::MAX).unwrap().into_iter().map(|d| d.json).collect();
+    let stored: Vec<String> =
+        log.decisions_since(0, usize::MAX).unwrap().into_iter().map(|d| d.wire_json().unwrap().into_owned()).collect();
     assert!(stored.len() >= printed.len(), "{} stored < {} printed", stored.len(), printed.len());
     // Printed decisions are a prefix of the stored ones, byte for byte.
     assert_eq!(&stored[..printed.len()], &printed[..]);

@@ -322,7 +322,7 @@ mod tests {
             gpus: Some(8),
             gpu_hours: None,
             policy_set: "d".into(),
-            json: String::new(),
+            stored_json: String::new(),
         }
     }
 

@@ -351,7 +351,7 @@ async fn resent_admission(st: &AppState, job_id: String, event_id: String) -> Re
     })
     .await;
     match found {
-        Ok(Ok((Some(stored), _, _, _))) => match serde_json::from_str(&stored.json) {
+        Ok(Ok((Some(stored), _, _, _))) => match stored.to_decision() {
             Ok(decision) => reply(
                 StatusCode::OK,
                 &AdmitReply {

@@ -129,8 +129,8 @@ impl St {
         let n = rows.len();
         for row in rows {
             let seq = u64::try_from(row.seq).unwrap_or(0);
-            let decision: Decision = serde_json::from_str(&row.json)
-                .map_err(|e| format!("decision {seq} in the audit log is unreadable: {e}"))?;
+            let decision: Decision =
+                row.to_decision().map_err(|e| format!("decision {seq} in the audit log is unreadable: {e}"))?;
             self.buffer.push_back((seq, Sequenced { seq, decision }.to_json()));
         }
         Ok(n)
