@@ -74,6 +74,42 @@ fn nats_err(what: &str) -> impl Fn(&dyn std::fmt::Display) -> ClusterError + '_ 
     move |e| ClusterError::Nats { what: what.to_owned(), error: e.to_string() }
 }
 
+/// How long [`when_formed`] waits for a JetStream cluster that is still forming.
+const FORMING: Duration = Duration::from_secs(15);
+
+/// Creates (or opens) a stream, waiting while the JetStream cluster is still forming: servers that
+/// have just started answer "no suitable peers for placement" (10005), "JetStream cluster not
+/// available" (10008) or not at all until enough peers have joined the metadata group to place the
+/// replicas. Started together with its NATS servers, an instance waits for them instead of failing;
+/// after [`FORMING`] it gives the last error.
+async fn when_formed(
+    js: &jetstream::Context,
+    config: stream::Config,
+) -> Result<stream::Stream, jetstream::context::CreateStreamError> {
+    use jetstream::ErrorCode;
+    use jetstream::context::CreateStreamErrorKind as Kind;
+    let started = std::time::Instant::now();
+    loop {
+        match js.get_or_create_stream(config.clone()).await {
+            Ok(s) => return Ok(s),
+            Err(e) => {
+                let forming = match e.kind() {
+                    Kind::JetStream(j) => {
+                        j.error_code() == ErrorCode::CLUSTER_NO_PEERS
+                            || j.error_code() == ErrorCode::CLUSTER_NOT_AVAILABLE
+                    }
+                    Kind::JetStreamUnavailable => true,
+                    _ => false,
+                };
+                if !forming || started.elapsed() >= FORMING {
+                    return Err(e);
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
 fn bucket_config(bucket: &str, history: i64, max_age: Duration, replicas: usize) -> stream::Config {
     stream::Config {
         name: format!("KV_{bucket}"),
@@ -151,37 +187,43 @@ impl Nats {
     async fn open(client: async_nats::Client, config: &ClusterConfig) -> Result<Nats, ClusterError> {
         let js = jetstream::new(client.clone());
         let replicas = config.replicas.max(1);
-        let events = js
-            .get_or_create_stream(stream::Config {
+        let events = when_formed(
+            &js,
+            stream::Config {
                 name: EVENTS_STREAM.into(),
                 subjects: vec!["bursar.events.>".into()],
                 duplicate_window: config.dedupe_window,
                 max_age: config.retention,
                 num_replicas: replicas,
                 ..Default::default()
-            })
-            .await
-            .map_err(|e| nats_err("create the events stream")(&e))?;
-        let journal = js
-            .get_or_create_stream(stream::Config {
+            },
+        )
+        .await
+        .map_err(|e| nats_err("create the events stream")(&e))?;
+        let journal = when_formed(
+            &js,
+            stream::Config {
                 name: JOURNAL_STREAM.into(),
                 subjects: vec!["bursar.journal.>".into()],
                 max_age: config.retention,
                 num_replicas: replicas,
                 ..Default::default()
-            })
-            .await
-            .map_err(|e| nats_err("create the journal stream")(&e))?;
-        let snapshots = js
-            .get_or_create_stream(stream::Config {
+            },
+        )
+        .await
+        .map_err(|e| nats_err("create the journal stream")(&e))?;
+        let snapshots = when_formed(
+            &js,
+            stream::Config {
                 name: SNAPSHOTS_STREAM.into(),
                 subjects: vec!["bursar.snapshots.>".into()],
                 max_age: Duration::from_secs(24 * 3600),
                 num_replicas: replicas,
                 ..Default::default()
-            })
-            .await
-            .map_err(|e| nats_err("create the snapshot stream")(&e))?;
+            },
+        )
+        .await
+        .map_err(|e| nats_err("create the snapshot stream")(&e))?;
         let mut buckets = Vec::new();
         for (name, history, max_age) in [
             (META_BUCKET, 1, Duration::ZERO),
@@ -190,7 +232,7 @@ impl Nats {
             (JOBS_BUCKET, 1, Duration::from_secs(30 * 24 * 3600)),
             (MEMBERS_BUCKET, 1, Duration::from_secs(24 * 3600)),
         ] {
-            js.get_or_create_stream(bucket_config(name, history, max_age, replicas))
+            when_formed(&js, bucket_config(name, history, max_age, replicas))
                 .await
                 .map_err(|e| nats_err(&format!("create the `{name}` bucket"))(&e))?;
             buckets.push(js.get_key_value(name).await.map_err(|e| nats_err(&format!("open the `{name}` bucket"))(&e))?);
