@@ -146,8 +146,7 @@ fn generated_stream_is_deterministic_and_eval_consumes_it() {
     assert_eq!(a.stdout, b.stdout);
     let evs = events(&a);
     assert_eq!(count(&evs, "job.submitted"), 300);
-    let dir = std::env::temp_dir().join(format!("bursar-import-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = bursar_testkit::TempDir::new("import-test").unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_bursar"))
         .args(["eval", "--allow-empty", "--policies", dir.to_str().unwrap(), "--events", "-", "--summary-json"])
         .stdin(Stdio::piped())
@@ -163,7 +162,6 @@ fn generated_stream_is_deterministic_and_eval_consumes_it() {
     assert_eq!(summary["events"].as_u64(), Some(evs.len() as u64), "{stderr}");
     assert_eq!(summary["malformed"].as_u64(), Some(0));
     assert_eq!(summary["unknown_jobs"].as_u64(), Some(0));
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

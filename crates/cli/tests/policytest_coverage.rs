@@ -3,8 +3,10 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers: a failed setup step aborts the test with its error")]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
+
+use bursar_testkit::TempDir;
 
 fn bursar(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_bursar")).args(args).output().unwrap()
@@ -14,10 +16,9 @@ fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
-fn setup(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("bursar-policytest-cov-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
+/// A fresh directory (removed when the test ends) holding the repo's policies named below.
+fn setup(name: &str) -> TempDir {
+    let d = TempDir::new(&format!("policytest-cov-{name}")).unwrap();
     let policies = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies");
     for f in ["rules.toml", "rules.test.toml", "approval.toml", "trial.toml", "placement.toml", "reclaim.toml"] {
         std::fs::copy(policies.join(f), d.join(f)).unwrap();

@@ -6,6 +6,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use bursar_testkit::TempDir;
+
 fn bursar(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_bursar")).args(args).output().unwrap()
 }
@@ -18,9 +20,7 @@ const MESSY: &str = "# Team quotas.\n[[policy]]\nkind=\"quota\"   # family\n  id
 
 #[test]
 fn check_lists_then_fmt_rewrites_keeping_comments() {
-    let d = std::env::temp_dir().join(format!("bursar-policytest-fmt-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
+    let d = TempDir::new("policytest-fmt").unwrap();
     let file = d.join("q.toml");
     std::fs::write(&file, MESSY).unwrap();
     std::fs::write(d.join("q.test.toml"), "not = [toml").unwrap(); // test files are not policy files
@@ -49,9 +49,7 @@ fn the_example_policies_are_formatted() {
 
 #[test]
 fn invalid_toml_is_reported_and_left_alone() {
-    let d = std::env::temp_dir().join(format!("bursar-policytest-fmt-bad-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
+    let d = TempDir::new("policytest-fmt-bad").unwrap();
     let file = d.join("bad.toml");
     std::fs::write(&file, "a = [1,\n").unwrap();
     let out = bursar(&["fmt", file.to_str().unwrap()]);

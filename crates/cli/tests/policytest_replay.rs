@@ -7,6 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use bursar_testkit::TempDir;
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -21,9 +23,8 @@ fn text(o: &Output) -> String {
 
 /// `old/` holds the repo's TOML policies (not the WebAssembly manifests); `new/` the same with the
 /// speech project's monthly quota cut from 2,000 to 1,000 GPU-hours.
-fn setup(name: &str) -> (PathBuf, PathBuf, PathBuf) {
-    let d = std::env::temp_dir().join(format!("bursar-policytest-replay-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
+fn setup(name: &str) -> (TempDir, PathBuf, PathBuf) {
+    let d = TempDir::new(&format!("policytest-replay-{name}")).unwrap();
     let (old, new) = (d.join("old"), d.join("new"));
     std::fs::create_dir_all(&old).unwrap();
     std::fs::create_dir_all(&new).unwrap();

@@ -6,6 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use bursar_testkit::TempDir;
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -18,15 +20,13 @@ fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
-fn temp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("bursar-policytest-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh directory, removed when the test ends.
+fn temp(name: &str) -> TempDir {
+    TempDir::new(&format!("policytest-{name}")).unwrap()
 }
 
 /// Copies the TOML policies of the repo named in `files` (and their tests) into a fresh directory.
-fn copy_policies(name: &str, files: &[&str]) -> PathBuf {
+fn copy_policies(name: &str, files: &[&str]) -> TempDir {
     let d = temp(name);
     for f in files {
         for suffix in [".toml", ".test.toml"] {

@@ -10,15 +10,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use bursar_model::Timestamp;
+use bursar_testkit::TempDir;
 use serde_json::Value;
 
 fn data(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data").join(rel)
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("bursar-report-philly-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+/// A fresh directory with an empty `policies/`, removed when the test ends.
+fn tmp(name: &str) -> TempDir {
+    let dir = TempDir::new(&format!("report-philly-{name}")).unwrap();
     std::fs::create_dir_all(dir.join("policies")).unwrap();
     dir
 }

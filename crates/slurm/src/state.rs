@@ -77,16 +77,16 @@ pub fn save<T: Serialize>(path: &Path, value: &T) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn temp(name: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("bursar-slurm-state-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        dir.join("state.json")
+    /// A state file's path in a fresh directory, removed when the guard drops.
+    fn temp(name: &str) -> (bursar_testkit::TempDir, std::path::PathBuf) {
+        let dir = bursar_testkit::TempDir::new(&format!("slurm-state-{name}")).unwrap();
+        let path = dir.join("state.json");
+        (dir, path)
     }
 
     #[test]
     fn round_trips_and_starts_empty() {
-        let path = temp("roundtrip");
+        let (_dir, path) = temp("roundtrip");
         let empty: WatchState = load(&path).unwrap();
         assert!(empty.jobs.is_empty());
         let mut s = WatchState::default();
@@ -100,7 +100,7 @@ mod tests {
 
     #[test]
     fn a_corrupt_file_is_an_error_not_a_reset() {
-        let path = temp("corrupt");
+        let (_dir, path) = temp("corrupt");
         fs::write(&path, "{\"cursor\":").unwrap();
         let e = load::<EnforceState>(&path).unwrap_err().to_string();
         assert!(e.contains("delete it to start afresh"), "{e}");

@@ -155,6 +155,20 @@ impl TempDir {
     }
 }
 
+/// A `TempDir` is used as the path it holds (`dir.join("a.toml")`, `&dir` where a `&Path` goes).
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
 impl Drop for TempDir {
     fn drop(&mut self) {
         if std::env::var_os("BURSAR_KEEP_TEST_DIRS").is_none() {
