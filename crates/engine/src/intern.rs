@@ -35,6 +35,12 @@ impl Sym {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// Whether `a` and `b` are the same interned name (one pointer compare; two names interned by
+    /// different interners are never the same, even when equal).
+    pub fn ptr_eq(a: &Sym, b: &Sym) -> bool {
+        Arc::ptr_eq(&a.0, &b.0)
+    }
 }
 
 impl Deref for Sym {

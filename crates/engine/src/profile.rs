@@ -11,6 +11,7 @@
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use bursar_model::JobSpec;
 use hashbrown::HashTable;
@@ -29,6 +30,39 @@ pub struct JobTag {
     pub value: Sym,
     /// The tag ledger's name, `key=value`, computed once at submission.
     pub ledger: Sym,
+    /// Where that ledger is in the state's book of tag ledgers.
+    #[serde(skip)]
+    pub(crate) slot: Slot,
+}
+
+/// Where a profile's ledger was last found in its [`crate::state::Book`], so reserving and releasing
+/// GPU-hours reach it with one pointer compare instead of hashing its name. Only a hint: the book
+/// checks that the name at that position is this very ledger's before using it, so a stale slot (a
+/// state cloned and grown differently, a profile re-interned) costs one look-up by name, never a
+/// wrong ledger. Not serialized; equal to every other slot.
+#[derive(Debug, Default)]
+pub struct Slot(AtomicU32);
+
+impl Slot {
+    pub(crate) fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed) as usize
+    }
+
+    pub(crate) fn set(&self, at: usize) {
+        self.0.store(u32::try_from(at).unwrap_or(u32::MAX), Ordering::Relaxed);
+    }
+}
+
+impl Clone for Slot {
+    fn clone(&self) -> Slot {
+        Slot(AtomicU32::new(self.0.load(Ordering::Relaxed)))
+    }
+}
+
+impl PartialEq for Slot {
+    fn eq(&self, _: &Slot) -> bool {
+        true
+    }
 }
 
 /// The names a job was submitted with. Serialized as the record's own fields (a record's JSON did not
@@ -47,6 +81,12 @@ pub struct Profile {
     pub(crate) gpu_type: Option<Sym>,
     /// Tags, in the order submitted.
     pub(crate) tags: Box<[JobTag]>,
+    /// Where the project's ledger is in the state's book of project ledgers.
+    #[serde(skip)]
+    pub(crate) project_slot: Slot,
+    /// Where the user's ledger is in the state's book of user ledgers.
+    #[serde(skip)]
+    pub(crate) user_slot: Slot,
 }
 
 /// A profile's names, wherever they are read from: a submission, or a profile being re-interned. The
@@ -156,7 +196,12 @@ impl Profiles {
                 buf.push_str(k);
                 buf.push('=');
                 buf.push_str(v);
-                JobTag { key: names.intern(k), value: names.intern(v), ledger: names.intern(buf) }
+                JobTag {
+                    key: names.intern(k),
+                    value: names.intern(v),
+                    ledger: names.intern(buf),
+                    slot: Slot::default(),
+                }
             })
             .collect();
         let profile = Arc::new(Profile {
@@ -166,6 +211,8 @@ impl Profiles {
             stage: key.stage().map(|s| names.intern(s)),
             gpu_type: key.gpu_type().map(|g| names.intern(g)),
             tags,
+            project_slot: Slot::default(),
+            user_slot: Slot::default(),
         });
         self.table.insert_unique(hash, (hash, Arc::clone(&profile)), |(h, _)| *h);
         profile

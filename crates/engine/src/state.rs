@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::intern::{Interner, Sym};
 use crate::jobs::JobTable;
 pub use crate::profile::JobTag;
-use crate::profile::{Profile, Profiles};
+use crate::profile::{Profile, Profiles, Slot};
 
 /// How long usage buckets are kept: enough for the longest quota period (a month) plus settlement lag.
 pub const LEDGER_RETENTION_DAYS: i64 = 62;
@@ -49,20 +49,20 @@ pub struct LedgerKey {
     pub name: Sym,
 }
 
-/// Every ledger, one map per scope kind so a lookup by name needs no allocation.
+/// Every ledger, one book per scope kind so a lookup by name needs no allocation.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Ledgers {
     /// By project.
-    pub project: FxHashMap<Sym, Ledger>,
+    pub project: Book,
     /// By user.
-    pub user: FxHashMap<Sym, Ledger>,
+    pub user: Book,
     /// By tag pair `key=value`.
-    pub tag: FxHashMap<Sym, Ledger>,
+    pub tag: Book,
 }
 
 impl Ledgers {
-    /// The map of one scope kind.
-    pub fn of(&self, kind: ScopeKind) -> &FxHashMap<Sym, Ledger> {
+    /// The book of one scope kind.
+    pub fn of(&self, kind: ScopeKind) -> &Book {
         match kind {
             ScopeKind::Project => &self.project,
             ScopeKind::User => &self.user,
@@ -78,6 +78,115 @@ impl Ledgers {
     /// True when no ledger exists.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// The ledgers of one scope kind: side by side in one vector, in the order they were opened, with a
+/// map from each name to its position. A job's profile remembers its ledgers' positions
+/// ([`crate::profile::Slot`]), so an admission and a release reach them without hashing a name; a
+/// policy asking by name goes through the map. Ledgers are never removed (a ledger is a name's usage
+/// history; its day buckets are what ages out), so a position, once given, stays its name's.
+///
+/// Serialized as the map from name to ledger that snapshots have always held.
+#[derive(Debug, Clone, Default)]
+pub struct Book {
+    index: FxHashMap<Sym, u32>,
+    names: Vec<Sym>,
+    ledgers: Vec<Ledger>,
+}
+
+impl Book {
+    /// The ledger of `name`, if anything was ever counted in it.
+    pub fn get(&self, name: &str) -> Option<&Ledger> {
+        self.index.get(name).and_then(|&i| self.ledgers.get(i as usize))
+    }
+
+    /// Every ledger with its name, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Sym, &Ledger)> {
+        self.index.iter().filter_map(|(n, &i)| Some((n, self.ledgers.get(i as usize)?)))
+    }
+
+    /// Number of ledgers.
+    pub fn len(&self) -> usize {
+        self.ledgers.len()
+    }
+
+    /// True when no ledger exists.
+    pub fn is_empty(&self) -> bool {
+        self.ledgers.is_empty()
+    }
+
+    /// The position of `name`'s ledger, opened empty if it has none.
+    fn position(&mut self, name: &Sym) -> usize {
+        if let Some(&i) = self.index.get(name.as_str()) {
+            return i as usize;
+        }
+        let i = self.ledgers.len();
+        self.index.insert(name.clone(), u32::try_from(i).unwrap_or(u32::MAX));
+        self.names.push(name.clone());
+        self.ledgers.push(Ledger::default());
+        i
+    }
+
+    /// `name`'s ledger, opened empty if it has none.
+    fn named(&mut self, name: &Sym) -> &mut Ledger {
+        let i = self.position(name);
+        &mut self.ledgers[i]
+    }
+
+    /// `name`'s ledger, found first at the position `slot` remembers: used when the name there is
+    /// `name` itself (one pointer compare), else looked up by name and remembered.
+    fn at(&mut self, name: &Sym, slot: &Slot) -> &mut Ledger {
+        let hint = slot.get();
+        let i = if self.names.get(hint).is_some_and(|n| Sym::ptr_eq(n, name)) {
+            hint
+        } else {
+            let i = self.position(name);
+            slot.set(i);
+            i
+        };
+        &mut self.ledgers[i]
+    }
+
+    /// The same book with its names interned in `names` (after a restore, so that the profiles'
+    /// names, interned there too, find their ledgers by pointer).
+    fn reinterned(self, names: &mut Interner) -> Book {
+        let Book { index, ledgers, .. } = self;
+        let mut book = Book { index: FxHashMap::default(), names: Vec::new(), ledgers: Vec::new() };
+        let mut ledgers: Vec<Option<Ledger>> = ledgers.into_iter().map(Some).collect();
+        for (name, i) in index {
+            if let Some(l) = ledgers.get_mut(i as usize).and_then(Option::take) {
+                *book.named(&names.intern(&name)) = l;
+            }
+        }
+        book
+    }
+}
+
+impl Serialize for Book {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for Book {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Book, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Book;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map from ledger names to ledgers")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Book, A::Error> {
+                let mut book = Book::default();
+                while let Some((name, ledger)) = map.next_entry::<Sym, Ledger>()? {
+                    // A name given twice keeps its last ledger, as a map would.
+                    *book.named(&name) = ledger;
+                }
+                Ok(book)
+            }
+        }
+        d.deserialize_map(Visit)
     }
 }
 
@@ -948,6 +1057,12 @@ impl State {
             let shared = profiles.intern(&mut names, &*job.profile, &mut buf);
             job.profile = shared;
         }
+        let ledgers = std::mem::take(&mut self.ledgers);
+        self.ledgers = Ledgers {
+            project: ledgers.project.reinterned(&mut names),
+            user: ledgers.user.reinterned(&mut names),
+            tag: ledgers.tag.reinterned(&mut names),
+        };
         self.names = names;
         self.profiles = profiles;
     }
@@ -980,13 +1095,11 @@ impl State {
     }
 
     fn for_each_ledger(&mut self, job: &JobRecord, mut f: impl FnMut(&mut Ledger)) {
-        fn get<'a>(map: &'a mut FxHashMap<Sym, Ledger>, name: &Sym) -> &'a mut Ledger {
-            map.entry(name.clone()).or_default()
-        }
-        f(get(&mut self.ledgers.project, &job.profile.project));
-        f(get(&mut self.ledgers.user, &job.profile.user));
-        for t in job.profile.tags.iter() {
-            f(get(&mut self.ledgers.tag, &t.ledger));
+        let p = &*job.profile;
+        f(self.ledgers.project.at(&p.project, &p.project_slot));
+        f(self.ledgers.user.at(&p.user, &p.user_slot));
+        for t in p.tags.iter() {
+            f(self.ledgers.tag.at(&t.ledger, &t.slot));
         }
     }
 
@@ -1061,7 +1174,7 @@ impl State {
             }
             None => {
                 let name = self.intern(project);
-                let l = self.ledgers.project.entry(name).or_default();
+                let l = self.ledgers.project.named(&name);
                 l.bucket(at.day()).charged += gpu_hours;
                 l.prune();
             }
@@ -1138,6 +1251,73 @@ pub(crate) mod tests {
         let m = l.usage(Period::Month, d0);
         assert_eq!(m.by_runtime(), 7.0);
         assert_eq!(l.usage(Period::Day, d0).by_runtime(), 2.0);
+    }
+
+    fn spec(id: &str, project: &str, gpus: u32) -> JobSpec {
+        JobSpec {
+            id: id.into(),
+            project: project.into(),
+            user: "ada".into(),
+            gpus,
+            requested_hours: 1.0,
+            tags: vec![("team".into(), "x".into())],
+            ..JobSpec::default()
+        }
+    }
+
+    fn held(st: &State, kind: ScopeKind, name: &str) -> u32 {
+        st.ledger(kind, name).map_or(0, |l| l.held_gpus)
+    }
+
+    #[test]
+    fn a_profile_finds_its_ledgers_in_states_that_numbered_them_differently() {
+        // Two states share a profile (a clone shares its interned names and profiles) but open their
+        // ledgers in another order: the position a profile remembers from one is wrong in the other.
+        let now = Timestamp::parse("2026-11-02T09:00:00Z").unwrap();
+        let mut base = State::default();
+        let mut x = base.record_from_spec(&spec("j1", "x", 1), now);
+        let (mut a, mut b) = (base.clone(), base.clone());
+        let mut y = a.record_from_spec(&spec("j2", "y", 2), now);
+        a.reserve(&mut y);
+        a.reserve(&mut x.clone());
+        b.reserve(&mut x);
+        a.reserve(&mut x.clone());
+        b.reserve(&mut x.clone());
+        assert_eq!((held(&a, ScopeKind::Project, "x"), held(&a, ScopeKind::Project, "y")), (2, 2));
+        assert_eq!((held(&b, ScopeKind::Project, "x"), held(&b, ScopeKind::Project, "y")), (2, 0));
+        assert_eq!((held(&a, ScopeKind::User, "ada"), held(&b, ScopeKind::User, "ada")), (4, 2));
+        assert_eq!((held(&a, ScopeKind::Tag, "team=x"), held(&b, ScopeKind::Tag, "team=x")), (4, 2));
+        // A user and a project of the same name are two ledgers.
+        let mut same = b.record_from_spec(&JobSpec { user: "x".into(), ..spec("j3", "x", 4) }, now);
+        b.reserve(&mut same);
+        assert_eq!((held(&b, ScopeKind::Project, "x"), held(&b, ScopeKind::User, "x")), (6, 4));
+        assert!(base.ledgers.is_empty(), "the clones' ledgers are their own");
+    }
+
+    #[test]
+    fn ledgers_serialize_as_maps_by_name_and_are_found_after_a_restore() {
+        let now = Timestamp::parse("2026-11-02T09:00:00Z").unwrap();
+        let mut st = State::default();
+        for (i, p) in ["x", "y", "x"].into_iter().enumerate() {
+            let mut r = st.record_from_spec(&spec(&format!("j{i}"), p, 1), now);
+            st.reserve(&mut r);
+            st.jobs.insert(Arc::from(format!("j{i}").as_str()), r);
+        }
+        let json = serde_json::to_value(&st.ledgers).unwrap();
+        assert_eq!(json["project"]["x"]["held_gpus"], 2);
+        assert_eq!(json["project"]["y"]["held_gpus"], 1);
+        assert_eq!(json["user"]["ada"]["held_gpus"], 3);
+        assert_eq!(json["tag"]["team=x"]["held_gpus"], 3);
+        let mut back: State = serde_json::from_str(&serde_json::to_string(&st).unwrap()).unwrap();
+        back.reintern();
+        assert_eq!(serde_json::to_value(&back.ledgers).unwrap(), json);
+        // After the restore the ledgers' names are the profiles' own: found by position.
+        let job = back.jobs.get("j0").unwrap().clone();
+        let slot = job.profile.project_slot.get();
+        back.release(&mut job.clone(), now, JobPhase::Finished);
+        assert_eq!(held(&back, ScopeKind::Project, "x"), 1);
+        assert!(Sym::ptr_eq(&back.ledgers.project.names[job.profile.project_slot.get()], &job.profile.project));
+        assert_eq!(back.ledgers.project.names.len(), 2, "no ledger opened twice (slot was {slot})");
     }
 
     #[test]
