@@ -15,7 +15,6 @@ use bursar_model::{
 use serde::{Deserialize, Serialize};
 
 use crate::dedupe::Dedupe;
-use crate::intern::Sym;
 use crate::policy::{Context, Effect, EventMask, Mode, Output, Policy, Reason, TimerContext, Verdict, VerdictKind};
 use crate::set::PolicySet;
 use crate::state::{JobPhase, JobRecord, Pending, State};
@@ -209,8 +208,8 @@ struct Emitter<'a> {
 struct Draft {
     time: Timestamp,
     job_id: Option<Arc<str>>,
-    project: Option<Sym>,
-    user: Option<Sym>,
+    project: Option<Arc<str>>,
+    user: Option<Arc<str>>,
     kind: DecisionKind,
     until: Option<Timestamp>,
     policies: Vec<Arc<str>>,
@@ -224,26 +223,26 @@ struct Draft {
 
 /// Whom a decision is about, when there is no stored record to read it from.
 struct Who {
-    project: Sym,
-    user: Sym,
+    project: Arc<str>,
+    user: Arc<str>,
     gpus: u32,
 }
 
 impl Draft {
     fn about_who(job_id: &Arc<str>, who: &Who, time: Timestamp, kind: DecisionKind) -> Draft {
-        Draft::with(job_id, Some(who.project.clone()), Some(who.user.clone()), Some(who.gpus), time, kind)
+        Draft::with(job_id, Some(Arc::clone(&who.project)), Some(Arc::clone(&who.user)), Some(who.gpus), time, kind)
     }
 
     fn about(job_id: &Arc<str>, job: Option<&JobRecord>, time: Timestamp, kind: DecisionKind) -> Draft {
         let (project, user, gpus) =
-            (job.map(|j| j.profile.project.clone()), job.map(|j| j.profile.user.clone()), job.map(|j| j.gpus));
+            (job.map(|j| j.profile.project.to_arc()), job.map(|j| j.profile.user.to_arc()), job.map(|j| j.gpus));
         Draft::with(job_id, project, user, gpus, time, kind)
     }
 
     fn with(
         job_id: &Arc<str>,
-        project: Option<Sym>,
-        user: Option<Sym>,
+        project: Option<Arc<str>>,
+        user: Option<Arc<str>>,
         gpus: Option<u32>,
         time: Timestamp,
         kind: DecisionKind,
@@ -295,14 +294,14 @@ impl Emitter<'_> {
             event_id: self.cause.to_owned(),
             time: d.time,
             job_id: d.job_id,
-            project: d.project.as_ref().map(Sym::to_arc),
+            project: d.project,
             decision: d.kind,
             until: d.until,
             policies: d.policies,
             reason: d.reason,
             dry_run: d.dry_run,
             admission: d.admission,
-            user: d.user.as_ref().map(Sym::to_arc),
+            user: d.user,
             gpus: d.gpus,
             gpu_hours: d.gpu_hours,
             hints: d.hints,
@@ -814,7 +813,11 @@ impl Engine {
         let mut record = (kind != DecisionKind::Deny).then(|| state.record_from_spec(spec, now));
         let who = match &record {
             Some(_) => None,
-            None => Some(Who { project: state.intern(&spec.project), user: state.intern(&spec.user), gpus: spec.gpus }),
+            None => Some(Who {
+                project: state.intern(&spec.project).to_arc(),
+                user: state.intern(&spec.user).to_arc(),
+                gpus: spec.gpus,
+            }),
         };
         let draft = |record: Option<&JobRecord>, kind| match (record, &who) {
             (Some(r), _) => Draft::about(&job_id, Some(r), event.time, kind),
