@@ -23,6 +23,43 @@ pub fn fmt_num(v: f64) -> String {
     s
 }
 
+/// Appends `v` exactly as `{v}` would (`f64`'s `Display`: the shortest decimal that reads back as
+/// `v`), without the formatting machinery for the numbers reasons usually hold: below a million with
+/// at most six decimals (`8`, `1.2`, `0.125`), it finds the fewest decimals `k` whose rounding of
+/// `v × 10^k` divides back to `v` exactly. There, one `k`-digit decimal at most lies within half a unit
+/// in the last place of `v` (the spacing of `f64`s below a million is under 1.2e-10), so the first `k`
+/// that reads back is the shortest, and `Display`'s. Anything else goes through `Display`.
+pub fn push_f64(out: &mut String, v: f64) {
+    if v.abs() < 1e6 && !(v == 0.0 && v.is_sign_negative()) {
+        let mut scale = 1.0;
+        for k in 0..=6usize {
+            let m = (v * scale).round();
+            if m / scale == v {
+                let m = m as i64;
+                if m < 0 {
+                    out.push('-');
+                }
+                let (int, frac) = (m.unsigned_abs() / 10u64.pow(k as u32), m.unsigned_abs() % 10u64.pow(k as u32));
+                bursar_model::push_int(out, int as i64);
+                if k > 0 {
+                    out.push('.');
+                    let mut digits = [b'0'; 6];
+                    let mut f = frac;
+                    for d in digits[..k].iter_mut().rev() {
+                        *d = b'0' + (f % 10) as u8;
+                        f /= 10;
+                    }
+                    out.extend(digits[..k].iter().map(|&d| char::from(d)));
+                }
+                return;
+            }
+            scale *= 10.0;
+        }
+    }
+    use std::fmt::Write as _;
+    let _ = write!(out, "{v}");
+}
+
 /// Appends `v` rounded to one decimal with thousands separators (`10,250`, `12.5`) to `out`, without
 /// formatting machinery: reasons are built on the admission path.
 pub fn push_num(out: &mut String, v: f64) {
@@ -959,7 +996,11 @@ impl Fit {
                 push_num(&mut text, params);
                 text.push_str("B parameters × ");
                 push_num(&mut text, bytes);
-                let _ = write!(text, " bytes × {overhead} overhead / {shards} shard(s)) but a ");
+                text.push_str(" bytes × ");
+                push_f64(&mut text, overhead);
+                text.push_str(" overhead / ");
+                push_f64(&mut text, shards);
+                text.push_str(" shard(s)) but a ");
                 text.push_str(job.gpu_type.as_deref().unwrap_or("GPU"));
                 text.push_str(" has ");
                 push_num(&mut text, mem);
@@ -1345,6 +1386,56 @@ mod tests {
         assert_eq!(fmt_num(1_002_003.0), "1,002,003");
         assert_eq!(fmt_num(0.04), "0");
         assert_eq!(fmt_num(2240.56), "2,240.6");
+    }
+
+    fn display(v: f64) -> String {
+        let mut s = String::new();
+        push_f64(&mut s, v);
+        s
+    }
+
+    #[test]
+    fn a_float_is_written_as_display_writes_it() {
+        for v in [
+            0.0,
+            -0.0,
+            1.0,
+            8.0,
+            -3.0,
+            1.2,
+            1.25,
+            0.125,
+            0.1 + 0.2,
+            1e-7,
+            999_999.999_999,
+            1e6,
+            1e300,
+            2.5e-320,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::MIN_POSITIVE,
+            123_456.5,
+            -0.5,
+            0.000_001,
+            0.000_000_5,
+        ] {
+            assert_eq!(display(v), format!("{v}"), "{v:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_float_is_written_as_display_writes_it(bits in proptest::prelude::any::<u64>()) {
+            let v = f64::from_bits(bits);
+            proptest::prop_assert_eq!(display(v), format!("{v}"));
+        }
+
+        #[test]
+        fn short_decimals_are_written_as_display_writes_them(m in -2_000_000_000_000i64..2_000_000_000_000, k in 0u32..9) {
+            let v = m as f64 / 10f64.powi(k as i32);
+            proptest::prop_assert_eq!(display(v), format!("{v}"));
+        }
     }
 
     #[test]
