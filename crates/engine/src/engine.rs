@@ -724,37 +724,41 @@ impl Engine {
 
         let cx = Context { event, raw, now, state, job: None };
         let results = Self::ask(policies, scratch, &cx, |p| p.meta().selector.matches(spec));
-        for (i, out) in results {
-            em.cover(&policies.policies()[*i].meta().id, out);
+        if em.coverage.is_some() {
+            for (i, out) in results {
+                em.cover(&policies.policies()[*i].meta().id, out);
+            }
         }
 
-        // Combine enforced verdicts: any deny wins; then require-approval; then defer; else allow.
-        let mut kind = DecisionKind::Allow;
+        // One pass over the verdicts. Combine the enforced ones: any deny wins; then require-approval;
+        // then defer; else allow. Count, for each of those four outcomes, the enforced verdicts that ask
+        // for it and the length of their reasons, so the reason of whichever wins is allocated once at
+        // about its length (a sentence left for later is guessed at 96 bytes). And note whether any
+        // verdict is an alert or a dry run's objection, and whether any policy asked for an effect, so
+        // the passes for those are skipped when there is none (nearly always).
+        let rank = |k: DecisionKind| match k {
+            DecisionKind::Allow => Some(0),
+            DecisionKind::Defer => Some(1),
+            DecisionKind::RequireApproval => Some(2),
+            DecisionKind::Deny => Some(3),
+            _ => None,
+        };
+        let (mut top, mut quoted, mut length) = (0usize, [0usize; 4], [0usize; 4]);
+        let (mut extra, mut effects) = (false, false);
         for (i, out) in results {
-            if policies.policies()[*i].meta().mode != Mode::Enforce {
-                continue;
-            }
+            let enforced = policies.policies()[*i].meta().mode == Mode::Enforce;
+            effects |= !out.effects.is_empty();
             for v in &out.verdicts {
                 let k = v.kind.decision();
-                let rank = |k: DecisionKind| match k {
-                    DecisionKind::Deny => 3,
-                    DecisionKind::RequireApproval => 2,
-                    DecisionKind::Defer => 1,
-                    _ => 0,
-                };
-                if rank(k) > rank(kind) {
-                    kind = k;
+                if !enforced {
+                    extra |= k != DecisionKind::Allow;
+                    continue;
                 }
-            }
-        }
-        // Only the verdicts that make the decision are written out, straight into its reason, which is
-        // allocated once at about its length (a sentence left for later is guessed at 96 bytes).
-        let (mut quoted, mut length) = (0usize, 0usize);
-        for (i, out) in results {
-            if policies.policies()[*i].meta().mode == Mode::Enforce {
-                for v in out.verdicts.iter().filter(|v| v.kind.decision() == kind) {
-                    quoted += 1;
-                    length += match &v.reason {
+                extra |= k == DecisionKind::Alert;
+                if let Some(r) = rank(k) {
+                    top = top.max(r);
+                    quoted[r] += 1;
+                    length[r] += match &v.reason {
                         Reason::Text(t) if t.is_empty() => 0,
                         Reason::Text(t) => t.len() + 2,
                         Reason::Later(_) => 96,
@@ -762,6 +766,8 @@ impl Engine {
                 }
             }
         }
+        let kind = [DecisionKind::Allow, DecisionKind::Defer, DecisionKind::RequireApproval, DecisionKind::Deny][top];
+        let (quoted, length) = (quoted[top], length[top]);
         let mut policy_ids: Vec<Arc<str>> = Vec::with_capacity(quoted);
         let mut reason = String::with_capacity(length);
         let mut until: Option<Timestamp> = None;
@@ -866,7 +872,8 @@ impl Engine {
         em.step(&job_id, event.time, step);
 
         // Alerts, then dry-run verdicts, in policy order.
-        for (i, out) in results {
+        let alerting = if extra { results } else { &[] };
+        for (i, out) in alerting {
             let meta = policies.policies()[*i].meta();
             for v in &out.verdicts {
                 let dry = meta.mode == Mode::DryRun;
@@ -892,11 +899,13 @@ impl Engine {
 
         if let Some(record) = record {
             state.jobs.insert(job_id.clone(), record);
-            Self::apply_effects(
-                state,
-                timers,
-                results.iter().map(|(i, o)| (policies.policies()[*i].meta().id.clone(), o)),
-            );
+            if effects {
+                Self::apply_effects(
+                    state,
+                    timers,
+                    results.iter().map(|(i, o)| (policies.policies()[*i].meta().id.clone(), o)),
+                );
+            }
         }
     }
 
