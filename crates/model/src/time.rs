@@ -384,9 +384,22 @@ impl Period {
                 (day - wd, day - wd + 7)
             }
             Period::Month => {
-                let (y, m, _) = civil_from_days(day);
-                let first = days_from_civil(y, m, 1);
-                (first, first + i64::from(days_in_month(y, m)))
+                // Every quota over a month asks this on every admission, nearly always for the same
+                // month: the last month found is remembered per thread.
+                thread_local! {
+                    static LAST_MONTH: std::cell::Cell<(i64, i64)> = const { std::cell::Cell::new((0, 0)) };
+                }
+                LAST_MONTH.with(|last| {
+                    let (first, end) = last.get();
+                    if first <= day && day < end {
+                        return (first, end);
+                    }
+                    let (y, m, _) = civil_from_days(day);
+                    let first = days_from_civil(y, m, 1);
+                    let month = (first, first + i64::from(days_in_month(y, m)));
+                    last.set(month);
+                    month
+                })
             }
         }
     }
@@ -453,6 +466,11 @@ impl Period {
 
 /// Appends the decimal form of `v` to `out`, without formatting machinery.
 pub fn push_int(out: &mut String, v: i64) {
+    if (0..10).contains(&v) {
+        // One digit (a GPU count, a node count, a decision's number): one char.
+        out.push(char::from(b'0' + v as u8));
+        return;
+    }
     if v < 0 {
         out.push('-');
     }
@@ -518,6 +536,18 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn month_bounds_are_the_same_remembered_or_computed(days in proptest::collection::vec(-800_000i64..800_000, 1..64)) {
+            for day in days {
+                for d in [day, day + 1, day - 1, day + 31] {
+                    let (y, m, _) = civil_from_days(d);
+                    let first = days_from_civil(y, m, 1);
+                    let expected = (first, first + i64::from(days_in_month(y, m)));
+                    prop_assert_eq!(Period::Month.bounds(d), expected, "day {}", d);
+                }
+            }
+        }
+
         #[test]
         fn push_int_writes_what_display_does(v in any::<i64>()) {
             let mut s = String::from("x");
