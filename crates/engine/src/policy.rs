@@ -170,11 +170,13 @@ pub struct Verdict {
 
 impl Verdict {
     /// A verdict about the input's job.
+    #[inline]
     pub fn new(kind: VerdictKind, reason: impl Into<Reason>) -> Verdict {
         Verdict { kind, job_id: None, reason: reason.into(), gpu_hours: None, branch: None }
     }
 
     /// The same verdict, tagged with the branch that produced it.
+    #[inline]
     pub fn on_branch(mut self, branch: u16) -> Verdict {
         self.branch = Some(branch);
         self
@@ -201,6 +203,7 @@ impl Reason {
     pub const NONE: Reason = Reason::Text(String::new());
 
     /// The sentence when it is written already (`""` for [`Reason::Later`]: ask the policy).
+    #[inline]
     pub fn text(&self) -> &str {
         match self {
             Reason::Text(s) => s,
@@ -210,6 +213,7 @@ impl Reason {
 }
 
 impl From<String> for Reason {
+    #[inline]
     fn from(s: String) -> Reason {
         Reason::Text(s)
     }
@@ -268,6 +272,7 @@ pub enum VerdictKind {
 
 impl VerdictKind {
     /// The decision kind this verdict maps to.
+    #[inline]
     pub fn decision(&self) -> DecisionKind {
         match self {
             VerdictKind::Allow(_) => DecisionKind::Allow,
@@ -314,16 +319,19 @@ pub struct Output {
 
 impl Output {
     /// Adds a verdict.
+    #[inline]
     pub fn verdict(&mut self, v: Verdict) {
         self.verdicts.push(v);
     }
 
     /// Adds an effect.
+    #[inline]
     pub fn effect(&mut self, e: Effect) {
         self.effects.push(e);
     }
 
     /// Empties both lists, keeping their memory.
+    #[inline]
     pub fn clear(&mut self) {
         self.verdicts.clear();
         self.effects.clear();

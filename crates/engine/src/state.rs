@@ -97,6 +97,7 @@ pub struct Book {
 
 impl Book {
     /// The ledger of `name`, if anything was ever counted in it.
+    #[inline]
     pub fn get(&self, name: &str) -> Option<&Ledger> {
         self.index.get(name).and_then(|&i| self.ledgers.get(i as usize))
     }
@@ -268,6 +269,7 @@ impl Ledger {
     }
 
     /// Usage over the period of `period` containing `day`.
+    #[inline]
     pub fn usage(&self, period: Period, day: i64) -> Usage {
         let (from, to) = period.bounds(day);
         let mut u = Usage::default();
@@ -999,6 +1001,7 @@ impl State {
     }
 
     /// A ledger, if anything was ever counted in it.
+    #[inline]
     pub fn ledger(&self, kind: ScopeKind, name: &str) -> Option<&Ledger> {
         self.ledgers.of(kind).get(name)
     }

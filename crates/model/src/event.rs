@@ -239,6 +239,7 @@ impl JobSpec {
     }
 
     /// The GPU-hours the job asks for: gpus × requested hours.
+    #[inline]
     pub fn requested_gpu_hours(&self) -> f64 {
         f64::from(self.gpus) * self.requested_hours
     }

@@ -164,6 +164,7 @@ impl Timestamp {
     }
 
     /// Days since 1970-01-01 (UTC), rounding towards the past.
+    #[inline]
     pub fn day(self) -> i64 {
         self.0.div_euclid(MS_PER_DAY)
     }
