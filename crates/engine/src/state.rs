@@ -149,18 +149,12 @@ impl Book {
         &mut self.ledgers[i]
     }
 
-    /// The same book with its names interned in `names` (after a restore, so that the profiles'
-    /// names, interned there too, find their ledgers by pointer).
+    /// The same book, positions unchanged, with its names interned in `names` (after a restore, so
+    /// that the profiles' names, interned there too, find their ledgers by pointer).
     fn reinterned(self, names: &mut Interner) -> Book {
-        let Book { index, ledgers, .. } = self;
-        let mut book = Book { index: FxHashMap::default(), names: Vec::new(), ledgers: Vec::new() };
-        let mut ledgers: Vec<Option<Ledger>> = ledgers.into_iter().map(Some).collect();
-        for (name, i) in index {
-            if let Some(l) = ledgers.get_mut(i as usize).and_then(Option::take) {
-                *book.named(&names.intern(&name)) = l;
-            }
-        }
-        book
+        let names: Vec<Sym> = self.names.iter().map(|n| names.intern(n)).collect();
+        let index = names.iter().enumerate().map(|(i, n)| (n.clone(), i as u32)).collect();
+        Book { index, names, ledgers: self.ledgers }
     }
 }
 
