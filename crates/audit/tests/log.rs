@@ -433,3 +433,18 @@ mod stored_once {
         assert!(!report.is_ok(), "an edited reason must break the chain");
     }
 }
+
+#[test]
+fn a_reader_maps_the_whole_file_and_a_writer_maps_nothing() {
+    let dir = TempDir::new("mmap");
+    let db = dir.path("m.db");
+    let mut log = AuditLog::open(&db, Durability::Durable).unwrap();
+    log.append(&[entry(1, "nlp", "alice", 2, DecisionKind::Allow, "p/a", "set1")]).unwrap();
+    let mapped = |log: &AuditLog| -> i64 { log.connection().query_row("PRAGMA mmap_size", [], |r| r.get(0)).unwrap() };
+    // SQLite's compile-time cap (2 GiB by default) would clamp the reader's setting: the 1 TiB
+    // reported here is `.cargo/config.toml`'s `SQLITE_MAX_MMAP_SIZE` reaching the bundled build.
+    assert_eq!(mapped(&log), 0);
+    let reader = AuditLog::open_read(&db).unwrap();
+    assert_eq!(mapped(&reader), bursar_audit::log::READER_MMAP_BYTES);
+    assert_eq!(reader.decisions_since(0, 10).unwrap().len(), 1);
+}
