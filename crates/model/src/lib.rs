@@ -11,12 +11,16 @@
 //! - [`input`]: [`Input`], everything that reaches the engine: events, `serve`'s wall tick, action records.
 //! - [`decision`]: decision kinds and the decision line.
 //! - [`throughput`]: what a sample's `throughput`, `progress` and `unit` mean, and the rate of a run.
+//! - [`names`]: bounds on the ids, names and texts an input carries (length, printable characters).
+//! - [`sender`]: who sent an input to `serve` and how they proved it, as the journal keeps it.
 //! - [`api`]: the bodies of `bursar serve`'s HTTP API and socket, shared by the server and its clients.
 
 pub mod api;
 pub mod decision;
 pub mod event;
 pub mod input;
+pub mod names;
+pub mod sender;
 pub mod throughput;
 pub mod time;
 
@@ -26,5 +30,7 @@ pub use event::{
     RawJson, Ready, Sample, decode_event, decode_input, limits,
 };
 pub use input::{Action, ActionOutcome, Input, RUN_TYPE, RunFact, WALL_TICK_PREFIX, WALL_TICK_TYPE, WallTick};
+pub use names::NameError;
+pub use sender::Sender;
 pub use throughput::{RunRate, Work};
 pub use time::{Duration, Period, TimeError, TimeText, Timestamp, push_int};

@@ -18,9 +18,12 @@
 //! Slurm enforcement record. They decode as [`Input::WallTick`] and [`Input::Action`], so replaying an
 //! old log gives what serve did, not what a producer's tick would have done.
 
+use std::sync::Arc;
+
 use bursar_model::api::Rejected;
 use bursar_model::{
-    Action, ActionOutcome, Event, EventKind, Input, RUN_TYPE, WALL_TICK_PREFIX, WALL_TICK_TYPE, WallTick, decode_input,
+    Action, ActionOutcome, Event, EventKind, Input, RUN_TYPE, Sender, WALL_TICK_PREFIX, WALL_TICK_TYPE, WallTick,
+    decode_input,
 };
 
 use crate::frame::Frame;
@@ -93,10 +96,47 @@ pub fn decode(frame: Frame<'_>, origin: Origin) -> Line<'_> {
 pub struct Incoming {
     /// 1-based line number in its body or connection.
     pub line: u64,
-    /// The line as received.
+    /// The line as received (or, once [`Incoming::namespace`]d, as bursar keeps it).
     pub raw: String,
     /// The input.
     pub input: Input,
+    /// Who sent it and how they proved it (`serve`, once the request is authenticated); the journal
+    /// keeps it beside the input.
+    pub sender: Option<Arc<Sender>>,
+}
+
+/// The separator between a principal's name and its own id in the ids bursar keeps
+/// ([`Incoming::namespace`]).
+pub const NAMESPACE_SEPARATOR: char = ':';
+
+impl Incoming {
+    /// An input without a sender.
+    pub fn new(line: u64, raw: String, input: Input) -> Incoming {
+        Incoming { line, raw, input, sender: None }
+    }
+
+    /// Puts the input's id in `principal`'s namespace: `<principal>:<id>`, and its line as bursar
+    /// keeps it is then the canonical line of the renamed input. So two principals never share an
+    /// id: a producer that posts another's predictable id first (`lab-17-finished`) makes nothing a
+    /// duplicate but its own. The engine, the audit log and every decision see the kept id.
+    pub fn namespace(&mut self, principal: &str) {
+        let kept = namespaced(principal, &self.input.id());
+        match &mut self.input {
+            Input::Event(e) => e.id = kept,
+            Input::Action(a) => a.id = kept,
+            Input::WallTick(_) | Input::Run(_) => return,
+        }
+        self.raw = self.input.to_json();
+    }
+}
+
+/// `<principal>:<id>`: the id bursar keeps for `principal`'s id `id`.
+pub fn namespaced(principal: &str, id: &str) -> String {
+    let mut kept = String::with_capacity(principal.len() + 1 + id.len());
+    kept.push_str(principal);
+    kept.push(NAMESPACE_SEPARATOR);
+    kept.push_str(id);
+    kept
 }
 
 /// Frames and decodes a whole body (an HTTP request) under `origin`'s rules: every input with its
@@ -106,7 +146,7 @@ pub fn decode_body(body: &[u8], max_line: usize, origin: Origin) -> (Vec<Incomin
     let mut ok = Vec::new();
     let mut rejected = Vec::new();
     crate::frame::Framer::body(body, max_line, |frame| match decode(frame, origin) {
-        Line::Input(d) => ok.push(Incoming { line: d.line, raw: d.text.to_owned(), input: d.input }),
+        Line::Input(d) => ok.push(Incoming::new(d.line, d.text.to_owned(), d.input)),
         Line::Rejected(r) => rejected.push(r),
         Line::Blank => {}
     });
@@ -115,6 +155,22 @@ pub fn decode_body(body: &[u8], max_line: usize, origin: Origin) -> (Vec<Incomin
 
 /// Applies the origin's rules to a decoded input.
 pub fn admit(input: Input, origin: Origin) -> Result<Input, String> {
+    if origin != Origin::Journal {
+        if let Err(e) = bursar_model::names::check(&input) {
+            return Err(e.message);
+        }
+        if let Input::Event(e) = &input
+            && e.kind == EventKind::ClockTick
+            && e.extra.iter().any(|(k, _)| k == "enforcement")
+        {
+            // Older versions journaled Slurm enforcement records in this shape, and bursar reads its
+            // journal's old lines as such: from a producer it would move the clock live and be read
+            // back as an action record after a restart.
+            return Err(
+                "a `clock.tick` with an `enforcement` field is how older versions of bursar recorded an action; send `action.executed` or `action.failed`".to_owned(),
+            );
+        }
+    }
     match (origin, input) {
         (Origin::Producer, Input::Run(_)) => Err(format!(
             "`{RUN_TYPE}` is written by bursar's cluster partitions and cannot be sent; send the run's `job.finished`"
