@@ -662,7 +662,7 @@ fn check_and_serve_refuse_quotas_that_span_partitions_in_cluster_mode() {
     std::fs::create_dir_all(&p).unwrap();
     std::fs::write(
         p.join("team.toml"),
-        "[[policy]]\nid = \"quota/team\"\ndescription = \"per team\"\nkind = \"quota\"\nscope = \"tag:team\"\ngpu_hours = 100\n",
+        "[[policy]]\nid = \"quota/team\"\ndescription = \"per team\"\nkind = \"quota\"\nscope = \"tag:team\"\ngpu_hours = 100\n\n[[tag]]\nkey = \"team\"\nfrom = \"submitter\"\n",
     )
     .unwrap();
     let bursar = env!("CARGO_BIN_EXE_bursar");

@@ -39,8 +39,8 @@ fn copy_policies(name: &str, files: &[&str]) -> TempDir {
 
 /// The example policy files that are plain TOML and whose tests do not involve the WebAssembly
 /// policies (trial.test.toml names the WebAssembly ladder beside the TOML trial policy).
-const ALL_TOML: [&str; 9] =
-    ["approval", "asset-reuse", "efficiency", "fit", "placement", "quota", "readiness", "reclaim", "rules"];
+const ALL_TOML: [&str; 10] =
+    ["approval", "asset-reuse", "efficiency", "fit", "placement", "quota", "readiness", "reclaim", "rules", "tags"];
 
 #[test]
 fn the_repos_own_policies_pass_their_tests() {
@@ -96,19 +96,19 @@ fn a_changed_expectation_fails_with_a_readable_diff() {
         "{t}"
     );
     assert!(t.contains("    = q1/0 allow (admission) job=sp1"), "{t}");
-    assert!(t.contains("test result: FAILED. 32 passed; 1 failed; 0 filtered out"), "{t}");
+    assert!(t.contains("test result: FAILED. 34 passed; 1 failed; 0 filtered out"), "{t}");
 }
 
 #[test]
 fn filter_runs_a_subset_and_json_is_machine_readable() {
-    let d = copy_policies("filter", &["quota", "reclaim"]);
+    let d = copy_policies("filter", &["quota", "reclaim", "tags"]);
     let out = bursar(&["test", d.to_str().unwrap(), "--filter", "keepalive", "--format", "json"]);
     assert!(out.status.success(), "{}", text(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["ok"], true);
     assert_eq!(v["passed"], 1);
     assert_eq!(v["failed"], 0);
-    assert_eq!(v["filtered_out"], 6);
+    assert_eq!(v["filtered_out"], 8);
     assert_eq!(v["cases"][0]["name"], "a keepalive calls the idle reclaim off");
     assert_eq!(v["cases"][0]["decisions"][0][0], "matched");
     assert_eq!(v["cases"][0]["decisions"][0][1]["decision"], "allow");

@@ -168,6 +168,8 @@ fn the_burndown_shows_the_budgets_the_loaded_policies_define() {
     let dir = tmp("budgets");
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies");
     std::fs::copy(repo.join("quota.toml"), dir.join("policies/quota.toml")).unwrap();
+    // Where the team budget's `team` comes from (a tag-scoped quota needs its source).
+    std::fs::copy(repo.join("tags.toml"), dir.join("policies/tags.toml")).unwrap();
     std::fs::write(
         dir.join("policies/more.toml"),
         r#"[[policy]]

@@ -45,12 +45,17 @@ impl Default for EngineConfig {
 }
 
 /// What happened to an event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// Applied.
     Applied,
     /// Its id was seen before; ignored.
     Duplicate,
+    /// Not applied, and its id not remembered, for the reason given: a `job.submitted` for a job id
+    /// the engine already knows. (Before December 2026 that was an enforceable `deny` of the job,
+    /// which `bursar slurm enforce` turned into an `scancel` of the job already running: anyone who
+    /// could submit could cancel anyone's job by resubmitting its id.)
+    Refused(String),
 }
 
 /// One step in a job's life, as the engine decided it: the one definition of the job lifecycle that
@@ -542,6 +547,20 @@ impl Engine {
     pub fn process(&mut self, event: &Event, raw: Option<&str>, out: &mut Vec<Decision>) -> Outcome {
         self.transitions.clear();
         self.runs.clear();
+        if let EventKind::JobSubmitted(spec) = &event.kind
+            && let Some(existing) = self.state.job(&spec.id)
+        {
+            if self.dedupe.contains(&event.id) {
+                self.stats.duplicates += 1;
+                return Outcome::Duplicate;
+            }
+            return Outcome::Refused(format!(
+                "job id `{}` is already known ({} since {}): a second submission of it is refused and changes nothing; a new job needs a new job id",
+                spec.id,
+                existing.phase.as_str(),
+                existing.submitted
+            ));
+        }
         if !self.dedupe.insert(&event.id, event.time.max(self.state.now)) {
             self.stats.duplicates += 1;
             return Outcome::Duplicate;
@@ -562,6 +581,25 @@ impl Engine {
         Self::fire_timers(&mut self.state, &mut self.timers, &policies, self.config, now, &mut em);
 
         match &event.kind {
+            EventKind::JobSubmitted(spec) if policies.rewrites_tags() => {
+                // The tags that decide whose budget a job spends come from the set's sources, not from
+                // the submitter: every policy sees the job with them.
+                let mut trusted = event.clone();
+                if let EventKind::JobSubmitted(s) = &mut trusted.kind {
+                    policies.trust_tags(s);
+                }
+                let EventKind::JobSubmitted(spec) = &trusted.kind else { return Outcome::Applied };
+                Self::admit(
+                    &mut self.state,
+                    &mut self.timers,
+                    &policies,
+                    &mut self.scratch,
+                    &trusted,
+                    raw,
+                    spec,
+                    &mut em,
+                )
+            }
             EventKind::JobSubmitted(spec) => {
                 Self::admit(&mut self.state, &mut self.timers, &policies, &mut self.scratch, event, raw, spec, &mut em)
             }
@@ -706,21 +744,6 @@ impl Engine {
         let now = state.now;
         let job_id: Arc<str> = Arc::from(spec.id.as_str());
         let requested = spec.requested_gpu_hours();
-        if let Some(existing) = state.jobs.get(&job_id) {
-            let mut d = Draft::about(&job_id, Some(existing), event.time, DecisionKind::Deny);
-            d.admission = true;
-            d.policies = vec![Arc::from(ENGINE_POLICY)];
-            d.reason = format!(
-                "job id {} is already known ({}, submitted {}); a second submission with a new event id is refused",
-                spec.id,
-                existing.phase.as_str(),
-                existing.submitted
-            );
-            d.gpus = Some(spec.gpus);
-            d.gpu_hours = Some(requested);
-            em.emit(d);
-            return;
-        }
 
         let cx = Context { event, raw, now, state, job: None };
         let results = Self::ask(policies, scratch, &cx, |p| p.meta().selector.matches(spec));
@@ -773,6 +796,8 @@ impl Engine {
         let mut until: Option<Timestamp> = None;
         let mut approvers: Vec<Arc<str>> = Vec::new();
         let mut expires_after: Option<Duration> = None;
+        // A job's own user may answer only when every policy that asks for the approval says so.
+        let mut self_approval = true;
         let mut hints = Hints::default();
         for (i, out) in results {
             let meta = policies.policies()[*i].meta();
@@ -789,6 +814,7 @@ impl Engine {
                 match &v.kind {
                     VerdictKind::Defer { until: u } => until = Some(until.map_or(*u, |x: Timestamp| x.max(*u))),
                     VerdictKind::RequireApproval { approvers: a, expires_after: e } => {
+                        self_approval &= meta.self_approval;
                         for name in a.iter() {
                             if !approvers.iter().any(|x| &**x == name) {
                                 approvers.push(Arc::from(name.as_str()));
@@ -856,6 +882,7 @@ impl Engine {
                     expires,
                     policies: d.policies.clone(),
                     reason: reason.clone(),
+                    self_approval,
                 }));
                 timers.set(expires, job_id.clone(), TimerKind::ApprovalExpiry);
             }
@@ -1079,23 +1106,32 @@ impl Engine {
             }
         };
         let who = by.unwrap_or("an unnamed approver");
-        if let EventKind::ApprovalGranted { .. } = event.kind
-            && !pending.approvers.is_empty()
-            && !pending.approvers.iter().any(|a| Some(&**a) == by)
-        {
-            // Not an allowed approver: the request stays pending.
+        let granted = matches!(event.kind, EventKind::ApprovalGranted { .. });
+        let verb = if granted { "approval" } else { "rejection" };
+        // Who may answer: a named approver (anyone when the policy names none), and never the job's
+        // own user unless every policy that asked allows it. Otherwise the request stays pending.
+        let refusal = if !pending.approvers.is_empty() && !pending.approvers.iter().any(|a| Some(&**a) == by) {
+            Some(format!(
+                "{verb} of job {id} by {who} ignored: only {} may {} it",
+                pending.approvers.iter().map(|a| &**a).collect::<Vec<_>>().join(", "),
+                if granted { "approve" } else { "reject" }
+            ))
+        } else if !pending.self_approval && by.is_some_and(|b| b == job.user()) {
+            Some(format!(
+                "{verb} of job {id} by {who} ignored: {who} submitted it, and a job's own user may not answer its approval (the policy does not set `self_approval = true`)"
+            ))
+        } else {
+            None
+        };
+        if let Some(reason) = refusal {
             let mut d = Draft::about(id, Some(&job), event.time, DecisionKind::Alert);
             d.policies = pending.policies.clone();
-            d.reason = format!(
-                "approval of job {id} by {who} ignored: only {} may approve it",
-                pending.approvers.iter().map(|a| &**a).collect::<Vec<_>>().join(", ")
-            );
+            d.reason = reason;
             em.emit(d);
             job.set_pending(Some(pending));
             state.jobs.insert(id.clone(), job);
             return;
         }
-        let granted = matches!(event.kind, EventKind::ApprovalGranted { .. });
         let mut d =
             Draft::about(id, Some(&job), event.time, if granted { DecisionKind::Allow } else { DecisionKind::Deny });
         d.admission = true;

@@ -51,5 +51,5 @@ pub use policy::{
     Context, Deadline, Effect, EventMask, Later, Limits, Mode, Output, Policy, PolicyMeta, QuotaLimit, QuotaScope,
     Reason, Selector, Settle, TimerContext, Verdict, VerdictKind,
 };
-pub use set::{PolicyLimits, PolicySet, PoolLimits, SetError, SourceFile};
+pub use set::{PolicyLimits, PolicySet, PoolLimits, SetError, SourceFile, TagFrom, TagSource};
 pub use state::{JobFacts, JobPhase, JobRecord, Ledger, ScopeKind, State, Usage, mark_key};

@@ -148,6 +148,9 @@ pub struct PolicyMeta {
     /// index. An empty name marks a branch this policy's configuration can never take (a check it does
     /// not configure): coverage reports leave it out.
     pub branches: Vec<String>,
+    /// Whether a job's own user may answer the approval this policy asks for (`self_approval =
+    /// true`; by default they may not: a person does not approve their own 80-hour job).
+    pub self_approval: bool,
 }
 
 /// What a policy concluded about one input.

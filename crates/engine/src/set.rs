@@ -5,7 +5,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
-use bursar_model::Period;
+use bursar_model::{JobSpec, Period};
 
 use crate::policy::{Limits, Mode, Policy, QuotaLimit, Selector};
 use crate::state::ScopeKind;
@@ -19,6 +19,77 @@ pub struct SourceFile {
     pub digest: String,
 }
 
+/// Where a tag's value comes from ([`TagSource`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TagFrom {
+    /// Looked up by the job's project (on Slurm: its account).
+    Project,
+    /// Looked up by the job's queue (on Slurm: its partition).
+    Queue,
+    /// Looked up by the job's user.
+    User,
+    /// What the submission says, as sent: the submitter chooses it. Only for tags that carry no
+    /// budget anyone else depends on, or a scheduler that sets them itself.
+    Submitter,
+}
+
+impl TagFrom {
+    /// The name in a policy file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TagFrom::Project => "project",
+            TagFrom::Queue => "queue",
+            TagFrom::User => "user",
+            TagFrom::Submitter => "submitter",
+        }
+    }
+}
+
+/// Where the value of one tag comes from (a `[[tag]]` table of a policy file): a job's tag that a
+/// quota counts by (`scope = "tag:team"`) decides whose budget the job spends, so it must not be
+/// whatever the submitter wrote in `--comment`. With a source other than [`TagFrom::Submitter`], the
+/// engine replaces the submitted value by the mapped one before any policy sees the job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TagSource {
+    /// The tag's key (`team`).
+    pub key: String,
+    /// What its value is looked up by.
+    pub from: TagFrom,
+    /// The value for each project (queue, user).
+    pub map: std::collections::BTreeMap<String, String>,
+    /// The value for a project (queue, user) the map does not name; without it such a job has no
+    /// such tag.
+    pub default: Option<String>,
+    /// Where it was declared (`file:line:col`).
+    pub source: String,
+}
+
+impl TagSource {
+    /// The tag's value for `spec`: mapped, or as submitted for [`TagFrom::Submitter`].
+    pub fn value<'a>(&'a self, spec: &'a JobSpec) -> Option<&'a str> {
+        let by = match self.from {
+            TagFrom::Submitter => return spec.tag(&self.key),
+            TagFrom::Project => Some(spec.project.as_str()),
+            TagFrom::Queue => spec.queue.as_deref(),
+            TagFrom::User => Some(spec.user.as_str()),
+        };
+        by.and_then(|b| self.map.get(b)).or(self.default.as_ref()).map(String::as_str)
+    }
+
+    /// Replaces the tag of `spec` by its trusted value (or removes it when there is none).
+    pub fn apply(&self, spec: &mut JobSpec) {
+        if self.from == TagFrom::Submitter {
+            return;
+        }
+        let value = self.value(spec).map(str::to_owned);
+        spec.tags.retain(|(k, _)| k != &self.key);
+        if let Some(v) = value {
+            spec.tags.push((self.key.clone(), v));
+        }
+    }
+}
+
 /// Why policies cannot form a set.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SetError {
@@ -30,6 +101,16 @@ pub enum SetError {
         /// Where it was first defined.
         first: String,
         /// Where it was defined again.
+        second: String,
+    },
+    /// Two `[[tag]]` tables name the same tag.
+    #[error("tag `{key}` is given a source twice: in {first} and in {second}")]
+    DuplicateTag {
+        /// The tag.
+        key: String,
+        /// Where it was first declared.
+        first: String,
+        /// Where it was declared again.
         second: String,
     },
 }
@@ -149,6 +230,9 @@ pub struct PolicySet {
     files: Vec<SourceFile>,
     digest: String,
     limits: PoolLimits,
+    tags: Vec<TagSource>,
+    /// Some tag source replaces submitted values.
+    rewrites_tags: bool,
 }
 
 impl PolicySet {
@@ -174,7 +258,50 @@ impl PolicySet {
         }
         let limits = PoolLimits::of(&policies);
         let selects_all = policies.iter().map(|p| p.meta().selector.is_empty()).collect();
-        Ok(PolicySet { policies, by_type, selects_all, by_id, files, digest, limits })
+        Ok(PolicySet {
+            policies,
+            by_type,
+            selects_all,
+            by_id,
+            files,
+            digest,
+            limits,
+            tags: Vec::new(),
+            rewrites_tags: false,
+        })
+    }
+
+    /// The set with these tag sources (the `[[tag]]` tables of its files).
+    pub fn with_tags(mut self, tags: Vec<TagSource>) -> Result<PolicySet, SetError> {
+        for (i, t) in tags.iter().enumerate() {
+            if let Some(first) = tags[..i].iter().find(|u| u.key == t.key) {
+                return Err(SetError::DuplicateTag {
+                    key: t.key.clone(),
+                    first: first.source.clone(),
+                    second: t.source.clone(),
+                });
+            }
+        }
+        self.rewrites_tags = tags.iter().any(|t| t.from != TagFrom::Submitter);
+        self.tags = tags;
+        Ok(self)
+    }
+
+    /// Where each declared tag comes from.
+    pub fn tag_sources(&self) -> &[TagSource] {
+        &self.tags
+    }
+
+    /// Whether some tag's submitted value is replaced ([`PolicySet::trust_tags`] changes something).
+    pub fn rewrites_tags(&self) -> bool {
+        self.rewrites_tags
+    }
+
+    /// Replaces every declared tag of `spec` by its trusted value.
+    pub fn trust_tags(&self, spec: &mut JobSpec) {
+        for t in &self.tags {
+            t.apply(spec);
+        }
     }
 
     /// An empty set.

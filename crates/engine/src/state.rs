@@ -343,6 +343,9 @@ pub struct Pending {
     pub policies: Vec<Arc<str>>,
     /// Their reasons.
     pub reason: String,
+    /// Whether the job's own user may answer (every policy that asked sets `self_approval = true`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub self_approval: bool,
 }
 
 /// The latest utilisation the engine saw for a job.

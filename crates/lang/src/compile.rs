@@ -31,7 +31,7 @@ pub const KINDS: &[&str] = &[
     "wasm",
 ];
 
-const COMMON: &[&str] = &["id", "description", "kind", "mode", "select"];
+const COMMON: &[&str] = &["id", "description", "kind", "mode", "select", "self_approval"];
 
 fn known(extra: &[&'static str]) -> Vec<&'static str> {
     let mut v: Vec<&'static str> = COMMON.to_vec();
@@ -251,18 +251,76 @@ pub fn compile(file: &str, source: &str, base_dir: &Path) -> Result<CompiledFile
     let mut top = Fields::new(root, 0..0, "the file");
     let mut out = CompiledFile::default();
     let policies = top.tables(&mut r, "policy");
-    if policies.is_empty() && !top.has("policy") {
-        r.errors.push(
-            Diagnostic::file(file, "no `[[policy]]` table in this file")
-                .with_help("a policy file holds one or more `[[policy]]` tables; see docs/policy-language.md"),
-        );
+    let tags = top.tables(&mut r, "tag");
+    if policies.is_empty() && !top.has("policy") && tags.is_empty() {
+        r.errors.push(Diagnostic::file(file, "no `[[policy]]` table in this file").with_help(
+            "a policy file holds one or more `[[policy]]` tables (or `[[tag]]` tables); see docs/policy-language.md",
+        ));
     }
     let mut seen: Vec<(String, Range<usize>)> = Vec::new();
     for p in policies {
         compile_policy(&mut r, p, base_dir, &mut seen, &mut out);
     }
-    top.finish(&mut r, &["policy"]);
+    for t in tags {
+        if let Some(t) = tag_source(&mut r, t) {
+            out.tags.push(t);
+        }
+    }
+    top.finish(&mut r, &["policy", "tag"]);
     if r.errors.is_empty() { Ok(out) } else { Err(r.errors) }
+}
+
+/// A `[[tag]]` table: where a tag's value comes from.
+fn tag_source(r: &mut Reader<'_>, mut f: Fields<'_, '_>) -> Option<bursar_engine::TagSource> {
+    use bursar_engine::TagFrom;
+    let key = f.req_str(r, "key", "the tag's key, e.g. `key = \"team\"`");
+    if let Some((k, _)) = &key {
+        f.what = format!("tag `{k}`");
+    }
+    let from = if f.has("from") {
+        f.keyword(r, "from", &["project", "queue", "user", "submitter"])
+    } else {
+        r.error_help(
+            f.span.clone(),
+            format!("{} is missing `from`", f.what),
+            "`from = \"project\"` looks the value up by the job's project (`queue`, `user` likewise); `from = \"submitter\"` keeps what the submission says",
+        );
+        None
+    };
+    let mut map = std::collections::BTreeMap::new();
+    if let Some(mut m) = f.table(r, "map") {
+        for (k, _, v) in m.entries() {
+            match v.get_ref() {
+                DeValue::String(val) => {
+                    map.insert(k.to_owned(), val.to_string());
+                }
+                other => r.error(v.span(), format!("the value for `{k}` must be a string, found {}", type_name(other))),
+            }
+        }
+    }
+    let default = f.str(r, "default").map(|(d, _)| d);
+    let location = {
+        let d = r.diagnostic(f.span.clone(), "");
+        format!("{}:{}:{}", d.file, d.line, d.column)
+    };
+    let from = match from? {
+        "project" => TagFrom::Project,
+        "queue" => TagFrom::Queue,
+        "user" => TagFrom::User,
+        _ => TagFrom::Submitter,
+    };
+    if from == TagFrom::Submitter && (!map.is_empty() || default.is_some()) {
+        r.error(f.span.clone(), format!("{}: `map` and `default` mean nothing with `from = \"submitter\"`", f.what));
+    }
+    if from != TagFrom::Submitter && map.is_empty() && default.is_none() {
+        r.error_help(
+            f.span.clone(),
+            format!("{} gives no value: it needs `map` (and may have `default`)", f.what),
+            "e.g. `map = { nlp = \"search\", speech = \"search\" }`",
+        );
+    }
+    f.finish(r, &["key", "from", "map", "default"]);
+    Some(bursar_engine::TagSource { key: key?.0, from, map, default, source: location })
 }
 
 fn compile_policy(
@@ -308,6 +366,7 @@ fn compile_policy(
         _ => Mode::Enforce,
     };
     let selector = selector(r, &mut f);
+    let self_approval = f.bool(r, "self_approval").unwrap_or(false);
     let Some(kind) = kind else {
         // Without a kind the other fields cannot be checked; do not report them as unknown.
         let _ = f.entries();
@@ -327,6 +386,7 @@ fn compile_policy(
         source: location.clone(),
         kind,
         branches: branches.iter().map(|b| (*b).to_owned()).collect(),
+        self_approval,
     };
     let submitted = mask(&["job.submitted"]);
     let before = r.errors.len();

@@ -92,6 +92,8 @@ pub struct CompiledFile {
     pub policies: Vec<Arc<dyn Policy>>,
     /// WebAssembly policies, to be instantiated by the host.
     pub wasm: Vec<WasmDecl>,
+    /// Where tags come from (`[[tag]]` tables).
+    pub tags: Vec<bursar_engine::TagSource>,
 }
 
 /// Compiles one policy file. `file` is the name used in diagnostics; `base_dir` resolves relative paths

@@ -101,6 +101,7 @@ pub fn load_dir_allowing_empty(dir: &Path, host: &dyn ComponentHost) -> Result<P
     let files = policy_files(dir).map_err(|d| vec![d])?;
     let mut errors = Vec::new();
     let mut policies: Vec<Arc<dyn Policy>> = Vec::new();
+    let mut tags = Vec::new();
     let mut sources = Vec::new();
     for path in &files {
         let name = path.display().to_string();
@@ -120,6 +121,7 @@ pub fn load_dir_allowing_empty(dir: &Path, host: &dyn ComponentHost) -> Result<P
         match bursar_lang::compile_str(&name, &text, base) {
             Ok(compiled) => {
                 policies.extend(compiled.policies);
+                tags.extend(compiled.tags);
                 for decl in &compiled.wasm {
                     match host.instantiate(decl) {
                         Ok(p) => policies.push(p),
@@ -141,8 +143,48 @@ pub fn load_dir_allowing_empty(dir: &Path, host: &dyn ComponentHost) -> Result<P
         listing.push('\n');
     }
     let digest = sha256_hex(listing.as_bytes());
-    PolicySet::new(policies, sources, digest)
-        .map_err(|e| vec![Diagnostic::file(&dir.display().to_string(), e.to_string())])
+    let set = PolicySet::new(policies, sources, digest)
+        .and_then(|s| s.with_tags(tags))
+        .map_err(|e| vec![Diagnostic::file(&dir.display().to_string(), e.to_string())])?;
+    let untrusted = untrusted_budgets(&set);
+    if untrusted.is_empty() { Ok(set) } else { Err(untrusted) }
+}
+
+/// A diagnostic for every quota that counts by a tag nothing says the source of: the submitter
+/// would choose whose budget their job spends (`--comment team=search` on Slurm).
+fn untrusted_budgets(set: &PolicySet) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    for p in &set.limits().policies {
+        for q in &p.limits.quotas {
+            let bursar_engine::QuotaScope::Tag(key) = &q.scope else { continue };
+            if set.tag_sources().iter().any(|t| &t.key == key) || out.iter().any(|(k, _): &(String, _)| k == key) {
+                continue;
+            }
+            let location = set.get(&p.policy).map(|x| x.meta().source.clone()).unwrap_or_default();
+            out.push((key.clone(), at_location(&location, format!(
+                "policy `{}` counts GPU-hours by tag `{key}`, but no `[[tag]]` table says where `{key}` comes from, so the submitter would choose whose budget a job spends",
+                p.policy
+            )).with_help(format!(
+                "add a `[[tag]]` table: `key = \"{key}\"`, `from = \"project\"` and a `map` from project to value (the scheduler's account mapping), or `from = \"submitter\"` if the scheduler itself sets `{key}` (docs/security.md)"
+            ))));
+        }
+    }
+    out.into_iter().map(|(_, d)| d).collect()
+}
+
+/// A diagnostic at a policy's `file:line:col`.
+fn at_location(location: &str, message: String) -> Diagnostic {
+    let mut parts = location.rsplitn(3, ':');
+    let (col, line, file) = (parts.next(), parts.next(), parts.next());
+    match (file, line.and_then(|l| l.parse().ok()), col.and_then(|c| c.parse().ok())) {
+        (Some(file), Some(line), Some(column)) => {
+            let mut d = Diagnostic::file(file, message);
+            d.line = line;
+            d.column = column;
+            d
+        }
+        _ => Diagnostic::file(location, message),
+    }
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ impl GpuCap {
                 source: "fixtures".into(),
                 kind: "rule",
                 branches: vec!["over cap".into(), "within cap".into(), "over a thousand".into()],
+                self_approval: false,
             },
             cap,
         }

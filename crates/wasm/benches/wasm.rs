@@ -42,6 +42,7 @@ fn wasm_policy(strategy: Strategy) -> Arc<dyn Policy> {
             source: "bench".into(),
             kind: "wasm",
             branches: Vec::new(),
+            self_approval: false,
         },
         component: path.clone(),
         component_at: Diagnostic::file("bench", ""),

@@ -37,6 +37,7 @@ pub fn decl(id: &str, events: &[&str], on_error: OnError, limits: WasmLimits, co
             source: format!("{id}.toml"),
             kind: "wasm",
             branches: Vec::new(),
+            self_approval: false,
         },
         component: PathBuf::from(format!("{id}.wasm")),
         component_at: Diagnostic::file(&format!("{id}.toml"), "component"),
