@@ -94,7 +94,7 @@ pub use bursar_session::Journal;
 pub use error::{AuditError, Result};
 pub use log::{
     Appended, AuditLog, Durability, EventRow, PolicyLoad, Record, RestorePoint, SnapshotRejected, StoredDecision,
-    StoredEvent, StoredSnapshot, StoredStep, stores_as_columns, wall_ms,
+    StoredEvent, StoredRefusal, StoredSnapshot, StoredStep, stores_as_columns, wall_ms,
 };
 pub use outbox::{Delivered, NewNotice, NoticeRow, Outbox, OutboxCursor, Resolved};
 pub use witness::{PublicKey, SignedHead, SigningKey, Witness};

@@ -50,6 +50,8 @@ pub struct EventRow {
     pub user: Option<String>,
     /// The line as received.
     pub raw: String,
+    /// Who sent it ([`bursar_model::Sender`] as JSON), when a server authenticated it.
+    pub sender: Option<String>,
 }
 
 fn project_user(e: &Event) -> (Option<String>, Option<String>) {
@@ -76,7 +78,14 @@ impl EventRow {
             project,
             user,
             raw: raw.to_owned(),
+            sender: None,
         }
+    }
+
+    /// The row with who sent it.
+    pub fn sent_by(mut self, sender: Option<&bursar_model::Sender>) -> EventRow {
+        self.sender = sender.map(bursar_model::Sender::to_json);
+        self
     }
 
     /// The row for a producer's event, read from `raw`.
@@ -90,6 +99,7 @@ impl EventRow {
             project,
             user,
             raw: raw.to_owned(),
+            sender: None,
         }
     }
 }
@@ -124,7 +134,7 @@ impl Record {
     /// The record of what the session handed over.
     pub fn of(entry: bursar_session::Entry<'_>) -> Record {
         Record {
-            event: Some(EventRow::new(entry.raw, entry.input)),
+            event: Some(EventRow::new(entry.raw, entry.input).sent_by(entry.sender)),
             decisions: std::mem::take(entry.decisions),
             steps: entry.steps.to_vec(),
             policy_set: entry.policy_set.clone(),
@@ -310,6 +320,38 @@ pub struct StoredEvent {
     pub raw: String,
     /// Wall time it was recorded, ms since the epoch.
     pub recorded_at: i64,
+    /// Who sent it ([`bursar_model::Sender`] as JSON), for inputs a server authenticated.
+    pub sender: Option<String>,
+}
+
+impl StoredEvent {
+    /// Who sent it, read back.
+    pub fn sender(&self) -> Option<bursar_model::Sender> {
+        self.sender.as_deref().and_then(|s| serde_json::from_str(s).ok())
+    }
+}
+
+/// An input refused when applied, as stored in `refused` (schema 7).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoredRefusal {
+    /// Row number.
+    pub id: i64,
+    /// The input's id.
+    pub event_id: String,
+    /// Its time, ms since the epoch.
+    pub time: i64,
+    /// Its wire type.
+    pub kind: String,
+    /// The job it was about.
+    pub job: Option<String>,
+    /// The line as received.
+    pub raw: String,
+    /// Who sent it ([`bursar_model::Sender`] as JSON).
+    pub sender: Option<String>,
+    /// Why it was refused.
+    pub reason: String,
+    /// Wall time it was recorded, ms since the epoch.
+    pub recorded_at: i64,
 }
 
 /// An engine snapshot as stored.
@@ -402,8 +444,8 @@ pub struct RestorePoint {
     pub rejected: Vec<SnapshotRejected>,
 }
 
-const INSERT_EVENT: &str = "INSERT INTO events (seq, event_id, time, type, job, project, user, raw, recorded_at, hash) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT(event_id) DO NOTHING";
+const INSERT_EVENT: &str = "INSERT INTO events (seq, event_id, time, type, job, project, user, raw, recorded_at, sender, hash) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT(event_id) DO NOTHING";
 const INSERT_DECISION: &str = "INSERT INTO decisions (seq, decision_id, event_id, event_seq, time, recorded_at, job, \
      project, user, decision, dry_run, admission, policies, reason, until, gpus, gpu_hours, policy_set, json, hash) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)";
@@ -483,7 +525,15 @@ const INSERT_STEP: &str =
     "INSERT INTO lifecycle (event_seq, n, job, step, status, time) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 pub(crate) const DECISION_COLUMNS: &str = "seq, decision_id, event_id, event_seq, time, recorded_at, job, project, \
      user, decision, dry_run, admission, policies, reason, until, gpus, gpu_hours, policy_set, json";
-pub(crate) const EVENT_COLUMNS: &str = "seq, event_id, time, type, job, project, user, raw, recorded_at";
+/// The columns of an event row, in the order its hash covers them; the last, `sender` (schema 7),
+/// only when it is not NULL ([`optional_trailing`]).
+pub(crate) const EVENT_COLUMNS: &str = "seq, event_id, time, type, job, project, user, raw, recorded_at, sender";
+
+/// How many of a chain's last hashed columns are fed to the hash only when not NULL: columns added
+/// after rows were written, so those rows keep their hashes.
+pub(crate) fn optional_trailing(chain: &str) -> usize {
+    usize::from(chain == "events")
+}
 pub(crate) const LOAD_COLUMNS: &str = "seq, at, event_seq, ok, digest, error";
 
 /// How much of the file a reading connection maps (`PRAGMA mmap_size`; SQLite caps it at the
@@ -523,6 +573,8 @@ impl AuditLog {
     pub fn open(path: impl AsRef<Path>, durability: Durability) -> Result<AuditLog> {
         let path_ref = path.as_ref();
         let shown = path_ref.display().to_string();
+        private_file(path_ref)
+            .map_err(|e| AuditError::Invalid(format!("cannot open `{shown}` (creating it with mode 0640): {e}")))?;
         let mut conn = Connection::open(path_ref).map_err(AuditError::sqlite(format!("open `{shown}`")))?;
         conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(AuditError::sqlite("set the busy timeout"))?;
         let mode: String = conn
@@ -544,6 +596,10 @@ impl AuditLog {
         schema::migrate(&mut conn, &shown)?;
         AuditLog::with_heads(conn, shown, durability)
     }
+
+    /// The mode of an audit database and of the WAL and shared-memory files SQLite makes beside it
+    /// (they take the database's): the owner writes, its group reads, nobody else.
+    pub const FILE_MODE: u32 = 0o640;
 
     /// Opens an existing audit database read-only (for queries, `verify`, and readers beside a writer).
     pub fn open_read(path: impl AsRef<Path>) -> Result<AuditLog> {
@@ -721,9 +777,25 @@ impl AuditLog {
                         .opt_text(e.user.as_deref())
                         .text(&e.raw)
                         .int(now);
+                    // Schema 7's `sender` is hashed when present only, so older rows keep their hashes.
+                    if let Some(s) = &e.sender {
+                        c.text(s);
+                    }
                     let hash = c.finish();
                     let n = ins_ev
-                        .execute(params![seq, e.id, time, e.kind, e.job, e.project, e.user, e.raw, now, &hash[..]])
+                        .execute(params![
+                            seq,
+                            e.id,
+                            time,
+                            e.kind,
+                            e.job,
+                            e.project,
+                            e.user,
+                            e.raw,
+                            now,
+                            e.sender,
+                            &hash[..]
+                        ])
                         .map_err(AuditError::sqlite(format!("insert event `{}`", e.id)))?;
                     if n == 0 {
                         out.push(Appended { event_seq: None, duplicate: true, decisions: de.seq + 1..de.seq + 1 });
@@ -835,6 +907,47 @@ impl AuditLog {
         self.anchors = anchors;
         self.committed()?;
         Ok(out)
+    }
+
+    /// Records an input refused when applied (schema 7's `refused`): it changed nothing, but the
+    /// refusal is on record with who sent it and why.
+    pub fn record_refusal(&mut self, row: &EventRow, reason: &str) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT INTO refused (event_id, time, type, job, raw, sender, reason, recorded_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![row.id, row.time.millis(), row.kind, row.job, row.raw, row.sender, reason, wall_ms()],
+            )
+            .map_err(AuditError::sqlite(format!("record the refusal of `{}`", row.id)))?;
+        Ok(())
+    }
+
+    /// The refused inputs after row `after`, oldest first, at most `limit`; only those about `job`
+    /// when it is given.
+    pub fn refusals(&self, after: i64, job: Option<&str>, limit: usize) -> Result<Vec<StoredRefusal>> {
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "SELECT id, event_id, time, type, job, raw, sender, reason, recorded_at FROM refused \
+                 WHERE id > ?1 AND (?2 IS NULL OR job = ?2) ORDER BY id LIMIT ?3",
+            )
+            .map_err(AuditError::sqlite("read the refused inputs"))?;
+        let rows = st
+            .query_map(params![after, job, i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
+                Ok(StoredRefusal {
+                    id: r.get(0)?,
+                    event_id: r.get(1)?,
+                    time: r.get(2)?,
+                    kind: r.get(3)?,
+                    job: r.get(4)?,
+                    raw: r.get(5)?,
+                    sender: r.get(6)?,
+                    reason: r.get(7)?,
+                    recorded_at: r.get(8)?,
+                })
+            })
+            .map_err(AuditError::sqlite("read the refused inputs"))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(AuditError::sqlite("read the refused inputs"))
     }
 
     /// Records that the policy set `digest` (made of `files`) was loaded; returns the load's sequence number.
@@ -1320,6 +1433,34 @@ pub(crate) fn decision_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Store
     })
 }
 
+/// Creates the database file `path` with [`AuditLog::FILE_MODE`] if it does not exist, and takes the
+/// other users' bits off one that does (a log written under umask 022 by an older version): the log
+/// holds every job's name, user and project, and was readable by every local user.
+fn private_file(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    match std::fs::OpenOptions::new().write(true).create_new(true).mode(AuditLog::FILE_MODE).open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let mode = std::fs::metadata(path)?.permissions().mode();
+            if mode & 0o007 != 0 {
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o770))?;
+            }
+            for side in ["-wal", "-shm"] {
+                let mut p = path.as_os_str().to_owned();
+                p.push(side);
+                let p = std::path::PathBuf::from(p);
+                if let Ok(m) = std::fs::metadata(&p)
+                    && m.permissions().mode() & 0o007 != 0
+                {
+                    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(m.permissions().mode() & 0o770))?;
+                }
+            }
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Reads a row selected with [`EVENT_COLUMNS`].
 pub(crate) fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEvent> {
     Ok(StoredEvent {
@@ -1332,5 +1473,6 @@ pub(crate) fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEv
         user: r.get(6)?,
         raw: r.get(7)?,
         recorded_at: r.get(8)?,
+        sender: r.get(9)?,
     })
 }

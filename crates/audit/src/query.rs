@@ -238,6 +238,8 @@ pub struct Story {
     pub policy_sets: Vec<SetInfo>,
     /// Policy loads and failed reloads recorded while the job's events were applied.
     pub loads: Vec<PolicyLoad>,
+    /// Inputs about the job that were refused when applied (schema 7).
+    pub refused: Vec<crate::StoredRefusal>,
 }
 
 /// The story of job `job`: its events and decisions in order, and the policy-set versions in force.
@@ -288,6 +290,7 @@ pub fn explain(log: &AuditLog, job: &str) -> Result<Story> {
         .into_iter()
         .filter(|l| !steps.is_empty() && l.event_seq >= first.saturating_sub(1) && l.event_seq <= last)
         .collect();
+    let refused = log.refusals(0, Some(job), 1000)?;
     Ok(Story {
         job: job.to_owned(),
         project,
@@ -295,6 +298,7 @@ pub fn explain(log: &AuditLog, job: &str) -> Result<Story> {
         steps: steps.into_iter().map(|s| s.4).collect(),
         policy_sets,
         loads,
+        refused,
     })
 }
 

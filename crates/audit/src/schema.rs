@@ -28,6 +28,14 @@
 //! value, so `verify` is unchanged; an older build would read the empty text as the decision, so it
 //! refuses the file (it is newer than the build).
 //!
+//! Version 7 adds who sent each input: `events.sender`, the principal and how their credential
+//! proved it, as `bursar serve` authenticated the request (a JSON object, [`bursar_model::Sender`];
+//! NULL for inputs read from a file). The row's hash covers it when it is set and not otherwise, so
+//! every row written before keeps its hash, and setting or clearing it on a row is an edit `verify`
+//! reports. It also adds `refused`: the inputs refused when applied (an event dated beyond the clock
+//! bound, a second submission of a known job), with the reason; they changed nothing, so they are
+//! not chained (they are on record, not evidence of state).
+//!
 //! A migration is a step from version N to N+1 run in one transaction; [`migrate`] runs every
 //! step the file lacks. A file newer than this build is refused rather than guessed at.
 
@@ -38,7 +46,7 @@ use crate::error::{AuditError, Result};
 use crate::log::{Head, load_head, wall_ms};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 const V1: &str = r#"
 CREATE TABLE events (
@@ -247,9 +255,25 @@ DROP INDEX IF EXISTS lifecycle_job;
 /// `json` may be empty, to be rebuilt from its columns.
 const V6: &str = "";
 
+/// Version 7: who sent each input, and the refused inputs (see the module's documentation).
+const V7: &str = r#"
+ALTER TABLE events ADD COLUMN sender TEXT;
+CREATE TABLE IF NOT EXISTS refused (
+    id          INTEGER PRIMARY KEY,
+    event_id    TEXT NOT NULL,
+    time        INTEGER NOT NULL,
+    type        TEXT NOT NULL,
+    job         TEXT,
+    raw         TEXT NOT NULL,
+    sender      TEXT,
+    reason      TEXT NOT NULL,
+    recorded_at INTEGER NOT NULL
+);
+"#;
+
 /// The migration steps: `MIGRATIONS[n]` takes a file from version n to n+1.
 const MIGRATIONS: &[Step] =
-    &[Step::Sql(V1), Step::Then(V2, adopt), Step::Sql(V3), Step::Sql(V4), Step::Sql(V5), Step::Sql(V6)];
+    &[Step::Sql(V1), Step::Then(V2, adopt), Step::Sql(V3), Step::Sql(V4), Step::Sql(V5), Step::Sql(V6), Step::Sql(V7)];
 
 /// Version 1 to 2: anchors what a version-1 file holds, as found.
 fn adopt(tx: &Transaction<'_>) -> Result<()> {

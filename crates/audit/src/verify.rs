@@ -796,8 +796,12 @@ fn walk(log: &AuditLog, chain: &str, from: i64, start: Hash) -> Result<(ChainRep
             break;
         }
         let mut c = Canon::after(&prev.hash);
+        let optional_from = ncols - crate::log::optional_trailing(chain);
         for i in 0..ncols {
             let v = r.get_ref(i).map_err(AuditError::sqlite(format!("read `{chain}`")))?;
+            if i >= optional_from && v == rusqlite::types::ValueRef::Null {
+                continue;
+            }
             c.value(v);
         }
         let h = c.finish();

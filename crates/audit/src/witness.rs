@@ -122,6 +122,15 @@ impl SigningKey {
                 }
             }
         }
+        if weak_key(&secret) {
+            return Err(key_err(
+                path,
+                format!(
+                    "the signing key is not random (every byte is {:#04x})\n  help: make a new pair with `bursar audit keygen`; a key anyone can guess signs anyone's log",
+                    secret.first().copied().unwrap_or(0)
+                ),
+            ));
+        }
         Ok(SigningKey::from_bytes(&secret))
     }
 
@@ -333,16 +342,30 @@ pub struct Witness {
     signed: u64,
 }
 
+/// A key whose bytes are all the same (all zeros, a file of `ff`s): written by hand or by a broken
+/// generator, and guessable.
+pub fn weak_key(bytes: &[u8]) -> bool {
+    bytes.windows(2).all(|w| w[0] == w[1])
+}
+
 impl Witness {
     /// Opens (creating) the witness file `path` for appending, with `key` to sign. Every write is
     /// signed; see [`Witness::every`] to sign at most every so often.
     pub fn open(key: SigningKey, path: impl AsRef<Path>) -> Result<Witness> {
         let path = path.as_ref().to_path_buf();
-        let file = std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(&path)
-            .map_err(|source| AuditError::Witness { action: "open", path: path.display().to_string(), source })?;
+        let mut opts = std::fs::OpenOptions::new();
+        opts.append(true).create(true);
+        #[cfg(unix)]
+        {
+            // Readable by the owner and its group (an auditor's), never by every local user.
+            use std::os::unix::fs::OpenOptionsExt;
+            opts.mode(0o640);
+        }
+        let file = opts.open(&path).map_err(|source| AuditError::Witness {
+            action: "open",
+            path: path.display().to_string(),
+            source,
+        })?;
         Ok(Witness { key, path, file, every: Duration::ZERO, last: None, pending: false, signed: 0 })
     }
 

@@ -23,7 +23,7 @@ use bursar_session::{Entry, FlushDone, Journal, JournalError, Receipt};
 
 use crate::checkpoint::{CheckpointStats, Checkpointer};
 use crate::error::{AuditError, Result};
-use crate::log::{Appended, AuditLog, Record};
+use crate::log::{Appended, AuditLog, EventRow, Record};
 
 /// What the writer did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -170,6 +170,10 @@ enum Msg {
         error: String,
         in_force: String,
     },
+    Refused {
+        row: EventRow,
+        reason: String,
+    },
     Snapshot {
         policy_set: String,
         blob: Vec<u8>,
@@ -289,6 +293,11 @@ impl Journal for Writer {
 
     fn policy_set(&mut self, set: &PolicySet) -> Result<(), JournalError> {
         self.send(Msg::PolicySet { digest: set.digest().to_owned(), files: set.files().to_vec() }).map_err(journal_err)
+    }
+
+    fn refused(&mut self, refusal: bursar_session::Refusal<'_>) -> Result<(), JournalError> {
+        let row = EventRow::new(refusal.raw, refusal.input).sent_by(refusal.sender);
+        self.send(Msg::Refused { row, reason: refusal.reason.to_owned() }).map_err(journal_err)
     }
 
     fn reload_failed(&mut self, error: &str, in_force: &str) -> Result<(), JournalError> {
@@ -420,6 +429,11 @@ impl Thread {
             Msg::ReloadFailed { error, in_force } => {
                 self.commit()?;
                 self.retrying(|log| log.record_policy_failure(&error, Some(&in_force)))?;
+            }
+            Msg::Refused { row, reason } => {
+                // In order with the records around it; refusals are rare, so a transaction of its own.
+                self.commit()?;
+                self.retrying(|log| log.record_refusal(&row, &reason))?;
             }
             Msg::Snapshot { policy_set, blob, keep, reply } => {
                 self.commit()?;

@@ -355,7 +355,7 @@ pub fn run(args: &AuditArgs, _format: ErrorFormat) -> Result<ExitCode, CliError>
         AuditCommand::Explain { job, format } => {
             let log = AuditLog::open_read(&args.db).map_err(audit_err)?;
             let story = bursar_audit::query::explain(&log, job).map_err(audit_err)?;
-            if story.steps.is_empty() {
+            if story.steps.is_empty() && story.refused.is_empty() {
                 eprintln!("bursar: job `{job}` is not in `{}`", args.db.display());
                 return Ok(ExitCode::Failed);
             }
@@ -720,6 +720,28 @@ fn short(digest: &str) -> &str {
     &digest[..12.min(digest.len())]
 }
 
+/// Text from the log as a terminal may show it: a character that would move the cursor, change
+/// colours, reorder the line or hide itself (a log written before names were bounded may hold one)
+/// is written as its `\u{…}` escape.
+fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(|c| bursar_model::names::hidden(c).is_some()) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(
+        text.chars()
+            .map(
+                |c| {
+                    if bursar_model::names::hidden(c).is_some() {
+                        c.escape_unicode().to_string()
+                    } else {
+                        c.to_string()
+                    }
+                },
+            )
+            .collect(),
+    )
+}
+
 fn write_story(s: &Story, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(
         out,
@@ -732,8 +754,11 @@ fn write_story(s: &Story, out: &mut dyn Write) -> std::io::Result<()> {
     for step in &s.steps {
         match step {
             Step::Event(e) => {
-                writeln!(out, "{}  event {} {}", ts(e.time), e.event_id, e.kind)?;
-                writeln!(out, "    {}", clip(&e.raw, 200))?;
+                writeln!(out, "{}  event {} {}", ts(e.time), shown(&e.event_id), e.kind)?;
+                if let Some(sender) = e.sender() {
+                    writeln!(out, "    from: {}", shown(&sender.describe()))?;
+                }
+                writeln!(out, "    {}", shown(&clip(&e.raw, 200)))?;
             }
             Step::Decision(d) => {
                 if last_set != Some(d.policy_set.as_str()) {
@@ -751,9 +776,16 @@ fn write_story(s: &Story, out: &mut dyn Write) -> std::io::Result<()> {
                 if !d.policies.is_empty() {
                     writeln!(out, "    policies: {}", d.policies.join(", "))?;
                 }
-                writeln!(out, "    reason: {}", d.reason)?;
+                writeln!(out, "    reason: {}", shown(&d.reason))?;
             }
         }
+    }
+    for r in &s.refused {
+        writeln!(out, "{}  refused {} {}", ts(r.time), shown(&r.event_id), r.kind)?;
+        if let Some(sender) = r.sender.as_deref().and_then(|t| serde_json::from_str::<bursar_model::Sender>(t).ok()) {
+            writeln!(out, "    from: {}", shown(&sender.describe()))?;
+        }
+        writeln!(out, "    why: {}", shown(r.reason.lines().next().unwrap_or_default()))?;
     }
     for set in &s.policy_sets {
         match set.first_loaded_at {

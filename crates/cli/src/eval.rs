@@ -14,8 +14,9 @@ use std::time::Instant;
 
 use bursar_engine::{Engine, EngineConfig, PolicySet};
 use bursar_model::DecisionKind;
+use bursar_model::Duration;
 use bursar_model::api::Rejected;
-use bursar_session::{Journal, LineOutcome, Origin, Session, SessionError};
+use bursar_session::{Applied, ClockBound, Journal, LineOutcome, Origin, Session, SessionError};
 use serde::Serialize;
 
 use crate::{CliError, ErrorFormat};
@@ -31,6 +32,8 @@ pub struct Summary {
     pub malformed: u64,
     /// Events ignored because their id was seen before.
     pub duplicates: u64,
+    /// Events refused: beyond the clock bound, or a second submission of a known job.
+    pub refused: u64,
     /// Job events about jobs bursar never saw submitted.
     pub unknown_jobs: u64,
     /// Decisions by kind.
@@ -48,10 +51,11 @@ impl std::fmt::Display for Summary {
         let kinds: Vec<String> = self.decisions.iter().map(|(k, v)| format!("{k} {v}")).collect();
         write!(
             f,
-            "eval: {} events ({} malformed, {} duplicate, {} about unknown jobs) in {:.3}s, {:.0} events/s; decisions: {}{}",
+            "eval: {} events ({} malformed, {} duplicate, {}{} about unknown jobs) in {:.3}s, {:.0} events/s; decisions: {}{}",
             self.events,
             self.malformed,
             self.duplicates,
+            if self.refused > 0 { format!("{} refused, ", self.refused) } else { String::new() },
             self.unknown_jobs,
             self.seconds,
             self.events_per_second,
@@ -72,6 +76,38 @@ pub struct EvalOptions {
     pub error_format: ErrorFormat,
     /// The longest line accepted, in bytes.
     pub max_line: usize,
+    /// How far one event may move the event clock.
+    pub clock: ClockBound,
+}
+
+/// How far one event may move the event clock, for the commands that read a producer's stream
+/// (`eval`, `replay --events`). One event dated `9999-12-31` would otherwise expire every approval,
+/// reclaim every running job and count every quota in the year 9999.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClockArgs {
+    /// The largest forward jump of the event clock from the latest event so far; an event further
+    /// ahead is refused with its line number and changes nothing. The default is twice the longest
+    /// quiet spell of the public traces bursar imports (Philly: 50 h; Alibaba OpenB: 392 h).
+    #[arg(long, value_name = "DURATION", default_value = "31d", value_parser = parse_duration)]
+    pub max_clock_jump: Duration,
+    /// Accept events however far ahead of the event clock they are.
+    #[arg(long, conflicts_with = "max_clock_jump")]
+    pub allow_clock_jump: bool,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    match Duration::parse(s) {
+        Ok(d) if d.millis() > 0 => Ok(d),
+        Ok(_) => Err("the bound must be longer than zero".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+impl ClockArgs {
+    /// The bound these flags ask for.
+    pub fn bound(&self) -> ClockBound {
+        if self.allow_clock_jump { ClockBound::Unbounded } else { ClockBound::Jump { max: self.max_clock_jump } }
+    }
 }
 
 /// Opens `path`, or stdin for `-`. The reader is `Send`: the session reads and decodes on a thread of
@@ -103,6 +139,21 @@ pub fn report_rejected(format: ErrorFormat, source: &str, r: &Rejected) {
     }
 }
 
+/// Prints a refused line on stderr: `FILE:LINE: refused: REASON` (JSON: the rejected-line shape).
+pub fn report_refused(format: ErrorFormat, source: &str, line: u64, reason: &str) {
+    report_rejected_as(format, source, &Rejected { source: None, line, error: reason.to_owned() }, "refused")
+}
+
+fn report_rejected_as(format: ErrorFormat, source: &str, r: &Rejected, what: &str) {
+    match format {
+        ErrorFormat::Human => eprintln!("{source}:{}: {what}: {}", r.line, r.error),
+        ErrorFormat::Json => {
+            let r = Rejected { source: Some(source.to_owned()), error: format!("{what}: {}", r.error), ..r.clone() };
+            eprintln!("{}", serde_json::to_string(&r).unwrap_or_default());
+        }
+    }
+}
+
 /// Maps a session failure to the CLI's error, with what was being done.
 pub fn session_err(source: &str, e: SessionError) -> CliError {
     match e {
@@ -123,13 +174,16 @@ pub fn run<J: Journal>(
 ) -> Result<(Summary, J), CliError> {
     let started = Instant::now();
     let engine = Engine::with_config(set, opts.engine);
-    let mut session =
-        Session::open(engine, journal, Origin::Producer).map_err(|e| session_err(&opts.source_name, e.into()))?;
+    let mut session = Session::open(engine, journal, Origin::Producer)
+        .map_err(|e| session_err(&opts.source_name, e.into()))?
+        .with_clock_bound(opts.clock);
     session
-        .read(input, opts.max_line, |outcome| {
-            if let LineOutcome::Rejected(r) = outcome {
-                report_rejected(opts.error_format, &opts.source_name, r);
+        .read(input, opts.max_line, |outcome| match outcome {
+            LineOutcome::Rejected(r) => report_rejected(opts.error_format, &opts.source_name, r),
+            LineOutcome::Input { line, applied: Applied::Refused(r), .. } => {
+                report_refused(opts.error_format, &opts.source_name, *line, &r.reason)
             }
+            _ => {}
         })
         .map_err(|e| session_err(&opts.source_name, e))?;
     session.flush().map_err(|e| session_err(&opts.source_name, e.into()))?;
@@ -141,6 +195,7 @@ pub fn run<J: Journal>(
         events: counts.applied,
         malformed: counts.rejected,
         duplicates: counts.duplicates,
+        refused: counts.refused,
         unknown_jobs: stats.unknown_jobs,
         dry_run: stats.dry_run_decisions,
         ..Summary::default()

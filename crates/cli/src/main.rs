@@ -80,6 +80,9 @@ enum Command {
         /// cannot write (see docs/audit.md, "Signed heads").
         #[arg(long, value_name = "FILE", requires_all = ["audit", "signing_key"])]
         witness: Option<PathBuf>,
+        /// How far one event may move the event clock.
+        #[command(flatten)]
+        clock: bursar::eval::ClockArgs,
     },
     /// Query, explain, verify, prune and summarise an audit database; sign its head.
     ///
@@ -197,6 +200,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             allow_empty,
             signing_key,
             witness,
+            clock,
         } => {
             let set = match bursar::load_policies_with(&policies, cli.error_format, allow_empty) {
                 Ok(s) => s,
@@ -209,6 +213,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
                 engine: bursar_engine::EngineConfig { dedupe_window, ..Default::default() },
                 error_format: cli.error_format,
                 max_line: max_line.unwrap_or(bursar_session::DEFAULT_MAX_LINE),
+                clock: clock.bound(),
             };
             let summary = match &audit {
                 Some(db) => {

@@ -42,6 +42,9 @@ pub struct ReplayArgs {
     /// How many changed decisions to list.
     #[arg(long, default_value_t = 20)]
     pub limit: usize,
+    /// How far one event may move the event clock (with --events).
+    #[command(flatten)]
+    pub clock: crate::eval::ClockArgs,
 }
 
 fn parse_time(s: &str) -> Result<Timestamp, String> {
@@ -76,6 +79,11 @@ pub fn run(args: &ReplayArgs, error_format: ErrorFormat) -> Result<ExitCode, Cli
             .with_labels(args.policies.display().to_string(), "the decisions recorded in the audit log"),
     }
     .with_limit(args.limit);
+    // An events file is a producer's stream: its clock is bounded. An audit log holds only what was
+    // accepted, and is replayed as it was.
+    if args.events.is_some() {
+        replayer = replayer.with_clock_bound(args.clock.bound());
+    }
 
     if let Some(path) = &args.events {
         replay_events(&mut replayer, path, args.since, error_format)?;
@@ -171,7 +179,7 @@ fn replay_audit(replayer: &mut Replayer, db: &PathBuf, since: Option<Timestamp>)
             if since.is_some_and(|s| input.time() < s) {
                 continue;
             }
-            replayer.input(&input, &stored.raw, &recorded);
+            let _ = replayer.input(&input, &stored.raw, &recorded);
         }
     }
     Ok(())

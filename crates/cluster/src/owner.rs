@@ -523,6 +523,8 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
         }
         let mut applied: Vec<(String, usize, u64)> = Vec::new();
         let mut duplicates: Vec<String> = Vec::new();
+        // Inputs the engine refused (a second submission of a job it knows): why, for their waiters.
+        let mut refusals: std::collections::HashMap<String, String> = std::collections::HashMap::new();
         let mut new_waiters: Vec<(String, Waiter)> = Vec::new();
         let mut stop = None;
         let mut want_snapshot = false;
@@ -541,6 +543,11 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
                             applied.push((id, entry, seq));
                         }
                         Ok(LineOutcome::Input { id, applied: Applied::Duplicate, .. }) => duplicates.push(id),
+                        Ok(LineOutcome::Input { id, applied: Applied::Refused(r), .. }) => {
+                            tracing::info!(partition = p, seq, id, reason = %r.reason, "input refused");
+                            refusals.insert(id.clone(), r.reason);
+                            duplicates.push(id);
+                        }
                         Ok(LineOutcome::Rejected(r)) => {
                             tracing::warn!(partition = p, seq, error = %r.error, "an event in the stream is not valid; skipped")
                         }
@@ -632,6 +639,9 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
                             reply.other_decisions.clear();
                         }
                         OwnerAnswer::Decided { reply: Box::new(reply) }
+                    }
+                    None if refusals.contains_key(&id) => {
+                        refused(409, refusals.get(&id).cloned().unwrap_or_default(), false)
                     }
                     None => refused(
                         409,

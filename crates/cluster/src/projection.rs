@@ -136,6 +136,7 @@ fn project(log: &mut AuditLog, group: &[(u64, bytes::Bytes)]) -> Result<(), Stri
             records.push(Record::of(Entry {
                 input: &d.input,
                 raw: d.text,
+                sender: None,
                 decisions: &mut entry.decisions,
                 steps: &entry.steps,
                 policy_set: &digest,

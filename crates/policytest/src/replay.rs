@@ -117,6 +117,8 @@ pub struct ReplayReport {
     pub duplicates: u64,
     /// Lines that were not valid events.
     pub malformed: u64,
+    /// Events the candidate refused (beyond the clock bound, a second submission of a known job).
+    pub refused: u64,
     /// Decisions compared (keys on either side).
     pub compared: u64,
     /// Decisions equal on both sides (kind, policies, until).
@@ -171,13 +173,21 @@ pub struct Replayer {
     origin: Origin,
 }
 
-/// The decisions `session` made for `input`: empty for a duplicate.
-fn step(session: &mut Session<Memory>, input: &Input, raw: &str) -> (bool, Vec<Decision>) {
+/// What one session did with an input.
+enum Stepped {
+    Applied(Vec<Decision>),
+    Duplicate,
+    Refused(String),
+}
+
+/// The decisions `session` made for `input`.
+fn step(session: &mut Session<Memory>, input: &Input, raw: &str) -> Stepped {
     session.journal_mut().clear();
     match session.apply(input, raw) {
-        Ok(Applied::Applied { .. }) => (true, std::mem::take(&mut session.journal_mut().decisions)),
-        // A memory journal never refuses.
-        Ok(Applied::Duplicate) | Err(_) => (false, Vec::new()),
+        Ok(Applied::Applied { .. }) => Stepped::Applied(std::mem::take(&mut session.journal_mut().decisions)),
+        Ok(Applied::Refused(r)) => Stepped::Refused(r.reason),
+        // A memory journal never fails.
+        Ok(Applied::Duplicate) | Err(_) => Stepped::Duplicate,
     }
 }
 
@@ -240,6 +250,15 @@ impl Replayer {
         self
     }
 
+    /// Bounds how far an input may move the event clock (`--max-clock-jump`), on both sides.
+    pub fn with_clock_bound(mut self, bound: bursar_session::ClockBound) -> Replayer {
+        self.candidate = self.candidate.with_clock_bound(bound);
+        if let Base::Policies(s) = self.base {
+            self.base = Base::Policies(Box::new(s.with_clock_bound(bound)));
+        }
+        self
+    }
+
     /// Names the sides in the report.
     pub fn with_labels(mut self, candidate: impl Into<String>, baseline: impl Into<String>) -> Replayer {
         self.report.candidate = candidate.into();
@@ -254,22 +273,35 @@ impl Replayer {
 
     /// Applies one input (decoded under [`Replayer::origin`]'s rules). `recorded` is what was decided
     /// for it at the time (from the audit log); it is ignored when the baseline is a policy set.
-    pub fn input(&mut self, input: &Input, raw: &str, recorded: &[Decision]) {
-        let (applied, cand) = step(&mut self.candidate, input, raw);
+    /// Returns why the input was refused (beyond the clock bound, a second submission of a known
+    /// job), if it was.
+    pub fn input(&mut self, input: &Input, raw: &str, recorded: &[Decision]) -> Option<String> {
+        let cand = step(&mut self.candidate, input, raw);
         let base_own;
         let base: &[Decision] = match &mut self.base {
             Base::Policies(session) => {
-                base_own = step(session, input, raw).1;
+                base_own = match step(session, input, raw) {
+                    Stepped::Applied(d) => d,
+                    Stepped::Duplicate | Stepped::Refused(_) => Vec::new(),
+                };
                 &base_own
             }
             Base::Recorded => recorded,
         };
-        if !applied {
-            self.report.duplicates += 1;
-            return;
-        }
+        let cand = match cand {
+            Stepped::Applied(d) => d,
+            Stepped::Duplicate => {
+                self.report.duplicates += 1;
+                return None;
+            }
+            Stepped::Refused(reason) => {
+                self.report.refused += 1;
+                return Some(reason);
+            }
+        };
         self.report.events += 1;
         compare(&mut self.report, self.limit, &input.id(), input.time(), base, &cand);
+        None
     }
 
     /// [`Replayer::input`] of a producer's event.
@@ -283,7 +315,7 @@ impl Replayer {
                 &canonical
             }
         };
-        self.input(&input, raw, recorded);
+        let _ = self.input(&input, raw, recorded);
     }
 
     /// Replays a stream of JSON Lines (an events file), read through the session crate's framing and
@@ -305,8 +337,10 @@ impl Replayer {
                     on_rejected(&r);
                 }
                 Line::Input(d) => {
-                    if since.is_none_or(|s| d.input.time() >= s) {
-                        self.input(&d.input, d.text, &[]);
+                    if since.is_none_or(|s| d.input.time() >= s)
+                        && let Some(reason) = self.input(&d.input, d.text, &[])
+                    {
+                        on_rejected(&Rejected { source: None, line: d.line, error: format!("refused: {reason}") });
                     }
                 }
             }
@@ -443,8 +477,13 @@ impl ReplayReport {
     pub fn render(&self) -> String {
         let mut s = String::new();
         s.push_str(&format!(
-            "replay: {} events ({} duplicate, {} malformed); candidate `{}` against {}\n",
-            self.events, self.duplicates, self.malformed, self.candidate, self.baseline
+            "replay: {} events ({} duplicate, {} malformed{}); candidate `{}` against {}\n",
+            self.events,
+            self.duplicates,
+            self.malformed,
+            if self.refused > 0 { format!(", {} refused", self.refused) } else { String::new() },
+            self.candidate,
+            self.baseline
         ));
         s.push_str(&format!(
             "decisions: {} compared, {} changed ({} different, {} added, {} removed), {} unchanged ({} with a new reason)\n",

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use bursar_engine::{PolicySet, Transition};
 use bursar_model::api::Sequenced;
-use bursar_model::{Decision, Input};
+use bursar_model::{Decision, Input, Sender};
 
 /// One applied input, as the journal receives it.
 #[derive(Debug)]
@@ -23,6 +23,8 @@ pub struct Entry<'a> {
     pub input: &'a Input,
     /// Its line as received (for a wall tick, its canonical line).
     pub raw: &'a str,
+    /// Who sent it, when a server authenticated it.
+    pub sender: Option<&'a Sender>,
     /// The decisions it produced, in order. A journal that keeps them may take them
     /// (`std::mem::take`) rather than copy them.
     pub decisions: &'a mut Vec<Decision>,
@@ -30,6 +32,20 @@ pub struct Entry<'a> {
     pub steps: &'a [Transition],
     /// Digest of the policy set that decided.
     pub policy_set: &'a Arc<str>,
+}
+
+/// An input that was refused when applied ([`crate::Applied::Refused`]): kept in the journal so
+/// the refusal is on record, though the input changed nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct Refusal<'a> {
+    /// The input.
+    pub input: &'a Input,
+    /// Its line as received.
+    pub raw: &'a str,
+    /// Who sent it.
+    pub sender: Option<&'a Sender>,
+    /// Why it was refused.
+    pub reason: &'a str,
 }
 
 /// What became of one entry once durable.
@@ -69,6 +85,13 @@ pub trait Journal {
     /// Records that `set` is now in force (at start and on every reload).
     fn policy_set(&mut self, set: &PolicySet) -> Result<(), JournalError> {
         let _ = set;
+        Ok(())
+    }
+
+    /// Records an input that was refused when applied; it reaches nothing else. A journal that keeps
+    /// no record of refusals ignores it (the default).
+    fn refused(&mut self, refusal: Refusal<'_>) -> Result<(), JournalError> {
+        let _ = refusal;
         Ok(())
     }
 
@@ -125,6 +148,10 @@ pub struct Memory {
     inputs: u64,
     /// Decisions forgotten by [`Memory::clear`], so numbering goes on.
     forgotten: u64,
+    /// Refused inputs: `(id, reason)`.
+    pub refused: Vec<(String, String)>,
+    /// The sender of each entry taken, in order (`None` for inputs without one).
+    pub senders: Vec<Option<Sender>>,
 }
 
 impl Memory {
@@ -141,6 +168,7 @@ impl Memory {
         self.forgotten += self.decisions.len() as u64;
         self.decisions.clear();
         self.entries.clear();
+        self.senders.clear();
         self.unflushed = 0;
     }
 }
@@ -150,7 +178,13 @@ impl Journal for Memory {
         let first = self.decisions.len();
         self.decisions.append(entry.decisions);
         self.entries.push((entry.input.id().into_owned(), first, self.decisions.len() - first));
+        self.senders.push(entry.sender.cloned());
         self.unflushed += 1;
+        Ok(())
+    }
+
+    fn refused(&mut self, refusal: Refusal<'_>) -> Result<(), JournalError> {
+        self.refused.push((refusal.input.id().into_owned(), refusal.reason.to_owned()));
         Ok(())
     }
 

@@ -30,10 +30,10 @@ pub mod frame;
 pub mod journal;
 pub mod session;
 
-pub use decode::{Decoded, Incoming, Line, Origin, decode, decode_body};
+pub use decode::{Decoded, Incoming, Line, NAMESPACE_SEPARATOR, Origin, decode, decode_body, namespaced};
 pub use frame::{Frame, Framer, ReadError, read_frames};
-pub use journal::{Discard, Entry, FlushDone, Journal, JournalError, Memory, Receipt};
-pub use session::{Applied, Counts, LineOutcome, Session, SessionError};
+pub use journal::{Discard, Entry, FlushDone, Journal, JournalError, Memory, Receipt, Refusal};
+pub use session::{Applied, ClockBound, Counts, LineOutcome, Refused, RefusedBy, Session, SessionError};
 
 /// The longest line `eval` and `replay` accept from a file or stdin by default (64 MiB): far above any
 /// real event, low enough that one line without a newline cannot exhaust memory. `serve` bounds a

@@ -12,11 +12,11 @@ use std::sync::Arc;
 
 use bursar_engine::{Engine, Outcome, PolicySet};
 use bursar_model::api::Rejected;
-use bursar_model::{Decision, Input, Timestamp, WallTick};
+use bursar_model::{Decision, Duration, Input, Sender, Timestamp, WallTick};
 
 use crate::decode::{self, Line, Origin};
 use crate::frame::Frame;
-use crate::journal::{Entry, Journal, JournalError, Receipt};
+use crate::journal::{Entry, Journal, JournalError, Receipt, Refusal};
 
 /// What the session counted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -29,10 +29,77 @@ pub struct Counts {
     pub duplicates: u64,
     /// Lines that were not inputs the origin may send.
     pub rejected: u64,
+    /// Inputs refused when applied ([`Applied::Refused`]).
+    pub refused: u64,
+}
+
+/// How far ahead an input may move the event clock: what keeps one event dated `9999-12-31` from
+/// expiring every approval, reclaiming every running job and moving every quota to the year 9999.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClockBound {
+    /// No bound (tests, and bursar's own journal, which holds only what was accepted).
+    #[default]
+    Unbounded,
+    /// `serve`: an event dated more than `skew` after the wall clock (read when it is applied) is
+    /// refused.
+    Wall {
+        /// The allowed skew.
+        skew: Duration,
+    },
+    /// `eval`, `replay`: an event dated more than `max` after the event clock (the latest event time
+    /// applied so far) is refused; the first event sets the clock freely.
+    Jump {
+        /// The largest jump.
+        max: Duration,
+    },
+}
+
+/// A long span for people: `about 2,914,000 days`, `about 3 hours`, `12 minutes`.
+fn about(d: Duration) -> String {
+    let ms = d.millis();
+    let (n, unit) = if ms >= 2 * 86_400_000 {
+        (ms / 86_400_000, "days")
+    } else if ms >= 2 * 3_600_000 {
+        (ms / 3_600_000, "hours")
+    } else if ms >= 2 * 60_000 {
+        (ms / 60_000, "minutes")
+    } else {
+        return format!("{d}");
+    };
+    format!("about {n} {unit}")
+}
+
+impl ClockBound {
+    /// Why an event at `time` is refused, given the event clock `now` (`None` before any event),
+    /// or `None` when it is within the bound.
+    pub fn refuses(&self, time: Timestamp, now: Option<Timestamp>) -> Option<String> {
+        match *self {
+            ClockBound::Unbounded => None,
+            ClockBound::Wall { skew } => {
+                let wall = Timestamp::wall_clock();
+                let limit = wall.plus(skew);
+                (time > limit).then(|| {
+                    format!(
+                        "event time {time} is {} ahead of this server's clock ({wall}), more than the {skew} allowed\n  help: check the producer's clock; the bound is `[clock] max_skew` in the configuration",
+                        about(time.since(wall))
+                    )
+                })
+            }
+            ClockBound::Jump { max } => {
+                let now = now?;
+                (time > now.plus(max)).then(|| {
+                    format!(
+                        "event time {time} jumps {} past the event clock ({now}), more than the {max} allowed\n  help: if the stream really has such a gap, pass `--max-clock-jump` with a longer bound, or `--allow-clock-jump`",
+                        about(time.since(now))
+                    )
+                })
+            }
+        }
+    }
 }
 
 /// What happened to one input.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Applied {
     /// Applied; its entry is the `entry`-th handed to the journal since the last flush (the index of
     /// its receipt), and it made `decisions` decisions.
@@ -44,6 +111,26 @@ pub enum Applied {
     },
     /// Its id was seen before; nothing changed and nothing was journaled.
     Duplicate,
+    /// Refused: nothing changed, and the refusal (not the input) was journaled.
+    Refused(Refused),
+}
+
+/// Why an input was refused when applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// What refused it.
+    pub by: RefusedBy,
+    /// The sentence: why, and what bound it broke.
+    pub reason: String,
+}
+
+/// What refused an input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusedBy {
+    /// The [`ClockBound`]: dated too far ahead.
+    Clock,
+    /// The engine: a second submission of a job it knows.
+    Engine,
 }
 
 /// What happened to one line.
@@ -167,6 +254,7 @@ pub struct Session<J> {
     pending_tick: Option<WallTick>,
     unflushed: usize,
     counts: Counts,
+    clock: ClockBound,
 }
 
 impl<J: Journal> Session<J> {
@@ -189,7 +277,19 @@ impl<J: Journal> Session<J> {
             pending_tick: None,
             unflushed: 0,
             counts: Counts::default(),
+            clock: ClockBound::Unbounded,
         }
+    }
+
+    /// Bounds how far an input may move the event clock from now on.
+    pub fn with_clock_bound(mut self, bound: ClockBound) -> Session<J> {
+        self.clock = bound;
+        self
+    }
+
+    /// The clock bound in force.
+    pub fn clock_bound(&self) -> ClockBound {
+        self.clock
     }
 
     /// The engine (read-only: only the session applies inputs).
@@ -227,11 +327,12 @@ impl<J: Journal> Session<J> {
         (self.engine, self.journal)
     }
 
-    fn journal_entry(&mut self, input: &Input, raw: &str) -> Result<usize, JournalError> {
+    fn journal_entry(&mut self, input: &Input, raw: &str, sender: Option<&Sender>) -> Result<usize, JournalError> {
         let n = self.decisions.len();
         self.journal.append(Entry {
             input,
             raw,
+            sender,
             decisions: &mut self.decisions,
             steps: self.engine.transitions(),
             policy_set: &self.digest,
@@ -250,6 +351,7 @@ impl<J: Journal> Session<J> {
             self.journal.append(Entry {
                 input: &input,
                 raw: &raw,
+                sender: None,
                 decisions: &mut self.decisions,
                 steps: &[],
                 policy_set: &self.digest,
@@ -262,16 +364,54 @@ impl<J: Journal> Session<J> {
     /// Applies one decoded input (already admitted under the origin's rules) and journals it. `raw`
     /// is its line as received.
     pub fn apply(&mut self, input: &Input, raw: &str) -> Result<Applied, JournalError> {
+        self.apply_from(input, raw, None)
+    }
+
+    /// [`Session::apply`] of an input `sender` sent: the journal keeps the sender beside it.
+    ///
+    /// An event beyond the [`ClockBound`], or one the engine refuses (a second submission of a job
+    /// it knows), changes nothing: the refusal is journaled ([`Journal::refused`]) and returned.
+    pub fn apply_from(&mut self, input: &Input, raw: &str, sender: Option<&Sender>) -> Result<Applied, JournalError> {
         self.flush_tick()?;
         self.decisions.clear();
-        if self.engine.apply(input, Some(raw), &mut self.decisions) == Outcome::Duplicate {
-            self.counts.duplicates += 1;
-            return Ok(Applied::Duplicate);
+        if let Input::Event(e) = input {
+            let now = self.engine.state().now();
+            let now = (now != Timestamp::default()).then_some(now);
+            if let Some(reason) = self.clock.refuses(e.time, now) {
+                // A resend of something applied is still a duplicate, not a refusal.
+                if self.engine.seen(&e.id) {
+                    self.counts.duplicates += 1;
+                    return Ok(Applied::Duplicate);
+                }
+                return self.refuse(input, raw, sender, RefusedBy::Clock, reason);
+            }
+        }
+        match self.engine.apply(input, Some(raw), &mut self.decisions) {
+            Outcome::Duplicate => {
+                self.counts.duplicates += 1;
+                return Ok(Applied::Duplicate);
+            }
+            Outcome::Refused(reason) => return self.refuse(input, raw, sender, RefusedBy::Engine, reason),
+            Outcome::Applied => {}
         }
         self.counts.applied += 1;
         let entry = self.unflushed;
-        let decisions = self.journal_entry(input, raw)?;
+        let decisions = self.journal_entry(input, raw, sender)?;
         Ok(Applied::Applied { entry, decisions })
+    }
+
+    fn refuse(
+        &mut self,
+        input: &Input,
+        raw: &str,
+        sender: Option<&Sender>,
+        by: RefusedBy,
+        reason: String,
+    ) -> Result<Applied, JournalError> {
+        self.decisions.clear();
+        self.counts.refused += 1;
+        self.journal.refused(Refusal { input, raw, sender, reason: &reason })?;
+        Ok(Applied::Refused(Refused { by, reason }))
     }
 
     /// `serve`'s wall clock at `now`: fires the timers due. A tick that fired nothing is journaled
@@ -289,7 +429,7 @@ impl<J: Journal> Session<J> {
         self.pending_tick = None;
         let raw = input.to_json();
         let entry = self.unflushed;
-        let decisions = self.journal_entry(&input, &raw)?;
+        let decisions = self.journal_entry(&input, &raw, None)?;
         Ok(Applied::Applied { entry, decisions })
     }
 
@@ -472,7 +612,7 @@ mod tests {
         assert_eq!(lines, [1, 2, 4, 5, 6]);
         assert!(matches!(&seen[1], LineOutcome::Rejected(r) if r.error.contains("UTF-8")));
         assert!(matches!(&seen[3], LineOutcome::Input { applied: Applied::Duplicate, .. }));
-        assert_eq!(*s.counts(), Counts { lines: 5, applied: 2, duplicates: 1, rejected: 2 });
+        assert_eq!(*s.counts(), Counts { lines: 5, applied: 2, duplicates: 1, rejected: 2, refused: 0 });
         let receipts = s.flush().unwrap();
         assert_eq!(receipts.len(), 2);
         assert_eq!(receipts[0].decisions[0].decision.decision, DecisionKind::Allow);
