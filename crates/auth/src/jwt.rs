@@ -1,0 +1,197 @@
+//! JSON Web Tokens as Slurm's `slurmrestd` accepts them (`AuthAltTypes=auth/jwt`): HS256 under the
+//! cluster's `jwt_hs256.key` (what `scontrol token` makes), and RS256 under the keys of a JWKS file
+//! (a site's OIDC provider, as `AuthAltParameters=jwks=` does). `exp` is required and checked, `aud`
+//! when the configuration names an audience, and the user comes from a claim (`sun`, Slurm's, by
+//! default). Verification is `jsonwebtoken`'s.
+
+use std::path::Path;
+
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+
+/// What a JWT verifier needs, as the configuration gives it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct JwtSettings {
+    /// The HS256 key file (raw bytes, as Slurm's `jwt_hs256.key`).
+    pub hs256_key_file: Option<std::path::PathBuf>,
+    /// A JWKS file (`{"keys":[…]}`) with RS256 keys.
+    pub jwks_file: Option<std::path::PathBuf>,
+    /// The audience a token must carry (`aud`); none: `aud` is not checked.
+    pub audience: Option<String>,
+    /// The claim that names the user (default `sun`, as `scontrol token` writes it).
+    pub user_claim: String,
+    /// Clock leeway for `exp` and `nbf`, seconds.
+    pub leeway_secs: u64,
+}
+
+/// Why a token is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JwtError {
+    /// Past its `exp`.
+    #[error("the JWT expired")]
+    Expired,
+    /// `aud` is not the configured audience.
+    #[error("the JWT is not for this server: its `aud` is not `{0}`")]
+    Audience(String),
+    /// The signature does not verify under any configured key.
+    #[error("the JWT's signature does not verify under this server's keys")]
+    Signature,
+    /// Signed with an algorithm not configured (`none`, `HS384`, an RS256 token without a JWKS).
+    #[error("the JWT is signed with {0}, which this server does not accept")]
+    Algorithm(String),
+    /// The user claim is missing or not a name.
+    #[error("the JWT names no user in its `{0}` claim")]
+    NoUser(String),
+    /// Malformed, or another failed check.
+    #[error("the JWT is not valid: {0}")]
+    Invalid(String),
+}
+
+/// A verified token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JwtIdentity {
+    /// The user its claim names.
+    pub user: String,
+    /// `HS256` or `RS256`.
+    pub alg: &'static str,
+    /// The key id, when the token named one.
+    pub kid: Option<String>,
+    /// Its `exp`.
+    pub expires: i64,
+}
+
+/// Verifies tokens under the configured keys.
+pub struct JwtVerifier {
+    hs256: Option<DecodingKey>,
+    jwks: Option<JwkSet>,
+    settings: JwtSettings,
+}
+
+impl std::fmt::Debug for JwtVerifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JwtVerifier")
+            .field("hs256", &self.hs256.as_ref().map(|_| "<key>"))
+            .field("jwks_keys", &self.jwks.as_ref().map(|j| j.keys.len()))
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+/// Why the verifier cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum JwtSetupError {
+    /// A key file cannot be read.
+    #[error("cannot read `{path}`: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The HS256 key is too short to be a secret.
+    #[error(
+        "`{0}` holds {1} bytes: an HS256 key needs at least 32 (Slurm's `jwt_hs256.key` has 32 or more random bytes)"
+    )]
+    ShortKey(String, usize),
+    /// The JWKS file is not one.
+    #[error("`{0}` is not a JWKS file: {1}")]
+    Jwks(String, String),
+    /// Neither key is configured.
+    #[error("`[auth.jwt]` needs `hs256_key_file` or `jwks_file`")]
+    NoKey,
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, JwtSetupError> {
+    std::fs::read(path).map_err(|source| JwtSetupError::Read { path: path.display().to_string(), source })
+}
+
+impl JwtVerifier {
+    /// Reads the key files.
+    pub fn new(settings: JwtSettings) -> Result<JwtVerifier, JwtSetupError> {
+        let hs256 = match &settings.hs256_key_file {
+            Some(p) => {
+                let bytes = read(p)?;
+                if bytes.len() < 32 {
+                    return Err(JwtSetupError::ShortKey(p.display().to_string(), bytes.len()));
+                }
+                Some(DecodingKey::from_secret(&bytes))
+            }
+            None => None,
+        };
+        let jwks = match &settings.jwks_file {
+            Some(p) => {
+                let text = read(p)?;
+                Some(
+                    serde_json::from_slice::<JwkSet>(&text)
+                        .map_err(|e| JwtSetupError::Jwks(p.display().to_string(), e.to_string()))?,
+                )
+            }
+            None => None,
+        };
+        if hs256.is_none() && jwks.is_none() {
+            return Err(JwtSetupError::NoKey);
+        }
+        Ok(JwtVerifier { hs256, jwks, settings })
+    }
+
+    /// Whether `token` looks like a JWT (three base64url parts), so a bearer value is tried as one.
+    pub fn looks_like(token: &str) -> bool {
+        token.split('.').count() == 3 && token.len() > 16
+    }
+
+    /// Verifies `token`: signature, `exp`, `aud` (when configured), and the user claim.
+    pub fn verify(&self, token: &str) -> Result<JwtIdentity, JwtError> {
+        let header = jsonwebtoken::decode_header(token).map_err(|e| JwtError::Invalid(e.to_string()))?;
+        let (key, alg) = match header.alg {
+            Algorithm::HS256 => (self.hs256.clone().ok_or_else(|| JwtError::Algorithm("HS256".into()))?, "HS256"),
+            Algorithm::RS256 => {
+                let set = self.jwks.as_ref().ok_or_else(|| JwtError::Algorithm("RS256".into()))?;
+                let jwk = match &header.kid {
+                    Some(kid) => set.find(kid).ok_or(JwtError::Signature)?,
+                    None if set.keys.len() == 1 => &set.keys[0],
+                    None => {
+                        return Err(JwtError::Invalid(
+                            "the token names no key (`kid`) and the JWKS holds several".into(),
+                        ));
+                    }
+                };
+                (DecodingKey::from_jwk(jwk).map_err(|e| JwtError::Invalid(e.to_string()))?, "RS256")
+            }
+            other => return Err(JwtError::Algorithm(format!("{other:?}"))),
+        };
+        let mut v = Validation::new(header.alg);
+        v.leeway = self.settings.leeway_secs;
+        v.set_required_spec_claims(&["exp"]);
+        match &self.settings.audience {
+            Some(aud) => {
+                v.set_audience(&[aud]);
+                v.required_spec_claims.insert("aud".to_owned());
+            }
+            None => v.validate_aud = false,
+        }
+        let data =
+            jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(token, &key, &v).map_err(|e| {
+                use jsonwebtoken::errors::ErrorKind;
+                match e.kind() {
+                    ErrorKind::ExpiredSignature => JwtError::Expired,
+                    ErrorKind::InvalidAudience => {
+                        JwtError::Audience(self.settings.audience.clone().unwrap_or_default())
+                    }
+                    ErrorKind::MissingRequiredClaim(c) if c == "aud" => {
+                        JwtError::Audience(self.settings.audience.clone().unwrap_or_default())
+                    }
+                    ErrorKind::InvalidSignature => JwtError::Signature,
+                    _ => JwtError::Invalid(e.to_string()),
+                }
+            })?;
+        let claim = &self.settings.user_claim;
+        let user = data
+            .claims
+            .get(claim)
+            .and_then(|v| v.as_str())
+            .filter(|u| bursar_model::names::check_name(claim, u).is_ok())
+            .ok_or_else(|| JwtError::NoUser(claim.clone()))?;
+        let expires = data.claims.get("exp").and_then(serde_json::Value::as_i64).unwrap_or(0);
+        Ok(JwtIdentity { user: user.to_owned(), alg, kid: header.kid, expires })
+    }
+}
