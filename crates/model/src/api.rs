@@ -318,6 +318,19 @@ pub struct ReloadOutcome {
     pub errors: Vec<String>,
     /// Milliseconds spent compiling.
     pub compile_ms: f64,
+    /// The configuration file's reload (`serve --config`): what changed, or why the file was not
+    /// taken (the previous principals stay in force). Absent without a configuration file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<ConfigReload>,
+}
+
+/// What a reload did with the configuration file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigReload {
+    /// Whether the file was read and its principals are in force.
+    pub ok: bool,
+    /// What was taken (`5 principals`), or every error (`file:line:col: message`).
+    pub message: String,
 }
 
 /// One policy of the set in force, in [`PoliciesView`].

@@ -50,19 +50,55 @@ pub struct Linker<'a> {
 }
 
 impl Linker<'_> {
-    fn link(&self, action: ActionKind, job: &str, for_user: &str, expires: Timestamp, notice: &str) -> NoticeLink {
+    /// A link as the outbox keeps it: its claims' parts and its token's hash, no URL.
+    fn link(
+        &self,
+        action: ActionKind,
+        job: &str,
+        for_user: &str,
+        expires: Timestamp,
+        notice: &str,
+        request: Option<(u32, f64, i64)>,
+    ) -> NoticeLink {
         let claims = Claims {
             action,
             job: job.to_owned(),
             for_user: for_user.to_owned(),
             expires_ms: expires.millis(),
             notice: notice.to_owned(),
+            request,
         };
+        let token = self.key.sign(&claims);
         NoticeLink {
             action,
             for_user: for_user.to_owned(),
-            url: format!("{}/act/{}", self.base, self.key.sign(&claims)),
+            url: String::new(),
             expires: expires.to_string(),
+            token_sha256: crate::token::sha256_hex(token.as_bytes()),
+            request,
+        }
+    }
+
+    /// Fills the URL of every link of a notice about to be sent, signing its claims again (the
+    /// signature is deterministic: the same claims give the same token). A resolved notice's links
+    /// can no longer work, so they are dropped.
+    pub fn fill(&self, m: &mut NoticeMessage) {
+        if m.status == NoticeStatus::Resolved {
+            m.links.clear();
+            return;
+        }
+        let job = m.job_id.clone().unwrap_or_default();
+        for l in &mut m.links {
+            let Ok(expires) = Timestamp::parse(&l.expires) else { continue };
+            let claims = Claims {
+                action: l.action,
+                job: job.clone(),
+                for_user: l.for_user.clone(),
+                expires_ms: expires.millis(),
+                notice: m.id.clone(),
+                request: l.request,
+            };
+            l.url = format!("{}/act/{}", self.base, self.key.sign(&claims));
         }
     }
 }
@@ -117,8 +153,9 @@ pub fn raise(d: &StoredDecision, facts: Option<&JobFacts>, links: Linker<'_>, in
                 msg.recipients = w.approvers.clone();
                 let approve = if w.over_budget { ActionKind::ApproveOverBudget } else { ActionKind::Approve };
                 for a in &w.approvers {
-                    msg.links.push(links.link(approve, job_name, a, expires, &id));
-                    msg.links.push(links.link(ActionKind::Reject, job_name, a, expires, &id));
+                    let request = parse_time(&w.submitted).map(|t| (w.gpus, w.requested_hours, t.millis()));
+                    msg.links.push(links.link(approve, job_name, a, expires, &id, request));
+                    msg.links.push(links.link(ActionKind::Reject, job_name, a, expires, &id, request));
                 }
             }
             let by = match wait.map(|w| w.approvers.as_slice()) {
@@ -144,7 +181,7 @@ pub fn raise(d: &StoredDecision, facts: Option<&JobFacts>, links: Linker<'_>, in
                     msg.deadline = Some(w.reclaim_at.clone());
                     msg.recipients = vec![w.user.clone()];
                     let at = parse_time(&w.reclaim_at).unwrap_or(time);
-                    msg.links.push(links.link(ActionKind::Keepalive, job, &w.user, at, &id));
+                    msg.links.push(links.link(ActionKind::Keepalive, job, &w.user, at, &id, None));
                     msg.summary = format!(
                         "job {job} of {} is idle on {} GPUs: reclaimed at {} unless kept alive",
                         w.project, w.gpus, w.reclaim_at
@@ -344,6 +381,7 @@ mod tests {
                 policies: vec!["approval/big".into()],
                 reason: "big".into(),
                 over_budget: true,
+                self_approval: false,
             }),
             idle: idle_at
                 .map(|t| IdleWait {
@@ -383,8 +421,18 @@ mod tests {
                 (ActionKind::Reject, "carol")
             ]
         );
-        let claims = key.verify(m.links[0].url.strip_prefix("http://b/act/").unwrap(), Timestamp(0)).unwrap();
+        // The outbox keeps no URL, only the token's hash; the link is signed again when it is sent,
+        // to the same token.
+        assert!(m.links.iter().all(|l| l.url.is_empty() && l.token_sha256.len() == 64), "{:?}", m.links);
+        let mut sent = m.clone();
+        links.fill(&mut sent);
+        let token = sent.links[0].url.strip_prefix("http://b/act/").unwrap();
+        assert_eq!(crate::token::sha256_hex(token.as_bytes()), m.links[0].token_sha256);
+        let claims = key.verify(token, Timestamp(0)).unwrap();
         assert_eq!((claims.job.as_str(), claims.for_user.as_str(), claims.notice.as_str()), ("j1", "bob", "notice-3"));
+        assert!(claims.request.is_some(), "an approval link is bound to its request");
+        let body_text = serde_json::to_string(&m).unwrap();
+        assert!(!body_text.contains("/act/"), "the stored notice holds a link: {body_text}");
         assert_eq!(approval.expires_at, None);
 
         // An alert at the time the idle rule alerted: an idle notice with a keep-alive link.

@@ -310,7 +310,15 @@ impl<E: EngineView> Notifier<E> {
             return Ok(());
         }
         let timeout = std_duration(self.cfg.timeout);
-        let messages: Vec<(NoticeRow, NoticeMessage)> = rows.into_iter().filter_map(message_of).collect();
+        let linker = Linker { key: &self.key, base: self.cfg.base_url() };
+        let messages: Vec<(NoticeRow, NoticeMessage)> = rows
+            .into_iter()
+            .filter_map(message_of)
+            .map(|(row, mut m)| {
+                linker.fill(&mut m);
+                (row, m)
+            })
+            .collect();
         match self.sink.clone() {
             SinkKind::Alertmanager(ep) => {
                 let lease = bursar_model::Duration(self.cfg.resend.millis().saturating_mul(4));
@@ -335,26 +343,47 @@ impl<E: EngineView> Notifier<E> {
                 }
             }
             SinkKind::Webhook(ep) => {
-                for (row, m) in &messages {
-                    match sink::post_webhook(&ep, m, timeout) {
-                        Ok(()) => {
-                            self.failures = 0;
-                            self.next_try = None;
-                            self.delivered(row, m, wall())?;
-                            pass.sent += 1;
-                        }
-                        Err(e) => {
+                'notices: for (row, m) in &messages {
+                    // One message per recipient, with only that recipient's links: a message sent
+                    // to one approver's address never carries another's.
+                    for one in per_recipient(m) {
+                        if let Err(e) = sink::post_webhook(&ep, &one, timeout) {
                             self.outbox.failed(row.seq)?;
                             pass.failed += 1;
                             self.backoff(&e);
-                            break;
+                            break 'notices;
                         }
                     }
+                    self.failures = 0;
+                    self.next_try = None;
+                    self.delivered(row, m, wall())?;
+                    pass.sent += 1;
                 }
             }
         }
         Ok(())
     }
+}
+
+/// A notice as each of its recipients gets it: their name alone in `recipients`, their links alone.
+/// A notice for nobody in particular (an alert about no job) is sent as it is.
+pub fn per_recipient(m: &NoticeMessage) -> Vec<NoticeMessage> {
+    if m.recipients.len() <= 1 {
+        let mut one = m.clone();
+        if let Some(r) = m.recipients.first() {
+            one.links.retain(|l| &l.for_user == r);
+        }
+        return vec![one];
+    }
+    m.recipients
+        .iter()
+        .map(|r| {
+            let mut one = m.clone();
+            one.recipients = vec![r.clone()];
+            one.links.retain(|l| &l.for_user == r);
+            one
+        })
+        .collect()
 }
 
 /// The resolution rules' view of a stored open notice.

@@ -192,6 +192,8 @@ mod tests {
                     for_user: (*u).into(),
                     url: format!("http://b/act/{u}"),
                     expires: Timestamp(9_000).to_string(),
+                    token_sha256: String::new(),
+                    request: None,
                 })
                 .collect(),
         }

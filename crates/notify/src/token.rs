@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// What a link lets its holder do.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Claims {
     /// The action.
     #[serde(rename = "a")]
@@ -40,6 +40,17 @@ pub struct Claims {
     /// The notice it was sent with (`notice-<decision seq>`).
     #[serde(rename = "n")]
     pub notice: String,
+    /// An approval link's request: the GPUs, the hours and the submission time (ms) it was sent
+    /// for. The link answers only that request: the same job id submitted again, at 64 GPUs × 150 h
+    /// or at the same size, is not approved by the link sent the first time. (Links made before
+    /// December 2026 have none.)
+    #[serde(rename = "r", default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<(u32, f64, i64)>,
+}
+
+/// SHA-256 of `bytes`, hex: how the outbox keeps a link's token.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Claims {
@@ -50,7 +61,7 @@ impl Claims {
 }
 
 /// Why a token was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum TokenError {
     /// Not a token at all (cut short, not base64url, not `v1`).
     #[error("this link is incomplete or damaged (it is not a bursar action link)")]
@@ -128,6 +139,10 @@ impl LinkKey {
                 let text = std::fs::read_to_string(path).map_err(io)?;
                 let bytes = hex_decode(text.trim()).ok_or_else(|| KeyError::Invalid { path: path.to_owned() })?;
                 let key: [u8; 32] = bytes.try_into().map_err(|_| KeyError::Invalid { path: path.to_owned() })?;
+                if key.windows(2).all(|w| w[0] == w[1]) {
+                    // All zeros (or any one repeated byte) is not a secret: anyone could sign links.
+                    return Err(KeyError::Invalid { path: path.to_owned() });
+                }
                 Ok(LinkKey(key))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -318,6 +333,7 @@ mod tests {
             for_user: "bob".into(),
             expires_ms: 2_000,
             notice: "notice-7".into(),
+            request: None,
         }
     }
 

@@ -35,6 +35,9 @@ pub struct ApprovalWait {
     /// A quota asked (the project, user or tag is out of budget): approving it runs the job over
     /// that budget.
     pub over_budget: bool,
+    /// The job's own user may answer (every policy that asked sets `self_approval = true`).
+    #[serde(default)]
+    pub self_approval: bool,
 }
 
 /// A job its idle rule alerted about, reclaimed at `reclaim_at` unless its owner sends a keepalive.
@@ -208,7 +211,9 @@ impl ActionKind {
 /// The body of `POST /v1/jobs/{id}/approve|reject|keepalive`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ActionRequest {
-    /// Who answers (an approver's name, the job's owner): the event's `by`.
+    /// Who answers (an approver's name, the job's owner): the event's `by`. A server with
+    /// principals takes it from the credential; a name given here must be the credential's.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub by: String,
     /// For a rejection: why (kept in the event as `reason`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -287,16 +292,25 @@ impl NoticeKind {
 }
 
 /// A signed action link in a notice.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NoticeLink {
     /// What it does.
     pub action: ActionKind,
     /// Who it is for (the event's `by` when used).
     pub for_user: String,
-    /// The URL (`GET` shows what it will do; only a `POST` there acts).
+    /// The URL (`GET` shows what it will do; only a `POST` there acts). Filled when the notice is
+    /// sent: the outbox keeps only the token's hash ([`NoticeLink::token_sha256`]), so whoever can
+    /// read the audit database cannot lift a link from it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub url: String,
     /// When it stops working.
     pub expires: String,
+    /// SHA-256 of the link's token, hex: what the outbox keeps instead of the URL.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub token_sha256: String,
+    /// An approval link's request (GPUs, hours, submission time in ms), which the link is bound to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<(u32, f64, i64)>,
 }
 
 /// One notice as the webhook sink sends it (`POST` to the configured URL, one notice per request;
