@@ -272,6 +272,7 @@ mod tests {
                 policies: vec!["approval/big".into()],
                 reason: "job j1 needs approval".into(),
                 over_budget: false,
+                self_approval: false,
             }],
             idle: vec![IdleWait {
                 job_id: "j2".into(),

@@ -29,12 +29,19 @@ pub struct ServeArgs {
     /// The audit database (SQLite, created if missing); also holds the engine snapshots.
     #[arg(long)]
     pub audit: PathBuf,
-    /// Address to listen on. Anything but loopback requires --token.
+    /// Address to listen on. Anything but loopback requires principals (--config).
     #[arg(long, default_value = "127.0.0.1:7878")]
     pub listen: SocketAddr,
-    /// Bearer token required on every route but /healthz (clients send `Authorization: Bearer TOKEN`).
-    #[arg(long)]
-    pub token: Option<String>,
+    /// The site's configuration file (`/etc/bursar/bursar.toml` by convention): who may call and what
+    /// each may do (`[auth]`, `[[principal]]`), and `[clock] max_skew`. Reread on SIGHUP and `POST
+    /// /v1/reload`, so a rotated token works without a restart (docs/security.md).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// A file holding one bearer token that has every power (a principal named `token`): the quick
+    /// way to protect a test server. A site declares principals with --config instead; a token is
+    /// never taken from the command line, where every local user can read it.
+    #[arg(long, value_name = "FILE", conflicts_with = "config")]
+    pub token_file: Option<PathBuf>,
     /// Write the bound port here once listening (useful with `--listen 127.0.0.1:0`).
     #[arg(long)]
     pub port_file: Option<PathBuf>,
@@ -165,6 +172,45 @@ pub mod tracing_level {
     }
 }
 
+/// The authenticator and the clock skew of `--config` (or `--token-file`), or open and the default.
+fn site_auth(args: &ServeArgs, error_format: ErrorFormat) -> Result<(bursar_auth::Authenticator, Duration), CliError> {
+    if let Some(path) = &args.config {
+        let site = match bursar_config::load(path) {
+            Ok(s) => s,
+            Err(ds) => {
+                crate::print_diagnostics(&ds, error_format);
+                return Err(CliError::Message(format!(
+                    "{} error(s) in the configuration `{}`; not starting",
+                    ds.len(),
+                    path.display()
+                )));
+            }
+        };
+        let auth = bursar_auth::Authenticator::new(&site.auth)
+            .map_err(|e| CliError::Message(format!("{}: {e}", path.display())))?;
+        return Ok((auth, site.clock.max_skew));
+    }
+    if let Some(path) = &args.token_file {
+        let token = std::fs::read_to_string(path)
+            .map_err(|e| CliError::io(format!("cannot read the token file `{}`", path.display()), e))?;
+        if token.trim().is_empty() {
+            return Err(CliError::Message(format!("the token file `{}` is empty", path.display())));
+        }
+        let settings = bursar_auth::AuthSettings {
+            principals: vec![bursar_auth::PrincipalDecl {
+                name: "token".into(),
+                roles: bursar_auth::Roles::all(),
+                tokens: vec![bursar_auth::TokenDecl { hash: bursar_auth::TokenHash::of(&token), expires: None }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let auth = bursar_auth::Authenticator::new(&settings).map_err(|e| CliError::Message(e.to_string()))?;
+        return Ok((auth, bursar_config::DEFAULT_MAX_SKEW));
+    }
+    Ok((bursar_auth::Authenticator::open(), bursar_config::DEFAULT_MAX_SKEW))
+}
+
 fn parse_mode(s: &str) -> Result<u32, String> {
     match u32::from_str_radix(s.trim_start_matches("0o"), 8) {
         Ok(m) if m <= 0o777 => Ok(m),
@@ -182,7 +228,8 @@ fn std_duration(d: Duration) -> StdDuration {
 
 /// Runs the server until SIGTERM or SIGINT.
 pub fn run(args: &ServeArgs, error_format: ErrorFormat) -> Result<ExitCode, CliError> {
-    if let Err(e) = bursar_serve::check_bind(args.listen, args.token.as_deref()) {
+    let (auth, max_skew) = site_auth(args, error_format)?;
+    if let Err(e) = bursar_serve::check_bind(args.listen, &auth) {
         return Err(CliError::Message(e.to_string()));
     }
     let level = match args.log_level {
@@ -200,7 +247,9 @@ pub fn run(args: &ServeArgs, error_format: ErrorFormat) -> Result<ExitCode, CliE
 
     let mut config = bursar_serve::Config::new(&args.policies, &args.audit);
     config.durable = !args.fast_commit;
-    config.token = args.token.clone().filter(|t| !t.is_empty());
+    config.auth = std::sync::Arc::new(auth);
+    config.config_file = args.config.clone();
+    config.max_skew = max_skew;
     config.tick = std_duration(args.tick);
     config.snapshot_every = std_duration(args.snapshot_every);
     config.debounce = std_duration(args.debounce);

@@ -107,6 +107,7 @@ fn an_approvers_link_approves_once_and_every_other_use_changes_nothing() {
         for_user: user.into(),
         expires_ms: expires.millis(),
         notice: n.id.clone(),
+        request: None,
     };
     let soon = Timestamp::wall_clock().plus(bursar_model::Duration::minutes(5));
     let mallory = format!("/act/{}", k.sign(&claims("mallory", soon)));

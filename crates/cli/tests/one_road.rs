@@ -6,7 +6,13 @@
 //!
 //! The events are dated after the wall clock, so serve's wall ticks (journaled as `bursar.tick`) move
 //! no timer: every decision is driven by event time, as in `eval`, and the replay must apply the
-//! journaled wall ticks as wall ticks for the three to agree.
+//! journaled wall ticks as wall ticks for the three to agree. (The configuration's `[clock]
+//! max_skew` lets serve take a stream dated months ahead.)
+//!
+//! Authentication is on: every line is sent by the principal whose role it takes (the scheduler
+//! submits, the producer reports, billing bills, bob approves, alice keeps her job alive), and serve
+//! keeps each id in its sender's namespace (`sched:s1`); the decisions are compared with that
+//! prefix taken off, which is the only difference the namespacing makes.
 
 #![expect(clippy::unwrap_used, reason = "integration test")]
 
@@ -15,7 +21,55 @@ mod serve_support;
 use std::process::Command;
 
 use serde_json::Value;
-use serve_support::{Scratch, Server};
+use serve_support::{Conn, Scratch, Server};
+
+/// Who sends which line, with the token each presents.
+const PRINCIPALS: [(&str, &str, &str); 5] = [
+    ("sched", "scheduler", "bursar_one-road-sched"),
+    ("prod", "producer", "bursar_one-road-prod"),
+    ("bill", "billing", "bursar_one-road-bill"),
+    ("bob", "approver", "bursar_one-road-bob"),
+    ("alice", "user", "bursar_one-road-alice"),
+];
+
+/// The configuration: the principals above, `reader` and `admin` for the test itself.
+fn config(s: &Scratch) -> std::path::PathBuf {
+    let mut text = String::from("[clock]\nmax_skew = \"3650d\"\n\n");
+    for (name, role, token) in PRINCIPALS.iter().chain(&[("test", "reader", "bursar_one-road-test")]) {
+        let roles = if *name == "test" { "[\"reader\", \"admin\"]".to_owned() } else { format!("[\"{role}\"]") };
+        let hash = bursar_auth::TokenHash::of(token).to_text();
+        text.push_str(&format!("[[principal]]\nname = \"{name}\"\nroles = {roles}\ntokens = [\"{hash}\"]\n\n"));
+    }
+    let path = s.0.join("bursar.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The token of whoever sends `line`.
+fn sender_of(line: &str) -> &'static str {
+    let name = if line.contains(r#""type":"job.submitted""#) {
+        "sched"
+    } else if line.contains(r#""type":"approval."#) {
+        "bob"
+    } else if line.contains(r#""type":"billing."#) {
+        "bill"
+    } else if line.contains(r#""type":"job.keepalive""#) {
+        "alice"
+    } else {
+        "prod"
+    };
+    PRINCIPALS.iter().find(|p| p.0 == name).map(|p| p.2).unwrap()
+}
+
+/// A decision with its ids out of their sender's namespace (`sched:s1/0` → `s1/0`).
+fn unspaced(mut v: Value) -> Value {
+    for key in ["decision_id", "event_id"] {
+        if let Some(id) = v[key].as_str().and_then(|s| s.split_once(':').map(|(_, rest)| rest.to_owned())) {
+            v[key] = Value::from(id);
+        }
+    }
+    v
+}
 
 const POLICIES: &str = r#"
 [[policy]]
@@ -126,31 +180,39 @@ fn bare(mut v: Value) -> Value {
     v
 }
 
+fn post_as(server: &Server, token: &str, path: &str, body: &str) -> serve_support::Response {
+    Conn::connect(server.addr, Some(token)).unwrap().request("POST", path, body.as_bytes()).unwrap()
+}
+
 fn post_all(server: &Server, lines: &[String]) {
-    // Submissions through /v1/admit (as the scheduler's hook would), the rest in batches of 5.
+    // Submissions through /v1/admit (as the scheduler's hook would), the rest in batches of up to 5
+    // lines of one sender.
     let mut batch = String::new();
-    for l in lines {
-        if l.contains(r#""type":"job.submitted""#) {
-            if !batch.is_empty() {
-                assert_eq!(server.post("/v1/events", &batch).status, 200);
-                batch.clear();
-            }
-            let r = server.post("/v1/admit", l);
+    let mut batch_token = "";
+    let flush = |batch: &mut String, token: &str| {
+        if !batch.is_empty() {
+            let r = post_as(server, token, "/v1/events", batch);
             assert_eq!(r.status, 200, "{}", r.text());
-        } else {
-            batch.push_str(l);
-            batch.push('\n');
-            if batch.lines().count() == 5 {
-                let r = server.post("/v1/events", &batch);
-                assert_eq!(r.status, 200, "{}", r.text());
-                assert!(r.json().unwrap()["rejected"].as_array().unwrap().is_empty(), "{}", r.text());
-                batch.clear();
-            }
+            assert!(r.json().unwrap()["rejected"].as_array().unwrap().is_empty(), "{}", r.text());
+            batch.clear();
         }
+    };
+    for l in lines {
+        let token = sender_of(l);
+        if l.contains(r#""type":"job.submitted""#) {
+            flush(&mut batch, batch_token);
+            let r = post_as(server, token, "/v1/admit", l);
+            assert_eq!(r.status, 200, "{}", r.text());
+            continue;
+        }
+        if token != batch_token || batch.lines().count() == 5 {
+            flush(&mut batch, batch_token);
+            batch_token = token;
+        }
+        batch.push_str(l);
+        batch.push('\n');
     }
-    if !batch.is_empty() {
-        assert_eq!(server.post("/v1/events", &batch).status, 200);
-    }
+    flush(&mut batch, batch_token);
 }
 
 #[test]
@@ -163,12 +225,15 @@ fn serve_eval_and_replay_of_serves_log_decide_the_same() {
     std::fs::write(&events_file, all.join("\n") + "\n").unwrap();
 
     // serve: the first half, a snapshot taken on its own, kill -9, restart, a reload, the second half.
-    let flags = ["--tick", "100ms", "--snapshot-every", "200ms"];
-    let server = Server::start(&s, &flags);
+    let cfg = config(&s);
+    let flags = ["--tick", "100ms", "--snapshot-every", "200ms", "--config", cfg.to_str().unwrap()];
+    let mut server = Server::start(&s, &flags);
+    server.token = Some("bursar_one-road-test".into());
     post_all(&server, &first);
     std::thread::sleep(std::time::Duration::from_millis(400));
     server.kill9();
-    let server = Server::start(&s, &flags);
+    let mut server = Server::start(&s, &flags);
+    server.token = Some("bursar_one-road-test".into());
     let before = server.get_json("/v1/policies")["digest"].as_str().unwrap().to_owned();
     s.write_policy("policies.toml", &format!("# reloaded mid-stream: same rules\n{POLICIES}"));
     server.wait_for(20, "the reload", || {
@@ -177,7 +242,7 @@ fn serve_eval_and_replay_of_serves_log_decide_the_same() {
     });
     post_all(&server, &second);
     std::thread::sleep(std::time::Duration::from_millis(300)); // a few more wall ticks
-    let served: Vec<Value> = server.decisions(0).into_iter().map(bare).collect();
+    let served: Vec<Value> = server.decisions(0).into_iter().map(bare).map(unspaced).collect();
     let (status, log) = server.terminate();
     assert!(status.success(), "{log}");
     let log_of_serve = log;

@@ -1,5 +1,5 @@
-//! `bursar serve` listens on loopback by default; any other address needs `--token`, and with a token
-//! every route but `/healthz` wants it.
+//! `bursar serve` listens on loopback by default; any other address needs principals, and with a
+//! token every route but `/healthz` wants it.
 
 mod serve_support;
 
@@ -8,7 +8,7 @@ use std::process::Command;
 use serve_support::*;
 
 #[test]
-fn non_loopback_bind_is_refused_without_a_token() {
+fn non_loopback_bind_is_refused_without_principals() {
     let s = Scratch::new("serve-bind");
     let out = Command::new(env!("CARGO_BIN_EXE_bursar"))
         .arg("serve")
@@ -21,8 +21,8 @@ fn non_loopback_bind_is_refused_without_a_token() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("refusing to listen on `0.0.0.0:0` without a token"), "{err}");
-    assert!(err.contains("--token"), "{err}");
+    assert!(err.contains("refusing to listen on `0.0.0.0:0` without principals"), "{err}");
+    assert!(err.contains("--config"), "{err}");
     // Nothing was created: it refused before opening anything.
     assert!(!s.audit().exists());
 }
@@ -47,7 +47,7 @@ fn a_token_guards_every_route_but_healthz() {
     }
     let r = anon("POST", "/v1/admit", &submit("e1", "j1", "nlp", 1, 1.0));
     assert_eq!(r.status, 401);
-    assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+    assert_eq!(r.header("www-authenticate"), Some("Bearer realm=\"bursar\""));
     assert_eq!(wrong("/v1/policies").status, 401);
     // Refused requests changed nothing; the right token works.
     assert_eq!(server.get("/v1/jobs/j1").unwrap().status, 404);

@@ -21,14 +21,15 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Extension, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use bursar_auth::{Caller, Power};
 use bursar_cluster::{Cluster, ClusterConfig, Front, Status};
 use bursar_engine::PolicySet;
-use bursar_model::api::{Duplicate, ErrorReply, EventsReply};
+use bursar_model::api::{Duplicate, ErrorReply, EventsReply, Rejected};
 use bursar_model::{EventKind, Input};
 use bursar_session::{Origin, decode_body};
 use tokio::sync::{mpsc, watch};
@@ -39,8 +40,11 @@ use crate::{Config, Ready, ServeError};
 struct ClusterState {
     front: Arc<Front>,
     status: Arc<Status>,
-    token: Option<Arc<str>>,
+    auth: crate::auth::AuthState,
     max_line: usize,
+    /// An event dated more than this after the wall clock is refused here, at the front: the
+    /// partition's owner replays its stream later, so the bound cannot be its to apply.
+    max_skew: bursar_model::Duration,
 }
 
 fn reply(status: StatusCode, v: &impl serde::Serialize) -> Response {
@@ -58,29 +62,42 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
     reply(status, &ErrorReply { error: message.into() })
 }
 
-async fn auth(State(st): State<ClusterState>, req: Request, next: Next) -> Response {
-    if let Some(token) = &st.token {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        if !given.is_some_and(|g| crate::http::same(g.as_bytes(), token.as_bytes())) {
-            return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
+fn need(power: Power, routes: Router<ClusterState>) -> Router<ClusterState> {
+    routes.route_layer(middleware::from_fn(move |req, next| crate::auth::require(power, req, next)))
+}
+
+/// The lines `caller` may send that are within the clock bound, namespaced and marked as theirs;
+/// the others refused with why.
+fn front_lines(
+    st: &ClusterState,
+    caller: &Caller,
+    items: Vec<bursar_session::Incoming>,
+) -> (Vec<bursar_session::Incoming>, Vec<Rejected>) {
+    let bound = bursar_session::ClockBound::Wall { skew: st.max_skew };
+    let (items, mut refused) = crate::http::admit_lines(caller, items);
+    let mut ok = Vec::with_capacity(items.len());
+    for item in items {
+        match bound.refuses(item.input.time(), None) {
+            Some(reason) if matches!(item.input, Input::Event(_)) => {
+                refused.push(Rejected { source: None, line: item.line, error: format!("refused: {reason}") })
+            }
+            _ => ok.push(item),
         }
     }
-    next.run(req).await
+    (ok, refused)
 }
 
 fn router(state: ClusterState, limits: crate::listen::Limits, counters: Arc<crate::listen::ListenCounters>) -> Router {
-    let api = Router::new()
-        .route("/v1/admit", post(admit))
-        .route("/v1/events", post(events))
-        .route("/v1/decisions", get(decisions))
-        .route("/v1/cluster", get(cluster_view))
-        .route("/metrics", get(metrics))
-        .layer(middleware::from_fn_with_state(state.clone(), auth));
+    let api = need(Power::Submit, Router::new().route("/v1/admit", post(admit)))
+        .merge(Router::new().route("/v1/events", post(events)))
+        .merge(need(
+            Power::Read,
+            Router::new()
+                .route("/v1/decisions", get(decisions))
+                .route("/v1/cluster", get(cluster_view))
+                .route("/metrics", get(metrics)),
+        ))
+        .layer(middleware::from_fn_with_state(state.auth.clone(), crate::auth::authenticate));
     Router::new()
         .route("/healthz", get(healthz))
         .merge(api)
@@ -92,6 +109,7 @@ fn router(state: ClusterState, limits: crate::listen::Limits, counters: Arc<crat
         })
         .layer(middleware::from_fn_with_state((limits, counters), crate::listen::body_limits))
         .layer(DefaultBodyLimit::max(limits.max_body))
+        .layer(middleware::from_fn(crate::auth::security_headers))
         .with_state(state)
 }
 
@@ -113,7 +131,7 @@ async fn cluster_view(State(st): State<ClusterState>) -> Response {
     reply(StatusCode::OK, &st.status.view())
 }
 
-async fn admit(State(st): State<ClusterState>, body: Bytes) -> Response {
+async fn admit(State(st): State<ClusterState>, Extension(caller): Extension<Arc<Caller>>, body: Bytes) -> Response {
     let (mut items, rejected) = decode_body(&body, st.max_line, Origin::Producer);
     if let Some(r) = rejected.first() {
         return error(StatusCode::BAD_REQUEST, format!("malformed event: {}", r.error));
@@ -131,6 +149,13 @@ async fn admit(State(st): State<ClusterState>, body: Bytes) -> Response {
             format!("expected a `job.submitted` event, got `{}`; send it to /v1/events", item.input.type_name()),
         );
     }
+    let (mut items, refused) = front_lines(&st, &caller, vec![item]);
+    if let Some(r) = refused.into_iter().next() {
+        let status =
+            if r.error.starts_with("refused:") { StatusCode::UNPROCESSABLE_ENTITY } else { StatusCode::FORBIDDEN };
+        return error(status, r.error);
+    }
+    let Some(item) = items.pop() else { return error(StatusCode::INTERNAL_SERVER_ERROR, "no admission to forward") };
     match st.front.admit(&item).await {
         Ok(r) => reply(StatusCode::OK, &r),
         Err(refusal) => {
@@ -139,8 +164,23 @@ async fn admit(State(st): State<ClusterState>, body: Bytes) -> Response {
     }
 }
 
-async fn events(State(st): State<ClusterState>, body: Bytes) -> Response {
-    let (items, rejected) = decode_body(&body, st.max_line, Origin::Producer);
+async fn events(State(st): State<ClusterState>, Extension(caller): Extension<Arc<Caller>>, body: Bytes) -> Response {
+    let (items, mut rejected) = decode_body(&body, st.max_line, Origin::Producer);
+    let decoded = items.len();
+    let (items, refused) = front_lines(&st, &caller, items);
+    let all_denied = decoded > 0 && items.is_empty() && refused.iter().all(|r| !r.error.starts_with("refused:"));
+    rejected.extend(refused);
+    rejected.sort_by_key(|r| r.line);
+    if all_denied {
+        let r = EventsReply {
+            error: rejected.iter().find(|r| !r.error.starts_with("refused:")).map(|r| r.error.clone()),
+            accepted: 0,
+            duplicates: vec![],
+            rejected,
+            decisions: vec![],
+        };
+        return reply(StatusCode::FORBIDDEN, &r);
+    }
     if items.is_empty() {
         let reason = if rejected.is_empty() { "the body holds no event" } else { "no line is a valid event" };
         let r =
@@ -213,7 +253,7 @@ pub async fn serve_cluster(
     let addr = listener
         .local_addr()
         .map_err(|e| ServeError::Io { context: "read the bound address".into(), message: e.to_string() })?;
-    crate::check_bind(addr, config.token.as_deref())?;
+    crate::check_bind(addr, &config.auth)?;
     for (on, flag) in [
         (config.socket.is_some(), "--socket"),
         (config.admit_listen.is_some(), "--admit-listen"),
@@ -269,8 +309,12 @@ pub async fn serve_cluster(
     let state = ClusterState {
         front: instance.front.clone(),
         status: instance.status.clone(),
-        token: config.token.as_deref().map(Arc::from),
+        auth: crate::auth::AuthState {
+            auth: Arc::new(std::sync::RwLock::new(config.auth.clone())),
+            metrics: Arc::new(crate::Metrics::default()),
+        },
         max_line: config.max_body,
+        max_skew: config.max_skew,
     };
     let counters = Arc::new(crate::listen::ListenCounters::default());
     let app = router(state, limits, counters.clone());

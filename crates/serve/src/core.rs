@@ -47,6 +47,18 @@ pub struct Outcome {
     pub duplicate: bool,
     /// Its decisions, with their stream positions.
     pub decisions: Vec<Sequenced>,
+    /// Not applied: the caller may not send it ([`crate::gate`]); nothing was journaled.
+    pub denied: Option<String>,
+    /// Not applied: refused when applied (dated beyond the clock bound, a second submission of a
+    /// known job); the refusal was journaled.
+    pub refused: Option<bursar_session::Refused>,
+}
+
+impl Outcome {
+    /// An outcome for an input that was not applied.
+    fn not_applied(line: u64, id: String) -> Outcome {
+        Outcome { line, id, duplicate: false, decisions: Vec::new(), denied: None, refused: None }
+    }
 }
 
 /// A unit of work for the engine thread.
@@ -56,6 +68,9 @@ pub enum Work {
     Inputs {
         /// The decoded lines.
         items: Vec<Incoming>,
+        /// Who sent them (checked against the engine's state before each is applied); `None` for
+        /// bursar's own sources.
+        caller: Option<Arc<bursar_auth::Caller>>,
         /// Answered after the commit.
         reply: oneshot::Sender<Result<Vec<Outcome>, String>>,
     },
@@ -170,12 +185,21 @@ pub fn recover(
     Ok((engine, u64::try_from(seq).unwrap_or(0), replayed))
 }
 
+/// What became of one input of a batch, before its commit.
+enum Handled {
+    /// Applied: the index of its receipt.
+    Applied(usize),
+    Duplicate,
+    Denied(String),
+    Refused(bursar_session::Refused),
+}
+
 /// Replies to send once the batch is durable.
 enum After {
-    /// Per item: its line, id and receipt index (None for a duplicate).
+    /// Per item: its line, id and what became of it.
     Inputs {
         reply: oneshot::Sender<Result<Vec<Outcome>, String>>,
-        items: Vec<(u64, String, Option<usize>)>,
+        items: Vec<(u64, String, Handled)>,
     },
     Ack(oneshot::Sender<Result<(), String>>),
     Job(oneshot::Sender<Option<JobView>>, Box<Option<JobView>>),
@@ -287,24 +311,40 @@ impl Core {
         let mut after: Vec<After> = Vec::new();
         for w in batch {
             match w {
-                Work::Inputs { items, reply } => {
+                Work::Inputs { items, caller, reply } => {
                     let mut results = Vec::with_capacity(items.len());
                     for inc in items {
-                        let started = Instant::now();
-                        let applied = self.session.apply(&inc.input, &inc.raw).map_err(|e| e.to_string())?;
-                        self.metrics.eval.observe(started.elapsed());
                         let id = inc.input.id().into_owned();
+                        if let Some(c) = &caller
+                            && let Err(d) = crate::gate::check(self.session.engine(), c, &inc.input)
+                        {
+                            self.metrics.events_denied.fetch_add(1, Ordering::Relaxed);
+                            tracing::info!(principal = c.name(), id, reason = %d.message, "input refused: not this caller's to send");
+                            results.push((inc.line, id, Handled::Denied(d.message)));
+                            continue;
+                        }
+                        let started = Instant::now();
+                        let applied = self
+                            .session
+                            .apply_from(&inc.input, &inc.raw, inc.sender.as_deref())
+                            .map_err(|e| e.to_string())?;
+                        self.metrics.eval.observe(started.elapsed());
                         match applied {
                             Applied::Duplicate => {
                                 self.metrics.events_duplicate.fetch_add(1, Ordering::Relaxed);
-                                results.push((inc.line, id, None));
+                                results.push((inc.line, id, Handled::Duplicate));
+                            }
+                            Applied::Refused(r) => {
+                                self.metrics.events_refused.fetch_add(1, Ordering::Relaxed);
+                                tracing::warn!(id, reason = %r.reason, "input refused");
+                                results.push((inc.line, id, Handled::Refused(r)));
                             }
                             Applied::Applied { entry, .. } => {
                                 self.metrics.events_applied.fetch_add(1, Ordering::Relaxed);
                                 if let Some(jobs) = self.jobs.as_mut() {
                                     jobs.observe(&inc.input);
                                 }
-                                results.push((inc.line, id, Some(entry)));
+                                results.push((inc.line, id, Handled::Applied(entry)));
                             }
                         }
                     }
@@ -393,14 +433,18 @@ fn answer(
             After::Inputs { reply, items } => {
                 let outcomes = items
                     .into_iter()
-                    .map(|(line, id, entry)| {
-                        let receipt = entry.and_then(|i| receipts.get_mut(i));
-                        Outcome {
-                            line,
-                            id,
-                            duplicate: entry.is_none() || receipt.as_ref().is_some_and(|r| r.duplicate),
-                            decisions: receipt.map(|r| std::mem::take(&mut r.decisions)).unwrap_or_default(),
+                    .map(|(line, id, handled)| match handled {
+                        Handled::Applied(i) => {
+                            let receipt = receipts.get_mut(i);
+                            Outcome {
+                                duplicate: receipt.as_ref().is_some_and(|r| r.duplicate),
+                                decisions: receipt.map(|r| std::mem::take(&mut r.decisions)).unwrap_or_default(),
+                                ..Outcome::not_applied(line, id)
+                            }
                         }
+                        Handled::Duplicate => Outcome { duplicate: true, ..Outcome::not_applied(line, id) },
+                        Handled::Denied(m) => Outcome { denied: Some(m), ..Outcome::not_applied(line, id) },
+                        Handled::Refused(r) => Outcome { refused: Some(r), ..Outcome::not_applied(line, id) },
                     })
                     .collect();
                 let _ = reply.send(Ok(outcomes));

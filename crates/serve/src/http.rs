@@ -1,4 +1,5 @@
-//! The HTTP API: routes, request decoding, the bearer-token check and the answers.
+//! The HTTP API: routes, request decoding and the answers (authentication and each route's power
+//! are [`crate::auth`]'s).
 //!
 //! Handlers never touch engine state: they decode and validate the request, send [`Work`] to the
 //! engine thread (waiting when its queue is full: back-pressure) and turn the reply into JSON. A
@@ -17,11 +18,12 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use bursar_auth::{Caller, Power};
 use bursar_model::api::{
     AdmitReply, Duplicate, ErrorReply, EventsReply, PoliciesView, PolicyFile, PolicyInfo, Rejected, Sequenced,
     SnapshotReply,
@@ -51,8 +53,10 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// The audit database, for readers.
     pub audit: PathBuf,
-    /// The bearer token every route but `/healthz` requires, if set.
-    pub token: Option<Arc<str>>,
+    /// Who may call and what each may do, swapped whole when the configuration reloads.
+    pub auth: crate::auth::SharedAuth,
+    /// The configuration file the principals came from, reread on reload.
+    pub config_file: Option<PathBuf>,
     /// Becomes true at shutdown (ends the streams).
     pub shutdown: watch::Receiver<bool>,
     /// The longest line of a request body.
@@ -77,28 +81,48 @@ fn journal_failing(st: &AppState) -> Option<String> {
     })
 }
 
-/// The router with every route, the body limit and the token check.
+/// Routes that need `power`.
+pub(crate) fn needing(power: Power, routes: Router<AppState>) -> Router<AppState> {
+    routes.route_layer(middleware::from_fn(move |req, next| crate::auth::require(power, req, next)))
+}
+
+/// The authentication layer's state.
+pub(crate) fn auth_state(st: &AppState) -> crate::auth::AuthState {
+    crate::auth::AuthState { auth: st.auth.clone(), metrics: st.metrics.clone() }
+}
+
+/// The router with every route, the body limit, authentication and each route's power.
 pub fn router(state: AppState, limits: crate::listen::Limits, counters: Arc<crate::listen::ListenCounters>) -> Router {
-    let api = Router::new()
-        .route("/v1/events", post(events))
-        .route("/v1/admit", post(admit))
-        .route("/v1/decisions", get(decisions))
-        .route("/v1/jobs/{id}", get(job))
-        .route("/v1/projects/{name}", get(project))
-        .route("/v1/policies", get(policies))
-        .route("/v1/reload", post(reload))
-        .route("/v1/snapshot", post(snapshot))
-        .route("/metrics", get(metrics))
-        .route("/v1/report", get(report_json))
-        .route("/report", get(report_html))
-        .layer(middleware::from_fn_with_state(state.clone(), auth));
+    let read = needing(
+        Power::Read,
+        Router::new()
+            .route("/v1/decisions", get(decisions))
+            .route("/v1/jobs/{id}", get(job))
+            .route("/v1/projects/{name}", get(project))
+            .route("/v1/policies", get(policies))
+            .route("/metrics", get(metrics))
+            .route("/v1/report", get(report_json))
+            .route("/report", get(report_html)),
+    );
+    let admin =
+        needing(Power::Admin, Router::new().route("/v1/reload", post(reload)).route("/v1/snapshot", post(snapshot)));
+    let submit = needing(Power::Submit, Router::new().route("/v1/admit", post(admit)));
+    // Each line of a body needs its own power, checked in the handler.
+    let per_line = Router::new().route("/v1/events", post(events));
+    let api = read
+        .merge(admin)
+        .merge(submit)
+        .merge(per_line)
+        .merge(crate::people::api_router())
+        .layer(middleware::from_fn_with_state(auth_state(&state), crate::auth::authenticate));
     Router::new()
         .route("/healthz", get(healthz))
         .merge(api)
-        .merge(crate::people::router(state.clone()))
+        .merge(crate::people::link_router())
         .fallback(not_found)
         .layer(middleware::from_fn_with_state((limits, counters), crate::listen::body_limits))
         .layer(DefaultBodyLimit::max(limits.max_body))
+        .layer(middleware::from_fn(crate::auth::security_headers))
         .with_state(state)
 }
 
@@ -109,13 +133,15 @@ pub fn admit_router(
     limits: crate::listen::Limits,
     counters: Arc<crate::listen::ListenCounters>,
 ) -> Router {
-    let api = Router::new().route("/v1/admit", post(admit)).layer(middleware::from_fn_with_state(state.clone(), auth));
+    let api = needing(Power::Submit, Router::new().route("/v1/admit", post(admit)))
+        .layer(middleware::from_fn_with_state(auth_state(&state), crate::auth::authenticate));
     Router::new()
         .route("/healthz", get(healthz))
         .merge(api)
         .fallback(admit_only)
         .layer(middleware::from_fn_with_state((limits, counters), crate::listen::body_limits))
         .layer(DefaultBodyLimit::max(limits.max_body))
+        .layer(middleware::from_fn(crate::auth::security_headers))
         .with_state(state)
 }
 
@@ -143,28 +169,6 @@ fn json_response(status: StatusCode, body: String) -> Response {
 
 async fn not_found() -> Response {
     error(StatusCode::NOT_FOUND, "no such route; see docs/serve.md for the API")
-}
-
-/// Constant-time comparison, so the token cannot be guessed byte by byte from response times.
-pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-pub(crate) async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    if let Some(token) = &st.token {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        if !given.is_some_and(|g| same(g.as_bytes(), token.as_bytes())) {
-            let mut r = error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
-            r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            return r;
-        }
-    }
-    next.run(req).await
 }
 
 /// `ok`, or 503 with why the server cannot take events (its audit log cannot commit).
@@ -231,13 +235,34 @@ pub fn decode_body(body: &[u8], max_line: usize) -> (Vec<Incoming>, Vec<Rejected
     bursar_session::decode_body(body, max_line, Origin::Producer)
 }
 
-async fn submit(st: &AppState, items: Vec<Incoming>) -> Result<Vec<Outcome>, Response> {
+/// Checks each line against what `caller` may send (the lines it may not are refused, each with
+/// why), and marks the others as the caller's: its namespace for their ids and its sender record.
+pub(crate) fn admit_lines(caller: &Caller, items: Vec<Incoming>) -> (Vec<Incoming>, Vec<Rejected>) {
+    let mut ok = Vec::with_capacity(items.len());
+    let mut denied = Vec::new();
+    let sender = Arc::new(caller.sender());
+    for mut item in items {
+        if let Err(d) = caller.check_input(&item.input) {
+            denied.push(Rejected { source: None, line: item.line, error: d.message });
+            continue;
+        }
+        if !caller.is_open() {
+            item.namespace(caller.name());
+        }
+        item.sender = Some(sender.clone());
+        ok.push(item);
+    }
+    (ok, denied)
+}
+
+async fn submit(st: &AppState, items: Vec<Incoming>, caller: &Arc<Caller>) -> Result<Vec<Outcome>, Response> {
     if let Some(why) = journal_failing(st) {
         // Refused at once rather than queued behind a commit that cannot happen yet.
         return Err(error(StatusCode::SERVICE_UNAVAILABLE, format!("{why}; resend later (ids make that safe)")));
     }
     let (tx, rx) = oneshot::channel();
-    if st.engine.send(Work::Inputs { items, reply: tx }).await.is_err() {
+    let caller = (!caller.is_open()).then(|| caller.clone());
+    if st.engine.send(Work::Inputs { items, caller, reply: tx }).await.is_err() {
         return Err(error(StatusCode::SERVICE_UNAVAILABLE, "the engine is shutting down"));
     }
     match rx.await {
@@ -250,9 +275,27 @@ async fn submit(st: &AppState, items: Vec<Incoming>) -> Result<Vec<Outcome>, Res
     }
 }
 
-async fn events(State(st): State<AppState>, body: Bytes) -> Response {
-    let (items, rejected) = decode_body(&body, st.max_line);
+async fn events(State(st): State<AppState>, Extension(caller): Extension<Arc<Caller>>, body: Bytes) -> Response {
+    let (items, mut rejected) = decode_body(&body, st.max_line);
     st.metrics.events_rejected.fetch_add(rejected.len() as u64, Ordering::Relaxed);
+    let decoded = items.len();
+    let (items, denied) = admit_lines(&caller, items);
+    if !denied.is_empty() {
+        st.metrics.events_denied.fetch_add(denied.len() as u64, Ordering::Relaxed);
+        tracing::info!(principal = caller.name(), lines = denied.len(), "event lines refused: no power");
+    }
+    if items.is_empty() && !denied.is_empty() && denied.len() == decoded {
+        // Every valid line was one the caller may not send: 403, naming the power and the principal.
+        let first = denied[0].error.clone();
+        rejected.extend(denied);
+        rejected.sort_by_key(|r| r.line);
+        return reply(
+            StatusCode::FORBIDDEN,
+            &EventsReply { error: Some(first), accepted: 0, duplicates: Vec::new(), rejected, decisions: Vec::new() },
+        );
+    }
+    rejected.extend(denied);
+    rejected.sort_by_key(|r| r.line);
     if items.is_empty() {
         let reason = if rejected.is_empty() { "the body holds no event" } else { "no line is a valid event" };
         return reply(
@@ -266,23 +309,37 @@ async fn events(State(st): State<AppState>, body: Bytes) -> Response {
             },
         );
     }
-    let applied = match submit(&st, items).await {
+    let applied = match submit(&st, items, &caller).await {
         Ok(a) => a,
         Err(r) => return r,
     };
     let mut answer = EventsReply { error: None, accepted: 0, duplicates: Vec::new(), rejected, decisions: Vec::new() };
+    let mut refused_all = true;
     for a in applied {
-        if a.duplicate {
+        if let Some(why) = a.denied {
+            answer.rejected.push(Rejected { source: None, line: a.line, error: why });
+        } else if let Some(r) = a.refused {
+            refused_all = false;
+            answer.rejected.push(Rejected { source: None, line: a.line, error: format!("refused: {}", r.reason) });
+        } else if a.duplicate {
+            refused_all = false;
             answer.duplicates.push(Duplicate { line: a.line, id: a.id });
         } else {
+            refused_all = false;
             answer.accepted += 1;
             answer.decisions.extend(a.decisions);
         }
     }
+    answer.rejected.sort_by_key(|r| r.line);
+    if refused_all && answer.accepted == 0 && answer.duplicates.is_empty() {
+        // Every line reached the engine thread and was refused there for who sent it.
+        answer.error = answer.rejected.first().map(|r| r.error.clone());
+        return reply(StatusCode::FORBIDDEN, &answer);
+    }
     reply(StatusCode::OK, &answer)
 }
 
-async fn admit(State(st): State<AppState>, body: Bytes) -> Response {
+async fn admit(State(st): State<AppState>, Extension(caller): Extension<Arc<Caller>>, body: Bytes) -> Response {
     let started = Instant::now();
     let (mut items, rejected) = decode_body(&body, st.max_line);
     if let Some(r) = rejected.first() {
@@ -316,8 +373,14 @@ async fn admit(State(st): State<AppState>, body: Bytes) -> Response {
             );
         }
     };
+    let (mut items, denied) = admit_lines(&caller, vec![item]);
+    if let Some(d) = denied.into_iter().next() {
+        st.metrics.events_denied.fetch_add(1, Ordering::Relaxed);
+        return error(StatusCode::FORBIDDEN, d.error);
+    }
+    let Some(item) = items.pop() else { return error(StatusCode::INTERNAL_SERVER_ERROR, "no admission to apply") };
     let event_id = item.input.id().into_owned();
-    let applied = match submit(&st, vec![item]).await {
+    let applied = match submit(&st, vec![item], &caller).await {
         Ok(a) => a,
         Err(r) => return r,
     };
@@ -325,6 +388,18 @@ async fn admit(State(st): State<AppState>, body: Bytes) -> Response {
     let Some(a) = applied.into_iter().next() else {
         return error(StatusCode::INTERNAL_SERVER_ERROR, "the engine returned no outcome");
     };
+    if let Some(why) = a.denied {
+        return error(StatusCode::FORBIDDEN, why);
+    }
+    if let Some(r) = a.refused {
+        // Never a decision: a deny with `admission: true` for a running job's id would be an
+        // `scancel` of that job.
+        let status = match r.by {
+            bursar_session::RefusedBy::Clock => StatusCode::UNPROCESSABLE_ENTITY,
+            bursar_session::RefusedBy::Engine => StatusCode::CONFLICT,
+        };
+        return error(status, r.reason);
+    }
     if a.duplicate {
         // A resent submission (the producer retried after a timeout or a crash): answer with the
         // decision made the first time.
@@ -568,13 +643,6 @@ mod tests {
         let (ok, bad) =
             decode_body(b"\xff\xfe\n{\"id\":\"e1\",\"time\":\"2026-11-02T09:00:00Z\",\"type\":\"clock.tick\"}", 1024);
         assert_eq!((ok.len(), bad.len(), bad[0].line), (1, 1, 1));
-    }
-
-    #[test]
-    fn token_comparison() {
-        assert!(same(b"abc", b"abc"));
-        assert!(!same(b"abc", b"abd"));
-        assert!(!same(b"abc", b"ab"));
     }
 }
 

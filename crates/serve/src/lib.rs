@@ -20,7 +20,9 @@
 //!
 //! Layout:
 //! - [`core`]: the engine thread, group commit, recovery from snapshot + log replay.
-//! - [`http`]: routes, the token check, answers.
+//! - [`http`]: routes and answers.
+//! - [`auth`]: every request authenticated, every route's power checked, the security headers.
+//! - [`gate`]: the checks of who may send an input that need the engine's state (approvers, owners).
 //! - [`listen`]: the accept loop: connection cap, header/idle and body deadlines, early 413.
 //! - [`stream`]: `GET /v1/decisions`, catch-up from the log then live.
 //! - [`reload`]: watcher, debounce, off-thread compile, swap.
@@ -32,8 +34,10 @@
 //!   the notifier (`--notify`).
 //! - [`cluster`]: `serve --cluster`, one instance of a cluster on NATS JetStream (`bursar-cluster`).
 
+pub mod auth;
 pub mod cluster;
 pub mod core;
+pub mod gate;
 pub mod http;
 pub mod listen;
 pub mod metrics;
@@ -71,11 +75,14 @@ pub fn toml_loader() -> Loader {
 /// Why the server could not start or stopped badly.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    /// A non-loopback address without a token.
+    /// A non-loopback address without principals.
     #[error(
-        "refusing to listen on `{0}` without a token: every request would be unauthenticated\n  help: pass `--token SECRET` (clients send `Authorization: Bearer SECRET`), or listen on 127.0.0.1"
+        "refusing to listen on `{0}` without principals: every request would be unauthenticated and have every power\n  help: declare who may call in a configuration file (`--config bursar.toml`, `[[principal]]` tables; docs/security.md), or listen on 127.0.0.1"
     )]
     NeedsToken(SocketAddr),
+    /// The configuration file cannot be used.
+    #[error("{0}")]
+    Config(String),
     /// The policies do not compile at start.
     #[error("{} error(s) in the policies in `{dir}`; not starting", .errors.len())]
     Policies {
@@ -112,8 +119,14 @@ pub struct Config {
     pub audit: PathBuf,
     /// `synchronous=FULL` commits (survive power loss) rather than `NORMAL` (survive a process crash).
     pub durable: bool,
-    /// Bearer token required on every route but `/healthz`.
-    pub token: Option<String>,
+    /// Who may call and what each may do (an open authenticator, on loopback only, lets every
+    /// request through with every power).
+    pub auth: Arc<bursar_auth::Authenticator>,
+    /// The configuration file the principals came from, reread on reload (SIGHUP, `POST
+    /// /v1/reload`) so a rotated token works without a restart.
+    pub config_file: Option<PathBuf>,
+    /// How far ahead of the wall clock an event may be dated (`[clock] max_skew`).
+    pub max_skew: bursar_model::Duration,
     /// Wall-clock tick interval.
     pub tick: Duration,
     /// How often the engine state is snapshotted (when it changed).
@@ -160,7 +173,8 @@ impl std::fmt::Debug for Config {
             .field("policies", &self.policies)
             .field("audit", &self.audit)
             .field("durable", &self.durable)
-            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("principals", &self.auth.principals())
+            .field("config_file", &self.config_file)
             .field("tick", &self.tick)
             .field("snapshot_every", &self.snapshot_every)
             .field("max_body", &self.max_body)
@@ -179,7 +193,9 @@ impl Config {
             policies: policies.into(),
             audit: audit.into(),
             durable: true,
-            token: None,
+            auth: Arc::new(bursar_auth::Authenticator::open()),
+            config_file: None,
+            max_skew: bursar_model::Duration::minutes(5),
             tick: Duration::from_secs(1),
             snapshot_every: Duration::from_secs(30),
             max_body: 8 * 1024 * 1024,
@@ -202,13 +218,9 @@ impl Config {
     }
 }
 
-/// Refuses a non-loopback address without a token.
-pub fn check_bind(addr: SocketAddr, token: Option<&str>) -> Result<(), ServeError> {
-    if addr.ip().is_loopback() || token.is_some_and(|t| !t.is_empty()) {
-        Ok(())
-    } else {
-        Err(ServeError::NeedsToken(addr))
-    }
+/// Refuses a non-loopback address when the server has no principals.
+pub fn check_bind(addr: SocketAddr, auth: &bursar_auth::Authenticator) -> Result<(), ServeError> {
+    if addr.ip().is_loopback() || !auth.is_open() { Ok(()) } else { Err(ServeError::NeedsToken(addr)) }
 }
 
 /// The wall clock as event time.
@@ -292,7 +304,10 @@ pub async fn serve_then(
     let addr = listener
         .local_addr()
         .map_err(|e| ServeError::Io { context: "read the bound address".into(), message: e.to_string() })?;
-    check_bind(addr, config.token.as_deref())?;
+    check_bind(addr, &config.auth)?;
+    if config.auth.is_open() {
+        tracing::warn!("no principals are configured: every caller on loopback has every power (docs/security.md)");
+    }
 
     // Policies first: a server with broken policies does not start.
     let set = {
@@ -317,6 +332,7 @@ pub async fn serve_then(
         let decisions_tx = decisions_tx.clone();
         let utilisation_jobs = config.utilisation.as_ref().map(|u| u.jobs.clone());
         let witness = config.witness.clone();
+        let max_skew = config.max_skew;
         tokio::task::spawn_blocking(move || -> Result<(core::Core, Arc<bursar_audit::Health>), ServeError> {
             let durability = if durable { bursar_audit::Durability::Durable } else { bursar_audit::Durability::Fast };
             let mut log =
@@ -358,8 +374,11 @@ pub async fn serve_then(
             .map_err(|e| ServeError::Audit(e.to_string()))?;
             // The session records the load of the set in force, as every (re)load is recorded.
             let health = writer.health();
+            // Recovery replayed the journal unbounded (it holds only what was accepted); from here on
+            // an event dated beyond the skew is refused.
             let session = bursar_session::Session::open(engine, writer, bursar_session::Origin::Producer)
-                .map_err(|e| ServeError::Audit(e.to_string()))?;
+                .map_err(|e| ServeError::Audit(e.to_string()))?
+                .with_clock_bound(bursar_session::ClockBound::Wall { skew: max_skew });
             Ok((core::Core::new(session, metrics, decisions_tx, seq, jobs), health))
         })
         .await
@@ -380,6 +399,8 @@ pub async fn serve_then(
         loaded_at: wall_time().to_string(),
         last: None,
     }));
+    // Who may call: swapped whole when a reload rereads the configuration file.
+    let shared_auth: auth::SharedAuth = Arc::new(RwLock::new(config.auth.clone()));
     let (reload_tx, reload_rx) = mpsc::channel::<reload::ReloadRequest>(64);
     let reloader = tokio::spawn(
         reload::Reloader {
@@ -388,6 +409,7 @@ pub async fn serve_then(
             engine: engine_tx.clone(),
             status: status.clone(),
             metrics: metrics.clone(),
+            config: config.config_file.clone().map(|p| (p, shared_auth.clone())),
         }
         .run(reload_rx),
     );
@@ -428,12 +450,18 @@ pub async fn serve_then(
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let socket_task = match &config.socket {
         Some(path) => Some(
-            socket::listen(path, engine_tx.clone(), config.max_body, config.socket_mode, shutdown_rx.clone()).map_err(
-                |e| ServeError::Io {
-                    context: format!("listen on the socket `{}`", path.display()),
-                    message: e.to_string(),
-                },
-            )?,
+            socket::listen(
+                path,
+                engine_tx.clone(),
+                shared_auth.clone(),
+                config.max_body,
+                config.socket_mode,
+                shutdown_rx.clone(),
+            )
+            .map_err(|e| ServeError::Io {
+                context: format!("listen on the socket `{}`", path.display()),
+                message: e.to_string(),
+            })?,
         ),
         None => None,
     };
@@ -466,7 +494,8 @@ pub async fn serve_then(
         status,
         metrics: metrics.clone(),
         audit: config.audit.clone(),
-        token: config.token.as_deref().map(Arc::from),
+        auth: shared_auth.clone(),
+        config_file: config.config_file.clone(),
         shutdown: shutdown_rx.clone(),
         max_line: config.max_body,
         people: links,
@@ -481,7 +510,7 @@ pub async fn serve_then(
     };
     let admit_listener = match config.admit_listen {
         Some(a) => {
-            check_bind(a, config.token.as_deref())?;
+            check_bind(a, &config.auth)?;
             Some(tokio::net::TcpListener::bind(a).await.map_err(|e| ServeError::Io {
                 context: format!("listen on `{a}` (--admit-listen)"),
                 message: e.to_string(),

@@ -126,7 +126,7 @@ pub async fn serve(
             a = listener.accept() => a,
             _ = shutdown.changed() => break,
         };
-        let (mut stream, _) = match accepted {
+        let (mut stream, peer) = match accepted {
             Ok(s) => s,
             Err(e) => {
                 // Out of descriptors or a reset before accept: wait a little rather than spin.
@@ -152,7 +152,11 @@ pub async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let service = app.clone().map_request(|req: Request<Incoming>| req.map(Body::new));
+        let service = app.clone().map_request(move |req: Request<Incoming>| {
+            let mut req = req.map(Body::new);
+            req.extensions_mut().insert(crate::auth::PeerAddr(peer));
+            req
+        });
         let service = TowerToHyperService::new(service);
         let mut stop = shutdown.clone();
         let done = done_rx.clone();

@@ -65,6 +65,13 @@ pub struct Metrics {
     pub events_duplicate: AtomicU64,
     /// Lines rejected as malformed (never reached the engine).
     pub events_rejected: AtomicU64,
+    /// Inputs refused because their sender may not send them (403; not journaled).
+    pub events_denied: AtomicU64,
+    /// Inputs refused when applied: beyond the clock skew, a second submission of a known job
+    /// (journaled in `refused`).
+    pub events_refused: AtomicU64,
+    /// Requests refused for a missing or wrong credential (401).
+    pub unauthenticated: AtomicU64,
     /// Admission requests answered.
     pub admissions: AtomicU64,
     /// Timer-driven decisions made by the wall-clock ticker.
@@ -142,10 +149,18 @@ impl Metrics {
             ("applied", &self.events_applied),
             ("duplicate", &self.events_duplicate),
             ("rejected", &self.events_rejected),
+            ("denied", &self.events_denied),
+            ("refused", &self.events_refused),
         ] {
             let _ = writeln!(out, "bursar_events_total{{outcome=\"{label}\"}} {}", v.load(Ordering::Relaxed));
         }
         counter(&mut out, "bursar_admissions_total", "Admission requests answered.", &self.admissions);
+        counter(
+            &mut out,
+            "bursar_unauthenticated_requests_total",
+            "Requests refused for a missing or wrong credential (401).",
+            &self.unauthenticated,
+        );
         counter(
             &mut out,
             "bursar_tick_decisions_total",

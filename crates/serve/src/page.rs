@@ -329,6 +329,7 @@ mod tests {
             for_user: "\"bob\"".into(),
             expires_ms: 0,
             notice: "n".into(),
+            request: None,
         };
         let page = confirm(&c, None);
         assert!(page.contains("Reject job &lt;j&gt;?") && page.contains("&quot;bob&quot;"), "{page}");

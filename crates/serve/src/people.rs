@@ -3,9 +3,11 @@
 //! signed link in a notice.
 //!
 //! Routes (merged into [`crate::http::router`]):
-//! - `GET /` (the pool page, [`crate::page`]), `GET /v1/pool`, `GET /v1/pending`,
-//!   `POST /v1/jobs/{id}/approve|reject|keepalive` ([`ActionRequest`] → [`ActionReply`]): behind the
-//!   bearer token like every other route.
+//! - `GET /` (the pool page, [`crate::page`]), `GET /v1/pool`, `GET /v1/pending` (the `read`
+//!   power), `POST /v1/jobs/{id}/approve|reject|keepalive` ([`ActionRequest`] → [`ActionReply`]; the
+//!   `answer` or `keepalive` power). The answer is the caller's: `by` is the authenticated
+//!   principal, and a request that names someone else (`bursar approve --as bob` with alice's
+//!   credential) is refused.
 //! - `GET /act/{token}` shows what the link will do and changes nothing (a link preview or a mail
 //!   scanner that follows it approves nothing); `POST /act/{token}` does it. The HMAC token is these
 //!   two routes' authority ([`bursar_notify::token`]), so they take no bearer token.
@@ -22,11 +24,11 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use bursar_auth::{Caller, Power, Proof};
 use bursar_model::api::{ActionKind, ActionReply, ActionRequest, DenyLine, ErrorReply, PoolView};
 use bursar_model::{Event, EventKind, RawJson, Timestamp};
 use bursar_notify::{JobFacts, LinkKey, TokenError};
@@ -47,15 +49,19 @@ pub struct Links {
 /// How many recent denies the page shows.
 const DENIES_SHOWN: usize = 10;
 
-/// The people-facing routes, the API ones behind the bearer token.
-pub fn router(state: AppState) -> Router<AppState> {
-    let api = Router::new()
-        .route("/", get(page))
-        .route("/v1/pool", get(pool_json))
-        .route("/v1/pending", get(pending_json))
-        .route("/v1/jobs/{id}/{action}", axum::routing::post(action_api))
-        .layer(middleware::from_fn_with_state(state, crate::http::auth));
-    Router::new().route("/act/{token}", get(link_show).post(link_do)).merge(api)
+/// The people-facing API routes (authenticated by the router that merges them).
+pub fn api_router() -> Router<AppState> {
+    let read = crate::http::needing(
+        Power::Read,
+        Router::new().route("/", get(page)).route("/v1/pool", get(pool_json)).route("/v1/pending", get(pending_json)),
+    );
+    // The action's power is checked in the handler: approve and reject need `answer`, keepalive `keepalive`.
+    read.route("/v1/jobs/{id}/{action}", axum::routing::post(action_api))
+}
+
+/// The signed links' routes: the link is their authority, so they take no credential.
+pub fn link_router() -> Router<AppState> {
+    Router::new().route("/act/{token}", get(link_show).post(link_do))
 }
 
 fn json(status: StatusCode, v: &impl serde::Serialize) -> Response {
@@ -108,9 +114,23 @@ struct Act {
     action: ActionKind,
     by: String,
     reason: Option<String>,
+    /// The event id as the caller names it (bursar keeps it in the caller's namespace).
     event_id: String,
-    /// `link` or `api`, kept in the event as `via`.
-    via: &'static str,
+    /// Who asks, and how they proved it (a link's is the principal it was addressed to).
+    caller: Arc<Caller>,
+    /// A link's request: the GPUs, hours and submission time (ms) it was sent for.
+    bound: Option<(u32, f64, i64)>,
+}
+
+impl Act {
+    /// The event id bursar keeps.
+    fn kept_id(&self) -> String {
+        if self.caller.is_open() {
+            self.event_id.clone()
+        } else {
+            bursar_session::namespaced(self.caller.name(), &self.event_id)
+        }
+    }
 }
 
 fn phase_words(phase: &str) -> &str {
@@ -165,6 +185,31 @@ fn precheck(act: &Act, facts: Option<&JobFacts>, seen: bool, now: Timestamp) -> 
                     ),
                 ));
             }
+            if !w.self_approval && w.user == act.by {
+                return Err(Refusal::new(
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "`{}` submitted job `{job}` and may not answer its approval (its policies do not set `self_approval = true`)",
+                        act.by
+                    ),
+                ));
+            }
+            if let Some((gpus, hours, submitted)) = act.bound
+                && (gpus != w.gpus
+                    || (hours - w.requested_hours).abs() > 1e-9
+                    || Timestamp::parse(&w.submitted).map(|t| t.millis()).ok() != Some(submitted))
+            {
+                return Err(Refusal::new(
+                    StatusCode::CONFLICT,
+                    format!(
+                        "this link was sent for job `{job}` at {gpus} GPUs for {hours} h, submitted {}; the request waiting now is {} GPUs for {} h, submitted {}, and needs its own answer",
+                        Timestamp(submitted),
+                        w.gpus,
+                        w.requested_hours,
+                        w.submitted
+                    ),
+                ));
+            }
             if act.action == ActionKind::ApproveOverBudget && !w.over_budget {
                 return Err(Refusal::new(
                     StatusCode::CONFLICT,
@@ -173,6 +218,7 @@ fn precheck(act: &Act, facts: Option<&JobFacts>, seen: bool, now: Timestamp) -> 
             }
         }
         ActionKind::Keepalive => {
+            act.caller.may_keep_alive(job, &f.user).map_err(|d| Refusal::new(StatusCode::FORBIDDEN, d.message))?;
             if !f.live {
                 return Err(Refusal::new(
                     StatusCode::CONFLICT,
@@ -184,7 +230,8 @@ fn precheck(act: &Act, facts: Option<&JobFacts>, seen: bool, now: Timestamp) -> 
     Ok(())
 }
 
-/// The v1 event of `act` at `now`.
+/// The v1 event of `act` at `now`, with the id as the caller names it. How the answer was proved is
+/// not in the event: the journal keeps the sender beside it.
 fn event_of(act: &Act, now: Timestamp, over_budget: bool) -> Event {
     let by = Some(act.by.clone());
     let job_id = act.job.clone();
@@ -195,7 +242,6 @@ fn event_of(act: &Act, now: Timestamp, over_budget: bool) -> Event {
     };
     let raw = |v: serde_json::Value| serde_json::value::RawValue::from_string(v.to_string()).ok().map(RawJson);
     let mut extra = Vec::new();
-    extra.extend(raw(serde_json::Value::from(act.via)).map(|v| ("via".to_owned(), v)));
     if over_budget {
         extra.extend(raw(serde_json::Value::Bool(true)).map(|v| ("over_budget".to_owned(), v)));
     }
@@ -209,7 +255,7 @@ fn event_of(act: &Act, now: Timestamp, over_budget: bool) -> Event {
 async fn apply(st: &AppState, act: Act) -> Result<ActionReply, Refusal> {
     let now = crate::wall_time();
     let Answer::Facts(facts, seen) =
-        ask(st, Ask::Facts { jobs: vec![act.job.clone()], seen: Some(act.event_id.clone()) }).await?
+        ask(st, Ask::Facts { jobs: vec![act.job.clone()], seen: Some(act.kept_id()) }).await?
     else {
         return Err(Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "the engine answered another question"));
     };
@@ -221,13 +267,24 @@ async fn apply(st: &AppState, act: Act) -> Result<ActionReply, Refusal> {
     if let Some(r) = rejected.first() {
         return Err(Refusal::new(StatusCode::BAD_REQUEST, format!("the answer is not a valid event: {}", r.error)));
     }
+    let (items, denied) = crate::http::admit_lines(&act.caller, items);
+    if let Some(d) = denied.first() {
+        return Err(Refusal::new(StatusCode::FORBIDDEN, d.error.clone()));
+    }
     let (tx, rx) = oneshot::channel();
-    st.engine.send(Work::Inputs { items, reply: tx }).await.map_err(|_| Refusal::engine_gone())?;
+    let caller = (!act.caller.is_open()).then(|| act.caller.clone());
+    st.engine.send(Work::Inputs { items, caller, reply: tx }).await.map_err(|_| Refusal::engine_gone())?;
     let outcome = match rx.await {
         Ok(Ok(mut o)) if !o.is_empty() => o.remove(0),
         Ok(Err(e)) => return Err(Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, e)),
         _ => return Err(Refusal::engine_gone()),
     };
+    if let Some(why) = outcome.denied {
+        return Err(Refusal::new(StatusCode::FORBIDDEN, why));
+    }
+    if let Some(r) = outcome.refused {
+        return Err(Refusal::new(StatusCode::CONFLICT, r.reason));
+    }
     if outcome.duplicate {
         return Err(Refusal::new(StatusCode::CONFLICT, "this was already done (the same answer was applied before)"));
     }
@@ -277,13 +334,18 @@ async fn apply(st: &AppState, act: Act) -> Result<ActionReply, Refusal> {
         job_id: job.clone(),
         action: act.action,
         by: act.by.clone(),
-        event_id: act.event_id.clone(),
+        event_id: act.kept_id(),
         message,
         decisions: outcome.decisions,
     })
 }
 
-async fn action_api(State(st): State<AppState>, Path((job, action)): Path<(String, String)>, body: Bytes) -> Response {
+async fn action_api(
+    State(st): State<AppState>,
+    Extension(caller): Extension<Arc<Caller>>,
+    Path((job, action)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
     let kind = match action.as_str() {
         "approve" => ActionKind::Approve,
         "reject" => ActionKind::Reject,
@@ -295,6 +357,10 @@ async fn action_api(State(st): State<AppState>, Path((job, action)): Path<(Strin
             );
         }
     };
+    let power = if kind == ActionKind::Keepalive { Power::Keepalive } else { Power::Answer };
+    if let Err(d) = caller.may(power) {
+        return json(StatusCode::FORBIDDEN, &ErrorReply { error: d.message });
+    }
     let req: ActionRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {
@@ -304,13 +370,31 @@ async fn action_api(State(st): State<AppState>, Path((job, action)): Path<(Strin
             );
         }
     };
-    if req.by.trim().is_empty() {
-        return json(StatusCode::BAD_REQUEST, &ErrorReply { error: "`by` must name who answers".into() });
-    }
+    // The answer is the credential's: a request may name who answers only to say it is the caller.
+    let by = if caller.is_open() {
+        if req.by.trim().is_empty() {
+            return json(StatusCode::BAD_REQUEST, &ErrorReply { error: "`by` must name who answers".into() });
+        }
+        req.by.trim().to_owned()
+    } else {
+        let named = req.by.trim();
+        if !named.is_empty() && named != caller.name() {
+            return json(
+                StatusCode::FORBIDDEN,
+                &ErrorReply {
+                    error: format!(
+                        "the request answers as `{named}` but the credential is `{}`'s: an answer is recorded as whoever sends it (drop `--as`, or run the command as `{named}`)",
+                        caller.name()
+                    ),
+                },
+            );
+        }
+        caller.name().to_owned()
+    };
     let kind = if kind == ActionKind::Approve && req.over_budget { ActionKind::ApproveOverBudget } else { kind };
     let event_id =
         req.id.clone().unwrap_or_else(|| format!("api-{}-{job}-{}", kind.as_str(), crate::wall_time().millis()));
-    let act = Act { job, action: kind, by: req.by.trim().to_owned(), reason: req.reason, event_id, via: "api" };
+    let act = Act { job, action: kind, by, reason: req.reason, event_id, caller, bound: None };
     match apply(&st, act).await {
         Ok(reply) => json(StatusCode::OK, &reply),
         Err(r) => json(r.status, &ErrorReply { error: r.message }),
@@ -392,14 +476,22 @@ fn verify(st: &AppState, token: &str) -> Result<bursar_notify::Claims, Box<Respo
     })
 }
 
-fn act_of(claims: &bursar_notify::Claims, token: &str, reason: Option<String>) -> Act {
+fn act_of(st: &AppState, claims: &bursar_notify::Claims, token: &str, reason: Option<String>) -> Act {
+    // A link is its addressee's: the principal it was sent to, proved by bursar's own signature.
+    let auth = crate::auth::current(&st.auth);
+    let caller = if auth.is_open() {
+        Caller::open()
+    } else {
+        Caller { principal: auth.person(&claims.for_user), proof: Proof::Link { notice: claims.notice.clone() } }
+    };
     Act {
         job: claims.job.clone(),
         action: claims.action,
         by: claims.for_user.clone(),
         reason,
         event_id: bursar_notify::event_id(token),
-        via: "link",
+        caller: Arc::new(caller),
+        bound: claims.request,
     }
 }
 
@@ -408,8 +500,8 @@ async fn link_show(State(st): State<AppState>, Path(token): Path<String>) -> Res
         Ok(c) => c,
         Err(page) => return *page,
     };
-    let act = act_of(&claims, &token, None);
-    let facts = match ask(&st, Ask::Facts { jobs: vec![act.job.clone()], seen: Some(act.event_id.clone()) }).await {
+    let act = act_of(&st, &claims, &token, None);
+    let facts = match ask(&st, Ask::Facts { jobs: vec![act.job.clone()], seen: Some(act.kept_id()) }).await {
         Ok(Answer::Facts(f, seen)) => (f.into_iter().next().flatten(), seen),
         Ok(_) => (None, false),
         Err(r) => return html(r.status, crate::page::message("bursar", "Try again", &r.message, None)),
@@ -436,7 +528,7 @@ async fn link_do(State(st): State<AppState>, Path(token): Path<String>, body: By
         Err(page) => return *page,
     };
     let form: LinkForm = parse_form(&body);
-    let act = act_of(&claims, &token, form.reason);
+    let act = act_of(&st, &claims, &token, form.reason);
     match apply(&st, act).await {
         Ok(reply) => {
             html(StatusCode::OK, crate::page::message("bursar", "Done", &reply.message, Some(&reply.event_id)))
@@ -490,7 +582,15 @@ mod tests {
     use bursar_model::api::ApprovalWait;
 
     fn act(action: ActionKind, by: &str) -> Act {
-        Act { job: "j1".into(), action, by: by.into(), reason: None, event_id: "link-x".into(), via: "link" }
+        Act {
+            job: "j1".into(),
+            action,
+            by: by.into(),
+            reason: None,
+            event_id: "link-x".into(),
+            caller: Arc::new(Caller::open()),
+            bound: None,
+        }
     }
 
     fn held(expires: &str) -> JobFacts {
@@ -511,6 +611,7 @@ mod tests {
                 policies: vec!["approval/big".into()],
                 reason: "big".into(),
                 over_budget: false,
+                self_approval: false,
             }),
             idle: Vec::new(),
         }
@@ -551,10 +652,7 @@ mod tests {
         let line = event_of(&a, now, false).to_json();
         let v: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["type"], "approval.rejected");
-        assert_eq!(
-            (v["by"].as_str(), v["reason"].as_str(), v["via"].as_str()),
-            (Some("bob"), Some("too big"), Some("link"))
-        );
+        assert_eq!((v["by"].as_str(), v["reason"].as_str(), v.get("via")), (Some("bob"), Some("too big"), None));
         let (ok, bad) = bursar_session::decode_body(line.as_bytes(), 1 << 20, Origin::Producer);
         assert_eq!((ok.len(), bad.len()), (1, 0));
         let granted = event_of(&act(ActionKind::ApproveOverBudget, "bob"), now, true).to_json();

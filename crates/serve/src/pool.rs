@@ -76,6 +76,7 @@ fn approval_wait(id: &str, j: &JobRecord, quotas: &BTreeSet<String>) -> Option<A
         policies: p.policies.iter().map(|a| a.to_string()).collect(),
         reason: p.reason.clone(),
         over_budget: p.policies.iter().any(|id| quotas.contains(&**id)),
+        self_approval: p.self_approval,
     })
 }
 

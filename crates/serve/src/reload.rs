@@ -24,7 +24,7 @@ use crate::core::Work;
 use crate::metrics::Metrics;
 use crate::{Loader, wall_time};
 
-pub use bursar_model::api::ReloadOutcome;
+pub use bursar_model::api::{ConfigReload, ReloadOutcome};
 
 /// What `GET /v1/policies` shows.
 #[derive(Debug, Clone, Default)]
@@ -61,6 +61,41 @@ pub struct Reloader {
     pub status: SharedStatus,
     /// Counters.
     pub metrics: Arc<Metrics>,
+    /// The configuration file, reread on every reload, and the authenticator it feeds.
+    pub config: Option<(PathBuf, crate::auth::SharedAuth)>,
+}
+
+/// Rereads the configuration file at `path` and swaps its principals in; the previous ones stay when
+/// it does not read.
+pub fn reload_config(path: &Path, auth: &crate::auth::SharedAuth) -> ConfigReload {
+    let read = bursar_config::load(path)
+        .map_err(|ds| {
+            ds.iter()
+                .map(|d| match &d.help {
+                    Some(h) => format!("{} ({h})", d.headline()),
+                    None => d.headline(),
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .and_then(|c| bursar_auth::Authenticator::new(&c.auth).map_err(|e| format!("{}: {e}", path.display())));
+    match read {
+        Ok(a) => {
+            let n = a.principals();
+            if let Ok(mut w) = auth.write() {
+                *w = Arc::new(a);
+            }
+            tracing::info!(file = %path.display(), principals = n, "configuration reloaded");
+            ConfigReload {
+                ok: true,
+                message: format!("{n} principal(s) in force; `[clock]` and the listeners need a restart to change"),
+            }
+        }
+        Err(message) => {
+            tracing::error!(file = %path.display(), error = %message, "configuration reload failed; the previous principals stay in force");
+            ConfigReload { ok: false, message }
+        }
+    }
 }
 
 impl Reloader {
@@ -72,7 +107,18 @@ impl Reloader {
                 waiting.push(more);
             }
             let cause = waiting[0].cause;
-            let outcome = self.reload(cause).await;
+            let mut outcome = self.reload(cause).await;
+            if let Some((path, auth)) = &self.config {
+                let (path, auth) = (path.clone(), auth.clone());
+                let c = tokio::task::spawn_blocking(move || reload_config(&path, &auth)).await.ok();
+                if c.as_ref().is_some_and(|c| !c.ok) {
+                    outcome.ok = false;
+                }
+                outcome.config = c;
+                if let Ok(mut st) = self.status.write() {
+                    st.last = Some(outcome.clone());
+                }
+            }
             for w in waiting {
                 if let Some(r) = w.reply {
                     let _ = r.send(outcome.clone());
@@ -97,6 +143,7 @@ impl Reloader {
             digest: current.clone().unwrap_or_default(),
             errors: Vec::new(),
             compile_ms: compile.as_secs_f64() * 1e3,
+            config: None,
         };
         match result {
             Ok(Ok(set)) if current.as_deref() == Some(set.digest()) => {

@@ -9,13 +9,18 @@
 //! received are sent to the engine together (up to [`MAX_LINES`]), so a fast producer gets group
 //! commit; a producer that waits for each answer gets one commit per line.
 //!
-//! Who may write events is decided by the socket file's permissions (`--socket-mode`, `0660` by
-//! default: the user bursar runs as and its group); the HTTP bearer token does not apply to it.
+//! Who may connect is decided by the socket file's permissions (`--socket-mode`, `0660` by default:
+//! the user bursar runs as and its group). Who a connection *is* comes from the kernel: the peer's
+//! UID (`SO_PEERCRED`), whose user is the principal of that name (or a person with the `[auth]
+//! people` roles), and each line is checked against that principal's powers like an HTTP body's.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use bursar_model::api::SocketAnswer;
+use std::sync::Arc;
+
+use bursar_auth::Caller;
+use bursar_model::api::{Rejected, SocketAnswer};
 use bursar_session::{Framer, Incoming, Line, Origin, decode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
@@ -31,6 +36,7 @@ pub const MAX_LINES: usize = 1024;
 pub fn listen(
     path: &Path,
     engine: mpsc::Sender<Work>,
+    auth: crate::auth::SharedAuth,
     max_line: usize,
     mode: u32,
     shutdown: watch::Receiver<bool>,
@@ -47,7 +53,7 @@ pub fn listen(
             tokio::select! {
                 conn = listener.accept() => match conn {
                     Ok((stream, _)) => {
-                        tokio::spawn(connection(stream, engine.clone(), max_line, shutdown.clone()));
+                        tokio::spawn(connection(stream, engine.clone(), auth.clone(), max_line, shutdown.clone()));
                     }
                     Err(e) => tracing::warn!(error = %e, "cannot accept on the event socket"),
                 },
@@ -70,12 +76,36 @@ enum Slot {
     Applied,
 }
 
+/// The caller a socket peer is, or the error line to send it before closing.
+fn peer_caller(stream: &UnixStream, auth: &crate::auth::SharedAuth) -> Result<Arc<Caller>, String> {
+    let a = crate::auth::current(auth);
+    if a.is_open() {
+        return Ok(Arc::new(Caller::open()));
+    }
+    let cred = stream.peer_cred().map_err(|e| format!("cannot read the peer's credentials: {e}"))?;
+    let uid = cred.uid();
+    let name = bursar_auth::user_of_uid(uid);
+    let presented = bursar_auth::Presented { unix: Some((uid, name)), ..Default::default() };
+    a.authenticate(&presented, bursar_model::Timestamp::wall_clock()).map(Arc::new).map_err(|e| e.to_string())
+}
+
 async fn connection(
     stream: UnixStream,
     engine: mpsc::Sender<Work>,
+    auth: crate::auth::SharedAuth,
     max_line: usize,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let caller = match peer_caller(&stream, &auth) {
+        Ok(c) => c,
+        Err(e) => {
+            let (_, mut write) = stream.into_split();
+            let mut out = Vec::new();
+            answer_line(&mut out, &SocketAnswer::Rejected(Rejected { source: None, line: 0, error: e }));
+            let _ = write.write_all(&out).await;
+            return;
+        }
+    };
     let (mut read, mut write) = stream.into_split();
     let mut framer = Framer::new(max_line);
     let mut buf = vec![0u8; 64 * 1024];
@@ -94,8 +124,17 @@ async fn connection(
             Line::Blank => {} // Blank lines get no answer, like in a file.
             Line::Rejected(r) => order.push(Slot::Answer(SocketAnswer::Rejected(r))),
             Line::Input(d) => {
-                order.push(Slot::Applied);
-                items.push(Incoming { line: d.line, raw: d.text.to_owned(), input: d.input });
+                let line = d.line;
+                let (mut ok, denied) =
+                    crate::http::admit_lines(&caller, vec![Incoming::new(line, d.text.to_owned(), d.input)]);
+                match (ok.pop(), denied.into_iter().next()) {
+                    (Some(item), _) => {
+                        order.push(Slot::Applied);
+                        items.push(item);
+                    }
+                    (None, Some(r)) => order.push(Slot::Answer(SocketAnswer::Rejected(r))),
+                    (None, None) => {}
+                }
             }
         };
         if n == 0 {
@@ -110,7 +149,8 @@ async fn connection(
             let rest = if items.len() > MAX_LINES { items.split_off(MAX_LINES) } else { Vec::new() };
             let chunk = std::mem::replace(&mut items, rest);
             let (tx, rx) = oneshot::channel();
-            if engine.send(Work::Inputs { items: chunk, reply: tx }).await.is_err() {
+            let caller = (!caller.is_open()).then(|| caller.clone());
+            if engine.send(Work::Inputs { items: chunk, caller, reply: tx }).await.is_err() {
                 return;
             }
             match rx.await {
@@ -125,7 +165,11 @@ async fn connection(
                 Slot::Answer(a) => answers.push(a),
                 Slot::Applied => {
                     let Some(a) = outcomes.next() else { return };
-                    answers.push(if a.duplicate {
+                    let refusal =
+                        a.denied.clone().or_else(|| a.refused.as_ref().map(|r| format!("refused: {}", r.reason)));
+                    answers.push(if let Some(error) = refusal {
+                        SocketAnswer::Rejected(Rejected { source: None, line: a.line, error })
+                    } else if a.duplicate {
                         SocketAnswer::Duplicate { line: a.line, id: a.id, duplicate: true }
                     } else {
                         SocketAnswer::Accepted { line: a.line, id: a.id, accepted: true, decisions: a.decisions }

@@ -265,10 +265,11 @@ fn send(engine: &mpsc::Sender<Work>, events: Vec<Event>) -> bool {
     let items = events
         .into_iter()
         .enumerate()
-        .map(|(i, e)| Incoming { line: i as u64 + 1, raw: e.to_json(), input: Input::Event(e) })
+        .map(|(i, e)| Incoming::new(i as u64 + 1, e.to_json(), Input::Event(e)))
         .collect();
     let (tx, rx) = oneshot::channel();
-    if engine.blocking_send(Work::Inputs { items, reply: tx }).is_err() {
+    // bursar's own source: no caller to check, nothing to namespace.
+    if engine.blocking_send(Work::Inputs { items, caller: None, reply: tx }).is_err() {
         return false;
     }
     matches!(rx.blocking_recv(), Ok(Ok(_)))

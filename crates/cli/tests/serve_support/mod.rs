@@ -106,6 +106,22 @@ impl Server {
         let _ = std::fs::remove_file(&port_file);
         let n = std::fs::read_dir(&scratch.0).map(|d| d.count()).unwrap_or(0);
         let log = scratch.0.join(format!("serve-{n}.log"));
+        // `--token T` in a test stands for a token file holding T (serve takes no secret on its
+        // command line).
+        let token = extra.iter().position(|a| *a == "--token").and_then(|i| extra.get(i + 1)).map(|s| s.to_string());
+        let token_file = scratch.0.join("token");
+        let mut args: Vec<String> = Vec::new();
+        let mut it = extra.iter();
+        while let Some(a) = it.next() {
+            if *a == "--token" {
+                let t = it.next().copied().unwrap_or_default();
+                std::fs::write(&token_file, format!("{t}\n")).unwrap();
+                args.push("--token-file".into());
+                args.push(token_file.display().to_string());
+            } else {
+                args.push((*a).to_owned());
+            }
+        }
         let child = Command::new(env!("CARGO_BIN_EXE_bursar"))
             .arg("serve")
             .arg("--policies")
@@ -114,7 +130,7 @@ impl Server {
             .arg(audit)
             .args(["--listen", "127.0.0.1:0", "--log-level", "debug", "--port-file"])
             .arg(&port_file)
-            .args(extra)
+            .args(&args)
             // These tests drive serve's mechanics, most with no policy at all: say so (an empty
             // directory is refused otherwise, tests/hardening.rs pins that).
             .args(dir_is_empty(&scratch.policies()).then_some("--allow-empty"))
@@ -123,7 +139,6 @@ impl Server {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        let token = extra.iter().position(|a| *a == "--token").and_then(|i| extra.get(i + 1)).map(|s| s.to_string());
         let mut server = Server { child, addr: "127.0.0.1:1".parse().unwrap(), log, token };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -134,7 +149,8 @@ impl Server {
                 server.addr = SocketAddr::from(([127, 0, 0, 1], port));
                 if server.get("/healthz").is_ok_and(|r| r.status == 200) {
                     // /healthz answers as soon as the socket accepts; wait for the API (policies compiled).
-                    if server.get("/v1/policies").is_ok_and(|r| r.status == 200) {
+                    // (A server with principals answers 401 or 403 to a test that has not said who it is.)
+                    if server.get("/v1/policies").is_ok_and(|r| matches!(r.status, 200 | 401 | 403)) {
                         return Ok(server);
                     }
                 }

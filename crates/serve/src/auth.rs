@@ -1,0 +1,204 @@
+//! Every request is someone: the middleware that authenticates a request before any handler sees
+//! it, the one that checks the route's power, and the headers every answer carries.
+//!
+//! [`authenticate`] reads what the request presents (the `Authorization` header, Slurm's
+//! `X-SLURM-USER-TOKEN`, a trusted proxy's user header, the verified client certificate, the peer
+//! address) and asks the [`bursar_auth::Authenticator`] in force (swapped whole when the
+//! configuration reloads, so a rotated token works at once). A missing or wrong credential is a 401
+//! with `WWW-Authenticate`; otherwise the [`Caller`] goes on the request for the handlers. [`require`]
+//! refuses a caller without the route's power with a 403 that names the power and the principal. A
+//! MUNGE credential is verified off the async threads (`unmunge` is a program) and against the
+//! request's method, path and body, which the body-limit layer has already read.
+//!
+//! Routes and powers (the table `docs/security.md` gives): `GET /healthz` none; `POST /v1/admit`
+//! `submit`; `POST /v1/events` each line its own (see [`bursar_auth::Caller::check_input`]);
+//! `POST /v1/jobs/{id}/approve|reject` `answer`, `…/keepalive` `keepalive`; `POST /v1/reload` and
+//! `POST /v1/snapshot` `admin`; every other `GET` `read`; `/act/{token}` the link's own signature.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use bursar_auth::{Authenticator, Caller, CertIdentity, Power, Presented};
+use bursar_model::api::ErrorReply;
+
+/// The authenticator in force, swapped whole on reload.
+pub type SharedAuth = Arc<RwLock<Arc<Authenticator>>>;
+
+/// The peer address of the connection a request came on (put on every request by
+/// [`crate::listen::serve`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerAddr(pub SocketAddr);
+
+/// The verified TLS client certificate of the connection, when there is one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerCert(pub CertIdentity);
+
+fn json_error(status: StatusCode, message: String) -> Response {
+    let body = serde_json::to_string(&ErrorReply { error: message }).unwrap_or_default();
+    let mut r = (status, body).into_response();
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+/// The 401 answer.
+pub fn unauthorized(message: String) -> Response {
+    let mut r = json_error(StatusCode::UNAUTHORIZED, message);
+    r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"bursar\""));
+    r
+}
+
+/// The 403 answer.
+pub fn forbidden(message: String) -> Response {
+    json_error(StatusCode::FORBIDDEN, message)
+}
+
+/// The authenticator in force now.
+pub fn current(auth: &SharedAuth) -> Arc<Authenticator> {
+    match auth.read() {
+        Ok(a) => a.clone(),
+        Err(poisoned) => poisoned.into_inner().clone(),
+    }
+}
+
+fn header_str<'h>(h: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    h.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// Authenticates `req` (whose body is already in memory, as the body-limit layer leaves it) and
+/// returns the request, rebuilt, with its caller.
+pub async fn caller_of(auth: &SharedAuth, req: Request) -> Result<(Caller, Request), Response> {
+    let a = current(auth);
+    if a.is_open() {
+        return Ok((Caller::open(), req));
+    }
+    let (parts, body) = req.into_parts();
+    let blocks = header_str(&parts.headers, "authorization").is_some_and(|v| v.trim_start().starts_with("MUNGE"));
+    let (body, binding) = if blocks {
+        // Bound by the body-limit layer already.
+        let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
+        let path = parts.uri.path_and_query().map_or(parts.uri.path(), |p| p.as_str());
+        let binding = bursar_auth::munge::binding(parts.method.as_str(), path, &bytes);
+        (Body::from(bytes), Some(binding))
+    } else {
+        (body, None)
+    };
+    let owned = OwnedPresented {
+        authorization: header_str(&parts.headers, "authorization").map(str::to_owned),
+        slurm_token: header_str(&parts.headers, "x-slurm-user-token").map(str::to_owned),
+        slurm_user: header_str(&parts.headers, "x-slurm-user-name").map(str::to_owned),
+        proxy_user: a.proxy_header().and_then(|h| header_str(&parts.headers, h)).map(str::to_owned),
+        peer: parts.extensions.get::<PeerAddr>().map(|p| p.0.ip()),
+        cert: parts.extensions.get::<PeerCert>().map(|c| c.0.clone()),
+        binding,
+    };
+    let now = bursar_model::Timestamp::wall_clock();
+    let result = if blocks {
+        let a = a.clone();
+        tokio::task::spawn_blocking(move || a.authenticate(&owned.presented(), now))
+            .await
+            .unwrap_or_else(|e| Err(bursar_auth::AuthError::NotAccepted(format!("cannot check the credential: {e}"))))
+    } else {
+        a.authenticate(&owned.presented(), now)
+    };
+    match result {
+        Ok(caller) => Ok((caller, Request::from_parts(parts, body))),
+        Err(e) => {
+            tracing::info!(error = %e, "request refused: not authenticated");
+            Err(unauthorized(e.to_string()))
+        }
+    }
+}
+
+/// What a request presented, owned (so a blocking check can take it to another thread).
+struct OwnedPresented {
+    authorization: Option<String>,
+    slurm_token: Option<String>,
+    slurm_user: Option<String>,
+    proxy_user: Option<String>,
+    peer: Option<std::net::IpAddr>,
+    cert: Option<CertIdentity>,
+    binding: Option<String>,
+}
+
+impl OwnedPresented {
+    fn presented(&self) -> Presented<'_> {
+        Presented {
+            authorization: self.authorization.as_deref(),
+            slurm_token: self.slurm_token.as_deref(),
+            slurm_user: self.slurm_user.as_deref(),
+            proxy_user: self.proxy_user.as_deref(),
+            peer: self.peer,
+            cert: self.cert.clone(),
+            unix: None,
+            binding: self.binding.clone(),
+        }
+    }
+}
+
+/// What [`authenticate`] needs.
+#[derive(Clone)]
+pub struct AuthState {
+    /// The authenticator in force.
+    pub auth: SharedAuth,
+    /// Where 401s are counted.
+    pub metrics: Arc<crate::Metrics>,
+}
+
+/// Middleware: authenticates the request and puts its [`Caller`] on it, or answers 401.
+pub async fn authenticate(
+    axum::extract::State(st): axum::extract::State<AuthState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    match caller_of(&st.auth, req).await {
+        Ok((caller, mut req)) => {
+            req.extensions_mut().insert(Arc::new(caller));
+            next.run(req).await
+        }
+        Err(r) => {
+            st.metrics.unauthenticated.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            r
+        }
+    }
+}
+
+/// The caller [`authenticate`] put on the request.
+pub fn caller(req_extensions: &axum::http::Extensions) -> Arc<Caller> {
+    req_extensions.get::<Arc<Caller>>().cloned().unwrap_or_else(|| Arc::new(Caller::open()))
+}
+
+/// Middleware: answers 403 unless the caller has `power`.
+pub async fn require(power: Power, req: Request, next: Next) -> Response {
+    let c = caller(req.extensions());
+    match c.may(power) {
+        Ok(()) => next.run(req).await,
+        Err(d) => {
+            tracing::info!(principal = c.name(), power = power.as_str(), "request refused: no power");
+            forbidden(d.message)
+        }
+    }
+}
+
+/// Middleware: the headers every answer carries. Pages are not to be framed (clickjacking an
+/// approve button), sniffed, or given a referrer (a link's token is in its URL); scripts and styles
+/// come only from the page itself.
+pub async fn security_headers(req: Request, next: Next) -> Response {
+    let mut r = next.run(req).await;
+    let h = r.headers_mut();
+    h.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    h.insert("x-frame-options", HeaderValue::from_static("DENY"));
+    h.insert("referrer-policy", HeaderValue::from_static("no-referrer"));
+    h.insert(
+        "content-security-policy",
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'self' 'unsafe-inline'; script-src 'self' 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    h.insert("cross-origin-opener-policy", HeaderValue::from_static("same-origin"));
+    r
+}
