@@ -67,6 +67,9 @@ pub struct AppState {
     pub journal: Arc<bursar_audit::Health>,
     /// Rates for the report routes (`--prices`): the billing comparison and the cost per unit.
     pub prices: Option<Arc<bursar_report::Prices>>,
+    /// The last copy of the engine's state for the pool views, and when it was taken
+    /// ([`crate::pool::PoolInput`]).
+    pub pool_input: crate::pool::PoolInputCache,
 }
 
 /// Why the audit log cannot commit, as a sentence, if it cannot.

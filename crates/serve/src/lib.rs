@@ -501,6 +501,7 @@ pub async fn serve_then(
         people: links,
         journal: journal_health,
         prices: config.prices.clone().map(Arc::new),
+        pool_input: Arc::default(),
     };
     let limits = listen::Limits {
         max_connections: config.max_connections,

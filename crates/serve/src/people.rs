@@ -37,7 +37,7 @@ use tokio::sync::oneshot;
 
 use crate::core::Work;
 use crate::http::AppState;
-use crate::pool::{Answer, Ask};
+use crate::pool::{Answer, Ask, PoolInput};
 
 /// The link key, when notices are on (`serve --notify`).
 #[derive(Debug, Clone, Default)]
@@ -401,19 +401,48 @@ async fn action_api(
     }
 }
 
+/// How long a copy of the engine's state for the pool views is reused: requests in a burst share
+/// one copy, so the engine thread makes at most one a second whatever the number of readers.
+const POOL_INPUT_REUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What the pool and pending views are built from: a recent copy, or a new one from the engine.
+async fn pool_input(st: &AppState) -> Result<Arc<PoolInput>, Refusal> {
+    let mut cached = st.pool_input.lock().await;
+    if let Some((at, input)) = cached.as_ref()
+        && at.elapsed() < POOL_INPUT_REUSE
+    {
+        return Ok(input.clone());
+    }
+    let Answer::PoolInput(input) = ask(st, Ask::PoolInput).await? else {
+        return Err(Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "unexpected engine answer"));
+    };
+    let input: Arc<PoolInput> = Arc::from(input);
+    *cached = Some((std::time::Instant::now(), input.clone()));
+    Ok(input)
+}
+
+/// Runs `f` over the pool input off the async threads (and off the engine thread).
+async fn off_thread<T: Send + 'static>(
+    st: &AppState,
+    f: impl FnOnce(&PoolInput) -> T + Send + 'static,
+) -> Result<T, Refusal> {
+    let input = pool_input(st).await?;
+    tokio::task::spawn_blocking(move || f(&input))
+        .await
+        .map_err(|e| Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+}
+
 async fn pending_json(State(st): State<AppState>) -> Response {
-    match ask(&st, Ask::Pending).await {
-        Ok(Answer::Pending(p)) => json(StatusCode::OK, &p),
-        Ok(_) => json(StatusCode::INTERNAL_SERVER_ERROR, &ErrorReply { error: "unexpected engine answer".into() }),
+    match off_thread(&st, PoolInput::pending).await {
+        Ok(p) => json(StatusCode::OK, &p),
         Err(r) => json(r.status, &ErrorReply { error: r.message }),
     }
 }
 
 /// The pool view with the last denies from the audit log.
 async fn pool_view(st: &AppState) -> Result<PoolView, Refusal> {
-    let Answer::Pool(mut view) = ask(st, Ask::Pool { now: crate::wall_time() }).await? else {
-        return Err(Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "unexpected engine answer"));
-    };
+    let now = crate::wall_time();
+    let mut view = off_thread(st, move |input| input.pool(now)).await?;
     let audit = st.audit.clone();
     let denies = tokio::task::spawn_blocking(move || {
         bursar_audit::AuditLog::open_read(&audit)?.latest_decisions("deny", DENIES_SHOWN)
@@ -432,7 +461,7 @@ async fn pool_view(st: &AppState) -> Result<PoolView, Refusal> {
             reason: d.reason,
         })
         .collect();
-    Ok(*view)
+    Ok(view)
 }
 
 async fn pool_json(State(st): State<AppState>) -> Response {
