@@ -103,7 +103,15 @@ pub fn verify(settings: &MungeSettings, credential: &str, expect: &str) -> Resul
     if payload != expect {
         return Err(MungeError::WrongRequest);
     }
-    let user = if user.is_empty() || user.chars().all(|c| c.is_ascii_digit()) { format!("uid-{uid}") } else { user };
+    // munged prints `???` for a UID its host has no user for.
+    let user = if bursar_model::names::check_name("user", &user).is_err()
+        || user.contains('?')
+        || user.chars().all(|c| c.is_ascii_digit())
+    {
+        format!("uid-{uid}")
+    } else {
+        user
+    };
     Ok(MungeIdentity { uid, user })
 }
 

@@ -7,6 +7,7 @@
 //! [`sink`] is where decisions go (stdout, and later the audit log).
 
 pub mod audit;
+pub mod auth;
 pub mod check;
 pub mod eval;
 pub mod generate;

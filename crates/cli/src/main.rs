@@ -88,6 +88,10 @@ enum Command {
     ///
     /// Example: bursar audit --db audit.db explain j42
     Audit(bursar::audit::AuditArgs),
+    /// Credentials for `bursar serve`: make a token and the configuration line that lets it in.
+    ///
+    /// Example: bursar auth token --name slurmctld --role scheduler --out /etc/slurm/bursar.token
+    Auth(bursar::auth::AuthArgs),
     /// Convert a cluster trace (philly, openb, sacct) to v1 events on stdout; the report goes to stderr.
     ///
     /// Example: bursar import philly tests/data/philly/sampled_jobs.json | bursar eval --policies policies --events -
@@ -184,6 +188,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Serve(args) => bursar::serve::run(&args, cli.error_format),
         Command::Slurm(args) => bursar::slurm::run(&args),
         Command::Audit(args) => bursar::audit::run(&args, cli.error_format),
+        Command::Auth(args) => bursar::auth::run(&args),
         Command::Report(args) => bursar::report::run(&args, cli.error_format),
         Command::Pending(args) => bursar::people::pending(&args),
         Command::Approve(args) => bursar::people::approve(&args),

@@ -14,10 +14,12 @@
 //! (`Prometheus`), [`alertmanager`] (`Alertmanager`), [`nats`] (`NatsCluster`: 1 to 5 `nats-server` nodes
 //! with JetStream), [`webhook`] (`WebhookReceiver`: records the POSTs a sink makes, answers with the
 //! status the test sets), [`dcgm`] (`FakeDcgm`, a dcgm-exporter stand-in whose values the test changes
-//! while it is scraped), [`node`] (`FakeNode`: a GPU node's driver view for the Slurm prolog/epilog).
+//! while it is scraped), [`node`] (`FakeNode`: a GPU node's driver view for the Slurm prolog/epilog), [`munge`] (`Munged`: a real
+//! `munged` on a socket of its own).
 
 pub mod alertmanager;
 pub mod dcgm;
+pub mod munge;
 pub mod nats;
 pub mod node;
 pub mod process;
@@ -26,6 +28,7 @@ pub mod webhook;
 
 pub use alertmanager::Alertmanager;
 pub use dcgm::{FakeDcgm, Field};
+pub use munge::Munged;
 pub use nats::NatsCluster;
 pub use node::FakeNode;
 pub use process::{Server, TempDir, free_port, http_get};
