@@ -481,3 +481,81 @@ fn tokens_rotate_without_a_restart() {
         http(server.addr, "GET", "/v1/policies", &[("authorization", "Bearer bursar_test-rotated-token")], "");
     assert_eq!(st, 200);
 }
+
+/// A restart after `kill -9` reaches the state the live server had, on a stream with every input
+/// type, refusals included (a refused input is journaled as a refusal, never replayed as an input).
+#[test]
+fn a_restart_after_kill_9_reaches_the_live_state() {
+    let s = Scratch::new("security-restart");
+    approval_policy(&s, "[\"p-approver\"]");
+    s.write_policy(
+        "reclaim.toml",
+        "[[policy]]\nid = \"reclaim/idle\"\ndescription = \"idle\"\nkind = \"reclaim\"\n\n[policy.idle]\nbelow = 0.10\nwindow = \"30m\"\ngrace = \"15m\"\n",
+    );
+    let cfg = config(&s, "");
+    let flags = ["--config", cfg.to_str().unwrap(), "--snapshot-every", "1h"];
+    let server = Server::start(&s, &flags);
+    let addr = server.addr;
+    let t = now();
+    let line = |id: &str, kind: &str, rest: &str| format!(r#"{{"id":"{id}","time":"{t}","type":"{kind}"{rest}}}"#);
+    for (job, gpus) in [("lab-1", 4), ("lab-2", 32), ("lab-3", 32), ("lab-4", 2)] {
+        let (st, _, body) = as_role(addr, "scheduler", "POST", "/v1/admit", &job_line(&format!("sub-{job}"), job, "alice", gpus, &t));
+        assert_eq!(st, 200, "{body}");
+    }
+    // A second submission of a known job, and an event far ahead: refused, journaled as refusals.
+    assert_eq!(as_role(addr, "scheduler", "POST", "/v1/admit", &job_line("sub-again", "lab-1", "bob", 1, &t)).0, 409);
+    let steps: [(&str, String); 9] = [
+        ("producer", line("st1", "job.started", r#","job_id":"lab-1""#)),
+        ("producer", line("sa1", "job.sample", r#","job_id":"lab-1","gpu_util":0.02"#)),
+        ("producer", line("st4", "job.started", r#","job_id":"lab-4""#)),
+        ("producer", line("fi4", "job.finished", r#","job_id":"lab-4","status":"succeeded""#)),
+        ("billing", line("bi4", "billing.charge", r#","project":"nlp","job_id":"lab-4","gpu_hours":1.5"#)),
+        ("approver", line("ok2", "approval.granted", r#","job_id":"lab-2","by":"p-approver""#)),
+        ("approver", line("no3", "approval.rejected", r#","job_id":"lab-3","by":"p-approver","reason":"split it""#)),
+        ("producer", line("as1", "asset.registered", r#","project":"nlp","asset":{"kind":"dataset","fingerprint":"fp1","uri":"s3://x"}"#)),
+        ("producer", line("ac1", "action.executed", r#","decision_id":"d1","job_id":"lab-4","action":"none""#)),
+    ];
+    for (role, l) in &steps {
+        let (st, _, body) = as_role(addr, role, "POST", "/v1/events", l);
+        assert_eq!(st, 200, "{l}: {body}");
+    }
+    let far = r#"{"id":"far","time":"9999-01-01T00:00:00Z","type":"clock.tick"}"#;
+    let (_, _, body) = as_role(addr, "producer", "POST", "/v1/events", far);
+    assert!(body.contains("refused"), "{body}");
+    let keep = format!(r#"{{"id":"ka1","time":"{t}","type":"job.keepalive","job_id":"lab-1","by":"p-producer"}}"#);
+    assert_eq!(as_role(addr, "producer", "POST", "/v1/events", &keep).0, 200);
+    let tick = format!(r#"{{"id":"tk1","time":"{t}","type":"clock.tick"}}"#);
+    assert_eq!(as_role(addr, "producer", "POST", "/v1/events", &tick).0, 200);
+
+    let views = |addr: SocketAddr| -> Vec<String> {
+        // What the wall clock moves on its own (the engine's time, a running job's runtime so far)
+        // differs between two readings; everything the inputs decided must not.
+        let steady = |text: String| {
+            let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            if let Some(o) = v.as_object_mut() {
+                o.remove("engine_time");
+                o.remove("runtime_gpu_hours");
+            }
+            v.to_string()
+        };
+        let mut v: Vec<String> = ["lab-1", "lab-2", "lab-3", "lab-4"]
+            .iter()
+            .map(|j| steady(as_role(addr, "reader", "GET", &format!("/v1/jobs/{j}"), "").2))
+            .collect();
+        v.push(steady(as_role(addr, "reader", "GET", "/v1/projects/nlp", "").2));
+        let pending: serde_json::Value = serde_json::from_str(&as_role(addr, "reader", "GET", "/v1/pending", "").2).unwrap();
+        v.push(pending["approvals"].to_string());
+        v.push(pending["idle"].to_string());
+        v.push(pending["engine_time"].as_str().unwrap_or_default().get(..4).unwrap_or_default().to_owned());
+        v
+    };
+    let live = views(addr);
+    assert!(live[0].contains("\"phase\":\"running\"") && live[1].contains("\"phase\":\"admitted\""), "{live:?}");
+    assert_ne!(live.last().map(String::as_str), Some("9999"), "the far tick moved nothing");
+    server.kill9();
+    let server = Server::start(&s, &flags);
+    let restarted = views(server.addr);
+    assert_eq!(live, restarted, "the restart reached another state");
+    let log = bursar_audit::AuditLog::open_read(s.audit()).unwrap();
+    assert_eq!(log.refusals(0, None, 100).unwrap().len(), 2, "both refusals are on record");
+}
