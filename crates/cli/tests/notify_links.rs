@@ -213,3 +213,51 @@ fn an_approvers_link_approves_once_and_every_other_use_changes_nothing() {
     let v: serde_json::Value = serde_json::from_slice(&empty.stdout).unwrap();
     assert_eq!(v["approvals"].as_array().map(|a| a.len()), Some(1), "{v}"); // j-huge, still held
 }
+
+/// A link answers the request it was sent for and no other; a webhook message carries one
+/// recipient's links; the outbox keeps no link a reader of the database could lift.
+#[test]
+fn a_link_is_bound_to_its_request_and_its_recipient() {
+    let hook = WebhookReceiver::start().unwrap();
+    let s = Scratch::new("notify-bound");
+    s.write_policy(
+        "approval.toml",
+        "[[policy]]\nid = \"approval/big\"\ndescription = \"two approvers\"\nkind = \"approval\"\ngpus_over = 16\napprovers = [\"bob\", \"carol\"]\nexpires = \"1h\"\n",
+    );
+    let notify = s.0.join("notify.toml");
+    std::fs::write(&notify, format!("poll = \"100ms\"\n[webhook]\nurl = \"{}\"\n", hook.url("/hook"))).unwrap();
+    let server = Server::start(&s, &["--tick", "1h", "--notify", notify.to_str().unwrap()]);
+    let held = server.post("/v1/admit", &submit("e1", "j-two", "nlp", 32, 10.0)).json().unwrap();
+    assert_eq!(held["decision"], "require_approval", "{held}");
+    // One message per approver, each with only that approver's links.
+    let for_each = hook
+        .wait_for(Duration::from_secs(20), |got| {
+            let ms: Vec<NoticeMessage> = got.iter().filter_map(|r| serde_json::from_str(&r.body).ok()).collect();
+            (ms.len() >= 2).then_some(ms)
+        })
+        .unwrap();
+    for m in &for_each {
+        assert_eq!(m.recipients.len(), 1, "{m:?}");
+        assert!(m.links.iter().all(|l| l.for_user == m.recipients[0]), "{m:?}");
+    }
+    let bob = for_each.iter().find(|m| m.recipients == ["bob"]).unwrap();
+    let link = bob.links.iter().find(|l| l.action == ActionKind::Approve).unwrap();
+    let token = link.url.rsplit_once("/act/").unwrap().1.to_owned();
+    // The outbox holds the token's hash, not the link.
+    let db = std::fs::read(s.audit()).unwrap();
+    let needle = token.as_bytes();
+    assert!(!db.windows(needle.len()).any(|w| w == needle), "the audit database holds a usable link");
+
+    // The same link, made out for another request (the job id resubmitted bigger), does nothing.
+    let k = key(&s.audit());
+    let mut claims = k.verify(&token, Timestamp::wall_clock()).unwrap();
+    let (_, _, submitted) = claims.request.unwrap();
+    claims.request = Some((64, 150.0, submitted));
+    let other = format!("/act/{}", k.sign(&claims));
+    let r = server.post(&other, "");
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert!(r.text().contains("was sent for job `j-two` at 64 GPUs for 150 h"), "{}", r.text());
+    // The genuine link approves.
+    let r = server.post(&format!("/act/{token}"), "");
+    assert_eq!(r.status, 200, "{}", r.text());
+}
