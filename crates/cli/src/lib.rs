@@ -23,6 +23,23 @@ pub mod tomlfmt;
 
 use std::fmt;
 
+/// What this binary is: its version, the commit it was built from, what it was built with.
+pub mod build {
+    /// The package version.
+    pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+    /// The commit (`-dirty` when built from a tree with changes; `unknown` outside git).
+    pub const COMMIT: &str = env!("BURSAR_COMMIT");
+    /// What this build can do, comma-separated, as `/metrics` names it.
+    pub const FEATURES: &str = env!("BURSAR_FEATURES");
+    /// `bursar --version`'s line: `0.1.0 (commit 1a2b3c4d5e6f; wasm, cluster, jwt, munge, sqlite)`.
+    pub const LINE: &str = env!("BURSAR_VERSION_LINE");
+
+    /// What `serve` reports on `/metrics` as `bursar_build_info`.
+    pub fn info() -> bursar_serve::BuildInfo {
+        bursar_serve::BuildInfo { version: VERSION, commit: COMMIT, features: FEATURES.to_owned() }
+    }
+}
+
 /// How the process exits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitCode {

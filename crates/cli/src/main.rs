@@ -20,7 +20,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// scheduler and billing system; decisions (allow, deny, require_approval, defer, reclaim, alert) come
 /// out as JSON lines. See docs/policy-language.md and docs/wire-format.md.
 #[derive(Debug, Parser)]
-#[command(name = "bursar", version, propagate_version = true)]
+#[command(name = "bursar", version = bursar::build::LINE, propagate_version = true)]
 struct Cli {
     /// How errors are printed.
     #[arg(long, global = true, value_enum, default_value_t = ErrorFormat::Human)]
@@ -169,6 +169,22 @@ enum Command {
     ///
     /// Example: bursar keepalive j42
     Keepalive(bursar::people::KeepaliveArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    ///
+    /// Example: bursar completions bash > /etc/bash_completion.d/bursar
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (bursar.1 and one per subcommand), made from the same text as --help.
+    ///
+    /// Example: bursar man --out /usr/share/man/man1
+    Man {
+        /// The folder to write them to (created if missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
     /// Where the GPU-hours went: nominal vs effective by project, user or tag, billing-mode comparison.
     ///
     /// Example: bursar report --db audit.db --period 2026-11 --by project --format html -o report.html
@@ -189,6 +205,12 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Slurm(args) => bursar::slurm::run(&args),
         Command::Audit(args) => bursar::audit::run(&args, cli.error_format),
         Command::Auth(args) => bursar::auth::run(&args),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "bursar", &mut std::io::stdout().lock());
+            Ok(ExitCode::Ok)
+        }
+        Command::Man { out } => write_man_pages(&out),
         Command::Report(args) => bursar::report::run(&args, cli.error_format),
         Command::Pending(args) => bursar::people::pending(&args),
         Command::Approve(args) => bursar::people::approve(&args),
@@ -268,6 +290,31 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             Ok(ExitCode::Ok)
         }
     }
+}
+
+/// Writes `bursar.1` and `bursar-<sub>.1` (and `bursar-<sub>-<subsub>.1`) into `out`.
+fn write_man_pages(out: &std::path::Path) -> Result<ExitCode, CliError> {
+    fn write(cmd: &clap::Command, name: &str, out: &std::path::Path, n: &mut usize) -> Result<(), CliError> {
+        let cmd = cmd.clone().name(name.to_owned());
+        let mut page = Vec::new();
+        clap_mangen::Man::new(cmd.clone())
+            .render(&mut page)
+            .map_err(|e| CliError::io(format!("cannot render the man page of `{name}`"), e))?;
+        let path = out.join(format!("{name}.1"));
+        std::fs::write(&path, page).map_err(|e| CliError::io(format!("cannot write `{}`", path.display()), e))?;
+        *n += 1;
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            write(sub, &format!("{name}-{}", sub.get_name()), out, n)?;
+        }
+        Ok(())
+    }
+    std::fs::create_dir_all(out).map_err(|e| CliError::io(format!("cannot create `{}`", out.display()), e))?;
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    cmd.build();
+    let mut n = 0;
+    write(&cmd, "bursar", out, &mut n)?;
+    eprintln!("bursar man: {n} page(s) in {}", out.display());
+    Ok(ExitCode::Ok)
 }
 
 fn main() -> ProcessExit {

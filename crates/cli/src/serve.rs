@@ -250,6 +250,7 @@ pub fn run(args: &ServeArgs, error_format: ErrorFormat) -> Result<ExitCode, CliE
     config.auth = std::sync::Arc::new(auth);
     config.config_file = args.config.clone();
     config.max_skew = max_skew;
+    config.build = crate::build::info();
     config.tick = std_duration(args.tick);
     config.snapshot_every = std_duration(args.snapshot_every);
     config.debounce = std_duration(args.debounce);

@@ -499,7 +499,8 @@ fn a_restart_after_kill_9_reaches_the_live_state() {
     let t = now();
     let line = |id: &str, kind: &str, rest: &str| format!(r#"{{"id":"{id}","time":"{t}","type":"{kind}"{rest}}}"#);
     for (job, gpus) in [("lab-1", 4), ("lab-2", 32), ("lab-3", 32), ("lab-4", 2)] {
-        let (st, _, body) = as_role(addr, "scheduler", "POST", "/v1/admit", &job_line(&format!("sub-{job}"), job, "alice", gpus, &t));
+        let (st, _, body) =
+            as_role(addr, "scheduler", "POST", "/v1/admit", &job_line(&format!("sub-{job}"), job, "alice", gpus, &t));
         assert_eq!(st, 200, "{body}");
     }
     // A second submission of a known job, and an event far ahead: refused, journaled as refusals.
@@ -512,7 +513,14 @@ fn a_restart_after_kill_9_reaches_the_live_state() {
         ("billing", line("bi4", "billing.charge", r#","project":"nlp","job_id":"lab-4","gpu_hours":1.5"#)),
         ("approver", line("ok2", "approval.granted", r#","job_id":"lab-2","by":"p-approver""#)),
         ("approver", line("no3", "approval.rejected", r#","job_id":"lab-3","by":"p-approver","reason":"split it""#)),
-        ("producer", line("as1", "asset.registered", r#","project":"nlp","asset":{"kind":"dataset","fingerprint":"fp1","uri":"s3://x"}"#)),
+        (
+            "producer",
+            line(
+                "as1",
+                "asset.registered",
+                r#","project":"nlp","asset":{"kind":"dataset","fingerprint":"fp1","uri":"s3://x"}"#,
+            ),
+        ),
         ("producer", line("ac1", "action.executed", r#","decision_id":"d1","job_id":"lab-4","action":"none""#)),
     ];
     for (role, l) in &steps {
@@ -543,7 +551,8 @@ fn a_restart_after_kill_9_reaches_the_live_state() {
             .map(|j| steady(as_role(addr, "reader", "GET", &format!("/v1/jobs/{j}"), "").2))
             .collect();
         v.push(steady(as_role(addr, "reader", "GET", "/v1/projects/nlp", "").2));
-        let pending: serde_json::Value = serde_json::from_str(&as_role(addr, "reader", "GET", "/v1/pending", "").2).unwrap();
+        let pending: serde_json::Value =
+            serde_json::from_str(&as_role(addr, "reader", "GET", "/v1/pending", "").2).unwrap();
         v.push(pending["approvals"].to_string());
         v.push(pending["idle"].to_string());
         v.push(pending["engine_time"].as_str().unwrap_or_default().get(..4).unwrap_or_default().to_owned());

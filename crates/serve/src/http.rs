@@ -70,6 +70,8 @@ pub struct AppState {
     /// The last copy of the engine's state for the pool views, and when it was taken
     /// ([`crate::pool::PoolInput`]).
     pub pool_input: crate::pool::PoolInputCache,
+    /// What the binary is.
+    pub build: Arc<crate::BuildInfo>,
 }
 
 /// Why the audit log cannot commit, as a sentence, if it cannot.
@@ -212,6 +214,30 @@ async fn metrics(State(st): State<AppState>) -> Response {
         t.checkpoints,
         t.inline_checkpoints,
         t.checkpoint_failures
+    );
+    let label = |v: &str| v.replace('\\', "\\\\").replace('"', "\\\"");
+    let _ = write!(
+        text,
+        "# HELP bursar_build_info The binary: version, commit and what it was built with (always 1).\n\
+         # TYPE bursar_build_info gauge\nbursar_build_info{{version=\"{}\",commit=\"{}\",features=\"{}\"}} 1\n",
+        label(st.build.version),
+        label(st.build.commit),
+        label(&st.build.features)
+    );
+    let (digest, loaded_at) = st
+        .status
+        .read()
+        .ok()
+        .map(|s| (s.set.as_ref().map(|x| x.digest().to_owned()).unwrap_or_default(), s.loaded_at.clone()))
+        .unwrap_or_default();
+    let loaded_s = bursar_model::Timestamp::parse(&loaded_at).map(|t| t.millis() as f64 / 1e3).unwrap_or(0.0);
+    let _ = write!(
+        text,
+        "# HELP bursar_policy_set_info The policy set in force, by digest (always 1).\n\
+         # TYPE bursar_policy_set_info gauge\nbursar_policy_set_info{{digest=\"{}\"}} 1\n\
+         # HELP bursar_policy_set_loaded_timestamp_seconds When the set in force was loaded (Unix time).\n\
+         # TYPE bursar_policy_set_loaded_timestamp_seconds gauge\nbursar_policy_set_loaded_timestamp_seconds {loaded_s:.3}\n",
+        label(&digest)
     );
     // Failures of policies that can fail (WebAssembly guests: deadline, fuel, memory cap, trap, bad
     // output), by policy, from the set in force.

@@ -110,6 +110,17 @@ pub enum ServeError {
     EngineFailed,
 }
 
+/// What the binary is, for `bursar_build_info` on `/metrics`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BuildInfo {
+    /// The package version.
+    pub version: &'static str,
+    /// The commit it was built from.
+    pub commit: &'static str,
+    /// What it was built with, comma-separated.
+    pub features: String,
+}
+
 /// Server settings.
 #[derive(Clone)]
 pub struct Config {
@@ -127,6 +138,8 @@ pub struct Config {
     pub config_file: Option<PathBuf>,
     /// How far ahead of the wall clock an event may be dated (`[clock] max_skew`).
     pub max_skew: bursar_model::Duration,
+    /// What the binary is, for `/metrics`.
+    pub build: BuildInfo,
     /// Wall-clock tick interval.
     pub tick: Duration,
     /// How often the engine state is snapshotted (when it changed).
@@ -196,6 +209,7 @@ impl Config {
             auth: Arc::new(bursar_auth::Authenticator::open()),
             config_file: None,
             max_skew: bursar_model::Duration::minutes(5),
+            build: BuildInfo::default(),
             tick: Duration::from_secs(1),
             snapshot_every: Duration::from_secs(30),
             max_body: 8 * 1024 * 1024,
@@ -502,6 +516,7 @@ pub async fn serve_then(
         journal: journal_health,
         prices: config.prices.clone().map(Arc::new),
         pool_input: Arc::default(),
+        build: Arc::new(config.build.clone()),
     };
     let limits = listen::Limits {
         max_connections: config.max_connections,
