@@ -48,7 +48,9 @@
 //! them against the anchors and one another, and names the first problem of each;
 //! [`verify::prune`] deletes old rows and records an anchored checkpoint the remaining chain starts
 //! from. [`AuditLog::latest_snapshot`] restores only a snapshot that matches its anchor. The
-//! `lifecycle` table is derived data (the engine's steps for the logged events), not chained.
+//! `lifecycle` table is derived data (the engine's steps for the logged events), not chained: each
+//! commit's anchor records the SHA-256 of the steps it wrote, and `verify` recomputes it. Every
+//! derived table is in one list, [`derived::DERIVED_TABLES`].
 //!
 //! A [`Witness`] attached with [`AuditLog::set_witness`] signs the head (Ed25519, the key outside
 //! the database) after every write and appends it to a file the attacker cannot edit with the
@@ -72,7 +74,8 @@
 //! - [`verify`] — chain verification (with or without a witness) and pruning.
 //! - [`anchor`] — the anchors chain that binds the others and the side data.
 //! - [`witness`] — keys, signed heads, the witness file.
-//! - [`derived`] — copying the file and comparing derived tables, for `verify --deep`.
+//! - [`derived`] — [`derived::DERIVED_TABLES`], the one list of derived tables (`verify --deep`,
+//!   `prune` and docs/audit.md read it); copying the file and comparing tables, for `verify --deep`.
 //! - [`schema`] — the versioned schema and its migrations; [`canon`]: the canonical row hash.
 //! - [`error`] — [`AuditError`].
 

@@ -152,6 +152,12 @@ fn step_columns(step: Step) -> (&'static str, Option<&'static str>) {
     }
 }
 
+/// Feeds one `lifecycle` row into the sum a commit's anchor records (its `digest`): the columns in
+/// table order. The writer feeds the values it inserts, `verify` the values it reads back.
+pub(crate) fn feed_step(c: &mut Canon, event_seq: i64, n: i64, job: &str, step: &str, status: Option<&str>, time: i64) {
+    c.int(event_seq).int(n).text(job).text(step).opt_text(status).int(time);
+}
+
 fn step_of(name: &str, status: Option<&str>) -> Option<Step> {
     Some(match name {
         "admitted" => Step::Admitted,
@@ -696,6 +702,9 @@ impl AuditLog {
         let mut ev = self.events;
         let mut de = self.decisions;
         let mut out = Vec::with_capacity(entries.len());
+        // The job steps this commit writes, hashed in order: the commit's anchor records the sum, so
+        // an edited, added or removed `lifecycle` row no longer matches (`verify` recomputes it).
+        let mut steps_sum = Canon::after(&GENESIS);
         let tx = self.conn.transaction().map_err(AuditError::sqlite("start a transaction"))?;
         {
             let mut ins_ev = tx.prepare_cached(INSERT_EVENT).map_err(AuditError::sqlite("prepare the event insert"))?;
@@ -736,6 +745,7 @@ impl AuditLog {
                         ins_step
                             .execute(params![seq, n as i64, &*t.job, step, status, t.at.millis()])
                             .map_err(AuditError::sqlite(format!("insert a lifecycle step of `{}`", t.job)))?;
+                        feed_step(&mut steps_sum, seq, n as i64, &t.job, step, status, t.at.millis());
                     }
                 }
                 let first = de.seq + 1;
@@ -822,7 +832,9 @@ impl AuditLog {
             return Ok(out);
         }
         let heads = Heads { events: ev, decisions: de, loads: self.loads };
-        let anchors = anchor::insert(&tx, self.anchors, now, &heads, &What::plain("commit"))?;
+        let steps_sum = steps_sum.finish();
+        let what = What { digest: Some(&steps_sum[..]), ..What::plain("commit") };
+        let anchors = anchor::insert(&tx, self.anchors, now, &heads, &what)?;
         tx.commit().map_err(AuditError::sqlite(format!("commit to `{}`", self.path)))?;
         if ev.seq - self.indexed.events >= INDEX_RUN {
             self.indexed.events = ev.seq;
@@ -1169,9 +1181,14 @@ impl AuditLog {
                 .execute(&format!("DELETE FROM {chain} WHERE seq <= ?1"), [through])
                 .map_err(AuditError::sqlite(format!("delete old rows of `{chain}`")))?;
             let removed = i64::try_from(n).unwrap_or(i64::MAX);
-            for l in LOOKUPS.iter().filter(|l| l.chain == chain) {
-                tx.execute(&format!("DELETE FROM {} WHERE seq <= ?1", l.table), [through])
-                    .map_err(AuditError::sqlite(format!("delete old rows of `{}`", l.table)))?;
+            // The derived rows of the pruned rows go with them (the report facts stay: see the list).
+            for t in crate::derived::DERIVED_TABLES {
+                if let crate::derived::Prune::With { chain: of, column } = t.prune
+                    && of == chain
+                {
+                    tx.execute(&format!("DELETE FROM {} WHERE {column} <= ?1", t.name), [through])
+                        .map_err(AuditError::sqlite(format!("delete old rows of `{}`", t.name)))?;
+                }
             }
             tx.execute(
                 "INSERT INTO checkpoints (chain, through_seq, hash, removed, before, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
