@@ -894,6 +894,23 @@ fn check_witness(log: &AuditLog, lines: &[WitnessLine], pinned: Option<&PublicKe
             ));
         }
     }
+    // Adoptions of unsigned writes are legitimate (an operator asked for them) but never silent.
+    for (from, to, seq) in crate::trust::adoptions(conn)? {
+        if from > to {
+            report.notes.push(format!(
+                "anchors row {seq} adopted a log that was behind (or differed from) its witness, with `--adopt-unsigned`"
+            ));
+            continue;
+        }
+        report.notes.push(format!(
+            "{} {} adopted unsigned at anchors row {seq}, with `--adopt-unsigned`: the signed heads after it vouch for {} because an operator said so, not because bursar signed {} when {} written",
+            crate::trust::anchors_range(from, to),
+            if from == to { "was" } else { "were" },
+            if from == to { "it" } else { "them" },
+            if from == to { "it" } else { "them" },
+            if from == to { "it was" } else { "they were" },
+        ));
+    }
     report.witness = Some(WitnessReport {
         lines: lines.len(),
         keys,
