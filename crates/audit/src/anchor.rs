@@ -190,7 +190,12 @@ pub(crate) fn rehash(conn: &Connection, a: &AnchorRow) -> Result<Hash> {
             None => return Err(AuditError::Invalid(format!("anchors row {} is missing", a.seq - 1))),
         }
     };
-    let mut c = Canon::after(&prev);
+    Ok(rehash_after(&prev, a))
+}
+
+/// The hash of anchor `a` after an anchor whose hash is `prev`.
+pub(crate) fn rehash_after(prev: &Hash, a: &AnchorRow) -> Hash {
+    let mut c = Canon::after(prev);
     c.int(a.seq)
         .int(a.at)
         .text(&a.kind)
@@ -207,5 +212,5 @@ pub(crate) fn rehash(conn: &Connection, a: &AnchorRow) -> Result<Hash> {
         None => c.null(),
     };
     c.opt_text(a.note.as_deref());
-    Ok(c.finish())
+    c.finish()
 }

@@ -1,6 +1,12 @@
-//! Derived data: tables other crates keep in the audit file (the `facts_*` of `bursar-report`) that
-//! are not chained because they can be rebuilt from the chained rows. `verify --deep` rebuilds them
-//! into a scratch copy and compares; this module holds the two file-level steps it needs.
+//! Derived data: tables kept in the audit file that are not hash-chained rows of their own, because
+//! they follow from the chained rows: the report facts of `bursar-report` (`facts_*`), the engine's job
+//! steps (`lifecycle`) and the look-up tables (`decisions_by_project`, …). [`DERIVED_TABLES`] is the one
+//! list of them: `verify --deep` checks every table in it (a missing one is a problem, not a skip),
+//! [`crate::verify::prune`] removes the pruned rows' entries from those it names a chain for. A new
+//! derived table goes here, or neither `--deep` nor `prune` knows it.
+//!
+//! The module also holds the two file-level steps `--deep` needs: a consistent copy of the file and a
+//! row-by-row comparison of tables between two copies.
 
 use std::path::Path;
 
@@ -8,6 +14,134 @@ use rusqlite::Connection;
 use serde::Serialize;
 
 use crate::error::{AuditError, Result};
+
+/// Which crate writes a derived table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Owner {
+    /// `bursar-audit`, in the same transaction as the chained rows it follows from.
+    Audit,
+    /// `bursar-report` (`FactsStore::catch_up`), from the chained rows, on demand.
+    Report,
+}
+
+/// How `verify` knows a derived table holds what the chained rows say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Check {
+    /// Rebuilt from the log in a scratch copy and compared row by row (`verify --deep`).
+    Rebuild,
+    /// Every commit's anchor records the SHA-256 of the rows it wrote; every `verify` recomputes it.
+    /// (The engine's job steps cannot be rebuilt from the log alone: they depend on the policy files,
+    /// which the log records by digest only.)
+    Anchored,
+    /// Compared with the chain it indexes, row by row, by every `verify`.
+    Lookup,
+}
+
+/// What a prune does to a derived table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Prune {
+    /// Its rows of pruned `chain` rows go with them: `column` holds the chain's sequence number.
+    With {
+        /// `events` or `decisions`.
+        chain: &'static str,
+        /// The column holding that chain's seq.
+        column: &'static str,
+    },
+    /// Kept: the report facts outlive the rows they came from (a pruned month can still be reported),
+    /// and a cursor is one row per chain.
+    Kept,
+}
+
+/// One derived table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DerivedTable {
+    /// The table.
+    pub name: &'static str,
+    /// Who writes it.
+    pub owner: Owner,
+    /// Who reads it (for the docs and the messages).
+    pub read_by: &'static str,
+    /// How it is checked.
+    pub check: Check,
+    /// What a prune does to it.
+    pub prune: Prune,
+}
+
+const fn table(name: &'static str, owner: Owner, read_by: &'static str, check: Check, prune: Prune) -> DerivedTable {
+    DerivedTable { name, owner, read_by, check, prune }
+}
+
+/// Every derived table in an audit file: what a report, the pool page or a restore reads besides the
+/// chained rows. `--deep`, `prune` and docs/audit.md read this list.
+pub const DERIVED_TABLES: &[DerivedTable] = &[
+    table(
+        "lifecycle",
+        Owner::Audit,
+        "the report's accounting",
+        Check::Anchored,
+        Prune::With { chain: "events", column: "event_seq" },
+    ),
+    table(
+        "decisions_by_project",
+        Owner::Audit,
+        "`audit query --project`",
+        Check::Lookup,
+        Prune::With { chain: "decisions", column: "seq" },
+    ),
+    table(
+        "decisions_by_user",
+        Owner::Audit,
+        "`audit query --user`",
+        Check::Lookup,
+        Prune::With { chain: "decisions", column: "seq" },
+    ),
+    table(
+        "events_by_job",
+        Owner::Audit,
+        "`audit explain`, a restart's per-job reload",
+        Check::Lookup,
+        Prune::With { chain: "events", column: "seq" },
+    ),
+    table("lookup_cursors", Owner::Audit, "every look-up", Check::Lookup, Prune::Kept),
+    table(
+        "facts_meta",
+        Owner::Report,
+        "the report (cursors, facts version, idle threshold)",
+        Check::Rebuild,
+        Prune::Kept,
+    ),
+    table("facts_jobs", Owner::Report, "the report, `serve`'s report routes", Check::Rebuild, Prune::Kept),
+    table("facts_job_day", Owner::Report, "the report (GPU-hours by day and leak)", Check::Rebuild, Prune::Kept),
+    table("facts_usage_hour", Owner::Report, "the report's usage curve", Check::Rebuild, Prune::Kept),
+    table("facts_configs", Owner::Report, "the report's reruns", Check::Rebuild, Prune::Kept),
+    table("facts_charges", Owner::Report, "the report's billing", Check::Rebuild, Prune::Kept),
+    table(
+        "facts_prevented",
+        Owner::Report,
+        "the report's \"prevented\" and \"dry-run would save\"",
+        Check::Rebuild,
+        Prune::Kept,
+    ),
+];
+
+/// The derived tables `owner` writes that `check` applies to.
+pub fn derived_tables(owner: Owner, check: Check) -> impl Iterator<Item = &'static DerivedTable> {
+    DERIVED_TABLES.iter().filter(move |t| t.owner == owner && t.check == check)
+}
+
+/// The derived tables missing from the database at `path`.
+pub fn missing_tables(path: &Path, tables: &[&DerivedTable]) -> Result<Vec<&'static str>> {
+    let mut out = Vec::new();
+    for t in tables {
+        if !has_table(path, t.name)? {
+            out.push(t.name);
+        }
+    }
+    Ok(out)
+}
 
 /// Copies the database at `from` into a new file `to` (`VACUUM INTO`: a consistent copy even beside a
 /// writer).
@@ -112,4 +246,20 @@ pub fn compare_tables(a: &Path, b: &Path, tables: &[&str]) -> Result<Vec<TableDi
         out.push(TableDiff { table: (*t).to_owned(), only_in_a: only_a, only_in_b: only_b, example });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_look_up_table_is_a_derived_table_pruned_with_its_chain() {
+        for l in crate::log::LOOKUPS {
+            let t = DERIVED_TABLES
+                .iter()
+                .find(|t| t.name == l.table)
+                .unwrap_or_else(|| panic!("{} is not listed", l.table));
+            assert_eq!(t.prune, Prune::With { chain: l.chain, column: "seq" }, "{}", l.table);
+        }
+    }
 }

@@ -40,6 +40,19 @@ pub enum AuditError {
         /// What is wrong, with a `help:` line.
         message: String,
     },
+    /// A signing process found writes no signed head covers (or a log behind its witness): its first
+    /// signature would vouch for them, so it does not start ([`crate::AuditLog::attach_witness`]).
+    #[error(
+        "audit log `{path}`: refusing to sign over {range}: {what}\n  help: if bursar stopped before signing them (it was killed, or crashed: `serve` signs at most once a second), check the log with `bursar audit verify --db {path}` and run again with `--adopt-unsigned`, which records the adoption in the log; otherwise something else wrote to the database: investigate first, signing would vouch for it"
+    )]
+    Unsigned {
+        /// The database file.
+        path: String,
+        /// The anchors not covered, e.g. `anchors rows 58 to 60`.
+        range: String,
+        /// What is not covered, and since when.
+        what: String,
+    },
     /// The witness file cannot be read or appended to. When appending failed, the write it was
     /// signing is committed: the next write that succeeds signs it too.
     #[error(

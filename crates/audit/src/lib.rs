@@ -48,17 +48,22 @@
 //! them against the anchors and one another, and names the first problem of each;
 //! [`verify::prune`] deletes old rows and records an anchored checkpoint the remaining chain starts
 //! from. [`AuditLog::latest_snapshot`] restores only a snapshot that matches its anchor. The
-//! `lifecycle` table is derived data (the engine's steps for the logged events), not chained.
+//! `lifecycle` table is derived data (the engine's steps for the logged events), not chained: each
+//! commit's anchor records the SHA-256 of the steps it wrote, and `verify` recomputes it. Every
+//! derived table is in one list, [`derived::DERIVED_TABLES`].
 //!
 //! A [`Witness`] attached with [`AuditLog::set_witness`] signs the head (Ed25519, the key outside
 //! the database) after every write and appends it to a file the attacker cannot edit with the
 //! database; [`verify::verify_with_witness`] then also catches truncation, rollback and a re-hash.
+//! [`AuditLog::attach_witness`] attaches one only over signed ground (writes no signed head covers
+//! are refused, or adopted on request and recorded), and with one attached a restore takes only a
+//! snapshot a signed head covers ([`trust`]).
 //!
 //! ```no_run
 //! use bursar_audit::{AuditLog, Durability, SigningKey, Witness};
 //! # fn demo() -> bursar_audit::Result<()> {
 //! let mut log = AuditLog::open("audit.db", Durability::Durable)?;
-//! log.set_witness(Witness::open(SigningKey::from_file("/etc/bursar/audit.key")?, "/var/log/bursar/witness.jsonl")?);
+//! log.attach_witness(Witness::open(SigningKey::from_file("/etc/bursar/audit.key")?, "/var/log/bursar/witness.jsonl")?, false)?;
 //! // every append, record_policy_set, save_snapshot from here on is signed after it commits
 //! # Ok(()) }
 //! ```
@@ -72,7 +77,10 @@
 //! - [`verify`] — chain verification (with or without a witness) and pruning.
 //! - [`anchor`] — the anchors chain that binds the others and the side data.
 //! - [`witness`] — keys, signed heads, the witness file.
-//! - [`derived`] — copying the file and comparing derived tables, for `verify --deep`.
+//! - [`trust`] — what a witness vouches for: the unsigned writes a signing process refuses (or
+//!   adopts) and the snapshots a restore may use.
+//! - [`derived`] — [`derived::DERIVED_TABLES`], the one list of derived tables (`verify --deep`,
+//!   `prune` and docs/audit.md read it); copying the file and comparing tables, for `verify --deep`.
 //! - [`schema`] — the versioned schema and its migrations; [`canon`]: the canonical row hash.
 //! - [`error`] — [`AuditError`].
 
@@ -85,6 +93,7 @@ pub mod log;
 pub mod outbox;
 pub mod query;
 pub mod schema;
+pub mod trust;
 pub mod verify;
 pub mod witness;
 pub mod writer;

@@ -162,6 +162,12 @@ fn step_columns(step: Step) -> (&'static str, Option<&'static str>) {
     }
 }
 
+/// Feeds one `lifecycle` row into the sum a commit's anchor records (its `digest`): the columns in
+/// table order. The writer feeds the values it inserts, `verify` the values it reads back.
+pub(crate) fn feed_step(c: &mut Canon, event_seq: i64, n: i64, job: &str, step: &str, status: Option<&str>, time: i64) {
+    c.int(event_seq).int(n).text(job).text(step).opt_text(status).int(time);
+}
+
 fn step_of(name: &str, status: Option<&str>) -> Option<Step> {
     Some(match name {
         "admitted" => Step::Admitted,
@@ -433,6 +439,49 @@ pub enum SnapshotRejected {
         /// The anchor.
         anchor: i64,
     },
+    /// With a witness: the snapshot's anchor is newer than the newest signed head the log still has,
+    /// so nothing but the keyless chain (which anyone can recompute) vouches for it.
+    #[error(
+        "the engine snapshot at event {event_seq} (anchors row {anchor}) is not covered by a signed head: the newest the log still has covers anchors row {signed}"
+    )]
+    Unsigned {
+        /// The event seq the snapshot covers.
+        event_seq: i64,
+        /// Its anchor.
+        anchor: i64,
+        /// The newest anchor a signed head covers (0: none).
+        signed: i64,
+    },
+    /// With a witness: the anchors from the snapshot's to the first signed one at or after it no
+    /// longer chain (or that one is not as signed), so no signature covers what the snapshot's
+    /// anchor now says.
+    #[error(
+        "the engine snapshot at event {event_seq} (anchors row {anchor}) is not covered by a signed head: the witness signed anchors row {signed}, and the chain from the snapshot's anchor to it breaks at anchors row {broken} (an anchor was edited after it was signed)"
+    )]
+    ChainBroken {
+        /// The event seq the snapshot covers.
+        event_seq: i64,
+        /// Its anchor.
+        anchor: i64,
+        /// The first signed anchor at or after the snapshot's.
+        signed: i64,
+        /// The first anchor that does not recompute (or the signed one, when the log holds it with
+        /// another hash).
+        broken: i64,
+    },
+    /// With a witness: the snapshot was among unsigned writes adopted with `--adopt-unsigned`;
+    /// adopting vouches for the rows, so signing can go on, not for engine state.
+    #[error(
+        "the engine snapshot at event {event_seq} (anchors row {anchor}) was written unsigned and adopted unsigned (anchors row {adopted_by}): adopting does not vouch for engine state"
+    )]
+    Adopted {
+        /// The event seq the snapshot covers.
+        event_seq: i64,
+        /// Its anchor.
+        anchor: i64,
+        /// The `adopt` anchor.
+        adopted_by: i64,
+    },
 }
 
 /// What to restore an engine from: the newest snapshot that matches its anchor, and those rejected.
@@ -648,7 +697,9 @@ impl AuditLog {
     }
 
     /// Signs the log's head after every successful write from now on and appends it to a witness
-    /// ([`crate::witness`]); every writer on this `AuditLog` (the [`Writer`](crate::Writer) thread,
+    /// ([`crate::witness`]), without looking at what is already unsigned: a process that opens an
+    /// existing log to sign it uses [`AuditLog::attach_witness`], which refuses writes no signed head
+    /// covers; every writer on this `AuditLog` (the [`Writer`](crate::Writer) thread,
     /// `serve`'s engine thread) then gets signed heads with no other change. A failure to append to
     /// the witness is returned by the write that committed (the rows are in the log; the next
     /// successful write signs them).
@@ -752,6 +803,9 @@ impl AuditLog {
         let mut ev = self.events;
         let mut de = self.decisions;
         let mut out = Vec::with_capacity(entries.len());
+        // The job steps this commit writes, hashed in order: the commit's anchor records the sum, so
+        // an edited, added or removed `lifecycle` row no longer matches (`verify` recomputes it).
+        let mut steps_sum = Canon::after(&GENESIS);
         let tx = self.conn.transaction().map_err(AuditError::sqlite("start a transaction"))?;
         {
             let mut ins_ev = tx.prepare_cached(INSERT_EVENT).map_err(AuditError::sqlite("prepare the event insert"))?;
@@ -808,6 +862,7 @@ impl AuditLog {
                         ins_step
                             .execute(params![seq, n as i64, &*t.job, step, status, t.at.millis()])
                             .map_err(AuditError::sqlite(format!("insert a lifecycle step of `{}`", t.job)))?;
+                        feed_step(&mut steps_sum, seq, n as i64, &t.job, step, status, t.at.millis());
                     }
                 }
                 let first = de.seq + 1;
@@ -894,7 +949,9 @@ impl AuditLog {
             return Ok(out);
         }
         let heads = Heads { events: ev, decisions: de, loads: self.loads };
-        let anchors = anchor::insert(&tx, self.anchors, now, &heads, &What::plain("commit"))?;
+        let steps_sum = steps_sum.finish();
+        let what = What { digest: Some(&steps_sum[..]), ..What::plain("commit") };
+        let anchors = anchor::insert(&tx, self.anchors, now, &heads, &what)?;
         tx.commit().map_err(AuditError::sqlite(format!("commit to `{}`", self.path)))?;
         if ev.seq - self.indexed.events >= INDEX_RUN {
             self.indexed.events = ev.seq;
@@ -1211,7 +1268,8 @@ impl AuditLog {
         Ok(())
     }
 
-    /// The newest engine snapshot that matches its anchor, if any: what `serve` restores from.
+    /// The newest engine snapshot that matches its anchor (and, with a witness attached, that a
+    /// signed head covers: [`AuditLog::restore_point`]), if any: what `serve` restores from.
     ///
     /// A newer snapshot that does not match (its blob edited, or written outside bursar) is skipped
     /// and logged at error level (`tracing`), and the next older one is tried; with none left the
@@ -1230,7 +1288,32 @@ impl AuditLog {
     }
 
     /// The newest engine snapshot that matches its anchor, and every newer one rejected with why.
+    ///
+    /// With a witness attached ([`AuditLog::attach_witness`]), a snapshot must also be covered by a
+    /// signed head ([`crate::trust`]): one that signed an anchor at or after the snapshot's, which
+    /// the log still holds as signed, every anchor between them recomputing; and it must not be among
+    /// adopted unsigned writes. Without
+    /// one, the snapshot's own anchor is all there is to check.
     pub fn restore_point(&self) -> Result<RestorePoint> {
+        let trust = match &self.witness {
+            Some(w) => {
+                // The signed heads back to the oldest snapshot's anchor: no older one can cover any.
+                let oldest: Option<i64> = self
+                    .conn
+                    .query_row(
+                        "SELECT MIN(a.seq) FROM anchors a JOIN engine_snapshots s \
+                         ON a.kind = 'snapshot' AND a.subject_seq = s.event_seq",
+                        [],
+                        |r| r.get(0),
+                    )
+                    .map_err(AuditError::sqlite("read the snapshot anchors"))?;
+                let key = w.public_key();
+                let signed = crate::trust::signed_since(self, w.path(), &key, oldest.unwrap_or(i64::MAX))?;
+                let newest = crate::trust::standing(self, w.path(), &key)?.vouched.map_or(0, |v| v.anchor);
+                Some((signed, newest, crate::trust::adoptions(&self.conn)?, key))
+            }
+            None => None,
+        };
         let mut st = self
             .conn
             .prepare("SELECT event_seq, taken_at, policy_set, blob FROM engine_snapshots ORDER BY event_seq DESC")
@@ -1244,12 +1327,96 @@ impl AuditLog {
                 policy_set: r.get(2).map_err(AuditError::sqlite("read an engine snapshot"))?,
                 blob: r.get(3).map_err(AuditError::sqlite("read an engine snapshot"))?,
             };
-            match check_snapshot(&self.conn, &snap)? {
-                None => return Ok(RestorePoint { snapshot: Some(snap), rejected }),
-                Some(why) => rejected.push(why),
+            let anchor = match check_snapshot_anchor(&self.conn, &snap)? {
+                Ok(anchor) => anchor,
+                Err(why) => {
+                    rejected.push(why);
+                    continue;
+                }
+            };
+            let event_seq = snap.event_seq;
+            if let Some((signed, newest, adoptions, key)) = &trust {
+                if let Some((_, _, by)) = adoptions.iter().find(|(from, to, _)| (*from..=*to).contains(&anchor)) {
+                    rejected.push(SnapshotRejected::Adopted { event_seq, anchor, adopted_by: *by });
+                    continue;
+                }
+                match crate::trust::uncovered(&self.conn, anchor, signed, key)? {
+                    None => {}
+                    Some(None) => {
+                        rejected.push(SnapshotRejected::Unsigned { event_seq, anchor, signed: *newest });
+                        continue;
+                    }
+                    Some(Some((signed, broken))) => {
+                        rejected.push(SnapshotRejected::ChainBroken { event_seq, anchor, signed, broken });
+                        continue;
+                    }
+                }
             }
+            return Ok(RestorePoint { snapshot: Some(snap), rejected });
         }
         Ok(RestorePoint { snapshot: None, rejected })
+    }
+
+    /// Attaches `witness` to sign every write from now on (as [`AuditLog::set_witness`]), but only
+    /// over signed ground: when the log holds anchors no signed head of this key covers (writes made
+    /// by something else since the last signature, or by a bursar that stopped before signing them),
+    /// or the witness signed anchors the log no longer has as signed, the first signature would vouch
+    /// for them, so this refuses ([`AuditError::Unsigned`]) unless `adopt`. With `adopt`, it appends
+    /// an `adopt` anchor naming what it adopts (subject `unsigned`, `subject_seq` the first adopted
+    /// anchor) and signs it at once; `verify --witness` then names the adoption, and a snapshot among
+    /// the adopted writes is never restored. Returns what was adopted.
+    pub fn attach_witness(&mut self, witness: Witness, adopt: bool) -> Result<Option<crate::trust::Standing>> {
+        let standing = crate::trust::standing(self, witness.path(), &witness.public_key())?;
+        if standing.is_clean() {
+            self.witness = Some(witness);
+            return Ok(None);
+        }
+        let what = standing.describe(witness.path());
+        if !adopt {
+            let what = standing.why(witness.path());
+            return Err(AuditError::Unsigned {
+                path: self.path.clone(),
+                range: standing
+                    .unsigned()
+                    .map(|(from, to)| crate::trust::anchors_range(from, to))
+                    .unwrap_or_else(|| "this log".to_owned()),
+                what,
+            });
+        }
+        let (from, to) = standing.unsigned().unwrap_or((self.anchors.seq + 1, self.anchors.seq));
+        tracing::warn!(log = %self.path, from, to, "audit log: adopting unsigned writes (--adopt-unsigned): {what}");
+        let note = format!("adopted unsigned with --adopt-unsigned: {what}");
+        let now = wall_ms();
+        let heads = self.heads();
+        let tx = self.conn.transaction().map_err(AuditError::sqlite("start a transaction"))?;
+        let what = What {
+            kind: "adopt",
+            subject: Some(crate::trust::ADOPTED_UNSIGNED),
+            subject_seq: Some(from),
+            digest: None,
+            note: Some(&note),
+        };
+        let anchors = anchor::insert(&tx, self.anchors, now, &heads, &what)?;
+        tx.commit().map_err(AuditError::sqlite(format!("commit to `{}`", self.path)))?;
+        self.anchors = anchors;
+        self.witness = Some(witness);
+        if self.id.is_none() {
+            self.id = anchor::log_id(&self.conn)?;
+        }
+        // Signed now, whatever the witness's interval: the adoption is what the next reader checks.
+        if let Some(w) = self.witness.as_mut() {
+            w.mark_pending();
+        }
+        self.sign_pending()?;
+        Ok(Some(standing))
+    }
+
+    /// Signs the current head now with the attached witness, pending or not; `audit head` uses it.
+    pub fn sign_now(&mut self) -> Result<Option<crate::witness::SignedHead>> {
+        if let Some(w) = self.witness.as_mut() {
+            w.mark_pending();
+        }
+        self.sign_pending()
     }
 
     /// Deletes a prefix of the events and decisions chains (rows before the first one whose event
@@ -1282,9 +1449,14 @@ impl AuditLog {
                 .execute(&format!("DELETE FROM {chain} WHERE seq <= ?1"), [through])
                 .map_err(AuditError::sqlite(format!("delete old rows of `{chain}`")))?;
             let removed = i64::try_from(n).unwrap_or(i64::MAX);
-            for l in LOOKUPS.iter().filter(|l| l.chain == chain) {
-                tx.execute(&format!("DELETE FROM {} WHERE seq <= ?1", l.table), [through])
-                    .map_err(AuditError::sqlite(format!("delete old rows of `{}`", l.table)))?;
+            // The derived rows of the pruned rows go with them (the report facts stay: see the list).
+            for t in crate::derived::DERIVED_TABLES {
+                if let crate::derived::Prune::With { chain: of, column } = t.prune
+                    && of == chain
+                {
+                    tx.execute(&format!("DELETE FROM {} WHERE {column} <= ?1", t.name), [through])
+                        .map_err(AuditError::sqlite(format!("delete old rows of `{}`", t.name)))?;
+                }
             }
             tx.execute(
                 "INSERT INTO checkpoints (chain, through_seq, hash, removed, before, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -1365,28 +1537,36 @@ pub(crate) fn load_head(conn: &Connection, chain: &str) -> Result<Head> {
 /// Checks `snap` against the newest anchor that records a snapshot at its event seq: None when it
 /// matches, else why not.
 pub(crate) fn check_snapshot(conn: &Connection, snap: &StoredSnapshot) -> Result<Option<SnapshotRejected>> {
+    Ok(check_snapshot_anchor(conn, snap)?.err())
+}
+
+/// Like [`check_snapshot`], with the anchor's seq when it matches.
+pub(crate) fn check_snapshot_anchor(
+    conn: &Connection,
+    snap: &StoredSnapshot,
+) -> Result<std::result::Result<i64, SnapshotRejected>> {
     let seq: Option<i64> = conn
         .query_row("SELECT MAX(seq) FROM anchors WHERE kind = 'snapshot' AND subject_seq = ?1", [snap.event_seq], |r| {
             r.get(0)
         })
         .map_err(AuditError::sqlite("read the snapshot anchors"))?;
     let Some(a) = seq.map(|s| anchor::anchor_at(conn, s)).transpose()?.flatten() else {
-        return Ok(Some(SnapshotRejected::Unanchored { event_seq: snap.event_seq }));
+        return Ok(Err(SnapshotRejected::Unanchored { event_seq: snap.event_seq }));
     };
     if anchor::rehash(conn, &a)?.as_slice() != a.hash.as_slice() {
-        return Ok(Some(SnapshotRejected::AnchorEdited { event_seq: snap.event_seq, anchor: a.seq }));
+        return Ok(Err(SnapshotRejected::AnchorEdited { event_seq: snap.event_seq, anchor: a.seq }));
     }
     let sum = anchor::sha256(&snap.blob);
     let recorded = a.digest.as_deref().unwrap_or_default();
     if sum.as_slice() != recorded || a.at != snap.taken_at || a.subject != snap.policy_set {
-        return Ok(Some(SnapshotRejected::Edited {
+        return Ok(Err(SnapshotRejected::Edited {
             event_seq: snap.event_seq,
             anchor: a.seq,
             found: hex(&sum),
             recorded: hex(recorded),
         }));
     }
-    Ok(None)
+    Ok(Ok(a.seq))
 }
 
 pub(crate) fn to_hash(bytes: &[u8], chain: &str, seq: i64) -> Result<Hash> {

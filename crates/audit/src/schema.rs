@@ -132,7 +132,8 @@ CREATE TABLE engine_snapshots (
 
 /// Version 3: the job steps the engine took for each event (`bursar_engine::Transition`), the one
 /// definition of the job lifecycle that the report's accounting reads. Derived data: replaying the
-/// events through the engine gives the same rows.
+/// events through the engine with the same policies gives the same rows (the policy files are not in
+/// the log, so `verify` checks them against each commit's anchor instead, which records their SHA-256).
 const V3: &str = r#"
 CREATE TABLE IF NOT EXISTS lifecycle (
     event_seq INTEGER NOT NULL,

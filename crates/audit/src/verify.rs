@@ -17,6 +17,9 @@
 //! 4. **Side data**: each engine snapshot and each policy set must match the digest its anchor recorded.
 //! 5. **Cross-chain**: every decision must name an event that is in the log (the one its `event_seq`
 //!    points at), and every `job.submitted` must have exactly one admission decision about its job.
+//! 6. **Derived tables this crate writes** ([`crate::derived::DERIVED_TABLES`]): each must exist; the
+//!    job steps of each commit must hash to what its anchor recorded; the look-up tables must hold
+//!    exactly the rows through their cursors. (The report's facts are `verify --deep`'s, in the CLI.)
 //!
 //! What this proves without a witness: the file is internally consistent, so an edit needs every hash
 //! after it recomputed (or all chains cut back to an earlier anchor together). With a witness
@@ -30,6 +33,7 @@ use serde::Serialize;
 
 use crate::anchor::{self, AnchorRow};
 use crate::canon::{Canon, GENESIS, Hash, hex};
+use crate::derived::{Check, DERIVED_TABLES, Owner};
 use crate::error::{AuditError, Result};
 use crate::log::{
     AuditLog, CHAINS, DECISION_COLUMNS, EVENT_COLUMNS, Head, LOAD_COLUMNS, LOOKUPS, StoredSnapshot, check_snapshot,
@@ -66,6 +70,8 @@ pub enum ProblemKind {
     BadWitness,
     /// A prune checkpoint newer than the last signed head: it could hide removed rows.
     Unwitnessed,
+    /// A derived table that is gone.
+    Missing,
 }
 
 /// The first problem in a chain.
@@ -228,11 +234,143 @@ pub fn verify(log: &AuditLog) -> Result<Report> {
         check_references(conn, efrom, dfrom, &mut report)?;
     }
 
-    // 7. The look-up tables hold exactly the rows up to their cursors.
-    if !report.has("events") && !report.has("decisions") {
+    // 7. The derived tables this crate writes: each must exist; the job steps must be what each
+    // commit anchored, the look-up tables exactly the rows up to their cursors.
+    let mut missing = Vec::new();
+    for t in DERIVED_TABLES.iter().filter(|t| t.owner == Owner::Audit) {
+        if !has_table(conn, t.name)? {
+            missing.push(t.name);
+            report.push(missing_table(t.name, log.path()));
+        }
+    }
+    if !missing.contains(&"lifecycle") {
+        let efrom = start.get("events").map_or(0, |h| h.seq);
+        check_lifecycle(log, good, efrom, &mut report)?;
+    }
+    let lookups_there = DERIVED_TABLES.iter().filter(|t| t.check == Check::Lookup).all(|t| !missing.contains(&t.name));
+    if lookups_there && !report.has("events") && !report.has("decisions") {
         check_lookups(log, &mut report)?;
     }
     Ok(report)
+}
+
+/// Whether the database has a table `name`.
+fn has_table(conn: &rusqlite::Connection, name: &str) -> Result<bool> {
+    conn.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1", [name], |r| {
+        r.get::<_, i64>(0)
+    })
+    .map(|n| n > 0)
+    .map_err(sql("the table list"))
+}
+
+/// The problem of a derived table that is gone: whatever reads it would rebuild it from scratch, or
+/// read nothing, so its absence is reported rather than skipped (rows edited before the drop would
+/// otherwise leave no trace).
+pub fn missing_table(table: &str, db: &str) -> Problem {
+    let help = if table.starts_with("facts_") {
+        format!("help: `bursar report --db {db} --rebuild` builds the report facts from the log; verify again after it")
+    } else {
+        "help: bursar creates it with the schema: the file was edited, restore it from a copy".to_owned()
+    };
+    problem(
+        table,
+        0,
+        ProblemKind::Missing,
+        format!(
+            "the derived table `{table}` is missing: it was dropped (or never built), so it cannot be compared with the log\n  {help}"
+        ),
+    )
+}
+
+/// The job steps (`lifecycle`, derived data the report's accounting reads) against what each commit
+/// recorded: the anchor of every commit holds the SHA-256 of the steps it wrote
+/// ([`crate::log::feed_step`]), so one merged pass over the anchors and the steps, both in order,
+/// recomputes each commit's sum. Commits anchored by an older bursar (no sum) and commits a prune cut
+/// into are not checked (a note says which); steps past the newest anchored event are noted.
+fn check_lifecycle(log: &AuditLog, good: i64, events_from: i64, report: &mut Report) -> Result<()> {
+    let conn = log.connection();
+    let mut anchors = conn
+        .prepare("SELECT seq, kind, events_seq, digest FROM anchors WHERE seq <= ?1 ORDER BY seq")
+        .map_err(sql("the anchors"))?;
+    let anchors = anchors
+        .query_map([good], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, Option<Vec<u8>>>(3)?))
+        })
+        .map_err(sql("the anchors"))?;
+    let mut steps = conn
+        .prepare("SELECT event_seq, n, job, step, status, time FROM lifecycle ORDER BY event_seq, n")
+        .map_err(sql("the lifecycle"))?;
+    let mut steps = steps
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, Option<String>>(4)?,
+                r.get::<_, i64>(5)?,
+            ))
+        })
+        .map_err(sql("the lifecycle"))?
+        .peekable();
+    let mut prev = 0i64;
+    let mut unchecked: Option<(i64, i64)> = None;
+    for a in anchors {
+        let (seq, kind, events_seq, digest) = a.map_err(sql("the anchors"))?;
+        if events_seq <= prev {
+            continue;
+        }
+        let checked = kind == "commit" && prev >= events_from;
+        let mut c = crate::canon::Canon::after(&GENESIS);
+        while let Some(Ok((e, ..))) = steps.peek() {
+            if *e > events_seq {
+                break;
+            }
+            if let Some(row) = steps.next() {
+                let (e, n, job, step, status, time) = row.map_err(sql("the lifecycle"))?;
+                crate::log::feed_step(&mut c, e, n, &job, &step, status.as_deref(), time);
+            }
+        }
+        if let Some(Err(_)) = steps.peek()
+            && let Some(Err(e)) = steps.next()
+        {
+            return Err(sql("the lifecycle")(e));
+        }
+        let sum = c.finish();
+        match (&digest, checked) {
+            (Some(d), true) if sum.as_slice() != d.as_slice() => {
+                report.push(problem(
+                    "lifecycle",
+                    prev + 1,
+                    ProblemKind::Mismatch,
+                    format!(
+                        "the job steps (`lifecycle`) of events rows {} to {events_seq} do not match what anchors row {seq} recorded when they were written: a step was edited, added or removed, and the report's accounting reads them",
+                        prev + 1
+                    ),
+                ));
+                return Ok(());
+            }
+            (Some(_), true) => {}
+            _ if prev < events_from => {}
+            _ => unchecked = Some((unchecked.map_or(prev + 1, |(from, _)| from), events_seq)),
+        }
+        prev = events_seq;
+    }
+    // Steps past the newest anchored event belong to no event a reader would take (the events after
+    // it are reported as unanchored themselves; steps of events that are gone are leftovers of a cut):
+    // said, not counted as a problem, since no report reads them.
+    if let Some(row) = steps.next() {
+        let (e, ..) = row.map_err(sql("the lifecycle"))?;
+        report.notes.push(format!(
+            "`lifecycle` holds job steps of events row {e} and after, past the newest anchored event (row {prev}): no anchor covers them, and no report reads them while those events are not in the log"
+        ));
+    }
+    if let Some((from, to)) = unchecked {
+        report.notes.push(format!(
+            "the job steps (`lifecycle`) of events rows {from} to {to} were written by an older bursar, which did not anchor them: they are not checked"
+        ));
+    }
+    Ok(())
 }
 
 /// The look-up tables (derived, not chained) against their chains' rows: an entry missing would
@@ -755,6 +893,23 @@ fn check_witness(log: &AuditLog, lines: &[WitnessLine], pinned: Option<&PublicKe
                 ),
             ));
         }
+    }
+    // Adoptions of unsigned writes are legitimate (an operator asked for them) but never silent.
+    for (from, to, seq) in crate::trust::adoptions(conn)? {
+        if from > to {
+            report.notes.push(format!(
+                "anchors row {seq} adopted a log that was behind (or differed from) its witness, with `--adopt-unsigned`"
+            ));
+            continue;
+        }
+        report.notes.push(format!(
+            "{} {} adopted unsigned at anchors row {seq}, with `--adopt-unsigned`: the signed heads after it vouch for {} because an operator said so, not because bursar signed {} when {} written",
+            crate::trust::anchors_range(from, to),
+            if from == to { "was" } else { "were" },
+            if from == to { "it" } else { "them" },
+            if from == to { "it" } else { "them" },
+            if from == to { "it was" } else { "they were" },
+        ));
     }
     report.witness = Some(WitnessReport {
         lines: lines.len(),

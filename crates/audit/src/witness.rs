@@ -26,7 +26,7 @@
 //! from the operating system (`getrandom`).
 
 use std::fs::File;
-use std::io::Write;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -439,4 +439,75 @@ pub fn read(path: impl AsRef<Path>) -> Result<Vec<WitnessLine>> {
         source,
     })?;
     Ok(text.lines().enumerate().filter_map(|(i, l)| SignedHead::parse_line(l).map(|h| (i + 1, h))).collect())
+}
+
+/// Hands the lines of the witness file at `path` to `f`, newest first, until `f` returns false: the
+/// file is read backwards in blocks, so finding the newest heads costs the same on a witness of a
+/// year as on one of a minute. A missing file has no lines.
+pub fn newest_first(path: impl AsRef<Path>, mut f: impl FnMut(&str) -> Result<bool>) -> Result<()> {
+    const BLOCK: u64 = 64 * 1024;
+    let path = path.as_ref();
+    let err = |source| AuditError::Witness { action: "read", path: path.display().to_string(), source };
+    let mut file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(err(e)),
+    };
+    let mut pos = file.metadata().map_err(err)?.len();
+    // The bytes after `pos` that do not yet start with a whole line.
+    let mut rest: Vec<u8> = Vec::new();
+    while pos > 0 {
+        let n = BLOCK.min(pos);
+        pos -= n;
+        let mut block = vec![0u8; usize::try_from(n).unwrap_or(0)];
+        file.seek(SeekFrom::Start(pos)).and_then(|_| file.read_exact(&mut block)).map_err(err)?;
+        block.extend_from_slice(&rest);
+        rest = block;
+        let mut end = rest.len();
+        while let Some(i) = rest.get(..end).and_then(|b| b.iter().rposition(|c| *c == b'\n')) {
+            let line = rest.get(i + 1..end).unwrap_or_default();
+            if !line.is_empty() && !f(&String::from_utf8_lossy(line))? {
+                return Ok(());
+            }
+            end = i;
+        }
+        rest.truncate(end);
+    }
+    if !rest.is_empty() {
+        f(&String::from_utf8_lossy(&rest))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn newest_first_reads_every_line_backwards_across_blocks() {
+        let dir = std::env::temp_dir().join(format!("bursar-newest-first-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("w.jsonl");
+        // Lines of varied length that straddle the 64 KiB blocks, the last one without a newline.
+        let lines: Vec<String> = (0..5000).map(|i| format!("line {i} {}", "x".repeat(i % 97))).collect();
+        std::fs::write(&path, lines.join("\n")).unwrap();
+        let mut got = Vec::new();
+        newest_first(&path, |l| {
+            got.push(l.to_owned());
+            Ok(true)
+        })
+        .unwrap();
+        got.reverse();
+        assert_eq!(got, lines);
+        // Stopping early, and a missing file.
+        let mut n = 0;
+        newest_first(&path, |_| {
+            n += 1;
+            Ok(n < 3)
+        })
+        .unwrap();
+        assert_eq!(n, 3);
+        newest_first(dir.join("none"), |_| panic!("a missing file has no lines")).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -148,10 +148,15 @@ CREATE TABLE IF NOT EXISTS facts_prevented (
 CREATE INDEX IF NOT EXISTS facts_prevented_time ON facts_prevented(time);
 "#;
 
-const DROP: &str =
-    "DROP TABLE IF EXISTS facts_meta; DROP TABLE IF EXISTS facts_jobs; DROP TABLE IF EXISTS facts_job_day;
-DROP TABLE IF EXISTS facts_usage_hour; DROP TABLE IF EXISTS facts_configs; DROP TABLE IF EXISTS facts_charges;
-DROP TABLE IF EXISTS facts_prevented;";
+/// Drops every facts table: the ones `bursar_audit::derived::DERIVED_TABLES` lists as this crate's,
+/// the same list `verify --deep` compares (a test checks that [`SCHEMA`] creates exactly those).
+fn drop_facts(conn: &Connection, context: &'static str) -> Result<()> {
+    use bursar_audit::derived::{Check, Owner, derived_tables};
+    for t in derived_tables(Owner::Report, Check::Rebuild) {
+        conn.execute_batch(&format!("DROP TABLE IF EXISTS {}", t.name)).map_err(ReportError::sqlite(context))?;
+    }
+    Ok(())
+}
 
 /// How a job's GPU-milliseconds split. `productive + idle + failure + held == nominal`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -477,7 +482,7 @@ impl FactsStore {
                 |n| if n == 0 { Ok(None) } else { self.meta("version").map(|v| v.and_then(|v| v.parse().ok())) },
             )?;
         if version.is_some_and(|v| v != FACTS_VERSION) {
-            self.conn.execute_batch(DROP).map_err(ReportError::sqlite("drop facts of another version"))?;
+            drop_facts(&self.conn, "drop facts of another version")?;
         }
         self.conn
             .execute_batch(SCHEMA)
@@ -488,7 +493,7 @@ impl FactsStore {
     /// Drops every fact: the next catch-up rebuilds them from the start of the log.
     pub fn reset(&mut self) -> Result<()> {
         let hints = self.meta("hints")?;
-        self.conn.execute_batch(DROP).map_err(ReportError::sqlite("drop the facts"))?;
+        drop_facts(&self.conn, "drop the facts")?;
         self.conn.execute_batch(SCHEMA).map_err(ReportError::sqlite("create the facts tables"))?;
         self.set_meta("version", &FACTS_VERSION.to_string())?;
         if let Some(h) = hints {
@@ -861,6 +866,22 @@ impl Batch<'_, '_> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_schema_creates_exactly_the_facts_tables_the_derived_list_names() {
+        use bursar_audit::derived::{Check, Owner, derived_tables};
+        let created: std::collections::BTreeSet<&str> = super::SCHEMA
+            .split("CREATE TABLE IF NOT EXISTS ")
+            .skip(1)
+            .filter_map(|t| t.split([' ', '(']).next())
+            .collect();
+        let listed: std::collections::BTreeSet<&str> =
+            derived_tables(Owner::Report, Check::Rebuild).map(|t| t.name).collect();
+        assert_eq!(
+            created, listed,
+            "a facts table is missing from bursar_audit::derived::DERIVED_TABLES (or listed but not created)"
+        );
+    }
+
     use super::*;
 
     const H: i64 = HOUR_MS;
