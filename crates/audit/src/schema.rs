@@ -258,7 +258,6 @@ const V6: &str = "";
 
 /// Version 7: who sent each input, and the refused inputs (see the module's documentation).
 const V7: &str = r#"
-ALTER TABLE events ADD COLUMN sender TEXT;
 CREATE TABLE IF NOT EXISTS refused (
     id          INTEGER PRIMARY KEY,
     event_id    TEXT NOT NULL,
@@ -274,7 +273,21 @@ CREATE TABLE IF NOT EXISTS refused (
 
 /// The migration steps: `MIGRATIONS[n]` takes a file from version n to n+1.
 const MIGRATIONS: &[Step] =
-    &[Step::Sql(V1), Step::Then(V2, adopt), Step::Sql(V3), Step::Sql(V4), Step::Sql(V5), Step::Sql(V6), Step::Sql(V7)];
+    &[Step::Sql(V1), Step::Then(V2, adopt), Step::Sql(V3), Step::Sql(V4), Step::Sql(V5), Step::Sql(V6), Step::Then(V7, add_sender)];
+
+/// Version 6 to 7: `events.sender`, unless the file has it already (a file whose version number was
+/// set back by hand, as a test does).
+fn add_sender(tx: &Transaction<'_>) -> Result<()> {
+    let has: bool = tx
+        .query_row("SELECT count(*) FROM pragma_table_info('events') WHERE name = 'sender'", [], |r| r.get::<_, i64>(0))
+        .map_err(crate::error::AuditError::sqlite("read the events table's columns"))?
+        > 0;
+    if !has {
+        tx.execute_batch("ALTER TABLE events ADD COLUMN sender TEXT")
+            .map_err(crate::error::AuditError::sqlite("add events.sender"))?;
+    }
+    Ok(())
+}
 
 /// Version 1 to 2: anchors what a version-1 file holds, as found.
 fn adopt(tx: &Transaction<'_>) -> Result<()> {
