@@ -309,14 +309,13 @@ impl<E: EngineView> Notifier<E> {
         if rows.is_empty() {
             return Ok(());
         }
-        let timeout = std_duration(self.cfg.timeout);
         let messages: Vec<(NoticeRow, NoticeMessage)> = rows.into_iter().filter_map(message_of).collect();
         match self.sink.clone() {
             SinkKind::Alertmanager(ep) => {
                 let lease = bursar_model::Duration(self.cfg.resend.millis().saturating_mul(4));
                 let alerts: Vec<sink::PostableAlert> =
                     messages.iter().flat_map(|(_, m)| sink::alerts(m, now, lease, self.cfg.base_url())).collect();
-                match sink::post_alerts(&ep, &alerts, timeout) {
+                match sink::post_alerts(&ep, &alerts) {
                     Ok(()) => {
                         self.failures = 0;
                         self.next_try = None;
@@ -336,7 +335,7 @@ impl<E: EngineView> Notifier<E> {
             }
             SinkKind::Webhook(ep) => {
                 for (row, m) in &messages {
-                    match sink::post_webhook(&ep, m, timeout) {
+                    match sink::post_webhook(&ep, m) {
                         Ok(()) => {
                             self.failures = 0;
                             self.next_try = None;
