@@ -262,6 +262,14 @@ impl NotifyConfig {
         }
     }
 
+    /// Sets `public_url` to `https://<addr>` when the file left it out (serve calls this with the
+    /// address it bound when it terminates TLS).
+    pub fn listening_on_tls(&mut self, addr: std::net::SocketAddr) {
+        if self.public_url.is_none() {
+            self.public_url = Some(format!("https://{addr}"));
+        }
+    }
+
     /// `public_url` without a trailing slash (empty until [`NotifyConfig::listening_on`] when the
     /// file has none).
     pub fn base_url(&self) -> &str {
