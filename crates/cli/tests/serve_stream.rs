@@ -3,8 +3,6 @@
 
 mod serve_support;
 
-use std::time::Duration;
-
 use serve_support::*;
 
 #[test]
