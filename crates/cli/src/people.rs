@@ -123,8 +123,9 @@ pub struct KeepaliveArgs {
 /// serve could not be asked (exit 2), or refused (exit 1, its sentence on stderr).
 fn failure(e: ClientError, server: SocketAddr) -> Result<ExitCode, CliError> {
     match e {
-        ClientError::Io { source, .. } => Err(CliError::Message(format!(
-            "cannot reach bursar serve at {server}: {source}\n  help: is it running there? (`bursar serve --listen {server}`; `--server` names another address)"
+        ClientError::Transport { source, .. } if source.is_unreachable() => Err(CliError::Message(format!(
+            "cannot reach bursar serve at {server}: {}\n  help: is it running there? (`bursar serve --listen {server}`; `--server` names another address)",
+            source.to_string().lines().next().unwrap_or_default()
         ))),
         ClientError::Status { status: 401, .. } => Err(CliError::Message(format!(
             "bursar serve at {server} refused the token\n  help: pass the file holding serve's `--token` with `--token-file`"

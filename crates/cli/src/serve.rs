@@ -106,6 +106,19 @@ pub struct ServeArgs {
     /// with its own connection budget, so event producers and streams cannot crowd admissions out.
     #[arg(long, value_name = "ADDR")]
     pub admit_listen: Option<SocketAddr>,
+    /// Serve over TLS with this PEM certificate (chain), on every listener (--admit-listen too).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// With --tls-cert: accept client certificates issued by the CA(s) in this PEM file; a verified
+    /// certificate's subject (CN, the whole DN, its DNS names) reaches the request.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// With --tls-client-ca: refuse, at the handshake, a client that presents no certificate.
+    #[arg(long, requires = "tls_client_ca")]
+    pub tls_require_client_cert: bool,
     /// Open connections at most, per listener; one more is answered 503 and closed.
     #[arg(long, default_value_t = 512)]
     pub max_connections: usize,
@@ -257,6 +270,13 @@ pub fn run(args: &ServeArgs, error_format: ErrorFormat) -> Result<ExitCode, CliE
     config.watch = !args.no_watch;
     config.max_body = args.max_body;
     config.admit_listen = args.admit_listen;
+    config.tls =
+        args.tls_cert.clone().zip(args.tls_key.clone()).map(|(cert_file, key_file)| bursar_serve::listen::TlsConfig {
+            cert_file,
+            key_file,
+            client_ca: args.tls_client_ca.clone(),
+            require_client_cert: args.tls_require_client_cert,
+        });
     config.max_connections = args.max_connections;
     config.header_timeout = std_duration(args.header_timeout);
     config.body_timeout = std_duration(args.body_timeout);

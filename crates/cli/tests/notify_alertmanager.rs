@@ -159,3 +159,53 @@ fn an_idle_jobs_owner_keeps_it_with_one_click_and_the_unanswered_one_is_reclaime
         println!("{line}");
     }
 }
+
+/// The same road to an Alertmanager whose API is behind `--web.config.file` (TLS with a
+/// certificate of a CA made here, basic auth with a bcrypt hash): `[alertmanager]` names
+/// `https://`, `ca_file` and `basic_auth` with a `password_file`; the idle job's alert is received
+/// over https and routed on to the receiver.
+#[test]
+fn notices_reach_an_alertmanager_over_https_with_basic_auth() {
+    if Alertmanager::binary().is_none() {
+        assert!(std::env::var_os("CI").is_none(), "prometheus-alertmanager is missing: scripts/setup.sh installs it");
+        eprintln!("skipping: /usr/bin/prometheus-alertmanager is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    use bursar_testkit::tls::{TestCa, WebConfig};
+    let s = Scratch::new("notify-am-tls");
+    s.write_policy("reclaim.toml", POLICIES);
+    let ca = TestCa::new("bursar test CA").unwrap();
+    let ca_file = ca.write(&s.0, "ca").unwrap();
+    let web = WebConfig::new(&s.0, &ca, "bursar", "am pass").unwrap();
+    let hook = WebhookReceiver::start().unwrap();
+    let am = Alertmanager::start_tls(&hook.url("/alertmanager"), &web).unwrap();
+    assert!(am.url().starts_with("https://"));
+    let password = s.0.join("am.password");
+    std::fs::write(&password, "am pass\n").unwrap();
+    let notify = s.0.join("notify.toml");
+    std::fs::write(
+        &notify,
+        format!(
+            "poll = \"100ms\"\n[alertmanager]\nurl = \"{}\"\nca_file = \"{}\"\nbasic_auth = {{ username = \"bursar\", password_file = \"{}\" }}\n",
+            am.url(),
+            ca_file.display(),
+            password.display()
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&s, &["--tick", "200ms", "--notify", notify.to_str().unwrap()]);
+    assert_eq!(server.post("/v1/admit", &submit("s0", "j-tls", "nlp", 4, 2.0)).status, 200);
+    let r = server.post(
+        "/v1/events",
+        &format!(
+            "{}\n{}\n",
+            job_event("b0", "job.started", "j-tls", ""),
+            job_event("u0", "job.sample", "j-tls", r#","gpu_util":0.02"#)
+        ),
+    );
+    assert_eq!(r.json().unwrap()["accepted"], 2, "{}", r.text());
+    let firing = wait_notified(&hook, "BursarJobIdle", "j-tls", "firing");
+    assert!(firing["annotations"]["keepalive_url"].as_str().is_some_and(|u| u.contains("/act/")), "{firing}");
+    assert!(active(&am).iter().any(|a| is(a, "BursarJobIdle", "j-tls")), "Alertmanager holds the alert");
+    assert!(!server.log_text().contains("am pass"), "the password was logged");
+}

@@ -261,3 +261,63 @@ fn a_link_is_bound_to_its_request_and_its_recipient() {
     let r = server.post(&format!("/act/{token}"), "");
     assert_eq!(r.status, 200, "{}", r.text());
 }
+
+/// Notices to an https webhook (a rustls receiver on a CA made here) with a bearer token read from
+/// a file, from a serve that itself speaks TLS: the notice arrives with the token and the URL's own
+/// query, and its links name serve at `https://` (no `public_url` set), where they answer.
+#[test]
+fn notices_reach_an_https_webhook_with_its_token_and_links_name_serve_over_tls() {
+    use bursar_testkit::tls::{TestCa, TlsWebhook};
+    let s = Scratch::new("notify-https");
+    s.write_policy("approval.toml", POLICIES);
+    let ca = TestCa::new("bursar test CA").unwrap();
+    let ca_file = ca.write(&s.0, "ca").unwrap();
+    let hook = TlsWebhook::start(&ca.server().unwrap()).unwrap();
+    let token = s.0.join("hook.token");
+    std::fs::write(&token, "tok-1\n").unwrap();
+    let notify = s.0.join("notify.toml");
+    std::fs::write(
+        &notify,
+        format!(
+            "poll = \"100ms\"\n[webhook]\nurl = \"{}\"\nca_file = \"{}\"\nbearer_token_file = \"{}\"\n",
+            hook.url("/hook?team=a"),
+            ca_file.display(),
+            token.display()
+        ),
+    )
+    .unwrap();
+    let (cert, key) = ca.server().unwrap().write(&s.0, "serve").unwrap();
+    let flags = [
+        "--tick",
+        "1h",
+        "--notify",
+        notify.to_str().unwrap(),
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ];
+    let server = Server::start_https(&s, &ca_file, None, &flags);
+    let held = server.post("/v1/admit", &submit("e1", "j-big", "nlp", 32, 10.0)).json().unwrap();
+    assert_eq!(held["decision"], "require_approval", "{held}");
+
+    let got = hook
+        .wait_for(Duration::from_secs(20), |got| {
+            got.iter()
+                .find(|r| {
+                    serde_json::from_str::<NoticeMessage>(&r.body).is_ok_and(|m| m.job_id.as_deref() == Some("j-big"))
+                })
+                .cloned()
+        })
+        .unwrap_or_else(|| panic!("no notice reached the https webhook; log:\n{}", server.log_text()));
+    assert_eq!(got.path, "/hook?team=a");
+    assert_eq!(got.header("authorization"), Some("Bearer tok-1"));
+    assert_eq!(got.header("idempotency-key").map(|k| k.ends_with("-firing")), Some(true));
+    let n: NoticeMessage = serde_json::from_str(&got.body).unwrap();
+    let approve = n.links.iter().find(|l| l.action == ActionKind::Approve).unwrap();
+    let base = server.url();
+    assert!(approve.url.starts_with(&format!("{base}/act/")), "{} under {base}", approve.url);
+    let page = server.get(approve.url.strip_prefix(&base).unwrap()).unwrap();
+    assert_eq!(page.status, 200, "{}", page.text());
+    assert!(!server.log_text().contains("tok-1"), "the token was logged");
+}

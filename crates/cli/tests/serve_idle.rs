@@ -3,8 +3,6 @@
 
 mod serve_support;
 
-use std::time::Duration;
-
 use serve_support::*;
 
 const IDLE: &str = r#"[[policy]]
@@ -23,7 +21,6 @@ fn idle_job_is_alerted_then_reclaimed_by_the_wall_clock() {
     s.write_policy("reclaim.toml", IDLE);
     let server = Server::start(&s, &["--tick", "100ms"]);
     let mut stream = server.conn().stream("/v1/decisions?after=0", &[]).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
 
     assert_eq!(server.post("/v1/admit", &submit("e1", "j1", "nlp", 4, 2.0)).status, 200);
     let r = server.post(

@@ -10,7 +10,10 @@
 //! - an error value (4294967295), a stale series (a GPU gone from the target) and a Prometheus restart
 //!   raise no false alert, and `/metrics` counts what was dropped.
 //!
-//! Without `/usr/bin/prometheus` the test is skipped, unless `CI` is set (`scripts/setup.sh` installs it).
+//! - the same over TLS with basic auth (a second test, with its own Prometheus behind
+//!   `--web.config.file`): the idle job is alerted and reclaimed from samples read over https.
+//!
+//! Without `/usr/bin/prometheus` the tests are skipped, unless `CI` is set (`scripts/setup.sh` installs it).
 
 #![expect(clippy::unwrap_used, reason = "integration test helpers: a failed step fails the test")]
 
@@ -19,6 +22,7 @@ mod serve_support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use bursar_testkit::tls::{TestCa, WebConfig};
 use bursar_testkit::{FakeDcgm, FakeNode, Field, Prometheus, TempDir};
 use serde_json::Value;
 use serve_support::{Scratch, Server, job_event, submit};
@@ -171,6 +175,74 @@ fn prometheus_feeds_the_idle_rule_with_nothing_for_the_site_to_write() {
     assert!(decisions_about(&server, "lab-busy", "alert").is_empty(), "a busy job was alerted");
     assert!(decisions_about(&server, "lab-busy", "reclaim").is_empty());
     assert!(decisions_about(&server, "lab-keep", "reclaim").is_empty(), "the kept-alive job was reclaimed");
+    let (status, log) = server.terminate();
+    assert!(status.success(), "{log}");
+    drop(prom);
+}
+
+/// The same road over TLS: a real Prometheus whose API is behind `--web.config.file` (TLS with a
+/// certificate of a CA made here, basic auth with a bcrypt hash) feeds the idle rule of `bursar
+/// serve --utilisation`, whose file names `https://`, `ca_file` and `basic_auth` with a
+/// `password_file`. A token written inline stops the start with where it goes instead.
+#[test]
+fn prometheus_over_tls_with_basic_auth_feeds_the_idle_rule() {
+    if Prometheus::binary().is_none() {
+        assert!(std::env::var_os("CI").is_none(), "prometheus is missing: scripts/setup.sh installs it");
+        eprintln!("skipping: /usr/bin/prometheus is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let tmp = TempDir::new("serve-utilisation-tls").unwrap();
+    let map = tmp.path().join("dcgm-job-map");
+    let node = FakeNode::new(&tmp.path().join("driver"), &PERM).unwrap();
+    let prolog = root().join("integrations/slurm/prolog-dcgm.sh");
+    let jobs = [("301", "tls-busy", "0"), ("302", "tls-idle", "1")];
+    for (slurm, _, gpus) in jobs {
+        node.run(&prolog, &map, slurm, gpus).unwrap();
+    }
+    let dcgm = FakeDcgm::start("node1", 4, Some(map.clone())).unwrap();
+    dcgm.set_load(PERM[0], 0.9, 60_000.0);
+    dcgm.set_load(PERM[1], 0.02, 30_000.0);
+    let ca = TestCa::new("bursar test CA").unwrap();
+    let ca_file = ca.write(tmp.path(), "ca").unwrap();
+    let web = WebConfig::new(tmp.path(), &ca, "bursar", "s3cret pass").unwrap();
+    let prom = Prometheus::start_tls(&[dcgm.addr()], Duration::from_secs(1), &web).unwrap();
+    let password = tmp.path().join("prometheus.password");
+    std::fs::write(&password, "s3cret pass\n").unwrap();
+
+    let s = Scratch::new("serve-utilisation-tls");
+    s.write_policy("reclaim.toml", POLICIES);
+    let cfg = s.0.join("utilisation.toml");
+    let settings = |auth: &str| {
+        format!(
+            "[prometheus]\nserver = \"{}\"\nca_file = \"{}\"\n{auth}\ninterval = \"1s\"\nlag = \"1s\"\nmax_age = \"3s\"\ntimeout = \"2s\"\n\n[jobs]\nkeys = \"slurm\"\nslurm_cluster = \"lab\"\n",
+            prom.url(),
+            ca_file.display()
+        )
+    };
+    std::fs::write(&cfg, settings("bearer_token = \"inline-secret\"")).unwrap();
+    let flags = ["--tick", "200ms", "--utilisation", cfg.to_str().unwrap()];
+    let refused = Server::try_start(&s, &flags).err().unwrap_or_default();
+    assert!(refused.contains("set `bearer_token_file"), "{refused}");
+    assert!(!refused.contains("inline-secret"), "the secret was printed: {refused}");
+
+    let auth = format!("basic_auth = {{ username = \"bursar\", password_file = \"{}\" }}", password.display());
+    std::fs::write(&cfg, settings(&auth)).unwrap();
+    let server = Server::start(&s, &flags);
+    for (n, (slurm, bursar, _)) in jobs.iter().enumerate() {
+        assert_eq!(server.post("/v1/admit", &submit(&format!("t{n}"), bursar, "nlp", 1, 1.0)).status, 200);
+        let started = job_event(
+            &format!("slurm-lab-{slurm}-started"),
+            "job.started",
+            bursar,
+            &format!(r#","slurm_job_id":"{slurm}","slurm_cluster":"lab""#),
+        );
+        assert_eq!(server.post("/v1/events", &started).status, 200);
+    }
+    server.wait_for(40, "tls-idle alerted", || decisions_about(&server, "tls-idle", "alert").first().cloned());
+    server.wait_for(40, "tls-idle reclaimed", || decisions_about(&server, "tls-idle", "reclaim").first().cloned());
+    assert!(sample_times(&s, "tls-busy").len() >= 3, "the busy job's samples came over TLS too");
+    assert!(decisions_about(&server, "tls-busy", "alert").is_empty(), "a busy job was alerted");
+    assert_eq!(counter(&server, "bursar_prometheus_poll_failures_total", "error"), 0);
     let (status, log) = server.terminate();
     assert!(status.success(), "{log}");
     drop(prom);

@@ -2,53 +2,58 @@
 //! and the integration tests use to talk to a running server.
 //!
 //! Every request body is serialised from `bursar-model` types and every answer is deserialised into
-//! them ([`bursar_model::api`]), so a client never builds or reads JSON by hand. The transport
-//! ([`http`]) is a small blocking HTTP/1.1 client over loopback TCP, enough for what the server sends,
-//! so a client of bursar pulls no HTTP stack, async runtime or server code into its build.
+//! them ([`bursar_model::api`]), so a client never builds or reads JSON by hand. The transport is
+//! `bursar-http`, bursar's one outgoing client: plain HTTP to a loopback address
+//! ([`Client::new`]), or `https://` with a CA file, a client certificate and any credential
+//! ([`Client::with_config`]); no async runtime or server code comes with it.
 //!
-//! Exports: [`Client`] (typed calls), [`ClientError`], [`DecisionStream`], and the transport in [`http`]
-//! for tests that need to send something malformed on purpose.
+//! Exports: [`Client`] (typed calls), [`ClientError`], [`DecisionStream`], and [`Conn`] /
+//! [`LineStream`] / [`Response`] for raw requests (tests that send something malformed on purpose,
+//! the load generator's keep-alive connections).
 //!
-//! Boundaries: no policy semantics and no server code; this crate depends on `bursar-model` only.
+//! Boundaries: no policy semantics and no server code; this crate depends on `bursar-model` and
+//! `bursar-http` only.
 
-pub mod http;
-
+use std::cell::Cell;
+use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use bursar_http::{Auth, Request};
 use bursar_model::api::{
     ActionKind, ActionReply, ActionRequest, AdmitReply, ErrorReply, EventsReply, PendingReply, PoolView, Sequenced,
 };
 use bursar_model::{Event, Input};
 
-pub use crate::http::{Conn, LineStream, Response};
+pub use bursar_http::Response;
 
 /// Why a request to serve failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// serve could not be reached, or the connection broke.
-    #[error("bursar serve at `{addr}`: {source}")]
-    Io {
-        /// The server address.
-        addr: SocketAddr,
+    /// serve could not be reached, the connection broke, or TLS failed (the source says which, and
+    /// what to do).
+    #[error("bursar serve at `{server}`: {source}")]
+    Transport {
+        /// The server's base URL.
+        server: String,
         /// The error.
-        source: std::io::Error,
+        source: bursar_http::Error,
     },
     /// serve answered with an error status.
-    #[error("bursar serve at `{addr}`: HTTP {status}: {message}")]
+    #[error("bursar serve at `{server}`: HTTP {status}: {message}")]
     Status {
-        /// The server address.
-        addr: SocketAddr,
+        /// The server's base URL.
+        server: String,
         /// The status code.
         status: u16,
         /// The `error` of the answer (or its text when it is not the API's error body).
         message: String,
     },
     /// The answer is not the body the API defines.
-    #[error("bursar serve at `{addr}`: unexpected answer to {what}: {message}")]
+    #[error("bursar serve at `{server}`: unexpected answer to {what}: {message}")]
     Decode {
-        /// The server address.
-        addr: SocketAddr,
+        /// The server's base URL.
+        server: String,
         /// The request.
         what: String,
         /// What did not fit.
@@ -64,41 +69,74 @@ impl ClientError {
             _ => None,
         }
     }
+
+    /// True when serve could not be reached at all (not running, wrong address).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, ClientError::Transport { source, .. } if source.is_unreachable())
+    }
 }
 
 /// Shorthand for results of this crate.
 pub type Result<T, E = ClientError> = std::result::Result<T, E>;
 
-/// Where serve listens, and its token.
+/// A client of one `bursar serve`.
 #[derive(Debug, Clone)]
 pub struct Client {
-    /// Address, e.g. `127.0.0.1:7878`.
-    pub addr: SocketAddr,
-    /// Bearer token (serve `--token`), if set.
-    pub token: Option<String>,
-    /// How long to wait for an answer.
-    pub timeout: Duration,
+    http: bursar_http::Client,
+    server: String,
+    timeout: Duration,
 }
 
+/// serve sends a keep-alive at least every 15 s on the decision stream; three times that without a
+/// byte means a dead peer.
+const STREAM_IDLE: Duration = Duration::from_secs(45);
+
 impl Client {
-    /// A client of the server at `addr`, sending `token` as a bearer token when set.
+    /// A client of the server at `addr` over plain HTTP, sending `token` as a bearer token when set.
     pub fn new(addr: SocketAddr, token: Option<String>) -> Client {
-        Client { addr, token, timeout: Duration::from_secs(30) }
+        let timeout = Duration::from_secs(30);
+        let http = bursar_http::Client::plain(addr, Auth::bearer(token.as_deref()), Some(timeout));
+        Client::over(http)
     }
 
-    fn io(&self, source: std::io::Error) -> ClientError {
-        ClientError::Io { addr: self.addr, source }
+    /// A client from a full configuration: an `https://` URL, a CA file, a client certificate,
+    /// any credential (`config.timeout` is each request's limit; the decision stream has none).
+    pub fn with_config(config: bursar_http::ClientConfig) -> Result<Client> {
+        let shown = config.base_url.clone();
+        let http =
+            bursar_http::Client::new(config).map_err(|source| ClientError::Transport { server: shown, source })?;
+        Ok(Client::over(http))
     }
 
-    fn connect(&self) -> Result<Conn> {
-        let conn = Conn::connect(self.addr, self.token.as_deref()).map_err(|e| self.io(e))?;
-        conn.set_read_timeout(Some(self.timeout)).map_err(|e| self.io(e))?;
-        Ok(conn)
+    /// A client over an `bursar_http::Client` already built.
+    pub fn over(http: bursar_http::Client) -> Client {
+        Client { server: http.base().to_string(), http, timeout: Duration::from_secs(30) }
+    }
+
+    /// Each request's time limit (30 s unless set).
+    pub fn with_timeout(mut self, timeout: Duration) -> Client {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The server's base URL, as errors name it.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// The transport, for requests this crate has no typed call for.
+    pub fn http(&self) -> &bursar_http::Client {
+        &self.http
+    }
+
+    fn transport(&self, source: bursar_http::Error) -> ClientError {
+        ClientError::Transport { server: self.server.clone(), source }
     }
 
     /// Sends one request and returns the raw answer, whatever its status.
     pub fn raw(&self, method: &str, path: &str, body: &[u8]) -> Result<Response> {
-        self.connect()?.request(method, path, body).map_err(|e| self.io(e))
+        let req = Request::new(method, path).body(body).timeout(Some(self.timeout));
+        self.http.send(&req).map_err(|e| self.transport(e))
     }
 
     /// Sends a request and decodes a 2xx answer as `T`; an error status becomes [`ClientError::Status`]
@@ -109,12 +147,12 @@ impl Client {
     }
 
     fn decode<T: serde::de::DeserializeOwned>(&self, what: &str, r: &Response) -> Result<T> {
-        if !(200..300).contains(&r.status) {
+        if !r.is_success() {
             let message = serde_json::from_slice::<ErrorReply>(&r.body).map(|e| e.error).unwrap_or_else(|_| r.text());
-            return Err(ClientError::Status { addr: self.addr, status: r.status, message });
+            return Err(ClientError::Status { server: self.server.clone(), status: r.status, message });
         }
         serde_json::from_slice(&r.body).map_err(|e| ClientError::Decode {
-            addr: self.addr,
+            server: self.server.clone(),
             what: what.to_owned(),
             message: format!("{e}: {}", r.text()),
         })
@@ -177,7 +215,7 @@ impl Client {
             ActionKind::Keepalive => "keepalive",
         };
         let body = serde_json::to_vec(req).map_err(|e| ClientError::Decode {
-            addr: self.addr,
+            server: self.server.clone(),
             what: "an action request".into(),
             message: e.to_string(),
         })?;
@@ -187,60 +225,124 @@ impl Client {
     /// `GET /v1/decisions?after=SEQ`: every decision after `after`, in order; `follow` keeps the stream
     /// open for live decisions.
     pub fn decisions(&self, after: u64, follow: bool) -> Result<DecisionStream> {
-        let conn = Conn::connect(self.addr, self.token.as_deref()).map_err(|e| self.io(e))?;
         let path = format!("/v1/decisions?after={after}&format=jsonl&follow={follow}");
-        let stream = conn.stream(&path, &[]).map_err(|e| self.io(e))?;
-        if stream.status != 200 {
+        let req = Request::get(&path).timeout(None).read_timeout(Some(STREAM_IDLE));
+        let lines = self.http.stream(&req).map_err(|e| self.transport(e))?;
+        if lines.status != 200 {
             return Err(ClientError::Status {
-                addr: self.addr,
-                status: stream.status,
+                server: self.server.clone(),
+                status: lines.status,
                 message: format!("GET {path} was refused"),
             });
         }
-        // serve sends a keep-alive at least every 15 s; three times that without a byte means a dead peer.
-        stream.set_read_timeout(Some(Duration::from_secs(45))).map_err(|e| self.io(e))?;
-        Ok(DecisionStream { stream, addr: self.addr })
+        Ok(DecisionStream { lines, server: self.server.clone() })
     }
 }
 
 /// `s` percent-encoded as one path segment (a job id may hold `/`, `?`, spaces, …).
 pub fn path_segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    bursar_http::encode(s)
 }
 
 /// A stream of decisions, each with its `seq`.
 #[derive(Debug)]
 pub struct DecisionStream {
-    stream: LineStream,
-    addr: SocketAddr,
+    lines: bursar_http::Lines,
+    server: String,
 }
 
 impl DecisionStream {
     /// The next decision; `None` when the stream ended (serve stopped, or caught up without `follow`).
     pub fn next_decision(&mut self) -> Result<Option<Sequenced>> {
         loop {
-            let line = self.stream.next_line().map_err(|source| ClientError::Io { addr: self.addr, source })?;
+            let line = self
+                .lines
+                .next_line()
+                .map_err(|source| ClientError::Transport { server: self.server.clone(), source })?;
             let Some(line) = line else { return Ok(None) };
             let line = line.trim();
             if line.is_empty() {
                 continue; // keep-alive
             }
             if let Ok(e) = serde_json::from_str::<ErrorReply>(line) {
-                return Err(ClientError::Status { addr: self.addr, status: 200, message: e.error });
+                return Err(ClientError::Status { server: self.server.clone(), status: 200, message: e.error });
             }
             return serde_json::from_str(line).map(Some).map_err(|e| ClientError::Decode {
-                addr: self.addr,
+                server: self.server.clone(),
                 what: "the decision stream".into(),
                 message: format!("{e}: {line}"),
             });
         }
+    }
+}
+
+/// Raw requests on one keep-alive connection (reused while the server keeps it open), for tests
+/// that send what the typed calls never would and for the load generator. Connects on the first
+/// request. Errors are `io::Error`s whose message is `bursar-http`'s.
+#[derive(Debug)]
+pub struct Conn {
+    http: bursar_http::Client,
+    read_timeout: Cell<Option<Duration>>,
+}
+
+impl Conn {
+    /// A connection to `addr` over plain HTTP; `token` is sent as a bearer token on every request.
+    /// Each read waits 30 s at most (see [`Conn::set_read_timeout`]).
+    pub fn connect(addr: SocketAddr, token: Option<&str>) -> io::Result<Conn> {
+        Ok(Conn::over(bursar_http::Client::plain(addr, Auth::bearer(token), None)))
+    }
+
+    /// Raw requests over a client already built (https, another credential).
+    pub fn over(http: bursar_http::Client) -> Conn {
+        Conn { http, read_timeout: Cell::new(Some(Duration::from_secs(30))) }
+    }
+
+    /// How long each read of an answer (or of a stream opened after this) waits; `None` forever.
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        self.read_timeout.set(t);
+        Ok(())
+    }
+
+    fn req<'a>(&self, method: &'a str, path: &'a str, body: &'a [u8], extra: &[(&'a str, &'a str)]) -> Request<'a> {
+        Request::new(method, path).body(body).headers(extra).timeout(None).read_timeout(self.read_timeout.get())
+    }
+
+    /// Sends a request and reads the whole answer, whatever its status.
+    pub fn request(&mut self, method: &str, path: &str, body: &[u8]) -> io::Result<Response> {
+        self.request_with(method, path, body, &[])
+    }
+
+    /// Like [`Conn::request`] with extra headers.
+    pub fn request_with(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: &[u8],
+        extra: &[(&str, &str)],
+    ) -> io::Result<Response> {
+        self.http.send(&self.req(method, path, body, extra)).map_err(bursar_http::Error::into_io)
+    }
+
+    /// Sends a GET whose answer is a stream, and returns a line reader over it.
+    pub fn stream(self, path: &str, extra: &[(&str, &str)]) -> io::Result<LineStream> {
+        let lines = self.http.stream(&self.req("GET", path, b"", extra)).map_err(bursar_http::Error::into_io)?;
+        Ok(LineStream { status: lines.status, headers: lines.headers.clone(), lines })
+    }
+}
+
+/// Lines of a streamed (chunked) answer, read as they arrive.
+#[derive(Debug)]
+pub struct LineStream {
+    /// Status code.
+    pub status: u16,
+    /// Headers, names lowercased.
+    pub headers: Vec<(String, String)>,
+    lines: bursar_http::Lines,
+}
+
+impl LineStream {
+    /// The next line (without its newline); `None` at the end of the stream.
+    pub fn next_line(&mut self) -> io::Result<Option<String>> {
+        self.lines.next_line().map_err(bursar_http::Error::into_io)
     }
 }

@@ -11,18 +11,21 @@
 //! # retry = { first = "1s", max = "5m" }   # back-off while the sink is down
 //!
 //! [alertmanager]        # either this …
-//! url = "http://alertmanager.example:9093"
-//! # [webhook]           # … or a plain JSON webhook
-//! # url = "http://hooks.example/bursar"
+//! url = "https://alertmanager.example:9093"
+//! # ca_file = "/etc/bursar/site-ca.pem"     # the CA of its certificate (default: the system's roots)
+//! # basic_auth = { username = "bursar", password_file = "/etc/bursar/am.password" }
+//! # bearer_token_file = "env:AM_TOKEN"      # or a token (a file, or `env:NAME`)
+//! # client_cert = "…"  client_key = "…"      # mutual TLS
+//! # [webhook]           # … or a plain JSON webhook, with the same TLS and auth settings
+//! # url = "https://hooks.example/bursar"
 //! ```
 //! See `docs/notifications.md`.
 
 use std::path::{Path, PathBuf};
 
+use bursar_http::{BasicAuthFile, SecretSource};
 use bursar_model::Duration;
 use serde::Deserialize;
-
-use crate::http::Endpoint;
 
 /// `--notify FILE`.
 #[derive(Debug, Clone, Deserialize)]
@@ -62,8 +65,62 @@ pub struct NotifyConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SinkConfig {
-    /// `http://host:port[/prefix]` (https: through a local proxy).
+    /// `http(s)://host:port[/prefix]` (Alertmanager), `http(s)://host[:port]/path[?query]` (a webhook).
     pub url: String,
+    /// A PEM file of the CA(s) that sign the sink's certificate, instead of the system's roots.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// `{ username = "…", password_file = "…" }`: HTTP basic auth.
+    #[serde(default)]
+    pub basic_auth: Option<BasicAuthFile>,
+    /// A file (or `env:NAME`) holding a token sent as `Authorization: Bearer …`.
+    #[serde(default)]
+    pub bearer_token_file: Option<SecretSource>,
+    /// A PEM client certificate, for a sink that asks for one (with `client_key`).
+    #[serde(default)]
+    pub client_cert: Option<PathBuf>,
+    /// The PEM private key of `client_cert`.
+    #[serde(default)]
+    pub client_key: Option<PathBuf>,
+}
+
+impl SinkConfig {
+    /// The client of this sink: the URL parsed, secrets, CA file and certificate read now.
+    fn client(&self, timeout: Duration, query: bool) -> Result<bursar_http::Client, String> {
+        let url =
+            if query { bursar_http::Url::parse_with_query(&self.url) } else { bursar_http::Url::parse(&self.url) };
+        url.map_err(|e| format!("{e}\n  help: write it like `https://alertmanager.example:9093`"))?;
+        let auth = match (&self.bearer_token_file, &self.basic_auth) {
+            (Some(_), Some(_)) => {
+                return Err(
+                    "`bearer_token_file` and `basic_auth` are both set\n  help: keep the one the sink checks".into()
+                );
+            }
+            (Some(t), None) => bursar_http::Auth::Bearer(t.read().map_err(|e| format!("`bearer_token_file`: {e}"))?),
+            (None, Some(b)) => b.read().map_err(|e| format!("`basic_auth.password_file`: {e}"))?,
+            (None, None) => bursar_http::Auth::None,
+        };
+        let identity = match (&self.client_cert, &self.client_key) {
+            (Some(cert_file), Some(key_file)) => {
+                Some(bursar_http::Identity { cert_file: cert_file.clone(), key_file: key_file.clone() })
+            }
+            (None, None) => None,
+            _ => return Err("`client_cert` and `client_key` go together\n  help: set both, or neither".into()),
+        };
+        let timeout = std::time::Duration::from_millis(u64::try_from(timeout.millis()).unwrap_or(5_000).max(1));
+        bursar_http::Client::new(bursar_http::ClientConfig {
+            ca_file: self.ca_file.clone(),
+            identity,
+            auth,
+            connect_timeout: timeout,
+            timeout: Some(timeout),
+            // Sinks answer with a few bytes.
+            max_body: 1024 * 1024,
+            keep_alive: 1,
+            ..bursar_http::ClientConfig::new(self.url.clone())
+        })
+        .map_err(|e| e.to_string())
+    }
 }
 
 /// `retry = { first = "1s", max = "5m" }`: the wait after the first failure, doubling up to `max`.
@@ -138,13 +195,13 @@ pub enum ConfigError {
     },
 }
 
-/// Where notices go, parsed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where notices go: the client of the sink, built from its settings.
+#[derive(Debug, Clone)]
 pub enum SinkKind {
-    /// Prometheus Alertmanager's v2 API.
-    Alertmanager(Endpoint),
-    /// A JSON webhook.
-    Webhook(Endpoint),
+    /// Prometheus Alertmanager's v2 API (under the URL's path prefix).
+    Alertmanager(bursar_http::Client),
+    /// A JSON webhook (POSTed to the URL itself).
+    Webhook(bursar_http::Client),
 }
 
 impl NotifyConfig {
@@ -175,11 +232,14 @@ impl NotifyConfig {
         Ok(cfg)
     }
 
-    /// The sink: exactly one of `[alertmanager]` and `[webhook]`.
+    /// The sink: exactly one of `[alertmanager]` and `[webhook]`, its client built (its secret, CA
+    /// and certificate files read).
     pub fn sink(&self) -> Result<SinkKind, String> {
         match (&self.alertmanager, &self.webhook) {
-            (Some(a), None) => Endpoint::parse(&a.url).map(SinkKind::Alertmanager).map_err(|e| format!("[alertmanager]: {e}")),
-            (None, Some(w)) => Endpoint::parse(&w.url).map(SinkKind::Webhook).map_err(|e| format!("[webhook]: {e}")),
+            (Some(a), None) => {
+                a.client(self.timeout, false).map(SinkKind::Alertmanager).map_err(|e| format!("[alertmanager]: {e}"))
+            }
+            (None, Some(w)) => w.client(self.timeout, true).map(SinkKind::Webhook).map_err(|e| format!("[webhook]: {e}")),
             (Some(_), Some(_)) => Err("both `[alertmanager]` and `[webhook]` are set\n  help: keep one: Alertmanager routes to e-mail, chat and webhooks itself".into()),
             (None, None) => Err("no sink: add `[alertmanager]` with `url = \"http://host:9093\"`, or `[webhook]` with a `url`".into()),
         }
@@ -199,6 +259,14 @@ impl NotifyConfig {
     pub fn listening_on(&mut self, addr: std::net::SocketAddr) {
         if self.public_url.is_none() {
             self.public_url = Some(format!("http://{addr}"));
+        }
+    }
+
+    /// Sets `public_url` to `https://<addr>` when the file left it out (serve calls this with the
+    /// address it bound when it terminates TLS).
+    pub fn listening_on_tls(&mut self, addr: std::net::SocketAddr) {
+        if self.public_url.is_none() {
+            self.public_url = Some(format!("https://{addr}"));
         }
     }
 
@@ -238,8 +306,24 @@ mod tests {
         let mut default = load("[webhook]\nurl = \"http://w\"\n").unwrap();
         default.listening_on("127.0.0.1:7878".parse().unwrap());
         assert_eq!(default.base_url(), "http://127.0.0.1:7878");
-        let tls = load("public_url = \"http://b\"\n[webhook]\nurl = \"https://w\"\n");
-        assert!(tls.unwrap_err().to_string().contains("[webhook]"));
+        let tls = load("public_url = \"http://b\"\n[webhook]\nurl = \"https://w/hook?team=a\"\n").unwrap();
+        assert!(matches!(tls.sink(), Ok(SinkKind::Webhook(_))));
+        let inline = load("[webhook]\nurl = \"https://u:pw@w\"\n");
+        assert!(inline.unwrap_err().to_string().contains("credentials do not go in the URL"));
+        let missing = load(
+            "[alertmanager]\nurl = \"https://am\"\nbasic_auth = { username = \"u\", password_file = \"/nonexistent/pw\" }\n",
+        );
+        let missing = missing.unwrap_err().to_string();
+        assert!(
+            missing
+                .contains("[alertmanager]: `basic_auth.password_file`: cannot read the secret file `/nonexistent/pw`"),
+            "{missing}"
+        );
+        let bad_source = load("[webhook]\nurl = \"https://w\"\nbearer_token_file = \"env:\"\n");
+        let bad_source = bad_source.unwrap_err().to_string();
+        assert!(bad_source.contains("line 3") && bad_source.contains("`env:` is not a file path"), "{bad_source}");
+        let half = load("[webhook]\nurl = \"https://w\"\nclient_cert = \"/c.pem\"\n");
+        assert!(half.unwrap_err().to_string().contains("go together"));
         let typo = load("public_url = \"http://b\"\nresnd = \"1m\"\n[webhook]\nurl = \"http://w\"\n");
         assert!(typo.unwrap_err().to_string().contains("resnd"));
         let bad_url = load("public_url = \"bursar\"\n[webhook]\nurl = \"http://w\"\n");

@@ -18,10 +18,10 @@
 //!
 //! Exports: [`NotifyConfig`] ([`config`]); [`Notifier`], [`EngineView`], [`Pass`] ([`notifier`]);
 //! [`JobFacts`] and the rules ([`notice`]); [`LinkKey`], [`Claims`], [`TokenError`], [`event_id`]
-//! ([`token`]); the two sinks' bodies ([`sink`]); the POST client ([`http`]).
+//! ([`token`]); the two sinks' bodies and their POSTs ([`sink`], over `bursar-http`: http or https,
+//! a CA file, basic or bearer auth).
 
 pub mod config;
-pub mod http;
 pub mod notice;
 pub mod notifier;
 pub mod sink;

@@ -309,7 +309,6 @@ impl<E: EngineView> Notifier<E> {
         if rows.is_empty() {
             return Ok(());
         }
-        let timeout = std_duration(self.cfg.timeout);
         let linker = Linker { key: &self.key, base: self.cfg.base_url() };
         let messages: Vec<(NoticeRow, NoticeMessage)> = rows
             .into_iter()
@@ -324,7 +323,7 @@ impl<E: EngineView> Notifier<E> {
                 let lease = bursar_model::Duration(self.cfg.resend.millis().saturating_mul(4));
                 let alerts: Vec<sink::PostableAlert> =
                     messages.iter().flat_map(|(_, m)| sink::alerts(m, now, lease, self.cfg.base_url())).collect();
-                match sink::post_alerts(&ep, &alerts, timeout) {
+                match sink::post_alerts(&ep, &alerts) {
                     Ok(()) => {
                         self.failures = 0;
                         self.next_try = None;
@@ -347,7 +346,7 @@ impl<E: EngineView> Notifier<E> {
                     // One message per recipient, with only that recipient's links: a message sent
                     // to one approver's address never carries another's.
                     for one in per_recipient(m) {
-                        if let Err(e) = sink::post_webhook(&ep, &one, timeout) {
+                        if let Err(e) = sink::post_webhook(&ep, &one) {
                             self.outbox.failed(row.seq)?;
                             pass.failed += 1;
                             self.backoff(&e);

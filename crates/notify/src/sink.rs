@@ -14,13 +14,10 @@
 //!   `Idempotency-Key` header (`notice-<seq>-firing` / `-resolved`).
 
 use std::collections::BTreeMap;
-use std::time::Duration as StdDuration;
 
 use bursar_model::Timestamp;
 use bursar_model::api::{NoticeKind, NoticeMessage, NoticeStatus};
 use serde::Serialize;
-
-use crate::http::{Endpoint, post_json};
 
 /// One alert of Alertmanager's v2 API (`postableAlert`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -111,13 +108,13 @@ pub fn alerts(m: &NoticeMessage, now: Timestamp, lease: bursar_model::Duration, 
 /// Why a delivery failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
-    /// The sink could not be reached or the connection broke.
+    /// The sink could not be reached, the connection broke, or TLS failed.
     #[error("{sink}: {source}")]
-    Io {
+    Transport {
         /// The sink.
         sink: String,
-        /// The error.
-        source: std::io::Error,
+        /// The error (it says what to do).
+        source: bursar_http::Error,
     },
     /// The sink refused.
     #[error("{sink}: HTTP {status}: {body}")]
@@ -131,35 +128,34 @@ pub enum SendError {
     },
 }
 
-fn post(
-    ep: &Endpoint,
-    path: &str,
-    body: &str,
-    headers: &[(&str, &str)],
-    timeout: StdDuration,
-) -> Result<(), SendError> {
-    match post_json(ep, path, body.as_bytes(), headers, timeout) {
-        Ok((status, _)) if (200..300).contains(&status) => Ok(()),
-        Ok((status, body)) => Err(SendError::Status { sink: ep.to_string(), status, body }),
-        Err(source) => Err(SendError::Io { sink: ep.to_string(), source }),
+fn post(sink: &bursar_http::Client, path: &str, body: &str, headers: &[(&str, &str)]) -> Result<(), SendError> {
+    let req =
+        bursar_http::Request::post(path, body.as_bytes()).header("content-type", "application/json").headers(headers);
+    match sink.send(&req) {
+        Ok(r) if r.is_success() => Ok(()),
+        Ok(r) => {
+            let text = r.text();
+            Err(SendError::Status { sink: sink.url_of(path), status: r.status, body: text.trim().to_owned() })
+        }
+        Err(source) => Err(SendError::Transport { sink: sink.url_of(path), source }),
     }
 }
 
-/// Posts `alerts` to Alertmanager at `ep`.
-pub fn post_alerts(ep: &Endpoint, alerts: &[PostableAlert], timeout: StdDuration) -> Result<(), SendError> {
+/// Posts `alerts` to the Alertmanager `sink` (`/api/v2/alerts` under its URL's prefix).
+pub fn post_alerts(sink: &bursar_http::Client, alerts: &[PostableAlert]) -> Result<(), SendError> {
     let body = serde_json::to_string(alerts).unwrap_or_default();
-    post(ep, &ep.under("/api/v2/alerts"), &body, &[], timeout)
+    post(sink, "/api/v2/alerts", &body, &[])
 }
 
-/// Posts one notice to the webhook at `ep`.
-pub fn post_webhook(ep: &Endpoint, m: &NoticeMessage, timeout: StdDuration) -> Result<(), SendError> {
+/// Posts one notice to the webhook `sink` (its URL itself).
+pub fn post_webhook(sink: &bursar_http::Client, m: &NoticeMessage) -> Result<(), SendError> {
     let body = serde_json::to_string(m).unwrap_or_default();
     let status = match m.status {
         NoticeStatus::Firing => "firing",
         NoticeStatus::Resolved => "resolved",
     };
     let key = format!("{}-{status}", m.id);
-    post(ep, ep.own_path(), &body, &[("idempotency-key", &key)], timeout)
+    post(sink, "", &body, &[("idempotency-key", &key)])
 }
 
 #[cfg(test)]

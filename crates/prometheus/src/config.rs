@@ -5,6 +5,9 @@
 //! `"60s"`), so `serve` can read it from whatever file or flags it chooses; [`Config::validate`] is
 //! what turns it into something [`crate::Source::new`] accepts.
 
+use std::path::PathBuf;
+
+use bursar_http::{BasicAuthFile, SecretSource};
 use bursar_model::Duration;
 use serde::Deserialize;
 
@@ -121,11 +124,23 @@ impl Attribution {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Prometheus's base URL, `http://host:port` with an optional path prefix
-    /// (`http://mon:9090/prometheus`). Plain HTTP only.
+    /// Prometheus's base URL, `http://host:port` or `https://host:port`, with an optional path
+    /// prefix (`https://mon:9090/prometheus`).
     pub server: String,
-    /// Sent as `Authorization: Bearer …` when set.
+    /// Refused: a token written inline. Kept only to say where it goes instead
+    /// (`bearer_token_file`).
     pub bearer_token: Option<String>,
+    /// A file (or `env:NAME`) holding a token sent as `Authorization: Bearer …`.
+    pub bearer_token_file: Option<SecretSource>,
+    /// `{ username = "…", password_file = "…" }`: HTTP basic auth (Prometheus's
+    /// `--web.config.file` `basic_auth_users`).
+    pub basic_auth: Option<BasicAuthFile>,
+    /// A PEM file of the CA(s) that sign Prometheus's certificate, instead of the system's roots.
+    pub ca_file: Option<PathBuf>,
+    /// A PEM client certificate, for a Prometheus that asks for one (with `client_key`).
+    pub client_cert: Option<PathBuf>,
+    /// The PEM private key of `client_cert`.
+    pub client_key: Option<PathBuf>,
     /// Metric names.
     pub metrics: Metrics,
     /// Job attribution.
@@ -161,6 +176,11 @@ impl Default for Config {
         Config {
             server: "http://127.0.0.1:9090".into(),
             bearer_token: None,
+            bearer_token_file: None,
+            basic_auth: None,
+            ca_file: None,
+            client_cert: None,
+            client_key: None,
             metrics: Metrics::default(),
             attribution: Attribution::default(),
             matchers: String::new(),
@@ -177,9 +197,12 @@ impl Default for Config {
 /// A setting the source cannot work with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    /// `server` is not `http://host[:port][/prefix]`.
-    #[error("prometheus `server` `{0}` is not an http:// URL")]
-    Server(String),
+    /// `server` is not `http(s)://host[:port][/prefix]`.
+    #[error("prometheus `server`: {0}")]
+    Server(bursar_http::UrlError),
+    /// The credentials or TLS settings do not go together, or cannot be read.
+    #[error("prometheus {0}")]
+    Client(String),
     /// A metric name is not a Prometheus metric name.
     #[error("`metrics.{field}` `{name}` is not a Prometheus metric name")]
     MetricName {
@@ -228,8 +251,9 @@ impl ConfigError {
     pub fn help(&self) -> Option<&'static str> {
         Some(match self {
             ConfigError::Server(_) => {
-                "write it as `http://prometheus.example:9090` (https is not supported: use a local proxy)"
+                "write it as `http://prometheus.example:9090` or `https://prometheus.example:9090`"
             }
+            ConfigError::Client(_) => return None,
             ConfigError::MetricName { .. } => {
                 "metric names match `[a-zA-Z_:][a-zA-Z0-9_:]*`; an empty name turns the metric off"
             }
@@ -263,9 +287,54 @@ pub(crate) fn label_name_ok(s: &str) -> bool {
 }
 
 impl Config {
+    /// The HTTP client these settings describe: reads the secret files, the CA file and the client
+    /// certificate now, so a missing or unreadable one is reported at start.
+    pub fn http_client(&self) -> Result<bursar_http::Client, ConfigError> {
+        let auth = match (&self.bearer_token_file, &self.basic_auth) {
+            (Some(t), _) => bursar_http::Auth::Bearer(
+                t.read().map_err(|e| ConfigError::Client(format!("`bearer_token_file`: {e}")))?,
+            ),
+            (None, Some(b)) => b.read().map_err(|e| ConfigError::Client(format!("`basic_auth.password_file`: {e}")))?,
+            (None, None) => bursar_http::Auth::None,
+        };
+        let identity = match (&self.client_cert, &self.client_key) {
+            (Some(cert_file), Some(key_file)) => {
+                Some(bursar_http::Identity { cert_file: cert_file.clone(), key_file: key_file.clone() })
+            }
+            _ => None,
+        };
+        let timeout = std::time::Duration::from_millis(u64::try_from(self.timeout.millis()).unwrap_or(10_000));
+        let config = bursar_http::ClientConfig {
+            ca_file: self.ca_file.clone(),
+            identity,
+            auth,
+            connect_timeout: timeout,
+            timeout: Some(timeout),
+            // A query over a very large cluster is a few MiB.
+            max_body: 256 * 1024 * 1024,
+            ..bursar_http::ClientConfig::new(self.server.clone())
+        };
+        bursar_http::Client::new(config).map_err(|e| ConfigError::Client(format!("`server` `{}`: {e}", self.server)))
+    }
+
     /// Checks every field; the first problem found is returned.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        crate::http::Endpoint::parse(&self.server)?;
+        bursar_http::Url::parse(&self.server).map_err(ConfigError::Server)?;
+        if self.bearer_token.is_some() {
+            return Err(ConfigError::Client(
+                "`bearer_token` holds a secret in plain text\n  help: write the token to a file readable only by bursar and set `bearer_token_file = \"/path/to/file\"` (or `\"env:VARIABLE\"`)".into(),
+            ));
+        }
+        if self.bearer_token_file.is_some() && self.basic_auth.is_some() {
+            return Err(ConfigError::Client(
+                "`bearer_token_file` and `basic_auth` are both set\n  help: keep the one your Prometheus's `--web.config.file` (or its proxy) checks".into(),
+            ));
+        }
+        if self.client_cert.is_some() != self.client_key.is_some() {
+            return Err(ConfigError::Client(
+                "`client_cert` and `client_key` go together\n  help: set both (the PEM certificate and its private key), or neither".into(),
+            ));
+        }
         let m = &self.metrics;
         for (field, name) in [
             ("engine_active", &m.engine_active),
@@ -372,7 +441,18 @@ mod tests {
             f(&mut c);
             c.validate().err().map(|e| e.to_string()).unwrap_or_default()
         };
-        assert!(bad(&|c| c.server = "https://x".into()).contains("not an http:// URL"));
+        assert!(bad(&|c| c.server = "ftp://x".into()).contains("must start with `http://` or `https://`"));
+        assert_eq!(bad(&|c| c.server = "https://mon.example:9090/prom".into()), "");
+        assert!(bad(&|c| c.bearer_token = Some("t".into())).contains("set `bearer_token_file"));
+        assert!(
+            bad(&|c| {
+                c.bearer_token_file = Some(SecretSource::Env("T".into()));
+                c.basic_auth =
+                    Some(BasicAuthFile { username: "u".into(), password_file: SecretSource::Env("P".into()) });
+            })
+            .contains("both set")
+        );
+        assert!(bad(&|c| c.client_cert = Some("/c.pem".into())).contains("go together"));
         assert!(bad(&|c| c.metrics.gpu_util = "9bad".into()).contains("`metrics.gpu_util` `9bad`"));
         assert!(
             bad(&|c| {
@@ -404,5 +484,14 @@ mod tests {
         assert_eq!(c.validate(), Ok(()));
         assert!(serde_json::from_str::<Config>(r#"{"intervl":"30s"}"#).is_err(), "unknown fields are refused");
         assert!(serde_json::from_str::<Config>(r#"{"interval":"soon"}"#).is_err());
+        let tls: Config = serde_json::from_str(
+            r#"{"server":"https://mon:9090","ca_file":"/etc/ca.pem","basic_auth":{"username":"u","password_file":"env:PW"}}"#,
+        )
+        .unwrap();
+        assert_eq!(tls.validate(), Ok(()));
+        assert!(
+            serde_json::from_str::<Config>(r#"{"bearer_token_file":"env:"}"#).is_err(),
+            "a bad source is refused where it is written"
+        );
     }
 }

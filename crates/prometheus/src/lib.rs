@@ -21,13 +21,11 @@
 //! [`promql`] (the queries and the answer reader) and [`aggregate`] (readings to samples).
 //!
 //! Layout: `config.rs` settings; `promql.rs` queries and answers; `aggregate.rs` the rules;
-//! `schedule.rs` evaluation times; `jobs.rs` the caller's view; `counters.rs`; `http.rs` one GET;
-//! `source.rs` the I/O.
+//! `schedule.rs` evaluation times; `jobs.rs` the caller's view; `counters.rs`; `source.rs` the I/O.
 
 pub mod aggregate;
 mod config;
 mod counters;
-mod http;
 mod jobs;
 pub mod promql;
 mod schedule;

@@ -5,12 +5,13 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration as StdDuration;
 
+use bursar_http::Request;
+
 use bursar_model::{Event, Timestamp};
 
 use crate::aggregate::{self, Answers};
 use crate::config::{Config, ConfigError};
 use crate::counters::Counters;
-use crate::http::{self, Endpoint};
 use crate::jobs::Jobs;
 use crate::promql::{self, AnswerError};
 use crate::schedule::Schedule;
@@ -23,8 +24,16 @@ pub enum PollError {
     Unreachable {
         /// The configured server.
         server: String,
-        /// The I/O error.
-        source: io::Error,
+        /// The transport's error (it names the URL and what to check).
+        source: bursar_http::Error,
+    },
+    /// TLS failed: the server's certificate is not trusted, or the server refused the handshake.
+    #[error("prometheus at `{server}`: {source}")]
+    Tls {
+        /// The configured server.
+        server: String,
+        /// The transport's error, with what to do.
+        source: bursar_http::Error,
     },
     /// Prometheus answered with an HTTP error status.
     #[error("prometheus at `{server}` answered HTTP {status} to `{query}`: {message}")]
@@ -56,6 +65,18 @@ impl PollError {
         match self {
             PollError::Unreachable { .. } => {
                 "check that Prometheus runs and that `server` names it; the evaluation time is retried on the next poll"
+            }
+            PollError::Tls { .. } => {
+                "fix the TLS settings as the message says (`ca_file`, `client_cert`); retried on the next poll"
+            }
+            PollError::Status { status: 401, .. } => {
+                "Prometheus refused the credentials: check `basic_auth` (its `username` and the password in `password_file`) or `bearer_token_file`"
+            }
+            PollError::Status { status: 403, .. } => {
+                "Prometheus accepted the credentials but does not allow this query"
+            }
+            PollError::Status { status: 400, message, .. } if message.contains("HTTPS server") => {
+                "this Prometheus serves TLS: write `server` with `https://`"
             }
             PollError::Status { status: 400 | 422, .. } | PollError::Answer { source: AnswerError::Api { .. }, .. } => {
                 "the query was refused: check `metrics`, `attribution.labels` and `matchers`"
@@ -101,7 +122,7 @@ pub struct CatchUp {
 #[derive(Debug)]
 pub struct Source {
     config: Config,
-    endpoint: Endpoint,
+    http: bursar_http::Client,
     counters: Counters,
 }
 
@@ -123,11 +144,12 @@ fn excerpt(body: &[u8]) -> String {
 }
 
 impl Source {
-    /// A source; the configuration is validated first.
+    /// A source; the configuration is validated first, and its secret, CA and certificate files
+    /// are read.
     pub fn new(config: Config) -> Result<Source, ConfigError> {
         config.validate()?;
-        let endpoint = Endpoint::parse(&config.server)?;
-        Ok(Source { config, endpoint, counters: Counters::default() })
+        let http = config.http_client()?;
+        Ok(Source { config, http, counters: Counters::default() })
     }
 
     /// The configuration.
@@ -164,16 +186,21 @@ impl Source {
     fn ask(&self, query: &str, at: Timestamp) -> Result<Vec<promql::Reading>, PollError> {
         let timeout = self.config.timeout;
         let path = format!(
-            "{}?query={}&time={}&timeout={}ms",
-            self.endpoint.path("/api/v1/query"),
-            http::encode(query),
+            "/api/v1/query?query={}&time={}&timeout={}ms",
+            bursar_http::encode(query),
             api_time(at),
             timeout.millis()
         );
         let server = &self.config.server;
         let std_timeout = StdDuration::from_millis(u64::try_from(timeout.millis()).unwrap_or(10_000));
-        let answer = http::get(&self.endpoint, &path, self.config.bearer_token.as_deref(), std_timeout)
-            .map_err(|source| PollError::Unreachable { server: server.clone(), source })?;
+        let req = Request::get(&path).header("accept", "application/json").timeout(Some(std_timeout));
+        let answer = self.http.send(&req).map_err(|source| {
+            if source.is_unreachable() {
+                PollError::Unreachable { server: server.clone(), source }
+            } else {
+                PollError::Tls { server: server.clone(), source }
+            }
+        })?;
         if !(200..300).contains(&answer.status) {
             return Err(PollError::Status {
                 server: server.clone(),
@@ -209,9 +236,9 @@ impl Source {
                 Err(e) => {
                     match &e {
                         PollError::Unreachable { .. } => delta.poll_unreachable += 1,
-                        PollError::Status { .. } | PollError::Answer { source: AnswerError::Api { .. }, .. } => {
-                            delta.poll_error += 1
-                        }
+                        PollError::Status { .. }
+                        | PollError::Tls { .. }
+                        | PollError::Answer { source: AnswerError::Api { .. }, .. } => delta.poll_error += 1,
                         PollError::Answer { .. } => delta.poll_bad_answer += 1,
                     }
                     self.counters.add(&delta);

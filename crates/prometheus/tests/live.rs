@@ -8,6 +8,11 @@
 //! exporter, and the restart test comes last. Evaluation times are chosen after the change they test
 //! is visible in Prometheus, so no assertion depends on how fast the machine is. Without
 //! `/usr/bin/prometheus` every test is reported ignored (run `scripts/setup.sh`).
+//!
+//! A second Prometheus scrapes the same exporter with its API behind `--web.config.file`: TLS with a
+//! certificate of a CA made here, and basic auth (a bcrypt hash). The source reads it with
+//! `ca_file` and `basic_auth`; a wrong password and a CA file that does not sign its certificate
+//! give errors that name the setting to fix.
 
 #![expect(
     clippy::unwrap_used,
@@ -20,8 +25,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::sleep;
 use std::time::{Duration as StdDuration, Instant};
 
+use bursar_http::{BasicAuthFile, SecretSource};
 use bursar_model::{Duration, Event, EventKind, Sample, Timestamp, decode_event};
 use bursar_prometheus::{Config, Counters, Jobs, Poll, PollError, SlurmIds, Source};
+use bursar_testkit::tls::{TestCa, WebConfig};
 use bursar_testkit::{FakeDcgm, FakeNode, Field, Prometheus, TempDir};
 use libtest_mimic::{Arguments, Failed, Trial};
 
@@ -43,6 +50,10 @@ struct World {
     node: FakeNode,
     dcgm: FakeDcgm,
     prom: Mutex<Prometheus>,
+    /// The same scrape behind TLS and basic auth.
+    tls_prom: Prometheus,
+    web: WebConfig,
+    ca_file: PathBuf,
     ids: SlurmIds,
     gpus: BTreeMap<String, u32>,
 }
@@ -137,7 +148,13 @@ fn world() -> std::io::Result<World> {
     dcgm.set_load(PERM[6], 0.7, 100.0);
     dcgm.set_load(PERM[7], 0.7, 100.0);
     let prom = Prometheus::start(&[dcgm.addr()], StdDuration::from_secs(1))?;
-    Ok(World { _dir: dir, map, node, dcgm, prom: Mutex::new(prom), ids, gpus })
+    let ca = TestCa::new("bursar test CA")?;
+    let ca_file = ca.write(dir.path(), "ca")?;
+    let web = WebConfig::new(dir.path(), &ca, "bursar", "correct horse")?;
+    std::fs::write(dir.path().join("prometheus.password"), "correct horse\n")?;
+    std::fs::write(dir.path().join("wrong.password"), "battery staple\n")?;
+    let tls_prom = Prometheus::start_tls(&[dcgm.addr()], StdDuration::from_secs(1), &web)?;
+    Ok(World { _dir: dir, map, node, dcgm, prom: Mutex::new(prom), tls_prom, web, ca_file, ids, gpus })
 }
 
 fn engine_of(gpu: u32, v: f64) -> impl Fn(&[bursar_prometheus::promql::Reading]) -> bool {
@@ -145,6 +162,80 @@ fn engine_of(gpu: u32, v: f64) -> impl Fn(&[bursar_prometheus::promql::Reading])
 }
 
 type Test = fn(&World) -> Result<(), Failed>;
+
+impl World {
+    /// A source of the TLS Prometheus with `ca_file`, and basic auth with the password in `password`.
+    fn tls_source(&self, ca_file: &Path, password: &str) -> Source {
+        self.source_with(|c| {
+            c.server = self.tls_prom.url();
+            c.ca_file = Some(ca_file.to_owned());
+            c.basic_auth = Some(BasicAuthFile {
+                username: self.web.user.clone(),
+                password_file: SecretSource::File(self._dir.path().join(password)),
+            });
+        })
+    }
+
+    fn settle_tls(&self, promql: &str, ok: impl Fn(&[bursar_prometheus::promql::Reading]) -> bool) -> Timestamp {
+        let deadline = Instant::now() + StdDuration::from_secs(20);
+        loop {
+            let body = self.tls_prom.query(promql).unwrap_or_default();
+            if let Ok(r) = bursar_prometheus::promql::parse(body.as_bytes())
+                && ok(&r)
+            {
+                return next_second();
+            }
+            assert!(Instant::now() < deadline, "the TLS Prometheus never answered `{promql}` as expected: {body}");
+            sleep(StdDuration::from_millis(100));
+        }
+    }
+}
+
+fn over_tls_with_basic_auth_the_busy_and_idle_jobs_are_read(w: &World) -> Result<(), Failed> {
+    assert!(w.tls_prom.url().starts_with("https://"));
+    let at = w.settle_tls("DCGM_FI_PROF_GR_ENGINE_ACTIVE{hpc_job=\"102\"}", engine_of(PERM[1], 0.02));
+    let mut src = w.tls_source(&w.ca_file, "prometheus.password");
+    let p = src.poll(at, &w.jobs());
+    assert!(p.is_ok(), "{:?}", p.error);
+    assert_eq!(sample(&p, "lab-busy").ok_or("no sample for the busy job")?.gpu_util, 0.9);
+    assert_eq!(sample(&p, "lab-idle").ok_or("no sample for the idle job")?.gpu_util, 0.02);
+    // The same time from the plain Prometheus: the same events (TLS changes the road, not the data).
+    let plain_at = w.settle("DCGM_FI_PROF_GR_ENGINE_ACTIVE{hpc_job=\"102\"}", engine_of(PERM[1], 0.02));
+    let a = w.tls_source(&w.ca_file, "prometheus.password").poll(plain_at, &w.jobs());
+    let b = w.source().poll(plain_at, &w.jobs());
+    let ids = |p: &Poll| p.events.iter().map(|e| e.id.to_string()).collect::<Vec<_>>();
+    assert_eq!(ids(&a), ids(&b));
+    Ok(())
+}
+
+fn a_wrong_password_or_an_unknown_ca_says_what_to_fix(w: &World) -> Result<(), Failed> {
+    let at = next_second();
+    let wrong = w.tls_source(&w.ca_file, "wrong.password").poll(at, &w.jobs());
+    assert!(wrong.events.is_empty());
+    let e = wrong.error.ok_or("a wrong password was accepted")?;
+    assert!(matches!(e, PollError::Status { status: 401, .. }), "{e:?}");
+    assert!(e.help().contains("check `basic_auth`"), "{}", e.help());
+    assert_eq!(wrong.delta.poll_error, 1);
+
+    let other = TestCa::new("not the CA of this Prometheus")?;
+    let other_file = other.write(w._dir.path(), "other-ca")?;
+    let unknown = w.tls_source(&other_file, "prometheus.password").poll(at, &w.jobs());
+    let e = unknown.error.ok_or("a certificate of an unknown CA was trusted")?;
+    assert!(matches!(e, PollError::Tls { .. }), "{e:?}");
+    let text = e.to_string();
+    assert!(
+        text.contains("is not trusted")
+            && text.contains(&format!("the CA file `{}` (`ca_file`)", other_file.display())),
+        "{text}"
+    );
+    assert!(unknown.events.is_empty());
+
+    // Plain HTTP to the TLS port: Prometheus's 400 comes back with the fix.
+    let plain = w.source_with(|c| c.server = w.tls_prom.url().replace("https://", "http://")).poll(at, &w.jobs());
+    let e = plain.error.ok_or("plain HTTP to a TLS port was answered")?;
+    assert!(e.help().contains("https://"), "{e}: {}", e.help());
+    Ok(())
+}
 
 fn the_prolog_names_files_by_nvml_index(w: &World) -> Result<(), Failed> {
     // Slurm's device 0 is NVML index 1 on this node: the file is `1`, not `0`.
@@ -334,7 +425,7 @@ fn a_prometheus_restart_is_counted_and_resumed(w: &World) -> Result<(), Failed> 
 fn main() {
     let mut args = Arguments::from_args();
     args.test_threads = Some(1);
-    let tests: [(&str, Test); 9] = [
+    let tests: [(&str, Test); 11] = [
         ("the_prolog_names_files_by_nvml_index", the_prolog_names_files_by_nvml_index),
         ("busy_idle_and_memory_held", busy_idle_and_memory_held),
         ("a_multi_gpu_job_gets_mean_and_max", a_multi_gpu_job_gets_mean_and_max),
@@ -346,6 +437,11 @@ fn main() {
         ("a_dcgm_error_value_is_no_sample", a_dcgm_error_value_is_no_sample),
         ("a_gpu_that_goes_stale_is_no_sample", a_gpu_that_goes_stale_is_no_sample),
         ("a_target_that_goes_away_is_no_sample", a_target_that_goes_away_is_no_sample),
+        (
+            "over_tls_with_basic_auth_the_busy_and_idle_jobs_are_read",
+            over_tls_with_basic_auth_the_busy_and_idle_jobs_are_read,
+        ),
+        ("a_wrong_password_or_an_unknown_ca_says_what_to_fix", a_wrong_password_or_an_unknown_ca_says_what_to_fix),
         ("a_prometheus_restart_is_counted_and_resumed", a_prometheus_restart_is_counted_and_resumed),
     ];
     let have = Prometheus::binary().is_some();
@@ -376,6 +472,6 @@ fn main() {
         })
         .collect();
     let conclusion = libtest_mimic::run(&args, trials);
-    drop(world); // stops Prometheus (by PID) and the exporter, pass or fail
+    drop(world); // stops both Prometheus servers (by PID) and the exporter, pass or fail
     conclusion.exit();
 }

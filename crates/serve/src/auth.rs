@@ -29,15 +29,6 @@ use bursar_model::api::ErrorReply;
 /// The authenticator in force, swapped whole on reload.
 pub type SharedAuth = Arc<RwLock<Arc<Authenticator>>>;
 
-/// The peer address of the connection a request came on (put on every request by
-/// [`crate::listen::serve`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PeerAddr(pub SocketAddr);
-
-/// The verified TLS client certificate of the connection, when there is one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeerCert(pub CertIdentity);
-
 fn json_error(status: StatusCode, message: String) -> Response {
     let body = serde_json::to_string(&ErrorReply { error: message }).unwrap_or_default();
     let mut r = (status, body).into_response();
@@ -92,8 +83,11 @@ pub async fn caller_of(auth: &SharedAuth, req: Request) -> Result<(Caller, Reque
         slurm_token: header_str(&parts.headers, "x-slurm-user-token").map(str::to_owned),
         slurm_user: header_str(&parts.headers, "x-slurm-user-name").map(str::to_owned),
         proxy_user: a.proxy_header().and_then(|h| header_str(&parts.headers, h)).map(str::to_owned),
-        peer: parts.extensions.get::<PeerAddr>().map(|p| p.0.ip()),
-        cert: parts.extensions.get::<PeerCert>().map(|c| c.0.clone()),
+        peer: parts.extensions.get::<axum::extract::ConnectInfo<SocketAddr>>().map(|p| p.0.ip()),
+        cert: parts
+            .extensions
+            .get::<crate::listen::PeerCert>()
+            .map(|c| CertIdentity { subject: c.subject.clone(), common_name: c.common_name.clone() }),
         binding,
     };
     let now = bursar_model::Timestamp::wall_clock();

@@ -317,6 +317,12 @@ pub async fn serve_cluster(
         max_skew: config.max_skew,
     };
     let counters = Arc::new(crate::listen::ListenCounters::default());
+    let tls = config
+        .tls
+        .as_ref()
+        .map(crate::listen::Tls::load)
+        .transpose()
+        .map_err(|e| ServeError::Io { context: "load the TLS settings".into(), message: e.to_string() })?;
     let app = router(state, limits, counters.clone());
     ready(&Ready { addr, admit: None })?;
     tracing::info!(%addr, partitions = instance.front.partitions(), digest = set.digest(), "cluster instance listening");
@@ -325,7 +331,7 @@ pub async fn serve_cluster(
         shutdown.await;
         let _ = stop_tx.send(true);
     });
-    crate::listen::serve(listener, app, limits, counters, stop_rx).await;
+    crate::listen::serve(listener, app, limits, counters, tls, stop_rx).await;
     triggers.stop();
     reloader.abort();
     let _ = tokio::time::timeout(Duration::from_secs(30), instance.shutdown()).await;

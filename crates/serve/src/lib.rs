@@ -23,7 +23,7 @@
 //! - [`http`]: routes and answers.
 //! - [`auth`]: every request authenticated, every route's power checked, the security headers.
 //! - [`gate`]: the checks of who may send an input that need the engine's state (approvers, owners).
-//! - [`listen`]: the accept loop: connection cap, header/idle and body deadlines, early 413.
+//! - [`listen`]: the accept loop: connection cap, header/idle and body deadlines, early 413, TLS.
 //! - [`stream`]: `GET /v1/decisions`, catch-up from the log then live.
 //! - [`reload`]: watcher, debounce, off-thread compile, swap.
 //! - [`socket`]: events as JSON Lines over a Unix socket.
@@ -154,6 +154,9 @@ pub struct Config {
     pub body_timeout: Duration,
     /// A second listener for the scheduler's hook: only `/v1/admit` and `/healthz`, its own connections.
     pub admit_listen: Option<SocketAddr>,
+    /// Terminate TLS on every listener (`--tls-cert`, `--tls-key`, `--tls-client-ca`,
+    /// `--tls-require-client-cert`); `None`: plain HTTP.
+    pub tls: Option<listen::TlsConfig>,
     /// Engine queue length (requests waiting beyond it wait for room).
     pub queue: usize,
     /// Quiet time after a file change before reloading.
@@ -217,6 +220,7 @@ impl Config {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             admit_listen: None,
+            tls: None,
             queue: 4096,
             debounce: Duration::from_millis(100),
             watch: true,
@@ -322,6 +326,12 @@ pub async fn serve_then(
     if config.auth.is_open() {
         tracing::warn!("no principals are configured: every caller on loopback has every power (docs/security.md)");
     }
+    let tls = config
+        .tls
+        .as_ref()
+        .map(listen::Tls::load)
+        .transpose()
+        .map_err(|e| ServeError::Io { context: "load the TLS settings".into(), message: e.to_string() })?;
 
     // Policies first: a server with broken policies does not start.
     let set = {
@@ -401,7 +411,13 @@ pub async fn serve_then(
 
     let (engine_tx, engine_rx) = mpsc::channel::<core::Work>(config.queue.max(1));
     // Before the engine applies anything new: the notifier's first cursor is the recovered log's end.
-    let (links, notifier) = notices::start(config.notify.clone(), &config.audit, addr, engine_tx.clone())?;
+    let notify = config.notify.clone().map(|mut n| {
+        if tls.is_some() {
+            n.listening_on_tls(addr);
+        }
+        n
+    });
+    let (links, notifier) = notices::start(notify, &config.audit, addr, engine_tx.clone())?;
     let snapshot_every = config.snapshot_every;
     let engine_thread = std::thread::Builder::new()
         .name("bursar-engine".into())
@@ -537,7 +553,7 @@ pub async fn serve_then(
     let admit_addr = admit_listener.as_ref().and_then(|l| l.local_addr().ok());
     let admit_task = admit_listener.map(|l| {
         let app = http::admit_router(state.clone(), limits, metrics.admit_listener.clone());
-        tokio::spawn(listen::serve(l, app, limits, metrics.admit_listener.clone(), shutdown_rx.clone()))
+        tokio::spawn(listen::serve(l, app, limits, metrics.admit_listener.clone(), tls.clone(), shutdown_rx.clone()))
     });
     let app = http::router(state, limits, metrics.listener.clone());
     ready(&Ready { addr, admit: admit_addr })?;
@@ -549,7 +565,7 @@ pub async fn serve_then(
         let _ = shutdown_tx.send(true);
     };
     tokio::spawn(drain);
-    listen::serve(listener, app, limits, metrics.listener.clone(), main_shutdown).await;
+    listen::serve(listener, app, limits, metrics.listener.clone(), tls, main_shutdown).await;
     if let Some(t) = admit_task {
         let _ = t.await;
     }

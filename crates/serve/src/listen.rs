@@ -12,7 +12,20 @@
 //!
 //! The accept loop mirrors `axum::serve`'s (hyper-util's connection builder over the router as a
 //! service, a graceful shutdown that lets in-flight requests finish).
+//!
+//! TLS ([`tls`]: `--tls-cert`, `--tls-key`, optionally `--tls-client-ca` and
+//! `--tls-require-client-cert`) is terminated here, under the same limits: a connection counts
+//! against the cap from its accept, its handshake must finish within the header deadline (a client
+//! that opens a connection and sends nothing, or half a hello, is cut like an idle one), and one over
+//! the cap is answered 503 over TLS after a handshake of at most a second. Every request carries the
+//! peer's address (axum's `ConnectInfo<SocketAddr>`) and, with a client CA, the verified client
+//! certificate's subject ([`PeerCert`]) as request extensions.
 
+mod tls;
+
+pub use tls::{PeerCert, Tls, TlsConfig, TlsError};
+
+use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,7 +33,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -28,7 +41,7 @@ use bursar_model::api::ErrorReply;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tower::ServiceExt;
@@ -55,6 +68,8 @@ pub struct ListenCounters {
     pub body_timeouts: AtomicU64,
     /// Requests refused for a declared or actual body over the limit.
     pub too_large: AtomicU64,
+    /// TLS handshakes that failed or did not finish within the header deadline.
+    pub tls_failed: AtomicU64,
 }
 
 fn error(status: StatusCode, message: String) -> Response {
@@ -109,13 +124,68 @@ pub async fn body_limits(
     }
 }
 
-/// Serves `app` on `listener` under `limits` until `shutdown` turns true, then lets the requests in
-/// flight finish.
+/// The 503 a connection over the cap gets.
+async fn refuse<S: AsyncWrite + Unpin>(mut stream: S) {
+    let body = serde_json::to_string(&ErrorReply {
+        error: "too many open connections; retry shortly (the scheduler's hook should use --admit-listen)".into(),
+    })
+    .unwrap_or_default();
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(answer.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
+/// Serves one connection (plain or TLS) until it ends or, at shutdown, its request in flight ends.
+/// Every request carries `peer` and the client certificate's subject as extensions.
+async fn connection<I>(
+    io: I,
+    app: Router,
+    peer: SocketAddr,
+    cert: Option<PeerCert>,
+    limits: Limits,
+    mut stop: watch::Receiver<bool>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = app.map_request(move |req: Request<Incoming>| {
+        let mut req = req.map(Body::new);
+        req.extensions_mut().insert(ConnectInfo(peer));
+        if let Some(c) = &cert {
+            req.extensions_mut().insert(c.clone());
+        }
+        req
+    });
+    let service = TowerToHyperService::new(service);
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).keep_alive(true);
+    let mut conn = pin!(builder.serve_connection(TokioIo::new(io), service));
+    let stopping = async {
+        let _ = stop.wait_for(|s| *s).await.map(|_| ());
+    };
+    let ended = tokio::select! {
+        r = conn.as_mut() => r,
+        () = stopping => {
+            // Shutting down: finish the request in flight, take no other.
+            conn.as_mut().graceful_shutdown();
+            conn.as_mut().await
+        }
+    };
+    if let Err(e) = ended {
+        tracing::trace!(error = %e, "connection ended");
+    }
+}
+
+/// Serves `app` on `listener` under `limits` (over TLS when `tls` is set) until `shutdown` turns
+/// true, then lets the requests in flight finish.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: Limits,
     counters: Arc<ListenCounters>,
+    tls: Option<Tls>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
@@ -126,7 +196,7 @@ pub async fn serve(
             a = listener.accept() => a,
             _ = shutdown.changed() => break,
         };
-        let (mut stream, peer) = match accepted {
+        let (stream, peer) = match accepted {
             Ok(s) => s,
             Err(e) => {
                 // Out of descriptors or a reset before accept: wait a little rather than spin.
@@ -137,46 +207,46 @@ pub async fn serve(
         };
         let Ok(permit) = slots.clone().try_acquire_owned() else {
             counters.refused.fetch_add(1, Ordering::Relaxed);
+            let tls = tls.clone();
             tokio::spawn(async move {
-                let body = serde_json::to_string(&ErrorReply {
-                    error: "too many open connections; retry shortly (the scheduler's hook should use --admit-listen)"
-                        .into(),
+                let _ = tokio::time::timeout(Duration::from_secs(1), async move {
+                    match tls {
+                        None => refuse(stream).await,
+                        Some(t) => {
+                            if let Ok(s) = t.acceptor.accept(stream).await {
+                                refuse(s).await;
+                            }
+                        }
+                    }
                 })
-                .unwrap_or_default();
-                let answer = format!(
-                    "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(answer.as_bytes())).await;
+                .await;
             });
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let service = app.clone().map_request(move |req: Request<Incoming>| {
-            let mut req = req.map(Body::new);
-            req.extensions_mut().insert(crate::auth::PeerAddr(peer));
-            req
-        });
-        let service = TowerToHyperService::new(service);
-        let mut stop = shutdown.clone();
+        let app = app.clone();
+        let stop = shutdown.clone();
         let done = done_rx.clone();
+        let tls = tls.clone();
+        let counters = counters.clone();
         tokio::spawn(async move {
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).keep_alive(true);
-            let mut conn = pin!(builder.serve_connection(TokioIo::new(stream), service));
-            let stopping = async {
-                let _ = stop.wait_for(|s| *s).await.map(|_| ());
-            };
-            let ended = tokio::select! {
-                r = conn.as_mut() => r,
-                () = stopping => {
-                    // Shutting down: finish the request in flight, take no other.
-                    conn.as_mut().graceful_shutdown();
-                    conn.as_mut().await
-                }
-            };
-            if let Err(e) = ended {
-                tracing::trace!(error = %e, "connection ended");
+            match tls {
+                None => connection(stream, app, peer, None, limits, stop).await,
+                Some(t) => match tokio::time::timeout(limits.header_timeout, t.acceptor.accept(stream)).await {
+                    Ok(Ok(s)) => {
+                        let cert =
+                            s.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(PeerCert::from_der);
+                        connection(s, app, peer, cert, limits, stop).await;
+                    }
+                    Ok(Err(e)) => {
+                        counters.tls_failed.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    }
+                    Err(_) => {
+                        counters.tls_failed.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(%peer, "TLS handshake not done within the header deadline");
+                    }
+                },
             }
             drop(permit);
             drop(done);

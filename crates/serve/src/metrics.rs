@@ -208,9 +208,12 @@ impl Metrics {
             "# HELP bursar_http_refused_total Requests and connections refused by a listener's limits, by listener and reason.\n# TYPE bursar_http_refused_total counter"
         );
         for (name, l) in [("main", &self.listener), ("admit", &self.admit_listener)] {
-            for (reason, v) in
-                [("connections", &l.refused), ("body_timeout", &l.body_timeouts), ("too_large", &l.too_large)]
-            {
+            for (reason, v) in [
+                ("connections", &l.refused),
+                ("body_timeout", &l.body_timeouts),
+                ("too_large", &l.too_large),
+                ("tls_handshake", &l.tls_failed),
+            ] {
                 let _ = writeln!(
                     out,
                     "bursar_http_refused_total{{listener=\"{name}\",reason=\"{reason}\"}} {}",

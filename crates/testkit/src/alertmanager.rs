@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::process::{Server, TempDir, free_port, http_get};
+use crate::process::{Probe, Server, TempDir, free_port};
 
 /// A running Alertmanager.
 #[derive(Debug)]
@@ -23,6 +23,7 @@ pub struct Alertmanager {
     server: Server,
     _dir: TempDir,
     addr: SocketAddr,
+    probe: Probe,
 }
 
 impl Alertmanager {
@@ -38,6 +39,17 @@ impl Alertmanager {
     /// Starts Alertmanager sending every notification to `webhook_url` (resolved ones too), and
     /// waits until it answers `/-/ready`.
     pub fn start(webhook_url: &str) -> io::Result<Alertmanager> {
+        Alertmanager::start_with(webhook_url, Probe::Plain)
+    }
+
+    /// Like [`Alertmanager::start`], serving its API over TLS with basic auth as `web` says
+    /// (`--web.config.file`).
+    #[cfg(feature = "tls")]
+    pub fn start_tls(webhook_url: &str, web: &crate::tls::WebConfig) -> io::Result<Alertmanager> {
+        Alertmanager::start_with(webhook_url, Probe::Tls(web.clone()))
+    }
+
+    fn start_with(webhook_url: &str, probe: Probe) -> io::Result<Alertmanager> {
         let bin = Self::binary().ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no alertmanager binary"))?;
         let dir = TempDir::new("alertmanager")?;
         let yml = format!(
@@ -48,19 +60,20 @@ impl Alertmanager {
         let mut last = None;
         for n in 0..3 {
             let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
-            let args: Vec<OsString> = vec![
+            let mut args: Vec<OsString> = vec![
                 format!("--config.file={}", dir.path().join("alertmanager.yml").display()).into(),
                 format!("--storage.path={}", dir.path().join("data").display()).into(),
                 format!("--web.listen-address={addr}").into(),
                 "--cluster.listen-address=".into(),
                 "--log.level=warn".into(),
             ];
+            args.extend(probe.web_config_arg());
             let mut server =
                 Server::start("alertmanager", &bin, &args, &dir.path().join(format!("alertmanager-{n}.log")))?;
             match server.wait_until("ready", Duration::from_secs(30), || {
-                http_get(addr, "/-/ready").map(|(status, _)| status == 200).unwrap_or(false)
+                probe.get(addr, "/-/ready").map(|(status, _)| status == 200).unwrap_or(false)
             }) {
-                Ok(()) => return Ok(Alertmanager { server, _dir: dir, addr }),
+                Ok(()) => return Ok(Alertmanager { server, _dir: dir, addr, probe }),
                 Err(e) if e.to_string().contains("address already in use") => last = Some(e),
                 Err(e) => return Err(e),
             }
@@ -73,14 +86,14 @@ impl Alertmanager {
         self.addr
     }
 
-    /// Its base URL, `http://127.0.0.1:PORT`.
+    /// Its base URL, `http://127.0.0.1:PORT` (`https://` with TLS).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", self.probe.scheme(), self.addr)
     }
 
     /// `GET /api/v2/alerts`: the alerts it holds that have not ended, as JSON text.
     pub fn alerts(&self) -> io::Result<String> {
-        let (status, body) = http_get(self.addr, "/api/v2/alerts")?;
+        let (status, body) = self.probe.get(self.addr, "/api/v2/alerts")?;
         if status != 200 {
             return Err(io::Error::other(format!("alertmanager answered {status}: {body}")));
         }

@@ -7,15 +7,18 @@
 //! [`prometheus::Prometheus::binary`] and skip, saying so, when the package is not installed
 //! (`scripts/setup.sh` installs it).
 //!
-//! Boundaries: test support only (`publish = false`), no dependency at all, and nothing of bursar's
-//! own: a crate's integration tests combine these with the crate under test.
+//! Boundaries: test support only (`publish = false`), nothing of bursar's own (a crate's
+//! integration tests combine these with the crate under test), and no dependency unless the `tls`
+//! feature asks for TLS: then rcgen, bcrypt and rustls, for [`tls`].
 //!
 //! Exports: [`process`] (`Server`, `TempDir`, `free_port`, `http_get`), [`prometheus`]
 //! (`Prometheus`), [`alertmanager`] (`Alertmanager`), [`nats`] (`NatsCluster`: 1 to 5 `nats-server` nodes
 //! with JetStream), [`webhook`] (`WebhookReceiver`: records the POSTs a sink makes, answers with the
 //! status the test sets), [`dcgm`] (`FakeDcgm`, a dcgm-exporter stand-in whose values the test changes
-//! while it is scraped), [`node`] (`FakeNode`: a GPU node's driver view for the Slurm prolog/epilog), [`munge`] (`Munged`: a real
-//! `munged` on a socket of its own).
+//! while it is scraped), [`node`] (`FakeNode`: a GPU node's driver view for the Slurm prolog/epilog),
+//! [`munge`] (`Munged`: a real `munged` on a socket of its own), and with the `tls` feature [`tls`]
+//! (`TestCa`, `WebConfig` for `--web.config.file` with TLS and basic auth, `https_get`,
+//! `TlsWebhook`; `Prometheus::start_tls`, `Alertmanager::start_tls`).
 
 pub mod alertmanager;
 pub mod dcgm;
@@ -24,6 +27,8 @@ pub mod nats;
 pub mod node;
 pub mod process;
 pub mod prometheus;
+#[cfg(feature = "tls")]
+pub mod tls;
 pub mod webhook;
 
 pub use alertmanager::Alertmanager;
@@ -31,6 +36,6 @@ pub use dcgm::{FakeDcgm, Field};
 pub use munge::Munged;
 pub use nats::NatsCluster;
 pub use node::FakeNode;
-pub use process::{Server, TempDir, free_port, http_get};
+pub use process::{Probe, Server, TempDir, free_port, http_get};
 pub use prometheus::Prometheus;
 pub use webhook::{Received, WebhookReceiver};

@@ -177,6 +177,46 @@ impl Drop for TempDir {
     }
 }
 
+/// How a launcher reaches the server it started: plain HTTP, or (feature `tls`) TLS with basic auth.
+#[derive(Debug, Clone, Default)]
+pub enum Probe {
+    /// Plain HTTP.
+    #[default]
+    Plain,
+    /// TLS trusting the web config's CA, with its user and password.
+    #[cfg(feature = "tls")]
+    Tls(crate::tls::WebConfig),
+}
+
+impl Probe {
+    /// One GET: status and body.
+    pub fn get(&self, addr: SocketAddr, path: &str) -> io::Result<(u16, String)> {
+        match self {
+            Probe::Plain => http_get(addr, path),
+            #[cfg(feature = "tls")]
+            Probe::Tls(w) => crate::tls::https_get(addr, &w.ca_pem, path, Some((&w.user, &w.password))),
+        }
+    }
+
+    /// `http` or `https`.
+    pub fn scheme(&self) -> &'static str {
+        match self {
+            Probe::Plain => "http",
+            #[cfg(feature = "tls")]
+            Probe::Tls(_) => "https",
+        }
+    }
+
+    /// The `--web.config.file=` argument, if any.
+    pub fn web_config_arg(&self) -> Option<OsString> {
+        match self {
+            Probe::Plain => None,
+            #[cfg(feature = "tls")]
+            Probe::Tls(w) => Some(format!("--web.config.file={}", w.path.display()).into()),
+        }
+    }
+}
+
 /// One GET on a fresh connection (HTTP/1.0, so the answer is never chunked): status and body.
 pub fn http_get(addr: SocketAddr, path: &str) -> io::Result<(u16, String)> {
     use std::io::Write;

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::process::{Server, TempDir, free_port, http_get};
+use crate::process::{Probe, Server, TempDir, free_port};
 
 /// A Prometheus server scraping static targets.
 #[derive(Debug)]
@@ -21,6 +21,7 @@ pub struct Prometheus {
     dir: TempDir,
     addr: SocketAddr,
     starts: u32,
+    probe: Probe,
 }
 
 impl Prometheus {
@@ -36,6 +37,21 @@ impl Prometheus {
     /// Starts Prometheus scraping `targets` (job `dcgm`) every `scrape_interval`, and waits until it
     /// answers `/-/ready`.
     pub fn start(targets: &[SocketAddr], scrape_interval: Duration) -> io::Result<Prometheus> {
+        Prometheus::start_with(targets, scrape_interval, Probe::Plain)
+    }
+
+    /// Like [`Prometheus::start`], serving its API over TLS with basic auth as `web` says
+    /// (`--web.config.file`).
+    #[cfg(feature = "tls")]
+    pub fn start_tls(
+        targets: &[SocketAddr],
+        scrape_interval: Duration,
+        web: &crate::tls::WebConfig,
+    ) -> io::Result<Prometheus> {
+        Prometheus::start_with(targets, scrape_interval, Probe::Tls(web.clone()))
+    }
+
+    fn start_with(targets: &[SocketAddr], scrape_interval: Duration, probe: Probe) -> io::Result<Prometheus> {
         let dir = TempDir::new("prometheus")?;
         let list: Vec<String> = targets.iter().map(|t| format!("\"{t}\"")).collect();
         let secs = scrape_interval.as_secs_f64();
@@ -48,8 +64,8 @@ impl Prometheus {
         let mut last = None;
         for _ in 0..3 {
             let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
-            match launch(dir.path(), addr, 1) {
-                Ok(server) => return Ok(Prometheus { server: Some(server), dir, addr, starts: 1 }),
+            match launch(dir.path(), addr, 1, &probe) {
+                Ok(server) => return Ok(Prometheus { server: Some(server), dir, addr, starts: 1, probe }),
                 Err(e) if e.to_string().contains("address already in use") => last = Some(e),
                 Err(e) => return Err(e),
             }
@@ -64,7 +80,7 @@ impl Prometheus {
             return Ok(());
         }
         self.starts += 1;
-        match launch(self.dir.path(), self.addr, self.starts) {
+        match launch(self.dir.path(), self.addr, self.starts, &self.probe) {
             Ok(server) => {
                 self.server = Some(server);
                 Ok(())
@@ -95,9 +111,9 @@ impl Prometheus {
         self.addr
     }
 
-    /// Its base URL, `http://127.0.0.1:PORT`.
+    /// Its base URL, `http://127.0.0.1:PORT` (`https://` with TLS).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", self.probe.scheme(), self.addr)
     }
 
     /// Runs an instant query now and returns the body (for waiting on a condition in a test).
@@ -110,7 +126,7 @@ impl Prometheus {
                 q.push_str(&format!("%{b:02X}"));
             }
         }
-        let (status, body) = http_get(self.addr, &format!("/api/v1/query?query={q}"))?;
+        let (status, body) = self.probe.get(self.addr, &format!("/api/v1/query?query={q}"))?;
         if status != 200 {
             return Err(io::Error::other(format!("prometheus answered {status}: {body}")));
         }
@@ -124,17 +140,18 @@ impl Prometheus {
 }
 
 /// Starts Prometheus in `dir` listening on `addr`; log `prometheus-<n>.log`.
-fn launch(dir: &Path, addr: SocketAddr, n: u32) -> io::Result<Server> {
+fn launch(dir: &Path, addr: SocketAddr, n: u32, probe: &Probe) -> io::Result<Server> {
     let bin = Prometheus::binary().ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no prometheus binary"))?;
-    let args: Vec<OsString> = vec![
+    let mut args: Vec<OsString> = vec![
         format!("--config.file={}", dir.join("prometheus.yml").display()).into(),
         format!("--storage.tsdb.path={}", dir.join("tsdb").display()).into(),
         format!("--web.listen-address={addr}").into(),
         "--log.level=warn".into(),
     ];
+    args.extend(probe.web_config_arg());
     let mut server = Server::start("prometheus", &bin, &args, &dir.join(format!("prometheus-{n}.log")))?;
     server.wait_until("ready", Duration::from_secs(30), || {
-        http_get(addr, "/-/ready").map(|(status, _)| status == 200).unwrap_or(false)
+        probe.get(addr, "/-/ready").map(|(status, _)| status == 200).unwrap_or(false)
     })?;
     Ok(server)
 }

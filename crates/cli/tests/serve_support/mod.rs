@@ -52,6 +52,10 @@ pub struct Server {
     pub addr: SocketAddr,
     pub log: PathBuf,
     pub token: Option<String>,
+    /// Set when serve was started over TLS: the CA file its certificate chains to.
+    pub ca_file: Option<PathBuf>,
+    /// The client certificate the helpers present over TLS, if any.
+    pub identity: Option<bursar_http::Identity>,
 }
 
 /// Event time now, RFC 3339.
@@ -101,7 +105,29 @@ impl Server {
         Self::try_start_at(scratch, &scratch.audit(), extra)
     }
 
+    /// Starts the binary over TLS (`extra` holds `--tls-cert` and `--tls-key`); the helpers then
+    /// talk https, trusting `ca_file`.
+    pub fn start_https(
+        scratch: &Scratch,
+        ca_file: &Path,
+        identity: Option<bursar_http::Identity>,
+        extra: &[&str],
+    ) -> Server {
+        Self::try_start_inner(scratch, &scratch.audit(), extra, Some((ca_file.to_owned(), identity)))
+            .unwrap_or_else(|log| panic!("bursar serve did not start:\n{log}"))
+    }
+
     fn try_start_at(scratch: &Scratch, audit: &Path, extra: &[&str]) -> Result<Server, String> {
+        Self::try_start_inner(scratch, audit, extra, None)
+    }
+
+    fn try_start_inner(
+        scratch: &Scratch,
+        audit: &Path,
+        extra: &[&str],
+        tls: Option<(PathBuf, Option<bursar_http::Identity>)>,
+    ) -> Result<Server, String> {
+        let (ca_file, identity) = tls.map_or((None, None), |(c, i)| (Some(c), i));
         let port_file = scratch.0.join("port");
         let _ = std::fs::remove_file(&port_file);
         let n = std::fs::read_dir(&scratch.0).map(|d| d.count()).unwrap_or(0);
@@ -139,7 +165,7 @@ impl Server {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        let mut server = Server { child, addr: "127.0.0.1:1".parse().unwrap(), log, token };
+        let mut server = Server { child, addr: "127.0.0.1:1".parse().unwrap(), log, token, ca_file, identity };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Ok(Some(_)) = server.child.try_wait() {
@@ -166,12 +192,34 @@ impl Server {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// `https://127.0.0.1:PORT` over TLS, else `http://…`.
+    pub fn url(&self) -> String {
+        let scheme = if self.ca_file.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// The transport of the helpers: plain, or https trusting the CA file.
+    pub fn http(&self) -> bursar_http::Client {
+        let auth = bursar_http::Auth::bearer(self.token.as_deref());
+        match &self.ca_file {
+            None => bursar_http::Client::plain(self.addr, auth, None),
+            Some(ca) => bursar_http::Client::new(bursar_http::ClientConfig {
+                ca_file: Some(ca.clone()),
+                identity: self.identity.clone(),
+                auth,
+                timeout: None,
+                ..bursar_http::ClientConfig::new(self.url())
+            })
+            .unwrap(),
+        }
+    }
+
     pub fn conn(&self) -> Conn {
-        Conn::connect(self.addr, self.token.as_deref()).unwrap()
+        Conn::over(self.http())
     }
 
     pub fn get(&self, path: &str) -> std::io::Result<Response> {
-        Conn::connect(self.addr, self.token.as_deref())?.request("GET", path, b"")
+        self.conn().request("GET", path, b"")
     }
 
     pub fn post(&self, path: &str, body: &str) -> Response {
