@@ -9,6 +9,7 @@
 pub mod audit;
 pub mod auth;
 pub mod check;
+pub mod connect;
 pub mod eval;
 pub mod generate;
 pub mod import;

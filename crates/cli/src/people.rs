@@ -7,8 +7,6 @@
 //! alive), with serve's sentence; 2 could not ask (serve unreachable, a wrong token, a bad argument).
 
 use std::io::Write;
-use std::net::SocketAddr;
-use std::path::PathBuf;
 
 use bursar_client::{Client, ClientError};
 use bursar_model::Timestamp;
@@ -16,48 +14,42 @@ use bursar_model::api::{ActionKind, ActionRequest, PendingReply};
 
 use crate::{CliError, ExitCode};
 
-/// Where serve is, shared by the four commands.
+/// Where serve is and how to prove who you are, shared by the four commands.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServerArgs {
-    /// Where `bursar serve` listens.
-    #[arg(long, default_value = "127.0.0.1:7878")]
-    pub server: SocketAddr,
-    /// File holding serve's bearer token (serve --token), if it has one.
-    #[arg(long, value_name = "FILE")]
-    pub token_file: Option<PathBuf>,
+    #[command(flatten)]
+    connect: crate::connect::ConnectArgs,
 }
 
 impl ServerArgs {
     fn client(&self) -> Result<Client, CliError> {
-        let token = match &self.token_file {
-            Some(path) => Some(
-                std::fs::read_to_string(path)
-                    .map_err(|e| CliError::io(format!("read the token file `{}`", path.display()), e))?
-                    .trim()
-                    .to_owned(),
-            ),
-            None => None,
-        };
-        Ok(Client::new(self.server, token))
+        // A person at a login node: MUNGE when the host has it and no token is given.
+        self.connect.client(crate::connect::Fallback::MungeIfInstalled)
     }
 }
 
-/// Who answers: `--as NAME`, else `$USER`.
+/// Who answers: whoever the credential proves. `--as NAME` asks that it be NAME (serve refuses the
+/// answer if the credential is someone else's); a server without principals takes it as given, and
+/// `$USER` when it is absent.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Who {
-    /// Who answers (an approver's name, the job's owner); default `$USER`.
+    /// Answer as NAME: serve checks that the credential (MUNGE, a token, a JWT) is NAME's. Without
+    /// principals on the server, the name is taken as given (default `$USER`).
     #[arg(long = "as", value_name = "NAME")]
     pub by: Option<String>,
 }
 
 impl Who {
-    fn name(&self) -> Result<String, CliError> {
+    /// The name to send: `--as`, or, for a client that presents no credential, `$USER`.
+    fn name(&self, server: &ServerArgs) -> String {
+        let presents = server.connect.authenticates(crate::connect::Fallback::MungeIfInstalled);
         self.by
             .clone()
-            .or_else(|| std::env::var("USER").ok())
+            .or_else(|| (!presents).then(|| std::env::var("USER").ok()).flatten())
             .or_else(|| std::env::var("LOGNAME").ok())
-            .filter(|n| !n.trim().is_empty())
-            .ok_or_else(|| CliError::Message("who answers? pass `--as NAME` (no $USER is set)".into()))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
     }
 }
 
@@ -121,14 +113,14 @@ pub struct KeepaliveArgs {
 }
 
 /// serve could not be asked (exit 2), or refused (exit 1, its sentence on stderr).
-fn failure(e: ClientError, server: SocketAddr) -> Result<ExitCode, CliError> {
+fn failure(e: ClientError, server: &str) -> Result<ExitCode, CliError> {
     match e {
         ClientError::Transport { source, .. } if source.is_unreachable() => Err(CliError::Message(format!(
             "cannot reach bursar serve at {server}: {}\n  help: is it running there? (`bursar serve --listen {server}`; `--server` names another address)",
             source.to_string().lines().next().unwrap_or_default()
         ))),
-        ClientError::Status { status: 401, .. } => Err(CliError::Message(format!(
-            "bursar serve at {server} refused the token\n  help: pass the file holding serve's `--token` with `--token-file`"
+        ClientError::Status { status: 401, message, .. } => Err(CliError::Message(format!(
+            "bursar serve at {server} did not accept the credential: {message}\n  help: on a Slurm host `--munge` proves who you are; else pass a token with `--token-file` (docs/security.md)"
         ))),
         ClientError::Status { status, message, .. } if (400..500).contains(&status) => {
             eprintln!("bursar: {message}");
@@ -202,7 +194,7 @@ pub fn pending(args: &PendingArgs) -> Result<ExitCode, CliError> {
     let client = args.server.client()?;
     let reply = match client.pending() {
         Ok(r) => r,
-        Err(e) => return failure(e, args.server.server),
+        Err(e) => return failure(e, &args.server.connect.server),
     };
     let text = match args.format {
         Format::Json => format!("{}\n", serde_json::to_string(&reply).unwrap_or_default()),
@@ -228,14 +220,14 @@ fn act(
             println!("{}", r.message);
             Ok(ExitCode::Ok)
         }
-        Err(e) => failure(e, server.server),
+        Err(e) => failure(e, &server.connect.server),
     }
 }
 
 /// `bursar approve JOB`.
 pub fn approve(a: &ApproveArgs) -> Result<ExitCode, CliError> {
     let kind = if a.over_budget { ActionKind::ApproveOverBudget } else { ActionKind::Approve };
-    act(&a.server, &a.job, kind, a.who.name()?, None, a.over_budget)
+    act(&a.server, &a.job, kind, a.who.name(&a.server), None, a.over_budget)
 }
 
 /// `bursar reject JOB --reason TEXT`.
@@ -243,12 +235,12 @@ pub fn reject(a: &RejectArgs) -> Result<ExitCode, CliError> {
     if a.reason.trim().is_empty() {
         return Err(CliError::Message("`--reason` must say why the job is rejected".into()));
     }
-    act(&a.server, &a.job, ActionKind::Reject, a.who.name()?, Some(a.reason.clone()), false)
+    act(&a.server, &a.job, ActionKind::Reject, a.who.name(&a.server), Some(a.reason.clone()), false)
 }
 
 /// `bursar keepalive JOB`.
 pub fn keepalive(a: &KeepaliveArgs) -> Result<ExitCode, CliError> {
-    act(&a.server, &a.job, ActionKind::Keepalive, a.who.name()?, None, false)
+    act(&a.server, &a.job, ActionKind::Keepalive, a.who.name(&a.server), None, false)
 }
 
 #[cfg(test)]

@@ -2,7 +2,6 @@
 //! `bursar-slurm` crate, and `integrations/slurm/` holds the `job_submit.lua` hook and the lab scripts
 //! (docs/integrations/slurm.md).
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration as StdDuration;
 
@@ -24,12 +23,9 @@ pub struct SlurmArgs {
 /// Options both agents share.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Common {
-    /// Where `bursar serve` listens.
-    #[arg(long, default_value = "127.0.0.1:7878")]
-    server: SocketAddr,
-    /// File holding serve's bearer token (serve --token), if it has one.
-    #[arg(long, value_name = "FILE")]
-    token_file: Option<PathBuf>,
+    /// Where serve is and how to authenticate (a producer principal's token, a client certificate).
+    #[command(flatten)]
+    connect: crate::connect::ConnectArgs,
     /// Cluster name, used in event ids and records (keep it stable).
     #[arg(long, default_value = "slurm")]
     cluster: String,
@@ -105,16 +101,7 @@ fn init_logging(level: crate::serve::tracing_level::Level) {
 
 impl Common {
     fn server(&self) -> Result<Server, CliError> {
-        let token = match &self.token_file {
-            Some(path) => Some(
-                std::fs::read_to_string(path)
-                    .map_err(|e| CliError::io(format!("read the token file `{}`", path.display()), e))?
-                    .trim()
-                    .to_owned(),
-            ),
-            None => None,
-        };
-        Ok(Server { addr: self.server, token })
+        Ok(Server { client: self.connect.client(crate::connect::Fallback::Nothing)? })
     }
 
     fn slurm(&self) -> Slurm {

@@ -126,6 +126,26 @@ fn munge_authenticates_an_approval() {
     assert_eq!(st, 401, "a replayed credential: {body}");
     assert!(body.contains("Replayed"), "{body}");
 
+    // `bursar approve` on this host signs with MUNGE: the credential is the invoking user's (root
+    // here), and `--as` is only a request the credential must match.
+    let sock = munged.socket();
+    let addr = server.addr.to_string();
+    let cmd = |extra: &[&str]| {
+        let mut args =
+            vec!["approve", "lab-root", "--server", &addr, "--munge", "--munge-socket", sock.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        std::process::Command::new(env!("CARGO_BIN_EXE_bursar")).args(&args).output().unwrap()
+    };
+    held_job(&server, "lab-root", "alice");
+    let out = cmd(&["--as", "nobody"]);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("answers as `nobody` but the credential is `root`'s"), "{text}");
+    let out = cmd(&[]);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "root is not an approver: {text}");
+    assert!(text.contains("`root` is not an approver of job `lab-root`: only nobody"), "{text}");
+
     drop(server);
     let story = explain(&s, "lab-big");
     assert!(story.contains("from: nobody (munge: uid 65534)"), "{story}");

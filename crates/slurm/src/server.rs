@@ -12,10 +12,8 @@ use crate::{Error, Result};
 /// Where serve listens, and its token.
 #[derive(Debug, Clone)]
 pub struct Server {
-    /// Address, e.g. `127.0.0.1:7878`.
-    pub addr: SocketAddr,
-    /// Bearer token (serve `--token`), if set.
-    pub token: Option<String>,
+    /// The client of serve: its URL (http or https, with a CA file), its credential.
+    pub client: Client,
 }
 
 /// serve's answer to `POST /v1/events`, as far as an agent cares.
@@ -28,12 +26,17 @@ pub struct Posted {
 }
 
 impl Server {
+    /// A server on plain loopback HTTP with an optional bearer token (tests).
+    pub fn plain(addr: SocketAddr, token: Option<String>) -> Server {
+        Server { client: Client::new(addr, token) }
+    }
+
     fn client(&self) -> Client {
-        Client::new(self.addr, self.token.clone())
+        self.client.clone()
     }
 
     fn err(&self, e: ClientError) -> Error {
-        Error::Server { addr: self.addr.to_string(), message: e.to_string() }
+        Error::Server { addr: self.client.server().to_owned(), message: e.to_string() }
     }
 
     /// Posts inputs. Fails if serve is unreachable, answers an error, or rejected any line (a rejected
@@ -46,7 +49,7 @@ impl Server {
         if !reply.rejected.is_empty() {
             let lines: Vec<String> = reply.rejected.iter().map(|r| format!("line {}: {}", r.line, r.error)).collect();
             return Err(Error::Server {
-                addr: self.addr.to_string(),
+                addr: self.client.server().to_owned(),
                 message: format!("serve rejected events: {}", lines.join("; ")),
             });
         }
