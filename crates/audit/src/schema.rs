@@ -272,8 +272,15 @@ CREATE TABLE IF NOT EXISTS refused (
 "#;
 
 /// The migration steps: `MIGRATIONS[n]` takes a file from version n to n+1.
-const MIGRATIONS: &[Step] =
-    &[Step::Sql(V1), Step::Then(V2, adopt), Step::Sql(V3), Step::Sql(V4), Step::Sql(V5), Step::Sql(V6), Step::Then(V7, add_sender)];
+const MIGRATIONS: &[Step] = &[
+    Step::Sql(V1),
+    Step::Then(V2, adopt),
+    Step::Sql(V3),
+    Step::Sql(V4),
+    Step::Sql(V5),
+    Step::Sql(V6),
+    Step::Then(V7, add_sender),
+];
 
 /// Version 6 to 7: `events.sender`, unless the file has it already (a file whose version number was
 /// set back by hand, as a test does).
