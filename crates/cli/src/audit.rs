@@ -56,13 +56,19 @@ pub struct WitnessOpts {
     pub signing_key: PathBuf,
     /// The append-only file each signed head is appended to.
     pub witness: PathBuf,
+    /// `--adopt-unsigned`: sign even over writes no signed head covers, recording the adoption.
+    pub adopt_unsigned: bool,
 }
 
 impl WitnessOpts {
     /// Both or neither: the flags of `eval` and `prune`.
-    pub fn from_flags(signing_key: Option<&PathBuf>, witness: Option<&PathBuf>) -> Option<WitnessOpts> {
+    pub fn from_flags(
+        signing_key: Option<&PathBuf>,
+        witness: Option<&PathBuf>,
+        adopt_unsigned: bool,
+    ) -> Option<WitnessOpts> {
         match (signing_key, witness) {
-            (Some(k), Some(w)) => Some(WitnessOpts { signing_key: k.clone(), witness: w.clone() }),
+            (Some(k), Some(w)) => Some(WitnessOpts { signing_key: k.clone(), witness: w.clone(), adopt_unsigned }),
             _ => None,
         }
     }
@@ -71,6 +77,21 @@ impl WitnessOpts {
     pub fn open(&self) -> Result<Witness, CliError> {
         let key = SigningKey::from_file(&self.signing_key).map_err(audit_err)?;
         Witness::open(key, &self.witness).map_err(audit_err)
+    }
+
+    /// Opens the witness and attaches it to `log`, only over signed ground: writes no signed head
+    /// covers are refused (the error names them and `--adopt-unsigned`), or adopted with
+    /// `--adopt-unsigned` (an `adopt` anchor, signed at once, and a line on stderr).
+    pub fn attach(&self, log: &mut AuditLog) -> Result<(), CliError> {
+        let w = self.open()?;
+        if let Some(standing) = log.attach_witness(w, self.adopt_unsigned).map_err(audit_err)? {
+            eprintln!(
+                "audit: adopted unsigned writes with --adopt-unsigned (recorded in the log as anchors row {}): {}",
+                log.head().0,
+                standing.describe(&self.witness)
+            );
+        }
+        Ok(())
     }
 }
 
@@ -83,10 +104,9 @@ pub fn open_journal(
     witness: Option<&WitnessOpts>,
     mut out: Box<dyn Write + Send>,
 ) -> Result<Writer, CliError> {
-    let witness = witness.map(WitnessOpts::open).transpose()?;
     let mut log = AuditLog::open(db, durability).map_err(audit_err)?;
     if let Some(w) = witness {
-        log.set_witness(w);
+        w.attach(&mut log)?;
     }
     let mut buf = Vec::with_capacity(64 * 1024);
     Writer::spawn(
@@ -224,8 +244,9 @@ enum AuditCommand {
     /// Re-walk the hash chains and check them against one another; name the first problem and exit 1.
     ///
     /// With --witness: also check the log against every signed head in that file, which catches
-    /// truncation, rollback and a full re-hash. With --deep: also rebuild the report facts from the
-    /// log and compare. See docs/audit.md, "What verify proves".
+    /// truncation, rollback and a full re-hash, and fails when writes follow the newest signed head
+    /// (unless --allow-unsigned-tail). With --deep: also check every derived table. See docs/audit.md,
+    /// "What verify proves".
     ///
     /// Example: bursar audit verify --db audit.db --witness /var/log/bursar/witness.jsonl --public-key audit.pub
     Verify {
@@ -238,6 +259,10 @@ enum AuditCommand {
         /// With --witness: accept only heads signed by this public key (from `bursar audit keygen`).
         #[arg(long, value_name = "FILE", requires = "witness")]
         public_key: Option<PathBuf>,
+        /// With --witness: writes after the newest signed head are a note, not a failure (a log
+        /// `serve` is writing, which signs at most once a second).
+        #[arg(long, requires = "witness")]
+        allow_unsigned_tail: bool,
         /// Also check every derived table (docs/audit.md, "Derived tables"): rebuild the report facts
         /// (`facts_*`) from the log in a scratch copy and compare; a missing one is a problem.
         #[arg(long)]
@@ -257,6 +282,10 @@ enum AuditCommand {
         /// Append the signed head to this witness.
         #[arg(long, value_name = "FILE", requires = "signing_key")]
         witness: Option<PathBuf>,
+        /// With --signing-key: sign even if the log holds writes no signed head covers, recording
+        /// the adoption in the log (without it such a log is refused).
+        #[arg(long, requires = "signing_key")]
+        adopt_unsigned: bool,
     },
     /// Print the log's current signed head: one JSON line for a ticket, a runbook or another system.
     ///
@@ -371,13 +400,28 @@ pub fn run(args: &AuditArgs, _format: ErrorFormat) -> Result<ExitCode, CliError>
             out.flush().map_err(io)?;
             Ok(ExitCode::Ok)
         }
-        AuditCommand::Verify { format, witness, public_key, deep } => {
+        AuditCommand::Verify { format, witness, public_key, allow_unsigned_tail, deep } => {
             let log = AuditLog::open_read(&args.db).map_err(audit_err)?;
             let mut rep = match witness {
                 Some(w) => {
                     let lines = bursar_audit::witness::read(w).map_err(audit_err)?;
                     let pinned = public_key.as_deref().map(PublicKey::from_file).transpose().map_err(audit_err)?;
-                    bursar_audit::verify::verify_with_witness(&log, &lines, pinned.as_ref()).map_err(audit_err)?
+                    let mut rep =
+                        bursar_audit::verify::verify_with_witness(&log, &lines, pinned.as_ref()).map_err(audit_err)?;
+                    match (bursar_audit::verify::unsigned_tail(&rep), &rep.witness) {
+                        (Some(_), Some(w)) if *allow_unsigned_tail => {
+                            let n = w.unwitnessed_anchors;
+                            rep.notes.push(format!(
+                                "{n} unsigned write{} ({}) after the newest signed head (anchors row {}): allowed with `--allow-unsigned-tail`",
+                                if n == 1 { "" } else { "s" },
+                                bursar_audit::trust::anchors_range(w.signed_anchor + 1, w.signed_anchor + n),
+                                w.signed_anchor
+                            ));
+                        }
+                        (Some(p), _) => rep.push(p),
+                        (None, _) => {}
+                    }
+                    rep
                 }
                 None => bursar_audit::verify::verify(&log).map_err(audit_err)?,
             };
@@ -401,12 +445,11 @@ pub fn run(args: &AuditArgs, _format: ErrorFormat) -> Result<ExitCode, CliError>
             }
             Ok(ExitCode::Failed)
         }
-        AuditCommand::Prune { before, signing_key, witness } => {
-            let witness = WitnessOpts::from_flags(signing_key.as_ref(), witness.as_ref());
-            let witness = witness.as_ref().map(WitnessOpts::open).transpose()?;
+        AuditCommand::Prune { before, signing_key, witness, adopt_unsigned } => {
+            let witness = WitnessOpts::from_flags(signing_key.as_ref(), witness.as_ref(), *adopt_unsigned);
             let mut log = AuditLog::open(&args.db, Durability::Durable).map_err(audit_err)?;
-            if let Some(w) = witness {
-                log.set_witness(w);
+            if let Some(w) = &witness {
+                w.attach(&mut log)?;
             }
             let rep = bursar_audit::verify::prune(&mut log, before.millis()).map_err(audit_err)?;
             writeln!(
