@@ -262,4 +262,25 @@ mod tests {
             assert_eq!(t.prune, Prune::With { chain: l.chain, column: "seq" }, "{}", l.table);
         }
     }
+
+    /// docs/audit.md's "Derived tables" lists exactly the tables of [`DERIVED_TABLES`] (the first
+    /// column of its table, each name in backticks), so the page cannot fall behind the list.
+    #[test]
+    fn docs_audit_md_names_every_derived_table() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/audit.md");
+        let doc = std::fs::read_to_string(path).unwrap();
+        let section =
+            doc.split("\n### Derived tables\n").nth(1).expect("docs/audit.md has a \"Derived tables\" section");
+        let section = section.split("\n#").next().unwrap_or_default();
+        let mut named: Vec<&str> = section
+            .lines()
+            .filter(|l| l.starts_with("| `"))
+            .flat_map(|l| l.split('|').nth(1).unwrap_or_default().split(','))
+            .map(|c| c.trim().trim_matches('`'))
+            .collect();
+        named.sort_unstable();
+        let mut listed: Vec<&str> = DERIVED_TABLES.iter().map(|t| t.name).collect();
+        listed.sort_unstable();
+        assert_eq!(named, listed, "docs/audit.md, \"Derived tables\", against DERIVED_TABLES");
+    }
 }

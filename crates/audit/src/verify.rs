@@ -68,7 +68,8 @@ pub enum ProblemKind {
     DiffersFromWitness,
     /// A witness line that cannot be trusted (unreadable, badly signed, out of order), or none at all.
     BadWitness,
-    /// A prune checkpoint newer than the last signed head: it could hide removed rows.
+    /// A prune checkpoint newer than the last signed head: it could hide removed rows. Also, from
+    /// [`unsigned_tail`], any write after it (`verify --witness` without `--allow-unsigned-tail`).
     Unwitnessed,
     /// A derived table that is gone.
     Missing,
@@ -261,6 +262,36 @@ fn has_table(conn: &rusqlite::Connection, name: &str) -> Result<bool> {
     })
     .map(|n| n > 0)
     .map_err(sql("the table list"))
+}
+
+/// The writes after the newest signed head of a report from [`verify_with_witness`], as a problem:
+/// nothing but the keyless chain vouches for them, and the next signing run would cover them, so
+/// `verify --witness` fails on them unless told the tail is expected (`--allow-unsigned-tail`: a
+/// log `serve` is writing, which signs at most once a second). None without a witness report, with
+/// no such writes, or when the witness check found a problem already (that one is the one to read).
+pub fn unsigned_tail(report: &Report) -> Option<Problem> {
+    let w = report.witness.as_ref()?;
+    if w.unwitnessed_anchors <= 0 || report.has("witness") {
+        return None;
+    }
+    let (from, to) = (w.signed_anchor + 1, w.signed_anchor + w.unwitnessed_anchors);
+    let signed = if w.signed_anchor > 0 {
+        format!("the newest signed head covers anchors row {} (signed {})", w.signed_anchor, ts(w.signed_at))
+    } else {
+        "no signed head covers any".to_owned()
+    };
+    Some(problem(
+        "witness",
+        from,
+        ProblemKind::Unwitnessed,
+        format!(
+            "{n} unsigned write{s} ({range}): {signed}, so nothing but the keyless chain vouches for {them}, and the next signing run would\n  help: if bursar is still writing (`serve` signs at most once a second) or stopped before signing, pass `--allow-unsigned-tail` (and sign again with `--adopt-unsigned`); otherwise something else wrote to the log: investigate first",
+            n = w.unwitnessed_anchors,
+            s = if w.unwitnessed_anchors == 1 { "" } else { "s" },
+            range = crate::trust::anchors_range(from, to),
+            them = if w.unwitnessed_anchors == 1 { "it" } else { "them" },
+        ),
+    ))
 }
 
 /// The problem of a derived table that is gone: whatever reads it would rebuild it from scratch, or

@@ -8,8 +8,9 @@
 //! reason instead of dropping rows. With `--signing-key` and `--witness` the log signs its head after
 //! every commit ([`WitnessOpts`]).
 //!
-//! `verify --deep` also rebuilds the report facts (`facts_*`, owned by `bursar-report`) from the log
-//! into a scratch copy and compares them with the stored ones ([`deep_check`]).
+//! `verify --deep` also checks every derived table of `bursar_audit::derived::DERIVED_TABLES`: it
+//! rebuilds the report facts (`facts_*`, owned by `bursar-report`) from the log into a scratch copy and
+//! compares them with the stored ones ([`deep_check`]); a missing one is a problem.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -55,13 +56,19 @@ pub struct WitnessOpts {
     pub signing_key: PathBuf,
     /// The append-only file each signed head is appended to.
     pub witness: PathBuf,
+    /// `--adopt-unsigned`: sign even over writes no signed head covers, recording the adoption.
+    pub adopt_unsigned: bool,
 }
 
 impl WitnessOpts {
     /// Both or neither: the flags of `eval` and `prune`.
-    pub fn from_flags(signing_key: Option<&PathBuf>, witness: Option<&PathBuf>) -> Option<WitnessOpts> {
+    pub fn from_flags(
+        signing_key: Option<&PathBuf>,
+        witness: Option<&PathBuf>,
+        adopt_unsigned: bool,
+    ) -> Option<WitnessOpts> {
         match (signing_key, witness) {
-            (Some(k), Some(w)) => Some(WitnessOpts { signing_key: k.clone(), witness: w.clone() }),
+            (Some(k), Some(w)) => Some(WitnessOpts { signing_key: k.clone(), witness: w.clone(), adopt_unsigned }),
             _ => None,
         }
     }
@@ -70,6 +77,21 @@ impl WitnessOpts {
     pub fn open(&self) -> Result<Witness, CliError> {
         let key = SigningKey::from_file(&self.signing_key).map_err(audit_err)?;
         Witness::open(key, &self.witness).map_err(audit_err)
+    }
+
+    /// Opens the witness and attaches it to `log`, only over signed ground: writes no signed head
+    /// covers are refused (the error names them and `--adopt-unsigned`), or adopted with
+    /// `--adopt-unsigned` (an `adopt` anchor, signed at once, and a line on stderr).
+    pub fn attach(&self, log: &mut AuditLog) -> Result<(), CliError> {
+        let w = self.open()?;
+        if let Some(standing) = log.attach_witness(w, self.adopt_unsigned).map_err(audit_err)? {
+            eprintln!(
+                "audit: adopted unsigned writes with --adopt-unsigned (recorded in the log as anchors row {}): {}",
+                log.head().0,
+                standing.describe(&self.witness)
+            );
+        }
+        Ok(())
     }
 }
 
@@ -82,10 +104,9 @@ pub fn open_journal(
     witness: Option<&WitnessOpts>,
     mut out: Box<dyn Write + Send>,
 ) -> Result<Writer, CliError> {
-    let witness = witness.map(WitnessOpts::open).transpose()?;
     let mut log = AuditLog::open(db, durability).map_err(audit_err)?;
     if let Some(w) = witness {
-        log.set_witness(w);
+        w.attach(&mut log)?;
     }
     let mut buf = Vec::with_capacity(64 * 1024);
     Writer::spawn(
@@ -223,8 +244,9 @@ enum AuditCommand {
     /// Re-walk the hash chains and check them against one another; name the first problem and exit 1.
     ///
     /// With --witness: also check the log against every signed head in that file, which catches
-    /// truncation, rollback and a full re-hash. With --deep: also rebuild the report facts from the
-    /// log and compare. See docs/audit.md, "What verify proves".
+    /// truncation, rollback and a full re-hash, and fails when writes follow the newest signed head
+    /// (unless --allow-unsigned-tail). With --deep: also check every derived table. See docs/audit.md,
+    /// "What verify proves".
     ///
     /// Example: bursar audit verify --db audit.db --witness /var/log/bursar/witness.jsonl --public-key audit.pub
     Verify {
@@ -237,7 +259,12 @@ enum AuditCommand {
         /// With --witness: accept only heads signed by this public key (from `bursar audit keygen`).
         #[arg(long, value_name = "FILE", requires = "witness")]
         public_key: Option<PathBuf>,
-        /// Also rebuild the derived report facts (`facts_*`) from the log in a scratch copy and compare.
+        /// With --witness: writes after the newest signed head are a note, not a failure (a log
+        /// `serve` is writing, which signs at most once a second).
+        #[arg(long, requires = "witness")]
+        allow_unsigned_tail: bool,
+        /// Also check every derived table (docs/audit.md, "Derived tables"): rebuild the report facts
+        /// (`facts_*`) from the log in a scratch copy and compare; a missing one is a problem.
         #[arg(long)]
         deep: bool,
     },
@@ -255,6 +282,10 @@ enum AuditCommand {
         /// Append the signed head to this witness.
         #[arg(long, value_name = "FILE", requires = "signing_key")]
         witness: Option<PathBuf>,
+        /// With --signing-key: sign even if the log holds writes no signed head covers, recording
+        /// the adoption in the log (without it such a log is refused).
+        #[arg(long, requires = "signing_key")]
+        adopt_unsigned: bool,
     },
     /// Print the log's current signed head: one JSON line for a ticket, a runbook or another system.
     ///
@@ -369,13 +400,28 @@ pub fn run(args: &AuditArgs, _format: ErrorFormat) -> Result<ExitCode, CliError>
             out.flush().map_err(io)?;
             Ok(ExitCode::Ok)
         }
-        AuditCommand::Verify { format, witness, public_key, deep } => {
+        AuditCommand::Verify { format, witness, public_key, allow_unsigned_tail, deep } => {
             let log = AuditLog::open_read(&args.db).map_err(audit_err)?;
             let mut rep = match witness {
                 Some(w) => {
                     let lines = bursar_audit::witness::read(w).map_err(audit_err)?;
                     let pinned = public_key.as_deref().map(PublicKey::from_file).transpose().map_err(audit_err)?;
-                    bursar_audit::verify::verify_with_witness(&log, &lines, pinned.as_ref()).map_err(audit_err)?
+                    let mut rep =
+                        bursar_audit::verify::verify_with_witness(&log, &lines, pinned.as_ref()).map_err(audit_err)?;
+                    match (bursar_audit::verify::unsigned_tail(&rep), &rep.witness) {
+                        (Some(_), Some(w)) if *allow_unsigned_tail => {
+                            let n = w.unwitnessed_anchors;
+                            rep.notes.push(format!(
+                                "{n} unsigned write{} ({}) after the newest signed head (anchors row {}): allowed with `--allow-unsigned-tail`",
+                                if n == 1 { "" } else { "s" },
+                                bursar_audit::trust::anchors_range(w.signed_anchor + 1, w.signed_anchor + n),
+                                w.signed_anchor
+                            ));
+                        }
+                        (Some(p), _) => rep.push(p),
+                        (None, _) => {}
+                    }
+                    rep
                 }
                 None => bursar_audit::verify::verify(&log).map_err(audit_err)?,
             };
@@ -399,12 +445,11 @@ pub fn run(args: &AuditArgs, _format: ErrorFormat) -> Result<ExitCode, CliError>
             }
             Ok(ExitCode::Failed)
         }
-        AuditCommand::Prune { before, signing_key, witness } => {
-            let witness = WitnessOpts::from_flags(signing_key.as_ref(), witness.as_ref());
-            let witness = witness.as_ref().map(WitnessOpts::open).transpose()?;
+        AuditCommand::Prune { before, signing_key, witness, adopt_unsigned } => {
+            let witness = WitnessOpts::from_flags(signing_key.as_ref(), witness.as_ref(), *adopt_unsigned);
             let mut log = AuditLog::open(&args.db, Durability::Durable).map_err(audit_err)?;
-            if let Some(w) = witness {
-                log.set_witness(w);
+            if let Some(w) = &witness {
+                w.attach(&mut log)?;
             }
             let rep = bursar_audit::verify::prune(&mut log, before.millis()).map_err(audit_err)?;
             writeln!(
@@ -561,34 +606,74 @@ fn write_verify(rep: &Report, db: &Path, out: &mut dyn Write) -> std::io::Result
     Ok(())
 }
 
-/// The derived tables `verify --deep` rebuilds (those of `bursar-report` today).
-const FACTS_TABLES: [&str; 5] = ["facts_jobs", "facts_job_day", "facts_usage_hour", "facts_configs", "facts_charges"];
-
-/// `verify --deep`: rebuild the report facts from the log and compare them with the stored ones.
+/// `verify --deep`: every derived table in [`bursar_audit::derived::DERIVED_TABLES`] is checked.
 ///
-/// Both sides are computed on scratch copies of the file, never on it: copy A brings the stored facts
-/// up to date incrementally (as `report` would), copy B drops them and rebuilds them from the whole
-/// log. Every row of every `facts_*` table must agree. A log whose rows were pruned is not compared
-/// (the facts of pruned rows cannot be re-derived); a log without stored facts has nothing to compare.
+/// The ones the audit log writes (`lifecycle`, the look-up tables) every `verify` checks already,
+/// and a missing one is its problem there. The report facts (`facts_*`, `bursar-report`) are rebuilt
+/// here: both sides are computed on scratch copies of the file, never on it: copy A brings the
+/// stored facts up to date incrementally (as `report` would), copy B drops them and rebuilds them
+/// from the whole log; every row of every table must agree. A facts table missing from the file is a
+/// problem, not a skip (dropping `facts_meta` alone, say, made `--deep` compare nothing while edited
+/// facts stayed for the next report to build on); a log whose report facts were never built fails
+/// too, with the help line that builds them. Without the audit log's own derived tables (which
+/// `verify` reports missing) or on a pruned log (the facts of pruned rows cannot be re-derived), the
+/// facts are not compared, and a note says why.
 pub fn deep_check(db: &Path, rep: &mut Report) -> Result<(), CliError> {
+    use bursar_audit::derived::{Check, Owner, derived_tables, missing_tables};
+    let facts: Vec<_> = derived_tables(Owner::Report, Check::Rebuild).collect();
+    let names: Vec<&str> = facts.iter().map(|t| t.name).collect();
+    let missing = missing_tables(db, &facts).map_err(audit_err)?;
+    for t in &missing {
+        rep.push(bursar_audit::verify::missing_table(t, &db.display().to_string()));
+    }
+    if !missing.is_empty() {
+        // The rebuild writes the missing tables afresh beside the edited ones: a comparison would
+        // only repeat the problem.
+        rep.notes.push(format!(
+            "report facts not compared: {} of the {} tables of the report facts {} missing",
+            missing.len(),
+            names.len(),
+            if missing.len() == 1 { "is" } else { "are" }
+        ));
+        return Ok(());
+    }
+    // The rebuild reads the derived tables of the audit log (the job steps): one missing is
+    // `verify`'s problem already, and there is nothing to rebuild the facts from.
+    let ours: Vec<_> = bursar_audit::derived::DERIVED_TABLES.iter().filter(|t| t.owner == Owner::Audit).collect();
+    let gone = missing_tables(db, &ours).map_err(audit_err)?;
+    if !gone.is_empty() {
+        rep.notes.push(format!(
+            "report facts not compared: {} of the audit log {} missing, and the rebuild reads {}",
+            gone.join(", "),
+            if gone.len() == 1 { "is" } else { "are" },
+            if gone.len() == 1 { "it" } else { "them" }
+        ));
+        return Ok(());
+    }
     if rep.chains.iter().any(|c| (c.chain == "events" || c.chain == "decisions") && c.from_seq > 0) {
         rep.notes.push(
             "facts not compared: the log was pruned, and the facts of pruned rows cannot be re-derived from it".into(),
         );
         return Ok(());
     }
-    if !bursar_audit::derived::has_table(db, "facts_meta").map_err(audit_err)? {
-        rep.notes.push("no report facts stored yet: nothing derived to compare".into());
-        return Ok(());
-    }
     let scratch =
         std::env::temp_dir().join(format!("bursar-verify-deep-{}-{}", std::process::id(), bursar_audit::wall_ms()));
     std::fs::create_dir_all(&scratch).map_err(|e| CliError::io(format!("cannot create `{}`", scratch.display()), e))?;
-    let result = deep_compare(db, &scratch);
+    let result = deep_compare(db, &scratch, &names);
     let _ = std::fs::remove_dir_all(&scratch);
     let diffs = result?;
     if diffs.is_empty() {
-        rep.notes.push(format!("report facts: the {} facts_* tables match a rebuild from the log", FACTS_TABLES.len()));
+        // The five tables `--deep` compared first are named as before (scripts read that line), then
+        // the ones it left out until it read the list of derived tables.
+        let (later, first): (Vec<&str>, Vec<&str>) =
+            names.iter().partition(|t| matches!(**t, "facts_meta" | "facts_prevented"));
+        rep.notes.push(format!(
+            "report facts: the {} facts_* tables match a rebuild from the log, and so do {}: all {} tables of the report facts ({})",
+            first.len(),
+            later.join(" and "),
+            names.len(),
+            names.join(", ")
+        ));
     }
     for d in diffs {
         rep.push(Problem {
@@ -608,7 +693,7 @@ pub fn deep_check(db: &Path, rep: &mut Report) -> Result<(), CliError> {
     Ok(())
 }
 
-fn deep_compare(db: &Path, scratch: &Path) -> Result<Vec<bursar_audit::derived::TableDiff>, CliError> {
+fn deep_compare(db: &Path, scratch: &Path, tables: &[&str]) -> Result<Vec<bursar_audit::derived::TableDiff>, CliError> {
     let report_err = |e: bursar_report::ReportError| CliError::Message(format!("verify --deep: {e}"));
     let stored = scratch.join("stored.db");
     let rebuilt = scratch.join("rebuilt.db");
@@ -621,7 +706,7 @@ fn deep_compare(db: &Path, scratch: &Path) -> Result<Vec<bursar_audit::derived::
     b.reset().map_err(report_err)?;
     b.catch_up().map_err(report_err)?;
     drop(b);
-    bursar_audit::derived::compare_tables(&stored, &rebuilt, &FACTS_TABLES).map_err(audit_err)
+    bursar_audit::derived::compare_tables(&stored, &rebuilt, tables).map_err(audit_err)
 }
 
 /// Writes the answer of a query in `format`.

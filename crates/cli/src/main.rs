@@ -80,6 +80,11 @@ enum Command {
         /// cannot write (see docs/audit.md, "Signed heads").
         #[arg(long, value_name = "FILE", requires_all = ["audit", "signing_key"])]
         witness: Option<PathBuf>,
+        /// With --signing-key: sign even if the log holds writes no signed head covers (a run that
+        /// stopped before signing them), recording the adoption in the log; without it such a log
+        /// is refused (docs/audit.md, "Signed heads").
+        #[arg(long, requires = "signing_key")]
+        adopt_unsigned: bool,
         /// How far one event may move the event clock.
         #[command(flatten)]
         clock: bursar::eval::ClockArgs,
@@ -227,6 +232,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             allow_empty,
             signing_key,
             witness,
+            adopt_unsigned,
             clock,
         } => {
             let set = match bursar::load_policies_with(&policies, cli.error_format, allow_empty) {
@@ -244,7 +250,8 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             };
             let summary = match &audit {
                 Some(db) => {
-                    let witness = bursar::audit::WitnessOpts::from_flags(signing_key.as_ref(), witness.as_ref());
+                    let witness =
+                        bursar::audit::WitnessOpts::from_flags(signing_key.as_ref(), witness.as_ref(), adopt_unsigned);
                     let summary = bursar::audit::run_eval(set.clone(), input, &opts, db, durability, witness.as_ref())?;
                     // Bring the report facts (crates/report) up to date with what was just logged,
                     // with the budgets and idle threshold of the set that ran.

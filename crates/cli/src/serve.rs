@@ -94,6 +94,11 @@ pub struct ServeArgs {
     /// cannot write.
     #[arg(long, value_name = "FILE", requires = "signing_key")]
     pub witness: Option<PathBuf>,
+    /// With --signing-key: start even if the log holds writes no signed head covers (bursar was
+    /// killed before signing them), adopting them; the adoption is recorded in the log, and a
+    /// snapshot among them is not restored. Without it such a log does not start (docs/audit.md).
+    #[arg(long, requires = "signing_key")]
+    pub adopt_unsigned: bool,
     /// Run (and reload) a policy directory that holds no policy. Without it, an empty directory does
     /// not start, and a reload that finds every policy gone fails and keeps the last set in force: an
     /// empty set allows every job.
@@ -283,6 +288,7 @@ pub fn run(args: &ServeArgs, error_format: ErrorFormat) -> Result<ExitCode, CliE
     config.socket = args.socket.clone();
     config.socket_mode = args.socket_mode;
     config.witness = args.signing_key.clone().zip(args.witness.clone());
+    config.adopt_unsigned = args.adopt_unsigned;
     if let Some(path) = &args.utilisation {
         config.utilisation = Some(
             bursar_serve::utilisation::UtilisationConfig::load(path).map_err(|e| CliError::Message(e.to_string()))?,

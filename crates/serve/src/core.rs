@@ -138,26 +138,73 @@ pub enum Work {
 #[error("{0}")]
 pub struct RecoverError(pub String);
 
-/// Rebuilds the engine from the audit log: the last snapshot, then every journaled input after it,
-/// replayed through a session of the journal's origin. Returns the engine, the last input seq applied
-/// and how many inputs were replayed.
+/// What [`recover`] rebuilt.
+pub struct Recovered {
+    /// The engine, as it was when the last batch committed.
+    pub engine: Engine,
+    /// The last input seq applied.
+    pub seq: u64,
+    /// How many inputs were replayed after the snapshot.
+    pub replayed: u64,
+    /// The snapshot restored from (its event seq; 0: none, the whole log was replayed).
+    pub from_snapshot: u64,
+    /// Newer snapshots that were not used, and why (an edited snapshot, one no signed head covers,
+    /// one that cannot be read), newest first: `GET /healthz` shows them.
+    pub refused: Vec<String>,
+}
+
+impl Recovered {
+    /// The lines `GET /healthz` adds after its `ok` when a snapshot was refused: where the state was
+    /// rebuilt from, then one line per refused snapshot. None when the newest one was used.
+    pub fn health_notes(&self) -> Vec<String> {
+        if self.refused.is_empty() {
+            return Vec::new();
+        }
+        let n = self.refused.len();
+        let from = if self.from_snapshot > 0 {
+            format!("the engine snapshot at event {} and the {} inputs after it", self.from_snapshot, self.replayed)
+        } else {
+            format!("the whole log ({} inputs replayed)", self.replayed)
+        };
+        let mut out = vec![format!(
+            "note: restore: {n} engine snapshot{} refused at start; the state was rebuilt from {from}",
+            if n == 1 { " was" } else { "s were" }
+        )];
+        out.extend(self.refused.iter().map(|r| format!("note: refused: {}", r.replace('\n', " "))));
+        out
+    }
+}
+
+/// Rebuilds the engine from the audit log: the newest snapshot it trusts, then every journaled input
+/// after it, replayed through a session of the journal's origin.
+///
+/// The snapshot is the log's restore point ([`AuditLog::restore_point`]): one that matches its
+/// anchor and, when a witness is attached (`--signing-key`, `--witness`), that a signed head covers.
+/// Each newer one refused is logged (warn) and returned; with none left the whole log is replayed.
 pub fn recover(
     log: &AuditLog,
     set: Arc<PolicySet>,
     config: EngineConfig,
     on_input: &mut dyn FnMut(&bursar_model::Input),
-) -> Result<(Engine, u64, u64), RecoverError> {
+) -> Result<Recovered, RecoverError> {
     let audit = |e: bursar_audit::AuditError| RecoverError(e.to_string());
-    let (engine, mut seq) = match log.latest_snapshot().map_err(audit)? {
+    let point = log.restore_point().map_err(audit)?;
+    let mut refused: Vec<String> = point.rejected.iter().map(ToString::to_string).collect();
+    for why in &refused {
+        tracing::warn!(problem = %why, "audit log: an engine snapshot was refused; restoring from an older one or replaying the log");
+    }
+    let (engine, mut seq) = match point.snapshot {
         Some(snap) => match serde_json::from_slice(&snap.blob) {
             Ok(s) => (Engine::restore(set, s), snap.event_seq),
             Err(e) => {
                 tracing::warn!(error = %e, "the engine snapshot cannot be read; replaying the whole log");
+                refused.push(format!("the engine snapshot at event {} cannot be read: {e}", snap.event_seq));
                 (Engine::with_config(set, config), 0)
             }
         },
         None => (Engine::with_config(set, config), 0),
     };
+    let from_snapshot = u64::try_from(seq).unwrap_or(0);
     let mut session = Session::new(engine, Discard, Origin::Journal);
     let mut replayed = 0;
     loop {
@@ -182,7 +229,7 @@ pub fn recover(
         }
     }
     let (engine, _) = session.into_parts();
-    Ok((engine, u64::try_from(seq).unwrap_or(0), replayed))
+    Ok(Recovered { engine, seq: u64::try_from(seq).unwrap_or(0), replayed, from_snapshot, refused })
 }
 
 /// What became of one input of a batch, before its commit.

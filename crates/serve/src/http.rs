@@ -65,6 +65,9 @@ pub struct AppState {
     pub people: crate::people::Links,
     /// Whether the audit log commits.
     pub journal: Arc<bursar_audit::Health>,
+    /// Lines `GET /healthz` adds after its `ok`: why the start did not restore the newest engine
+    /// snapshot ([`crate::core::Recovered::health_notes`]).
+    pub health_notes: Arc<[String]>,
     /// Rates for the report routes (`--prices`): the billing comparison and the cost per unit.
     pub prices: Option<Arc<bursar_report::Prices>>,
     /// The last copy of the engine's state for the pool views, and when it was taken
@@ -176,10 +179,20 @@ async fn not_found() -> Response {
     error(StatusCode::NOT_FOUND, "no such route; see docs/serve.md for the API")
 }
 
-/// `ok`, or 503 with why the server cannot take events (its audit log cannot commit).
+/// `ok`, or 503 with why the server cannot take events (its audit log cannot commit). After the
+/// `ok`, a `note:` line per thing an operator should know that does not stop the server: an engine
+/// snapshot refused at start (the first line stays `ok`, which probes and the Slurm hook read).
 async fn healthz(State(st): State<AppState>) -> Response {
     match journal_failing(&st) {
-        None => (StatusCode::OK, "ok\n").into_response(),
+        None if st.health_notes.is_empty() => (StatusCode::OK, "ok\n").into_response(),
+        None => {
+            let mut body = String::from("ok\n");
+            for n in st.health_notes.iter() {
+                body.push_str(n);
+                body.push('\n');
+            }
+            (StatusCode::OK, body).into_response()
+        }
         Some(why) => error(StatusCode::SERVICE_UNAVAILABLE, why),
     }
 }

@@ -176,8 +176,12 @@ pub struct Config {
     /// Send notices to Alertmanager or a webhook, with action links (`--notify FILE`).
     pub notify: Option<bursar_notify::NotifyConfig>,
     /// Sign the audit log's head with this Ed25519 key and append it to this witness file (at most
-    /// once a second, and at shutdown): `--signing-key`, `--witness`.
+    /// once a second, and at shutdown): `--signing-key`, `--witness`. The log must be on signed
+    /// ground: writes no signed head covers make the start fail unless `adopt_unsigned`.
     pub witness: Option<(PathBuf, PathBuf)>,
+    /// With `witness`: adopt writes no signed head covers (recorded in the log as an `adopt` anchor)
+    /// instead of refusing to start: `--adopt-unsigned`.
+    pub adopt_unsigned: bool,
     /// Rates for `GET /v1/report` and `GET /report` (`--prices FILE`): the billing comparison and,
     /// with `cost_per_unit=true`, the cost per unit of work.
     pub prices: Option<bursar_report::Prices>,
@@ -231,6 +235,7 @@ impl Config {
             utilisation: None,
             notify: None,
             witness: None,
+            adopt_unsigned: false,
             prices: None,
         }
     }
@@ -347,7 +352,7 @@ pub async fn serve_then(
     // The audit log, and the engine rebuilt from it.
     let metrics = Arc::new(Metrics::default());
     let (decisions_tx, _) = broadcast::channel(8192);
-    let (core, journal_health) = {
+    let (core, journal_health, health_notes) = {
         let audit = config.audit.clone();
         let durable = config.durable;
         let set = set.clone();
@@ -356,55 +361,64 @@ pub async fn serve_then(
         let decisions_tx = decisions_tx.clone();
         let utilisation_jobs = config.utilisation.as_ref().map(|u| u.jobs.clone());
         let witness = config.witness.clone();
+        let adopt_unsigned = config.adopt_unsigned;
         let max_skew = config.max_skew;
-        tokio::task::spawn_blocking(move || -> Result<(core::Core, Arc<bursar_audit::Health>), ServeError> {
-            let durability = if durable { bursar_audit::Durability::Durable } else { bursar_audit::Durability::Fast };
-            let mut log =
-                bursar_audit::AuditLog::open(&audit, durability).map_err(|e| ServeError::Audit(e.to_string()))?;
-            if let Some((key, file)) = &witness {
-                // Signing every commit would add the witness's fsync to each batch: once a second.
-                let key = bursar_audit::SigningKey::from_file(key).map_err(|e| ServeError::Audit(e.to_string()))?;
-                let w = bursar_audit::Witness::open(key, file).map_err(|e| ServeError::Audit(e.to_string()))?;
-                log.set_witness(w.every(Duration::from_secs(1)));
-            }
-            let started = std::time::Instant::now();
-            let mut jobs = utilisation_jobs.as_ref().map(utilisation::JobIndex::new);
-            let (engine, seq, replayed) = core::recover(&log, set.clone(), engine_config, &mut |input| {
-                if let Some(j) = jobs.as_mut() {
-                    j.observe(input);
+        tokio::task::spawn_blocking(
+            move || -> Result<(core::Core, Arc<bursar_audit::Health>, Vec<String>), ServeError> {
+                let durability =
+                    if durable { bursar_audit::Durability::Durable } else { bursar_audit::Durability::Fast };
+                let mut log =
+                    bursar_audit::AuditLog::open(&audit, durability).map_err(|e| ServeError::Audit(e.to_string()))?;
+                if let Some((key, file)) = &witness {
+                    // Signing every commit would add the witness's fsync to each batch: once a second.
+                    let key = bursar_audit::SigningKey::from_file(key).map_err(|e| ServeError::Audit(e.to_string()))?;
+                    let w = bursar_audit::Witness::open(key, file).map_err(|e| ServeError::Audit(e.to_string()))?;
+                    // Only over signed ground (or adopting what is not, on request): the first signature
+                    // would vouch for whatever the log holds, and a restore trusts what a signature covers.
+                    log.attach_witness(w.every(Duration::from_secs(1)), adopt_unsigned)
+                        .map_err(|e| ServeError::Audit(e.to_string()))?;
                 }
-            })
-            .map_err(|e| ServeError::Audit(e.0))?;
-            if let Some(j) = jobs.as_mut() {
-                // Inputs before the snapshot were not replayed: learn the running jobs' keys from theirs.
-                j.rebuild(&log, &engine).map_err(|e| ServeError::Audit(e.to_string()))?;
-            }
-            tracing::info!(
-                event_seq = seq,
-                replayed,
-                live_jobs = engine.state().live_jobs(),
-                ms = started.elapsed().as_secs_f64() * 1e3,
-                "engine state recovered from the audit log"
-            );
-            metrics.policies.store(set.len() as u64, std::sync::atomic::Ordering::Relaxed);
-            metrics.live_jobs.store(engine.state().live_jobs() as u64, std::sync::atomic::Ordering::Relaxed);
-            metrics.tracked_jobs.store(engine.state().tracked_jobs() as u64, std::sync::atomic::Ordering::Relaxed);
-            let writer = bursar_audit::Writer::spawn(
-                log,
-                // A failed commit (disk full) is retried until it succeeds, and /healthz says so.
-                bursar_audit::WriterConfig { receipts: true, retry: true, ..bursar_audit::WriterConfig::default() },
-                bursar_audit::no_hook(),
-            )
-            .map_err(|e| ServeError::Audit(e.to_string()))?;
-            // The session records the load of the set in force, as every (re)load is recorded.
-            let health = writer.health();
-            // Recovery replayed the journal unbounded (it holds only what was accepted); from here on
-            // an event dated beyond the skew is refused.
-            let session = bursar_session::Session::open(engine, writer, bursar_session::Origin::Producer)
-                .map_err(|e| ServeError::Audit(e.to_string()))?
-                .with_clock_bound(bursar_session::ClockBound::Wall { skew: max_skew });
-            Ok((core::Core::new(session, metrics, decisions_tx, seq, jobs), health))
-        })
+                let started = std::time::Instant::now();
+                let mut jobs = utilisation_jobs.as_ref().map(utilisation::JobIndex::new);
+                let recovered = core::recover(&log, set.clone(), engine_config, &mut |input| {
+                    if let Some(j) = jobs.as_mut() {
+                        j.observe(input);
+                    }
+                })
+                .map_err(|e| ServeError::Audit(e.0))?;
+                let health_notes = recovered.health_notes();
+                let core::Recovered { engine, seq, replayed, .. } = recovered;
+                if let Some(j) = jobs.as_mut() {
+                    // Inputs before the snapshot were not replayed: learn the running jobs' keys from theirs.
+                    j.rebuild(&log, &engine).map_err(|e| ServeError::Audit(e.to_string()))?;
+                }
+                tracing::info!(
+                    event_seq = seq,
+                    replayed,
+                    live_jobs = engine.state().live_jobs(),
+                    ms = started.elapsed().as_secs_f64() * 1e3,
+                    "engine state recovered from the audit log"
+                );
+                metrics.policies.store(set.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                metrics.live_jobs.store(engine.state().live_jobs() as u64, std::sync::atomic::Ordering::Relaxed);
+                metrics.tracked_jobs.store(engine.state().tracked_jobs() as u64, std::sync::atomic::Ordering::Relaxed);
+                let writer = bursar_audit::Writer::spawn(
+                    log,
+                    // A failed commit (disk full) is retried until it succeeds, and /healthz says so.
+                    bursar_audit::WriterConfig { receipts: true, retry: true, ..bursar_audit::WriterConfig::default() },
+                    bursar_audit::no_hook(),
+                )
+                .map_err(|e| ServeError::Audit(e.to_string()))?;
+                // The session records the load of the set in force, as every (re)load is recorded.
+                let health = writer.health();
+                // Recovery replayed the journal unbounded (it holds only what was accepted); from here on
+                // an event dated beyond the skew is refused.
+                let session = bursar_session::Session::open(engine, writer, bursar_session::Origin::Producer)
+                    .map_err(|e| ServeError::Audit(e.to_string()))?
+                    .with_clock_bound(bursar_session::ClockBound::Wall { skew: max_skew });
+                Ok((core::Core::new(session, metrics, decisions_tx, seq, jobs), health, health_notes))
+            },
+        )
         .await
         .map_err(|e| ServeError::Io { context: "open the audit log".into(), message: e.to_string() })??
     };
@@ -530,6 +544,7 @@ pub async fn serve_then(
         max_line: config.max_body,
         people: links,
         journal: journal_health,
+        health_notes: health_notes.into(),
         prices: config.prices.clone().map(Arc::new),
         pool_input: Arc::default(),
         build: Arc::new(config.build.clone()),
