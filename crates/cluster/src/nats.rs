@@ -74,37 +74,106 @@ fn nats_err(what: &str) -> impl Fn(&dyn std::fmt::Display) -> ClusterError + '_ 
     move |e| ClusterError::Nats { what: what.to_owned(), error: e.to_string() }
 }
 
-/// How long [`when_formed`] waits for a JetStream cluster that is still forming.
-const FORMING: Duration = Duration::from_secs(15);
+/// How long [`forming`] waits for a JetStream cluster that is still forming.
+pub const FORMING: Duration = Duration::from_secs(15);
 
-/// Creates (or opens) a stream, waiting while the JetStream cluster is still forming: servers that
-/// have just started answer "no suitable peers for placement" (10005), "JetStream cluster not
-/// available" (10008) or not at all until enough peers have joined the metadata group to place the
-/// replicas. Started together with its NATS servers, an instance waits for them instead of failing;
-/// after [`FORMING`] it gives the last error.
-async fn when_formed(
-    js: &jetstream::Context,
-    config: stream::Config,
-) -> Result<stream::Stream, jetstream::context::CreateStreamError> {
-    use jetstream::ErrorCode;
-    use jetstream::context::CreateStreamErrorKind as Kind;
-    let started = std::time::Instant::now();
+/// How often [`forming`] tries again.
+const FORMING_RETRY: Duration = Duration::from_millis(200);
+
+/// JetStream errors that say the request itself is wrong, which no amount of waiting for a forming
+/// cluster changes: an invalid stream configuration, a name or subjects another stream already has,
+/// replicas a standalone server cannot place, JetStream switched off. Reported at once.
+const DEFINITE: [jetstream::ErrorCode; 8] = [
+    jetstream::ErrorCode::BAD_REQUEST,
+    jetstream::ErrorCode::INVALID_JSON,
+    jetstream::ErrorCode::STREAM_INVALID_CONFIG,
+    jetstream::ErrorCode::STREAM_NAME_EXIST,
+    jetstream::ErrorCode::STREAM_SUBJECT_OVERLAP,
+    jetstream::ErrorCode::STREAM_REPLICAS_NOT_SUPPORTED,
+    jetstream::ErrorCode::JETSTREAM_NOT_ENABLED,
+    jetstream::ErrorCode::JETSTREAM_NOT_ENABLED_FOR_ACCOUNT,
+];
+
+/// Whether a JetStream API error of a start-up step may go away once the cluster has formed.
+///
+/// Servers that have just started give every kind of error while their peers join the metadata
+/// group and the streams' replicas are placed: "no suitable peers for placement" (10005), "JetStream
+/// cluster not available" (10008), "insufficient resources" (10023) before the peers have reported
+/// their storage, "no responders" (the API is not subscribed yet), requests that time out (the
+/// metadata leader is being elected: issue 33 saw `jetstream request timed out` on 1 start in 13),
+/// a bucket's stream "not found" just after another instance created it, a key-value write whose
+/// ack never came. So every error is retried except the few that say the request is wrong
+/// ([`DEFINITE`]).
+pub fn retryable(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut e: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(err) = e {
+        if let Some(j) = err.downcast_ref::<jetstream::Error>() {
+            return !DEFINITE.contains(&j.error_code());
+        }
+        if let Some(c) = err.downcast_ref::<jetstream::context::CreateStreamError>() {
+            match c.kind() {
+                jetstream::context::CreateStreamErrorKind::EmptyStreamName
+                | jetstream::context::CreateStreamErrorKind::InvalidStreamName
+                | jetstream::context::CreateStreamErrorKind::DomainAndExternalSet => return false,
+                jetstream::context::CreateStreamErrorKind::JetStream(j) => return !DEFINITE.contains(&j.error_code()),
+                _ => {}
+            }
+        }
+        e = err.source();
+    }
+    true
+}
+
+/// How long a start waits for a forming cluster, and what ends the wait early.
+#[derive(Debug, Clone)]
+pub struct Wait {
+    /// The end of the wait, shared by every step of a start (a start waits [`FORMING`] in all, not
+    /// per step).
+    pub deadline: std::time::Instant,
+    /// The last error the servers sent on the connection (a refused login shows only there: the
+    /// requests then time out, which would otherwise look like a forming cluster).
+    pub server_error: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl Wait {
+    /// A wait of `for_` from now.
+    pub fn new(for_: Duration) -> Wait {
+        Wait { deadline: std::time::Instant::now() + for_, server_error: Default::default() }
+    }
+
+    /// A server refused this client's login: waiting cannot help.
+    fn refused(&self) -> bool {
+        self.server_error.lock().ok().and_then(|e| e.clone()).is_some_and(|e| e.contains("authorization"))
+    }
+}
+
+/// Runs one start-up step until it succeeds, retrying every [`FORMING_RETRY`] while its error is
+/// [`retryable`], `wait`'s deadline has not passed and no server refused the login. The last error
+/// is returned as it was.
+pub async fn forming<T, E, F, Fut>(wait: &Wait, what: &str, mut step: F) -> Result<T, E>
+where
+    E: std::error::Error + 'static,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let mut tries = 0u32;
     loop {
-        match js.get_or_create_stream(config.clone()).await {
-            Ok(s) => return Ok(s),
+        tries += 1;
+        match step().await {
+            Ok(v) => {
+                if tries > 1 {
+                    tracing::info!(what, tries, "JetStream answered; the cluster has formed");
+                }
+                return Ok(v);
+            }
             Err(e) => {
-                let forming = match e.kind() {
-                    Kind::JetStream(j) => {
-                        j.error_code() == ErrorCode::CLUSTER_NO_PEERS
-                            || j.error_code() == ErrorCode::CLUSTER_NOT_AVAILABLE
-                    }
-                    Kind::JetStreamUnavailable => true,
-                    _ => false,
-                };
-                if !forming || started.elapsed() >= FORMING {
+                if !retryable(&e) || std::time::Instant::now() >= wait.deadline || wait.refused() {
                     return Err(e);
                 }
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                if tries == 1 {
+                    tracing::info!(what, error = %e, "JetStream is not ready yet (a cluster still forming?); waiting up to {FORMING:?}");
+                }
+                tokio::time::sleep(FORMING_RETRY).await;
             }
         }
     }
@@ -159,7 +228,8 @@ impl Nats {
         // The client retries in the background, so a refused login (or any error the server sends)
         // shows only as an event, and the first request then times out: keep the last such event, to
         // say why.
-        let last_error = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+        let wait = Wait::new(FORMING);
+        let last_error = wait.server_error.clone();
         let seen = last_error.clone();
         options = options.event_callback(move |event| {
             let seen = seen.clone();
@@ -175,7 +245,7 @@ impl Nats {
             .connect(servers)
             .await
             .map_err(|e| ClusterError::Nats { what: format!("connect to `{shown}`"), error: e.to_string() })?;
-        Self::open(client, config).await.map_err(|e| match last_error.lock().ok().and_then(|l| l.clone()) {
+        Self::open(client, config, &wait).await.map_err(|e| match last_error.lock().ok().and_then(|l| l.clone()) {
             Some(why) => {
                 ClusterError::Nats { what: format!("connect to `{shown}`"), error: format!("{why} (then: {e})") }
             }
@@ -183,12 +253,21 @@ impl Nats {
         })
     }
 
-    /// Creates what is missing on a connected client and opens it.
-    async fn open(client: async_nats::Client, config: &ClusterConfig) -> Result<Nats, ClusterError> {
+    /// Creates what is missing on a connected client and opens it. Every step waits for a forming
+    /// cluster ([`forming`]), within one [`FORMING`] for the whole start.
+    async fn open(client: async_nats::Client, config: &ClusterConfig, wait: &Wait) -> Result<Nats, ClusterError> {
         let js = jetstream::new(client.clone());
         let replicas = config.replicas.max(1);
-        let events = when_formed(
-            &js,
+        let stream_of = |what: &'static str, config: stream::Config| {
+            let js = js.clone();
+            let wait = wait.clone();
+            async move {
+                let wait = &wait;
+                forming(wait, what, || js.get_or_create_stream(config.clone())).await.map_err(|e| nats_err(what)(&e))
+            }
+        };
+        let events = stream_of(
+            "create the events stream",
             stream::Config {
                 name: EVENTS_STREAM.into(),
                 subjects: vec!["bursar.events.>".into()],
@@ -198,10 +277,9 @@ impl Nats {
                 ..Default::default()
             },
         )
-        .await
-        .map_err(|e| nats_err("create the events stream")(&e))?;
-        let journal = when_formed(
-            &js,
+        .await?;
+        let journal = stream_of(
+            "create the journal stream",
             stream::Config {
                 name: JOURNAL_STREAM.into(),
                 subjects: vec!["bursar.journal.>".into()],
@@ -210,10 +288,9 @@ impl Nats {
                 ..Default::default()
             },
         )
-        .await
-        .map_err(|e| nats_err("create the journal stream")(&e))?;
-        let snapshots = when_formed(
-            &js,
+        .await?;
+        let snapshots = stream_of(
+            "create the snapshot stream",
             stream::Config {
                 name: SNAPSHOTS_STREAM.into(),
                 subjects: vec!["bursar.snapshots.>".into()],
@@ -222,8 +299,7 @@ impl Nats {
                 ..Default::default()
             },
         )
-        .await
-        .map_err(|e| nats_err("create the snapshot stream")(&e))?;
+        .await?;
         let mut buckets = Vec::new();
         for (name, history, max_age) in [
             (META_BUCKET, 1, Duration::ZERO),
@@ -232,10 +308,13 @@ impl Nats {
             (JOBS_BUCKET, 1, Duration::from_secs(30 * 24 * 3600)),
             (MEMBERS_BUCKET, 1, Duration::from_secs(24 * 3600)),
         ] {
-            when_formed(&js, bucket_config(name, history, max_age, replicas))
+            let create = format!("create the `{name}` bucket");
+            let bucket = bucket_config(name, history, max_age, replicas);
+            forming(wait, &create, || js.get_or_create_stream(bucket.clone()))
                 .await
-                .map_err(|e| nats_err(&format!("create the `{name}` bucket"))(&e))?;
-            buckets.push(js.get_key_value(name).await.map_err(|e| nats_err(&format!("open the `{name}` bucket"))(&e))?);
+                .map_err(|e| nats_err(&create)(&e))?;
+            let open = format!("open the `{name}` bucket");
+            buckets.push(forming(wait, &open, || js.get_key_value(name)).await.map_err(|e| nats_err(&open)(&e))?);
         }
         let mut it = buckets.into_iter();
         let (Some(meta), Some(leases), Some(pointers), Some(jobs), Some(members)) =
@@ -243,12 +322,12 @@ impl Nats {
         else {
             return Err(ClusterError::Nats { what: "open the buckets".into(), error: "missing".into() });
         };
-        let partitions = Self::partition_count(&meta, config.partitions).await?;
+        let partitions = Self::partition_count(&meta, config.partitions, wait).await?;
         Ok(Nats { client, js, events, journal, snapshots, leases, pointers, jobs, members, partitions })
     }
 
     /// The stored partition count, or `wanted` written as the count if none is stored yet.
-    async fn partition_count(meta: &kv::Store, wanted: u32) -> Result<u32, ClusterError> {
+    async fn partition_count(meta: &kv::Store, wanted: u32, wait: &Wait) -> Result<u32, ClusterError> {
         let read = |v: &[u8]| -> Result<u32, ClusterError> {
             std::str::from_utf8(v).ok().and_then(|s| s.trim().parse().ok()).filter(|n: &u32| *n > 0).ok_or_else(|| {
                 ClusterError::Nats {
@@ -257,31 +336,35 @@ impl Nats {
                 }
             })
         };
-        match meta.create(PARTITIONS_KEY, wanted.to_string().into()).await {
-            Ok(_) => {
-                tracing::info!(partitions = wanted, "created the cluster's partitions");
-                Ok(wanted)
+        let created = forming(wait, "write the partition count", || async {
+            match meta.create(PARTITIONS_KEY, wanted.to_string().into()).await {
+                Ok(_) => Ok(true),
+                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(false),
+                Err(e) => Err(e),
             }
-            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
-                let v =
-                    meta.get(PARTITIONS_KEY).await.map_err(|e| nats_err("read the partition count")(&e))?.ok_or_else(
-                        || ClusterError::Nats {
-                            what: "read the partition count".into(),
-                            error: "it was deleted".into(),
-                        },
-                    )?;
-                let n = read(&v)?;
-                if n != wanted {
-                    tracing::warn!(
-                        stored = n,
-                        asked = wanted,
-                        "the cluster was created with {n} partitions; --partitions {wanted} is ignored (the count is fixed at creation)"
-                    );
-                }
-                Ok(n)
-            }
-            Err(e) => Err(nats_err("write the partition count")(&e)),
+        })
+        .await
+        .map_err(|e| nats_err("write the partition count")(&e))?;
+        if created {
+            tracing::info!(partitions = wanted, "created the cluster's partitions");
+            return Ok(wanted);
         }
+        let v = forming(wait, "read the partition count", || meta.get(PARTITIONS_KEY))
+            .await
+            .map_err(|e| nats_err("read the partition count")(&e))?
+            .ok_or_else(|| ClusterError::Nats {
+                what: "read the partition count".into(),
+                error: "it was deleted".into(),
+            })?;
+        let n = read(&v)?;
+        if n != wanted {
+            tracing::warn!(
+                stored = n,
+                asked = wanted,
+                "the cluster was created with {n} partitions; --partitions {wanted} is ignored (the count is fixed at creation)"
+            );
+        }
+        Ok(n)
     }
 }
 
@@ -320,5 +403,80 @@ mod tests {
             "nats://alice:***@127.0.0.1:4222,nats://127.0.0.1:4223,tls://***@h:1/x@y"
         );
         assert_eq!(redacted("127.0.0.1:4222"), "127.0.0.1:4222");
+    }
+
+    fn js_error(code: u64) -> jetstream::Error {
+        serde_json::from_value(serde_json::json!({"code": 503, "err_code": code, "description": "x"})).unwrap()
+    }
+
+    fn create_error(kind: jetstream::context::CreateStreamErrorKind) -> jetstream::context::CreateStreamError {
+        jetstream::context::CreateStreamError::new(kind)
+    }
+
+    #[test]
+    fn every_error_of_a_forming_cluster_is_waited_for_and_a_wrong_request_is_not() {
+        use jetstream::context::CreateStreamErrorKind as K;
+        // Issue 33: `jetstream request timed out` while the metadata leader was being elected.
+        for kind in [K::TimedOut, K::JetStreamUnavailable, K::Response, K::NotFound, K::ResponseParse] {
+            assert!(retryable(&create_error(kind)), "waited for");
+        }
+        // No suitable peers, cluster not available, insufficient resources, the leader not known.
+        for code in [10005, 10008, 10023, 10009] {
+            assert!(retryable(&create_error(K::JetStream(js_error(code)))), "{code} is waited for");
+            assert!(retryable(&js_error(code)), "{code} is waited for");
+        }
+        for kind in [K::EmptyStreamName, K::InvalidStreamName, K::DomainAndExternalSet] {
+            assert!(!retryable(&create_error(kind)));
+        }
+        // Invalid config, subjects overlap, JetStream off: said at once.
+        for code in [10052, 10065, 10076] {
+            assert!(!retryable(&create_error(K::JetStream(js_error(code)))), "{code} is not waited for");
+        }
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("step: {0}")]
+    struct StepError(#[source] jetstream::context::CreateStreamError);
+
+    #[test]
+    fn a_start_step_is_retried_until_it_succeeds_and_no_longer_than_the_deadline() {
+        use jetstream::context::CreateStreamErrorKind as K;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            // Three timeouts, then an answer: the step succeeds.
+            let tries = std::sync::atomic::AtomicU32::new(0);
+            let wait = Wait::new(Duration::from_secs(10));
+            let r = forming(&wait, "a step", || async {
+                let n = tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if n < 3 { Err(StepError(create_error(K::TimedOut))) } else { Ok(n) }
+            })
+            .await;
+            assert_eq!(r.unwrap(), 3);
+            // A definite error (the cause, wrapped) is returned at the first try.
+            let tries = std::sync::atomic::AtomicU32::new(0);
+            let r: Result<(), _> = forming(&wait, "a step", || async {
+                tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Err(StepError(create_error(K::JetStream(js_error(10052)))))
+            })
+            .await;
+            assert!(r.is_err());
+            assert_eq!(tries.load(std::sync::atomic::Ordering::Relaxed), 1);
+            // Past the deadline, the last error is returned.
+            let wait = Wait::new(Duration::ZERO);
+            let r: Result<(), _> =
+                forming(&wait, "a step", || async { Err(StepError(create_error(K::TimedOut))) }).await;
+            assert!(r.unwrap_err().to_string().contains("timed out"));
+            // A refused login ends the wait at once.
+            let wait = Wait::new(Duration::from_secs(10));
+            *wait.server_error.lock().unwrap() = Some("nats: authorization violation".into());
+            let tries = std::sync::atomic::AtomicU32::new(0);
+            let r: Result<(), _> = forming(&wait, "a step", || async {
+                tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Err(StepError(create_error(K::TimedOut)))
+            })
+            .await;
+            assert!(r.is_err());
+            assert_eq!(tries.load(std::sync::atomic::Ordering::Relaxed), 1);
+        });
     }
 }
