@@ -265,7 +265,7 @@ impl Caller {
                 None => self.may(Power::Report),
             },
             // The decoder refuses these from every caller; nobody has the power.
-            Input::WallTick(_) | Input::Run(_) => Err(Denied {
+            Input::WallTick(_) | Input::Run(_) | Input::Ledger(_) => Err(Denied {
                 power: Power::Report,
                 message: format!("`{}` is written by bursar itself", input.type_name()),
             }),

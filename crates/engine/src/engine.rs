@@ -10,13 +10,15 @@
 use std::sync::Arc;
 
 use bursar_model::{
-    Decision, DecisionKind, Duration, Event, EventKind, FinishStatus, Hints, Input, JobSpec, RunFact, Sample, Timestamp,
+    Decision, DecisionKind, Duration, Event, EventKind, FinishStatus, Hints, Input, JobSpec, LedgerChange, LedgerOp,
+    RunFact, Sample, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::dedupe::Dedupe;
 use crate::policy::{Context, Effect, EventMask, Mode, Output, Policy, Reason, TimerContext, Verdict, VerdictKind};
 use crate::set::PolicySet;
+use crate::shared::{LedgerAnswer, LedgerClient, SharedVerdicts, of_rank, rank};
 use crate::state::{JobPhase, JobRecord, Pending, State};
 use crate::timers::{Timer, TimerKind, TimerQueue};
 
@@ -186,6 +188,16 @@ pub struct Engine {
     coverage: Option<Coverage>,
     transitions: Vec<Transition>,
     runs: Vec<RecordedRun>,
+    /// How this engine reaches the ledger partition, in a partitioned deployment whose set has
+    /// quotas that span projects ([`crate::shared`]).
+    ledgers: Option<Box<dyn LedgerClient>>,
+    /// Why the last input could not be decided: the ledger partition could not be reached.
+    ledger_failure: Option<String>,
+    /// The answer the last [`Input::Ledger`] admission got (the ledger partition's side).
+    ledger_answer: Option<LedgerAnswer>,
+    /// Spanning admissions whose combined decision differed from the ledger partition's (sets out of
+    /// step during a reload).
+    ledger_mismatches: u64,
 }
 
 /// Reused per-policy output buffers, so evaluating an event allocates no vectors once warm.
@@ -197,6 +209,12 @@ struct Scratch {
 
 /// Which policy branches produced a verdict: `(policy id, branch index)`.
 pub type Coverage = std::collections::BTreeSet<(Arc<str>, u16)>;
+
+/// The ledger client as one admission sees it, and where to say it failed.
+struct Remote<'a> {
+    client: Option<&'a mut (dyn LedgerClient + 'static)>,
+    failure: &'a mut Option<String>,
+}
 
 /// Builds decisions for one event, numbering them.
 struct Emitter<'a> {
@@ -387,6 +405,10 @@ impl Engine {
             coverage: None,
             transitions: Vec::new(),
             runs: Vec::new(),
+            ledgers: None,
+            ledger_failure: None,
+            ledger_answer: None,
+            ledger_mismatches: 0,
         }
     }
 
@@ -406,6 +428,10 @@ impl Engine {
             coverage: None,
             transitions: Vec::new(),
             runs: Vec::new(),
+            ledgers: None,
+            ledger_failure: None,
+            ledger_answer: None,
+            ledger_mismatches: 0,
         }
     }
 
@@ -417,6 +443,49 @@ impl Engine {
             dedupe: self.dedupe.clone(),
             stats: self.stats.clone(),
             config: self.config,
+        }
+    }
+
+    /// Consults the ledger partition through `client` for the quotas that span projects, from now on
+    /// (`serve --cluster`; [`crate::shared`]). Without a client (single node) they are evaluated here.
+    pub fn set_ledger_client(&mut self, client: Box<dyn LedgerClient>) {
+        self.ledgers = Some(client);
+    }
+
+    /// The ledger client, taken back.
+    pub fn take_ledger_client(&mut self) -> Option<Box<dyn LedgerClient>> {
+        self.ledgers.take()
+    }
+
+    /// Why the last input was not decided: the ledger partition could not be reached. The input was
+    /// then applied only in part; whoever drives the engine must not journal it and should start
+    /// again from what was journaled (a cluster owner steps down).
+    pub fn ledger_failure(&self) -> Option<&str> {
+        self.ledger_failure.as_deref()
+    }
+
+    /// The answer the last [`Input::Ledger`] admission got (applied now, or remembered for a resend).
+    pub fn ledger_answer(&self) -> Option<&LedgerAnswer> {
+        self.ledger_answer.as_ref()
+    }
+
+    /// Spanning admissions whose decision here differed from the ledger partition's.
+    pub fn ledger_mismatches(&self) -> u64 {
+        self.ledger_mismatches
+    }
+
+    /// Sends the changes the last input made to jobs admitted through the ledger partition.
+    fn send_ledger_ops(&mut self) {
+        if self.state.ledger_out.is_empty() {
+            return;
+        }
+        match self.ledgers.as_mut() {
+            Some(c) => {
+                for op in self.state.ledger_out.drain(..) {
+                    c.settle(op);
+                }
+            }
+            None => self.state.ledger_out.clear(),
         }
     }
 
@@ -503,6 +572,13 @@ impl Engine {
     ///   finish seen here would, but idempotently: a fact applied twice changes nothing); it reaches
     ///   no policy, makes no decision and does not move the clock.
     pub fn apply(&mut self, input: &Input, raw: Option<&str>, out: &mut Vec<Decision>) -> Outcome {
+        self.ledger_failure = None;
+        let outcome = self.apply_input(input, raw, out);
+        self.send_ledger_ops();
+        outcome
+    }
+
+    fn apply_input(&mut self, input: &Input, raw: Option<&str>, out: &mut Vec<Decision>) -> Outcome {
         match input {
             Input::Event(e) => self.process(e, raw, out),
             Input::WallTick(t) => {
@@ -510,6 +586,16 @@ impl Engine {
                 self.runs.clear();
                 self.stats.wall_ticks += 1;
                 self.advance(t.time, &t.id(), out);
+                Outcome::Applied
+            }
+            Input::Ledger(op) => {
+                self.ledger_answer = None;
+                if !self.first_fact(&op.id, op.time) {
+                    self.ledger_answer = self.state.shared.answer(&op.id).cloned();
+                    return Outcome::Duplicate;
+                }
+                self.state.now = self.state.now.max(op.time);
+                self.keep_ledgers(op);
                 Outcome::Applied
             }
             Input::Action(a) => {
@@ -589,7 +675,8 @@ impl Engine {
                     policies.trust_tags(s);
                 }
                 let EventKind::JobSubmitted(spec) = &trusted.kind else { return Outcome::Applied };
-                Self::admit(
+                let mut remote = Remote { client: self.ledgers.as_deref_mut(), failure: &mut self.ledger_failure };
+                let mismatch = Self::admit(
                     &mut self.state,
                     &mut self.timers,
                     &policies,
@@ -598,10 +685,24 @@ impl Engine {
                     raw,
                     spec,
                     &mut em,
-                )
+                    &mut remote,
+                );
+                self.ledger_mismatches += u64::from(mismatch);
             }
             EventKind::JobSubmitted(spec) => {
-                Self::admit(&mut self.state, &mut self.timers, &policies, &mut self.scratch, event, raw, spec, &mut em)
+                let mut remote = Remote { client: self.ledgers.as_deref_mut(), failure: &mut self.ledger_failure };
+                let mismatch = Self::admit(
+                    &mut self.state,
+                    &mut self.timers,
+                    &policies,
+                    &mut self.scratch,
+                    event,
+                    raw,
+                    spec,
+                    &mut em,
+                    &mut remote,
+                );
+                self.ledger_mismatches += u64::from(mismatch);
             }
             _ => Self::observe(
                 &mut self.state,
@@ -664,6 +765,7 @@ impl Engine {
                         continue;
                     }
                     if let Some(job) = state.jobs.remove(&job_id) {
+                        state.share(em.cause, at, &job_id, LedgerChange::Drop { job_id: job_id.to_string() });
                         let pending = job.pending().cloned();
                         let mut d = Draft::about(&job_id, Some(&job), at, DecisionKind::Deny);
                         d.admission = true;
@@ -696,6 +798,7 @@ impl Engine {
                     {
                         state.jobs.remove(&job_id);
                         state.runs.remove(&*job_id);
+                        state.share(em.cause, at, &job_id, LedgerChange::Drop { job_id: job_id.to_string() });
                     }
                 }
             }
@@ -709,10 +812,14 @@ impl Engine {
         scratch: &'s mut Scratch,
         cx: &Context<'_>,
         matches: impl Fn(&dyn Policy) -> bool,
+        skip_spanning: bool,
     ) -> &'s [(usize, Output)] {
         scratch.used = 0;
         for &i in policies.for_type(EventMask::index(&cx.event.kind)) {
             let Some(p) = policies.policies().get(i) else { continue };
+            if skip_spanning && policies.spans(i) {
+                continue;
+            }
             if !policies.selects_all(i) && !matches(p.as_ref()) {
                 continue;
             }
@@ -740,13 +847,39 @@ impl Engine {
         raw: Option<&str>,
         spec: &JobSpec,
         em: &mut Emitter<'_>,
-    ) {
+        remote: &mut Remote<'_>,
+    ) -> bool {
         let now = state.now;
         let job_id: Arc<str> = Arc::from(spec.id.as_str());
         let requested = spec.requested_gpu_hours();
 
+        // Partitioned, the quotas that span projects are the ledger partition's to check (step 2 of
+        // the two-step reservation, `crate::shared`): evaluated there, not here.
+        let spanning = remote.client.is_some() && policies.has_spanning();
         let cx = Context { event, raw, now, state, job: None };
-        let results = Self::ask(policies, scratch, &cx, |p| p.meta().selector.matches(spec));
+        Self::ask(policies, scratch, &cx, |p| p.meta().selector.matches(spec), spanning);
+        let mut answered: Option<DecisionKind> = None;
+        if let Some(client) = remote.client.as_deref_mut().filter(|_| spanning) {
+            let local = Self::local_rank(policies, &scratch.slots[..scratch.used]);
+            // What this input changed before (a timer it fired released a job) reaches the ledger
+            // partition first, in order.
+            for op in state.ledger_out.drain(..) {
+                client.settle(op);
+            }
+            let change = LedgerChange::Admit { now, local: of_rank(local), job: Box::new(spec.clone()) };
+            let op = LedgerOp { id: crate::shared::op_id(&event.id, &spec.id, &change), time: event.time, op: change };
+            match client.admit(op) {
+                Ok(answer) => {
+                    answered = Some(answer.kind);
+                    Self::take_shared(policies, scratch, answer.verdicts);
+                }
+                Err(e) => {
+                    *remote.failure = Some(e);
+                    return false;
+                }
+            }
+        }
+        let results = &scratch.slots[..scratch.used];
         if em.coverage.is_some() {
             for (i, out) in results {
                 em.cover(&policies.policies()[*i].meta().id, out);
@@ -924,6 +1057,13 @@ impl Engine {
             }
         }
 
+        let mut mismatch = false;
+        if let Some(theirs) = answered {
+            mismatch = theirs != kind;
+            if kind != DecisionKind::Deny {
+                state.shared.track(&job_id);
+            }
+        }
         if let Some(record) = record {
             state.jobs.insert(job_id.clone(), record);
             if effects {
@@ -934,6 +1074,144 @@ impl Engine {
                 );
             }
         }
+        mismatch
+    }
+
+    /// The combined rank ([`rank`]) of the enforced verdicts in `results`.
+    fn local_rank(policies: &PolicySet, results: &[(usize, Output)]) -> usize {
+        let mut top = 0;
+        for (i, out) in results {
+            if policies.policies().get(*i).is_none_or(|p| p.meta().mode != Mode::Enforce) {
+                continue;
+            }
+            for v in &out.verdicts {
+                top = top.max(rank(v.kind.decision()).unwrap_or(0));
+            }
+        }
+        top
+    }
+
+    /// Puts the spanning quotas' verdicts among the ones evaluated here, in policy order.
+    fn take_shared(policies: &PolicySet, scratch: &mut Scratch, shared: Vec<SharedVerdicts>) {
+        for group in shared {
+            let Some(i) = policies.index_of(&group.policy) else { continue };
+            if group.verdicts.is_empty() {
+                continue;
+            }
+            if scratch.used == scratch.slots.len() {
+                scratch.slots.push((i, Output::default()));
+            }
+            let slot = &mut scratch.slots[scratch.used];
+            slot.0 = i;
+            slot.1.clear();
+            slot.1.verdicts.extend(group.verdicts.iter().map(|v| v.verdict()));
+            scratch.used += 1;
+        }
+        scratch.slots[..scratch.used].sort_by_key(|(i, _)| *i);
+    }
+
+    /// The ledger partition's side of an [`Input::Ledger`] op: check and reserve, or follow a change.
+    fn keep_ledgers(&mut self, op: &LedgerOp) {
+        let time = op.time;
+        match &op.op {
+            LedgerChange::Admit { now, local, job } => {
+                let answer = self.shared_admit(&op.id, time, *now, *local, job);
+                self.state.shared.remember(&op.id, answer.clone());
+                self.ledger_answer = Some(answer);
+            }
+            LedgerChange::Reserve { job_id } => {
+                if let Some(mut j) = self.state.jobs.remove(job_id.as_str()) {
+                    if j.phase == JobPhase::PendingApproval {
+                        j.phase = JobPhase::Admitted;
+                        self.state.reserve(&mut j);
+                    }
+                    self.state.jobs.insert(Arc::from(job_id.as_str()), j);
+                }
+            }
+            LedgerChange::Start { job_id } => {
+                if let Some(mut j) = self.state.jobs.remove(job_id.as_str()) {
+                    if matches!(j.phase, JobPhase::Admitted | JobPhase::Deferred) {
+                        self.state.start(&mut j, time);
+                    }
+                    self.state.jobs.insert(Arc::from(job_id.as_str()), j);
+                }
+            }
+            LedgerChange::Release { job_id, reclaimed } => {
+                if let Some(mut j) = self.state.jobs.remove(job_id.as_str()) {
+                    let phase = if *reclaimed { JobPhase::Reclaimed } else { JobPhase::Finished };
+                    self.state.release(&mut j, time, phase);
+                    self.state.jobs.insert(Arc::from(job_id.as_str()), j);
+                }
+            }
+            LedgerChange::Charge { job_id, gpu_hours } => {
+                if let Some(j) = self.state.jobs.get(job_id.as_str()) {
+                    let project = j.project().to_owned();
+                    self.state.charge(&project, Some(job_id), *gpu_hours, time);
+                }
+            }
+            LedgerChange::Drop { job_id } => {
+                self.state.jobs.remove(job_id.as_str());
+            }
+        }
+    }
+
+    /// Checks a submission against the quotas that span projects, here where every project's usage
+    /// of them is kept, and reserves when the decision combined with the project's own verdict
+    /// admits: what one engine's admission does to these ledgers, in the same order.
+    fn shared_admit(
+        &mut self,
+        id: &str,
+        time: Timestamp,
+        now: Timestamp,
+        local: DecisionKind,
+        spec: &JobSpec,
+    ) -> LedgerAnswer {
+        let policies = self.policies.clone();
+        let event =
+            Event { id: id.to_owned(), time, kind: EventKind::JobSubmitted(Box::new(spec.clone())), extra: Vec::new() };
+        let cx = Context { event: &event, raw: None, now, state: &self.state, job: None };
+        let mut top = rank(local).unwrap_or(0);
+        let mut verdicts = Vec::new();
+        let mut out = Output::default();
+        for &i in policies.for_type(EventMask::index(&event.kind)) {
+            let Some(p) = policies.policies().get(i) else { continue };
+            if !policies.spans(i) || (!policies.selects_all(i) && !p.meta().selector.matches(spec)) {
+                continue;
+            }
+            out.clear();
+            p.evaluate(&cx, &mut out);
+            if out.verdicts.is_empty() {
+                continue;
+            }
+            if p.meta().mode == Mode::Enforce {
+                for v in &out.verdicts {
+                    top = top.max(rank(v.kind.decision()).unwrap_or(0));
+                }
+            }
+            verdicts.push(SharedVerdicts {
+                policy: p.meta().id.to_string(),
+                verdicts: out.verdicts.iter().map(crate::shared::SharedVerdict::of).collect(),
+            });
+        }
+        let kind = of_rank(top);
+        let job_id: Arc<str> = Arc::from(spec.id.as_str());
+        match kind {
+            DecisionKind::Allow | DecisionKind::Defer => {
+                let mut record = self.state.record_from_spec(spec, now);
+                if kind == DecisionKind::Defer {
+                    record.phase = JobPhase::Deferred;
+                }
+                self.state.reserve(&mut record);
+                self.state.jobs.insert(job_id, record);
+            }
+            DecisionKind::RequireApproval => {
+                let mut record = self.state.record_from_spec(spec, now);
+                record.phase = JobPhase::PendingApproval;
+                self.state.jobs.insert(job_id, record);
+            }
+            _ => {}
+        }
+        LedgerAnswer { kind, verdicts }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -969,7 +1247,7 @@ impl Engine {
         }
 
         let cx = Context { event, raw, now, state, job };
-        let results = Self::ask(policies, scratch, &cx, |p| job.is_none_or(|j| p.meta().selector.matches(j)));
+        let results = Self::ask(policies, scratch, &cx, |p| job.is_none_or(|j| p.meta().selector.matches(j)), false);
         for (i, out) in results {
             em.cover(&policies.policies()[*i].meta().id, out);
         }
@@ -992,6 +1270,7 @@ impl Engine {
                 {
                     if matches!(j.phase, JobPhase::Admitted | JobPhase::Deferred) {
                         state.start(&mut j, event.time);
+                        state.share(em.cause, event.time, id, LedgerChange::Start { job_id: id.to_string() });
                         em.step(id, event.time, Step::Started);
                     }
                     state.jobs.insert(id.clone(), j);
@@ -1016,7 +1295,13 @@ impl Engine {
                     j.util.keepalive = event.time.into();
                 }
             }
-            EventKind::BillingCharge(c) => state.charge(&c.project, c.job_id.as_deref(), c.gpu_hours, event.time),
+            EventKind::BillingCharge(c) => {
+                state.charge(&c.project, c.job_id.as_deref(), c.gpu_hours, event.time);
+                if let Some(j) = c.job_id.as_deref().filter(|j| state.jobs.get(*j).is_some()) {
+                    let change = LedgerChange::Charge { job_id: j.to_owned(), gpu_hours: c.gpu_hours };
+                    state.share(em.cause, event.time, j, change);
+                }
+            }
             EventKind::AssetRegistered { project, asset } => {
                 let rec = crate::state::AssetRecord {
                     kind: state.intern(&asset.kind),
@@ -1075,6 +1360,12 @@ impl Engine {
             }
             if j.phase.is_live() {
                 state.release(&mut j, event.time, JobPhase::Finished);
+                state.share(
+                    em.cause,
+                    event.time,
+                    id,
+                    LedgerChange::Release { job_id: id.to_string(), reclaimed: false },
+                );
                 state.end_run(id, &j, event.time);
             }
             j.phase = if j.phase == JobPhase::Reclaimed { JobPhase::Reclaimed } else { JobPhase::Finished };
@@ -1141,6 +1432,7 @@ impl Engine {
             d.reason = format!("approved by {who} (asked because: {})", pending.reason);
             job.phase = JobPhase::Admitted;
             state.reserve(&mut job);
+            state.share(em.cause, event.time, id, LedgerChange::Reserve { job_id: id.to_string() });
             em.emit(d);
             em.step(id, event.time, Step::Admitted);
             state.jobs.insert(id.clone(), job);
@@ -1155,6 +1447,7 @@ impl Engine {
                 .map(|r| format!(": {}", r.trim()))
                 .unwrap_or_default();
             d.reason = format!("approval rejected by {who}{why} (asked because: {})", pending.reason);
+            state.share(em.cause, event.time, id, LedgerChange::Drop { job_id: id.to_string() });
             em.emit(d);
             em.step(id, event.time, Step::Denied);
         }
@@ -1229,6 +1522,12 @@ impl Engine {
                     && let Some(mut j) = state.jobs.remove(job_id)
                 {
                     state.release(&mut j, time, JobPhase::Reclaimed);
+                    state.share(
+                        em.cause,
+                        time,
+                        job_id,
+                        LedgerChange::Release { job_id: job_id.to_string(), reclaimed: true },
+                    );
                     state.end_run(job_id, &j, time);
                     em.step(job_id, time, Step::Reclaimed);
                     state.jobs.insert(job_id.clone(), j);

@@ -25,6 +25,8 @@
 //! - [`set`]: [`PolicySet`], the immutable set swapped whole on reload.
 //! - [`state`]: jobs, ledgers and what policies may ask of them.
 //! - [`engine`]: [`Engine::apply`], timer firing, decision combination, lifecycle steps.
+//! - [`shared`]: the user and tag ledgers of a partitioned deployment, kept by one partition and
+//!   consulted by the others ([`LedgerClient`]).
 //! - `timers`, `dedupe`, `intern`, `profile`, `jobs`: supporting structures, public only because a [`Snapshot`] holds
 //!   them (hidden from the documentation; not an API).
 
@@ -39,6 +41,7 @@ pub mod policy;
 #[doc(hidden)]
 pub mod profile;
 pub mod set;
+pub mod shared;
 pub mod state;
 #[doc(hidden)]
 pub mod timers;
@@ -52,4 +55,5 @@ pub use policy::{
     Reason, Selector, Settle, TimerContext, Verdict, VerdictKind,
 };
 pub use set::{PolicyLimits, PolicySet, PoolLimits, SetError, SourceFile, TagFrom, TagSource};
+pub use shared::{LedgerAnswer, LedgerClient};
 pub use state::{JobFacts, JobPhase, JobRecord, Ledger, ScopeKind, State, Usage, mark_key};

@@ -233,6 +233,12 @@ pub struct PolicySet {
     tags: Vec<TagSource>,
     /// Some tag source replaces submitted values.
     rewrites_tags: bool,
+    /// By policy: it enforces a quota scoped by user or tag, whose ledger collects the usage of
+    /// several projects ([`PolicySet::spans`]).
+    spans: Vec<bool>,
+    /// Some policy reads the run history of configurations (trial-before-scale, or a WebAssembly
+    /// component, which may).
+    reads_runs: bool,
 }
 
 impl PolicySet {
@@ -258,6 +264,11 @@ impl PolicySet {
         }
         let limits = PoolLimits::of(&policies);
         let selects_all = policies.iter().map(|p| p.meta().selector.is_empty()).collect();
+        let spans = policies
+            .iter()
+            .map(|p| p.limits().quotas.iter().any(|q| q.scope != crate::policy::QuotaScope::Project))
+            .collect();
+        let reads_runs = policies.iter().any(|p| matches!(p.meta().kind, "trial" | "wasm"));
         Ok(PolicySet {
             policies,
             by_type,
@@ -268,6 +279,8 @@ impl PolicySet {
             limits,
             tags: Vec::new(),
             rewrites_tags: false,
+            spans,
+            reads_runs,
         })
     }
 
@@ -325,9 +338,33 @@ impl PolicySet {
         self.selects_all.get(i).copied().unwrap_or(false)
     }
 
+    /// The position of the policy with id `id`.
+    pub fn index_of(&self, id: &str) -> Option<usize> {
+        self.by_id.get(id).copied()
+    }
+
     /// The policy with id `id`.
     pub fn get(&self, id: &str) -> Option<&Arc<dyn Policy>> {
         self.by_id.get(id).and_then(|&i| self.policies.get(i))
+    }
+
+    /// Whether policy `i` enforces a quota scoped by user or tag: its ledger collects the usage of
+    /// several projects, so in a partitioned deployment (`serve --cluster`) it is checked where
+    /// every project's usage meets ([`crate::shared`]), not in the project's partition.
+    pub fn spans(&self, i: usize) -> bool {
+        self.spans.get(i).copied().unwrap_or(false)
+    }
+
+    /// Whether some policy's quota spans projects ([`PolicySet::spans`]).
+    pub fn has_spanning(&self) -> bool {
+        self.spans.iter().any(|s| *s)
+    }
+
+    /// Whether some policy may read the run history of configurations: a trial-before-scale policy,
+    /// or a WebAssembly component (whose host interface offers it). When none does, a partitioned
+    /// deployment need not send the runs it sees finish to the other partitions.
+    pub fn reads_runs(&self) -> bool {
+        self.reads_runs
     }
 
     /// What the set's policies limit (quotas, idle thresholds), read once when the set was built.

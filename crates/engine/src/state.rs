@@ -965,6 +965,13 @@ pub struct State {
     /// job id; folded into their configuration's [`TrialHistory::throughput`] at release.
     #[serde(default)]
     pub(crate) runs: FxHashMap<Arc<str>, RunRate>,
+    /// The shared ledgers' side of this state (`serve --cluster`): jobs whose changes go to the
+    /// ledger partition, or the answers the ledger partition gave ([`crate::shared`]).
+    #[serde(default)]
+    pub(crate) shared: crate::shared::Shared,
+    /// Changes to tracked jobs made by the input being applied, to send to the ledger partition.
+    #[serde(skip)]
+    pub(crate) ledger_out: Vec<bursar_model::LedgerOp>,
     #[serde(skip)]
     pub(crate) names: Interner,
     /// The jobs' profiles, each stored once.
@@ -1043,6 +1050,19 @@ impl State {
     /// Number of tracked jobs, ended ones kept for late charges included (what memory grows with).
     pub fn tracked_jobs(&self) -> usize {
         self.jobs.len()
+    }
+
+    /// Notes a change to job `job` made by input `cause`, for the ledger partition, when the job was
+    /// admitted through it.
+    pub(crate) fn share(&mut self, cause: &str, time: Timestamp, job: &str, change: bursar_model::LedgerChange) {
+        if !self.shared.tracks(job) {
+            return;
+        }
+        if matches!(change, bursar_model::LedgerChange::Drop { .. }) {
+            self.shared.untrack(job);
+        }
+        let id = crate::shared::op_id(cause, job, &change);
+        self.ledger_out.push(bursar_model::LedgerOp { id, time, op: change });
     }
 
     pub(crate) fn intern(&mut self, s: &str) -> Sym {

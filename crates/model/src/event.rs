@@ -828,6 +828,15 @@ impl<'de> Visitor<'de> for InputVisitor {
                 }));
             }
             crate::input::WALL_TICK_TYPE => return Ok(Input::WallTick(WallTick { time })),
+            crate::input::LEDGER_TYPE => {
+                let op = match extra.iter().position(|(k, _)| k == "op") {
+                    Some(i) => extra.remove(i).1,
+                    None => return Err(de::Error::missing_field("op")),
+                };
+                let op = serde_json::from_str::<crate::input::LedgerChange>(op.get())
+                    .map_err(|e| de::Error::custom(format!("`op`: {e}")))?;
+                return Ok(Input::Ledger(crate::input::LedgerOp { id, time, op }));
+            }
             crate::input::RUN_TYPE => {
                 let config = match extra.iter().position(|(k, _)| k == "config") {
                     Some(i) => extra.remove(i).1,

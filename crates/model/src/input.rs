@@ -16,6 +16,9 @@
 //!   partition saw finish (`run.recorded`), so trial-before-scale finds a trial made in any project.
 //!   Only bursar writes it (a partition's owner, onto the other partitions' streams); producers may
 //!   not send it. It updates the configuration's run history and nothing else.
+//! - [`Input::Ledger`]: in `serve --cluster`, a change to the ledgers that span projects (user and
+//!   tag budgets), sent by a project's partition to the partition that keeps those ledgers
+//!   ([`LedgerOp`]). Only bursar writes it; no producer may send it, and it never reaches an audit log.
 
 use std::borrow::Cow;
 
@@ -34,6 +37,96 @@ pub const WALL_TICK_PREFIX: &str = "bursar-tick-";
 /// The wire type of a run fact ([`RunFact`]), accepted only from bursar itself.
 pub const RUN_TYPE: &str = "run.recorded";
 
+/// The wire type of a change to the shared ledgers ([`LedgerOp`]), accepted only from bursar itself.
+pub const LEDGER_TYPE: &str = "ledger.op";
+
+/// A change to the ledgers that span projects (user and tag budgets), as a project's partition sends
+/// it to the partition that keeps them in `serve --cluster`:
+/// `{"id":"…","time":…,"type":"ledger.op","op":{"kind":"start","job_id":"j1"}}`. `time` is the
+/// event time of the change (when the job started, was released, was charged). The id is derived
+/// from the input that caused the change, so a resend after a failover is the same op.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LedgerOp {
+    /// Unique id.
+    pub id: String,
+    /// Event time of the change.
+    pub time: Timestamp,
+    /// What changed.
+    pub op: LedgerChange,
+}
+
+/// What a [`LedgerOp`] changes. Each mirrors what the project's partition did to its own copy of the
+/// job's ledgers, with the same arithmetic on the same record.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum LedgerChange {
+    /// A submission: check the quotas that span projects and, if the decision it makes with the
+    /// project's own verdict (`local`) is to admit, reserve.
+    Admit {
+        /// The project partition's clock when it decided (the day the reservation counts on).
+        now: Timestamp,
+        /// What the project's own policies decided before the spanning quotas (the combined
+        /// verdict of its enforced policies).
+        local: crate::DecisionKind,
+        /// The job as the policies saw it (tags already trusted).
+        job: Box<crate::JobSpec>,
+    },
+    /// An approval was granted: reserve now.
+    Reserve {
+        /// The job.
+        job_id: String,
+    },
+    /// The job started.
+    Start {
+        /// The job.
+        job_id: String,
+    },
+    /// The job's GPUs were released (it finished, or was reclaimed), settling its reservation.
+    Release {
+        /// The job.
+        job_id: String,
+        /// By a reclaim rather than its own end.
+        reclaimed: bool,
+    },
+    /// A billing charge for the job.
+    Charge {
+        /// The job.
+        job_id: String,
+        /// GPU-hours charged.
+        gpu_hours: f64,
+    },
+    /// The job is gone: rejected, its approval expired, or forgotten after its retention.
+    Drop {
+        /// The job.
+        job_id: String,
+    },
+}
+
+impl LedgerChange {
+    /// The job it is about.
+    pub fn job_id(&self) -> &str {
+        match self {
+            LedgerChange::Admit { job, .. } => &job.id,
+            LedgerChange::Reserve { job_id }
+            | LedgerChange::Start { job_id }
+            | LedgerChange::Release { job_id, .. }
+            | LedgerChange::Charge { job_id, .. }
+            | LedgerChange::Drop { job_id } => job_id,
+        }
+    }
+}
+
+impl Serialize for LedgerOp {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(4))?;
+        m.serialize_entry("id", &self.id)?;
+        m.serialize_entry("time", &self.time.text())?;
+        m.serialize_entry("type", LEDGER_TYPE)?;
+        m.serialize_entry("op", &self.op)?;
+        m.end()
+    }
+}
+
 /// One input to the engine.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
@@ -45,6 +138,8 @@ pub enum Input {
     Action(Action),
     /// A run of a configuration that another partition saw finish (cluster mode).
     Run(RunFact),
+    /// A change to the ledgers that span projects (cluster mode, the partition that keeps them).
+    Ledger(LedgerOp),
 }
 
 /// The outcome of one run of a configuration, as the partition that saw the job finish recorded it:
@@ -190,6 +285,7 @@ impl Serialize for Input {
             Input::WallTick(t) => t.serialize(s),
             Input::Action(a) => a.serialize(s),
             Input::Run(r) => r.serialize(s),
+            Input::Ledger(l) => l.serialize(s),
         }
     }
 }
@@ -202,6 +298,7 @@ impl Input {
             Input::WallTick(t) => Cow::Owned(t.id()),
             Input::Action(a) => Cow::Borrowed(&a.id),
             Input::Run(r) => Cow::Borrowed(&r.id),
+            Input::Ledger(l) => Cow::Borrowed(&l.id),
         }
     }
 
@@ -212,6 +309,7 @@ impl Input {
             Input::WallTick(t) => t.time,
             Input::Action(a) => a.time,
             Input::Run(r) => r.time,
+            Input::Ledger(l) => l.time,
         }
     }
 
@@ -222,6 +320,7 @@ impl Input {
             Input::WallTick(_) => WALL_TICK_TYPE,
             Input::Action(a) => a.outcome.type_name(),
             Input::Run(_) => RUN_TYPE,
+            Input::Ledger(_) => LEDGER_TYPE,
         }
     }
 
@@ -231,6 +330,7 @@ impl Input {
             Input::Event(e) => e.kind.job_id(),
             Input::WallTick(_) | Input::Run(_) => None,
             Input::Action(a) => a.job_id.as_deref(),
+            Input::Ledger(l) => Some(l.op.job_id()),
         }
     }
 
@@ -268,6 +368,25 @@ mod tests {
         assert_eq!(a.extra[0].0, "slurm_job_id");
         let Input::WallTick(t) = decode_input(lines[2]).unwrap() else { panic!("not a wall tick") };
         assert_eq!(t.id(), "bursar-tick-1793610000000");
+    }
+
+    #[test]
+    fn a_ledger_op_round_trips_through_its_canonical_line() {
+        let job = crate::event::decode_event(
+            r#"{"id":"e1","time":"2026-11-02T09:00:00Z","type":"job.submitted","job":{"id":"j1","project":"nlp","user":"ada","gpus":8,"requested_hours":2.0,"tags":{"team":"search"}}}"#,
+        )
+        .unwrap();
+        let EventKind::JobSubmitted(spec) = job.kind else { panic!("not a submission") };
+        for op in [
+            LedgerChange::Admit { now: job.time, local: crate::DecisionKind::Allow, job: spec },
+            LedgerChange::Release { job_id: "j1".into(), reclaimed: true },
+            LedgerChange::Charge { job_id: "j1".into(), gpu_hours: 3.5 },
+        ] {
+            let input = Input::Ledger(LedgerOp { id: "l:e1".into(), time: job.time, op });
+            let line = input.to_json();
+            assert!(line.contains(r#""type":"ledger.op""#), "{line}");
+            assert_eq!(decode_input(&line).unwrap(), input, "{line}");
+        }
     }
 
     #[test]

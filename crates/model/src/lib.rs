@@ -29,7 +29,10 @@ pub use event::{
     Asset, BillingCharge, BillingMode, DecodeError, EVENT_TYPES, Event, EventKind, Extra, FinishStatus, JobSpec,
     RawJson, Ready, Sample, decode_event, decode_input, limits,
 };
-pub use input::{Action, ActionOutcome, Input, RUN_TYPE, RunFact, WALL_TICK_PREFIX, WALL_TICK_TYPE, WallTick};
+pub use input::{
+    Action, ActionOutcome, Input, LEDGER_TYPE, LedgerChange, LedgerOp, RUN_TYPE, RunFact, WALL_TICK_PREFIX,
+    WALL_TICK_TYPE, WallTick,
+};
 pub use names::NameError;
 pub use sender::Sender;
 pub use throughput::{RunRate, Work};

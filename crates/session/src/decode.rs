@@ -3,10 +3,10 @@
 //! One function decides what every entry point accepts ([`decode`]), so `eval`, `replay`, `test`,
 //! serve's HTTP and socket front ends and serve's own recovery cannot disagree again:
 //!
-//! | origin | v1 events | action records | `bursar.tick` | ids `bursar-tick-…` | `run.recorded` |
+//! | origin | v1 events | action records | `bursar.tick` | ids `bursar-tick-…` | `run.recorded`, `ledger.op` |
 //! |---|---|---|---|---|---|
 //! | [`Origin::Producer`] (files, stdin, HTTP, socket, agents) | yes | yes | refused | refused | refused |
-//! | [`Origin::Cluster`] (a partition's events stream in `serve --cluster`) | yes | yes | refused | refused | yes |
+//! | [`Origin::Cluster`] (a partition's events stream and owner in `serve --cluster`) | yes | yes | refused | refused | yes |
 //! | [`Origin::Journal`] (bursar's own audit log) | yes | yes | yes | yes | yes |
 //!
 //! A partition's events stream holds what the front ends published, each line already decoded under
@@ -22,8 +22,8 @@ use std::sync::Arc;
 
 use bursar_model::api::Rejected;
 use bursar_model::{
-    Action, ActionOutcome, Event, EventKind, Input, RUN_TYPE, Sender, WALL_TICK_PREFIX, WALL_TICK_TYPE, WallTick,
-    decode_input,
+    Action, ActionOutcome, Event, EventKind, Input, LEDGER_TYPE, RUN_TYPE, Sender, WALL_TICK_PREFIX, WALL_TICK_TYPE,
+    WallTick, decode_input,
 };
 
 use crate::frame::Frame;
@@ -124,7 +124,7 @@ impl Incoming {
         match &mut self.input {
             Input::Event(e) => e.id = kept,
             Input::Action(a) => a.id = kept,
-            Input::WallTick(_) | Input::Run(_) => return,
+            Input::WallTick(_) | Input::Run(_) | Input::Ledger(_) => return,
         }
         self.raw = self.input.to_json();
     }
@@ -175,6 +175,9 @@ pub fn admit(input: Input, origin: Origin) -> Result<Input, String> {
         (Origin::Producer, Input::Run(_)) => Err(format!(
             "`{RUN_TYPE}` is written by bursar's cluster partitions and cannot be sent; send the run's `job.finished`"
         )),
+        (Origin::Producer, Input::Ledger(_)) => {
+            Err(format!("`{LEDGER_TYPE}` is written by bursar's cluster partitions and cannot be sent"))
+        }
         (Origin::Producer | Origin::Cluster, Input::WallTick(_)) => Err(format!(
             "`{WALL_TICK_TYPE}` is bursar's own wall clock and cannot be sent; send `clock.tick` to move event time"
         )),
