@@ -35,6 +35,21 @@ const JOB_CACHE: usize = 1_000_000;
 /// attempt reaches the new one).
 const ATTEMPT: Duration = Duration::from_millis(700);
 
+/// How long to wait before asking again when no owner holds the partition (a takeover or a
+/// handover under way).
+const RETRY_UNOWNED: Duration = Duration::from_millis(25);
+
+/// How long to wait before asking again when the owner said to (it is stepping down).
+const RETRY_REFUSED: Duration = Duration::from_millis(10);
+
+/// Why [`Front::ask_owner`] has no decision.
+enum AskError {
+    /// The owner refused, for good.
+    Refused(Refusal),
+    /// No owner answered in time; the last cause.
+    Unanswered(String),
+}
+
 /// What happened to one published input.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Published {
@@ -142,7 +157,7 @@ impl Front {
             },
             // Producers cannot send wall ticks or run facts (the session's decoder refuses them at
             // the edge); run facts are published by the partitions' owners themselves.
-            Input::WallTick(_) | Input::Run(_) => Vec::new(),
+            Input::WallTick(_) | Input::Run(_) | Input::Ledger(_) => Vec::new(),
         }
     }
 
@@ -194,7 +209,44 @@ impl Front {
             return Err(Refusal { status: 400, error: "expected a `job.submitted` event".into() });
         };
         let p = partition_of(&spec.project, self.nats.partitions);
-        self.index(&spec.id, p).await;
+        // The job's index is written while the owner decides, not before: the answer waits for both,
+        // so a later event naming only the job finds its partition, without a replicated write in
+        // series with every admission.
+        let c = &self.status.counters;
+        let since = |t: Instant| u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let (indexing, (decided, asking)) = tokio::join!(
+            async {
+                let t = Instant::now();
+                self.index(&spec.id, p).await;
+                since(t)
+            },
+            async {
+                let t = Instant::now();
+                let out = self.ask_owner(p, item, deadline).await;
+                (out, since(t))
+            }
+        );
+        c.index_micros.fetch_add(indexing, Ordering::Relaxed);
+        c.ask_micros.fetch_add(asking, Ordering::Relaxed);
+        match decided {
+            Ok(reply) => Ok(reply),
+            Err(AskError::Refused(r)) => Err(r),
+            Err(AskError::Unanswered(cause)) => {
+                self.status.counters.admissions_unowned.fetch_add(1, Ordering::Relaxed);
+                Err(Refusal {
+                    status: 503,
+                    error: format!(
+                        "no decision: partition {p} (project `{}`) has no owner answering yet ({cause}) within {} ms; the hook's fail-closed setting applies, and the submission may be resent with the same event id",
+                        spec.project,
+                        self.admit_timeout.as_millis()
+                    ),
+                })
+            }
+        }
+    }
+
+    /// Sends the submission to partition `p`'s owner until it answers or `deadline` passes.
+    async fn ask_owner(&self, p: u32, item: &Incoming, deadline: Instant) -> Result<AdmitReply, AskError> {
         let subject = admit_subject(p);
         let payload: bytes::Bytes = item.raw.clone().into_bytes().into();
         let mut cause = String::from("no instance answered");
@@ -209,11 +261,11 @@ impl Front {
                 Err(_) => cause = format!("the owner did not answer within {} ms", attempt.as_millis()),
                 Ok(Err(e)) if e.kind() == async_nats::client::RequestErrorKind::NoResponders => {
                     cause = "no instance holds its lease (no responders)".into();
-                    tokio::time::sleep(Duration::from_millis(50).min(left)).await;
+                    tokio::time::sleep(RETRY_UNOWNED.min(left)).await;
                 }
                 Ok(Err(e)) => {
                     cause = e.to_string();
-                    tokio::time::sleep(Duration::from_millis(50).min(left)).await;
+                    tokio::time::sleep(RETRY_UNOWNED.min(left)).await;
                 }
                 Ok(Ok(msg)) => match serde_json::from_slice::<OwnerAnswer>(&msg.payload) {
                     Ok(OwnerAnswer::Decided { reply }) => {
@@ -221,25 +273,17 @@ impl Front {
                         return Ok(*reply);
                     }
                     Ok(OwnerAnswer::Refused { status, error, retry: false }) => {
-                        return Err(Refusal { status, error });
+                        return Err(AskError::Refused(Refusal { status, error }));
                     }
                     Ok(OwnerAnswer::Refused { error, .. }) => {
                         cause = error;
-                        tokio::time::sleep(Duration::from_millis(20).min(left)).await;
+                        tokio::time::sleep(RETRY_REFUSED.min(left)).await;
                     }
                     Err(e) => cause = format!("the owner's answer is unreadable: {e}"),
                 },
             }
         }
-        c.admissions_unowned.fetch_add(1, Ordering::Relaxed);
-        Err(Refusal {
-            status: 503,
-            error: format!(
-                "no decision: partition {p} (project `{}`) has no owner answering yet ({cause}) within {} ms; the hook's fail-closed setting applies, and the submission may be resent with the same event id",
-                spec.project,
-                self.admit_timeout.as_millis()
-            ),
-        })
+        Err(AskError::Unanswered(cause))
     }
 
     /// The decisions after cursor `after`, in stream order, on a channel; with `follow` the channel

@@ -34,6 +34,8 @@ struct EntryRef<'a> {
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     steps: &'a [Transition],
     policy_set: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ledger: Option<&'a bursar_engine::LedgerAnswer>,
 }
 
 /// Who writes, with which fence.
@@ -91,6 +93,8 @@ pub struct StreamJournal {
     loads: Vec<PolicyLoad>,
     failures: Vec<ReloadFailure>,
     fenced: bool,
+    /// Where the ledger link leaves the answer of the submission being applied, journaled beside it.
+    answered: Option<crate::ledger::Answered>,
 }
 
 impl StreamJournal {
@@ -118,7 +122,15 @@ impl StreamJournal {
             loads: Vec::new(),
             failures: Vec::new(),
             fenced: false,
+            answered: None,
         }
+    }
+
+    /// Journals, beside each submission, the answer the ledger partition gave it (left in
+    /// `answered` by the partition's [`crate::ledger::Link`]).
+    pub fn with_answers(mut self, answered: crate::ledger::Answered) -> StreamJournal {
+        self.answered = Some(answered);
+        self
     }
 
     /// Every event of the partition up to this events-stream sequence has been consumed (applied,
@@ -186,11 +198,13 @@ impl Journal for StreamJournal {
         if self.fenced {
             return Err(JournalError::Store(format!("partition {} is fenced", self.writer.partition)));
         }
+        let ledger = self.answered.as_ref().and_then(|a| a.lock().ok().and_then(|mut a| a.take()));
         let text = serde_json::to_string(&EntryRef {
             raw: entry.raw,
             decisions: entry.decisions,
             steps: entry.steps,
             policy_set: entry.policy_set,
+            ledger: ledger.as_ref(),
         })
         .map_err(|e| JournalError::Store(format!("cannot encode a journal entry: {e}")))?;
         let raw = RawValue::from_string(text)

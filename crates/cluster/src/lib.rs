@@ -19,6 +19,8 @@
 //! - [`manager`]: leases, fair sharing, handover.
 //! - [`owner`]: one partition's thread: takeover, apply, answer.
 //! - [`journal`]: [`journal::StreamJournal`], the fenced journal.
+//! - [`ledger`]: the way between project partitions and the ledger partition, which keeps the user
+//!   and tag budgets spanning projects (`bursar_engine::shared` has the design).
 //! - [`snapshot`]: chunked, fenced snapshots and their pointer.
 //! - [`front`]: events in, admissions forwarded, decisions out.
 //! - [`projection`]: the audit log as a projection of the decisions stream.
@@ -29,6 +31,7 @@
 
 pub mod front;
 pub mod journal;
+pub mod ledger;
 pub mod manager;
 pub mod nats;
 pub mod owner;
@@ -231,6 +234,7 @@ impl Cluster {
                     snapshot_every: config.snapshot_every,
                     max_message: max_payload - max_payload / 8,
                     engine: config.engine,
+                    shared_ledgers: false,
                 },
                 status: status.clone(),
             },

@@ -13,11 +13,21 @@
 //! 4. consume `bursar.events.<p>` from the sequence after the last one the journal says was
 //!    consumed, and only then subscribe to `bursar.admit.<p>`.
 //!
-//! Running: the thread takes what is queued (events, admission waiters, ticks, snapshot requests; at
-//! most [`MAX_BATCH`]), applies it through the session, flushes the journal once (one fenced
-//! message) and only then answers the waiters. The runs the batch saw finish are sent to every other
-//! partition (`run.recorded`) before that flush, so a crash in between resends them, never loses them. Any journal or snapshot error ends the thread: the
-//! partition is then the next owner's, which replays what was published.
+//! Running: the thread takes what is queued (events from the stream, admissions forwarded by the
+//! front ends, ticks, snapshot requests; at most [`MAX_BATCH`]), applies it through the session,
+//! flushes the journal once (one fenced message) and only then answers the admissions. An admission
+//! is applied straight from its request, not published to the events stream first: the journal is
+//! the partition's record, so an admission is durable exactly when it is answered, and one the owner
+//! applied but could not journal (it died, or was fenced) was never answered and is decided afresh
+//! when the front end resends it to the next owner. That saves a replicated publish and a consume
+//! per admission (issue 33). When the set in force reads run history, the runs the batch saw finish
+//! are sent to every other partition (`run.recorded`) before that flush, so a crash in between
+//! resends them, never loses them. Any journal or snapshot error ends the thread: the partition is
+//! then the next owner's, which replays what was published.
+//!
+//! A handover ([`Item::Stop`] with `release`) stops taking admissions first, applies and answers
+//! what is already queued, writes a final snapshot and ends; the lease manager then names the
+//! receiver in the lease, which takes the partition at once.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -36,8 +46,9 @@ use tokio::sync::{mpsc, watch};
 
 use crate::ClusterError;
 use crate::journal::{StreamJournal, Writer, publish_fenced};
+use crate::ledger::{LedgerReply, Link};
 use crate::nats::Nats;
-use crate::partition::{admit_subject, cursor, events_subject, journal_subject};
+use crate::partition::{admit_subject, cursor, events_subject, journal_subject, ledger_partition};
 use crate::snapshot::{Snapshots, last_on_subject, read_subject};
 use crate::status::{Counters, OwnedState, Status};
 use crate::wire::{JournalBatch, JournalBatchOut, OwnerAnswer, PartitionSnapshot};
@@ -62,6 +73,10 @@ pub struct OwnerSettings {
     pub max_message: usize,
     /// Engine settings for a partition that has no snapshot yet.
     pub engine: EngineConfig,
+    /// Run the ledger partition and link the project partitions to it (the user and tag budgets
+    /// that span projects, [`crate::ledger`]). Off until `serve --cluster` accepts such quotas: the
+    /// two-step reservation is built but not yet proven against one engine (issue 33, item 4).
+    pub shared_ledgers: bool,
 }
 
 /// Until when this instance may act as the partition's owner, by its own monotonic clock: the start
@@ -109,14 +124,21 @@ pub enum Item {
         /// The line.
         data: Bytes,
     },
-    /// An admission whose event is in the stream at `seq`: answer once decided.
-    Waiter {
-        /// Event id.
+    /// A submission a front end forwarded (already decoded under the producer's rules there): apply
+    /// it and answer `reply` once its decision is in the journal.
+    Admit {
+        /// Its event id.
         id: String,
-        /// Stream sequence the publish was acknowledged with.
-        seq: u64,
-        /// The stream found it a duplicate.
-        duplicate: bool,
+        /// Its line.
+        line: Bytes,
+        /// Where to answer.
+        reply: Subject,
+    },
+    /// An op for the ledger partition's engine (only its owner gets these): apply it and answer
+    /// `reply` once it is journaled.
+    Ledger {
+        /// Its line.
+        line: Bytes,
         /// Where to answer.
         reply: Subject,
     },
@@ -126,7 +148,8 @@ pub enum Item {
     Snapshot,
     /// A source task failed.
     Failed(String),
-    /// Stop; `release` writes a snapshot first (a handover).
+    /// Stop; `release` hands the partition over: no more admissions, what is queued applied and
+    /// answered, a final snapshot.
     Stop {
         /// Handover rather than failure.
         release: bool,
@@ -165,7 +188,7 @@ pub struct OwnerCtx {
 }
 
 struct Recent {
-    by_id: HashMap<String, (AdmitReply, u64)>,
+    by_id: HashMap<String, AdmitReply>,
     order: VecDeque<String>,
 }
 
@@ -174,10 +197,9 @@ impl Recent {
         Recent { by_id: HashMap::new(), order: VecDeque::new() }
     }
 
-    /// `reply` answered the submission `id` first published at events-stream sequence `seq` (0 when
-    /// the sequence is not known: replayed from the journal).
-    fn insert(&mut self, id: String, reply: AdmitReply, seq: u64) {
-        if self.by_id.insert(id.clone(), (reply, seq)).is_none() {
+    /// `reply` answered the submission `id` (the first time it was decided).
+    fn insert(&mut self, id: String, reply: AdmitReply) {
+        if self.by_id.insert(id.clone(), reply).is_none() {
             self.order.push_back(id);
             while self.order.len() > ADMISSIONS_KEPT {
                 if let Some(old) = self.order.pop_front() {
@@ -188,7 +210,7 @@ impl Recent {
     }
 
     fn to_vec(&self) -> Vec<(String, Sequenced)> {
-        self.order.iter().filter_map(|id| self.by_id.get(id).map(|(r, _)| (id.clone(), r.admission.clone()))).collect()
+        self.order.iter().filter_map(|id| self.by_id.get(id).map(|r| (id.clone(), r.admission.clone()))).collect()
     }
 }
 
@@ -246,13 +268,17 @@ async fn take_over(ctx: &OwnerCtx) -> Result<Restored, ClusterError> {
     let (engine, mut journal_seq, mut events_through) = match snapshots.read(&ctx.nats).await? {
         Some(s) => {
             for (id, a) in s.admissions {
-                recent.insert(id, first_reply(a), 0);
+                recent.insert(id, first_reply(a));
             }
             (Engine::restore(set, s.engine), s.journal_seq, s.events_through)
         }
         None => (Engine::with_config(set, ctx.settings.engine), 0, 0),
     };
-    // 3. Replay the journal after the snapshot, up to the marker.
+    // 3. Replay the journal after the snapshot, up to the marker. A submission the ledger partition
+    // checked replays with the answer journaled beside it.
+    let replay = crate::ledger::Replay::default();
+    let mut engine = engine;
+    engine.set_ledger_client(Box::new(replay.clone()));
     let mut session = Session::new(engine, Discard, Origin::Journal);
     let mut replayed = 0u64;
     let mut failed: Option<ClusterError> = None;
@@ -271,6 +297,9 @@ async fn take_over(ctx: &OwnerCtx) -> Result<Restored, ClusterError> {
         journal_seq = seq;
         let mut index = 0;
         for entry in batch.entries {
+            if let Ok(mut a) = replay.0.lock() {
+                *a = entry.ledger;
+            }
             let frame = Frame::Line { line: seq, bytes: entry.raw.as_bytes() };
             if let Line::Input(d) = bursar_session::decode(frame, Origin::Journal)
                 && let Err(e) = session.apply(&d.input, d.text)
@@ -282,7 +311,7 @@ async fn take_over(ctx: &OwnerCtx) -> Result<Restored, ClusterError> {
             for d in entry.decisions {
                 if d.admission {
                     let id = d.event_id.clone();
-                    recent.insert(id, first_reply(Sequenced { seq: cursor(seq, index), decision: d }), 0);
+                    recent.insert(id, first_reply(Sequenced { seq: cursor(seq, index), decision: d }));
                 }
                 index += 1;
             }
@@ -293,7 +322,8 @@ async fn take_over(ctx: &OwnerCtx) -> Result<Restored, ClusterError> {
     if let Some(e) = failed {
         return Err(e);
     }
-    let (engine, _) = session.into_parts();
+    let (mut engine, _) = session.into_parts();
+    engine.take_ledger_client();
     Ok(Restored { engine, marker, events_through, journal_seq, recent, snapshots, replayed })
 }
 
@@ -356,11 +386,12 @@ fn refused(status: u16, error: impl Into<String>, retry: bool) -> OwnerAnswer {
     OwnerAnswer::Refused { status, error: error.into(), retry }
 }
 
-/// The admission subscriber: puts each submission on the partition's event subject (the one road:
-/// the owner decides it in stream order like any other event) and hands the thread a waiter.
-async fn admissions(ctx_nats: Nats, partition: u32, lease: Arc<LeaseClock>, tx: mpsc::Sender<Item>) {
+/// The admission subscriber: checks that each request is one submission and hands it to the thread,
+/// in the order the requests came. Nothing is published here: the thread applies the submission and
+/// answers once its decision is in the journal.
+async fn admissions(nats: Nats, partition: u32, lease: Arc<LeaseClock>, tx: mpsc::Sender<Item>) {
     let subject = admit_subject(partition);
-    let mut sub = match ctx_nats.client.subscribe(subject.clone()).await {
+    let mut sub = match nats.client.subscribe(subject.clone()).await {
         Ok(s) => s,
         Err(e) => {
             let _ = tx.send(Item::Failed(format!("subscribe to `{subject}`: {e}"))).await;
@@ -369,61 +400,198 @@ async fn admissions(ctx_nats: Nats, partition: u32, lease: Arc<LeaseClock>, tx: 
     };
     while let Some(msg) = sub.next().await {
         let Some(reply) = msg.reply.clone() else { continue };
-        let (nats, lease, tx) = (ctx_nats.clone(), lease.clone(), tx.clone());
-        tokio::spawn(async move {
-            let frame = Frame::Line { line: 1, bytes: &msg.payload };
-            let id = match bursar_session::decode(frame, Origin::Producer) {
-                Line::Input(d) => match &d.input {
-                    Input::Event(e) if matches!(e.kind, EventKind::JobSubmitted(_)) => e.id.clone(),
-                    _ => {
-                        return answer(&nats.client, reply, &refused(400, "expected a `job.submitted` event", false))
-                            .await;
-                    }
-                },
-                Line::Rejected(r) => {
-                    return answer(&nats.client, reply, &refused(400, format!("malformed event: {}", r.error), false))
-                        .await;
+        let frame = Frame::Line { line: 1, bytes: &msg.payload };
+        let id = match bursar_session::decode(frame, Origin::Producer) {
+            Line::Input(d) => match &d.input {
+                Input::Event(e) if matches!(e.kind, EventKind::JobSubmitted(_)) => e.id.clone(),
+                _ => {
+                    answer(&nats.client, reply, &refused(400, "expected a `job.submitted` event", false)).await;
+                    continue;
                 }
-                Line::Blank => {
-                    return answer(&nats.client, reply, &refused(400, "the body holds no event", false)).await;
-                }
-            };
-            if !lease.valid() {
-                return answer(
-                    &nats.client,
-                    reply,
-                    &refused(503, format!("partition {partition}'s lease lapsed on this instance"), true),
-                )
-                .await;
+            },
+            Line::Rejected(r) => {
+                answer(&nats.client, reply, &refused(400, format!("malformed event: {}", r.error), false)).await;
+                continue;
             }
-            let mut headers = HeaderMap::new();
-            headers.insert("Nats-Msg-Id", id.as_str());
-            let ack = match nats.js.publish_with_headers(events_subject(partition), headers, msg.payload.clone()).await
-            {
-                Ok(f) => f.await.map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            match ack {
-                Ok(ack) => {
-                    let w = Item::Waiter { id, seq: ack.sequence, duplicate: ack.duplicate, reply: reply.clone() };
-                    if tx.send(w).await.is_err() {
-                        answer(&nats.client, reply, &refused(503, "the partition's owner is stepping down", true))
-                            .await;
-                    }
-                }
-                Err(e) => {
-                    answer(&nats.client, reply, &refused(503, format!("the event could not be stored: {e}"), true))
-                        .await
-                }
+            Line::Blank => {
+                answer(&nats.client, reply, &refused(400, "the body holds no event", false)).await;
+                continue;
             }
-        });
+        };
+        if !lease.valid() {
+            let why = format!("partition {partition}'s lease lapsed on this instance");
+            answer(&nats.client, reply, &refused(503, why, true)).await;
+            continue;
+        }
+        if let Err(mpsc::error::SendError(item)) = tx.send(Item::Admit { id, line: msg.payload, reply }).await {
+            if let Item::Admit { reply, .. } = item {
+                answer(&nats.client, reply, &refused(503, "the partition's owner is stepping down", true)).await;
+            }
+            return;
+        }
     }
 }
 
-struct Waiter {
-    seq: u64,
-    duplicate: bool,
-    reply: Subject,
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// What one batch applied, and whom to answer once it is journaled.
+#[derive(Default)]
+struct Batch {
+    /// Inputs applied: event id, receipt index, and where to answer for a forwarded admission.
+    applied: Vec<(String, usize, Option<Subject>)>,
+    /// Forwarded admissions that were not applied (decided before, or refused): whom to answer.
+    again: Vec<(String, Subject)>,
+    /// Why the engine refused an input (a second submission of a job it knows), by event id.
+    refusals: HashMap<String, String>,
+    /// Forwarded lines that were not a valid input after all: whom to tell, and why.
+    rejected: Vec<(Subject, String)>,
+    /// Ledger ops applied (or applied before): whom to answer, and an admission's answer.
+    ledger: Vec<(Subject, LedgerReply)>,
+    /// The runs the batch saw finish.
+    runs: Vec<RunFact>,
+    /// A snapshot was asked for.
+    snapshot: bool,
+    /// A stop was asked for (true: a handover).
+    stop: Option<bool>,
+    /// The session failed.
+    error: Option<String>,
+}
+
+impl Batch {
+    /// Every request of the batch still waiting for an answer (when the batch is not journaled).
+    fn replies(self) -> impl Iterator<Item = Subject> {
+        self.applied
+            .into_iter()
+            .filter_map(|(_, _, r)| r)
+            .chain(self.again.into_iter().map(|(_, r)| r))
+            .chain(self.rejected.into_iter().map(|(r, _)| r))
+            .chain(self.ledger.into_iter().map(|(r, _)| r))
+    }
+}
+
+/// Where the thread stands between batches.
+struct Position {
+    partition: u32,
+    partitions: u32,
+    /// Events-stream sequence consumed.
+    consumed: u64,
+}
+
+/// Applies one item of a batch through the session.
+fn take(session: &mut Session<StreamJournal>, item: Item, b: &mut Batch, at: &mut Position, counters: &Counters) {
+    take_one(session, item, b, at, counters);
+    if let Some(why) = session.engine().ledger_failure()
+        && b.error.is_none()
+    {
+        b.error = Some(format!("cannot reach the ledger partition: {why}"));
+    }
+}
+
+fn take_one(session: &mut Session<StreamJournal>, item: Item, b: &mut Batch, at: &mut Position, counters: &Counters) {
+    let p = at.partition;
+    match item {
+        Item::Event { seq, data } => {
+            at.consumed = at.consumed.max(seq);
+            let outcome = session.line(Frame::Line { line: seq, bytes: &data });
+            session.journal_mut().set_events_through(seq);
+            match outcome {
+                Ok(LineOutcome::Input { id, applied: Applied::Applied { entry, .. }, .. }) => {
+                    counters.events_applied.fetch_add(1, Ordering::Relaxed);
+                    b.runs.extend(session.engine().recorded_runs().iter().map(|r| r.fact(&id)));
+                    b.applied.push((id, entry, None));
+                }
+                Ok(LineOutcome::Input { applied: Applied::Duplicate, .. }) => {}
+                Ok(LineOutcome::Input { id, applied: Applied::Refused(r), .. }) => {
+                    tracing::info!(partition = p, seq, id, reason = %r.reason, "input refused");
+                    b.refusals.insert(id, r.reason);
+                }
+                Ok(LineOutcome::Rejected(r)) => {
+                    tracing::warn!(partition = p, seq, error = %r.error, "an event in the stream is not valid; skipped")
+                }
+                Ok(LineOutcome::Blank) => {}
+                Err(e) => b.error = Some(e.to_string()),
+            }
+        }
+        Item::Admit { id, line, reply } => match session.line(Frame::Line { line: 1, bytes: &line }) {
+            Ok(LineOutcome::Input { id, applied: Applied::Applied { entry, .. }, .. }) => {
+                counters.events_applied.fetch_add(1, Ordering::Relaxed);
+                b.applied.push((id, entry, Some(reply)));
+            }
+            Ok(LineOutcome::Input { applied: Applied::Duplicate, .. }) => b.again.push((id, reply)),
+            Ok(LineOutcome::Input { applied: Applied::Refused(r), .. }) => {
+                b.refusals.insert(id.clone(), r.reason);
+                b.again.push((id, reply));
+            }
+            Ok(LineOutcome::Rejected(r)) => b.rejected.push((reply, format!("malformed event: {}", r.error))),
+            Ok(LineOutcome::Blank) => b.rejected.push((reply, "the body holds no event".into())),
+            Err(e) => {
+                b.again.push((id, reply));
+                b.error = Some(e.to_string());
+            }
+        },
+        Item::Ledger { line, reply } => match session.line(Frame::Line { line: 1, bytes: &line }) {
+            Ok(LineOutcome::Input { applied: Applied::Applied { .. } | Applied::Duplicate, .. }) => {
+                counters.ledger_applied.fetch_add(1, Ordering::Relaxed);
+                b.ledger.push((reply, LedgerReply::Done { answer: session.engine().ledger_answer().cloned() }));
+            }
+            Ok(LineOutcome::Input { applied: Applied::Refused(r), .. }) => {
+                b.ledger.push((reply, LedgerReply::Refused { error: r.reason, retry: false }))
+            }
+            Ok(LineOutcome::Rejected(r)) => {
+                let error = format!("not a ledger op: {}", r.error);
+                b.ledger.push((reply, LedgerReply::Refused { error, retry: false }))
+            }
+            Ok(LineOutcome::Blank) => {
+                b.ledger.push((reply, LedgerReply::Refused { error: "the op is empty".into(), retry: false }))
+            }
+            Err(e) => {
+                b.ledger.push((reply, LedgerReply::Refused { error: e.to_string(), retry: true }));
+                b.error = Some(e.to_string());
+            }
+        },
+        Item::Tick => {
+            let now = Timestamp::wall_clock().millis();
+            // Each partition's ticks fall on their own milliseconds (≡ p mod the count + 1: the
+            // ledger partition is number `count`), so two partitions never journal a tick with the
+            // same id.
+            let n = i64::from(at.partitions) + 1;
+            let t = now - now.rem_euclid(n) + i64::from(p);
+            if let Err(e) = session.wall_tick(Timestamp(t)) {
+                b.error = Some(e.to_string());
+            }
+        }
+        Item::Snapshot => b.snapshot = true,
+        Item::Failed(e) => b.error = Some(e),
+        Item::Stop { release } => {
+            // A loss of the lease wins over a handover asked for before it.
+            b.stop = Some(b.stop.unwrap_or(true) && release);
+        }
+    }
+}
+
+/// The answer to a forwarded admission that was not applied in its batch: the first decision for
+/// its id, or why there is none.
+fn answer_again(recent: &Recent, refusals: &HashMap<String, String>, id: &str) -> OwnerAnswer {
+    match recent.by_id.get(id) {
+        Some(reply) => {
+            let mut reply = reply.clone();
+            reply.duplicate = true;
+            reply.other_decisions.clear();
+            OwnerAnswer::Decided { reply: Box::new(reply) }
+        }
+        None => match refusals.get(id) {
+            Some(why) => refused(409, why.clone(), false),
+            None => refused(
+                409,
+                format!(
+                    "event id `{id}` was already used for another event, or its admission is no longer remembered; a new submission needs a new event id"
+                ),
+                false,
+            ),
+        },
+    }
 }
 
 /// Runs the owner of `ctx.partition` until it is stopped or can no longer write.
@@ -438,9 +606,11 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
             return Exit::SteppedDown(format!("takeover failed: {e}"));
         }
     };
-    let Restored { engine, marker, events_through, mut journal_seq, mut recent, mut snapshots, replayed } = restored;
+    let Restored { mut engine, marker, events_through, mut journal_seq, mut recent, mut snapshots, replayed } =
+        restored;
     let max_message = ctx.settings.max_message;
-    let journal = StreamJournal::new(
+    let keeps_ledgers = p == ledger_partition(ctx.nats.partitions);
+    let mut journal = StreamJournal::new(
         ctx.rt.clone(),
         ctx.nats.js.clone(),
         Writer { partition: p, epoch: ctx.epoch, instance: ctx.instance.clone() },
@@ -448,16 +618,28 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
         events_through,
         max_message,
     );
+    // A project partition checks the quotas spanning projects with the ledger partition.
+    let link = (ctx.settings.shared_ledgers && !keeps_ledgers).then(|| {
+        let link = Link::new(ctx.nats.clone(), ctx.rt.clone(), p, ctx.lease.clone(), ctx.status.clone());
+        engine.set_ledger_client(Box::new(crate::ledger::Client(link.clone())));
+        link
+    });
+    if let Some(link) = &link {
+        journal = journal.with_answers(link.answered());
+    }
     let mut session = match Session::open(engine, journal, Origin::Cluster) {
         Ok(s) => s,
-        Err(e) => return Exit::SteppedDown(e.to_string()),
+        Err(e) => {
+            ctx.status.remove_owned(p);
+            return Exit::SteppedDown(e.to_string());
+        }
     };
     let counters: &Counters = &ctx.status.counters;
-    let mut tasks = vec![ctx.rt.spawn(consume(ctx.nats.clone(), p, events_through + 1, tx.clone()))];
+    let consumer = ctx.rt.spawn(consume(ctx.nats.clone(), p, events_through + 1, tx.clone()));
     // Ticks and snapshot requests.
-    {
+    let ticker = {
         let (tick, every, tx) = (ctx.settings.tick, ctx.settings.snapshot_every, tx.clone());
-        tasks.push(ctx.rt.spawn(async move {
+        ctx.rt.spawn(async move {
             let mut t = tokio::time::interval(tick);
             let mut s = tokio::time::interval(every);
             t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -472,46 +654,48 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
                     return;
                 }
             }
-        }));
-    }
+        })
+    };
+    let mut admitting: Option<tokio::task::JoinHandle<()>> = None;
     // Catch up before answering: the partition's events the stream holds now are applied first.
     let head = match ctx.rt.block_on(last_on_subject(&ctx.nats.events, &events_subject(p))) {
         Ok(h) => h,
         Err(e) => {
-            for t in &tasks {
-                t.abort();
-            }
+            consumer.abort();
+            ticker.abort();
             ctx.status.remove_owned(p);
             return Exit::SteppedDown(e.to_string());
         }
     };
-    let mut consumed = events_through;
-    let mut waiters: HashMap<String, Vec<Waiter>> = HashMap::new();
-    let mut subscribed = false;
+    let mut at = Position { partition: p, partitions: ctx.nats.partitions.max(1), consumed: events_through };
     let mut policies = ctx.policies.clone();
     let mut last_snapshot = Instant::now();
     let mut snapshot_journal_seq = snapshots.current().map(|r| r.journal_seq).unwrap_or(0);
-    let partitions = ctx.nats.partitions.max(1);
-    let mut batch: Vec<Item> = Vec::with_capacity(MAX_BATCH);
+    let mut items: Vec<Item> = Vec::with_capacity(MAX_BATCH);
+    let mut unanswered: Vec<Subject> = Vec::new();
+    let mut seen_mismatches = 0u64;
     let exit = loop {
-        if !subscribed && consumed >= head {
-            subscribed = true;
-            tasks.push(ctx.rt.spawn(admissions(ctx.nats.clone(), p, ctx.lease.clone(), tx.clone())));
+        if admitting.is_none() && at.consumed >= head {
+            admitting = Some(if keeps_ledgers {
+                ctx.rt.spawn(crate::ledger::ops(ctx.nats.clone(), ctx.lease.clone(), tx.clone()))
+            } else {
+                ctx.rt.spawn(admissions(ctx.nats.clone(), p, ctx.lease.clone(), tx.clone()))
+            });
             let ms = started.elapsed().as_secs_f64() * 1e3;
             ctx.status.set_owned(p, OwnedState::live(ctx.epoch, ms, replayed));
             counters.takeovers.fetch_add(1, Ordering::Relaxed);
             tracing::info!(partition = p, epoch = ctx.epoch, replayed, ms, "partition live: restored and caught up");
         }
-        let wait = if subscribed { Duration::from_secs(3600) } else { Duration::from_millis(50) };
+        let wait = if admitting.is_some() { Duration::from_secs(3600) } else { Duration::from_millis(50) };
         let first = ctx.rt.block_on(async { tokio::time::timeout(wait, rx.recv()).await });
         match first {
-            Ok(Some(item)) => batch.push(item),
+            Ok(Some(item)) => items.push(item),
             Ok(None) => break Exit::SteppedDown("every sender is gone".into()),
             Err(_) => continue,
         }
-        while batch.len() < MAX_BATCH {
+        while items.len() < MAX_BATCH {
             match rx.try_recv() {
-                Ok(item) => batch.push(item),
+                Ok(item) => items.push(item),
                 Err(_) => break,
             }
         }
@@ -521,138 +705,130 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
                 break Exit::SteppedDown(e.to_string());
             }
         }
-        let mut applied: Vec<(String, usize, u64)> = Vec::new();
-        let mut duplicates: Vec<String> = Vec::new();
-        // Inputs the engine refused (a second submission of a job it knows): why, for their waiters.
-        let mut refusals: std::collections::HashMap<String, String> = std::collections::HashMap::new();
-        let mut new_waiters: Vec<(String, Waiter)> = Vec::new();
-        let mut stop = None;
-        let mut want_snapshot = false;
-        let mut error = None;
-        let mut runs: Vec<RunFact> = Vec::new();
-        for item in batch.drain(..) {
-            match item {
-                Item::Event { seq, data } => {
-                    consumed = consumed.max(seq);
-                    let outcome = session.line(Frame::Line { line: seq, bytes: &data });
-                    session.journal_mut().set_events_through(seq);
-                    match outcome {
-                        Ok(LineOutcome::Input { id, applied: Applied::Applied { entry, .. }, .. }) => {
-                            counters.events_applied.fetch_add(1, Ordering::Relaxed);
-                            runs.extend(session.engine().recorded_runs().iter().map(|r| r.fact(&id)));
-                            applied.push((id, entry, seq));
-                        }
-                        Ok(LineOutcome::Input { id, applied: Applied::Duplicate, .. }) => duplicates.push(id),
-                        Ok(LineOutcome::Input { id, applied: Applied::Refused(r), .. }) => {
-                            tracing::info!(partition = p, seq, id, reason = %r.reason, "input refused");
-                            refusals.insert(id.clone(), r.reason);
-                            duplicates.push(id);
-                        }
-                        Ok(LineOutcome::Rejected(r)) => {
-                            tracing::warn!(partition = p, seq, error = %r.error, "an event in the stream is not valid; skipped")
-                        }
-                        Ok(LineOutcome::Blank) => {}
-                        Err(e) => {
-                            error = Some(e.to_string());
-                            break;
-                        }
-                    }
+        let applying = Instant::now();
+        let mut b = Batch::default();
+        let mut queue = items.drain(..);
+        for item in queue.by_ref() {
+            take(&mut session, item, &mut b, &mut at, counters);
+            if b.error.is_some() || b.stop == Some(false) {
+                break;
+            }
+        }
+        // Whatever the loop did not reach waits for nobody but its requester.
+        for item in queue {
+            if let Item::Admit { reply, .. } = item {
+                unanswered.push(reply);
+            }
+        }
+        if b.stop == Some(true) && b.error.is_none() {
+            // A handover: no new admissions (the front ends retry theirs at the receiver), no new
+            // events (the receiver consumes from where the final snapshot ends); what is queued
+            // already is applied and answered here.
+            if let Some(t) = admitting.take() {
+                t.abort();
+            }
+            consumer.abort();
+            for _ in 0..4 * MAX_BATCH {
+                let Ok(item) = rx.try_recv() else { break };
+                if !matches!(item, Item::Stop { .. }) {
+                    take(&mut session, item, &mut b, &mut at, counters);
                 }
-                Item::Waiter { id, seq, duplicate, reply } => new_waiters.push((id, Waiter { seq, duplicate, reply })),
-                Item::Tick => {
-                    let now = Timestamp::wall_clock().millis();
-                    // Each partition's ticks fall on their own milliseconds (≡ p mod the count), so
-                    // two partitions never journal a tick with the same id.
-                    let n = i64::from(partitions);
-                    let t = now - now.rem_euclid(n) + i64::from(p);
-                    if let Err(e) = session.wall_tick(Timestamp(t)) {
-                        error = Some(e.to_string());
-                        break;
-                    }
-                }
-                Item::Snapshot => want_snapshot = true,
-                Item::Failed(e) => {
-                    error = Some(e);
-                    break;
-                }
-                Item::Stop { release } => {
-                    stop = Some(release);
+                if b.error.is_some() {
                     break;
                 }
             }
         }
-        if let Some(e) = error {
+        if let Some(e) = b.error.take() {
+            unanswered.extend(b.replies());
             break Exit::SteppedDown(e);
         }
         // The runs this batch saw finish go to every other partition before the batch is journalled:
         // if this owner dies in between, the next one applies the same `job.finished` again (the
-        // journal does not have it yet) and sends the same facts, with the same ids.
-        if !runs.is_empty() {
-            if let Err(e) = ctx.rt.block_on(send_runs(&ctx.nats, p, &runs)) {
-                break Exit::SteppedDown(format!("cannot send run facts to the other partitions: {e}"));
+        // journal does not have it yet) and sends the same facts, with the same ids. Only when a
+        // policy of the set reads run history: otherwise they would be written for nothing (issue
+        // 33: 71k of 89k audit rows in a minute were such facts).
+        if !b.runs.is_empty() {
+            if session.engine().policies().reads_runs() {
+                if let Err(e) = ctx.rt.block_on(send_runs(&ctx.nats, p, &b.runs)) {
+                    unanswered.extend(b.replies());
+                    break Exit::SteppedDown(format!("cannot send run facts to the other partitions: {e}"));
+                }
+                let copies = (b.runs.len() as u64) * u64::from(at.partitions - 1);
+                counters.run_facts_sent.fetch_add(copies, Ordering::Relaxed);
+            } else {
+                counters.run_facts_skipped.fetch_add(b.runs.len() as u64, Ordering::Relaxed);
             }
-            counters.run_facts_sent.fetch_add((runs.len() as u64) * u64::from(partitions - 1), Ordering::Relaxed);
         }
+        // What this batch changed of jobs admitted through the ledger partition is applied there
+        // before the batch is journaled here: a later admission anywhere sees it.
+        if let Some(link) = &link
+            && let Err(e) = link.sync()
+        {
+            unanswered.extend(b.replies());
+            break Exit::SteppedDown(format!("cannot reach the ledger partition: {e}"));
+        }
+        let mismatches = session.engine().ledger_mismatches();
+        if mismatches > seen_mismatches {
+            counters.ledger_mismatches.fetch_add(mismatches - seen_mismatches, Ordering::Relaxed);
+            tracing::warn!(
+                partition = p,
+                "a spanning admission was decided otherwise here than by the ledger partition (policy sets out of step?)"
+            );
+            seen_mismatches = mismatches;
+        }
+        let flushing = Instant::now();
+        counters.apply_micros.fetch_add(micros(flushing - applying), Ordering::Relaxed);
         let mut receipts = match session.flush() {
-            Ok(r) => r,
+            Ok(r) => {
+                if !r.is_empty() {
+                    counters.flushes.fetch_add(1, Ordering::Relaxed);
+                    counters.flushed_entries.fetch_add(r.len() as u64, Ordering::Relaxed);
+                    counters.flush_micros.fetch_add(micros(flushing.elapsed()), Ordering::Relaxed);
+                }
+                r
+            }
             Err(e) => {
                 if session.journal().fenced() {
                     counters.fenced.fetch_add(1, Ordering::Relaxed);
                 }
+                unanswered.extend(b.replies());
                 break Exit::SteppedDown(e.to_string());
             }
         };
         journal_seq = journal_seq.max(session.journal().last_seq());
         // What the batch decided, then the answers.
-        for (id, entry, seq) in applied {
-            let Some(r) = receipts.get_mut(entry) else { continue };
-            let mut ds = std::mem::take(&mut r.decisions);
-            if let Some(pos) = ds.iter().position(|d| d.decision.admission && d.decision.event_id == id) {
+        let mut answers: Vec<(Subject, OwnerAnswer)> = Vec::new();
+        for (id, entry, reply) in b.applied {
+            let admission = receipts.get_mut(entry).and_then(|r| {
+                let mut ds = std::mem::take(&mut r.decisions);
+                let pos = ds.iter().position(|d| d.decision.admission && d.decision.event_id == id)?;
                 let admission = ds.remove(pos);
-                recent.insert(id, AdmitReply { admission, duplicate: false, other_decisions: ds }, seq);
+                Some(AdmitReply { admission, duplicate: false, other_decisions: ds })
+            });
+            match (admission, reply) {
+                (Some(a), Some(reply)) => {
+                    answers.push((reply, OwnerAnswer::Decided { reply: Box::new(a.clone()) }));
+                    recent.insert(id, a);
+                }
+                (Some(a), None) => recent.insert(id, a),
+                (None, Some(reply)) => answers.push((reply, answer_again(&recent, &b.refusals, &id))),
+                (None, None) => {}
             }
         }
-        for (id, w) in new_waiters {
-            waiters.entry(id).or_default().push(w);
+        for (id, reply) in b.again {
+            answers.push((reply, answer_again(&recent, &b.refusals, &id)));
         }
-        let mut answers = Vec::new();
-        let ready: Vec<String> = waiters
-            .iter()
-            .filter(|(_, ws)| ws.iter().any(|w| w.seq <= consumed))
-            .map(|(id, _)| id.clone())
-            .chain(duplicates)
-            .collect();
-        for id in ready {
-            let Some(ws) = waiters.remove(&id) else { continue };
-            let (now, later): (Vec<Waiter>, Vec<Waiter>) = ws.into_iter().partition(|w| w.seq <= consumed);
-            if !later.is_empty() {
-                waiters.insert(id.clone(), later);
-            }
-            for w in now {
-                let a = match recent.by_id.get(&id) {
-                    Some((reply, first)) => {
-                        let mut reply = reply.clone();
-                        // The first answer for the publish that put the event in the stream; any
-                        // other request for the same id is told it was decided before.
-                        reply.duplicate = w.duplicate || *first != w.seq;
-                        if reply.duplicate {
-                            reply.other_decisions.clear();
-                        }
-                        OwnerAnswer::Decided { reply: Box::new(reply) }
-                    }
-                    None if refusals.contains_key(&id) => {
-                        refused(409, refusals.get(&id).cloned().unwrap_or_default(), false)
-                    }
-                    None => refused(
-                        409,
-                        format!(
-                            "event id `{id}` was already used for another event, or its admission is no longer remembered; a new submission needs a new event id"
-                        ),
-                        false,
-                    ),
-                };
-                answers.push((w.reply, a));
-            }
+        for (reply, why) in b.rejected {
+            answers.push((reply, refused(400, why, false)));
+        }
+        let ledger_answers = b.ledger;
+        if !ledger_answers.is_empty() {
+            let nats = ctx.nats.clone();
+            ctx.rt.spawn(async move {
+                for (reply, a) in ledger_answers {
+                    crate::ledger::answer(&nats, reply, &a).await;
+                }
+            });
         }
         if !answers.is_empty() {
             counters.admissions_answered.fetch_add(answers.len() as u64, Ordering::Relaxed);
@@ -665,7 +841,7 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
         }
         let changed = journal_seq > snapshot_journal_seq;
         let forced = last_snapshot.elapsed() >= FORCED_SNAPSHOT;
-        if (want_snapshot && changed) || forced || stop == Some(true) {
+        if (b.snapshot && changed) || forced || b.stop == Some(true) {
             let snap = PartitionSnapshot {
                 partition: p,
                 engine: session.engine().snapshot(),
@@ -688,28 +864,26 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
                 }
             }
         }
-        match stop {
+        match b.stop {
             Some(true) => break Exit::Released,
             Some(false) => break Exit::SteppedDown("stopped: the lease was lost".into()),
             None => {}
         }
     };
     ctx.lease.revoke();
-    for t in &tasks {
+    for t in [Some(consumer), Some(ticker), admitting].into_iter().flatten() {
         t.abort();
     }
     // Whoever still waits asks the next owner.
-    let client = ctx.nats.client.clone();
-    let left: Vec<Subject> = waiters.into_values().flatten().map(|w| w.reply).collect();
     rx.close();
-    let mut late = Vec::new();
     while let Ok(item) = rx.try_recv() {
-        if let Item::Waiter { reply, .. } = item {
-            late.push(reply);
+        if let Item::Admit { reply, .. } = item {
+            unanswered.push(reply);
         }
     }
+    let client = ctx.nats.client.clone();
     ctx.rt.block_on(async move {
-        for reply in left.into_iter().chain(late) {
+        for reply in unanswered {
             answer(&client, reply, &refused(503, format!("partition {p}'s owner stepped down"), true)).await;
         }
     });

@@ -44,6 +44,16 @@ pub fn partition_of(key: &str, partitions: u32) -> u32 {
     u32::try_from(fnv1a(key.as_bytes()) % n).unwrap_or(0)
 }
 
+/// The partition that keeps the ledgers spanning projects (user and tag budgets,
+/// [`bursar_engine::shared`]): the one after the projects' partitions, `partitions` itself. No
+/// project hashes to it; it has a lease, a journal and snapshots like the others.
+pub fn ledger_partition(partitions: u32) -> u32 {
+    partitions
+}
+
+/// Subject the owner of the ledger partition answers ledger ops on.
+pub const LEDGER_SUBJECT: &str = "bursar.ledger";
+
 /// Subject of partition `p`'s events.
 pub fn events_subject(p: u32) -> String {
     format!("bursar.events.{p}")

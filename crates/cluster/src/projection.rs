@@ -57,6 +57,9 @@ pub fn spawn(
     status.counters.projected_seq.store(from, Ordering::Relaxed);
     let (tx, mut rx) = mpsc::channel::<(u64, bytes::Bytes)>(4096);
     let journal = nats.journal.clone();
+    // The ledger partition's journal holds bursar's own ledger ops, not inputs of the pool: it is
+    // not projected, so every instance's log holds what one engine's would.
+    let ledger = crate::partition::journal_subject(crate::partition::ledger_partition(nats.partitions));
     rt.spawn(async move {
         let mut messages = match crate::nats::read_from(&journal, "bursar.journal.>", from + 1).await {
             Ok(m) => m,
@@ -66,6 +69,9 @@ pub fn spawn(
             match m {
                 Ok(m) => {
                     let Ok(info) = m.info() else { continue };
+                    if m.message.subject.as_str() == ledger {
+                        continue;
+                    }
                     if tx.send((info.stream_sequence, m.message.payload.clone())).await.is_err() {
                         return;
                     }

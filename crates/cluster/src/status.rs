@@ -24,6 +24,8 @@ pub struct Counters {
     pub events_duplicate: AtomicU64,
     /// Run facts (`run.recorded`) this instance's owners sent to other partitions.
     pub run_facts_sent: AtomicU64,
+    /// Finished runs not sent to the other partitions because no policy of the set reads run history.
+    pub run_facts_skipped: AtomicU64,
     /// Admissions answered by this instance's owners.
     pub admissions_answered: AtomicU64,
     /// Admissions this front end forwarded and got a decision for.
@@ -32,6 +34,36 @@ pub struct Counters {
     pub admissions_unowned: AtomicU64,
     /// Snapshots written.
     pub snapshots: AtomicU64,
+    /// Partitions this instance handed over to a named receiver.
+    pub handovers_given: AtomicU64,
+    /// Journal flushes (group commits) of this instance's owners, and the entries and microseconds
+    /// they took: where an admission's time goes.
+    pub flushes: AtomicU64,
+    /// Entries journaled.
+    pub flushed_entries: AtomicU64,
+    /// Microseconds in journal publishes (waiting for the replicated ack).
+    pub flush_micros: AtomicU64,
+    /// Microseconds applying batches (engine and session).
+    pub apply_micros: AtomicU64,
+    /// Microseconds this front end waited for owners' answers to admissions.
+    pub ask_micros: AtomicU64,
+    /// Microseconds this front end spent writing job indexes (concurrently with asking).
+    pub index_micros: AtomicU64,
+    /// Ops this instance's project partitions sent to the ledger partition, the exchanges they went
+    /// in, and the microseconds those took.
+    pub ledger_ops: AtomicU64,
+    /// Exchanges with the ledger partition.
+    pub ledger_exchanges: AtomicU64,
+    /// Microseconds waiting for the ledger partition.
+    pub ledger_micros: AtomicU64,
+    /// Ops the ledger partition (when owned here) applied.
+    pub ledger_applied: AtomicU64,
+    /// Spanning admissions decided otherwise here than by the ledger partition (sets out of step).
+    pub ledger_mismatches: AtomicU64,
+    /// Partitions handed over to this instance.
+    pub handovers_received: AtomicU64,
+    /// Partitions this instance took because their lease expired (an owner that died or stalled).
+    pub expired_takeovers: AtomicU64,
     /// Journal messages projected into the audit log.
     pub projected: AtomicU64,
     /// Stream sequence of the last journal message projected.
@@ -74,6 +106,18 @@ pub struct Status {
     pub counters: Counters,
     owned: Mutex<BTreeMap<u32, OwnedState>>,
     owners: Mutex<Vec<Option<String>>>,
+    gaps: Mutex<Gaps>,
+}
+
+/// Milliseconds of the handovers' gaps: on the giving side from the release asked to the lease
+/// naming the receiver; on the receiving side from seeing that lease to answering.
+#[derive(Debug, Default, Clone, Copy)]
+struct Gaps {
+    given_sum: f64,
+    given_max: f64,
+    received_sum: f64,
+    received_max: f64,
+    received_last: f64,
 }
 
 impl Status {
@@ -85,6 +129,24 @@ impl Status {
             counters: Counters::default(),
             owned: Mutex::new(BTreeMap::new()),
             owners: Mutex::new(vec![None; usize::try_from(partitions).unwrap_or(0)]),
+            gaps: Mutex::new(Gaps::default()),
+        }
+    }
+
+    /// A handover this instance gave took `ms` from the release asked to the receiver named.
+    pub fn handover_given(&self, ms: f64) {
+        if let Ok(mut g) = self.gaps.lock() {
+            g.given_sum += ms;
+            g.given_max = g.given_max.max(ms);
+        }
+    }
+
+    /// A partition handed over to this instance was answering `ms` after the lease naming it was seen.
+    pub fn handover_received(&self, ms: f64) {
+        if let Ok(mut g) = self.gaps.lock() {
+            g.received_sum += ms;
+            g.received_max = g.received_max.max(ms);
+            g.received_last = ms;
         }
     }
 
@@ -187,6 +249,12 @@ impl Status {
             load(&c.run_facts_sent),
         );
         put(
+            "bursar_cluster_run_facts_skipped_total",
+            "counter",
+            "Finished runs not sent to the other partitions: no policy of the set reads run history.",
+            load(&c.run_facts_skipped),
+        );
+        put(
             "bursar_cluster_admissions_answered_total",
             "counter",
             "Admissions this instance's owners answered.",
@@ -217,6 +285,69 @@ impl Status {
             "Stream sequence of the last journal message projected.",
             load(&c.projected_seq),
         );
+        put(
+            "bursar_cluster_handovers_given_total",
+            "counter",
+            "Partitions this instance handed over to a named receiver (no lease wait).",
+            load(&c.handovers_given),
+        );
+        put(
+            "bursar_cluster_handovers_received_total",
+            "counter",
+            "Partitions handed over to this instance.",
+            load(&c.handovers_received),
+        );
+        put(
+            "bursar_cluster_expired_takeovers_total",
+            "counter",
+            "Partitions taken because their lease expired (the owner died or stalled).",
+            load(&c.expired_takeovers),
+        );
+        for (name, help, v) in [
+            ("bursar_cluster_journal_flushes_total", "Journal group commits of this instance's owners.", &c.flushes),
+            ("bursar_cluster_journal_entries_total", "Entries those commits journaled.", &c.flushed_entries),
+        ] {
+            put(name, "counter", help, load(v));
+        }
+        for (name, help, v) in [
+            (
+                "bursar_cluster_journal_flush_seconds_total",
+                "Seconds owners waited for replicated journal publishes.",
+                &c.flush_micros,
+            ),
+            ("bursar_cluster_apply_seconds_total", "Seconds owners spent applying batches.", &c.apply_micros),
+            (
+                "bursar_cluster_admit_ask_seconds_total",
+                "Seconds this front end waited for owners' answers to admissions.",
+                &c.ask_micros,
+            ),
+            (
+                "bursar_cluster_admit_index_seconds_total",
+                "Seconds this front end spent writing job indexes, concurrently with asking.",
+                &c.index_micros,
+            ),
+        ] {
+            s.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n", load(v) as f64 / 1e6));
+        }
+        let g = self.gaps.lock().map(|g| *g).unwrap_or_default();
+        let mut f = |name: &str, kind: &str, help: &str, v: f64| {
+            s.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}\n", v / 1e3));
+        };
+        f(
+            "bursar_cluster_handover_give_seconds_sum",
+            "counter",
+            "Seconds from a handover asked to the lease naming its receiver, summed over handovers given.",
+            g.given_sum,
+        );
+        f("bursar_cluster_handover_give_seconds_max", "gauge", "The longest such handover.", g.given_max);
+        f(
+            "bursar_cluster_handover_gap_seconds_sum",
+            "counter",
+            "Seconds from seeing a lease handed to this instance to answering for the partition, summed.",
+            g.received_sum,
+        );
+        f("bursar_cluster_handover_gap_seconds_max", "gauge", "The longest such gap.", g.received_max);
+        f("bursar_cluster_handover_gap_seconds_last", "gauge", "The last such gap.", g.received_last);
         s
     }
 }
