@@ -26,6 +26,10 @@ pub struct JournalEntry {
     pub steps: Vec<Transition>,
     /// Digest of the policy set that decided.
     pub policy_set: String,
+    /// For a submission checked by the ledger partition: its answer (what a replay uses instead of
+    /// asking again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger: Option<bursar_engine::LedgerAnswer>,
 }
 
 /// A policy set that came into force in a partition (at takeover and on every reload).
@@ -104,6 +108,10 @@ pub struct LeaseValue {
     pub instance: String,
     /// Wall time of the write, ms (for people reading the bucket; expiry is judged by revisions).
     pub at_ms: i64,
+    /// Set by a handover: the instance that held the partition and names `instance` as the
+    /// receiver, which takes it at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
 }
 
 /// The value of a member key: an instance's heartbeat.
