@@ -9,6 +9,7 @@
 pub mod audit;
 pub mod auth;
 pub mod check;
+pub mod config;
 pub mod connect;
 pub mod eval;
 pub mod generate;

@@ -286,7 +286,9 @@ mod tests {
         assert_eq!(a.extra.len(), 1, "slurm_job_id stays: {:?}", a.extra);
         // From a producer the same line is refused: it would move the clock live and come back as an
         // action record after a restart.
-        let Line::Rejected(r) = one(enforcement, Origin::Producer) else { panic!("a producer's enforcement tick was accepted") };
+        let Line::Rejected(r) = one(enforcement, Origin::Producer) else {
+            panic!("a producer's enforcement tick was accepted")
+        };
         assert!(r.error.contains("`enforcement` field"), "{}", r.error);
     }
 
