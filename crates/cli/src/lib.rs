@@ -11,6 +11,7 @@ pub mod auth;
 pub mod check;
 pub mod config;
 pub mod connect;
+pub mod doctor;
 pub mod eval;
 pub mod generate;
 pub mod import;
