@@ -275,6 +275,11 @@ mod tests {
                 alerted: "2026-11-02T09:55:00Z".into(),
                 reclaim_at: "2026-11-02T10:25:00Z".into(),
                 policy: "reclaim/idle".into(),
+                idle_since: None,
+                gpu_util: None,
+                mem_util: None,
+                last_sample: None,
+                no_sample: None,
             }],
         };
         let t = render(&p, now);

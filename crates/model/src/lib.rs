@@ -36,4 +36,4 @@ pub use input::{
 pub use names::NameError;
 pub use sender::Sender;
 pub use throughput::{RunRate, Work};
-pub use time::{Duration, Period, TimeError, TimeText, Timestamp, push_int};
+pub use time::{Duration, Period, TimeError, TimeText, Timestamp, counted, push_int};
