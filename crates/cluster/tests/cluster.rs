@@ -74,6 +74,9 @@ const HANDOVER: &str = "handover";
 const SCALE: &str = "scale";
 const FANOUT: &str = "fanout";
 
+/// One scenario, run on the shared cluster.
+type Scenario = fn(&NatsCluster);
+
 #[test]
 fn cluster_scenarios_on_one_nats_cluster() {
     if NatsCluster::binary().is_none() {
@@ -81,7 +84,7 @@ fn cluster_scenarios_on_one_nats_cluster() {
         return;
     }
     let nats = NatsCluster::start_with_accounts(3, &[HANDOVER, SCALE, FANOUT]).unwrap();
-    let scenarios: [(&str, fn(&NatsCluster)); 3] = [
+    let scenarios: [(&str, Scenario); 3] = [
         ("admissions_from_any_instance_survive_a_handover", admissions_from_any_instance_survive_a_handover),
         ("scaling_2_3_2_under_load_refuses_no_admission", scaling_2_3_2_under_load_refuses_no_admission),
         ("runs_are_not_sent_where_no_policy_reads_them", runs_are_not_sent_where_no_policy_reads_them),

@@ -1297,7 +1297,7 @@ impl Engine {
             }
             EventKind::BillingCharge(c) => {
                 state.charge(&c.project, c.job_id.as_deref(), c.gpu_hours, event.time);
-                if let Some(j) = c.job_id.as_deref().filter(|j| state.jobs.get(*j).is_some()) {
+                if let Some(j) = c.job_id.as_deref().filter(|j| state.jobs.get(j).is_some()) {
                     let change = LedgerChange::Charge { job_id: j.to_owned(), gpu_hours: c.gpu_hours };
                     state.share(em.cause, event.time, j, change);
                 }
