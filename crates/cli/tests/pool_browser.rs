@@ -7,6 +7,8 @@
 //!
 //! Needs Debian's `chromium`; skips, saying so, without it (fails instead under CI).
 
+#![expect(clippy::panic, reason = "a test")]
+
 mod serve_support;
 
 use std::path::PathBuf;
@@ -88,12 +90,9 @@ fn the_pool_page_shows_what_waits_the_idle_countdown_and_the_quota_left() {
     let r = server.post(
         "/v1/events",
         &format!(
-            "{}\n{}\n",
-            format!(r#"{{"id":"e0s","time":"{}","type":"job.started","job_id":"j-done"}}"#, at(began)),
-            format!(
-                r#"{{"id":"e0f","time":"{}","type":"job.finished","job_id":"j-done","status":"succeeded"}}"#,
-                at(ended)
-            ),
+            "{{\"id\":\"e0s\",\"time\":\"{}\",\"type\":\"job.started\",\"job_id\":\"j-done\"}}\n{{\"id\":\"e0f\",\"time\":\"{}\",\"type\":\"job.finished\",\"job_id\":\"j-done\",\"status\":\"succeeded\"}}\n",
+            at(began),
+            at(ended)
         ),
     );
     assert_eq!(r.json().unwrap()["accepted"], 2, "{:?}", r.body);

@@ -330,7 +330,9 @@ mod tests {
         run_skipping(a).0
     }
 
-    fn run_skipping(a: &Answers) -> ((Vec<Event>, Counters), Vec<(String, Skip)>) {
+    type Skipped = Vec<(String, Skip)>;
+
+    fn run_skipping(a: &Answers) -> ((Vec<Event>, Counters), Skipped) {
         let (mut c, mut skipped) = (Counters::default(), Vec::new());
         let ev = samples(&Config::default(), AT, a, &jobs(), &mut c, &mut skipped);
         ((ev, c), skipped)
