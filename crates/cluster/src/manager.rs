@@ -384,9 +384,9 @@ impl Manager {
         self.balance(&live, fair);
     }
 
-    /// Hands partitions over while this instance holds more than its share and another holds less:
-    /// only the instance holding the most gives (ties: the first by name), so two instances do not
-    /// pile onto one receiver, and to the live instance holding the fewest.
+    /// Hands partitions over while this instance holds at least two more than another: only the
+    /// instance holding the most gives (ties: the first by name), so two instances do not pile onto
+    /// one receiver, and to the live instance holding the fewest, half the difference.
     fn balance(&mut self, live: &[(String, usize)], fair: usize) {
         if self.owned.values().any(|o| o.releasing.is_some()) {
             return;
@@ -397,10 +397,13 @@ impl Manager {
         let Some((to, has)) = live.iter().filter(|(n, _)| n.as_str() != me).min_by_key(|(n, k)| (*k, n.clone())) else {
             return;
         };
-        if giver != Some(me) || self.owned.len() <= fair || *has >= fair {
+        // Until no two instances differ by more than one partition: with ⌈n / live⌉ as the only
+        // bound, 16 partitions on 3 instances could rest at 6, 6, 4.
+        let mine = self.owned.len();
+        if giver != Some(me) || mine <= has + 1 {
             return;
         }
-        let give = (self.owned.len() - fair).min(fair - has);
+        let give = (mine - has) / 2;
         let mut parts: Vec<u32> = self.owned.iter().filter(|(_, o)| o.thread.is_some()).map(|(p, _)| *p).collect();
         parts.sort_unstable_by(|a, b| b.cmp(a));
         for p in parts.into_iter().take(give) {
