@@ -9,7 +9,9 @@
 pub mod audit;
 pub mod auth;
 pub mod check;
+pub mod config;
 pub mod connect;
+pub mod doctor;
 pub mod eval;
 pub mod generate;
 pub mod import;

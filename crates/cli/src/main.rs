@@ -93,6 +93,14 @@ enum Command {
     ///
     /// Example: bursar audit --db audit.db explain j42
     Audit(bursar::audit::AuditArgs),
+    /// Check an installation: configuration, policies, audit log, keys, Prometheus, notices, cluster.
+    ///
+    /// Example: bursar doctor --config /etc/bursar/bursar.toml
+    Doctor(bursar::doctor::DoctorArgs),
+    /// Check the site's configuration file, or show the settings serve would run with.
+    ///
+    /// Example: bursar config check /etc/bursar/bursar.toml
+    Config(bursar::config::ConfigArgs),
     /// Credentials for `bursar serve`: make a token and the configuration line that lets it in.
     ///
     /// Example: bursar auth token --name slurmctld --role scheduler --out /etc/slurm/bursar.token
@@ -210,6 +218,8 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Slurm(args) => bursar::slurm::run(&args),
         Command::Audit(args) => bursar::audit::run(&args, cli.error_format),
         Command::Auth(args) => bursar::auth::run(&args),
+        Command::Config(args) => bursar::config::run(&args, cli.error_format),
+        Command::Doctor(args) => bursar::doctor::run(&args, cli.error_format),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut cmd, "bursar", &mut std::io::stdout().lock());

@@ -32,9 +32,10 @@ pub struct ReportArgs {
     /// The audit database written by `bursar eval --audit` or `bursar serve`.
     #[arg(long)]
     pub db: PathBuf,
-    /// A month (`2026-11`), year (`2026`), day, range (`2026-11-01..2026-11-15`) or `all`.
-    #[arg(long, default_value = "all")]
-    pub period: String,
+    /// A month (`2026-11`), year (`2026`), day, range (`2026-11-01..2026-11-15`) or `all`; default:
+    /// the month of the log's newest event (this month, on a live log).
+    #[arg(long)]
+    pub period: Option<String>,
     /// Rows: `project`, `user`, `config` (the job's configuration) or `tag:KEY`.
     #[arg(long, default_value = "project")]
     pub by: String,
@@ -79,7 +80,6 @@ pub fn update_facts(db: &Path, policies: Option<&PolicySet>) -> Result<bursar_re
 
 /// Runs `bursar report`.
 pub fn run(args: &ReportArgs, error_format: ErrorFormat) -> Result<ExitCode, CliError> {
-    let span = Span::parse(&args.period).map_err(err)?;
     let by = GroupBy::parse(&args.by).map_err(err)?;
     let prices = args.prices.as_deref().map(Prices::from_file).transpose().map_err(err)?;
     let set = match args.policies.as_deref().map(|dir| crate::load_policies(dir, error_format)).transpose() {
@@ -94,6 +94,19 @@ pub fn run(args: &ReportArgs, error_format: ErrorFormat) -> Result<ExitCode, Cli
         store.reset().map_err(err)?;
     }
     store.catch_up().map_err(err)?;
+    let span = match &args.period {
+        Some(p) => Span::parse(p).map_err(err)?,
+        None => {
+            let newest = store.audit().newest_event_time().map_err(|e| CliError::Message(e.to_string()))?;
+            let span =
+                Span::month_of(newest.unwrap_or_else(bursar_audit::wall_ms).div_euclid(bursar_report::period::DAY_MS));
+            eprintln!(
+                "bursar report: period {} (the log's newest month; `--period all` for all of history)",
+                span.label
+            );
+            span
+        }
+    };
     let report = build(&store, &Options { span, by, prices, cost_per_unit: args.cost_per_unit }).map_err(err)?;
     let text = match args.format {
         ReportFormat::Table => render::table(&report),

@@ -222,8 +222,17 @@ fn november_by_project_matches_the_hand_computed_split() {
 
     let dec = fx.report("a.db", &["--period", "2026-12"]);
     assert_eq!(split(group(&dec, "p1")), [2.0, 2.0, 0.0, 0.0, 0.0]);
-    let all = fx.report("a.db", &[]);
+    let all = fx.report("a.db", &["--period", "all"]);
     assert_eq!(split(&all["total"]), [212.0, 188.0, 2.0, 16.0, 6.0]);
+    // Over several months the budget is each month's: the count starts again in December.
+    let b = all["burndown"].as_array().unwrap().iter().find(|b| b["project"] == "p1").unwrap();
+    assert_eq!(b["budget_gpu_hours"], 500.0);
+    let c = b["cumulative_gpu_hours"].as_array().unwrap();
+    assert_eq!((c[c.len() - 2].as_f64(), c.last().and_then(|v| v.as_f64())), (Some(186.0), Some(2.0)), "{c:?}");
+    // Without --period, the report opens on the log's newest month (December here), budget drawn.
+    let newest = fx.report("a.db", &[]);
+    assert_eq!(split(group(&newest, "p1")), [2.0, 2.0, 0.0, 0.0, 0.0]);
+    assert_eq!(newest["period"], "2026-12");
 }
 
 #[test]

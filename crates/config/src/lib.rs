@@ -1,6 +1,9 @@
 //! The site's configuration file, `bursar.toml` (`/etc/bursar/bursar.toml` by convention, `bursar
-//! serve --config FILE` anywhere): who may call the server and what each may do (`[auth]`,
-//! `[[principal]]`), and how far an event may run ahead of the clock (`[clock]`).
+//! serve --config FILE` anywhere): what `bursar serve`'s flags say (`[serve]`, `[tls]`, `[witness]`,
+//! `[cluster]`), who may call the server and what each may do (`[auth]`, `[[principal]]`), how far an
+//! event may run ahead of the clock (`[clock]`), and the utilisation source and the notifier
+//! (`[utilisation]`, `[notify]`, read by their own crates from this file's text: [`section`]). A
+//! flag given on the command line overrides the file.
 //!
 //! The file is read like a policy file, with `bursar-lang`'s spanned reader: every mistake is
 //! reported at once, as `file:line:col` with the line underlined, unknown keys with the list of
@@ -28,7 +31,7 @@
 //! tokens = ["sha256:8f434346648f6b96df89dda901c5176b10a6d83961dd3c1ac88b59b2dc327aa4"]
 //! ```
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use bursar_auth::{
@@ -55,19 +58,224 @@ impl Default for ClockSettings {
     }
 }
 
+/// `[serve]`: what serve's flags say, each absent unless the file sets it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ServeSection {
+    /// `policies`: the policy directory.
+    pub policies: Option<PathBuf>,
+    /// `audit`: the audit database.
+    pub audit: Option<PathBuf>,
+    /// `listen`: the main listener's address.
+    pub listen: Option<SocketAddr>,
+    /// `admit_listen`: the scheduler's own listener.
+    pub admit_listen: Option<SocketAddr>,
+    /// `port_file`.
+    pub port_file: Option<PathBuf>,
+    /// `log_format`: `human` or `json`.
+    pub log_format: Option<String>,
+    /// `log_level`: `error` … `trace`.
+    pub log_level: Option<String>,
+    /// `tick`.
+    pub tick: Option<Duration>,
+    /// `snapshot_every`.
+    pub snapshot_every: Option<Duration>,
+    /// `debounce`.
+    pub debounce: Option<Duration>,
+    /// `watch`: watch the policy directory (`--no-watch` is `watch = false`).
+    pub watch: Option<bool>,
+    /// `socket`: the event socket.
+    pub socket: Option<PathBuf>,
+    /// `socket_mode`: its permission bits, octal text (`"660"`).
+    pub socket_mode: Option<u32>,
+    /// `prices`: a price file for the report routes.
+    pub prices: Option<PathBuf>,
+    /// `allow_empty`.
+    pub allow_empty: Option<bool>,
+    /// `max_body`, bytes.
+    pub max_body: Option<usize>,
+    /// `max_connections`.
+    pub max_connections: Option<usize>,
+    /// `header_timeout`.
+    pub header_timeout: Option<Duration>,
+    /// `body_timeout`.
+    pub body_timeout: Option<Duration>,
+    /// `queue`: the engine queue's length.
+    pub queue: Option<usize>,
+    /// `fast_commit`.
+    pub fast_commit: Option<bool>,
+    /// `dedupe_window`.
+    pub dedupe_window: Option<Duration>,
+}
+
+/// `[tls]`: serve terminates TLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSection {
+    /// `cert`: the PEM certificate chain.
+    pub cert: PathBuf,
+    /// `key`: its PEM key.
+    pub key: PathBuf,
+    /// `client_ca`: client certificates issued by these CAs are accepted.
+    pub client_ca: Option<PathBuf>,
+    /// `require_client_cert`.
+    pub require_client_cert: bool,
+}
+
+/// `[witness]`: the audit log's head is signed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WitnessSection {
+    /// `signing_key`.
+    pub signing_key: PathBuf,
+    /// `file`: the witness.
+    pub file: PathBuf,
+    /// `adopt_unsigned`.
+    pub adopt_unsigned: bool,
+}
+
+/// `[cluster]`: serve is one instance of a cluster on NATS JetStream.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClusterSection {
+    /// `urls`: the NATS servers, comma-separated or a list.
+    pub urls: String,
+    /// `instance`.
+    pub instance: Option<String>,
+    /// `partitions`.
+    pub partitions: Option<u32>,
+    /// `replicas`.
+    pub replicas: Option<usize>,
+    /// `lease_ttl`.
+    pub lease_ttl: Option<Duration>,
+    /// `admit_timeout`.
+    pub admit_timeout: Option<Duration>,
+    /// `stream_dedupe_window`.
+    pub stream_dedupe_window: Option<Duration>,
+}
+
 /// Everything the file says.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SiteConfig {
     /// The file it came from.
     pub path: PathBuf,
+    /// Its text (the `[utilisation]` and `[notify]` sections are read from it by their crates).
+    pub text: String,
+    /// `[serve]`.
+    pub serve: ServeSection,
+    /// `[tls]`.
+    pub tls: Option<TlsSection>,
+    /// `[witness]`.
+    pub witness: Option<WitnessSection>,
+    /// `[cluster]`.
+    pub cluster: Option<ClusterSection>,
     /// `[auth]` and `[[principal]]`.
     pub auth: AuthSettings,
     /// `[clock]`.
     pub clock: ClockSettings,
+    /// Whether the file has `[utilisation]`.
+    pub utilisation: bool,
+    /// Whether the file has `[notify]`.
+    pub notify: bool,
+}
+
+impl SiteConfig {
+    /// What differs between this configuration and `newer` that a reload cannot take: every
+    /// section but `[auth]` and `[[principal]]` (which a reload swaps in) needs a restart.
+    pub fn needs_restart(&self, newer: &SiteConfig) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.serve != newer.serve {
+            out.push("[serve]");
+        }
+        if self.tls != newer.tls {
+            out.push("[tls]");
+        }
+        if self.witness != newer.witness {
+            out.push("[witness]");
+        }
+        if self.cluster != newer.cluster {
+            out.push("[cluster]");
+        }
+        if self.clock != newer.clock {
+            out.push("[clock]");
+        }
+        for (key, had, has) in
+            [("[utilisation]", self.utilisation, newer.utilisation), ("[notify]", self.notify, newer.notify)]
+        {
+            if had != has || (has && section_text(&self.text, key) != section_text(&newer.text, key)) {
+                out.push(key);
+            }
+        }
+        out
+    }
+}
+
+/// The text of a top-level table (`[notify]` and its sub-tables), for comparing two files.
+fn section_text(text: &str, header: &str) -> String {
+    let name = header.trim_matches(|c| c == '[' || c == ']');
+    let mut out = String::new();
+    let mut inside = false;
+    for line in text.lines() {
+        let t = line.trim_start();
+        if t.starts_with('[') {
+            let h = t.trim_start_matches('[').split([']', '.']).next().unwrap_or("").trim();
+            inside = h == name;
+        }
+        if inside {
+            out.push_str(line.trim());
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Reads the top-level table `key` of a configuration's `text` as a `T` (the `[utilisation]` and
+/// `[notify]` sections, whose types their own crates define with serde), or `None` when the file has
+/// no such table. A mistake inside it is reported at its place in the whole file, with a
+/// did-you-mean for an unknown field.
+pub fn section<T: serde::de::DeserializeOwned>(file: &str, text: &str, key: &str) -> Result<Option<T>, Diagnostic> {
+    struct Pick<'k, T>(&'k str, std::marker::PhantomData<T>);
+    impl<'de, T: serde::de::DeserializeOwned> serde::de::Visitor<'de> for Pick<'_, T> {
+        type Value = Option<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a configuration file")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Option<T>, A::Error> {
+            let mut found = None;
+            while let Some(k) = map.next_key::<String>()? {
+                if k == self.0 {
+                    found = Some(map.next_value::<T>()?);
+                } else {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+            Ok(found)
+        }
+    }
+    impl<'de, T: serde::de::DeserializeOwned> serde::de::DeserializeSeed<'de> for Pick<'_, T> {
+        type Value = Option<T>;
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Option<T>, D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+    let at = |e: toml::de::Error| {
+        let message = e.message().trim().to_owned();
+        let mut d = match e.span() {
+            Some(span) => Diagnostic::at(file, text, span, format!("[{key}]: {message}")),
+            None => Diagnostic::file(file, format!("[{key}]: {message}")),
+        };
+        if let Some(rest) = message.strip_prefix("unknown field `")
+            && let Some((name, expected)) = rest.split_once("`, expected one of ")
+        {
+            let options: Vec<&str> = expected.split(", ").map(|o| o.trim_matches('`')).collect();
+            if let Some(m) = did_you_mean(name, &options) {
+                d = d.with_help(format!("did you mean `{m}`?"));
+            }
+        }
+        d
+    };
+    let de = toml::de::Deserializer::parse(text).map_err(at)?;
+    serde::de::DeserializeSeed::deserialize(Pick::<T>(key, std::marker::PhantomData), de).map_err(at)
 }
 
 /// The top-level tables.
-const TOP: &[&str] = &["clock", "auth", "principal"];
+const TOP: &[&str] = &["serve", "tls", "witness", "cluster", "clock", "auth", "principal", "utilisation", "notify"];
 
 /// Reads `path`, or every error in it.
 pub fn load(path: &Path) -> Result<SiteConfig, Vec<Diagnostic>> {
@@ -96,7 +304,72 @@ pub fn parse(file: &str, text: &str, base: &Path) -> Result<SiteConfig, Vec<Diag
     let mut r = Reader::new(file, text);
     let root = doc.get_ref();
     let mut top = Fields::new(root, 0..0, "the configuration");
-    let mut out = SiteConfig::default();
+    let mut out = SiteConfig { text: text.to_owned(), ..SiteConfig::default() };
+    if let Some(mut f) = top.table(&mut r, "serve") {
+        f.what = "`[serve]`".into();
+        out.serve = serve_section(&mut r, f, base);
+    }
+    if let Some(mut f) = top.table(&mut r, "tls") {
+        f.what = "`[tls]`".into();
+        let cert = f.req_str(
+            &mut r,
+            "cert",
+            "the PEM certificate chain serve presents, e.g. `cert = \"/etc/bursar/tls/server.crt\"`",
+        );
+        let key = f.req_str(&mut r, "key", "its PEM private key, e.g. `key = \"/etc/bursar/tls/server.key\"`");
+        let client_ca = f.str(&mut r, "client_ca").map(|(p, _)| path_in(base, &p));
+        let require_client_cert = f.bool(&mut r, "require_client_cert").unwrap_or(false);
+        if require_client_cert && client_ca.is_none() {
+            r.error(
+                f.span.clone(),
+                "`require_client_cert = true` needs `client_ca`: the CA client certificates are checked against",
+            );
+        }
+        f.finish(&mut r, &["cert", "key", "client_ca", "require_client_cert"]);
+        if let (Some((c, _)), Some((k, _))) = (cert, key) {
+            out.tls =
+                Some(TlsSection { cert: path_in(base, &c), key: path_in(base, &k), client_ca, require_client_cert });
+        }
+    }
+    if let Some(mut f) = top.table(&mut r, "witness") {
+        f.what = "`[witness]`".into();
+        let key = f.req_str(&mut r, "signing_key", "the Ed25519 key from `bursar audit keygen`");
+        let file = f.req_str(&mut r, "file", "the append-only witness file, where the database's editors cannot write");
+        let adopt_unsigned = f.bool(&mut r, "adopt_unsigned").unwrap_or(false);
+        f.finish(&mut r, &["signing_key", "file", "adopt_unsigned"]);
+        if let (Some((k, _)), Some((w, _))) = (key, file) {
+            out.witness =
+                Some(WitnessSection { signing_key: path_in(base, &k), file: path_in(base, &w), adopt_unsigned });
+        }
+    }
+    if let Some(mut f) = top.table(&mut r, "cluster") {
+        f.what = "`[cluster]`".into();
+        let urls = f.str_list(&mut r, "urls").map(|v| v.into_iter().map(|(u, _)| u).collect::<Vec<_>>().join(","));
+        if urls.is_none() && !f.has("urls") {
+            r.error_help(
+                f.span.clone(),
+                "`[cluster]` is missing `urls`".to_owned(),
+                "the NATS servers, e.g. `urls = [\"nats://n1:4222\", \"nats://n2:4222\"]`",
+            );
+        }
+        let c = ClusterSection {
+            urls: urls.unwrap_or_default(),
+            instance: f.str(&mut r, "instance").map(|(s, _)| s),
+            partitions: f.count(&mut r, "partitions"),
+            replicas: f.count(&mut r, "replicas").map(|n| n as usize),
+            lease_ttl: f.duration(&mut r, "lease_ttl"),
+            admit_timeout: f.duration(&mut r, "admit_timeout"),
+            stream_dedupe_window: f.duration(&mut r, "stream_dedupe_window"),
+        };
+        f.finish(
+            &mut r,
+            &["urls", "instance", "partitions", "replicas", "lease_ttl", "admit_timeout", "stream_dedupe_window"],
+        );
+        out.cluster = Some(c);
+    }
+    // Read by their own crates (`section`); here only noted, so they are not unknown.
+    out.utilisation = top.get("utilisation").is_some();
+    out.notify = top.get("notify").is_some();
     if let Some(mut c) = top.table(&mut r, "clock") {
         c.what = "`[clock]`".into();
         if let Some(d) = c.duration(&mut r, "max_skew") {
@@ -120,6 +393,90 @@ pub fn parse(file: &str, text: &str, base: &Path) -> Result<SiteConfig, Vec<Diag
     top.finish(&mut r, TOP);
     if r.errors.is_empty() { Ok(out) } else { Err(r.errors) }
 }
+
+fn serve_section(r: &mut Reader<'_>, mut fields: Fields<'_, '_>, base: &Path) -> ServeSection {
+    let f = &mut fields;
+    let path = |r: &mut Reader<'_>, f: &mut Fields<'_, '_>, key: &str| f.str(r, key).map(|(p, _)| path_in(base, &p));
+    let addr = |r: &mut Reader<'_>, f: &mut Fields<'_, '_>, key: &str| {
+        let (a, span) = f.str(r, key)?;
+        match a.parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                r.error_help(
+                    span,
+                    format!("`{key}` `{a}` is not an address"),
+                    "write it as `HOST:PORT` with an IP, e.g. `\"127.0.0.1:7878\"`",
+                );
+                None
+            }
+        }
+    };
+    let size = |r: &mut Reader<'_>, f: &mut Fields<'_, '_>, key: &str| f.count(r, key).map(|n| n as usize);
+    let socket_mode =
+        f.str(r, "socket_mode").and_then(|(m, span)| match u32::from_str_radix(m.trim_start_matches("0o"), 8) {
+            Ok(v) if v <= 0o777 => Some(v),
+            _ => {
+                r.error_help(
+                    span,
+                    format!("`socket_mode` `{m}` is not a permission mode"),
+                    "write it in octal as text, e.g. `\"660\"`",
+                );
+                None
+            }
+        });
+    let s = ServeSection {
+        policies: path(r, f, "policies"),
+        audit: path(r, f, "audit"),
+        listen: addr(r, f, "listen"),
+        admit_listen: addr(r, f, "admit_listen"),
+        port_file: path(r, f, "port_file"),
+        log_format: f.keyword(r, "log_format", &["human", "json"]).map(str::to_owned),
+        log_level: f.keyword(r, "log_level", &["error", "warn", "info", "debug", "trace"]).map(str::to_owned),
+        tick: f.duration(r, "tick"),
+        snapshot_every: f.duration(r, "snapshot_every"),
+        debounce: f.duration(r, "debounce"),
+        watch: f.bool(r, "watch"),
+        socket: path(r, f, "socket"),
+        socket_mode,
+        prices: path(r, f, "prices"),
+        allow_empty: f.bool(r, "allow_empty"),
+        max_body: size(r, f, "max_body"),
+        max_connections: size(r, f, "max_connections"),
+        header_timeout: f.duration(r, "header_timeout"),
+        body_timeout: f.duration(r, "body_timeout"),
+        queue: size(r, f, "queue"),
+        fast_commit: f.bool(r, "fast_commit"),
+        dedupe_window: f.duration(r, "dedupe_window"),
+    };
+    fields.finish(r, SERVE_KEYS);
+    s
+}
+
+/// The keys of `[serve]`.
+pub const SERVE_KEYS: &[&str] = &[
+    "policies",
+    "audit",
+    "listen",
+    "admit_listen",
+    "port_file",
+    "log_format",
+    "log_level",
+    "tick",
+    "snapshot_every",
+    "debounce",
+    "watch",
+    "socket",
+    "socket_mode",
+    "prices",
+    "allow_empty",
+    "max_body",
+    "max_connections",
+    "header_timeout",
+    "body_timeout",
+    "queue",
+    "fast_commit",
+    "dedupe_window",
+];
 
 fn path_in(base: &Path, p: &str) -> PathBuf {
     let p = Path::new(p);

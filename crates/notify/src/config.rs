@@ -211,6 +211,14 @@ impl NotifyConfig {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: shown.clone(), source })?;
         let cfg: NotifyConfig = toml::from_str(&text)
             .map_err(|e| ConfigError::Invalid { path: shown.clone(), message: e.to_string().trim_end().to_owned() })?;
+        cfg.checked(&shown)
+    }
+
+    /// The checks of a read configuration that serde cannot make (a `[notify]` section of the site's
+    /// configuration goes through them as a file does); `shown` names where it came from.
+    pub fn checked(self, shown: &str) -> Result<NotifyConfig, ConfigError> {
+        let cfg = self;
+        let shown = shown.to_owned();
         cfg.sink().map_err(|message| ConfigError::Invalid { path: shown.clone(), message })?;
         if let Some(url) = &cfg.public_url {
             let trimmed = url.trim_end_matches('/');

@@ -239,9 +239,12 @@ pub struct DayPoint {
 pub struct Burndown {
     /// Project.
     pub project: String,
-    /// Monthly budget from the quota policies (only for a one-month period).
+    /// Monthly budget from the enforced quota policies (none: no enforced monthly quota limits the
+    /// project).
     pub budget_gpu_hours: Option<f64>,
-    /// Nominal GPU-hours used through the end of each day of the period.
+    /// Nominal GPU-hours used through the end of each day of the period, counted from the start of
+    /// that day's month: a period of several months starts again at each month (the budget is a
+    /// month's), so its burn-down draws each month's budget as a step.
     pub cumulative_gpu_hours: Vec<f64>,
 }
 
@@ -534,22 +537,26 @@ fn months_in(days: &[i64]) -> u32 {
     u32::try_from(n.max(1)).unwrap_or(1)
 }
 
-fn burndown(store: &FactsStore, opts: &Options, days: &[i64], per: &PerProjectDay) -> Vec<Burndown> {
-    let one_month = opts.span.from_day.is_some()
-        && Span::month_of(opts.span.from_day.unwrap_or(0)).to_day == opts.span.to_day
-        && Span::month_of(opts.span.from_day.unwrap_or(0)).from_day == opts.span.from_day;
+fn burndown(store: &FactsStore, _opts: &Options, days: &[i64], per: &PerProjectDay) -> Vec<Burndown> {
+    let month_of = |d: i64| Span::month_of(d).from_day;
     let mut out: Vec<Burndown> = per
         .iter()
         .map(|(p, m)| {
             let mut acc = 0i64;
+            let mut month = None;
             let cumulative = days
                 .iter()
                 .map(|d| {
+                    // A month's budget is for that month: the count starts again with each one.
+                    if month != month_of(*d) {
+                        month = month_of(*d);
+                        acc = 0;
+                    }
                     acc += m.get(d).map_or(0, |s| s.nominal);
                     hours(acc)
                 })
                 .collect();
-            let budget = if one_month { store.hints().monthly_budget(p) } else { None };
+            let budget = store.hints().monthly_budget(p);
             Burndown { project: p.clone(), budget_gpu_hours: budget, cumulative_gpu_hours: cumulative }
         })
         .collect();

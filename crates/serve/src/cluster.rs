@@ -326,6 +326,7 @@ pub async fn serve_cluster(
     let app = router(state, limits, counters.clone());
     ready(&Ready { addr, admit: None })?;
     tracing::info!(%addr, partitions = instance.front.partitions(), digest = set.digest(), "cluster instance listening");
+    crate::systemd::notify("READY=1");
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;

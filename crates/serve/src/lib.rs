@@ -32,6 +32,7 @@
 //! - [`people`], [`pool`], [`page`], [`notices`]: people in the loop (`docs/notifications.md`): the
 //!   pool page, what waits for whom, approvals and keepalives from a terminal or a signed link, and
 //!   the notifier (`--notify`).
+//! - [`systemd`]: `READY=1`, `RELOADING=1`, `STOPPING=1` to a `Type=notify` unit.
 //! - [`cluster`]: `serve --cluster`, one instance of a cluster on NATS JetStream (`bursar-cluster`).
 
 pub mod auth;
@@ -48,6 +49,7 @@ pub mod pool;
 pub mod reload;
 pub mod socket;
 pub mod stream;
+pub mod systemd;
 pub mod utilisation;
 pub mod views;
 
@@ -454,6 +456,9 @@ pub async fn serve_then(
             status: status.clone(),
             metrics: metrics.clone(),
             config: config.config_file.clone().map(|p| (p, shared_auth.clone())),
+            site: Arc::new(std::sync::Mutex::new(
+                config.config_file.as_deref().and_then(|p| bursar_config::load(p).ok()),
+            )),
         }
         .run(reload_rx),
     );
@@ -573,6 +578,7 @@ pub async fn serve_then(
     let app = http::router(state, limits, metrics.listener.clone());
     ready(&Ready { addr, admit: admit_addr })?;
     tracing::info!(%addr, admit = ?admit_addr, policies = set.len(), digest = set.digest(), "listening");
+    systemd::notify("READY=1");
 
     let main_shutdown = shutdown_rx.clone();
     let drain = async move {
@@ -586,6 +592,7 @@ pub async fn serve_then(
     }
 
     // Drain: nothing new arrives now; stop the producers, let the engine finish its queue.
+    systemd::notify("STOPPING=1");
     ticker.abort();
     snapshotter.abort();
     triggers.stop();

@@ -63,11 +63,17 @@ pub struct Reloader {
     pub metrics: Arc<Metrics>,
     /// The configuration file, reread on every reload, and the authenticator it feeds.
     pub config: Option<(PathBuf, crate::auth::SharedAuth)>,
+    /// The configuration file as it was at start (or at the last reload that changed nothing that
+    /// needs a restart).
+    pub site: SharedSite,
 }
+
+/// The configuration in force, to tell what a reload cannot take.
+pub type SharedSite = Arc<std::sync::Mutex<Option<bursar_config::SiteConfig>>>;
 
 /// Rereads the configuration file at `path` and swaps its principals in; the previous ones stay when
 /// it does not read.
-pub fn reload_config(path: &Path, auth: &crate::auth::SharedAuth) -> ConfigReload {
+pub fn reload_config(path: &Path, auth: &crate::auth::SharedAuth, in_force: &SharedSite) -> ConfigReload {
     let read = bursar_config::load(path)
         .map_err(|ds| {
             ds.iter()
@@ -78,18 +84,33 @@ pub fn reload_config(path: &Path, auth: &crate::auth::SharedAuth) -> ConfigReloa
                 .collect::<Vec<_>>()
                 .join("\n")
         })
-        .and_then(|c| bursar_auth::Authenticator::new(&c.auth).map_err(|e| format!("{}: {e}", path.display())));
+        .and_then(|c| {
+            bursar_auth::Authenticator::new(&c.auth).map(|a| (a, c)).map_err(|e| format!("{}: {e}", path.display()))
+        });
     match read {
-        Ok(a) => {
+        Ok((a, site)) => {
             let n = a.principals();
             if let Ok(mut w) = auth.write() {
                 *w = Arc::new(a);
             }
+            let restart = match in_force.lock() {
+                Ok(mut old) => {
+                    let r = old.as_ref().map(|o| o.needs_restart(&site)).unwrap_or_default();
+                    if r.is_empty() {
+                        *old = Some(site);
+                    }
+                    r
+                }
+                Err(_) => Vec::new(),
+            };
             tracing::info!(file = %path.display(), principals = n, "configuration reloaded");
-            ConfigReload {
-                ok: true,
-                message: format!("{n} principal(s) in force; `[clock]` and the listeners need a restart to change"),
-            }
+            let message = if restart.is_empty() {
+                format!("{n} principal(s) in force")
+            } else {
+                tracing::warn!(file = %path.display(), sections = restart.join(", "), "configuration changes that need a restart");
+                format!("{n} principal(s) in force; changed but not taken until a restart: {}", restart.join(", "))
+            };
+            ConfigReload { ok: true, message }
         }
         Err(message) => {
             tracing::error!(file = %path.display(), error = %message, "configuration reload failed; the previous principals stay in force");
@@ -107,10 +128,13 @@ impl Reloader {
                 waiting.push(more);
             }
             let cause = waiting[0].cause;
+            if cause == "sighup" {
+                crate::systemd::reloading();
+            }
             let mut outcome = self.reload(cause).await;
             if let Some((path, auth)) = &self.config {
-                let (path, auth) = (path.clone(), auth.clone());
-                let c = tokio::task::spawn_blocking(move || reload_config(&path, &auth)).await.ok();
+                let (path, auth, site) = (path.clone(), auth.clone(), self.site.clone());
+                let c = tokio::task::spawn_blocking(move || reload_config(&path, &auth, &site)).await.ok();
                 if c.as_ref().is_some_and(|c| !c.ok) {
                     outcome.ok = false;
                 }
@@ -118,6 +142,9 @@ impl Reloader {
                 if let Ok(mut st) = self.status.write() {
                     st.last = Some(outcome.clone());
                 }
+            }
+            if cause == "sighup" {
+                crate::systemd::notify("READY=1");
             }
             for w in waiting {
                 if let Some(r) = w.reply {

@@ -97,6 +97,14 @@ impl UtilisationConfig {
             path: shown.clone(),
             message: e.to_string().trim_end().to_owned(),
         })?;
+        cfg.checked(&shown)
+    }
+
+    /// The checks of a read configuration that serde cannot make (a `[utilisation]` section of the
+    /// site's configuration goes through them as a file does); `shown` names where it came from.
+    pub fn checked(self, shown: &str) -> Result<UtilisationConfig, UtilisationError> {
+        let cfg = self;
+        let shown = shown.to_owned();
         if let Err(e) = cfg.prometheus.validate() {
             let help = e.help().map(|h| format!("\n  help: {h}")).unwrap_or_default();
             return Err(UtilisationError::Invalid { path: shown, message: format!("[prometheus]: {e}{help}") });

@@ -284,8 +284,12 @@ mod tests {
         };
         assert_eq!((a.decision_id.as_str(), a.job_id.as_deref(), a.action.as_str()), ("d-9", Some("lab-1"), "scancel"));
         assert_eq!(a.extra.len(), 1, "slurm_job_id stays: {:?}", a.extra);
-        // From a producer, the same line is only a tick with added fields.
-        assert!(matches!(one(enforcement, Origin::Producer), Line::Input(Decoded { input: Input::Event(_), .. })));
+        // From a producer the same line is refused: it would move the clock live and come back as an
+        // action record after a restart.
+        let Line::Rejected(r) = one(enforcement, Origin::Producer) else {
+            panic!("a producer's enforcement tick was accepted")
+        };
+        assert!(r.error.contains("`enforcement` field"), "{}", r.error);
     }
 
     #[test]

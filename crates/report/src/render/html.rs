@@ -313,7 +313,7 @@ pub fn html(r: &Report) -> String {
                 Some(budget),
             ),
             None => (
-                format!("{}: GPU-h used (no monthly budget)", b.project),
+                format!("{}: GPU-h used (no enforced monthly quota)", b.project),
                 b.cumulative_gpu_hours.iter().map(|c| Some(*c)).collect(),
                 None,
             ),
@@ -323,7 +323,9 @@ pub fn html(r: &Report) -> String {
     }
     o.push_str("</div>");
     if r.burndown.iter().all(|b| b.budget_gpu_hours.is_none()) {
-        o.push_str("<p class=\"note\">No budget lines: budgets come from enforced monthly project quotas (pass <code>--policies</code>) and are drawn for a one-month period.</p>");
+        o.push_str("<p class=\"note\">No budget lines: no enforced monthly quota limits these projects (budgets come from the policies the log was written with, or <code>--policies</code>).</p>");
+    } else if r.burndown.first().is_some_and(|b| b.cumulative_gpu_hours.len() > 31) {
+        o.push_str("<p class=\"note\">Each month has its own budget: the lines start again at each month.</p>");
     }
 
     // 4. Billing.
