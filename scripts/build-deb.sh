@@ -45,6 +45,9 @@ else
     trap 'rm -rf "$stage"' EXIT
     mkdir -p "$stage/release"
     cp "$binary" "$stage/release/bursar"
+    # A debug build is mostly debug information (about 500 MB); cargo-deb keeps what a package's
+    # profile asks for, so the copy loses it here.
+    strip --strip-debug "$stage/release/bursar"
 fi
 
 bin="$stage/release/bursar"
@@ -57,5 +60,5 @@ gzip -9n "$gen/man"/*.1
 "$bin" completions zsh > "$gen/completions/_bursar"
 "$bin" completions fish > "$gen/completions/bursar.fish"
 
-CARGO_TARGET_DIR="$stage" cargo deb --quiet -p bursar --no-build "${fast[@]}" --output "$out"
+CARGO_TARGET_DIR="$stage" cargo deb --quiet -p bursar --no-build "${fast[@]}" --output "$out" >&2
 ls -t "$out"/bursar_*.deb | head -n 1

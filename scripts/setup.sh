@@ -26,9 +26,10 @@ fi
 [ "${BURSAR_SETUP_MINIMAL:-0}" = 1 ] && exit 0
 
 if ! command -v cargo-deb >/dev/null; then
-    echo "setup: cargo install --locked cargo-deb" >&2
+    # Pinned, so every machine packages with the same cargo-deb (the package test reads its output).
+    echo "setup: cargo install --locked cargo-deb@3.8.0" >&2
     # Its own temporary target folder, not the workspace's (CARGO_TARGET_DIR would send it there).
-    env -u CARGO_TARGET_DIR cargo install --quiet --locked cargo-deb
+    env -u CARGO_TARGET_DIR cargo install --quiet --locked cargo-deb@3.8.0
 fi
 
 need=()
