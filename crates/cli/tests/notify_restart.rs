@@ -123,3 +123,47 @@ fn a_notice_cut_off_by_sigkill_is_delivered_exactly_once_after_the_restart() {
     unique.dedup();
     assert_eq!(unique.len(), ids.len(), "{ids:?}");
 }
+
+/// Notices that still matter are sent when notifications are first turned on: a job held for
+/// approval before `--notify` was given is notified once on the first start, a job already answered
+/// is not, and the next restart sends nothing again.
+#[test]
+fn what_waits_when_notify_is_first_turned_on_is_notified_once() {
+    let hook = WebhookReceiver::start().unwrap();
+    let s = Scratch::new("notify-first-start");
+    s.write_policy("approval.toml", POLICIES);
+
+    // No notifications yet: one job waits, another was approved and has gone on.
+    let server = Server::start(&s, &["--tick", "1h"]);
+    for (e, job) in [("e1", "j-waits"), ("e2", "j-answered")] {
+        assert_eq!(
+            server.post("/v1/admit", &submit(e, job, "nlp", 32, 1.0)).json().unwrap()["decision"],
+            "require_approval"
+        );
+    }
+    let granted = r#"{"id":"g1","time":"TIME","type":"approval.granted","job_id":"j-answered","by":"bob"}"#
+        .replace("TIME", &now());
+    assert_eq!(server.post("/v1/events", &granted).status, 200);
+    let (status, log) = server.terminate();
+    assert!(status.success(), "{log}");
+
+    let cfg = config(&s, &hook, "100ms");
+    let server = Server::start(&s, &["--tick", "1h", "--notify", &cfg]);
+    server.wait_for(20, "j-waits's notice", || (accepted(&hook, "j-waits") == 1).then_some(()));
+    assert!(
+        server.log_text().contains("first start on this audit log; sending the notices of what already waits"),
+        "the start says what it sends: {}",
+        server.log_text()
+    );
+    std::thread::sleep(Duration::from_millis(500)); // five passes
+    assert_eq!(attempts(&hook, "j-answered"), 0, "an answered approval was notified");
+    let seen = hook.received().len();
+    let (status, log) = server.terminate();
+    assert!(status.success(), "{log}");
+
+    let server = Server::start(&s, &["--tick", "1h", "--notify", &cfg]);
+    server.wait_for(20, "the notifier's first pass", || server.log_text().contains("first pass done").then_some(()));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(hook.received().len(), seen, "a restart sent again: {:#?}", &hook.received()[seen..]);
+    assert_eq!(accepted(&hook, "j-waits"), 1);
+}

@@ -1,7 +1,9 @@
 //! The pool page in a real browser: headless Chromium renders `bursar serve`'s `/` and the DOM it
-//! built shows the pending approval (with its approver), the idle job's countdown to its reclaim and
-//! a project's quota left; the page fetches nothing and logs nothing to the console. The DOM and a
-//! screenshot are kept as test artefacts under `target/tmp/pool-page/`.
+//! built shows the pending approval (with its approver); the idle job's GPU utilisation, memory,
+//! idle-since and countdown to its reclaim; a project's live jobs; and its quota with used and
+//! reserved apart and an exhaustion date computed from use alone (a large reservation does not move
+//! it). The page fetches nothing and logs nothing to the console. The DOM and a screenshot are kept
+//! as test artefacts under `target/tmp/pool-page/`.
 //!
 //! Needs Debian's `chromium`; skips, saying so, without it (fails instead under CI).
 
@@ -10,6 +12,7 @@ mod serve_support;
 use std::path::PathBuf;
 use std::process::Command;
 
+use bursar_model::Timestamp;
 use serve_support::*;
 
 const POLICIES: &str = r#"[[policy]]
@@ -39,6 +42,20 @@ window = "1s"
 grace = "1h"
 "#;
 
+/// The `<tr …>` row whose opening tag carries `marker`, up to its `</tr>`.
+fn tag_row(html: &str, marker: &str) -> String {
+    let at = html.find(marker).unwrap_or_else(|| panic!("no row with {marker} in {html}"));
+    let start = html[..at].rfind("<tr").unwrap_or(at);
+    let end = html[at..].find("</tr>").map_or(html.len(), |e| at + e);
+    html[start..end].to_owned()
+}
+
+/// The first value of attribute `name` in `html`.
+fn attr(html: &str, name: &str) -> Option<String> {
+    let rest = html.split(&format!("{name}=\"")).nth(1)?;
+    Some(rest[..rest.find('"')?].to_owned())
+}
+
 fn chromium() -> Option<PathBuf> {
     ["/usr/bin/chromium", "/usr/bin/chromium-browser"].iter().map(PathBuf::from).find(|p| p.is_file())
 }
@@ -54,18 +71,50 @@ fn the_pool_page_shows_what_waits_the_idle_countdown_and_the_quota_left() {
     s.write_policy("p.toml", POLICIES);
     let server = Server::start(&s, &["--tick", "200ms"]);
 
-    // A job held for approval, an idle job (4 GPUs × 10 h reserved: 960 of 1,000 left), a deny.
+    // A job that ran 16 GPUs for up to 10 h earlier this month: used, not reserved.
+    let now = wall_ms();
+    let month_start = {
+        let (y, m, _) = bursar_model::time::civil_from_days(Timestamp(now).day());
+        bursar_model::time::days_from_civil(y, m, 1) * 86_400_000
+    };
+    let began = (now - 10 * 3_600_000).max(month_start + 1_000);
+    let ended = now - 1_000;
+    let at = |ms: i64| Timestamp(ms).to_string();
+    let done = format!(
+        r#"{{"id":"e0","time":"{}","type":"job.submitted","job":{{"id":"j-done","project":"nlp","user":"alice","gpus":16,"requested_hours":10,"ready":{{"image":true,"data":true,"script":true}}}}}}"#,
+        at(began)
+    );
+    assert_eq!(server.post("/v1/admit", &done).json().unwrap()["decision"], "allow");
+    let r = server.post(
+        "/v1/events",
+        &format!(
+            "{}\n{}\n",
+            format!(r#"{{"id":"e0s","time":"{}","type":"job.started","job_id":"j-done"}}"#, at(began)),
+            format!(
+                r#"{{"id":"e0f","time":"{}","type":"job.finished","job_id":"j-done","status":"succeeded"}}"#,
+                at(ended)
+            ),
+        ),
+    );
+    assert_eq!(r.json().unwrap()["accepted"], 2, "{:?}", r.body);
+
+    // A job held for approval, an idle job (4 GPUs × 10 h reserved), a big reservation that has not
+    // started (16 × 40 h), and a deny.
     assert_eq!(
         server.post("/v1/admit", &submit("e1", "j-big", "nlp", 32, 2.0)).json().unwrap()["decision"],
         "require_approval"
     );
     assert_eq!(server.post("/v1/admit", &submit("e2", "j-idle", "nlp", 4, 10.0)).json().unwrap()["decision"], "allow");
+    assert_eq!(
+        server.post("/v1/admit", &submit("e2b", "j-queued", "nlp", 16, 40.0)).json().unwrap()["decision"],
+        "allow"
+    );
     let r = server.post(
         "/v1/events",
         &format!(
             "{}\n{}\n",
             job_event("e3", "job.started", "j-idle", ""),
-            job_event("e4", "job.sample", "j-idle", r#","gpu_util":0.01"#)
+            job_event("e4", "job.sample", "j-idle", r#","gpu_util":0.01,"mem_util":0.5"#)
         ),
     );
     assert_eq!(r.json().unwrap()["accepted"], 2);
@@ -125,13 +174,51 @@ fn the_pool_page_shows_what_waits_the_idle_countdown_and_the_quota_left() {
         "{approvals}"
     );
     let idle = section("idle");
-    assert!(idle.contains("j-idle"), "{idle}");
-    let countdown = idle.split("reclaim in ").nth(1).unwrap_or_else(|| panic!("no countdown in {idle}"));
-    assert!(countdown.starts_with("59m") || countdown.starts_with("1h 00m"), "{idle}");
+    let row = tag_row(&idle, "data-job=\"j-idle\"");
+    assert_eq!(attr(&row, "data-util").as_deref(), Some("0.01"), "{row}");
+    assert!(row.contains(">1 %<") && row.contains(">50 %<"), "utilisation and memory: {row}");
+    let since = attr(&row, "data-idle-since").unwrap_or_else(|| panic!("no idle-since in {row}"));
+    let since = Timestamp::parse(&since).unwrap().millis();
+    assert!(since >= began && since <= wall_ms(), "idle since {since}: {row}");
+    let reclaim_at = Timestamp::parse(&attr(&row, "data-reclaim-at").unwrap()).unwrap().millis();
+    assert!((reclaim_at - since - 3_601_000).abs() < 60_000, "reclaimed an hour after the alert: {row}");
+    let countdown = row.split("data-reclaim-at=\"").nth(1).and_then(|c| c.split_once("\">")).map(|(_, c)| c);
+    let countdown = countdown.unwrap_or_else(|| panic!("no countdown in {row}"));
+    assert!(countdown.starts_with("59m") || countdown.starts_with("1h 00m"), "{row}");
+
     let projects = section("projects");
-    let left =
-        projects.split("data-left=\"nlp\">").nth(1).unwrap_or_else(|| panic!("no quota left for nlp in {projects}"));
-    assert!(left.starts_with("960<"), "{projects}");
+    assert!(
+        projects.contains("data-job=\"j-idle\"") && projects.contains("data-job=\"j-queued\""),
+        "live jobs: {projects}"
+    );
+    let quota = tag_row(&projects, "data-quota=\"quota/monthly\" data-ledger=\"nlp\"");
+    let num =
+        |name: &str| -> f64 { attr(&quota, name).unwrap_or_else(|| panic!("no {name} in {quota}")).parse().unwrap() };
+    let (used, running, reserved, left, per_day) =
+        (num("data-used"), num("data-running"), num("data-reserved"), num("data-left"), num("data-per-day"));
+    let ran = 16.0 * (ended - began) as f64 / 3_600_000.0;
+    assert!((used - ran).abs() < 0.01, "used {used}, ran {ran}: {quota}");
+    assert!((reserved - (4.0 * 10.0 + 16.0 * 40.0)).abs() < 0.01, "reserved {reserved}: {quota}");
+    assert!((left - (1_000.0 - used - reserved)).abs() < 0.01, "left {left}: {quota}");
+    // The burn is use over the days gone; the date is when use alone spends the budget.
+    let days = ((wall_ms() - month_start) as f64 / 86_400_000.0).max(1.0 / 24.0);
+    assert!(((used + running) / per_day - days).abs() < 0.01, "burn {per_day} a day over {days} days: {quota}");
+    let runs_out = attr(&quota, "data-runs-out").unwrap_or_default();
+    let by_use = now + ((1_000.0 - used - running) / per_day * 86_400_000.0) as i64;
+    let next_month = {
+        let (y, m, _) = bursar_model::time::civil_from_days(Timestamp(now).day());
+        let (y, m) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+        bursar_model::time::days_from_civil(y, m, 1) * 86_400_000
+    };
+    if by_use < next_month - 86_400_000 {
+        let day = Timestamp(by_use).to_string()[..10].to_owned();
+        assert_eq!(runs_out, day, "runs out by use: {quota}");
+        assert!(quota.contains(&format!("runs out {day}")), "{quota}");
+    } else if by_use >= next_month + 86_400_000 {
+        assert_eq!(runs_out, "", "{quota}");
+        assert!(quota.contains("lasts the period"), "{quota}");
+    }
+    assert!(projects.contains("reservations move <b>left</b>, not this date"), "the page says how: {projects}");
     let denies = section("denies");
     assert!(denies.contains("j-over") && denies.contains("of its 1,000 GPU-hours"), "{denies}");
     assert!(!html.contains("<script") && !html.contains("src=\"http"), "the page loads something");

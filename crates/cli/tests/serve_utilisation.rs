@@ -115,6 +115,22 @@ fn prometheus_feeds_the_idle_rule_with_nothing_for_the_site_to_write() {
         assert_eq!(server.post("/v1/events", &started).status, 200);
     }
 
+    // A running job whose start named no Slurm job id gets no sample, and says why (never "0 %").
+    assert_eq!(server.post("/v1/admit", &submit("s-nokey", "lab-nokey", "nlp", 1, 1.0)).status, 200);
+    assert_eq!(server.post("/v1/events", &job_event("nokey-started", "job.started", "lab-nokey", "")).status, 200);
+    let why = server.wait_for(20, "the reason lab-nokey has no sample", || {
+        let v = server.get_json("/v1/jobs/lab-nokey");
+        v["utilisation"]["no_sample"].as_str().filter(|w| w.contains("last poll")).map(str::to_owned)
+    });
+    let v = server.get_json("/v1/jobs/lab-nokey");
+    assert!(v["utilisation"]["gpu_util"].is_null() && v["utilisation"]["samples"] == 0, "{v}");
+    assert!(why.contains("no Slurm job id is known for it") && why.contains("slurm_cluster = \"lab\""), "{why}");
+    let busy = server.wait_for(20, "a sample of lab-busy", || {
+        let v = server.get_json("/v1/jobs/lab-busy");
+        v["utilisation"]["gpu_util"].as_f64().is_some().then_some(v)
+    });
+    assert!(busy["utilisation"]["no_sample"].is_null(), "a job with samples has no reason: {busy}");
+
     // The idle jobs are alerted; lab-keep's owner answers; lab-idle is reclaimed.
     server
         .wait_for(40, "the idle alert of lab-keep", || decisions_about(&server, "lab-keep", "alert").first().cloned());
@@ -151,6 +167,15 @@ fn prometheus_feeds_the_idle_rule_with_nothing_for_the_site_to_write() {
     server.wait_for(20, "the missing GPU counted", || {
         (counter(&server, "bursar_prometheus_jobs_skipped_total", "no_series") > 0).then_some(())
     });
+    let why = server.wait_for(20, "the reason lab-busy has no sample", || {
+        let v = server.get_json("/v1/jobs/lab-busy");
+        v["utilisation"]["no_sample"].as_str().filter(|w| w.contains("no series")).map(str::to_owned)
+    });
+    assert!(
+        why.starts_with("the utilisation source's last poll at ")
+            && why.contains("Prometheus has no series for the job's key"),
+        "{why}"
+    );
     dcgm.show_gpu(PERM[0], true);
     // Down for longer than max_age: Prometheus keeps no staleness markers across a shutdown, so the
     // evaluation times of the gap, polled once it is back, find samples too old to count.
@@ -177,6 +202,10 @@ fn prometheus_feeds_the_idle_rule_with_nothing_for_the_site_to_write() {
     assert!(decisions_about(&server, "lab-keep", "reclaim").is_empty(), "the kept-alive job was reclaimed");
     let (status, log) = server.terminate();
     assert!(status.success(), "{log}");
+    assert!(
+        log.contains("utilisation: no sample for a running job") && log.contains("lab-nokey"),
+        "the reason is logged at info: {log}"
+    );
     drop(prom);
 }
 

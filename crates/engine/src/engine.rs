@@ -1005,7 +1005,7 @@ impl Engine {
                     u.samples += 1;
                     u.last_sample = event.time.into();
                     u.gpu_util = *gpu_util as f32;
-                    u.mem_util = mem_util.unwrap_or(0.0) as f32;
+                    u.mem_util = mem_util.map_or(-1.0, |m| m as f32);
                 }
                 if let (Some(id), Some(work)) = (&job_id, sample.work()) {
                     state.sample_work(id, &work, event.time);

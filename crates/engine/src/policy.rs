@@ -502,6 +502,9 @@ pub struct Deadline {
     pub since: Timestamp,
     /// When it acts.
     pub at: Timestamp,
+    /// Since when the job has been under the rule's threshold, when the rule keeps that.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_since: Option<Timestamp>,
 }
 
 /// A compiled policy. Implemented by the TOML families, general rules and WebAssembly components.

@@ -355,7 +355,8 @@ pub struct Utilisation {
     pub last_sample: OptTime,
     /// GPU utilisation of the last sample.
     pub gpu_util: f32,
-    /// Memory utilisation of the last sample.
+    /// Memory utilisation of the last sample (framebuffer used over total); negative when the last
+    /// sample had none.
     pub mem_util: f32,
     /// Exponentially weighted average of GPU utilisation (α = 0.2).
     pub avg_gpu_util: f32,

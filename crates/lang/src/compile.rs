@@ -248,6 +248,11 @@ pub fn compile(file: &str, source: &str, base_dir: &Path) -> Result<CompiledFile
     }
     let mut r = Reader::new(file, source);
     let root = doc.get_ref();
+    if !root.contains_key("policy") && !root.contains_key("tag") {
+        if let Some(d) = misplaced_config(&r, root) {
+            return Err(vec![d]);
+        }
+    }
     let mut top = Fields::new(root, 0..0, "the file");
     let mut out = CompiledFile::default();
     let policies = top.tables(&mut r, "policy");
@@ -268,6 +273,37 @@ pub fn compile(file: &str, source: &str, base_dir: &Path) -> Result<CompiledFile
     }
     top.finish(&mut r, &["policy", "tag"]);
     if r.errors.is_empty() { Ok(out) } else { Err(r.errors) }
+}
+
+/// A file with no policy that is one of serve's configuration files, left in the policy directory
+/// (where every `.toml` is read as policies): says which it is and where it belongs, at the key that
+/// gave it away.
+fn misplaced_config(r: &Reader<'_>, root: &DeTable<'_>) -> Option<Diagnostic> {
+    const KINDS: [(&[&str], &str, &str); 3] = [
+        (
+            &["serve", "principal", "auth", "tls", "witness", "cluster", "clock", "notify", "utilisation"],
+            "this is bursar's site configuration (`bursar serve --config`), not a policy file",
+            "every `.toml` file in the policy directory is read as policies: keep the configuration outside it (e.g. /etc/bursar/bursar.toml) and give it to `--config`; docs/operations.md",
+        ),
+        (
+            &["public_url", "alertmanager", "webhook", "key_file", "resend", "info_for"],
+            "this is a notifications file (`bursar serve --notify`), not a policy file",
+            "every `.toml` file in the policy directory is read as policies: put these settings under `[notify]` in bursar.toml (`--config`), or keep the file outside the policy directory and give it to `--notify`; docs/notifications.md",
+        ),
+        (
+            &["prometheus", "jobs"],
+            "this is a utilisation file (`bursar serve --utilisation`), not a policy file",
+            "every `.toml` file in the policy directory is read as policies: put these settings under `[utilisation]` in bursar.toml (`--config`), or keep the file outside the policy directory and give it to `--utilisation`; docs/integrations/utilisation.md",
+        ),
+    ];
+    for (keys, message, help) in KINDS {
+        let first =
+            root.iter().filter(|(k, _)| keys.contains(&k.get_ref().as_ref())).min_by_key(|(k, _)| k.span().start);
+        if let Some((k, _)) = first {
+            return Some(r.diagnostic(k.span(), message).with_help(help));
+        }
+    }
+    None
 }
 
 /// A `[[tag]]` table: where a tag's value comes from.

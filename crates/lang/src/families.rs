@@ -331,7 +331,7 @@ pub struct CostPerUnit {
 }
 
 fn gpus(n: u32) -> String {
-    if n == 1 { "1 GPU".to_owned() } else { format!("{n} GPUs") }
+    bursar_model::counted(u64::from(n), "GPU", "GPUs")
 }
 
 /// A number for people with three significant digits (`0.0123`, `4.56`, `78.9`), or as
@@ -506,9 +506,9 @@ impl Policy for TomlPolicy {
             return None;
         }
         let (low_key, alert_key, _) = r.keys;
-        job.mark(low_key)?;
+        let low = Timestamp(job.mark(low_key)?);
         let since = Timestamp(job.mark(alert_key)?);
-        Some(Deadline { since, at: since.plus(idle.grace) })
+        Some(Deadline { since, at: since.plus(idle.grace), idle_since: Some(low) })
     }
 }
 
@@ -648,7 +648,7 @@ impl Approval {
         if let Some(n) = self.gpus_over
             && job.gpus > n
         {
-            why.push(format!("{} GPUs is over {n}", job.gpus));
+            why.push(format!("{} is over {n}", gpus(job.gpus)));
             branch = branch.or(Some(0));
         }
         if let Some(h) = self.hours_over
@@ -710,7 +710,7 @@ impl Reclaim {
     fn idle_alert(
         idle: &Idle,
         id: &Arc<str>,
-        gpus: u32,
+        gpus_held: u32,
         since: Timestamp,
         at: Timestamp,
         samples: i64,
@@ -724,8 +724,9 @@ impl Reclaim {
             Verdict::new(
                 VerdictKind::Alert,
                 format!(
-                    "job {id} has used under {}% of its {gpus} GPUs since {since} ({evidence}); it will be reclaimed at {deadline} unless its owner sends a keepalive",
+                    "job {id} has used under {}% of its {} since {since} ({evidence}); it will be reclaimed at {deadline} unless its owner sends a keepalive",
                     fmt_num(idle.below * 100.0),
+                    gpus(gpus_held),
                 ),
             )
             .on_branch(2),
@@ -749,7 +750,7 @@ impl Reclaim {
                 out.verdict(
                     Verdict::new(
                         VerdictKind::Reclaim,
-                        format!("job {id} {} at {t}: release its {} GPUs now", status.as_str(), job.gpus()),
+                        format!("job {id} {} at {t}: release its {} now", status.as_str(), gpus(job.gpus())),
                     )
                     .on_branch(0),
                 );
@@ -1066,19 +1067,25 @@ impl Trial {
                 )
                 .on_branch(2),
             ),
-            Some((gpus, at)) => self.action.emit(
+            Some((trial_gpus, at)) => self.action.emit(
                 out,
                 format!(
-                    "job {} asks {} GPUs; the last successful trial of its configuration ({gpus} GPUs at {at}) is older than {}: run a small trial first",
-                    job.id, job.gpus, self.within
+                    "job {} asks {}; the last successful trial of its configuration ({} at {at}) is older than {}: run a small trial first",
+                    job.id,
+                    gpus(job.gpus),
+                    gpus(trial_gpus),
+                    self.within
                 ),
                 1,
             ),
             None => self.action.emit(
                 out,
                 format!(
-                    "job {} asks {} GPUs but its configuration has no successful trial on {} or fewer GPUs in the last {}: run a small trial first",
-                    job.id, job.gpus, self.trial_max_gpus, self.within
+                    "job {} asks {} but its configuration has no successful trial on {} or fewer in the last {}: run a small trial first",
+                    job.id,
+                    gpus(job.gpus),
+                    gpus(self.trial_max_gpus),
+                    self.within
                 ),
                 0,
             ),

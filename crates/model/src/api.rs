@@ -15,8 +15,8 @@ use crate::event::FinishStatus;
 
 mod people;
 pub use people::{
-    ActionKind, ActionReply, ActionRequest, ApprovalWait, DeferredWait, DenyLine, IdleWait, NoticeKind, NoticeLink,
-    NoticeMessage, NoticeStatus, PendingReply, PoolView, ProjectLine, QuotaLine,
+    ActionKind, ActionReply, ActionRequest, ApprovalWait, DeferredWait, DenyLine, IdleWait, JobLine, NoticeKind,
+    NoticeLink, NoticeMessage, NoticeStatus, PendingReply, PoolView, ProjectLine, QuotaLine,
 };
 
 /// A line that was not applied, and why: the one shape of a rejected line everywhere (the `rejected`
@@ -242,21 +242,26 @@ pub struct PendingView {
     pub reason: String,
 }
 
-/// The latest utilisation, in [`JobView`].
+/// The latest utilisation, in [`JobView`]. With no sample the numbers are `null`, not 0: no
+/// sample is not idleness, and `no_sample` says why there is none.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UtilisationView {
     /// When the last sample arrived.
     pub last_sample: Option<String>,
-    /// GPU utilisation of the last sample.
-    pub gpu_util: f32,
-    /// Memory utilisation of the last sample.
-    pub mem_util: f32,
-    /// Exponentially weighted average of GPU utilisation.
-    pub avg_gpu_util: f32,
+    /// GPU utilisation of the last sample (0–1); `null` before the first.
+    pub gpu_util: Option<f32>,
+    /// Memory utilisation of the last sample (0–1); `null` before the first or when it had none.
+    pub mem_util: Option<f32>,
+    /// Exponentially weighted average of GPU utilisation; `null` before the first sample.
+    pub avg_gpu_util: Option<f32>,
     /// Samples seen.
     pub samples: u32,
     /// Last keep-alive.
     pub keepalive: Option<String>,
+    /// Why no sample has arrived, or why the utilisation source's last poll sent none for the job
+    /// (its skip reason: no series, a stale series, a GPU missing, a DCGM error value, no Slurm id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_sample: Option<String>,
 }
 
 /// `GET /v1/projects/{name}`: a project's usage and the GPUs it holds.

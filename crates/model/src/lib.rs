@@ -33,4 +33,4 @@ pub use input::{Action, ActionOutcome, Input, RUN_TYPE, RunFact, WALL_TICK_PREFI
 pub use names::NameError;
 pub use sender::Sender;
 pub use throughput::{RunRate, Work};
-pub use time::{Duration, Period, TimeError, TimeText, Timestamp, push_int};
+pub use time::{Duration, Period, TimeError, TimeText, Timestamp, counted, push_int};

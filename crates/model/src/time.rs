@@ -465,6 +465,12 @@ impl Period {
     }
 }
 
+/// `n` and a noun that agrees with it: `1 GPU`, `4 GPUs`, `0 GPUs` (`one` for one, `many` for
+/// any other count).
+pub fn counted(n: u64, one: &str, many: &str) -> String {
+    if n == 1 { format!("1 {one}") } else { format!("{n} {many}") }
+}
+
 /// Appends the decimal form of `v` to `out`, without formatting machinery.
 pub fn push_int(out: &mut String, v: i64) {
     if (0..10).contains(&v) {

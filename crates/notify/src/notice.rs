@@ -392,6 +392,11 @@ mod tests {
                     alerted: Timestamp(t).to_string(),
                     reclaim_at: Timestamp(t + 60_000).to_string(),
                     policy: "reclaim/idle".into(),
+                    idle_since: None,
+                    gpu_util: None,
+                    mem_util: None,
+                    last_sample: None,
+                    no_sample: None,
                 })
                 .into_iter()
                 .collect(),

@@ -18,7 +18,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant};
 
-use bursar_audit::{AuditError, AuditLog, Delivered, NoticeRow, Outbox, OutboxCursor, Resolved, StoredStep};
+use bursar_audit::{
+    AuditError, AuditLog, Delivered, NoticeRow, Outbox, OutboxCursor, Resolved, StoredDecision, StoredStep,
+};
 use bursar_model::Timestamp;
 use bursar_model::api::{NoticeKind, NoticeMessage, NoticeStatus};
 
@@ -41,6 +43,10 @@ pub struct EngineGone;
 pub trait EngineView: Send {
     /// What the engine knows now about each of `jobs` (`None` for a job it does not know).
     fn facts(&self, jobs: &[String]) -> Result<Vec<Option<JobFacts>>, EngineGone>;
+
+    /// The jobs that wait for a person now: held for an approval, or alerted as idle with their
+    /// reclaim standing.
+    fn open_jobs(&self) -> Result<Vec<String>, EngineGone>;
 }
 
 /// Why the notifier cannot run.
@@ -84,6 +90,9 @@ pub struct Notifier<E> {
     engine: E,
     failures: u32,
     next_try: Option<Instant>,
+    /// On the first start on an audit log: where the cursor starts (the log's end), stored by the
+    /// first pass together with the notices of what already waits for a person.
+    first_start: Option<OutboxCursor>,
 }
 
 impl<E> std::fmt::Debug for Notifier<E> {
@@ -101,17 +110,81 @@ fn std_duration(d: bursar_model::Duration) -> StdDuration {
 }
 
 impl<E: EngineView> Notifier<E> {
-    /// Opens the outbox of the audit file `audit` (already created by serve's journal) and, on the
-    /// first start with notices on, sets its cursor to the end of the log: notices are about what is
-    /// decided from then on. Call it before the engine applies anything new.
+    /// Opens the outbox of the audit file `audit` (already created by serve's journal). On the first
+    /// start with notices on, its cursor starts at the end of the log: notices are about what is
+    /// decided from then on, and about what already waits for a person (a job held for an approval, an
+    /// idle job whose reclaim stands), whose notices the first pass raises from their decisions.
+    /// Call it before the engine applies anything new.
     pub fn open(cfg: NotifyConfig, audit: &Path, key: Arc<LinkKey>, engine: E) -> Result<Notifier<E>, NotifyError> {
         let sink = cfg.sink().map_err(NotifyError::Config)?;
-        let mut outbox = Outbox::open(audit)?;
+        let outbox = Outbox::open(audit)?;
         let log = AuditLog::open_read(audit)?;
-        let (event_seq, decision_seq) = log.newest_seqs()?;
-        let at = outbox.start_at(OutboxCursor { decision_seq, event_seq })?;
-        tracing::info!(sink = ?sink, decision_seq = at.decision_seq, "notifier ready");
-        Ok(Notifier { cfg, sink, key, log, outbox, engine, failures: 0, next_try: None })
+        let first_start = match outbox.cursor()? {
+            Some(_) => None,
+            None => {
+                let (event_seq, decision_seq) = log.newest_seqs()?;
+                Some(OutboxCursor { decision_seq, event_seq })
+            }
+        };
+        tracing::info!(sink = ?sink, first_start = first_start.is_some(), "notifier ready");
+        Ok(Notifier { cfg, sink, key, log, outbox, engine, failures: 0, next_try: None, first_start })
+    }
+
+    /// The first pass on an audit log: the notices of what waits for a person now, raised from the
+    /// decisions that asked (at most the last one per job and kind, before `start`), stored with the
+    /// cursor at `start`. A crash before they are stored leaves no cursor: the next start does it again.
+    fn first_pass(&mut self, start: OutboxCursor) -> Result<(), NotifyError> {
+        let jobs = {
+            let mut j = self.engine.open_jobs()?;
+            j.sort();
+            j.dedup();
+            j
+        };
+        let facts = self.engine.facts(&jobs)?;
+        let links = Linker { key: &self.key, base: self.cfg.base_url() };
+        let mut raised = Vec::new();
+        for (job, f) in jobs.iter().zip(&facts) {
+            let Some(f) = f else { continue };
+            let asked = |kind: &str| -> Result<Vec<StoredDecision>, NotifyError> {
+                let filter = bursar_audit::query::Filter {
+                    job: Some(job.clone()),
+                    decision: Some(kind.to_owned()),
+                    dry_run: Some(false),
+                    ..bursar_audit::query::Filter::default()
+                };
+                Ok(bursar_audit::query::query(&self.log, &filter)?
+                    .into_iter()
+                    .filter(|d| d.seq <= start.decision_seq)
+                    .collect())
+            };
+            if f.approval.is_some()
+                && let Some(d) = asked("require_approval")?.into_iter().filter(|d| d.admission).next_back()
+            {
+                raised.extend(raise(&d, Some(f), links, self.cfg.info_for));
+            }
+            if !f.idle.is_empty() {
+                let alerts = asked("alert")?;
+                for w in &f.idle {
+                    let at = Timestamp::parse(&w.alerted).map(|t| t.millis()).ok();
+                    if let Some(d) = alerts.iter().rev().find(|d| Some(d.time) == at && d.policies.contains(&w.policy))
+                    {
+                        raised.extend(raise(d, Some(f), links, self.cfg.info_for));
+                    }
+                }
+            }
+        }
+        raised.sort_by_key(|n| n.seq);
+        raised.dedup_by_key(|n| n.seq);
+        self.outbox.advance(start, &raised, &[])?;
+        if raised.is_empty() {
+            tracing::info!("notifier: first start on this audit log; nothing waits for a person");
+        } else {
+            tracing::warn!(
+                notices = raised.len(),
+                "notifier: first start on this audit log; sending the notices of what already waits for a person (approvals, idle jobs about to be reclaimed); earlier reclaims and advice are not sent"
+            );
+        }
+        Ok(())
     }
 
     /// Runs passes every `poll` until `stop()` is true (checked every 100 ms at most).
@@ -149,6 +222,10 @@ impl<E: EngineView> Notifier<E> {
     /// Reads the log after the cursor; stores the notices it raises and resolves with the new cursor.
     fn read(&mut self) -> Result<Pass, NotifyError> {
         let mut pass = Pass::default();
+        if let Some(start) = self.first_start {
+            self.first_pass(start)?;
+            self.first_start = None;
+        }
         let Some(cursor) = self.outbox.cursor()? else {
             return Err(NotifyError::Config("the outbox has no cursor".into()));
         };
@@ -284,12 +361,20 @@ impl<E: EngineView> Notifier<E> {
         };
         self.outbox.delivered(row.seq, state, at.millis())?;
         let first = row.delivered == Delivered::Nothing && m.status == NoticeStatus::Firing;
+        // The latency from decision to delivery is a first delivery's; a resend (Alertmanager's
+        // lease renewed) or a resolution says what it is instead.
+        let delivery = match (first, m.status) {
+            (true, _) => "first",
+            (false, NoticeStatus::Firing) => "resend",
+            (false, NoticeStatus::Resolved) => "resolved",
+        };
         tracing::info!(
             notice = %m.id,
             kind = m.kind.as_str(),
             status = ?m.status,
             job = ?m.job_id,
-            since_decision_ms = if first { at.millis() - row.opened_at } else { -1 },
+            delivery,
+            since_decision_ms = first.then(|| at.millis() - row.opened_at),
             "notice delivered"
         );
         Ok(())

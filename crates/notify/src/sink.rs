@@ -3,7 +3,7 @@
 //! - **Alertmanager** (`POST /api/v2/alerts`, a JSON array of postable alerts, Alertmanager 0.25's
 //!   OpenAPI `postableAlerts`): one alert per recipient of a notice, so a route can send each
 //!   approver their own links. Labels: `alertname` (`BursarApprovalRequired`, `BursarJobIdle`,
-//!   `BursarJobReclaimed`, `BursarAlert`), `project`, `user`, `job`, `policy`, `decision`,
+//!   `BursarJobReclaimed`, `BursarAlert`), `project`, `user`, `bursar_job`, `policy`, `decision`,
 //!   `recipient`, `severity`. Annotations: `summary`, `reason`, `deadline`, `notice`,
 //!   `decision_id`, `resolution`, and one `<action>_url` per link for that recipient
 //!   (`keepalive_url`, `approve_url`, `approve_over_budget_url`, `reject_url`). A firing alert's
@@ -65,7 +65,8 @@ pub fn alerts(m: &NoticeMessage, now: Timestamp, lease: bursar_model::Duration, 
     if !m.policies.is_empty() {
         base.insert("policy".to_owned(), m.policies.join(","));
     }
-    for (k, v) in [("project", &m.project), ("user", &m.user), ("job", &m.job_id)] {
+    // `bursar_job`, not `job`: Prometheus puts its scrape job in `job`, and a site's routes match on it.
+    for (k, v) in [("project", &m.project), ("user", &m.user), ("bursar_job", &m.job_id)] {
         if let Some(v) = v.as_ref().filter(|v| !v.is_empty()) {
             base.insert(k.to_owned(), v.clone());
         }

@@ -126,8 +126,60 @@ fn job_sums(readings: &[Reading], at: Timestamp, cfg: &Config, counts: &mut Coun
     out
 }
 
-/// The samples of evaluation time `at`, in job-key order; `counts` gets the series and jobs skipped.
-pub fn samples(cfg: &Config, at: Timestamp, answers: &Answers, jobs: &dyn Jobs, counts: &mut Counters) -> Vec<Event> {
+/// Why a running job got no sample at one evaluation time (each is also a counter).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Skip {
+    /// A GPU's value was outside the metric's range (a DCGM blank or error value, NaN).
+    BadValue,
+    /// A GPU's newest sample was older than `max_age`.
+    Stale,
+    /// Fewer GPUs in the answer than the job holds.
+    MissingGpu {
+        /// GPUs with a value.
+        got: u64,
+        /// GPUs the job holds.
+        holds: u32,
+    },
+    /// More GPUs in the answer than the job holds.
+    ExtraGpu {
+        /// GPUs with a value.
+        got: u64,
+        /// GPUs the job holds.
+        holds: u32,
+    },
+    /// Prometheus has no series for the job's key at all.
+    NoSeries,
+}
+
+impl std::fmt::Display for Skip {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Skip::BadValue => f.write_str("a GPU's value is a DCGM error or blank value (bad data is not idleness)"),
+            Skip::Stale => f.write_str("a GPU's series is stale (older than `max_age`): is the exporter scraped?"),
+            Skip::MissingGpu { got, holds } => {
+                write!(f, "Prometheus has {got} of the job's {holds} GPUs: a sample needs every GPU it holds")
+            }
+            Skip::ExtraGpu { got, holds } => write!(
+                f,
+                "Prometheus has {got} GPUs for the job's key, the job holds {holds}: a mapping file names it on a GPU it does not hold"
+            ),
+            Skip::NoSeries => f.write_str(
+                "Prometheus has no series for the job's key: is its mapping file written (the Slurm prolog) and its node's exporter scraped?",
+            ),
+        }
+    }
+}
+
+/// The samples of evaluation time `at`, in job-key order; `counts` gets the series and jobs skipped,
+/// `skipped` each running job that got no sample and why.
+pub fn samples(
+    cfg: &Config,
+    at: Timestamp,
+    answers: &Answers,
+    jobs: &dyn Jobs,
+    counts: &mut Counters,
+    skipped: &mut Vec<(String, Skip)>,
+) -> Vec<Event> {
     let mut gpus: BTreeMap<&Labels, Gpu<'_>> = BTreeMap::new();
     for r in &answers.engine_active {
         gpus.entry(&r.labels).or_default().engine = Some(r);
@@ -187,14 +239,19 @@ pub fn samples(cfg: &Config, at: Timestamp, answers: &Answers, jobs: &dyn Jobs, 
             free = free.zip(f).map(|(a, b)| a + b);
         }
         let n = utils.len() as u64;
+        let holds = expected.gpus;
         if bad {
             counts.jobs_bad_value += 1;
+            skipped.push((expected.job_id, Skip::BadValue));
         } else if stale {
             counts.jobs_stale += 1;
-        } else if missing || n < u64::from(expected.gpus) {
+            skipped.push((expected.job_id, Skip::Stale));
+        } else if missing || n < u64::from(holds) {
             counts.jobs_missing_gpu += 1;
-        } else if n > u64::from(expected.gpus) {
+            skipped.push((expected.job_id, Skip::MissingGpu { got: n, holds }));
+        } else if n > u64::from(holds) {
             counts.jobs_extra_gpu += 1;
+            skipped.push((expected.job_id, Skip::ExtraGpu { got: n, holds }));
         } else {
             let mean = utils.iter().sum::<f64>() / n as f64;
             let max = utils.iter().copied().fold(0.0, f64::max);
@@ -228,6 +285,7 @@ pub fn samples(cfg: &Config, at: Timestamp, answers: &Answers, jobs: &dyn Jobs, 
     jobs.for_each_running(&mut |id, _| {
         if !seen.contains(id) {
             counts.jobs_no_series += 1;
+            skipped.push((id.to_owned(), Skip::NoSeries));
         }
     });
     out
@@ -269,9 +327,13 @@ mod tests {
     }
 
     fn run(a: &Answers) -> (Vec<Event>, Counters) {
-        let mut c = Counters::default();
-        let ev = samples(&Config::default(), AT, a, &jobs(), &mut c);
-        (ev, c)
+        run_skipping(a).0
+    }
+
+    fn run_skipping(a: &Answers) -> ((Vec<Event>, Counters), Vec<(String, Skip)>) {
+        let (mut c, mut skipped) = (Counters::default(), Vec::new());
+        let ev = samples(&Config::default(), AT, a, &jobs(), &mut c, &mut skipped);
+        ((ev, c), skipped)
     }
 
     #[test]
@@ -327,8 +389,10 @@ mod tests {
             assert!(ev.is_empty(), "{v} made a sample");
             assert_eq!((c.series_bad_value, c.jobs_bad_value), (1, 1), "{v}");
         }
-        let (ev, c) = run(&Answers { engine_active: vec![r("bad", "0", 1.5)], ..Answers::default() });
+        let ((ev, c), skipped) =
+            run_skipping(&Answers { engine_active: vec![r("bad", "0", 1.5)], ..Answers::default() });
         assert!(ev.is_empty() && c.jobs_bad_value == 1);
+        assert_eq!(skipped, [("bad".to_owned(), Skip::BadValue)]);
         let (ev, _) = run(&Answers { engine_active: vec![r("bad", "0", 1.000_2)], ..Answers::default() });
         assert_eq!(sample(&ev[0]).gpu_util, 1.0, "a hair above 1 is 1");
     }
@@ -386,10 +450,11 @@ mod tests {
             }
         }
         let a = Answers { engine_active: vec![r("busy", "0", 0.5), r("stranger", "1", 0.5)], ..Answers::default() };
-        let mut c = Counters::default();
-        let ev = samples(&Config::default(), AT, &a, &Listed, &mut c);
+        let (mut c, mut skipped) = (Counters::default(), Vec::new());
+        let ev = samples(&Config::default(), AT, &a, &Listed, &mut c, &mut skipped);
         assert_eq!(ev.len(), 1);
         assert_eq!((c.jobs_unknown, c.jobs_no_series), (1, 1));
+        assert_eq!(skipped, [("silent".to_owned(), Skip::NoSeries)], "the job is named with its reason");
     }
 
     #[test]
@@ -427,7 +492,7 @@ mod tests {
             ..Answers::default()
         };
         let mut c = Counters::default();
-        let ev = samples(&cfg, AT, &a, &jobs(), &mut c);
+        let ev = samples(&cfg, AT, &a, &jobs(), &mut c, &mut Vec::new());
         assert_eq!(ev.len(), 2, "busy has throughput but no utilisation: no sample");
         let multi = sample(&ev[1]);
         assert_eq!(

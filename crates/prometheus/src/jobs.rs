@@ -68,6 +68,11 @@ impl SlurmIds {
         SlurmIds { cluster: cluster.into(), by_slurm: HashMap::new() }
     }
 
+    /// The Slurm cluster it learns pairs of.
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
     /// Learns from one event: a `job.started` of this cluster adds its pair, a `job.finished` removes
     /// it. Every other event is ignored.
     pub fn observe(&mut self, e: &Event) {

@@ -31,6 +31,7 @@ pub mod promql;
 mod schedule;
 mod source;
 
+pub use aggregate::Skip;
 pub use config::{Attribution, Config, ConfigError, Metrics};
 pub use counters::Counters;
 pub use jobs::{ByJobId, Expected, Jobs, SlurmIds, SlurmJobs};

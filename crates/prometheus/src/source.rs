@@ -9,7 +9,7 @@ use bursar_http::Request;
 
 use bursar_model::{Event, Timestamp};
 
-use crate::aggregate::{self, Answers};
+use crate::aggregate::{self, Answers, Skip};
 use crate::config::{Config, ConfigError};
 use crate::counters::Counters;
 use crate::jobs::Jobs;
@@ -100,6 +100,8 @@ pub struct Poll {
     pub error: Option<PollError>,
     /// What this poll counted (already added to [`Source::counters`]).
     pub delta: Counters,
+    /// The running jobs that got no sample, and why (empty when the poll failed).
+    pub skipped: Vec<(String, Skip)>,
 }
 
 impl Poll {
@@ -242,13 +244,14 @@ impl Source {
                         PollError::Answer { .. } => delta.poll_bad_answer += 1,
                     }
                     self.counters.add(&delta);
-                    return Poll { at, events: Vec::new(), error: Some(e), delta };
+                    return Poll { at, events: Vec::new(), error: Some(e), delta, skipped: Vec::new() };
                 }
             }
         }
-        let events = aggregate::samples(&self.config, at, &answers, jobs, &mut delta);
+        let mut skipped = Vec::new();
+        let events = aggregate::samples(&self.config, at, &answers, jobs, &mut delta, &mut skipped);
         self.counters.add(&delta);
-        Poll { at, events, error: None, delta }
+        Poll { at, events, error: None, delta, skipped }
     }
 
     /// Polls every evaluation time due at wall time `now` after `resume`, oldest first, stopping at

@@ -136,7 +136,7 @@ pub fn current_html(
     prices: Option<&Prices>,
     now_ms: i64,
 ) -> Result<String> {
-    serve_report(db, policies, query, prices, now_ms).map(|r| render::html(&r))
+    serve_report(db, policies, query, prices, now_ms).map(|r| render::html_page(&r, true))
 }
 
 #[cfg(test)]

@@ -75,6 +75,8 @@ pub struct AppState {
     pub pool_input: crate::pool::PoolInputCache,
     /// What the binary is.
     pub build: Arc<crate::BuildInfo>,
+    /// Why the utilisation source sent no sample for a job at its last poll; `None` without a source.
+    pub skips: Option<crate::utilisation::SharedSkips>,
 }
 
 /// Why the audit log cannot commit, as a sentence, if it cannot.
@@ -600,7 +602,12 @@ async fn job(State(st): State<AppState>, Path(id): Path<String>) -> Response {
         return error(StatusCode::SERVICE_UNAVAILABLE, "the engine is shutting down");
     }
     match rx.await {
-        Ok(Some(v)) => reply(StatusCode::OK, &v),
+        Ok(Some(mut v)) => {
+            let board = st.skips.as_ref().and_then(|s| s.lock().ok());
+            v.utilisation.no_sample =
+                crate::utilisation::no_sample(&id, v.utilisation.samples, v.phase == "running", board.as_deref());
+            reply(StatusCode::OK, &v)
+        }
         Ok(None) => error(
             StatusCode::NOT_FOUND,
             format!("bursar knows no job `{id}` (never submitted, denied, or forgotten after it ended)"),

@@ -516,6 +516,7 @@ pub async fn serve_then(
         None => None,
     };
     // The Prometheus utilisation source, on its own thread (blocking HTTP to Prometheus).
+    let skips: Option<utilisation::SharedSkips> = config.utilisation.as_ref().map(|_| Arc::default());
     let utilisation_thread = match config.utilisation.clone() {
         Some(u) => {
             let source = bursar_prometheus::Source::new(u.prometheus).map_err(|e| ServeError::Io {
@@ -525,10 +526,11 @@ pub async fn serve_then(
             let resume = bursar_prometheus::ResumeFile::new(utilisation::resume_path(&config.audit));
             metrics.prometheus_on.store(true, std::sync::atomic::Ordering::Relaxed);
             let (engine, counters, stop) = (engine_tx.clone(), metrics.prometheus.clone(), shutdown_rx.clone());
+            let board = skips.clone().unwrap_or_default();
             Some(
                 std::thread::Builder::new()
                     .name("bursar-utilisation".into())
-                    .spawn(move || utilisation::run(source, resume, engine, counters, stop))
+                    .spawn(move || utilisation::run(source, resume, engine, counters, board, stop))
                     .map_err(|e| ServeError::Io {
                         context: "start the utilisation source".into(),
                         message: e.to_string(),
@@ -554,6 +556,7 @@ pub async fn serve_then(
         prices: config.prices.clone().map(Arc::new),
         pool_input: Arc::default(),
         build: Arc::new(config.build.clone()),
+        skips,
     };
     let limits = listen::Limits {
         max_connections: config.max_connections,

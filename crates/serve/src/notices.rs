@@ -36,6 +36,15 @@ impl EngineView for EngineQueue {
             _ => Err(EngineGone),
         }
     }
+
+    fn open_jobs(&self) -> Result<Vec<String>, EngineGone> {
+        let (tx, rx) = oneshot::channel();
+        self.0.blocking_send(Work::People { ask: Ask::OpenJobs, reply: tx }).map_err(|_| EngineGone)?;
+        match rx.blocking_recv() {
+            Ok(Answer::OpenJobs(jobs)) => Ok(jobs),
+            _ => Err(EngineGone),
+        }
+    }
 }
 
 /// The running notifier.

@@ -17,7 +17,7 @@ pub const REFRESH_SECS: u32 = 10;
 
 const STYLE: &str = "body{font:15px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:70em;padding:0 1em;color:#1d2327}\
 h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.6em;border-bottom:1px solid #ccd}\
-table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.25em .6em;border-bottom:1px solid #eef;vertical-align:top}\
+table{border-collapse:collapse;width:100%}table+table{margin-top:1em}th,td{text-align:left;padding:.25em .6em;border-bottom:1px solid #eef;vertical-align:top}\
 th{font-weight:600;background:#f4f6fa}td:first-child{white-space:nowrap}td.n{text-align:right;font-variant-numeric:tabular-nums}\
 .muted{color:#667}.warn{color:#a04000;font-weight:600}.over{color:#b00020;font-weight:600}\
 .box{border:1px solid #ccd;border-radius:6px;padding:1em 1.2em;max-width:40em}\
@@ -60,39 +60,88 @@ fn ago(now: Timestamp, t: &str) -> String {
     Timestamp::parse(t).map(|t| span(now.since(t))).unwrap_or_else(|_| "?".into())
 }
 
+fn gpus(n: u32) -> String {
+    bursar_model::counted(u64::from(n), "GPU", "GPUs")
+}
+
+/// A utilisation (0–1) as a percentage.
+fn pct(v: f32) -> String {
+    format!("{:.0} %", f64::from(v) * 100.0)
+}
+
+/// A job's last utilisation, or why there is none ("no sample" is never shown as 0 %).
+fn utilisation_cell(now: Timestamp, util: Option<f32>, last: Option<&str>, no_sample: Option<&str>) -> String {
+    let mut o = match (util, last) {
+        (Some(u), Some(t)) => {
+            format!("<span data-util=\"{u}\">{}</span> <span class=\"muted\">({} ago)</span>", pct(u), ago(now, t))
+        }
+        (Some(u), None) => format!("<span data-util=\"{u}\">{}</span>", pct(u)),
+        (None, _) => "<span class=\"muted\" data-util=\"none\">no sample</span>".to_owned(),
+    };
+    if let Some(why) = no_sample {
+        let _ = write!(o, "<br><span class=\"muted no-sample\">{}</span>", esc(why));
+    }
+    o
+}
+
 fn quota_rows(out: &mut String, lines: &[QuotaLine], with_ledger: bool) {
     out.push_str("<table><tr>");
     if with_ledger {
         out.push_str("<th>ledger</th>");
     }
-    out.push_str("<th>quota</th><th>period</th><th>budget</th><th>used</th><th>reserved</th><th>left</th><th>today</th><th>at today's rate</th></tr>");
+    out.push_str(
+        "<th>quota</th><th>period</th><th>budget</th><th>used</th><th>running so far</th><th>reserved</th>\
+         <th>left</th><th>used today</th><th>burn a day</th><th>at that rate</th></tr>",
+    );
     for q in lines {
-        out.push_str("<tr>");
+        let _ = write!(out, "<tr data-quota=\"{}\" data-ledger=\"{}\">", esc(&q.policy), esc(&q.ledger));
         if with_ledger {
             let _ = write!(out, "<td>{}</td>", esc(&q.ledger));
         }
         let left_class = if q.left <= 0.0 { " over" } else { "" };
         let _ = write!(
             out,
-            "<td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
-             <td class=\"n{left_class}\" data-left=\"{}\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+            "<td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\" data-used=\"{}\">{}</td>\
+             <td class=\"n\" data-running=\"{}\">{}</td><td class=\"n\" data-reserved=\"{}\">{}</td>\
+             <td class=\"n{left_class}\" data-left=\"{}\">{}</td><td class=\"n\">{}</td>\
+             <td class=\"n\" data-per-day=\"{}\">{}</td><td data-runs-out=\"{}\">{}</td></tr>",
             esc(&q.policy),
             esc(&q.period),
             gpu_hours(q.limit),
+            q.used,
             gpu_hours(q.used),
+            q.running,
+            gpu_hours(q.running),
+            q.reserved,
             gpu_hours(q.reserved),
-            esc(&q.ledger),
+            q.left,
             gpu_hours(q.left),
-            gpu_hours(q.today),
+            gpu_hours(q.used_today),
+            q.per_day,
+            gpu_hours(q.per_day),
+            esc(q.runs_out.as_deref().unwrap_or("")),
             match (&q.runs_out, q.left <= 0.0) {
-                (_, true) => "<span class=\"over\">exhausted</span>".to_owned(),
+                _ if q.limit - q.used - q.running <= 0.0 => "<span class=\"over\">exhausted</span>".to_owned(),
+                (_, true) => "<span class=\"over\">fully reserved</span>".to_owned(),
                 (Some(d), _) => format!("<span class=\"warn\">runs out {}</span>", esc(d)),
-                (None, _) if q.today > 0.0 => "lasts the period".to_owned(),
-                (None, _) => "<span class=\"muted\">nothing used today</span>".to_owned(),
+                (None, _) if q.per_day > 0.0 => "lasts the period".to_owned(),
+                (None, _) => "<span class=\"muted\">nothing used yet</span>".to_owned(),
             }
         );
     }
     out.push_str("</table>");
+    if let Some(q) = lines.first() {
+        let _ = write!(
+            out,
+            "<p class=\"muted how\">GPU-hours. <b>Used</b> is settled: what ended jobs ran (or what billing charged, for a quota settled by billing). \
+             <b>Reserved</b> is what admitted and running jobs asked for (GPUs × requested hours) and have not settled: the quota admits against it, \
+             but it is not burn. <b>Left</b> = budget − used − reserved. <b>Burn a day</b> = (used + what running jobs have run so far) ÷ the days of \
+             the period gone by ({} for {}); <b>at that rate</b> is the day use alone spends the budget (budget − used − running so far, at the burn a day), \
+             if that falls inside the period: reservations move <b>left</b>, not this date. Usage counts in the period of the job's submission.</p>",
+            gpu_hours(q.days),
+            esc(&q.period)
+        );
+    }
 }
 
 /// The pool page.
@@ -117,12 +166,12 @@ pub fn pool(v: &PoolView) -> String {
             let approvers = if a.approvers.is_empty() { "anyone".to_owned() } else { a.approvers.join(", ") };
             let _ = write!(
                 o,
-                "<tr data-job=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{} GPUs × {} h{}</td><td>{}</td><td class=\"warn\">{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr data-job=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{} × {} h{}</td><td>{}</td><td class=\"warn\">{}</td><td>{}</td><td>{}</td></tr>",
                 esc(&a.job_id),
                 esc(&a.job_id),
                 esc(&a.project),
                 esc(&a.user),
-                a.gpus,
+                gpus(a.gpus),
                 gpu_hours(a.requested_hours),
                 if a.over_budget { " <span class=\"over\">over budget</span>" } else { "" },
                 ago(now, &a.submitted),
@@ -138,17 +187,29 @@ pub fn pool(v: &PoolView) -> String {
     if v.idle.is_empty() {
         o.push_str("<p class=\"muted\">No job is under an idle warning.</p>");
     } else {
-        o.push_str("<table><tr><th>job</th><th>project</th><th>user</th><th>GPUs</th><th>alerted</th><th>reclaim in</th><th>rule</th></tr>");
+        o.push_str(
+            "<table><tr><th>job</th><th>project</th><th>user</th><th>GPUs</th><th>GPU utilisation</th><th>memory</th>\
+             <th>idle since</th><th>alerted</th><th>reclaim in</th><th>rule</th></tr>",
+        );
         for i in &v.idle {
+            let idle_since = match &i.idle_since {
+                Some(t) => format!("<span data-idle-since=\"{}\">{} ago</span>", esc(t), ago(now, t)),
+                None => "<span class=\"muted\">?</span>".to_owned(),
+            };
             let _ = write!(
                 o,
-                "<tr data-job=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{} ago</td><td class=\"warn\">reclaim in {}</td><td>{}</td></tr>",
+                "<tr data-job=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"util\">{}</td><td class=\"mem\">{}</td>\
+                 <td>{}</td><td>{} ago</td><td class=\"warn\" data-reclaim-at=\"{}\">{}</td><td>{}</td></tr>",
                 esc(&i.job_id),
                 esc(&i.job_id),
                 esc(&i.project),
                 esc(&i.user),
                 i.gpus,
+                utilisation_cell(now, i.gpu_util, i.last_sample.as_deref(), i.no_sample.as_deref()),
+                i.mem_util.map(pct).unwrap_or_else(|| "<span class=\"muted\">not reported</span>".to_owned()),
+                idle_since,
                 ago(now, &i.alerted),
+                esc(&i.reclaim_at),
                 until(now, &i.reclaim_at),
                 esc(&i.policy)
             );
@@ -163,13 +224,38 @@ pub fn pool(v: &PoolView) -> String {
     for p in &v.projects {
         let _ = write!(
             o,
-            "<h3 data-project=\"{}\">{}</h3><p>{} GPUs held, {} running, {} live jobs.</p>",
+            "<h3 data-project=\"{}\">{}</h3><p>{} held, {} running, {}.</p>",
             esc(&p.project),
             esc(&p.project),
-            p.held_gpus,
+            gpus(p.held_gpus),
             p.running_gpus,
-            p.live_jobs
+            bursar_model::counted(p.live_jobs, "live job", "live jobs")
         );
+        if !p.jobs.is_empty() {
+            o.push_str("<table class=\"jobs\"><tr><th>job</th><th>user</th><th>GPUs</th><th>phase</th><th>running for</th><th>GPU utilisation</th></tr>");
+            for j in &p.jobs {
+                let _ = write!(
+                    o,
+                    "<tr data-job=\"{}\"><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td><td class=\"util\">{}</td></tr>",
+                    esc(&j.job_id),
+                    esc(&j.job_id),
+                    esc(&j.user),
+                    j.gpus,
+                    esc(&j.phase),
+                    j.started.as_deref().map(|t| ago(now, t)).unwrap_or_default(),
+                    if j.phase == "running" {
+                        utilisation_cell(now, j.gpu_util, j.last_sample.as_deref(), j.no_sample.as_deref())
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+            o.push_str("</table>");
+            let shown = p.jobs.len() as u64;
+            if p.live_jobs > shown {
+                let _ = write!(o, "<p class=\"muted\">… and {} more.</p>", p.live_jobs - shown);
+            }
+        }
         if p.quotas.is_empty() {
             o.push_str("<p class=\"muted\">No GPU-hour quota applies.</p>");
         } else {
@@ -258,10 +344,10 @@ pub fn confirm(c: &Claims, facts: Option<&JobFacts>) -> String {
             let mut what = format!(
                 "bursar will record {who}'s approval of job {job}{}. The job may then start.",
                 w.map(|w| format!(
-                    " (project {}, user {}, {} GPUs for {} h; held because: {})",
+                    " (project {}, user {}, {} for {} h; held because: {})",
                     w.project,
                     w.user,
-                    w.gpus,
+                    gpus(w.gpus),
                     gpu_hours(w.requested_hours),
                     w.reason
                 ))

@@ -433,7 +433,8 @@ async fn off_thread<T: Send + 'static>(
 }
 
 async fn pending_json(State(st): State<AppState>) -> Response {
-    match off_thread(&st, PoolInput::pending).await {
+    let skips = st.skips.clone();
+    match off_thread(&st, move |input| input.pending(skips.as_ref().and_then(|s| s.lock().ok()).as_deref())).await {
         Ok(p) => json(StatusCode::OK, &p),
         Err(r) => json(r.status, &ErrorReply { error: r.message }),
     }
@@ -442,7 +443,9 @@ async fn pending_json(State(st): State<AppState>) -> Response {
 /// The pool view with the last denies from the audit log.
 async fn pool_view(st: &AppState) -> Result<PoolView, Refusal> {
     let now = crate::wall_time();
-    let mut view = off_thread(st, move |input| input.pool(now)).await?;
+    let skips = st.skips.clone();
+    let mut view =
+        off_thread(st, move |input| input.pool(now, skips.as_ref().and_then(|s| s.lock().ok()).as_deref())).await?;
     let audit = st.audit.clone();
     let denies = tokio::task::spawn_blocking(move || {
         bursar_audit::AuditLog::open_read(&audit)?.latest_decisions("deny", DENIES_SHOWN)

@@ -18,15 +18,22 @@ use std::sync::Arc;
 
 use bursar_engine::policy::QuotaScope;
 use bursar_engine::{Engine, JobPhase, JobRecord, PolicySet, ScopeKind};
-use bursar_model::api::{ApprovalWait, DeferredWait, IdleWait, PendingReply, PoolView, ProjectLine, QuotaLine};
+use bursar_model::api::{
+    ApprovalWait, DeferredWait, IdleWait, JobLine, PendingReply, PoolView, ProjectLine, QuotaLine,
+};
 use bursar_model::{Duration, Period, Timestamp};
 use bursar_notify::JobFacts;
+
+use crate::utilisation::Skips;
 
 /// A question for the engine thread ([`crate::core::Work::People`]).
 #[derive(Debug)]
 pub enum Ask {
     /// What the pool and pending views are built from.
     PoolInput,
+    /// The jobs that wait for a person: held for an approval, or alerted as idle (the notifier's
+    /// first start on an audit log).
+    OpenJobs,
     /// What the engine knows about these jobs, and whether input `seen` was applied (a used link).
     Facts {
         /// The jobs.
@@ -41,6 +48,8 @@ pub enum Ask {
 pub enum Answer {
     /// For [`Ask::PoolInput`].
     PoolInput(Box<PoolInput>),
+    /// For [`Ask::OpenJobs`].
+    OpenJobs(Vec<String>),
     /// For [`Ask::Facts`]: one entry per job asked (`None`: unknown), and whether the id was seen.
     Facts(Vec<Option<JobFacts>>, bool),
 }
@@ -49,6 +58,18 @@ pub enum Answer {
 pub fn answer(engine: &Engine, ask: Ask) -> Answer {
     match ask {
         Ask::PoolInput => Answer::PoolInput(Box::new(PoolInput::of(engine))),
+        Ask::OpenJobs => Answer::OpenJobs(
+            engine
+                .state()
+                .jobs()
+                .filter(|(id, j)| match j.phase() {
+                    JobPhase::PendingApproval => true,
+                    JobPhase::Running | JobPhase::Admitted => !idle_waits(engine, id, j).is_empty(),
+                    _ => false,
+                })
+                .map(|(id, _)| id.to_owned())
+                .collect(),
+        ),
         Ask::Facts { jobs, seen } => {
             let facts = jobs.iter().map(|j| facts(engine, j)).collect();
             Answer::Facts(facts, seen.is_some_and(|id| engine.seen(&id)))
@@ -91,14 +112,23 @@ fn idle_waits_under(policies: &PolicySet, id: &str, j: &JobRecord) -> Vec<IdleWa
         .iter()
         .filter(|p| p.meta().mode == bursar_engine::Mode::Enforce && p.meta().selector.matches(j))
         .filter_map(|p| p.deadline(j).map(|d| (p.meta().id.clone(), d)))
-        .map(|(policy, d)| IdleWait {
-            job_id: id.to_owned(),
-            project: j.project().to_owned(),
-            user: j.user().to_owned(),
-            gpus: j.gpus(),
-            alerted: d.since.to_string(),
-            reclaim_at: d.at.to_string(),
-            policy: policy.to_string(),
+        .map(|(policy, d)| {
+            let u = j.util();
+            let sampled = u.samples > 0;
+            IdleWait {
+                job_id: id.to_owned(),
+                project: j.project().to_owned(),
+                user: j.user().to_owned(),
+                gpus: j.gpus(),
+                alerted: d.since.to_string(),
+                reclaim_at: d.at.to_string(),
+                policy: policy.to_string(),
+                idle_since: d.idle_since.map(|t| t.to_string()),
+                gpu_util: sampled.then_some(u.gpu_util),
+                mem_util: (sampled && u.mem_util >= 0.0).then_some(u.mem_util),
+                last_sample: u.last_sample.get().map(|t| t.to_string()),
+                no_sample: None,
+            }
         })
         .collect()
 }
@@ -124,7 +154,7 @@ fn scope_name(scope: &QuotaScope) -> String {
     }
 }
 
-/// The day on which `left` GPU-hours run out at `per_day` a day from `now`, if that is before the
+/// The day on which `left` GPU-hours (the budget less what was used) run out at `per_day` a day from `now`, if that is before the
 /// period (ending at day `end`) is over.
 fn runs_out(now: Timestamp, left: f64, per_day: f64, end: i64) -> Option<String> {
     if left <= 0.0 || per_day <= 0.0 {
@@ -134,8 +164,24 @@ fn runs_out(now: Timestamp, left: f64, per_day: f64, end: i64) -> Option<String>
     (at.day() < end).then(|| at.to_string().get(..10).unwrap_or_default().to_owned())
 }
 
-/// One line per enforced quota and ledger it governs in the current period.
-fn quota_lines(engine: &Engine) -> Vec<QuotaLine> {
+/// Days of the period starting on day `from` gone by at `now`: at least an hour's worth, so a
+/// period a minute old does not extrapolate a minute's use into a rate.
+fn days_gone(now: Timestamp, from: i64) -> f64 {
+    ((now.millis() as f64 - from as f64 * 86_400_000.0) / 86_400_000.0).max(1.0 / 24.0)
+}
+
+/// A quota line with what finishing it off the engine thread needs: the ledger's scope kind and tag
+/// key, and the period's first and end day.
+#[derive(Debug, Clone)]
+struct Line {
+    line: QuotaLine,
+    kind: ScopeKind,
+    bounds: (i64, i64),
+}
+
+/// One line per enforced quota and ledger it governs in the current period (`running`, `per_day`
+/// and `runs_out` are filled by [`PoolInput::pool`], off the engine thread).
+fn quota_lines(engine: &Engine) -> Vec<Line> {
     let st = engine.state();
     let now = st.now();
     let mut lines = Vec::new();
@@ -150,6 +196,7 @@ fn quota_lines(engine: &Engine) -> Vec<QuotaLine> {
                 _ => value.clone(),
             });
         }
+        let bounds = q.period.bounds(now.day());
         for name in names {
             if !p.applies_to(kind, &name) {
                 continue;
@@ -157,24 +204,59 @@ fn quota_lines(engine: &Engine) -> Vec<QuotaLine> {
             let Some(limit) = q.gpu_hours_for(&name) else { continue };
             let usage = st.usage(kind, &name, q.period, now);
             let counted = q.counted(&usage);
-            let left = limit - counted;
-            let today = q.counted(&st.usage(kind, &name, Period::Day, now));
-            lines.push(QuotaLine {
-                policy: p.policy.clone(),
-                scope: scope_name(&q.scope),
-                ledger: name,
-                period: q.period.label(now.day()),
-                limit,
-                used: counted - usage.reserved,
-                reserved: usage.reserved,
-                left,
-                today,
-                runs_out: runs_out(now, left, today, q.period.bounds(now.day()).1),
+            let today = st.usage(kind, &name, Period::Day, now);
+            lines.push(Line {
+                line: QuotaLine {
+                    policy: p.policy.clone(),
+                    scope: scope_name(&q.scope),
+                    ledger: name,
+                    period: q.period.label(now.day()),
+                    limit,
+                    used: counted - usage.reserved,
+                    reserved: usage.reserved,
+                    running: 0.0,
+                    left: limit - counted,
+                    used_today: q.counted(&today) - today.reserved,
+                    days: days_gone(now, bounds.0),
+                    per_day: 0.0,
+                    runs_out: None,
+                },
+                kind,
+                bounds,
             });
         }
     }
     lines
 }
+
+/// What running jobs have run so far, by ledger, for the jobs submitted in `bounds` (usage counts on
+/// the submission day): one pass over the running jobs, however many quota lines there are.
+fn running_by_ledger(
+    jobs: &[(String, JobRecord)],
+    at: Timestamp,
+    lines: &[Line],
+) -> std::collections::HashMap<(ScopeKind, String, (i64, i64)), f64> {
+    let wanted: BTreeSet<(i64, i64)> = lines.iter().map(|l| l.bounds).collect();
+    let mut out = std::collections::HashMap::new();
+    for (_, j) in jobs.iter().filter(|(_, j)| j.phase() == JobPhase::Running) {
+        let ran = j.runtime_gpu_hours(at);
+        if ran <= 0.0 {
+            continue;
+        }
+        let day = j.submitted().day();
+        for &b in wanted.iter().filter(|b| b.0 <= day && day < b.1) {
+            *out.entry((ScopeKind::Project, j.project().to_owned(), b)).or_default() += ran;
+            *out.entry((ScopeKind::User, j.user().to_owned(), b)).or_default() += ran;
+            for t in j.tags() {
+                *out.entry((ScopeKind::Tag, t.ledger.to_string(), b)).or_default() += ran;
+            }
+        }
+    }
+    out
+}
+
+/// How many live jobs a project's section lists.
+pub const PROJECT_JOBS_SHOWN: usize = 50;
 
 /// The last [`PoolInput`] and when it was taken, shared by the handlers.
 pub type PoolInputCache = Arc<tokio::sync::Mutex<Option<(std::time::Instant, Arc<PoolInput>)>>>;
@@ -189,7 +271,7 @@ pub struct PoolInput {
     jobs: Vec<(String, JobRecord)>,
     /// Every project ledger: name, held GPUs, running GPUs.
     ledgers: Vec<(String, u32, u32)>,
-    quota_lines: Vec<QuotaLine>,
+    quota_lines: Vec<Line>,
 }
 
 impl PoolInput {
@@ -213,8 +295,9 @@ impl PoolInput {
         }
     }
 
-    /// Every job waiting for an approval and every job alerted as idle, oldest first.
-    pub fn pending(&self) -> PendingReply {
+    /// Every job waiting for an approval and every job alerted as idle, oldest first; `skips` (the
+    /// utilisation source's, if serve runs one) says why an idle job has no fresh sample.
+    pub fn pending(&self, skips: Option<&Skips>) -> PendingReply {
         let mut approvals = Vec::new();
         let mut idle = Vec::new();
         for (id, j) in &self.jobs {
@@ -226,18 +309,23 @@ impl PoolInput {
         }
         approvals.sort_by(|a, b| (&a.submitted, &a.job_id).cmp(&(&b.submitted, &b.job_id)));
         idle.sort_by(|a, b| (&a.reclaim_at, &a.job_id).cmp(&(&b.reclaim_at, &b.job_id)));
+        if let Some(board) = skips {
+            for w in &mut idle {
+                w.no_sample = board.by_job.get(&w.job_id).cloned();
+            }
+        }
         PendingReply { engine_time: self.engine_time.to_string(), approvals, idle }
     }
 
     /// The pool page's view at wall time `now` (the denies are left for the caller to read from the
-    /// audit log).
-    pub fn pool(&self, now: Timestamp) -> PoolView {
-        let pending = self.pending();
-        let mut live: BTreeMap<&str, u64> = BTreeMap::new();
+    /// audit log); `skips` as for [`PoolInput::pending`].
+    pub fn pool(&self, now: Timestamp, skips: Option<&Skips>) -> PoolView {
+        let pending = self.pending(skips);
+        let mut live: BTreeMap<&str, Vec<(&str, &JobRecord)>> = BTreeMap::new();
         let mut deferred = Vec::new();
         for (id, j) in &self.jobs {
             if j.phase().is_live() {
-                *live.entry(j.project()).or_default() += 1;
+                live.entry(j.project()).or_default().push((id, j));
             }
             if j.phase() == JobPhase::Deferred {
                 deferred.push(DeferredWait {
@@ -252,13 +340,30 @@ impl PoolInput {
         deferred.sort_by(|a, b| (&a.until, &a.job_id).cmp(&(&b.until, &b.job_id)));
         let ledger: BTreeMap<&str, (u32, u32)> =
             self.ledgers.iter().map(|(n, held, running)| (n.as_str(), (*held, *running))).collect();
+        let job_line = |id: &str, j: &JobRecord| {
+            let u = j.util();
+            JobLine {
+                job_id: id.to_owned(),
+                user: j.user().to_owned(),
+                gpus: j.gpus(),
+                phase: j.phase().as_str().to_owned(),
+                started: j.started().map(|t| t.to_string()),
+                gpu_util: (u.samples > 0).then_some(u.gpu_util),
+                last_sample: u.last_sample.get().map(|t| t.to_string()),
+                no_sample: skips.and_then(|b| b.by_job.get(id)).cloned(),
+            }
+        };
         let line = |name: &str| -> ProjectLine {
             let (held, running) = ledger.get(name).copied().unwrap_or((0, 0));
+            let mut jobs: Vec<(&str, &JobRecord)> = live.get(name).cloned().unwrap_or_default();
+            // Running first, the longest-running first; then the rest by submission.
+            jobs.sort_by_key(|(id, j)| (j.started().is_none(), j.started(), j.submitted(), *id));
             ProjectLine {
                 project: name.to_owned(),
                 held_gpus: held,
                 running_gpus: running,
-                live_jobs: live.get(name).copied().unwrap_or(0),
+                live_jobs: jobs.len() as u64,
+                jobs: jobs.iter().take(PROJECT_JOBS_SHOWN).map(|(id, j)| job_line(id, j)).collect(),
                 quotas: Vec::new(),
             }
         };
@@ -266,12 +371,18 @@ impl PoolInput {
         for (name, _, _) in &self.ledgers {
             projects.insert(name.clone(), line(name));
         }
+        let ran = running_by_ledger(&self.jobs, self.engine_time, &self.quota_lines);
         let mut shared = Vec::new();
-        for q in &self.quota_lines {
+        for l in &self.quota_lines {
+            let mut q = l.line.clone();
+            q.running = ran.get(&(l.kind, q.ledger.clone(), l.bounds)).copied().unwrap_or(0.0);
+            q.per_day = (q.used + q.running) / q.days;
+            // From use alone: what the budget has left once what ran is counted, not what is reserved.
+            q.runs_out = runs_out(self.engine_time, q.limit - q.used - q.running, q.per_day, l.bounds.1);
             if q.scope == "project" {
-                projects.entry(q.ledger.clone()).or_insert_with(|| line(&q.ledger)).quotas.push(q.clone());
+                projects.entry(q.ledger.clone()).or_insert_with(|| line(&q.ledger)).quotas.push(q);
             } else {
-                shared.push(q.clone());
+                shared.push(q);
             }
         }
         PoolView {

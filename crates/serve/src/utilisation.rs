@@ -123,6 +123,8 @@ impl UtilisationConfig {
 #[derive(Debug, Default, Clone)]
 pub struct Running {
     by_key: HashMap<String, Expected>,
+    /// Running jobs with GPUs that no key names (no Slurm id learnt for them), and why.
+    unkeyed: Vec<(String, String)>,
 }
 
 impl Jobs for Running {
@@ -196,12 +198,86 @@ impl JobIndex {
                 }
             }
         }
-        Running { by_key }
+        let mut unkeyed = Vec::new();
+        if self.keys == Keys::Slurm {
+            let keyed: std::collections::HashSet<&str> = by_key.values().map(|e| e.job_id.as_str()).collect();
+            for (id, _) in state.jobs().filter(|(_, j)| j.phase() == JobPhase::Running && j.gpus() > 0) {
+                if !keyed.contains(id) {
+                    unkeyed.push((
+                        id.to_owned(),
+                        format!(
+                            "no Slurm job id is known for it: its `job.started` carried no `slurm_job_id` with `slurm_cluster = \"{}\"` (is it sent by `bursar slurm watch --cluster {}`?)",
+                            self.slurm.cluster(),
+                            self.slurm.cluster()
+                        ),
+                    ));
+                }
+            }
+        }
+        Running { by_key, unkeyed }
     }
 }
 
 /// The source's counters, shared with `/metrics`.
 pub type SharedCounters = Arc<Mutex<Counters>>;
+
+/// Why the source's last successful poll sent no sample for each running job it skipped, by job id:
+/// what `GET /v1/jobs/{id}` and the pool page say instead of a utilisation.
+#[derive(Debug, Default)]
+pub struct Skips {
+    /// The evaluation time of that poll.
+    pub at: Option<Timestamp>,
+    /// Job id → the reason, as a sentence.
+    pub by_job: HashMap<String, String>,
+}
+
+/// The skip reasons, shared with the handlers; `None` in [`crate::http::AppState`] when serve runs
+/// no utilisation source.
+pub type SharedSkips = Arc<Mutex<Skips>>;
+
+/// Why a job has no utilisation to show, if it has none: `samples` is how many the engine saw,
+/// `running` whether it runs now, `skips` the source's board (`None`: no source).
+pub fn no_sample(job: &str, samples: u32, running: bool, skips: Option<&Skips>) -> Option<String> {
+    if let Some(reason) = skips.and_then(|s| s.by_job.get(job)) {
+        let at = skips.and_then(|s| s.at).map(|t| format!(" at {t}")).unwrap_or_default();
+        return Some(format!("the utilisation source's last poll{at} sent no sample: {reason}"));
+    }
+    if samples > 0 {
+        return None;
+    }
+    Some(match (running, skips) {
+        (false, _) => "no sample: the job is not running".to_owned(),
+        (true, None) => "no `job.sample` has arrived, and this server runs no utilisation source (`[utilisation]` in bursar.toml): samples must come from a producer".to_owned(),
+        (true, Some(s)) if s.at.is_none() => "no `job.sample` has arrived: the utilisation source has not completed a poll yet".to_owned(),
+        (true, Some(_)) => "no `job.sample` has arrived yet: the utilisation source has not polled since the job started".to_owned(),
+    })
+}
+
+/// Replaces the board with the skips of one poll, logging at info each job whose reason is new or
+/// changed (a job skipped every minute for the same reason is logged once).
+fn post_skips(
+    board: &SharedSkips,
+    at: Timestamp,
+    skipped: &[(String, bursar_prometheus::Skip)],
+    unkeyed: &[(String, String)],
+) {
+    let mut by_job: HashMap<String, String> = HashMap::with_capacity(skipped.len() + unkeyed.len());
+    for (job, why) in skipped {
+        by_job.insert(job.clone(), why.to_string());
+    }
+    for (job, why) in unkeyed {
+        by_job.entry(job.clone()).or_insert_with(|| why.clone());
+    }
+    let Ok(mut b) = board.lock() else { return };
+    let mut changed: Vec<(&String, &String)> =
+        by_job.iter().filter(|(job, why)| b.by_job.get(*job) != Some(*why)).collect();
+    changed.sort();
+    for (job, why) in changed {
+        tracing::info!(job_id = %job, at = %at, reason = %why, "utilisation: no sample for a running job");
+    }
+    b.at = Some(at);
+    b.by_job = by_job;
+}
 
 /// Where the resume point of the audit log `audit` is kept.
 pub fn resume_path(audit: &Path) -> PathBuf {
@@ -216,6 +292,7 @@ pub fn run(
     resume: ResumeFile,
     engine: mpsc::Sender<Work>,
     counters: SharedCounters,
+    skips: SharedSkips,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut at = match resume.load() {
@@ -244,6 +321,7 @@ pub fn run(
                 tracing::warn!(at = %poll.at, error = %e, help = e.help(), "utilisation poll failed; retried next time");
                 break;
             }
+            post_skips(&skips, poll.at, &poll.skipped, &running.unkeyed);
             if !send(&engine, poll.events) {
                 return;
             }

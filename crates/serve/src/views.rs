@@ -39,13 +39,19 @@ pub fn job(engine: &Engine, id: &str) -> Option<JobView> {
             policies: p.policies.iter().map(|a| a.to_string()).collect(),
             reason: p.reason.clone(),
         }),
-        utilisation: UtilisationView {
-            last_sample: ts(j.util().last_sample),
-            gpu_util: j.util().gpu_util,
-            mem_util: j.util().mem_util,
-            avg_gpu_util: j.util().avg_gpu_util,
-            samples: j.util().samples,
-            keepalive: ts(j.util().keepalive),
+        utilisation: {
+            let u = j.util();
+            let sampled = u.samples > 0;
+            UtilisationView {
+                last_sample: ts(u.last_sample),
+                gpu_util: sampled.then_some(u.gpu_util),
+                mem_util: (sampled && u.mem_util >= 0.0).then_some(u.mem_util),
+                avg_gpu_util: sampled.then_some(u.avg_gpu_util),
+                samples: u.samples,
+                keepalive: ts(u.keepalive),
+                // Filled by the handler from the utilisation source's skips.
+                no_sample: None,
+            }
         },
         tags: j.tags().iter().map(|t| (t.key.to_string(), t.value.to_string())).collect(),
         engine_time: now.to_string(),

@@ -57,6 +57,21 @@ pub struct IdleWait {
     pub reclaim_at: String,
     /// The idle rule.
     pub policy: String,
+    /// Since when its utilisation has been under the rule's threshold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_since: Option<String>,
+    /// GPU utilisation of its last sample (0–1); `None` before the first.
+    #[serde(default)]
+    pub gpu_util: Option<f32>,
+    /// Memory utilisation of its last sample (0–1); `None` when it had none.
+    #[serde(default)]
+    pub mem_util: Option<f32>,
+    /// When its last sample arrived.
+    #[serde(default)]
+    pub last_sample: Option<String>,
+    /// Why the utilisation source's last poll sent no sample for it, if it sent none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_sample: Option<String>,
 }
 
 /// `GET /v1/pending`: what waits for a person, oldest first.
@@ -86,12 +101,15 @@ pub struct DeferredWait {
 }
 
 /// One quota of one ledger in the current period, in [`PoolView`]: the numbers the quota admits
-/// with (`bursar_engine::QuotaLimit::counted` of the ledger's usage against its budget).
+/// with (`bursar_engine::QuotaLimit::counted` of the ledger's usage against its budget), and a burn
+/// rate from what was used, never from what was reserved.
+///
+/// Usage counts in the period of the job's submission day, as the quota counts it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QuotaLine {
     /// The quota policy.
     pub policy: String,
-    /// `project`, `user` or `tag`.
+    /// `project`, `user` or `tag:<key>`.
     pub scope: String,
     /// The ledger: a project, a user, or a tag pair `team=search`.
     pub ledger: String,
@@ -99,20 +117,54 @@ pub struct QuotaLine {
     pub period: String,
     /// GPU-hours the ledger may use in the period.
     pub limit: f64,
-    /// Settled so far (runtime, or billing for a quota settled by billing).
+    /// Settled so far: the runtime of ended jobs (or what billing charged, for a quota settled by
+    /// billing).
     pub used: f64,
-    /// Reserved by admitted jobs, not yet settled.
+    /// Reserved by admitted and running jobs and not yet settled: what they asked for (GPUs ×
+    /// requested hours). The quota admits against it; it is not burn.
     pub reserved: f64,
-    /// `limit - used - reserved` (negative when over).
+    /// Of what is reserved, what the running jobs have run so far (GPUs × time since their start).
+    #[serde(default)]
+    pub running: f64,
+    /// `limit - used - reserved` (negative when over): what the quota still admits.
     pub left: f64,
-    /// GPU-hours counted today (the burn rate the estimate uses).
-    pub today: f64,
-    /// The day on which today's burn rate exhausts what is left, when that falls inside the period;
-    /// `None` when nothing was used today, or the budget lasts the period at today's rate.
+    /// Settled today.
+    #[serde(default)]
+    pub used_today: f64,
+    /// Days of the period gone by (a fraction; at least an hour's worth).
+    #[serde(default)]
+    pub days: f64,
+    /// The burn rate: `(used + running) / days`, in GPU-hours a day.
+    #[serde(default)]
+    pub per_day: f64,
+    /// The day on which `left` is used up at `per_day`, when that falls inside the period; `None`
+    /// when nothing was used, or the budget lasts the period at that rate.
     pub runs_out: Option<String>,
 }
 
-/// A project on the pool page: what it holds now and its quotas.
+/// A live job in a project's section of the pool page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobLine {
+    /// The job.
+    pub job_id: String,
+    /// Its user.
+    pub user: String,
+    /// GPUs.
+    pub gpus: u32,
+    /// `admitted`, `running` or `deferred`.
+    pub phase: String,
+    /// When it started.
+    pub started: Option<String>,
+    /// GPU utilisation of its last sample (0–1); `None` before the first.
+    pub gpu_util: Option<f32>,
+    /// When its last sample arrived.
+    pub last_sample: Option<String>,
+    /// Why the utilisation source's last poll sent no sample for it, if it sent none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_sample: Option<String>,
+}
+
+/// A project on the pool page: what it holds now, its live jobs and its quotas.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProjectLine {
     /// The project.
@@ -123,6 +175,10 @@ pub struct ProjectLine {
     pub running_gpus: u32,
     /// Jobs holding or about to hold GPUs.
     pub live_jobs: u64,
+    /// The first of them (running first, the longest-running first), at most
+    /// 50 (`bursar_serve::pool::PROJECT_JOBS_SHOWN`); `live_jobs` counts them all.
+    #[serde(default)]
+    pub jobs: Vec<JobLine>,
     /// Its quotas (project-scoped ones) in their current period.
     pub quotas: Vec<QuotaLine>,
 }

@@ -154,6 +154,12 @@ fn cost_section(o: &mut String, c: &crate::cost::CostPerUnit) {
 
 /// Renders the whole report as one HTML page.
 pub fn html(r: &Report) -> String {
+    html_page(r, false)
+}
+
+/// Renders the whole report as one HTML page; `served` adds the links of the page `bursar serve`
+/// answers at `/report` (back to the pool page, the same report as JSON).
+pub fn html_page(r: &Report, served: bool) -> String {
     let mut o = String::with_capacity(64 * 1024);
     let range = match (&r.from, &r.to) {
         (Some(a), Some(b)) => format!("{a} to {b}"),
@@ -164,6 +170,14 @@ pub fn html(r: &Report) -> String {
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>bursar report {}</title><style>{CSS}</style></head><body>",
         esc(&r.period)
     );
+    if served {
+        let _ = write!(
+            o,
+            "<p class=\"note\"><a href=\"/\">&larr; The pool</a> &middot; <a href=\"/v1/report?period={}&amp;by={}\">as JSON</a></p>",
+            esc(&r.period),
+            esc(&r.by)
+        );
+    }
     let _ = write!(
         o,
         "<h1>Where the GPU-hours went: {}</h1><p>{} &middot; by {} &middot; idle below {} utilisation &middot; {} audit events</p>",
@@ -248,7 +262,7 @@ pub fn html(r: &Report) -> String {
             esc(&leak)
         );
     }
-    o.push_str("</table><p class=\"note\">GPU-hours; nominal = productive + idle + failure + held (exactly, in GPU-milliseconds). Prevented: GPU-hours of enforced deny, defer and reclaim decisions; dry-run: what dry-run policies would have stopped.</p>");
+    o.push_str("</table><p class=\"note\">GPU-hours; nominal = productive + idle + failure + held (the parts are counted in whole GPU-milliseconds, so they always add up to the total). Prevented: GPU-hours of enforced deny, defer and reclaim decisions; dry-run: what dry-run policies would have stopped.</p>");
 
     // 2. Utilisation over time.
     let days: Vec<String> = r.daily.iter().map(|d| d.day.get(5..).unwrap_or(&d.day).to_owned()).collect();

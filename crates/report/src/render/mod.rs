@@ -9,7 +9,7 @@ use std::fmt::Write;
 use crate::cost::CostPerUnit;
 use crate::report::{Group, Report};
 
-pub use html::html;
+pub use html::{html, html_page};
 
 /// The whole report as pretty JSON.
 pub fn json(r: &Report) -> String {
