@@ -45,7 +45,8 @@ impl Who {
     /// An error when nothing can say who answers.
     fn name(&self, server: &ServerArgs) -> Result<String, CliError> {
         let explicit = server.connect.authenticates(crate::connect::Fallback::Nothing);
-        let env = || std::env::var("USER").ok().filter(|u| !u.trim().is_empty()).or_else(|| std::env::var("LOGNAME").ok());
+        let env =
+            || std::env::var("USER").ok().filter(|u| !u.trim().is_empty()).or_else(|| std::env::var("LOGNAME").ok());
         let name = self.by.clone().or_else(|| (!explicit).then(env).flatten()).unwrap_or_default().trim().to_owned();
         if name.is_empty() && !server.connect.authenticates(crate::connect::Fallback::MungeIfInstalled) {
             return Err(CliError::Message(

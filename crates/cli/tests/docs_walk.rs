@@ -10,7 +10,7 @@
 //! Without Debian's `prometheus` / `prometheus-alertmanager` a test is skipped, saying so, unless
 //! `CI` is set (`scripts/setup.sh` installs them).
 
-#![expect(clippy::unwrap_used, reason = "integration test: a failed step fails the test")]
+#![expect(clippy::unwrap_used, clippy::panic, reason = "integration test: a failed step fails the test")]
 
 mod serve_support;
 

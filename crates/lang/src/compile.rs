@@ -248,10 +248,11 @@ pub fn compile(file: &str, source: &str, base_dir: &Path) -> Result<CompiledFile
     }
     let mut r = Reader::new(file, source);
     let root = doc.get_ref();
-    if !root.contains_key("policy") && !root.contains_key("tag") {
-        if let Some(d) = misplaced_config(&r, root) {
-            return Err(vec![d]);
-        }
+    if !root.contains_key("policy")
+        && !root.contains_key("tag")
+        && let Some(d) = misplaced_config(&r, root)
+    {
+        return Err(vec![d]);
     }
     let mut top = Fields::new(root, 0..0, "the file");
     let mut out = CompiledFile::default();

@@ -158,7 +158,7 @@ impl<E: EngineView> Notifier<E> {
                     .collect())
             };
             if f.approval.is_some()
-                && let Some(d) = asked("require_approval")?.into_iter().filter(|d| d.admission).next_back()
+                && let Some(d) = asked("require_approval")?.into_iter().rfind(|d| d.admission)
             {
                 raised.extend(raise(&d, Some(f), links, self.cfg.info_for));
             }
