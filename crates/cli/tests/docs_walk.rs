@@ -123,6 +123,24 @@ fn start(args: &[&str], listen: &str, log: &Path) -> Server {
     server
 }
 
+/// The marked blocks of `doc` for a site under `tmp`: the page's `/etc/bursar/` and
+/// `/var/lib/bursar/` moved there (and made), `subs` replaced, and `policy` as the site's one policy
+/// file in the configured policy directory.
+fn site(doc: &str, tmp: &Path, subs: &[(&str, String)], policy: (&str, &str)) -> Vec<Block> {
+    let mut b = blocks(doc);
+    let mut all = vec![
+        ("/etc/bursar/", format!("{}/etc/bursar/", tmp.display())),
+        ("/var/lib/bursar/", format!("{}/var/lib/bursar/", tmp.display())),
+    ];
+    all.extend(subs.iter().cloned());
+    substitute(doc, &mut b, &all);
+    let policies = tmp.join("etc/bursar/policies");
+    std::fs::create_dir_all(&policies).unwrap();
+    std::fs::create_dir_all(tmp.join("var/lib/bursar")).unwrap();
+    std::fs::write(policies.join(policy.0), policy.1).unwrap();
+    b
+}
+
 fn skip_without(binary: Option<PathBuf>, what: &str) -> bool {
     if binary.is_some() {
         return false;
@@ -143,26 +161,16 @@ fn notifications_md_reaches_a_real_alertmanager_as_written() {
     let port = free_port();
     let public = format!("http://127.0.0.1:{port}");
     let doc = "docs/notifications.md";
-    let mut b = blocks(doc);
-    substitute(
-        doc,
-        &mut b,
-        &[
-            ("/etc/bursar/", format!("{}/etc/bursar/", tmp.path().display())),
-            ("/var/lib/bursar/", format!("{}/var/lib/bursar/", tmp.path().display())),
-            ("http://alertmanager.example:9093", am.url()),
-            ("https://bursar.example.org", public.clone()),
-        ],
-    );
     // The policies are the site's; this one holds big jobs for bob.
-    let policies = tmp.path().join("etc/bursar/policies");
-    std::fs::create_dir_all(&policies).unwrap();
-    std::fs::create_dir_all(tmp.path().join("var/lib/bursar")).unwrap();
-    std::fs::write(
-        policies.join("approval.toml"),
-        "[[policy]]\nid = \"approval/big\"\ndescription = \"Jobs over 16 GPUs need bob's yes.\"\nkind = \"approval\"\ngpus_over = 16\napprovers = [\"bob\"]\nexpires = \"1h\"\n",
-    )
-    .unwrap();
+    let b = site(
+        doc,
+        tmp.path(),
+        &[("http://alertmanager.example:9093", am.url()), ("https://bursar.example.org", public.clone())],
+        (
+            "approval.toml",
+            "[[policy]]\nid = \"approval/big\"\ndescription = \"Jobs over 16 GPUs need bob's yes.\"\nkind = \"approval\"\ngpus_over = 16\napprovers = [\"bob\"]\nexpires = \"1h\"\n",
+        ),
+    );
 
     let server = walk(doc, &b, &format!("127.0.0.1:{port}"), &tmp.path().join("serve.log"));
     assert_eq!(
@@ -199,28 +207,21 @@ fn utilisation_md_reads_a_real_prometheus_as_written() {
     let prom = Prometheus::start(&[dcgm.addr()], Duration::from_secs(1)).unwrap();
 
     let doc = "docs/integrations/utilisation.md";
-    let mut b = blocks(doc);
-    substitute(
+    let b = site(
         doc,
-        &mut b,
+        tmp.path(),
         &[
-            ("/etc/bursar/", format!("{}/etc/bursar/", tmp.path().display())),
-            ("/var/lib/bursar/", format!("{}/var/lib/bursar/", tmp.path().display())),
             ("http://prometheus.example:9090", prom.url()),
             // The page's pace is a site's; a test's is seconds.
             ("interval = \"30s\"", "interval = \"1s\"".to_owned()),
             ("lag = \"30s\"", "lag = \"1s\"".to_owned()),
             ("max_age = \"2m\"", "max_age = \"3s\"".to_owned()),
         ],
+        (
+            "reclaim.toml",
+            "[[policy]]\nid = \"reclaim/idle\"\ndescription = \"Alert after 1h under 10 %.\"\nkind = \"reclaim\"\n[policy.idle]\nbelow = 0.10\nwindow = \"1h\"\ngrace = \"1h\"\n",
+        ),
     );
-    let policies = tmp.path().join("etc/bursar/policies");
-    std::fs::create_dir_all(&policies).unwrap();
-    std::fs::create_dir_all(tmp.path().join("var/lib/bursar")).unwrap();
-    std::fs::write(
-        policies.join("reclaim.toml"),
-        "[[policy]]\nid = \"reclaim/idle\"\ndescription = \"Alert after 1h under 10 %.\"\nkind = \"reclaim\"\n[policy.idle]\nbelow = 0.10\nwindow = \"1h\"\ngrace = \"1h\"\n",
-    )
-    .unwrap();
 
     let server = walk(doc, &b, &format!("127.0.0.1:{}", free_port()), &tmp.path().join("serve.log"));
     assert_eq!(server.post("/v1/admit", &submit("s1", "lab-train", "nlp", 1, 1.0)).status, 200);
