@@ -11,6 +11,9 @@
 #   nodejs npm                             the JavaScript example policy (examples/js-policy/build.sh
 #                                          installs its pinned npm packages itself)
 #   lua5.1                                 the Slurm hook's own tests (the Lua Debian's Slurm links)
+#   dpkg-dev systemd                       the Debian package test: cargo-deb's dependency scan
+#                                          (dpkg-shlibdeps) and `systemd-analyze verify` of the units
+#   cargo-deb (crates.io, cargo install)   builds the Debian package (scripts/build-deb.sh)
 #
 # Set BURSAR_SETUP_MINIMAL=1 to install only what `cargo build` and the example need (the rustup target).
 set -euo pipefail
@@ -21,6 +24,13 @@ if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknow
 fi
 
 [ "${BURSAR_SETUP_MINIMAL:-0}" = 1 ] && exit 0
+
+if ! command -v cargo-deb >/dev/null; then
+    # Pinned, so every machine packages with the same cargo-deb (the package test reads its output).
+    echo "setup: cargo install --locked cargo-deb@3.8.0" >&2
+    # Its own temporary target folder, not the workspace's (CARGO_TARGET_DIR would send it there).
+    env -u CARGO_TARGET_DIR cargo install --quiet --locked cargo-deb@3.8.0
+fi
 
 need=()
 command -v chromium >/dev/null || need+=(chromium)
@@ -35,6 +45,8 @@ command -v curl >/dev/null || need+=(curl)
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
 command -v lua5.1 >/dev/null || need+=(lua5.1)
+command -v dpkg-shlibdeps >/dev/null || need+=(dpkg-dev)
+command -v systemd-analyze >/dev/null || need+=(systemd)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" != 0 ]; then
         echo "setup: missing ${need[*]}; run as root (or install them) to run every test" >&2

@@ -13,7 +13,7 @@ pub enum AuditError {
     },
     /// The file was written by a newer bursar.
     #[error(
-        "audit log `{path}` has schema version {found}, newer than this bursar understands (up to {supported})\n  help: use the bursar release that wrote it, or a newer one"
+        "audit log `{path}` has schema version {found}, newer than this bursar understands (up to {supported})\n  help: use the bursar that wrote it, or a newer one; to go back to this version, restore the copy taken before the upgrade (docs/operations.md, \"Upgrade and rollback\")"
     )]
     SchemaTooNew {
         /// The database file.
@@ -21,6 +21,19 @@ pub enum AuditError {
         /// Version in the file.
         found: i64,
         /// Newest version this build knows.
+        supported: i64,
+    },
+    /// The file was written by an older bursar and not migrated yet: a reader does not migrate (it
+    /// opens the file read-only), a writer (`eval --audit`, `serve`, `bursar audit migrate`) does.
+    #[error(
+        "audit log `{path}` has schema version {found}, older than this bursar's ({supported}); reading it needs the migration a writer makes\n  help: back it up, then migrate it once: `bursar audit backup --db {path} --out COPY && bursar audit migrate --db {path}` (serve and eval --audit migrate it too when they open it)"
+    )]
+    SchemaTooOld {
+        /// The database file.
+        path: String,
+        /// Version in the file.
+        found: i64,
+        /// The version this build writes.
         supported: i64,
     },
     /// A value in the database could not be read back (hand-edited JSON, say).

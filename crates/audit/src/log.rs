@@ -677,12 +677,70 @@ impl AuditLog {
         if found > schema::SCHEMA_VERSION {
             return Err(AuditError::SchemaTooNew { path: shown, found, supported: schema::SCHEMA_VERSION });
         }
-        if found < schema::SCHEMA_VERSION {
+        if found == 0 {
             return Err(AuditError::Invalid(format!(
-                "`{shown}` is not a bursar audit log (or one of an older schema: open it for writing once to migrate it)"
+                "`{shown}` is not a bursar audit log (an SQLite file without bursar's schema)"
             )));
         }
+        if found < schema::SCHEMA_VERSION {
+            return Err(AuditError::SchemaTooOld { path: shown, found, supported: schema::SCHEMA_VERSION });
+        }
         AuditLog::with_heads(conn, shown, Durability::Durable)
+    }
+
+    /// Copies the audit log at `src`, as it is at one instant, to a new file at `dest` (mode 0640,
+    /// refused if it exists): SQLite's online backup in one step, inside one read transaction, so a
+    /// writer beside it (`serve`) goes on committing and the copy holds every commit up to that
+    /// instant and none after. Any schema version is copied as it is (a copy taken before an upgrade
+    /// is of the old schema). The copy is left in rollback-journal mode, one self-contained file
+    /// (opening it for writing turns WAL on again), and synced to disk with its folder. Check it with
+    /// [`crate::verify::verify`] before relying on it.
+    pub fn backup(src: impl AsRef<Path>, dest: impl AsRef<Path>) -> Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let (src, dest) = (src.as_ref(), dest.as_ref());
+        let from = src.display().to_string();
+        let shown = dest.display().to_string();
+        if !src.exists() {
+            return Err(AuditError::Invalid(format!("`{from}` does not exist")));
+        }
+        let source =
+            Connection::open_with_flags(src, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+                .map_err(AuditError::sqlite(format!("open `{from}`")))?;
+        source.busy_timeout(std::time::Duration::from_secs(5)).map_err(AuditError::sqlite("set the busy timeout"))?;
+        let io = |what: &str, e: std::io::Error| AuditError::Invalid(format!("cannot {what} `{shown}`: {e}"));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(AuditLog::FILE_MODE)
+            .open(dest)
+            .map_err(|e| io("create the backup", e))?;
+        let mut copy = Connection::open(dest).map_err(AuditError::sqlite(format!("open the backup `{shown}`")))?;
+        {
+            let backup = rusqlite::backup::Backup::new(&source, &mut copy)
+                .map_err(AuditError::sqlite(format!("start the backup to `{shown}`")))?;
+            // -1: every page in one step, under one read lock of the source, so the copy is of one
+            // instant (a copy made step by step starts over whenever another connection writes).
+            match backup.step(-1).map_err(AuditError::sqlite(format!("copy `{from}` to `{shown}`")))? {
+                rusqlite::backup::StepResult::Done => {}
+                other => {
+                    return Err(AuditError::Invalid(format!(
+                        "the backup of `{from}` to `{shown}` did not finish in one step ({other:?}); run it again"
+                    )));
+                }
+            }
+        }
+        let mode: String = copy
+            .query_row("PRAGMA journal_mode=DELETE", [], |r| r.get(0))
+            .map_err(AuditError::sqlite(format!("make the backup `{shown}` one file")))?;
+        if !mode.eq_ignore_ascii_case("delete") {
+            return Err(AuditError::Invalid(format!("the backup `{shown}` stayed in journal mode `{mode}`")));
+        }
+        drop(copy);
+        std::fs::File::open(dest).and_then(|f| f.sync_all()).map_err(|e| io("sync", e))?;
+        if let Some(dir) = dest.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::File::open(dir).and_then(|f| f.sync_all()).map_err(|e| io("sync the folder of", e))?;
+        }
+        Ok(())
     }
 
     fn with_heads(conn: Connection, path: String, durability: Durability) -> Result<AuditLog> {

@@ -38,6 +38,11 @@
 //!
 //! A migration is a step from version N to N+1 run in one transaction; [`migrate`] runs every
 //! step the file lacks. A file newer than this build is refused rather than guessed at.
+//!
+//! Two layouts have carried the number 2: main wrote version 1 + `lifecycle` as version 2 until the
+//! anchors branch was merged (commit `1582aec`), which made `anchors` version 2 and `lifecycle`
+//! version 3. [`migrate`] tells them apart by the `anchors` table; `tests/data/audit-schemas/v2.db`
+//! is a file of main's, which `crates/cli/tests/audit_upgrade.rs` migrates.
 
 use rusqlite::{Connection, Transaction};
 
@@ -383,6 +388,18 @@ fn adopt(tx: &Transaction<'_>) -> Result<()> {
     Ok(())
 }
 
+/// The schema version of the file at `path`, read without changing it (0: not a bursar audit log,
+/// or an empty file). What `bursar audit migrate` reports before it migrates.
+pub fn file_version(path: &std::path::Path) -> Result<i64> {
+    let shown = path.display().to_string();
+    if !path.exists() {
+        return Err(AuditError::Invalid(format!("`{shown}` does not exist")));
+    }
+    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(AuditError::sqlite(format!("open `{shown}`")))?;
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(AuditError::sqlite(format!("read `{shown}`")))
+}
+
 /// Brings the database to [`SCHEMA_VERSION`], refusing a newer one. Returns the version found.
 pub fn migrate(conn: &mut Connection, path: &str) -> Result<i64> {
     let found: i64 = conn
@@ -391,7 +408,20 @@ pub fn migrate(conn: &mut Connection, path: &str) -> Result<i64> {
     if found > SCHEMA_VERSION {
         return Err(AuditError::SchemaTooNew { path: path.to_owned(), found, supported: SCHEMA_VERSION });
     }
-    for (from, step) in MIGRATIONS.iter().enumerate().skip(usize::try_from(found).unwrap_or(0)) {
+    // Main's own version 2 (before the anchors branch was merged, which renumbered it to 3) was
+    // version 1 plus `lifecycle`, with no `anchors`: such a file takes the version-2 step too (its
+    // `lifecycle` is kept: version 3 creates it only if missing). Only at version 2: a later file
+    // without `anchors` had it removed, which `verify` must report, never adopt.
+    let mut start = found;
+    if found == 2 {
+        let has_anchors: i64 = conn
+            .query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'anchors'", [], |r| r.get(0))
+            .map_err(AuditError::sqlite("read the tables of a version-2 file"))?;
+        if has_anchors == 0 {
+            start = 1;
+        }
+    }
+    for (from, step) in MIGRATIONS.iter().enumerate().skip(usize::try_from(start).unwrap_or(0)) {
         let to = from as i64 + 1;
         let tx = conn.transaction().map_err(AuditError::sqlite("start a migration"))?;
         let (sql, then) = match step {

@@ -1,4 +1,4 @@
-//! `bursar audit query|explain|verify|prune|stats|head|keygen` over an audit database, and the
+//! `bursar audit query|explain|verify|prune|stats|head|keygen|migrate|backup` over an audit database, and the
 //! journal that `bursar eval --audit FILE` writes through.
 //!
 //! The journal ([`open_journal`]) is the `bursar-audit` writer thread: the session hands it each
@@ -313,6 +313,29 @@ enum AuditCommand {
         #[arg(long, value_name = "PREFIX")]
         out: PathBuf,
     },
+    /// Bring an audit log written by an older bursar to this one's schema, then verify it.
+    ///
+    /// The readers (verify, explain, query, stats, report) never migrate a file; `serve` and `eval
+    /// --audit` migrate it when they open it, and this does it on its own, with nothing else. Back the
+    /// file up first (`bursar audit backup`): an older bursar refuses a migrated file (docs/operations.md,
+    /// "Upgrade and rollback").
+    ///
+    /// Example: bursar audit migrate --db /var/lib/bursar/audit.db
+    Migrate,
+    /// Copy the log, as it is at one instant, to a new file while serve keeps writing; verify the copy.
+    ///
+    /// SQLite's online backup in one read transaction: the copy holds every commit up to that
+    /// instant and none after, as one self-contained file (mode 0640). A copy of this bursar's schema
+    /// is verified at once (exit 1 if it does not verify); an older one is copied as it is. The
+    /// witness and the link key (`<db>.link-key`) are files of their own: copy them too
+    /// (docs/operations.md, "Back up").
+    ///
+    /// Example: bursar audit backup --db /var/lib/bursar/audit.db --out /srv/backup/audit-2026-12-03.db
+    Backup {
+        /// The new file (refused if it exists).
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
     /// Summarise decisions by kind, policy and project, and what dry-run policies would have changed.
     Stats {
         /// Period start (inclusive): RFC 3339 or a date.
@@ -476,6 +499,8 @@ pub fn run(args: &AuditArgs, _format: ErrorFormat) -> Result<ExitCode, CliError>
             writeln!(out, "public key {}", key.public().to_hex()).map_err(io)?;
             Ok(ExitCode::Ok)
         }
+        AuditCommand::Migrate => run_migrate(&args.db, &mut out),
+        AuditCommand::Backup { out: dest } => run_backup(&args.db, dest, &mut out),
         AuditCommand::Stats { since, until, format } => {
             let log = AuditLog::open_read(&args.db).map_err(audit_err)?;
             let st = bursar_audit::query::stats(&log, since.map(Timestamp::millis), until.map(Timestamp::millis))
@@ -502,6 +527,67 @@ fn with_ext(prefix: &Path, ext: &str) -> PathBuf {
     s.push(".");
     s.push(ext);
     PathBuf::from(s)
+}
+
+/// `bursar audit migrate`: the migration a writer makes on open, on its own, then a verify of the result.
+fn run_migrate(db: &Path, out: &mut dyn Write) -> Result<ExitCode, CliError> {
+    let io = |e: std::io::Error| CliError::io("cannot write the answer", e);
+    let found = bursar_audit::schema::file_version(db).map_err(audit_err)?;
+    let to = bursar_audit::schema::SCHEMA_VERSION;
+    if found == 0 {
+        return Err(CliError::Message(format!(
+            "`{}` is not a bursar audit log (an SQLite file without bursar's schema): nothing to migrate",
+            db.display()
+        )));
+    }
+    if found == to {
+        writeln!(out, "`{}` has schema version {to} already: nothing to migrate", db.display()).map_err(io)?;
+    } else {
+        // Opening for writing runs every step the file lacks, each in one transaction (a newer file
+        // is refused with its own message).
+        drop(AuditLog::open(db, Durability::Durable).map_err(audit_err)?);
+        writeln!(out, "migrated `{}` from schema version {found} to {to}", db.display()).map_err(io)?;
+    }
+    let log = AuditLog::open_read(db).map_err(audit_err)?;
+    let rep = bursar_audit::verify::verify(&log).map_err(audit_err)?;
+    write_verify(&rep, db, out).map_err(io)?;
+    if rep.is_ok() {
+        return Ok(ExitCode::Ok);
+    }
+    for p in &rep.problems {
+        eprintln!("bursar: `{}` does not verify: {}", db.display(), p.message);
+    }
+    Ok(ExitCode::Failed)
+}
+
+/// `bursar audit backup`: an online copy of one instant, verified when it is of this schema.
+fn run_backup(db: &Path, dest: &Path, out: &mut dyn Write) -> Result<ExitCode, CliError> {
+    let io = |e: std::io::Error| CliError::io("cannot write the answer", e);
+    AuditLog::backup(db, dest).map_err(audit_err)?;
+    let version = bursar_audit::schema::file_version(dest).map_err(audit_err)?;
+    let to = bursar_audit::schema::SCHEMA_VERSION;
+    let bytes = std::fs::metadata(dest).map(|m| m.len()).unwrap_or(0);
+    writeln!(out, "backed up `{}` to `{}` ({bytes} bytes, schema version {version})", db.display(), dest.display())
+        .map_err(io)?;
+    if version != to {
+        writeln!(
+            out,
+            "note: not verified: schema version {version} is not this bursar's ({to}); verify it with the bursar that wrote it, or migrate a copy"
+        )
+        .map_err(io)?;
+        return Ok(ExitCode::Ok);
+    }
+    let log = AuditLog::open_read(dest).map_err(audit_err)?;
+    let rep = bursar_audit::verify::verify(&log).map_err(audit_err)?;
+    drop(log);
+    write_verify(&rep, dest, out).map_err(io)?;
+    if rep.is_ok() {
+        return Ok(ExitCode::Ok);
+    }
+    for p in &rep.problems {
+        eprintln!("bursar: the backup `{}` does not verify: {}", dest.display(), p.message);
+    }
+    Ok(ExitCode::Failed)
 }
 
 /// `bursar audit head`: sign the current head (verifying the log first), or show the witness's newest.

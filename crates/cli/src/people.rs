@@ -40,16 +40,21 @@ pub struct Who {
 }
 
 impl Who {
-    /// The name to send: `--as`, or, for a client that presents no credential, `$USER`.
-    fn name(&self, server: &ServerArgs) -> String {
-        let presents = server.connect.authenticates(crate::connect::Fallback::MungeIfInstalled);
-        self.by
-            .clone()
-            .or_else(|| (!presents).then(|| std::env::var("USER").ok()).flatten())
-            .or_else(|| std::env::var("LOGNAME").ok())
-            .unwrap_or_default()
-            .trim()
-            .to_owned()
+    /// The name to send: `--as`; else, unless a credential given on the command line will say who
+    /// it is, `$USER` (then `$LOGNAME`), which an installed MUNGE's credential then must match.
+    /// An error when nothing can say who answers.
+    fn name(&self, server: &ServerArgs) -> Result<String, CliError> {
+        let explicit = server.connect.authenticates(crate::connect::Fallback::Nothing);
+        let env =
+            || std::env::var("USER").ok().filter(|u| !u.trim().is_empty()).or_else(|| std::env::var("LOGNAME").ok());
+        let name = self.by.clone().or_else(|| (!explicit).then(env).flatten()).unwrap_or_default().trim().to_owned();
+        if name.is_empty() && !server.connect.authenticates(crate::connect::Fallback::MungeIfInstalled) {
+            return Err(CliError::Message(
+                "no name to answer as: neither `--as` nor $USER or $LOGNAME is set, and no credential says who you are\n  help: pass `--as NAME`, or prove who you are with `--munge` or `--token-file` (docs/security.md)"
+                    .into(),
+            ));
+        }
+        Ok(name)
     }
 }
 
@@ -227,7 +232,7 @@ fn act(
 /// `bursar approve JOB`.
 pub fn approve(a: &ApproveArgs) -> Result<ExitCode, CliError> {
     let kind = if a.over_budget { ActionKind::ApproveOverBudget } else { ActionKind::Approve };
-    act(&a.server, &a.job, kind, a.who.name(&a.server), None, a.over_budget)
+    act(&a.server, &a.job, kind, a.who.name(&a.server)?, None, a.over_budget)
 }
 
 /// `bursar reject JOB --reason TEXT`.
@@ -235,12 +240,12 @@ pub fn reject(a: &RejectArgs) -> Result<ExitCode, CliError> {
     if a.reason.trim().is_empty() {
         return Err(CliError::Message("`--reason` must say why the job is rejected".into()));
     }
-    act(&a.server, &a.job, ActionKind::Reject, a.who.name(&a.server), Some(a.reason.clone()), false)
+    act(&a.server, &a.job, ActionKind::Reject, a.who.name(&a.server)?, Some(a.reason.clone()), false)
 }
 
 /// `bursar keepalive JOB`.
 pub fn keepalive(a: &KeepaliveArgs) -> Result<ExitCode, CliError> {
-    act(&a.server, &a.job, ActionKind::Keepalive, a.who.name(&a.server), None, false)
+    act(&a.server, &a.job, ActionKind::Keepalive, a.who.name(&a.server)?, None, false)
 }
 
 #[cfg(test)]

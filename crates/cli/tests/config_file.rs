@@ -105,3 +105,27 @@ fn check_reports_mistakes_where_they_are_and_show_redacts() {
         "{parsed:?}"
     );
 }
+
+#[test]
+fn serve_whose_policies_do_not_compile_never_says_ready() {
+    // A Type=notify unit counts serve as started on READY=1 alone: it must not come before the
+    // policies compiled. A set that does not compile stops serve with the error, and nothing is sent.
+    let s = Scratch::new("config-not-ready");
+    let cfg = site(&s, "127.0.0.1:0", "");
+    std::fs::write(s.policies().join("broken.toml"), "[[policy]]\nid = \"broken\"\nkind = \"no-such-family\"\n")
+        .unwrap();
+    let sock = s.0.join("notify.sock");
+    let rx = std::os::unix::net::UnixDatagram::bind(&sock).unwrap();
+    rx.set_nonblocking(true).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bursar"))
+        .args(["serve", "--config", cfg.to_str().unwrap()])
+        .env("NOTIFY_SOCKET", &sock)
+        .current_dir(&s.0)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("broken.toml"), "{}", text(&out));
+    let mut buf = [0u8; 256];
+    let said = rx.recv(&mut buf).map(|n| String::from_utf8_lossy(&buf[..n]).into_owned());
+    assert!(said.is_err(), "serve told systemd {said:?} with policies that do not compile");
+}

@@ -321,3 +321,19 @@ fn notices_reach_an_https_webhook_with_its_token_and_links_name_serve_over_tls()
     assert_eq!(page.status, 200, "{}", page.text());
     assert!(!server.log_text().contains("tok-1"), "the token was logged");
 }
+
+/// `bursar approve` with no `--as`, no `$USER`/`$LOGNAME` and no credential cannot say who answers:
+/// it stops before asking serve, with exit 2 (it could not run) and what to pass.
+#[test]
+fn approve_without_a_name_says_what_to_pass() {
+    let o = Command::new(env!("CARGO_BIN_EXE_bursar"))
+        .args(["approve", "j1", "--server", "127.0.0.1:9"])
+        .env_remove("USER")
+        .env_remove("LOGNAME")
+        .env("PATH", "/nonexistent") // no munge to fall back on
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("no name to answer as") && t.contains("--as NAME") && !t.contains("cannot reach"), "{t}");
+}

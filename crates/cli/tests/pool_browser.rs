@@ -7,7 +7,7 @@
 //!
 //! Needs Debian's `chromium`; skips, saying so, without it (fails instead under CI).
 
-#![expect(clippy::panic, reason = "a test")]
+#![expect(clippy::panic, reason = "test helpers: a missing row fails the test with the page")]
 
 mod serve_support;
 
@@ -87,14 +87,12 @@ fn the_pool_page_shows_what_waits_the_idle_countdown_and_the_quota_left() {
         at(began)
     );
     assert_eq!(server.post("/v1/admit", &done).json().unwrap()["decision"], "allow");
-    let r = server.post(
-        "/v1/events",
-        &format!(
-            "{{\"id\":\"e0s\",\"time\":\"{}\",\"type\":\"job.started\",\"job_id\":\"j-done\"}}\n{{\"id\":\"e0f\",\"time\":\"{}\",\"type\":\"job.finished\",\"job_id\":\"j-done\",\"status\":\"succeeded\"}}\n",
-            at(began),
-            at(ended)
-        ),
+    let (b, e) = (at(began), at(ended));
+    let lines = format!(
+        "{{\"id\":\"e0s\",\"time\":\"{b}\",\"type\":\"job.started\",\"job_id\":\"j-done\"}}\n\
+         {{\"id\":\"e0f\",\"time\":\"{e}\",\"type\":\"job.finished\",\"job_id\":\"j-done\",\"status\":\"succeeded\"}}\n"
     );
+    let r = server.post("/v1/events", &lines);
     assert_eq!(r.json().unwrap()["accepted"], 2, "{:?}", r.body);
 
     // A job held for approval, an idle job (4 GPUs × 10 h reserved), a big reservation that has not

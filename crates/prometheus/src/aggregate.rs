@@ -330,9 +330,10 @@ mod tests {
         run_skipping(a).0
     }
 
-    type Skipped = Vec<(String, Skip)>;
+    /// One poll's samples and counters, and the jobs it skipped with why.
+    type Skipping = ((Vec<Event>, Counters), Vec<(String, Skip)>);
 
-    fn run_skipping(a: &Answers) -> ((Vec<Event>, Counters), Skipped) {
+    fn run_skipping(a: &Answers) -> Skipping {
         let (mut c, mut skipped) = (Counters::default(), Vec::new());
         let ev = samples(&Config::default(), AT, a, &jobs(), &mut c, &mut skipped);
         ((ev, c), skipped)

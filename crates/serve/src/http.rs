@@ -230,6 +230,24 @@ async fn metrics(State(st): State<AppState>) -> Response {
         t.inline_checkpoints,
         t.checkpoint_failures
     );
+    // What an alert needs to see without probing /healthz: the journal failing, and a last reload
+    // that could not take the files (the set and principals in force are older than them).
+    let (policies_failed, config_failed) = st
+        .status
+        .read()
+        .ok()
+        .and_then(|s| s.last.as_ref().map(|l| (!l.ok, l.config.as_ref().is_some_and(|c| !c.ok))))
+        .unwrap_or_default();
+    let _ = write!(
+        text,
+        "# HELP bursar_audit_commit_failing 1 while the audit log cannot commit (GET /healthz answers 503 meanwhile), else 0.\n\
+         # TYPE bursar_audit_commit_failing gauge\nbursar_audit_commit_failing {}\n\
+         # HELP bursar_last_reload_failed 1 when the last reload could not take the policy directory (part=\"policies\") or the configuration file (part=\"config\"): what is in force is older than the files.\n\
+         # TYPE bursar_last_reload_failed gauge\nbursar_last_reload_failed{{part=\"policies\"}} {}\nbursar_last_reload_failed{{part=\"config\"}} {}\n",
+        u8::from(journal_failing(&st).is_some()),
+        u8::from(policies_failed),
+        u8::from(config_failed),
+    );
     let label = |v: &str| v.replace('\\', "\\\\").replace('"', "\\\"");
     let _ = write!(
         text,

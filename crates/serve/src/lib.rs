@@ -389,6 +389,7 @@ pub async fn serve_then(
                 })
                 .map_err(|e| ServeError::Audit(e.0))?;
                 let health_notes = recovered.health_notes();
+                metrics.restore_refused.store(recovered.refused.len() as u64, std::sync::atomic::Ordering::Relaxed);
                 let core::Recovered { engine, seq, replayed, .. } = recovered;
                 if let Some(j) = jobs.as_mut() {
                     // Inputs before the snapshot were not replayed: learn the running jobs' keys from theirs.

@@ -98,6 +98,9 @@ pub struct Metrics {
     pub prometheus_on: std::sync::atomic::AtomicBool,
     /// Pending timers after the last batch.
     pub timers: AtomicU64,
+    /// Engine snapshots the start passed over (edited, not covered by a signed head, unreadable):
+    /// the state was rebuilt from an older one or the whole log (`GET /healthz` says why).
+    pub restore_refused: AtomicU64,
     /// Policies in force.
     pub policies: AtomicU64,
     /// Open decision streams.
@@ -203,6 +206,12 @@ impl Metrics {
             &self.tracked_jobs,
         );
         gauge(&mut out, "bursar_timers", "Pending engine timers.", &self.timers);
+        gauge(
+            &mut out,
+            "bursar_restore_refused_snapshots",
+            "Engine snapshots the start refused (edited, not covered by a signed head, unreadable); GET /healthz says why.",
+            &self.restore_refused,
+        );
         let _ = writeln!(
             out,
             "# HELP bursar_http_refused_total Requests and connections refused by a listener's limits, by listener and reason.\n# TYPE bursar_http_refused_total counter"

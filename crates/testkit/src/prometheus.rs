@@ -1,5 +1,6 @@
 //! A real Prometheus (Debian's `prometheus` package, 2.42, `/usr/bin/prometheus`) on a loopback port
-//! it picks, with a generated `prometheus.yml` and its TSDB in a temporary folder.
+//! it picks, with a generated `prometheus.yml` (and rule files, for alerting rules) and its TSDB in a
+//! temporary folder.
 //!
 //! `stop` and `start` again keep the folder and the port, which is how a test restarts it on the same
 //! storage. `$BURSAR_PROMETHEUS` names another binary. Tests that need it call [`Prometheus::binary`]
@@ -37,7 +38,7 @@ impl Prometheus {
     /// Starts Prometheus scraping `targets` (job `dcgm`) every `scrape_interval`, and waits until it
     /// answers `/-/ready`.
     pub fn start(targets: &[SocketAddr], scrape_interval: Duration) -> io::Result<Prometheus> {
-        Prometheus::start_with(targets, scrape_interval, Probe::Plain)
+        Prometheus::start_job(targets, scrape_interval, Probe::Plain, "dcgm", &[])
     }
 
     /// Like [`Prometheus::start`], serving its API over TLS with basic auth as `web` says
@@ -48,16 +49,44 @@ impl Prometheus {
         scrape_interval: Duration,
         web: &crate::tls::WebConfig,
     ) -> io::Result<Prometheus> {
-        Prometheus::start_with(targets, scrape_interval, Probe::Tls(web.clone()))
+        Prometheus::start_job(targets, scrape_interval, Probe::Tls(web.clone()), "dcgm", &[])
     }
 
-    fn start_with(targets: &[SocketAddr], scrape_interval: Duration, probe: Probe) -> io::Result<Prometheus> {
+    /// Starts Prometheus scraping `targets` as the scrape job `job` every `interval`, evaluating the
+    /// rule files `rules` (copied into its folder) as often, and waits until it answers `/-/ready`.
+    /// What a test of alerting rules needs: `GET /api/v1/rules` and `/api/v1/alerts` through
+    /// [`Prometheus::api`].
+    pub fn start_with_rules(
+        job: &str,
+        targets: &[SocketAddr],
+        interval: Duration,
+        rules: &[&Path],
+    ) -> io::Result<Prometheus> {
+        Prometheus::start_job(targets, interval, Probe::Plain, job, rules)
+    }
+
+    fn start_job(
+        targets: &[SocketAddr],
+        scrape_interval: Duration,
+        probe: Probe,
+        job: &str,
+        rules: &[&Path],
+    ) -> io::Result<Prometheus> {
         let dir = TempDir::new("prometheus")?;
         let list: Vec<String> = targets.iter().map(|t| format!("\"{t}\"")).collect();
         let secs = scrape_interval.as_secs_f64();
+        let mut rule_files = String::new();
+        for (i, r) in rules.iter().enumerate() {
+            let name = format!("rules-{i}.yml");
+            std::fs::copy(r, dir.path().join(&name))?;
+            rule_files.push_str(&format!("  - {name}\n"));
+        }
+        if !rule_files.is_empty() {
+            rule_files = format!("rule_files:\n{rule_files}");
+        }
         let yml = format!(
             "global:\n  scrape_interval: {secs}s\n  scrape_timeout: {secs}s\n  evaluation_interval: {secs}s\n\
-             scrape_configs:\n  - job_name: dcgm\n    static_configs:\n      - targets: [{}]\n",
+             {rule_files}scrape_configs:\n  - job_name: {job}\n    static_configs:\n      - targets: [{}]\n",
             list.join(", ")
         );
         std::fs::write(dir.path().join("prometheus.yml"), yml)?;
@@ -129,6 +158,15 @@ impl Prometheus {
         let (status, body) = self.probe.get(self.addr, &format!("/api/v1/query?query={q}"))?;
         if status != 200 {
             return Err(io::Error::other(format!("prometheus answered {status}: {body}")));
+        }
+        Ok(body)
+    }
+
+    /// `GET` an API path (`/api/v1/rules`, `/api/v1/alerts`) and returns the body of a 200.
+    pub fn api(&self, path: &str) -> io::Result<String> {
+        let (status, body) = self.probe.get(self.addr, path)?;
+        if status != 200 {
+            return Err(io::Error::other(format!("prometheus answered {status} to {path}: {body}")));
         }
         Ok(body)
     }

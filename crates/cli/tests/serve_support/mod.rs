@@ -100,6 +100,11 @@ impl Server {
         Self::try_start_at(scratch, audit, extra).unwrap_or_else(|log| panic!("bursar serve did not start:\n{log}"))
     }
 
+    /// Starts the binary with its audit log at `audit`; on failure returns its log.
+    pub fn try_start_with_audit(scratch: &Scratch, audit: &Path, extra: &[&str]) -> Result<Server, String> {
+        Self::try_start_at(scratch, audit, extra)
+    }
+
     /// Starts the binary; on failure returns its log.
     pub fn try_start(scratch: &Scratch, extra: &[&str]) -> Result<Server, String> {
         Self::try_start_at(scratch, &scratch.audit(), extra)
