@@ -38,8 +38,8 @@ enum Command {
     Check {
         /// The policy directory (or a single policy file).
         dir: PathBuf,
-        /// Also refuse what `bursar serve --cluster` cannot enforce exactly: quotas scoped by user or
-        /// tag, whose ledgers span projects and so partitions (docs/cluster.md).
+        /// Also name the quotas `bursar serve --cluster` checks through its ledger partition: scoped
+        /// by user or tag, their ledgers span projects and so partitions (docs/cluster.md).
         #[arg(long)]
         cluster: bool,
     },

@@ -9,12 +9,18 @@
 //! - `failover_loses_nothing_decides_nothing_twice_and_never_overshoots`: admissions and samples for
 //!   many projects through all three instances while the owner of busy partitions is killed with
 //!   SIGKILL, twice (the first victim restarted in between). Each partition is served again within
-//!   5 s (measured and printed); every admission that got an answer is in the decisions stream once,
+//!   the lease time plus one second (measured and printed); every admission that got an answer is in the decisions stream once,
 //!   with the answered decision; no project's quota is overshot; every instance's audit log verifies.
 //! - `a_paused_owner_writes_nothing_after_the_takeover`: SIGSTOP an owner past its lease, let another
 //!   take over and write, SIGCONT it: no journal message or snapshot chunk of an older epoch follows
 //!   the new owner's fence on any subject. Before the pause, on the same instances: a trial run in a project of one instance's partition lets a scale-up of the same
 //!   configuration in a project of the other instance's partition through trial-before-scale.
+//! - `shared_budgets_decide_as_one_engine`: user and team budgets across projects
+//!   (`tests/data/shared-ledgers`), a stream of submissions, starts, finishes, approvals,
+//!   rejections, charges and ticks sent one at a time (each event applied before the next is sent,
+//!   `?wait_ms=`) through two instances, then three: the owner of the ledger partition is killed
+//!   with SIGKILL a third of the way in, and a third instance joins (planned handovers) two thirds
+//!   in. `bursar eval` on the same stream is the one engine: every job's decisions must be the same.
 
 #![expect(clippy::unwrap_used, clippy::panic, reason = "a test")]
 
@@ -171,8 +177,10 @@ fn submit(id: &str, job: &str, project: &str, gpus: u32, hours: f64) -> String {
     )
 }
 
-/// A project whose partition is `p`.
+/// A project whose partition is `p` (a project partition: the ledger partition, number
+/// `PARTITIONS`, has none).
 fn project_in(p: u32, tag: &str) -> String {
+    assert!(p < PARTITIONS, "partition {p} is the ledger partition: no project lives there");
     (0..).map(|i| format!("{tag}-{i}")).find(|n| bursar_cluster::partition::partition_of(n, PARTITIONS) == p).unwrap()
 }
 
@@ -189,6 +197,7 @@ fn scratch(name: &str) -> TempDir {
 /// scenario sees another's streams, buckets or subjects.
 const FAILOVER: &str = "failover";
 const PAUSED: &str = "paused";
+const SHARED: &str = "shared";
 
 /// One scenario, run on the shared cluster.
 type Scenario = fn(&NatsCluster);
@@ -199,13 +208,14 @@ fn cluster_scenarios_on_one_nats_cluster() {
         eprintln!("skipped: no nats-server (scripts/setup.sh installs it)");
         return;
     }
-    let nats = NatsCluster::start_with_accounts(3, &[FAILOVER, PAUSED]).unwrap();
-    let scenarios: [(&str, Scenario); 2] = [
+    let nats = NatsCluster::start_with_accounts(3, &[FAILOVER, PAUSED, SHARED]).unwrap();
+    let scenarios: [(&str, Scenario); 3] = [
         (
             "failover_loses_nothing_decides_nothing_twice_and_never_overshoots",
             failover_loses_nothing_decides_nothing_twice_and_never_overshoots,
         ),
         ("a_paused_owner_writes_nothing_after_the_takeover", a_paused_owner_writes_nothing_after_the_takeover),
+        ("shared_budgets_decide_as_one_engine", shared_budgets_decide_as_one_engine),
     ];
     // Every scenario runs, whatever the one before it did; the first failure is re-raised after the
     // cluster is stopped (its instances were stopped as the failure unwound).
@@ -256,7 +266,8 @@ fn wait_shared(instances: &[&Instance], min: usize) -> BTreeMap<u32, String> {
                 owners.insert(p, i.name.clone());
             }
         }
-        if ok && owners.len() == PARTITIONS as usize {
+        // The projects' partitions and the ledger partition.
+        if ok && owners.len() == PARTITIONS as usize + 1 {
             return owners;
         }
         assert!(Instant::now() < deadline, "partitions not shared out: {owners:?}");
@@ -329,7 +340,9 @@ fn kill_owner_and_measure(
     survivors: &[SocketAddr],
     owners: &BTreeMap<u32, String>,
 ) -> Vec<(u32, Duration)> {
-    let partitions: Vec<u32> = owners.iter().filter(|(_, o)| **o == victim.name).map(|(p, _)| *p).collect();
+    // Its project partitions (admissions probe them; the ledger partition has no project).
+    let partitions: Vec<u32> =
+        owners.iter().filter(|(p, o)| **o == victim.name && **p < PARTITIONS).map(|(p, _)| *p).collect();
     assert!(!partitions.is_empty());
     victim.kill9();
     let killed = Instant::now();
@@ -412,8 +425,12 @@ fn failover_loses_nothing_decides_nothing_twice_and_never_overshoots(nats: &Nats
             eprintln!("failover {round}: partition {p} served again {} ms after SIGKILL", t.as_millis());
         }
     }
+    // A dead owner's partitions are back within the lease time (2 s here) plus one second.
     for (p, t) in first.iter().chain(&second) {
-        assert!(*t <= Duration::from_secs(5), "partition {p} took {t:?} to be served again (the bound is 5 s)");
+        assert!(
+            *t <= Duration::from_secs(3),
+            "partition {p} took {t:?} to be served again (the bound is the 2 s lease + 1 s)"
+        );
     }
 
     // Every decision, from the decisions stream, through a survivor.
@@ -493,7 +510,7 @@ fn a_paused_owner_writes_nothing_after_the_takeover(nats: &NatsCluster) {
     let b2 = Instance::start(url, d, "b2", 1);
     let owners = wait_shared(&[&b1, &b2], 3);
     trial_history_reaches_every_partition(&b1, &b2, &owners);
-    let paused: Vec<u32> = owners.iter().filter(|(_, o)| *o == "b1").map(|(p, _)| *p).collect();
+    let paused: Vec<u32> = owners.iter().filter(|(p, o)| *o == "b1" && **p < PARTITIONS).map(|(p, _)| *p).collect();
     let old_epochs: HashMap<u32, u64> = b1.view().unwrap().owned.iter().map(|o| (o.partition, o.epoch)).collect();
     // Traffic for b1's partitions, so it has something to write.
     for (k, p) in paused.iter().enumerate() {
@@ -506,7 +523,7 @@ fn a_paused_owner_writes_nothing_after_the_takeover(nats: &NatsCluster) {
     let stopped = Instant::now();
     // b2 takes every partition once b1's leases lapse, and decides for them.
     let deadline = Instant::now() + Duration::from_secs(20);
-    while b2.live().len() != PARTITIONS as usize {
+    while b2.live().len() != PARTITIONS as usize + 1 {
         assert!(Instant::now() < deadline, "b2 did not take over: {:?}", b2.live());
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -611,8 +628,8 @@ fn configured(id: &str, job: &str, project: &str, gpus: u32, image: &str) -> Str
 /// run fact (`run.recorded`) b1's owner sends must reach b2's partition before the scale-up is let
 /// through; a configuration with no trial anywhere stays denied.
 fn trial_history_reaches_every_partition(b1: &Instance, b2: &Instance, owners: &BTreeMap<u32, String>) {
-    let pa = *owners.iter().find(|(_, o)| *o == "b1").unwrap().0;
-    let pb = *owners.iter().find(|(_, o)| *o == "b2").unwrap().0;
+    let pa = *owners.iter().find(|(p, o)| *o == "b1" && **p < PARTITIONS).unwrap().0;
+    let pb = *owners.iter().find(|(p, o)| *o == "b2" && **p < PARTITIONS).unwrap().0;
     let (small, big) = (project_in(pa, "trial-small"), project_in(pb, "trial-big"));
     let admit = |to: SocketAddr, body: &str| {
         let (s, d) = post(to, "/v1/admit", body).unwrap();
@@ -661,34 +678,210 @@ fn tail(s: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-#[test]
-fn check_and_serve_refuse_quotas_that_span_partitions_in_cluster_mode() {
-    let dir = TempDir::new("cluster-check").unwrap();
-    let p = dir.path().join("policies");
-    std::fs::create_dir_all(&p).unwrap();
-    std::fs::write(
-        p.join("team.toml"),
-        "[[policy]]\nid = \"quota/team\"\ndescription = \"per team\"\nkind = \"quota\"\nscope = \"tag:team\"\ngpu_hours = 100\n\n[[tag]]\nkey = \"team\"\nfrom = \"submitter\"\n",
+/// Projects of the shared-ledgers policies (`tests/data/shared-ledgers/policies/tags.toml` gives
+/// their teams; `audio` has none).
+const SHARED_PROJECTS: [&str; 6] = ["nlp", "tts", "ranking", "vision", "video", "audio"];
+const SHARED_USERS: [&str; 3] = ["alice", "bob", "dana"];
+
+/// A small deterministic generator (xorshift64*), so a failure names a stream that can be rerun.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n.max(1)
+    }
+}
+
+/// What both sides must agree on about a decision (not its id or the event it is attributed to:
+/// a clock tick's copy for partition `n` is `e@pN`).
+fn seen(v: &Value) -> String {
+    format!(
+        "{} admission={} until={} policies={} reason={} gpu_hours={}",
+        v["decision"], v["admission"], v["until"], v["policies"], v["reason"], v["gpu_hours"]
     )
-    .unwrap();
-    let bursar = env!("CARGO_BIN_EXE_bursar");
-    // Without --cluster the set is valid: one engine keeps the tag ledger exact.
-    assert!(Command::new(bursar).arg("check").arg(&p).status().unwrap().success());
-    let out = Command::new(bursar).args(["check", "--cluster"]).arg(&p).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("team.toml") && err.contains("`quota/team`") && err.contains("scope = \"tag:team\""), "{err}");
-    assert!(err.contains("help: scope the quota by project"), "{err}");
-    // serve --cluster refuses the set before it reaches NATS (nothing listens on this port).
-    let out = Command::new(bursar)
-        .arg("serve")
+}
+
+fn by_job<'a>(lines: impl Iterator<Item = &'a str>) -> BTreeMap<String, Vec<String>> {
+    let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in lines.filter(|l| !l.trim().is_empty()) {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let job = v["job_id"].as_str().unwrap_or("-").to_owned();
+        m.entry(job).or_default().push(seen(&v));
+    }
+    m
+}
+
+/// Sends one line until it is applied: a submission to `/v1/admit` until it is answered (the same
+/// event id each time, so a resend after a failover gets the first decision), anything else to
+/// `/v1/events?wait_ms=` until its partition's owner has applied it. Returns the 503s met.
+fn send_applied(to: &[SocketAddr], n: usize, line: &str, admission: bool) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut unavailable = 0;
+    for attempt in 0.. {
+        let addr = to[(n + attempt) % to.len()];
+        let path = if admission { "/v1/admit" } else { "/v1/events?wait_ms=3000" };
+        match post(addr, path, line) {
+            Some((200, v)) if admission || v["applied"] == true => return unavailable,
+            Some((503, _)) => unavailable += 1,
+            Some((200, _)) | None => {}
+            Some((s, v)) => panic!("{path} answered {s} to {line}: {v}"),
+        }
+        assert!(Instant::now() < deadline, "not applied within 30 s: {line}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    unavailable
+}
+
+fn shared_budgets_decide_as_one_engine(nats: &NatsCluster) {
+    let dir = TempDir::new("cluster-shared").unwrap();
+    let d = dir.path();
+    let policies = d.join("policies");
+    std::fs::create_dir_all(&policies).unwrap();
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/shared-ledgers/policies");
+    for f in ["quota.toml", "tags.toml"] {
+        std::fs::copy(source.join(f), policies.join(f)).unwrap();
+    }
+    let url = nats.url_as(SHARED);
+    let url = url.as_str();
+    let mut b = vec![Instance::start(url, d, "b1", 1), Instance::start(url, d, "b2", 1)];
+    let owners = wait_shared(&[&b[0], &b[1]], 1);
+    let ledger_owner = owners[&PARTITIONS].clone();
+    eprintln!("partitions shared out: {owners:?}; the ledger partition is {ledger_owner}'s");
+
+    let mut rng = Rng(0x5eed_0033);
+    let (mut jobs, mut lines): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
+    let mut last = 0i64;
+    let steps = 150;
+    let mut unavailable = 0;
+    let mut b3: Option<Instance> = None;
+    for n in 0..steps {
+        if n == steps / 3 {
+            // The ledger partition's owner dies; its partitions, the ledger partition among them,
+            // are the other's after its lease.
+            let victim = b.iter().position(|i| i.name == ledger_owner).unwrap();
+            b[victim].kill9();
+            b.remove(victim);
+            eprintln!("killed {ledger_owner} at step {n}");
+        }
+        if n == 2 * steps / 3 {
+            // A planned scale-up: a third instance joins and is handed its share.
+            b3 = Some(Instance::start(url, d, "b3", 1));
+            eprintln!("b3 joined at step {n}");
+        }
+        let mut to: Vec<SocketAddr> = b.iter().map(|i| i.addr).collect();
+        to.extend(b3.iter().map(|i| i.addr));
+        // Event time from the wall clock, strictly increasing.
+        let t = bursar_model::Timestamp::wall_clock().0.max(last + 1);
+        last = t;
+        let time = bursar_model::Timestamp(t).to_string();
+        let id = format!("e{n}");
+        let job = |r: &mut Rng| (!jobs.is_empty()).then(|| jobs[r.below(jobs.len() as u64) as usize].clone());
+        let kind = rng.below(16);
+        let line = match kind {
+            0..=7 => {
+                let project = SHARED_PROJECTS[rng.below(6) as usize];
+                let user = SHARED_USERS[rng.below(3) as usize];
+                let (gpus, hours) = (1 + rng.below(8), 1 + rng.below(24));
+                let j = format!("j{n}");
+                jobs.push(j.clone());
+                format!(
+                    r#"{{"id":"{id}","time":"{time}","type":"job.submitted","job":{{"id":"{j}","project":"{project}","user":"{user}","gpus":{gpus},"requested_hours":{hours}}}}}"#
+                )
+            }
+            8..=9 => match job(&mut rng) {
+                Some(j) => format!(r#"{{"id":"{id}","time":"{time}","type":"job.started","job_id":"{j}"}}"#),
+                None => continue,
+            },
+            10..=11 => match job(&mut rng) {
+                Some(j) => {
+                    let status = ["succeeded", "failed"][rng.below(2) as usize];
+                    format!(
+                        r#"{{"id":"{id}","time":"{time}","type":"job.finished","job_id":"{j}","status":"{status}"}}"#
+                    )
+                }
+                None => continue,
+            },
+            12..=13 => match job(&mut rng) {
+                Some(j) => {
+                    let answer = ["granted", "granted", "rejected"][rng.below(3) as usize];
+                    format!(r#"{{"id":"{id}","time":"{time}","type":"approval.{answer}","job_id":"{j}","by":"carol"}}"#)
+                }
+                None => continue,
+            },
+            14 => match job(&mut rng) {
+                Some(j) => {
+                    // The project a charge names is the job's own: the index knows the job.
+                    let submitted = lines.iter().find(|l| l.contains(&format!(r#""job":{{"id":"{j}""#))).unwrap();
+                    let v: Value = serde_json::from_str(submitted).unwrap();
+                    let project = v["job"]["project"].as_str().unwrap().to_owned();
+                    let h = 1 + rng.below(30);
+                    format!(
+                        r#"{{"id":"{id}","time":"{time}","type":"billing.charge","project":"{project}","job_id":"{j}","gpu_hours":{h}.0,"amount":{h}.0}}"#
+                    )
+                }
+                None => continue,
+            },
+            _ => format!(r#"{{"id":"{id}","time":"{time}","type":"clock.tick"}}"#),
+        };
+        unavailable += send_applied(&to, n, &line, kind <= 7);
+        lines.push(line);
+    }
+    eprintln!("{} events sent one at a time; {unavailable} answers were 503 (then resent)", lines.len());
+
+    // The one engine: the same lines, in the same order.
+    let events = d.join("events.jsonl");
+    std::fs::write(&events, lines.join("\n") + "\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bursar"))
+        .arg("eval")
         .arg("--policies")
-        .arg(&p)
-        .arg("--audit")
-        .arg(dir.path().join("a.db"))
-        .args(["--listen", "127.0.0.1:0", "--cluster", "nats://127.0.0.1:1", "--instance", "x"])
+        .arg(&policies)
+        .arg("--events")
+        .arg(&events)
         .output()
         .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let one = by_job(std::str::from_utf8(&out.stdout).unwrap().lines());
+
+    // The cluster: every decision in the decisions stream, through the instance that stayed.
+    let mut c = Conn::connect(b[0].addr, None).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let r = c.request("GET", "/v1/decisions?after=0&follow=false", b"").unwrap();
+    assert_eq!(r.status, 200);
+    let text = r.text();
+    let cluster = by_job(text.lines());
+    let denied_by = |m: &BTreeMap<String, Vec<String>>, policy: &str| {
+        m.values().flatten().filter(|d| d.contains(policy) && !d.starts_with("\"allow\"")).count()
+    };
+    eprintln!(
+        "one engine: {} jobs; refused or held by the user budget {}, by the team budget {}",
+        one.len(),
+        denied_by(&one, "quota/user-monthly"),
+        denied_by(&one, "quota/team-weekly")
+    );
+    assert!(denied_by(&one, "quota/user-monthly") > 0 && denied_by(&one, "quota/team-weekly") > 0, "both budgets bite");
+    for (job, decisions) in &one {
+        assert_eq!(cluster.get(job), Some(decisions), "job {job}: the cluster decided otherwise than one engine");
+    }
+    assert_eq!(cluster.len(), one.len(), "the cluster decided about jobs one engine did not");
+    // Nothing the ledger partition did was decided otherwise at a project's partition.
+    for i in b.iter().chain(b3.iter()) {
+        assert_eq!(metric(i, "bursar_cluster_ledger_mismatches_total"), "bursar_cluster_ledger_mismatches_total 0");
+    }
+}
+
+#[test]
+fn check_names_the_quotas_the_ledger_partition_keeps() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/shared-ledgers/policies");
+    let out = Command::new(env!("CARGO_BIN_EXE_bursar")).args(["check", "--cluster"]).arg(&p).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("spans projects"), "{err}");
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("quota.toml") && err.contains("`quota/user-monthly`") && err.contains("scope = \"user\""),
+        "{err}"
+    );
+    assert!(err.contains("`quota/team-weekly`") && err.contains("the ledger partition keeps its ledgers"), "{err}");
+    assert!(!err.contains("quota/project-monthly"), "a project quota stays in its partition: {err}");
 }

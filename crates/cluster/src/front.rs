@@ -24,7 +24,7 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
 use crate::nats::Nats;
-use crate::partition::{admit_subject, cursor, events_subject, job_key, partition_of, split_cursor};
+use crate::partition::{admit_subject, cursor, events_subject, job_key, journal_subject, partition_of, split_cursor};
 use crate::status::Status;
 use crate::wire::{JournalBatch, OwnerAnswer};
 
@@ -38,6 +38,9 @@ const ATTEMPT: Duration = Duration::from_millis(700);
 /// How long to wait before asking again when no owner holds the partition (a takeover or a
 /// handover under way).
 const RETRY_UNOWNED: Duration = Duration::from_millis(25);
+
+/// How often [`Front::wait_applied`] reads a partition's journal head.
+const APPLIED_POLL: Duration = Duration::from_millis(5);
 
 /// How long to wait before asking again when the owner said to (it is stepping down).
 const RETRY_REFUSED: Duration = Duration::from_millis(10);
@@ -59,6 +62,8 @@ pub struct Published {
     pub id: String,
     /// The stream had it already (every copy, for an event sent to every partition).
     pub duplicate: bool,
+    /// Where each copy is in the events stream (stored now, or first): partition and sequence.
+    pub at: Vec<(u32, u64)>,
 }
 
 /// Why an admission got no decision.
@@ -177,7 +182,7 @@ impl Front {
                     .publish_with_headers(events_subject(p), headers, line.into_bytes().into())
                     .await
                     .map_err(|e| format!("cannot publish to the events stream: {e}"))?;
-                acks.push(f);
+                acks.push((p, f));
             }
             pending.push((inc.line, inc.input.id().into_owned(), acks));
         }
@@ -185,7 +190,8 @@ impl Front {
         let c = &self.status.counters;
         for (line, id, acks) in pending {
             let mut all_duplicate = !acks.is_empty();
-            for f in acks {
+            let mut at = Vec::with_capacity(acks.len());
+            for (p, f) in acks {
                 let ack = f.await.map_err(|e| format!("the events stream did not store an event: {e}"))?;
                 all_duplicate &= ack.duplicate;
                 if ack.duplicate {
@@ -193,10 +199,46 @@ impl Front {
                 } else {
                     c.events_published.fetch_add(1, Ordering::Relaxed);
                 }
+                // A duplicate's ack names the copy stored first: waiting for it is waiting for
+                // the event.
+                if ack.sequence > 0 {
+                    at.push((p, ack.sequence));
+                }
             }
-            out.push(Published { line, id, duplicate: all_duplicate });
+            out.push(Published { line, id, duplicate: all_duplicate, at });
         }
         Ok(out)
+    }
+
+    /// Waits until the owner of each partition in `at` has applied the events stream up to the
+    /// sequence given (its journal says so), or `within` passes; returns whether they all have.
+    /// What `POST /v1/events?wait_ms=N` gives a producer that needs its events in force before its
+    /// next request: an event is stored when [`Front::publish`] returns, and applied when its
+    /// partition's owner has consumed and journaled it, which a takeover can delay by a lease.
+    pub async fn wait_applied(&self, at: &[(u32, u64)], within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        let mut through: HashMap<u32, u64> = HashMap::new();
+        for (p, seq) in at {
+            let seq = (*seq).max(through.get(p).copied().unwrap_or(0));
+            loop {
+                match self.journaled_through(*p).await {
+                    Some(t) if t >= seq => {
+                        through.insert(*p, t);
+                        break;
+                    }
+                    _ if Instant::now() >= deadline => return false,
+                    _ => tokio::time::sleep(APPLIED_POLL).await,
+                }
+            }
+        }
+        true
+    }
+
+    /// The events-stream sequence partition `p`'s journal says its owner has applied through.
+    async fn journaled_through(&self, p: u32) -> Option<u64> {
+        let m = self.nats.journal.get_last_raw_message_by_subject(&journal_subject(p)).await.ok()?;
+        let batch: JournalBatch = serde_json::from_slice(&m.payload).ok()?;
+        Some(batch.events_through)
     }
 
     /// Asks the owner of the submission's partition for its admission decision.

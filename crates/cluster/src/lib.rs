@@ -153,7 +153,9 @@ impl ClusterConfig {
     }
 }
 
-/// A policy whose state spans partitions, which cluster mode refuses.
+/// A quota whose ledger spans partitions: `serve --cluster` checks it through the ledger partition
+/// (the two-step reservation of [`bursar_engine::shared`]), one round trip more per admission it
+/// applies to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Spanning {
     /// The policy id.
@@ -168,7 +170,7 @@ impl std::fmt::Display for Spanning {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{}: policy `{}` has a quota with `scope = \"{}\"`, which spans projects: in cluster mode each project's partition would count only its own share of the ledger, so the quota could be overshot\n  help: scope the quota by project, or run a single `bursar serve` (docs/cluster.md, \"What spans partitions\")",
+            "{}: policy `{}` has a quota with `scope = \"{}\"`, which spans projects: in cluster mode the ledger partition keeps its ledgers and reserves for every project's partition, one more round trip for each admission it applies to (docs/cluster.md, \"What spans partitions\")",
             self.source, self.policy, self.scope
         )
     }
@@ -211,10 +213,6 @@ impl Cluster {
         policies: watch::Receiver<Arc<PolicySet>>,
     ) -> Result<Cluster, ClusterError> {
         config.check()?;
-        let spanning = spanning_quotas(&policies.borrow());
-        if let Some(s) = spanning.first() {
-            return Err(ClusterError::Config(s.to_string()));
-        }
         let nats = nats::Nats::connect(&config).await?;
         let status = Arc::new(Status::new(&config.instance, nats.partitions));
         let max_payload = nats.client.server_info().max_payload.max(64 * 1024);
@@ -234,7 +232,7 @@ impl Cluster {
                     snapshot_every: config.snapshot_every,
                     max_message: max_payload - max_payload / 8,
                     engine: config.engine,
-                    shared_ledgers: false,
+                    shared_ledgers: true,
                 },
                 status: status.clone(),
             },

@@ -74,8 +74,8 @@ pub struct OwnerSettings {
     /// Engine settings for a partition that has no snapshot yet.
     pub engine: EngineConfig,
     /// Run the ledger partition and link the project partitions to it (the user and tag budgets
-    /// that span projects, [`crate::ledger`]). Off until `serve --cluster` accepts such quotas: the
-    /// two-step reservation is built but not yet proven against one engine (issue 33, item 4).
+    /// that span projects, [`crate::ledger`]). `serve --cluster` always does; a project partition
+    /// asks it only when the set in force has such a quota.
     pub shared_ledgers: bool,
 }
 
@@ -233,18 +233,38 @@ fn nerr(what: impl Into<String>, e: impl std::fmt::Display) -> ClusterError {
     ClusterError::Nats { what: what.into(), error: e.to_string() }
 }
 
+/// The last sequence on journal subject `subject` (0 when it has none) and the events-stream
+/// sequence that message says was applied.
+async fn journal_head(
+    stream: &async_nats::jetstream::stream::Stream,
+    subject: &str,
+) -> Result<(u64, u64), ClusterError> {
+    use async_nats::jetstream::stream::LastRawMessageErrorKind;
+    match stream.get_last_raw_message_by_subject(subject).await {
+        Ok(m) => {
+            let through = serde_json::from_slice::<JournalBatch>(&m.payload).map(|b| b.events_through).unwrap_or(0);
+            Ok((m.sequence, through))
+        }
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok((0, 0)),
+        Err(e) => Err(nerr(format!("read the last message of `{subject}`"), e)),
+    }
+}
+
 async fn take_over(ctx: &OwnerCtx) -> Result<Restored, ClusterError> {
     let p = ctx.partition;
     let subject = journal_subject(p);
     // 1. The journal fence.
     let mut marker = None;
     for _ in 0..20 {
-        let last = last_on_subject(&ctx.nats.journal, &subject).await?;
+        // The marker repeats how far the journal before it has applied the events stream, so a
+        // front end waiting for an event to be applied (`Front::wait_applied`) reads the journal's
+        // head right across a takeover.
+        let (last, through) = journal_head(&ctx.nats.journal, &subject).await?;
         let payload = serde_json::to_vec(&JournalBatchOut {
             partition: p,
             epoch: ctx.epoch,
             instance: &ctx.instance,
-            events_through: 0,
+            events_through: through,
             takeover: true,
             policy_sets: &[],
             reload_failures: &[],

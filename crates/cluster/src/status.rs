@@ -306,6 +306,26 @@ impl Status {
         for (name, help, v) in [
             ("bursar_cluster_journal_flushes_total", "Journal group commits of this instance's owners.", &c.flushes),
             ("bursar_cluster_journal_entries_total", "Entries those commits journaled.", &c.flushed_entries),
+            (
+                "bursar_cluster_ledger_ops_total",
+                "Ops (admissions and changes to jobs admitted through it) this instance's project partitions sent to the ledger partition.",
+                &c.ledger_ops,
+            ),
+            (
+                "bursar_cluster_ledger_exchanges_total",
+                "Round trips to the ledger partition (ops are sent in order, several per trip).",
+                &c.ledger_exchanges,
+            ),
+            (
+                "bursar_cluster_ledger_applied_total",
+                "Ops the ledger partition applied while this instance owned it.",
+                &c.ledger_applied,
+            ),
+            (
+                "bursar_cluster_ledger_mismatches_total",
+                "Admissions a project partition decided otherwise than the ledger partition combined them (policy sets out of step); should stay 0.",
+                &c.ledger_mismatches,
+            ),
         ] {
             put(name, "counter", help, load(v));
         }
@@ -320,6 +340,11 @@ impl Status {
                 "bursar_cluster_admit_ask_seconds_total",
                 "Seconds this front end waited for owners' answers to admissions.",
                 &c.ask_micros,
+            ),
+            (
+                "bursar_cluster_ledger_wait_seconds_total",
+                "Seconds this instance's project partitions waited for the ledger partition.",
+                &c.ledger_micros,
             ),
             (
                 "bursar_cluster_admit_index_seconds_total",

@@ -8,6 +8,8 @@
 //! arithmetic and the protocol: ops applied once by id, a resent admission answered with its first
 //! answer, a ledger partition restored from its snapshot mid-stream going on as if nothing happened.
 
+#![expect(clippy::unwrap_used, clippy::expect_used, reason = "a test")]
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};

@@ -94,6 +94,10 @@ pub struct EventsReply {
     pub rejected: Vec<Rejected>,
     /// The decisions the accepted events produced, in order, each with its stream position.
     pub decisions: Vec<Sequenced>,
+    /// Cluster mode, asked to wait (`?wait_ms=N`): whether every accepted event was applied by its
+    /// partition's owner within the wait. (A single `serve` applies before it answers.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied: Option<bool>,
 }
 
 /// The answer to `POST /v1/admit`: the admission decision (fields at the top level, so a hook reads

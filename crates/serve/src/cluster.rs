@@ -13,7 +13,7 @@
 //! - `GET /healthz` (200 while connected to NATS), `GET /metrics`.
 //!
 //! Policies load with the same loader as single-node serve, and reload on file changes and SIGHUP;
-//! a set with a user- or tag-scoped quota is refused at start and on reload (`docs/cluster.md`).
+//! quotas scoped by user or tag are checked through the ledger partition (`docs/cluster.md`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -29,7 +29,7 @@ use axum::routing::{get, post};
 use bursar_auth::{Caller, Power};
 use bursar_cluster::{Cluster, ClusterConfig, Front, Status};
 use bursar_engine::PolicySet;
-use bursar_model::api::{Duplicate, ErrorReply, EventsReply, Rejected};
+use bursar_model::api::{Duplicate, ErrorReply, EventsReply, Rejected, ReloadOutcome};
 use bursar_model::{EventKind, Input};
 use bursar_session::{Origin, decode_body};
 use tokio::sync::{mpsc, watch};
@@ -45,6 +45,12 @@ struct ClusterState {
     /// An event dated more than this after the wall clock is refused here, at the front: the
     /// partition's owner replays its stream later, so the bound cannot be its to apply.
     max_skew: bursar_model::Duration,
+    /// The set in force here and the last reload (`/v1/policies`, `/metrics`).
+    policy: crate::reload::SharedStatus,
+    /// Reload counters.
+    metrics: Arc<crate::Metrics>,
+    /// Asks the reloader (`POST /v1/reload`).
+    reload: mpsc::Sender<crate::reload::ReloadRequest>,
 }
 
 fn reply(status: StatusCode, v: &impl serde::Serialize) -> Response {
@@ -95,8 +101,10 @@ fn router(state: ClusterState, limits: crate::listen::Limits, counters: Arc<crat
             Router::new()
                 .route("/v1/decisions", get(decisions))
                 .route("/v1/cluster", get(cluster_view))
+                .route("/v1/policies", get(policies))
                 .route("/metrics", get(metrics)),
         ))
+        .merge(need(Power::Admin, Router::new().route("/v1/reload", post(reload))))
         .layer(middleware::from_fn_with_state(state.auth.clone(), crate::auth::authenticate));
     Router::new()
         .route("/healthz", get(healthz))
@@ -104,7 +112,7 @@ fn router(state: ClusterState, limits: crate::listen::Limits, counters: Arc<crat
         .fallback(|| async {
             error(
                 StatusCode::NOT_FOUND,
-                "no such route in cluster mode: /v1/admit, /v1/events, /v1/decisions, /v1/cluster, /healthz, /metrics (docs/cluster.md)",
+                "no such route in cluster mode: /v1/admit, /v1/events, /v1/decisions, /v1/cluster, /v1/policies, /v1/reload, /healthz, /metrics (docs/cluster.md)",
             )
         })
         .layer(middleware::from_fn_with_state((limits, counters), crate::listen::body_limits))
@@ -122,9 +130,62 @@ async fn healthz(State(st): State<ClusterState>) -> Response {
 }
 
 async fn metrics(State(st): State<ClusterState>) -> Response {
-    let mut r = st.status.render().into_response();
+    use std::fmt::Write as _;
+    let mut text = st.status.render();
+    let m = &st.metrics;
+    let _ =
+        writeln!(text, "# HELP bursar_reloads_total Policy reloads, by outcome.\n# TYPE bursar_reloads_total counter");
+    for (label, v) in [("ok", &m.reloads_ok), ("unchanged", &m.reloads_unchanged), ("failed", &m.reloads_failed)] {
+        let _ = writeln!(
+            text,
+            "bursar_reloads_total{{outcome=\"{label}\"}} {}",
+            v.load(std::sync::atomic::Ordering::Relaxed)
+        );
+    }
+    let (digest, loaded_at, failed) = st
+        .policy
+        .read()
+        .map(|s| {
+            let digest = s.set.as_ref().map(|x| x.digest().to_owned()).unwrap_or_default();
+            (digest, s.loaded_at.clone(), s.last.as_ref().is_some_and(|l| !l.ok))
+        })
+        .unwrap_or_default();
+    let loaded_s = bursar_model::Timestamp::parse(&loaded_at).map(|t| t.millis() as f64 / 1e3).unwrap_or(0.0);
+    let _ = write!(
+        text,
+        "# HELP bursar_last_reload_failed 1 when the last reload could not take the policy directory: what is in force is older than the files.\n\
+         # TYPE bursar_last_reload_failed gauge\nbursar_last_reload_failed{{part=\"policies\"}} {}\n\
+         # HELP bursar_policy_set_info The policy set in force on this instance, by digest (always 1).\n\
+         # TYPE bursar_policy_set_info gauge\nbursar_policy_set_info{{digest=\"{}\"}} 1\n\
+         # HELP bursar_policy_set_loaded_timestamp_seconds When the set in force was loaded here (Unix time).\n\
+         # TYPE bursar_policy_set_loaded_timestamp_seconds gauge\nbursar_policy_set_loaded_timestamp_seconds {loaded_s:.3}\n",
+        u8::from(failed),
+        digest.replace('\\', "\\\\").replace('"', "\\\""),
+    );
+    let mut r = text.into_response();
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
     r
+}
+
+async fn policies(State(st): State<ClusterState>) -> Response {
+    let Ok(status) = st.policy.read().map(|s| s.clone()) else {
+        return error(StatusCode::INTERNAL_SERVER_ERROR, "policy status unavailable");
+    };
+    reply(StatusCode::OK, &crate::http::policies_view(status))
+}
+
+async fn reload(State(st): State<ClusterState>) -> Response {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    if st.reload.send(crate::reload::ReloadRequest { cause: "http", reply: Some(tx) }).await.is_err() {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "the server is shutting down");
+    }
+    match rx.await {
+        Ok(outcome) => {
+            let status = if outcome.ok { StatusCode::OK } else { StatusCode::UNPROCESSABLE_ENTITY };
+            reply(status, &outcome)
+        }
+        Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the reload was abandoned (shutting down)"),
+    }
 }
 
 async fn cluster_view(State(st): State<ClusterState>) -> Response {
@@ -164,7 +225,26 @@ async fn admit(State(st): State<ClusterState>, Extension(caller): Extension<Arc<
     }
 }
 
-async fn events(State(st): State<ClusterState>, Extension(caller): Extension<Arc<Caller>>, body: Bytes) -> Response {
+/// `POST /v1/events` query: `wait_ms=N` waits up to N ms (at most [`MAX_WAIT_MS`]) for every event
+/// to be applied by its partition's owner, not only stored.
+#[derive(Debug, serde::Deserialize)]
+struct EventsQuery {
+    wait_ms: Option<u64>,
+}
+
+/// The longest `?wait_ms=`.
+const MAX_WAIT_MS: u64 = 30_000;
+
+async fn events(
+    State(st): State<ClusterState>,
+    Extension(caller): Extension<Arc<Caller>>,
+    q: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+    body: Bytes,
+) -> Response {
+    let wait = match q {
+        Ok(Query(q)) => q.wait_ms.map(|ms| Duration::from_millis(ms.min(MAX_WAIT_MS))),
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("{e}: `wait_ms` is a number of milliseconds")),
+    };
     let (items, mut rejected) = decode_body(&body, st.max_line, Origin::Producer);
     let decoded = items.len();
     let (items, refused) = front_lines(&st, &caller, items);
@@ -178,25 +258,43 @@ async fn events(State(st): State<ClusterState>, Extension(caller): Extension<Arc
             duplicates: vec![],
             rejected,
             decisions: vec![],
+            applied: None,
         };
         return reply(StatusCode::FORBIDDEN, &r);
     }
     if items.is_empty() {
         let reason = if rejected.is_empty() { "the body holds no event" } else { "no line is a valid event" };
-        let r =
-            EventsReply { error: Some(reason.into()), accepted: 0, duplicates: vec![], rejected, decisions: vec![] };
+        let r = EventsReply {
+            error: Some(reason.into()),
+            accepted: 0,
+            duplicates: vec![],
+            rejected,
+            decisions: vec![],
+            applied: None,
+        };
         return reply(StatusCode::BAD_REQUEST, &r);
     }
     match st.front.publish(items).await {
         Ok(published) => {
-            let mut answer =
-                EventsReply { error: None, accepted: 0, duplicates: Vec::new(), rejected, decisions: Vec::new() };
+            let mut answer = EventsReply {
+                error: None,
+                accepted: 0,
+                duplicates: Vec::new(),
+                rejected,
+                decisions: Vec::new(),
+                applied: None,
+            };
+            let mut at = Vec::new();
             for p in published {
+                at.extend(p.at);
                 if p.duplicate {
                     answer.duplicates.push(Duplicate { line: p.line, id: p.id });
                 } else {
                     answer.accepted += 1;
                 }
+            }
+            if let Some(within) = wait {
+                answer.applied = Some(st.front.wait_applied(&at, within).await);
             }
             reply(StatusCode::OK, &answer)
         }
@@ -274,27 +372,77 @@ pub async fn serve_cluster(
     let (policies_tx, policies_rx) = watch::channel(set.clone());
     let instance = Cluster::start(cluster, policies_rx).await.map_err(|e| ServeError::Cluster(e.to_string()))?;
 
-    // Reloads: file changes and SIGHUP; a set that does not compile, or spans partitions, is refused
-    // and the one in force stays.
+    // Reloads: file changes, SIGHUP and `POST /v1/reload`; a set that does not compile is refused
+    // and the one in force stays. Each instance compiles its own copy of the files: the owners it
+    // runs take the new set between two batches (docs/cluster.md, "Reloading").
+    let started_at = crate::wall_time().to_string();
+    let policy: crate::reload::SharedStatus = Arc::new(std::sync::RwLock::new(crate::reload::PolicyStatus {
+        set: Some(set.clone()),
+        loaded_at: started_at.clone(),
+        last: Some(ReloadOutcome {
+            ok: true,
+            status: "loaded".into(),
+            cause: "startup".into(),
+            at: started_at,
+            digest: set.digest().to_owned(),
+            errors: Vec::new(),
+            compile_ms: 0.0,
+            config: None,
+        }),
+    }));
+    let metrics = Arc::new(crate::Metrics::default());
     let (reload_tx, mut reload_rx) = mpsc::channel::<crate::reload::ReloadRequest>(64);
     let triggers = crate::reload::Triggers::start(&config.policies, config.watch, config.debounce, &reload_tx)?;
     let reloader = {
-        let config = config.clone();
+        let (config, policy, metrics) = (config.clone(), policy.clone(), metrics.clone());
         tokio::spawn(async move {
             while let Some(req) = reload_rx.recv().await {
-                match compile(&config).await {
+                let started = std::time::Instant::now();
+                let compiled = compile(&config).await;
+                let mut outcome = ReloadOutcome {
+                    ok: false,
+                    status: "failed".into(),
+                    cause: req.cause.into(),
+                    at: crate::wall_time().to_string(),
+                    digest: policies_tx.borrow().digest().to_owned(),
+                    errors: Vec::new(),
+                    compile_ms: started.elapsed().as_secs_f64() * 1e3,
+                    config: None,
+                };
+                let relaxed = std::sync::atomic::Ordering::Relaxed;
+                match compiled {
+                    Ok(set) if set.digest() == policies_tx.borrow().digest() => {
+                        outcome.ok = true;
+                        outcome.status = "unchanged".into();
+                        metrics.reloads_unchanged.fetch_add(1, relaxed);
+                    }
                     Ok(set) => {
-                        let spanning = bursar_cluster::spanning_quotas(&set);
-                        if let Some(s) = spanning.first() {
-                            tracing::error!(cause = req.cause, "policy reload refused: {s}");
-                        } else if set.digest() != policies_tx.borrow().digest() {
-                            tracing::info!(cause = req.cause, digest = set.digest(), "policies reloaded");
-                            let _ = policies_tx.send(Arc::new(set));
+                        tracing::info!(cause = req.cause, digest = set.digest(), "policies reloaded");
+                        let set = Arc::new(set);
+                        outcome.ok = true;
+                        outcome.status = "loaded".into();
+                        outcome.digest = set.digest().to_owned();
+                        metrics.reloads_ok.fetch_add(1, relaxed);
+                        if let Ok(mut st) = policy.write() {
+                            st.set = Some(set.clone());
+                            st.loaded_at = outcome.at.clone();
                         }
+                        let _ = policies_tx.send(set);
                     }
                     Err(e) => {
-                        tracing::error!(cause = req.cause, error = %e, "policy reload failed; the set in force stays")
+                        tracing::error!(cause = req.cause, error = %e, "policy reload failed; the set in force stays");
+                        outcome.errors = match e {
+                            ServeError::Policies { errors, .. } => errors.iter().map(|d| d.headline()).collect(),
+                            other => vec![other.to_string()],
+                        };
+                        metrics.reloads_failed.fetch_add(1, relaxed);
                     }
+                }
+                if let Ok(mut st) = policy.write() {
+                    st.last = Some(outcome.clone());
+                }
+                if let Some(reply) = req.reply {
+                    let _ = reply.send(outcome);
                 }
             }
         })
@@ -315,6 +463,9 @@ pub async fn serve_cluster(
         },
         max_line: config.max_body,
         max_skew: config.max_skew,
+        policy,
+        metrics,
+        reload: reload_tx.clone(),
     };
     let counters = Arc::new(crate::listen::ListenCounters::default());
     let tls = config

@@ -353,7 +353,14 @@ async fn events(State(st): State<AppState>, Extension(caller): Extension<Arc<Cal
         rejected.sort_by_key(|r| r.line);
         return reply(
             StatusCode::FORBIDDEN,
-            &EventsReply { error: Some(first), accepted: 0, duplicates: Vec::new(), rejected, decisions: Vec::new() },
+            &EventsReply {
+                error: Some(first),
+                accepted: 0,
+                duplicates: Vec::new(),
+                rejected,
+                decisions: Vec::new(),
+                applied: None,
+            },
         );
     }
     rejected.extend(denied);
@@ -368,6 +375,7 @@ async fn events(State(st): State<AppState>, Extension(caller): Extension<Arc<Cal
                 duplicates: Vec::new(),
                 rejected,
                 decisions: Vec::new(),
+                applied: None,
             },
         );
     }
@@ -375,7 +383,14 @@ async fn events(State(st): State<AppState>, Extension(caller): Extension<Arc<Cal
         Ok(a) => a,
         Err(r) => return r,
     };
-    let mut answer = EventsReply { error: None, accepted: 0, duplicates: Vec::new(), rejected, decisions: Vec::new() };
+    let mut answer = EventsReply {
+        error: None,
+        accepted: 0,
+        duplicates: Vec::new(),
+        rejected,
+        decisions: Vec::new(),
+        applied: None,
+    };
     let mut refused_all = true;
     for a in applied {
         if let Some(why) = a.denied {
@@ -631,6 +646,11 @@ async fn policies(State(st): State<AppState>) -> Response {
     let Ok(status) = st.status.read().map(|s| s.clone()) else {
         return error(StatusCode::INTERNAL_SERVER_ERROR, "policy status unavailable");
     };
+    reply(StatusCode::OK, &policies_view(status))
+}
+
+/// `GET /v1/policies`: the set in force, its files and the last reload (single node and cluster).
+pub(crate) fn policies_view(status: crate::reload::PolicyStatus) -> PoliciesView {
     let mut view = PoliciesView {
         digest: String::new(),
         loaded_at: status.loaded_at,
@@ -657,7 +677,7 @@ async fn policies(State(st): State<AppState>) -> Response {
         view.files =
             set.files().iter().map(|f| PolicyFile { path: f.path.clone(), digest: f.digest.clone() }).collect();
     }
-    reply(StatusCode::OK, &view)
+    view
 }
 
 async fn reload(State(st): State<AppState>) -> Response {

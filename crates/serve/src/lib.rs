@@ -104,7 +104,7 @@ pub enum ServeError {
         /// The error.
         message: String,
     },
-    /// `--cluster`: the cluster could not start (NATS unreachable, a policy that spans partitions).
+    /// `--cluster`: the cluster could not start (NATS unreachable, streams it cannot create).
     #[error("{0}")]
     Cluster(String),
     /// The engine thread stopped on an error (already logged).
