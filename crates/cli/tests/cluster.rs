@@ -870,6 +870,37 @@ fn shared_budgets_decide_as_one_engine(nats: &NatsCluster) {
     for i in b.iter().chain(b3.iter()) {
         assert_eq!(metric(i, "bursar_cluster_ledger_mismatches_total"), "bursar_cluster_ledger_mismatches_total 0");
     }
+
+    // The set in force and its reloads, as in single-node serve.
+    let survivor = &b[0];
+    let (s, body) = survivor.get("/v1/policies").unwrap();
+    assert_eq!(s, 200, "{body}");
+    let view: Value = serde_json::from_str(&body).unwrap();
+    let before = view["digest"].as_str().unwrap().to_owned();
+    assert_eq!(view["policies"].as_array().unwrap().len(), 3, "{body}");
+    assert_eq!(view["last_reload"]["cause"], "startup", "{body}");
+    assert!(metric(survivor, "bursar_last_reload_failed{part=\"policies\"}").ends_with(" 0"));
+    std::fs::write(
+        policies.join("extra.toml"),
+        "[[policy]]\nid = \"quota/audio\"\ndescription = \"audio's own budget\"\nkind = \"quota\"\ngpu_hours = 50\n",
+    )
+    .unwrap();
+    let (s, out) = post(survivor.addr, "/v1/reload", "").unwrap();
+    assert_eq!(s, 200, "{out}");
+    assert!(out["ok"] == true && out["digest"].as_str() != Some(before.as_str()), "{out}");
+    let (_, body) = survivor.get("/v1/policies").unwrap();
+    assert!(body.contains("quota/audio"), "{body}");
+    let metrics = survivor.get("/metrics").unwrap().1;
+    let info = format!("bursar_policy_set_info{{digest=\"{}\"}} 1", out["digest"].as_str().unwrap());
+    assert!(metrics.contains(&info), "{info} not in /metrics");
+    std::fs::write(policies.join("extra.toml"), "[[policy]]\nid = \"quota/audio\"\nkind = \"quota\"\ngpu_hours = \"many\"\n").unwrap();
+    let (s, out) = post(survivor.addr, "/v1/reload", "").unwrap();
+    assert_eq!(s, 422, "{out}");
+    assert!(out["errors"].to_string().contains("extra.toml"), "{out}");
+    assert!(metric(survivor, "bursar_last_reload_failed{part=\"policies\"}").ends_with(" 1"));
+    assert!(!metric(survivor, "bursar_reloads_total{outcome=\"failed\"}").ends_with(" 0"));
+    let (_, body) = survivor.get("/v1/policies").unwrap();
+    assert!(body.contains("quota/audio"), "the set in force stays: {body}");
 }
 
 #[test]
