@@ -18,9 +18,8 @@
 //! - `shared_budgets_decide_as_one_engine`: user and team budgets across projects
 //!   (`tests/data/shared-ledgers`), a stream of submissions, starts, finishes, approvals,
 //!   rejections, charges and ticks sent one at a time (each event applied before the next is sent,
-//!   `?wait_ms=`) through two instances, then three: the owner of the ledger partition is killed
-//!   with SIGKILL a third of the way in, and a third instance joins (planned handovers) two thirds
-//!   in. `bursar eval` on the same stream is the one engine: every job's decisions must be the same.
+//!   `?wait_ms=`) through three instances: the owner of the ledger partition is killed with
+//!   SIGKILL a third of the way in, and a fourth instance joins (planned handovers) two thirds in. `bursar eval` on the same stream is the one engine: every job's decisions must be the same.
 
 #![expect(clippy::unwrap_used, clippy::panic, reason = "a test")]
 
@@ -746,8 +745,9 @@ fn shared_budgets_decide_as_one_engine(nats: &NatsCluster) {
     }
     let url = nats.url_as(SHARED);
     let url = url.as_str();
-    let mut b = vec![Instance::start(url, d, "b1", 1), Instance::start(url, d, "b2", 1)];
-    let owners = wait_shared(&[&b[0], &b[1]], 1);
+    let mut b =
+        vec![Instance::start(url, d, "b1", 1), Instance::start(url, d, "b2", 1), Instance::start(url, d, "b3", 1)];
+    let owners = wait_shared(&[&b[0], &b[1], &b[2]], 1);
     let ledger_owner = owners[&PARTITIONS].clone();
     eprintln!("partitions shared out: {owners:?}; the ledger partition is {ledger_owner}'s");
 
@@ -756,7 +756,7 @@ fn shared_budgets_decide_as_one_engine(nats: &NatsCluster) {
     let mut last = 0i64;
     let steps = 150;
     let mut unavailable = 0;
-    let mut b3: Option<Instance> = None;
+    let mut b4: Option<Instance> = None;
     for n in 0..steps {
         if n == steps / 3 {
             // The ledger partition's owner dies; its partitions, the ledger partition among them,
@@ -767,12 +767,12 @@ fn shared_budgets_decide_as_one_engine(nats: &NatsCluster) {
             eprintln!("killed {ledger_owner} at step {n}");
         }
         if n == 2 * steps / 3 {
-            // A planned scale-up: a third instance joins and is handed its share.
-            b3 = Some(Instance::start(url, d, "b3", 1));
-            eprintln!("b3 joined at step {n}");
+            // A planned scale-up: back to three, the new instance handed its share.
+            b4 = Some(Instance::start(url, d, "b4", 1));
+            eprintln!("b4 joined at step {n}");
         }
         let mut to: Vec<SocketAddr> = b.iter().map(|i| i.addr).collect();
-        to.extend(b3.iter().map(|i| i.addr));
+        to.extend(b4.iter().map(|i| i.addr));
         // Event time from the wall clock, strictly increasing.
         let t = bursar_model::Timestamp::wall_clock().0.max(last + 1);
         last = t;
@@ -867,7 +867,7 @@ fn shared_budgets_decide_as_one_engine(nats: &NatsCluster) {
     }
     assert_eq!(cluster.len(), one.len(), "the cluster decided about jobs one engine did not");
     // Nothing the ledger partition did was decided otherwise at a project's partition.
-    for i in b.iter().chain(b3.iter()) {
+    for i in b.iter().chain(b4.iter()) {
         assert_eq!(metric(i, "bursar_cluster_ledger_mismatches_total"), "bursar_cluster_ledger_mismatches_total 0");
     }
 
