@@ -301,6 +301,11 @@ enum AuditCommand {
         /// Append the signed head to this witness (with --signing-key), or read the newest one from it.
         #[arg(long, value_name = "FILE")]
         witness: Option<PathBuf>,
+        /// With --signing-key and a witness that already holds this key's heads of the log: sign
+        /// even though writes follow the newest of them, recording the adoption in the log (without
+        /// it such a log is refused: signing would vouch for whatever was appended).
+        #[arg(long, requires_all = ["signing_key", "witness"])]
+        adopt_unsigned: bool,
     },
     /// Write a new Ed25519 key pair for signed heads: PREFIX.key (mode 0600) and PREFIX.pub.
     ///
@@ -487,8 +492,8 @@ pub fn run(args: &AuditArgs, _format: ErrorFormat) -> Result<ExitCode, CliError>
             .map_err(io)?;
             Ok(ExitCode::Ok)
         }
-        AuditCommand::Head { signing_key, witness } => {
-            run_head(&args.db, signing_key.as_deref(), witness.as_deref(), &mut out)
+        AuditCommand::Head { signing_key, witness, adopt_unsigned } => {
+            run_head(&args.db, signing_key.as_deref(), witness.as_deref(), *adopt_unsigned, &mut out)
         }
         AuditCommand::Keygen { out: prefix } => {
             let secret = with_ext(prefix, "key");
@@ -591,7 +596,13 @@ fn run_backup(db: &Path, dest: &Path, out: &mut dyn Write) -> Result<ExitCode, C
 }
 
 /// `bursar audit head`: sign the current head (verifying the log first), or show the witness's newest.
-fn run_head(db: &Path, key: Option<&Path>, witness: Option<&Path>, out: &mut dyn Write) -> Result<ExitCode, CliError> {
+fn run_head(
+    db: &Path,
+    key: Option<&Path>,
+    witness: Option<&Path>,
+    adopt_unsigned: bool,
+    out: &mut dyn Write,
+) -> Result<ExitCode, CliError> {
     let io = |e: std::io::Error| CliError::io("cannot write the answer", e);
     let log = AuditLog::open_read(db).map_err(audit_err)?;
     match (key, witness) {
@@ -605,7 +616,50 @@ fn run_head(db: &Path, key: Option<&Path>, witness: Option<&Path>, out: &mut dyn
                 );
                 return Ok(ExitCode::Failed);
             }
+            let key_path = key;
             let key = SigningKey::from_file(key).map_err(audit_err)?;
+            // A witness that already vouches for this log with this key is signed ground: writes
+            // after its newest head are signed over only with --adopt-unsigned, recorded in the log
+            // (issue 36: an operator's routine signing must not launder an append). A witness that
+            // holds no head of this log by this key (a new key's first signature) starts here.
+            if let Some(w) = witness {
+                let standing = bursar_audit::trust::standing(&log, w, &key.public()).map_err(audit_err)?;
+                let vouched_before = standing.vouched.is_some() || standing.ahead.is_some();
+                if vouched_before && !standing.is_clean() {
+                    if !adopt_unsigned {
+                        eprintln!(
+                            "bursar: refusing to sign the head of `{}`: {}\n  help: if bursar stopped before signing them (it was killed: `serve` signs at most once a second), check the log with `bursar audit verify --db {}` and run again with `--adopt-unsigned`, which records the adoption in the log; otherwise something else wrote to the database: investigate first, signing would vouch for it",
+                            db.display(),
+                            standing.describe(w),
+                            db.display()
+                        );
+                        return Ok(ExitCode::Failed);
+                    }
+                    drop(log);
+                    let mut log = AuditLog::open(db, bursar_audit::Durability::Durable).map_err(audit_err)?;
+                    let opts = WitnessOpts {
+                        signing_key: key_path.to_path_buf(),
+                        witness: w.to_path_buf(),
+                        adopt_unsigned: true,
+                    };
+                    // Adopts (an `adopt` anchor) and signs it at once.
+                    opts.attach(&mut log)?;
+                    drop(log);
+                    let lines = bursar_audit::witness::read(w).map_err(audit_err)?;
+                    let newest = lines.iter().rev().find_map(|(_, l)| l.as_ref().ok());
+                    let Some(head) = newest else {
+                        return Err(CliError::Message(format!("witness `{}` holds no signed head", w.display())));
+                    };
+                    writeln!(out, "{}", head.to_line()).map_err(io)?;
+                    eprintln!(
+                        "signed head of `{}` after adopting unsigned writes: anchors row {}; appended to `{}`",
+                        db.display(),
+                        head.anchors.seq,
+                        w.display()
+                    );
+                    return Ok(ExitCode::Ok);
+                }
+            }
             let head = bursar_audit::witness::sign_now(&log, &key).map_err(audit_err)?;
             let line = head.to_line();
             if let Some(w) = witness {

@@ -448,6 +448,51 @@ fn a_signing_eval_refuses_to_sign_over_unsigned_writes_until_told_to_adopt_them(
 }
 
 #[test]
+fn audit_head_does_not_launder_an_append_into_a_witness_that_vouches_for_the_log() {
+    let sc = Scratch::new("trust-head-adopt");
+    let (db, witness, key, public, signed, last) = unsigned_tail(&sc);
+    let lines_before = std::fs::read_to_string(&witness).unwrap();
+    // The routine signing run an operator might schedule: refused, nothing signed.
+    let out = bursar(&["audit", "--db", s(&db), "head", "--signing-key", s(&key), "--witness", s(&witness)]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("anchors rows {} to {last} are not signed", signed + 1))
+            && err.contains("help: ")
+            && err.contains("--adopt-unsigned"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&witness).unwrap(), lines_before);
+    assert_eq!(last_anchor(&db), last);
+    // Told to: the adoption is recorded (an anchor of its own, signed) and verify names it.
+    let out = bursar(&[
+        "audit",
+        "--db",
+        s(&db),
+        "head",
+        "--signing-key",
+        s(&key),
+        "--witness",
+        s(&witness),
+        "--adopt-unsigned",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(newest_signed(&witness), last + 1);
+    let v = verify_witness(&db, &witness, &public, &[]);
+    let out = text(&v);
+    assert_eq!(v.status.code(), Some(0), "{out}");
+    assert!(out.contains(&format!("were adopted unsigned at anchors row {}", last + 1)), "{out}");
+    // On signed ground again, the same run needs no flag; a new key's empty witness starts fresh.
+    let out = bursar(&["audit", "--db", s(&db), "head", "--signing-key", s(&key), "--witness", s(&witness)]);
+    assert!(out.status.success(), "{}", text(&out));
+    std::fs::create_dir_all(sc.0.join("second")).unwrap();
+    let (key2, _) = keygen(&sc.0.join("second"));
+    let fresh = sc.0.join("witness-2.jsonl");
+    let out = bursar(&["audit", "--db", s(&db), "head", "--signing-key", s(&key2), "--witness", s(&fresh)]);
+    assert!(out.status.success(), "a new key's first signature: {}", text(&out));
+}
+
+#[test]
 fn a_signing_serve_refuses_to_start_over_unsigned_writes_until_told_to_adopt_them() {
     let w = witnessed("trust-serve-adopt");
     // Written without the key by a serve that knew none: one more admission, unsigned.

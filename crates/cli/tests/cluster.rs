@@ -893,7 +893,11 @@ fn shared_budgets_decide_as_one_engine(nats: &NatsCluster) {
     let metrics = survivor.get("/metrics").unwrap().1;
     let info = format!("bursar_policy_set_info{{digest=\"{}\"}} 1", out["digest"].as_str().unwrap());
     assert!(metrics.contains(&info), "{info} not in /metrics");
-    std::fs::write(policies.join("extra.toml"), "[[policy]]\nid = \"quota/audio\"\nkind = \"quota\"\ngpu_hours = \"many\"\n").unwrap();
+    std::fs::write(
+        policies.join("extra.toml"),
+        "[[policy]]\nid = \"quota/audio\"\nkind = \"quota\"\ngpu_hours = \"many\"\n",
+    )
+    .unwrap();
     let (s, out) = post(survivor.addr, "/v1/reload", "").unwrap();
     assert_eq!(s, 422, "{out}");
     assert!(out["errors"].to_string().contains("extra.toml"), "{out}");
