@@ -507,10 +507,15 @@ fn a_paused_owner_writes_nothing_after_the_takeover(nats: &NatsCluster) {
     let d = dir.path();
     let b1 = Instance::start(url, d, "b1", 1);
     let b2 = Instance::start(url, d, "b2", 1);
-    let owners = wait_shared(&[&b1, &b2], 3);
+    // Nine partitions (eight projects' and the ledger partition) over two: balanced at five and four.
+    let owners = wait_shared(&[&b1, &b2], 4);
     trial_history_reaches_every_partition(&b1, &b2, &owners);
-    let paused: Vec<u32> = owners.iter().filter(|(p, o)| *o == "b1" && **p < PARTITIONS).map(|(p, _)| *p).collect();
+    // What b1 owns now (not what it owned when `owners` was read: a balancing handover may have
+    // moved one since), with the epoch it holds each by.
     let old_epochs: HashMap<u32, u64> = b1.view().unwrap().owned.iter().map(|o| (o.partition, o.epoch)).collect();
+    let mut paused: Vec<u32> = old_epochs.keys().copied().filter(|p| *p < PARTITIONS).collect();
+    paused.sort_unstable();
+    assert!(!paused.is_empty(), "b1 owns no project partition: {old_epochs:?}");
     // Traffic for b1's partitions, so it has something to write.
     for (k, p) in paused.iter().enumerate() {
         let project = project_in(*p, "paused");
@@ -869,6 +874,28 @@ fn shared_budgets_decide_as_one_engine(nats: &NatsCluster) {
     // Nothing the ledger partition did was decided otherwise at a project's partition.
     for i in b.iter().chain(b4.iter()) {
         assert_eq!(metric(i, "bursar_cluster_ledger_mismatches_total"), "bursar_cluster_ledger_mismatches_total 0");
+    }
+
+    // Every journaled input keeps who sent it, across the front end → owner hop: the projection of
+    // the instance that stayed shows the sender of an approval another instance may have taken.
+    let granted = lines.iter().find(|l| l.contains("\"approval.granted\"")).unwrap();
+    let job = serde_json::from_str::<Value>(granted).unwrap()["job_id"].as_str().unwrap().to_owned();
+    let db = d.join(format!("{}.db", b[0].name));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = Command::new(env!("CARGO_BIN_EXE_bursar"))
+            .args(["audit", "--db"])
+            .arg(&db)
+            .args(["explain", &job])
+            .output()
+            .unwrap();
+        let story = String::from_utf8_lossy(&out.stdout);
+        if story.contains("approval.granted") {
+            assert!(story.matches("from: anonymous (open)").count() >= 2, "{story}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the projection never showed {job}'s approval:\n{story}");
+        std::thread::sleep(Duration::from_millis(200));
     }
 
     // The set in force and its reloads, as in single-node serve.

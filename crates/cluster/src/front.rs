@@ -16,7 +16,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_nats::HeaderMap;
 use bursar_model::api::{AdmitReply, Sequenced};
 use bursar_model::{EventKind, Input};
 use bursar_session::Incoming;
@@ -174,7 +173,7 @@ impl Front {
             let copies = self.route(&inc.input, &inc.raw).await;
             let mut acks = Vec::with_capacity(copies.len());
             for (p, id, line) in copies {
-                let mut headers = HeaderMap::new();
+                let mut headers = crate::wire::sender_headers(inc.sender.as_deref());
                 headers.insert("Nats-Msg-Id", id.as_str());
                 let f = self
                     .nats
@@ -291,6 +290,7 @@ impl Front {
     async fn ask_owner(&self, p: u32, item: &Incoming, deadline: Instant) -> Result<AdmitReply, AskError> {
         let subject = admit_subject(p);
         let payload: bytes::Bytes = item.raw.clone().into_bytes().into();
+        let headers = crate::wire::sender_headers(item.sender.as_deref());
         let mut cause = String::from("no instance answered");
         let c = &self.status.counters;
         loop {
@@ -299,7 +299,8 @@ impl Front {
                 break;
             }
             let attempt = left.min(ATTEMPT);
-            match tokio::time::timeout(attempt, self.nats.client.request(subject.clone(), payload.clone())).await {
+            let request = self.nats.client.request_with_headers(subject.clone(), headers.clone(), payload.clone());
+            match tokio::time::timeout(attempt, request).await {
                 Err(_) => cause = format!("the owner did not answer within {} ms", attempt.as_millis()),
                 Ok(Err(e)) if e.kind() == async_nats::client::RequestErrorKind::NoResponders => {
                     cause = "no instance holds its lease (no responders)".into();

@@ -36,6 +36,8 @@ struct EntryRef<'a> {
     policy_set: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     ledger: Option<&'a bursar_engine::LedgerAnswer>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sender: Option<&'a bursar_model::Sender>,
 }
 
 /// Who writes, with which fence.
@@ -205,6 +207,7 @@ impl Journal for StreamJournal {
             steps: entry.steps,
             policy_set: entry.policy_set,
             ledger: ledger.as_ref(),
+            sender: entry.sender,
         })
         .map_err(|e| JournalError::Store(format!("cannot encode a journal entry: {e}")))?;
         let raw = RawValue::from_string(text)

@@ -123,6 +123,8 @@ pub enum Item {
         seq: u64,
         /// The line.
         data: Bytes,
+        /// Who sent it (the front end's authentication, from the message's headers).
+        sender: Option<bursar_model::Sender>,
     },
     /// A submission a front end forwarded (already decoded under the producer's rules there): apply
     /// it and answer `reply` once its decision is in the journal.
@@ -133,6 +135,8 @@ pub enum Item {
         line: Bytes,
         /// Where to answer.
         reply: Subject,
+        /// Who sent it.
+        sender: Option<bursar_model::Sender>,
     },
     /// An op for the ledger partition's engine (only its owner gets these): apply it and answer
     /// `reply` once it is journaled.
@@ -360,7 +364,11 @@ async fn consume(nats: Nats, partition: u32, from: u64, tx: mpsc::Sender<Item>) 
     while let Some(m) = messages.next().await {
         let item = match m {
             Ok(m) => match m.info() {
-                Ok(info) => Item::Event { seq: info.stream_sequence, data: m.message.payload.clone() },
+                Ok(info) => Item::Event {
+                    seq: info.stream_sequence,
+                    data: m.message.payload.clone(),
+                    sender: crate::wire::sender_of(m.message.headers.as_ref()),
+                },
                 Err(e) => Item::Failed(format!("consume `{subject}`: {e}")),
             },
             Err(e) => Item::Failed(format!("consume `{subject}`: {e}")),
@@ -443,7 +451,8 @@ async fn admissions(nats: Nats, partition: u32, lease: Arc<LeaseClock>, tx: mpsc
             answer(&nats.client, reply, &refused(503, why, true)).await;
             continue;
         }
-        if let Err(mpsc::error::SendError(item)) = tx.send(Item::Admit { id, line: msg.payload, reply }).await {
+        let sender = crate::wire::sender_of(msg.headers.as_ref());
+        if let Err(mpsc::error::SendError(item)) = tx.send(Item::Admit { id, line: msg.payload, reply, sender }).await {
             if let Item::Admit { reply, .. } = item {
                 answer(&nats.client, reply, &refused(503, "the partition's owner is stepping down", true)).await;
             }
@@ -512,9 +521,9 @@ fn take(session: &mut Session<StreamJournal>, item: Item, b: &mut Batch, at: &mu
 fn take_one(session: &mut Session<StreamJournal>, item: Item, b: &mut Batch, at: &mut Position, counters: &Counters) {
     let p = at.partition;
     match item {
-        Item::Event { seq, data } => {
+        Item::Event { seq, data, sender } => {
             at.consumed = at.consumed.max(seq);
-            let outcome = session.line(Frame::Line { line: seq, bytes: &data });
+            let outcome = session.line_from(Frame::Line { line: seq, bytes: &data }, sender.as_ref());
             session.journal_mut().set_events_through(seq);
             match outcome {
                 Ok(LineOutcome::Input { id, applied: Applied::Applied { entry, .. }, .. }) => {
@@ -534,23 +543,25 @@ fn take_one(session: &mut Session<StreamJournal>, item: Item, b: &mut Batch, at:
                 Err(e) => b.error = Some(e.to_string()),
             }
         }
-        Item::Admit { id, line, reply } => match session.line(Frame::Line { line: 1, bytes: &line }) {
-            Ok(LineOutcome::Input { id, applied: Applied::Applied { entry, .. }, .. }) => {
-                counters.events_applied.fetch_add(1, Ordering::Relaxed);
-                b.applied.push((id, entry, Some(reply)));
+        Item::Admit { id, line, reply, sender } => {
+            match session.line_from(Frame::Line { line: 1, bytes: &line }, sender.as_ref()) {
+                Ok(LineOutcome::Input { id, applied: Applied::Applied { entry, .. }, .. }) => {
+                    counters.events_applied.fetch_add(1, Ordering::Relaxed);
+                    b.applied.push((id, entry, Some(reply)));
+                }
+                Ok(LineOutcome::Input { applied: Applied::Duplicate, .. }) => b.again.push((id, reply)),
+                Ok(LineOutcome::Input { applied: Applied::Refused(r), .. }) => {
+                    b.refusals.insert(id.clone(), r.reason);
+                    b.again.push((id, reply));
+                }
+                Ok(LineOutcome::Rejected(r)) => b.rejected.push((reply, format!("malformed event: {}", r.error))),
+                Ok(LineOutcome::Blank) => b.rejected.push((reply, "the body holds no event".into())),
+                Err(e) => {
+                    b.again.push((id, reply));
+                    b.error = Some(e.to_string());
+                }
             }
-            Ok(LineOutcome::Input { applied: Applied::Duplicate, .. }) => b.again.push((id, reply)),
-            Ok(LineOutcome::Input { applied: Applied::Refused(r), .. }) => {
-                b.refusals.insert(id.clone(), r.reason);
-                b.again.push((id, reply));
-            }
-            Ok(LineOutcome::Rejected(r)) => b.rejected.push((reply, format!("malformed event: {}", r.error))),
-            Ok(LineOutcome::Blank) => b.rejected.push((reply, "the body holds no event".into())),
-            Err(e) => {
-                b.again.push((id, reply));
-                b.error = Some(e.to_string());
-            }
-        },
+        }
         Item::Ledger { line, reply } => match session.line(Frame::Line { line: 1, bytes: &line }) {
             Ok(LineOutcome::Input { applied: Applied::Applied { .. } | Applied::Duplicate, .. }) => {
                 counters.ledger_applied.fetch_add(1, Ordering::Relaxed);

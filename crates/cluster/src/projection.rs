@@ -142,7 +142,7 @@ fn project(log: &mut AuditLog, group: &[(u64, bytes::Bytes)]) -> Result<(), Stri
             records.push(Record::of(Entry {
                 input: &d.input,
                 raw: d.text,
-                sender: None,
+                sender: entry.sender.as_ref(),
                 decisions: &mut entry.decisions,
                 steps: &entry.steps,
                 policy_set: &digest,

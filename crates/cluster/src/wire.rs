@@ -30,6 +30,10 @@ pub struct JournalEntry {
     /// asking again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ledger: Option<bursar_engine::LedgerAnswer>,
+    /// Who sent the input and how they proved it, as the front end that took it authenticated them
+    /// (absent for the owners' own inputs: wall ticks, run facts, ledger ops).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender: Option<bursar_model::Sender>,
 }
 
 /// A policy set that came into force in a partition (at takeover and on every reload).
@@ -182,4 +186,23 @@ pub enum OwnerAnswer {
         /// Whether another attempt (at the next owner) may succeed.
         retry: bool,
     },
+}
+
+/// The NATS header a front end puts on every event it publishes and every admission it forwards:
+/// the sender it authenticated, as JSON, for the owner to journal beside the input.
+pub const SENDER_HEADER: &str = "Bursar-Sender";
+
+/// The headers that carry `sender` (none without one).
+pub fn sender_headers(sender: Option<&bursar_model::Sender>) -> async_nats::HeaderMap {
+    let mut h = async_nats::HeaderMap::new();
+    if let Some(json) = sender.and_then(|s| serde_json::to_string(s).ok()) {
+        h.insert(SENDER_HEADER, json.as_str());
+    }
+    h
+}
+
+/// The sender a message's headers carry.
+pub fn sender_of(headers: Option<&async_nats::HeaderMap>) -> Option<bursar_model::Sender> {
+    let v = headers?.get(SENDER_HEADER)?;
+    serde_json::from_str(v.as_str()).ok()
 }

@@ -435,6 +435,12 @@ impl<J: Journal> Session<J> {
 
     /// Decodes one framed line under the origin's rules and applies it.
     pub fn line(&mut self, frame: Frame<'_>) -> Result<LineOutcome, JournalError> {
+        self.line_from(frame, None)
+    }
+
+    /// [`Session::line`] of a line `sender` sent: the journal keeps the sender beside the input
+    /// (`serve --cluster`'s owners, whose lines come over NATS with the front end's sender).
+    pub fn line_from(&mut self, frame: Frame<'_>, sender: Option<&Sender>) -> Result<LineOutcome, JournalError> {
         match decode::decode(frame, self.origin) {
             Line::Blank => Ok(LineOutcome::Blank),
             Line::Rejected(r) => {
@@ -444,7 +450,7 @@ impl<J: Journal> Session<J> {
             }
             Line::Input(d) => {
                 self.counts.lines += 1;
-                let applied = self.apply(&d.input, d.text)?;
+                let applied = self.apply_from(&d.input, d.text, sender)?;
                 Ok(LineOutcome::Input { line: d.line, id: d.input.id().into_owned(), applied })
             }
         }
