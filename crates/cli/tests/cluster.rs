@@ -20,6 +20,10 @@
 //!   rejections, charges and ticks sent one at a time (each event applied before the next is sent,
 //!   `?wait_ms=`) through three instances: the owner of the ledger partition is killed with
 //!   SIGKILL a third of the way in, and a fourth instance joins (planned handovers) two thirds in. `bursar eval` on the same stream is the one engine: every job's decisions must be the same.
+//! - `a_cluster_instance_speaks_tls`: two instances with `--tls-cert`/`--tls-key`; an admission sent
+//!   over https to the instance that does not own its partition is decided by the owner and answered
+//!   over https; `/v1/cluster` and the decisions stream over https; plain HTTP gets no answer; a client
+//!   without the CA is told to set `ca_file`.
 
 #![expect(clippy::unwrap_used, clippy::panic, reason = "a test")]
 
@@ -61,10 +65,17 @@ struct Instance {
     child: Child,
     addr: SocketAddr,
     log: PathBuf,
+    /// Over https, trusting this CA, when the instance was started with a certificate.
+    https: Option<bursar_client::Client>,
 }
 
 impl Instance {
     fn start(url: &str, dir: &Path, name: &str, run: u32) -> Instance {
+        Instance::start_with(url, dir, name, run, &[], None)
+    }
+
+    /// `start`, with `extra` flags; `ca`: the instance speaks https with a certificate of this CA.
+    fn start_with(url: &str, dir: &Path, name: &str, run: u32, extra: &[&str], ca: Option<&Path>) -> Instance {
         let port_file = dir.join(format!("{name}.port"));
         let _ = std::fs::remove_file(&port_file);
         let log = dir.join(format!("{name}-{run}.log"));
@@ -78,12 +89,13 @@ impl Instance {
             .arg(&port_file)
             .args(["--cluster", url, "--instance", name, "--partitions", &PARTITIONS.to_string()])
             .args(["--lease-ttl", "2s", "--snapshot-every", "1s", "--fast-commit", "--log-level", "info"])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        let mut i = Instance { name: name.to_owned(), child, addr: "127.0.0.1:1".parse().unwrap(), log };
+        let mut i = Instance { name: name.to_owned(), child, addr: "127.0.0.1:1".parse().unwrap(), log, https: None };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Ok(Some(st)) = i.child.try_wait() {
@@ -91,6 +103,13 @@ impl Instance {
             }
             if let Some(port) = std::fs::read_to_string(&port_file).ok().and_then(|s| s.trim().parse::<u16>().ok()) {
                 i.addr = SocketAddr::from(([127, 0, 0, 1], port));
+                i.https = ca.map(|ca| {
+                    bursar_client::Client::with_config(bursar_http::ClientConfig {
+                        ca_file: Some(ca.to_owned()),
+                        ..bursar_http::ClientConfig::new(format!("https://127.0.0.1:{port}"))
+                    })
+                    .unwrap()
+                });
                 if i.get("/healthz").is_some_and(|(s, _)| s == 200) {
                     return i;
                 }
@@ -113,6 +132,10 @@ impl Instance {
     }
 
     fn get(&self, path: &str) -> Option<(u16, String)> {
+        if let Some(c) = &self.https {
+            let r = c.raw("GET", path, b"").ok()?;
+            return Some((r.status, r.text()));
+        }
         let mut c = Conn::connect(self.addr, None).ok()?;
         c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
         let r = c.request("GET", path, b"").ok()?;
@@ -197,6 +220,7 @@ fn scratch(name: &str) -> TempDir {
 const FAILOVER: &str = "failover";
 const PAUSED: &str = "paused";
 const SHARED: &str = "shared";
+const TLS: &str = "tls";
 
 /// One scenario, run on the shared cluster.
 type Scenario = fn(&NatsCluster);
@@ -207,14 +231,15 @@ fn cluster_scenarios_on_one_nats_cluster() {
         eprintln!("skipped: no nats-server (scripts/setup.sh installs it)");
         return;
     }
-    let nats = NatsCluster::start_with_accounts(3, &[FAILOVER, PAUSED, SHARED]).unwrap();
-    let scenarios: [(&str, Scenario); 3] = [
+    let nats = NatsCluster::start_with_accounts(3, &[FAILOVER, PAUSED, SHARED, TLS]).unwrap();
+    let scenarios: [(&str, Scenario); 4] = [
         (
             "failover_loses_nothing_decides_nothing_twice_and_never_overshoots",
             failover_loses_nothing_decides_nothing_twice_and_never_overshoots,
         ),
         ("a_paused_owner_writes_nothing_after_the_takeover", a_paused_owner_writes_nothing_after_the_takeover),
         ("shared_budgets_decide_as_one_engine", shared_budgets_decide_as_one_engine),
+        ("a_cluster_instance_speaks_tls", a_cluster_instance_speaks_tls),
     ];
     // Every scenario runs, whatever the one before it did; the first failure is re-raised after the
     // cluster is stopped (its instances were stopped as the failure unwound).
@@ -946,4 +971,50 @@ fn check_names_the_quotas_the_ledger_partition_keeps() {
     );
     assert!(err.contains("`quota/team-weekly`") && err.contains("the ledger partition keeps its ledgers"), "{err}");
     assert!(!err.contains("quota/project-monthly"), "a project quota stays in its partition: {err}");
+}
+
+fn a_cluster_instance_speaks_tls(nats: &NatsCluster) {
+    use bursar_testkit::tls::TestCa;
+    let dir = scratch("cluster-tls");
+    let ca = TestCa::new("bursar cluster test CA").unwrap();
+    let ca_file = ca.write(dir.path(), "ca").unwrap();
+    let (cert, key) = ca.server().unwrap().write(dir.path(), "server").unwrap();
+    let flags = ["--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap()];
+    let url = nats.url_as(TLS);
+    let b1 = Instance::start_with(&url, dir.path(), "t1", 0, &flags, Some(&ca_file));
+    let b2 = Instance::start_with(&url, dir.path(), "t2", 0, &flags, Some(&ca_file));
+    let owners = wait_shared(&[&b1, &b2], 1);
+    // A project whose partition t2 owns, admitted through t1: the owner decides, t1 answers.
+    let p = *owners.iter().find(|(p, o)| **p < PARTITIONS && o.as_str() == "t2").unwrap().0;
+    let project = project_in(p, "secure");
+    let c1 = b1.https.as_ref().unwrap();
+    let event = bursar_model::decode_event(&submit("tls-e1", "tls-j1", &project, 2, 1.0)).unwrap();
+    let reply = c1.admit(&event).unwrap();
+    assert_eq!(reply.admission.decision.job_id.as_deref(), Some("tls-j1"), "{reply:?}");
+    assert_eq!(reply.admission.decision.project.as_deref(), Some(project.as_str()), "{reply:?}");
+    // The decision reaches the other instance's stream, read over https.
+    let c2 = b2.https.as_ref().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    'found: loop {
+        let mut stream = c2.decisions(0, false).unwrap();
+        while let Some(d) = stream.next_decision().unwrap() {
+            if d.decision.job_id.as_deref() == Some("tls-j1") {
+                break 'found;
+            }
+        }
+        assert!(Instant::now() < deadline, "tls-j1 never reached t2's decisions stream");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(b2.view().unwrap().instance, "t2");
+    // Plain HTTP to a TLS port gets no answer of the API; without the CA, the message names the setting.
+    assert!(bursar_client::Client::new(b1.addr, None).pool().is_err());
+    let untrusted = bursar_client::Client::with_config(bursar_http::ClientConfig::new(format!("https://{}", b1.addr)))
+        .unwrap()
+        .pool()
+        .unwrap_err()
+        .to_string();
+    assert!(untrusted.contains("is not trusted") && untrusted.contains("set `ca_file`"), "{untrusted}");
+    drop((b1, b2));
+    verify(&dir.path().join("t1.db"));
+    verify(&dir.path().join("t2.db"));
 }
