@@ -17,7 +17,8 @@
 //! `--tls-require-client-cert`) is terminated here, under the same limits: a connection counts
 //! against the cap from its accept, its handshake must finish within the header deadline (a client
 //! that opens a connection and sends nothing, or half a hello, is cut like an idle one), and one over
-//! the cap is answered 503 over TLS after a handshake of at most a second. Every request carries the
+//! the cap is answered 503 over TLS after a handshake of at most a second (at most
+//! [`REFUSING_AT_ONCE`] such refusals at once; beyond them a connection is closed unanswered). Every request carries the
 //! peer's address (axum's `ConnectInfo<SocketAddr>`) and, with a client CA, the verified client
 //! certificate's subject ([`PeerCert`]) as request extensions.
 
@@ -70,7 +71,15 @@ pub struct ListenCounters {
     pub too_large: AtomicU64,
     /// TLS handshakes that failed or did not finish within the header deadline.
     pub tls_failed: AtomicU64,
+    /// Connections over the cap closed without a 503, because [`REFUSING_AT_ONCE`] refusals were
+    /// already under way (a flood: each refusal over TLS holds a descriptor for its handshake).
+    pub shed: AtomicU64,
 }
+
+/// Refusals (503s, over TLS after a handshake of at most a second) under way at once; a connection
+/// over the cap beyond these is closed at once, so a flood of connections cannot hold more than the
+/// cap plus these descriptors.
+pub const REFUSING_AT_ONCE: usize = 64;
 
 fn error(status: StatusCode, message: String) -> Response {
     let body = serde_json::to_string(&ErrorReply { error: message }).unwrap_or_default();
@@ -189,6 +198,7 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let refusing = Arc::new(Semaphore::new(REFUSING_AT_ONCE));
     // Dropped by every connection task when it ends: `closed()` on the sender waits for all of them.
     let (done_tx, done_rx) = watch::channel(());
     loop {
@@ -206,9 +216,15 @@ pub async fn serve(
             }
         };
         let Ok(permit) = slots.clone().try_acquire_owned() else {
+            let Ok(refusal) = refusing.clone().try_acquire_owned() else {
+                counters.shed.fetch_add(1, Ordering::Relaxed);
+                drop(stream);
+                continue;
+            };
             counters.refused.fetch_add(1, Ordering::Relaxed);
             let tls = tls.clone();
             tokio::spawn(async move {
+                let _refusal = refusal;
                 let _ = tokio::time::timeout(Duration::from_secs(1), async move {
                     match tls {
                         None => refuse(stream).await,

@@ -222,6 +222,7 @@ impl Metrics {
                 ("body_timeout", &l.body_timeouts),
                 ("too_large", &l.too_large),
                 ("tls_handshake", &l.tls_failed),
+                ("shed", &l.shed),
             ] {
                 let _ = writeln!(
                     out,

@@ -7,7 +7,8 @@
 //! RFC 4514 DN, the CN, the SAN DNS names) and its address as extensions; with an optional client
 //! CA a client without one gets through with no `PeerCert`; a client certificate of another CA is
 //! refused; a connection that never finishes its handshake is cut at the header deadline and
-//! counted; the connection cap still answers 503, over TLS; a key that does not fit its
+//! counted; the connection cap still answers 503, over TLS, with at most `REFUSING_AT_ONCE` such
+//! refusals under way (a flood beyond them is closed unanswered and counted as shed); a key that does not fit its
 //! certificate is refused at load with the flag's name.
 
 #![expect(clippy::unwrap_used, reason = "integration tests: a failed step fails the test")]
@@ -46,14 +47,13 @@ async fn who(req: Request) -> String {
 }
 
 fn serve(tls: &TlsConfig, max_connections: usize) -> Served {
+    serve_with(tls, max_connections, Duration::from_millis(500))
+}
+
+fn serve_with(tls: &TlsConfig, max_connections: usize, header_timeout: Duration) -> Served {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let tls = Tls::load(tls).unwrap();
-    let limits = Limits {
-        max_connections,
-        header_timeout: Duration::from_millis(500),
-        body_timeout: Duration::from_secs(5),
-        max_body: 1024,
-    };
+    let limits = Limits { max_connections, header_timeout, body_timeout: Duration::from_secs(5), max_body: 1024 };
     let counters = Arc::new(ListenCounters::default());
     let (stop_tx, stop_rx) = watch::channel(false);
     let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
@@ -148,6 +148,44 @@ fn the_handshake_is_under_the_header_deadline_and_the_cap_answers_over_tls() {
     assert_eq!(r.status, 503, "{}", r.text());
     assert!(r.text().contains("too many open connections"));
     assert_eq!(s.counters.refused.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn a_flood_over_the_cap_is_shed_beyond_the_refusals_under_way() {
+    let p = pki("tls-listen-flood", false, false);
+    // A long header deadline: the one slot stays held by a connection that never says hello.
+    let s = serve_with(&p.tls, 1, Duration::from_secs(30));
+    let holder = TcpStream::connect(s.addr).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    // Each connection over the cap that says nothing holds its refusal for up to a second (the
+    // handshake of the 503); beyond `REFUSING_AT_ONCE` of them, the rest are closed at once.
+    let n = listen::REFUSING_AT_ONCE + 40;
+    let flood: Vec<TcpStream> = (0..n).map(|_| TcpStream::connect(s.addr).unwrap()).collect();
+    let counted = Instant::now();
+    let total = || s.counters.refused.load(Ordering::Relaxed) + s.counters.shed.load(Ordering::Relaxed);
+    while total() < n as u64 && counted.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (refused, shed) = (s.counters.refused.load(Ordering::Relaxed), s.counters.shed.load(Ordering::Relaxed));
+    assert_eq!(refused + shed, n as u64, "every connection over the cap is refused or shed");
+    assert!(shed > 0, "a flood beyond the refusals under way is shed: {refused} refused, {shed} shed");
+    // A shed connection is closed, not held.
+    let mut last = flood.last().unwrap().try_clone().unwrap();
+    last.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = Vec::new();
+    assert!(matches!(last.read_to_end(&mut buf), Ok(0) | Err(_)), "{buf:?}");
+    // With the flood and the holder gone, the listener serves again.
+    drop(flood);
+    drop(holder);
+    let c = client(&p, s.addr, None);
+    let again = Instant::now();
+    loop {
+        if c.get("/who").is_ok_and(|r| r.status == 200) {
+            break;
+        }
+        assert!(again.elapsed() < Duration::from_secs(10), "the listener did not serve again");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[test]
