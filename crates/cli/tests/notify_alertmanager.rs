@@ -166,7 +166,8 @@ fn an_idle_jobs_owner_keeps_it_with_one_click_and_the_unanswered_one_is_reclaime
 /// The same road to an Alertmanager whose API is behind `--web.config.file` (TLS with a
 /// certificate of a CA made here, basic auth with a bcrypt hash): `[alertmanager]` names
 /// `https://`, `ca_file` and `basic_auth` with a `password_file`; the idle job's alert is received
-/// over https and routed on to the receiver.
+/// over https and routed on to the receiver. With `links = false` it carries no link, only the
+/// command that answers it, so nothing that reads Alertmanager holds the power to act.
 #[test]
 fn notices_reach_an_alertmanager_over_https_with_basic_auth() {
     if Alertmanager::binary().is_none() {
@@ -189,7 +190,7 @@ fn notices_reach_an_alertmanager_over_https_with_basic_auth() {
     std::fs::write(
         &notify,
         format!(
-            "poll = \"100ms\"\n[alertmanager]\nurl = \"{}\"\nca_file = \"{}\"\nbasic_auth = {{ username = \"bursar\", password_file = \"{}\" }}\n",
+            "poll = \"100ms\"\nlinks = false\n[alertmanager]\nurl = \"{}\"\nca_file = \"{}\"\nbasic_auth = {{ username = \"bursar\", password_file = \"{}\" }}\n",
             am.url(),
             ca_file.display(),
             password.display()
@@ -208,7 +209,10 @@ fn notices_reach_an_alertmanager_over_https_with_basic_auth() {
     );
     assert_eq!(r.json().unwrap()["accepted"], 2, "{}", r.text());
     let firing = wait_notified(&hook, "BursarJobIdle", "j-tls", "firing");
-    assert!(firing["annotations"]["keepalive_url"].as_str().is_some_and(|u| u.contains("/act/")), "{firing}");
-    assert!(active(&am).iter().any(|a| is(a, "BursarJobIdle", "j-tls")), "Alertmanager holds the alert");
+    assert!(firing["annotations"].get("keepalive_url").is_none(), "links are off: {firing}");
+    assert_eq!(firing["annotations"]["answer"], "bursar keepalive j-tls", "{firing}");
+    let held = active(&am);
+    let held = held.iter().find(|a| is(a, "BursarJobIdle", "j-tls")).expect("Alertmanager holds the alert");
+    assert!(!held.to_string().contains("/act/"), "no link is readable from Alertmanager's API: {held}");
     assert!(!server.log_text().contains("am pass"), "the password was logged");
 }

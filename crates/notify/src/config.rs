@@ -9,6 +9,7 @@
 //! # poll = "500ms"       # how often the audit log is read for new decisions
 //! # timeout = "5s"       # one delivery attempt
 //! # retry = { first = "1s", max = "5m" }   # back-off while the sink is down
+//! # links = false        # send no action links (answers by `bursar approve`/`reject`/`keepalive`)
 //!
 //! [alertmanager]        # either this …
 //! url = "https://alertmanager.example:9093"
@@ -53,6 +54,11 @@ pub struct NotifyConfig {
     /// Back-off while the sink is down.
     #[serde(default)]
     pub retry: Retry,
+    /// Put signed action links in notices (default). `false`: no notice carries a link, so nothing
+    /// that stores or shows notices (an Alertmanager's API and UI, a chat channel's history) holds
+    /// the power to act; each notice then names the command that answers it (`bursar approve JOB`).
+    #[serde(default = "defaults::links")]
+    pub links: bool,
     /// Send to Prometheus Alertmanager (`POST /api/v2/alerts`).
     #[serde(default)]
     pub alertmanager: Option<SinkConfig>,
@@ -143,6 +149,9 @@ impl Default for Retry {
 
 mod defaults {
     use bursar_model::Duration;
+    pub fn links() -> bool {
+        true
+    }
     pub fn resend() -> Duration {
         Duration::minutes(1)
     }

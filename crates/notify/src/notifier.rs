@@ -399,7 +399,11 @@ impl<E: EngineView> Notifier<E> {
             .into_iter()
             .filter_map(message_of)
             .map(|(row, mut m)| {
-                linker.fill(&mut m);
+                if self.cfg.links {
+                    linker.fill(&mut m);
+                } else {
+                    m.links.clear();
+                }
                 (row, m)
             })
             .collect();

@@ -46,6 +46,20 @@ fn alertname(kind: NoticeKind) -> &'static str {
     }
 }
 
+/// For a firing approval or idle notice whose recipient has no link (links are off, or none could be
+/// made): the command that answers it.
+pub fn answer_without_links(m: &NoticeMessage, recipient: &str) -> Option<String> {
+    if m.status == NoticeStatus::Resolved || m.links.iter().any(|l| l.for_user == recipient) {
+        return None;
+    }
+    let job = m.job_id.as_deref().filter(|j| !j.is_empty())?;
+    match m.kind {
+        NoticeKind::Approval => Some(format!("bursar approve {job}  (or: bursar reject {job} --reason …)")),
+        NoticeKind::Idle => Some(format!("bursar keepalive {job}")),
+        NoticeKind::Reclaim | NoticeKind::Alert => None,
+    }
+}
+
 /// The Alertmanager alerts of notice `m` at wall time `now`: firing until `now + lease`, or resolved.
 pub fn alerts(m: &NoticeMessage, now: Timestamp, lease: bursar_model::Duration, base_url: &str) -> Vec<PostableAlert> {
     let starts = Timestamp::parse(&m.starts_at).map_or(now, |t| t.min(now));
@@ -93,6 +107,9 @@ pub fn alerts(m: &NoticeMessage, now: Timestamp, lease: bursar_model::Duration, 
                 labels.insert("recipient".to_owned(), r.clone());
                 for l in m.links.iter().filter(|l| &l.for_user == r) {
                     annotations.insert(format!("{}_url", l.action.as_str()), l.url.clone());
+                }
+                if let Some(answer) = answer_without_links(m, r) {
+                    annotations.insert("answer".to_owned(), answer);
                 }
             }
             PostableAlert {
@@ -217,5 +234,21 @@ mod tests {
         let none = alerts(&m, Timestamp(2_000), lease, "http://b");
         assert_eq!(none.len(), 1);
         assert!(!none[0].labels.contains_key("recipient") && !none[0].annotations.contains_key("approve_url"));
+    }
+
+    #[test]
+    fn without_links_an_open_notice_names_the_command_that_answers_it() {
+        let lease = bursar_model::Duration::minutes(4);
+        let with = alerts(&message(), Timestamp(2_000), lease, "http://b");
+        assert!(!with[0].annotations.contains_key("answer"), "a recipient with a link needs no command");
+        let mut m = message();
+        m.links.clear();
+        let a = alerts(&m, Timestamp(2_000), lease, "http://b");
+        assert!(a.iter().all(|a| !a.annotations.keys().any(|k| k.ends_with("_url"))));
+        assert_eq!(a[1].annotations["answer"], "bursar approve j1  (or: bursar reject j1 --reason …)");
+        m.kind = NoticeKind::Idle;
+        assert_eq!(alerts(&m, Timestamp(2_000), lease, "http://b")[0].annotations["answer"], "bursar keepalive j1");
+        m.status = NoticeStatus::Resolved;
+        assert!(!alerts(&m, Timestamp(2_000), lease, "http://b")[0].annotations.contains_key("answer"));
     }
 }
