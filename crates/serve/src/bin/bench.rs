@@ -5,6 +5,8 @@
 //! 1. the HTTP floor: `GET /healthz` from the same concurrent clients (the baseline);
 //! 2. `POST /v1/admit` with the audit log committed `synchronous=FULL` (the default) and, on a second
 //!    server, `synchronous=NORMAL` (`--fast-commit`): latency percentiles and throughput;
+//!    Then one client alone, and one client beside three that read `GET /v1/pool` back to back
+//!    (the ratio of the two p99s: the pool view must not stall admissions);
 //! 3. reload latency: from the moment a policy file is renamed into place to the moment
 //!    `/v1/policies` shows the new digest (watcher + debounce + compile + swap), and `POST /v1/reload`;
 //! 4. reloads under load: admissions while the policy file is rewritten every 50 ms, then a check that
@@ -332,6 +334,38 @@ fn run() -> Result<(), String> {
     let m2 = scrape(server.addr)?;
     println!("{}", single.row("POST /v1/admit, FULL, 1 client"));
 
+    // 2c: the same one client while three others read `GET /v1/pool` back to back, with every job
+    // admitted so far in the view (issue 34: the view was built on the engine thread, and three
+    // readers took an admission from 22 ms to 2.6 s; it is now built from a copy, off that thread).
+    let stop_pool = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let (stop, addr) = (stop_pool.clone(), server.addr);
+            std::thread::spawn(move || -> (u64, u64) {
+                let Ok(mut c) = Conn::connect(addr, None) else { return (0, 0) };
+                let (mut reads, mut bytes) = (0, 0);
+                while !stop.load(Ordering::Relaxed) {
+                    match c.request("GET", "/v1/pool", b"") {
+                        Ok(r) if r.status == 200 => {
+                            reads += 1;
+                            bytes += r.body.len() as u64;
+                        }
+                        _ => break,
+                    }
+                }
+                (reads, bytes)
+            })
+        })
+        .collect();
+    let pool_started = Instant::now();
+    let beside_pool =
+        load(server.addr, o.requests.min(5000), 1, |n| ("POST", "/v1/admit", submit_line("pooled", n).into_bytes()))?;
+    stop_pool.store(true, Ordering::Relaxed);
+    let pool_secs = pool_started.elapsed().as_secs_f64();
+    let (pool_reads, pool_bytes) =
+        readers.into_iter().map(|h| h.join().unwrap_or((0, 0))).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    println!("{}", beside_pool.row("POST /v1/admit, FULL, 1 client, 3 clients reading GET /v1/pool"));
+
     // 3: reload latency, watcher path and explicit path.
     let mut watch_ms = Vec::new();
     for i in 0..o.reloads {
@@ -453,6 +487,16 @@ fn run() -> Result<(), String> {
         full.rate() / floor.rate(),
         normal.rate() / full.rate()
     );
+    println!(
+        "pool readers: {pool_reads} GET /v1/pool in {pool_secs:.1} s ({:.0}/s, {:.0} KiB each); admit p99 beside them / alone = {:.2}x, p50 {:.2}x",
+        pool_reads as f64 / pool_secs.max(1e-9),
+        pool_bytes as f64 / 1024.0 / (pool_reads.max(1) as f64),
+        beside_pool.pct(0.99) / single.pct(0.99).max(1e-9),
+        beside_pool.pct(0.50) / single.pct(0.50).max(1e-9),
+    );
+    if pool_reads == 0 {
+        return Err("no GET /v1/pool was answered beside the admissions".into());
+    }
     let _ = std::fs::remove_dir_all(&scratch);
     if twice > 0 || seen.len() != o.requests {
         return Err("admissions were lost or decided twice across reloads".into());
