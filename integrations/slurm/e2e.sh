@@ -3,12 +3,16 @@
 #
 # As root: installs slurmctld, slurmd, slurm-client, munge and curl from Debian if missing (without
 # letting their init scripts start anything), starts munge + Slurm with 8 fake GPUs in a temporary
-# folder, `bursar serve` with the example policies (idle window shortened to seconds), and the two
-# agents (`bursar slurm watch`, `bursar slurm enforce`), then shows:
+# folder, `bursar serve` with the example policies (idle window shortened to seconds) and a configuration
+# with principals (docs/security.md: the hook, the agents, two approvers and an operator each hold their
+# own token; MUNGE names a person on this host), and the two agents (`bursar slurm watch`, `bursar slurm
+# enforce`), then shows:
+#   0. a caller without a credential refused (401), a credential without the power refused (403);
 #   1. a job over quota rejected by sbatch with bursar's reason;
 #   2. an allowed job running;
 #   3. a job needing approval held (and not releasable by its owner), listed by `bursar pending`, refused
-#      to a non-approver and released after `bursar approve … --as bob`;
+#      to a non-approver (alice's token; a MUNGE credential of `nobody`), to alice answering `--as bob`,
+#      and released after bob's `bursar approve`, which the audit log records as proved by his token;
 #   4. a deferrable job given bursar's begin time;
 #   5. an idle job alerted, then cancelled by the enforcer, the action recorded — its utilisation read
 #      from a real Prometheus (`serve --utilisation`) scraping a dcgm-exporter stand-in that labels each
@@ -159,8 +163,58 @@ slurm_cluster = "lab"
 TOML
 ok "Prometheus on port $PROM_PORT (pid $PROM_PID) scraping the dcgm-exporter stand-in (pid $DCGM_PID)"
 
-# --- 6. bursar serve -----------------------------------------------------------------------------------
-"$BURSAR" serve --policies "$WORK/policies" --audit "$WORK/audit.db" --listen 127.0.0.1:0 \
+# --- 6. bursar serve, with principals --------------------------------------------------------------------
+# Each caller holds its own token (0600, made by `bursar auth token`); the configuration keeps only their
+# SHA-256. The hook may only submit, the agents only report (and read the decisions they enforce) for
+# lab-* jobs, bob and alice only answer, ops only reads and administers. A person MUNGE names (on this
+# host) is an approver or a user, like any person the file does not declare.
+CREDS=$WORK/creds
+mkdir -m 700 "$CREDS"
+for who in slurmctld agents bob alice ops; do
+  "$BURSAR" auth token --name "$who" --out "$CREDS/$who.token" > /dev/null 2>&1 || fail "bursar auth token failed for $who"
+done
+hash_of() { "$BURSAR" auth hash < "$CREDS/$1.token"; }
+cat > "$WORK/bursar.toml" <<TOML
+[serve]
+policies = "$WORK/policies"
+audit = "$WORK/audit.db"
+
+[auth]
+people = ["approver", "user"]
+
+[auth.munge]
+socket = "$LAB/munge/munge.socket.2"
+
+[[principal]]
+name = "slurmctld"
+roles = ["scheduler"]
+jobs = ["lab-*"]
+tokens = ["$(hash_of slurmctld)"]
+
+[[principal]]
+name = "slurm-agents"
+roles = ["producer", "reader"]
+jobs = ["lab-*"]
+tokens = ["$(hash_of agents)"]
+
+[[principal]]
+name = "bob"
+roles = ["approver"]
+tokens = ["$(hash_of bob)"]
+
+[[principal]]
+name = "alice"
+roles = ["approver"]
+tokens = ["$(hash_of alice)"]
+
+[[principal]]
+name = "ops"
+roles = ["reader", "admin"]
+tokens = ["$(hash_of ops)"]
+TOML
+"$BURSAR" config check "$WORK/bursar.toml" > "$WORK/config-check.out" 2>&1 \
+  || fail "bursar config check refused the test's configuration: $(cat "$WORK/config-check.out")"
+"$BURSAR" serve --config "$WORK/bursar.toml" --listen 127.0.0.1:0 \
   --port-file "$WORK/port" --fast-commit --tick 500ms --utilisation "$WORK/utilisation.toml" \
   > "$WORK/serve.log" 2>&1 &
 SERVE_PID=$!
@@ -169,19 +223,31 @@ for _ in $(seq 300); do [ -s "$WORK/port" ] && break; alive $SERVE_PID || break;
 PORT=$(cat "$WORK/port")
 API=http://127.0.0.1:$PORT
 curl -sf "$API/healthz" >/dev/null || fail "bursar serve does not answer /healthz"
-ok "bursar serve on port $PORT (pid $SERVE_PID)"
+ok "bursar serve on port $PORT (pid $SERVE_PID), with 5 principals"
+# 0. Nobody is let in without a credential, and a credential is only its powers.
+code() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
+[ "$(code "$API/v1/pending")" = 401 ] || fail "GET /v1/pending without a credential was not refused with 401"
+[ "$(code -H "Authorization: Bearer not-a-token" "$API/v1/pending")" = 401 ] || fail "a wrong token was not refused with 401"
+REFUSED=$(curl -s -w ' %{http_code}' -H "Authorization: Bearer $(cat "$CREDS/slurmctld.token")" "$API/v1/pending")
+[ "${REFUSED##* }" = 403 ] || fail "the hook's token read /v1/pending: $REFUSED"
+echo "$REFUSED" | grep -q '`slurmctld` (scheduler) lacks the `read` power' || fail "the 403 does not name the power and the principal: $REFUSED"
+REFUSED=$(curl -s -w ' %{http_code}' -H "Authorization: Bearer $(cat "$CREDS/agents.token")" -H 'content-type: application/json' \
+  --data-binary '{"id":"forged-1","time":"'"$(date -u +%Y-%m-%dT%H:%M:%SZ)"'","type":"job.submitted","job_id":"lab-forged","project":"nlp","gpus":1,"hours":1}' \
+  "$API/v1/admit")
+[ "${REFUSED##* }" = 403 ] || fail "the agents' token admitted a job: $REFUSED"
+ok "no credential or a wrong one: 401; the hook cannot read, the agents cannot submit: 403 naming the power"
 
 # --- 7. the cluster ------------------------------------------------------------------------------------
-LAB=$LAB BURSAR_URL=$API/v1/admit SLURMCTLD_PORT=${SLURMCTLD_PORT:-16817} SLURMD_PORT=${SLURMD_PORT:-16818} \
+LAB=$LAB BURSAR_URL=$API/v1/admit BURSAR_TOKEN_FILE=$CREDS/slurmctld.token SLURMCTLD_PORT=${SLURMCTLD_PORT:-16817} SLURMD_PORT=${SLURMD_PORT:-16818} \
   "$HERE/up.sh" | sed 's/^/    /'
 export SLURM_CONF=$LAB/etc/slurm.conf
 ok "Slurm up: $(sinfo -h -o '%n %T %G')"
 
 # --- 8. the agents -------------------------------------------------------------------------------------
-"$BURSAR" slurm watch --server "127.0.0.1:$PORT" --cluster lab --state "$WORK/watch.json" --interval 300ms \
+"$BURSAR" slurm watch --server "127.0.0.1:$PORT" --token-file "$CREDS/agents.token" --cluster lab --state "$WORK/watch.json" --interval 300ms \
   > "$WORK/watch.log" 2>&1 &
 WATCH_PID=$!
-"$BURSAR" slurm enforce --server "127.0.0.1:$PORT" --cluster lab --state "$WORK/enforce.json" \
+"$BURSAR" slurm enforce --server "127.0.0.1:$PORT" --token-file "$CREDS/agents.token" --cluster lab --state "$WORK/enforce.json" \
   --retry-delay 200ms > "$WORK/enforce.log" 2>&1 &
 ENFORCE_PID=$!
 ok "agents running (watch pid $WATCH_PID, enforce pid $ENFORCE_PID)"
@@ -196,9 +262,7 @@ wait_state() {  # job, state, seconds
   fail "Slurm job $1 is $s, expected $2 within $3 s"
 }
 bid_in() { grep -o 'lab-[0-9a-f]\{12\}' "$1" | head -1; }
-post() { curl -sf -H 'content-type: application/json' --data-binary "$1" "$API/v1/events" >/dev/null \
-  || fail "POST /v1/events refused: $1"; }
-job_view() { curl -sf "$API/v1/jobs/$1" || true; }
+job_view() { curl -sf -H "Authorization: Bearer $(cat "$CREDS/ops.token")" "$API/v1/jobs/$1" || true; }
 explain() { "$BURSAR" audit --db "$WORK/audit.db" explain --format json "$1"; }
 # A job's story (`bursar audit explain`) must hold decision $2.
 audit_has() {  # bursar id, decision
@@ -255,19 +319,33 @@ fi
 scancel "$HELD_USER"
 ok "Slurm job $HELD held (bursar $HELD_BID); its owner cannot release such a job"
 # What waits for whom, then the answers from a terminal: a non-approver is refused, bob approves.
-"$BURSAR" pending --server "127.0.0.1:$PORT" > pending.out 2>&1 || fail "bursar pending failed: $(cat pending.out)"
+as() { local who=$1; shift; "$BURSAR" "$@" --server "127.0.0.1:$PORT" --token-file "$CREDS/$who.token"; }
+as ops pending > pending.out 2>&1 || fail "bursar pending failed: $(cat pending.out)"
 sed 's/^/    /' pending.out
 grep -q "$HELD_BID .*bob" pending.out || fail "bursar pending does not show $HELD_BID waiting for bob"
-if "$BURSAR" approve "$HELD_BID" --as alice --server "127.0.0.1:$PORT" > refused.out 2>&1; then
-  fail "bursar approve accepted alice, who is not an approver: $(cat refused.out)"
+# alice is an approver, but not of this job; and her credential cannot answer as bob.
+if as alice approve "$HELD_BID" > refused.out 2>&1; then
+  fail "bursar approve accepted alice, who is not an approver of this job: $(cat refused.out)"
 fi
-grep -q "not an approver of job .$HELD_BID.: only bob" refused.out || fail "no clear refusal: $(cat refused.out)"
-"$BURSAR" approve "$HELD_BID" --as bob --server "127.0.0.1:$PORT" > approve.out 2>&1 \
-  || fail "bursar approve failed: $(cat approve.out)"
+grep -q "\`alice\` is not an approver of job .$HELD_BID.: only bob" refused.out || fail "no clear refusal: $(cat refused.out)"
+if as alice approve "$HELD_BID" --as bob > refused.out 2>&1; then
+  fail "alice's credential approved as bob: $(cat refused.out)"
+fi
+grep -q "answers as \`bob\` but the credential is \`alice\`'s" refused.out || fail "no clear refusal of alice as bob: $(cat refused.out)"
+# A person on this host, proved by the lab's own munged: `nobody` is no approver of it either.
+if runuser -u nobody -- "$BURSAR" approve "$HELD_BID" --server "127.0.0.1:$PORT" --munge \
+     --munge-socket "$LAB/munge/munge.socket.2" > refused.out 2>&1; then
+  fail "a MUNGE credential of nobody approved the job: $(cat refused.out)"
+fi
+grep -q "\`nobody\` is not an approver of job .$HELD_BID.: only bob" refused.out || fail "no clear refusal of nobody (MUNGE): $(cat refused.out)"
+[ "$(state_of "$HELD")" = PENDING ] || fail "a refused answer released job $HELD"
+as bob approve "$HELD_BID" > approve.out 2>&1 || fail "bursar approve failed: $(cat approve.out)"
 sed 's/^/    /' approve.out
 grep -q "approved by bob" approve.out || fail "bursar approve did not say the job was approved: $(cat approve.out)"
 wait_state "$HELD" RUNNING 30
-ok "alice refused; approved by bob with bursar approve: the enforcer released Slurm job $HELD, now running"
+"$BURSAR" audit --db "$WORK/audit.db" explain "$HELD_BID" > story.out 2>&1 || fail "bursar audit explain failed: $(cat story.out)"
+grep -q "from: bob (token: sha256:" story.out || { cat story.out >&2; fail "the audit log does not say bob's token proved the approval"; }
+ok "alice (token), alice as bob, nobody (MUNGE) refused; bob's token approved: the enforcer released Slurm job $HELD, now running"
 
 # --- scenario 4: deferred ------------------------------------------------------------------------------
 say "4. deferrable work outside the off-peak window"
@@ -341,29 +419,30 @@ for pair in "$ALLOW_BID:$ALLOW" "$HELD_BID:$HELD" "$DEFER_BID:$DEFER" "$IDLE_BID
   printf '    Slurm job %-3s = bursar %s: %s\n' "$s" "$b" \
     "$(sql "SELECT group_concat(decision, ', ') FROM (SELECT decision FROM decisions WHERE job='$b' ORDER BY seq)")"
 done
-# The enforcer's records: the release and the cancel, done, with both ids.
+# The enforcer's records: the release and the cancel, done, with both ids. Each id the agents send is
+# kept under their principal's name (`slurm-agents:enforce-…`): no other caller can squat it.
 for rec in "$HELD_BID:$HELD:scontrol release" "$IDLE_BID:$IDLE:scancel"; do
   b=${rec%%:*}; rest=${rec#*:}; s=${rest%%:*}; action=${rest#*:}
-  q="SELECT count(*) FROM events WHERE event_id LIKE 'enforce-%' AND type='action.executed' AND job='$b'
+  q="SELECT count(*) FROM events WHERE event_id LIKE 'slurm-agents:enforce-%' AND type='action.executed' AND job='$b'
      AND json_extract(raw,'\$.slurm_job_id')='$s' AND json_extract(raw,'\$.action')='$action'"
   for _ in $(seq 50); do [ "$(sql "$q")" = 1 ] && break; sleep 0.2; done
   [ "$(sql "$q")" = 1 ] || fail "audit: no record that '$action' on Slurm job $s was done"
-  printf '    recorded: %s\n' "$(sql "SELECT raw FROM events WHERE event_id LIKE 'enforce-%'
+  printf '    recorded: %s\n' "$(sql "SELECT raw FROM events WHERE event_id LIKE 'slurm-agents:enforce-%'
      AND type='action.executed' AND job='$b'")"
 done
 ok "every decision is in the audit log next to Slurm's job id; the enforcer's actions are recorded"
 
 # --- scenario 7: agents restarted ----------------------------------------------------------------------
 say "7. agents killed and restarted: nothing done or recorded twice"
-AGENT_EVENTS="SELECT count(*) FROM events WHERE event_id LIKE 'slurm-%' OR event_id LIKE 'enforce-%'"
+AGENT_EVENTS="SELECT count(*) FROM events WHERE event_id LIKE 'slurm-agents:slurm-%' OR event_id LIKE 'slurm-agents:enforce-%'"
 EVENTS_BEFORE=$(sql "$AGENT_EVENTS")
 kill -9 "$ENFORCE_PID" "$WATCH_PID"; wait "$ENFORCE_PID" "$WATCH_PID" 2>/dev/null || true
 rm -f "$WORK/watch.json"      # the watcher forgets everything: it resends, serve drops the resends
 CURSOR=$(grep -o '"cursor":[0-9]*' "$WORK/enforce.json" | cut -d: -f2)
 echo '{"version":1,"cursor":0}' > "$WORK/enforce.json"   # the enforcer redoes every decision
-"$BURSAR" slurm watch --server "127.0.0.1:$PORT" --cluster lab --state "$WORK/watch.json" --once \
+"$BURSAR" slurm watch --server "127.0.0.1:$PORT" --token-file "$CREDS/agents.token" --cluster lab --state "$WORK/watch.json" --once \
   > "$WORK/watch-again.log" 2>&1 || fail "watch --once failed: $(cat "$WORK/watch-again.log")"
-"$BURSAR" slurm enforce --server "127.0.0.1:$PORT" --cluster lab --state "$WORK/enforce.json" --once \
+"$BURSAR" slurm enforce --server "127.0.0.1:$PORT" --token-file "$CREDS/agents.token" --cluster lab --state "$WORK/enforce.json" --once \
   > "$WORK/enforce-again.log" 2>&1 || fail "enforce --once failed: $(cat "$WORK/enforce-again.log")"
 sed 's/^/    /' "$WORK/watch-again.log" | grep -v INFO || true
 sed 's/^/    /' "$WORK/enforce-again.log" | grep -v INFO || true

@@ -11,7 +11,8 @@
 # $LAB/dcgm-job-map, as on a real GPU node.
 #
 # Settings (environment): LAB (required), BURSAR_URL, BURSAR_FAIL_OPEN (true|false, default false),
-# BURSAR_TIMEOUT (seconds, default 2), SLURMCTLD_PORT (6817), SLURMD_PORT (6818).
+# BURSAR_TIMEOUT (seconds, default 2), BURSAR_TOKEN_FILE (the scheduler principal's token, when serve
+# has principals; default none), SLURMCTLD_PORT (6817), SLURMD_PORT (6818).
 # Prerequisite: apt-get install -y --no-install-recommends slurmctld slurmd slurm-client munge curl
 set -euo pipefail
 LAB=${LAB:?set LAB to a folder for the lab cluster}
@@ -20,6 +21,7 @@ HOST=$(hostname -s)
 BURSAR_URL=${BURSAR_URL:-http://127.0.0.1:7878/v1/admit}
 BURSAR_FAIL_OPEN=${BURSAR_FAIL_OPEN:-false}
 BURSAR_TIMEOUT=${BURSAR_TIMEOUT:-2}
+BURSAR_TOKEN_FILE=${BURSAR_TOKEN_FILE:-}
 SLURMCTLD_PORT=${SLURMCTLD_PORT:-6817}
 SLURMD_PORT=${SLURMD_PORT:-6818}
 T0=$(date +%s.%N)
@@ -42,6 +44,8 @@ cat > "$LAB/etc/dcgm-job-map.conf" <<CONF
 BURSAR_DCGM_MAP_DIR=$LAB/dcgm-job-map
 BURSAR_GPU_INDEX=slurm
 CONF
+TOKEN_FILE_LUA=nil
+[ -n "$BURSAR_TOKEN_FILE" ] && TOKEN_FILE_LUA="\"$BURSAR_TOKEN_FILE\""
 cat > "$LAB/etc/bursar.lua" <<CONF
 -- Settings for job_submit.lua (see the CONFIG table there).
 return {
@@ -49,6 +53,7 @@ return {
   timeout = $BURSAR_TIMEOUT,
   fail_open = $BURSAR_FAIL_OPEN,
   cluster = "lab",
+  token_file = $TOKEN_FILE_LUA,
 }
 CONF
 

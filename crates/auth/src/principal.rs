@@ -107,7 +107,7 @@ impl Proof {
     pub fn detail(&self) -> Option<String> {
         match self {
             Proof::Open => None,
-            Proof::Token { label } => Some(format!("token sha256:{label}…")),
+            Proof::Token { label } => Some(format!("sha256:{label}…")),
             Proof::Jwt { alg, kid, expires } => Some(match kid {
                 Some(k) => format!("{alg} key {k}, expires {}", bursar_model::Timestamp(expires.saturating_mul(1000))),
                 None => format!("{alg}, expires {}", bursar_model::Timestamp(expires.saturating_mul(1000))),
