@@ -469,6 +469,17 @@ pub enum SnapshotRejected {
         /// another hash).
         broken: i64,
     },
+    /// The events after the snapshot up to a prune are gone: restoring it and replaying what is
+    /// left would skip them.
+    #[error(
+        "the engine snapshot at event {event_seq} is older than the prune of the events through event {pruned_through}: the events between them are gone"
+    )]
+    BeforePrune {
+        /// The event seq the snapshot covers.
+        event_seq: i64,
+        /// The last event seq the newest prune removed.
+        pruned_through: i64,
+    },
     /// With a witness: the snapshot was among unsigned writes adopted with `--adopt-unsigned`;
     /// adopting vouches for the rows, so signing can go on, not for engine state.
     #[error(
@@ -491,6 +502,9 @@ pub struct RestorePoint {
     pub snapshot: Option<StoredSnapshot>,
     /// Newer snapshots that were rejected, newest first, and why.
     pub rejected: Vec<SnapshotRejected>,
+    /// The last event seq a prune removed (0: never pruned). Without a snapshot, a replay of such a
+    /// log starts after it and knows nothing of the pruned events.
+    pub pruned_through: i64,
 }
 
 const INSERT_EVENT: &str = "INSERT INTO events (seq, event_id, time, type, job, project, user, raw, recorded_at, sender, hash) \
@@ -1372,6 +1386,10 @@ impl AuditLog {
             }
             None => None,
         };
+        let pruned_through: i64 = self
+            .conn
+            .query_row("SELECT COALESCE(MAX(through_seq), 0) FROM checkpoints WHERE chain = 'events'", [], |r| r.get(0))
+            .map_err(AuditError::sqlite("read the prune checkpoints"))?;
         let mut st = self
             .conn
             .prepare("SELECT event_seq, taken_at, policy_set, blob FROM engine_snapshots ORDER BY event_seq DESC")
@@ -1385,6 +1403,10 @@ impl AuditLog {
                 policy_set: r.get(2).map_err(AuditError::sqlite("read an engine snapshot"))?,
                 blob: r.get(3).map_err(AuditError::sqlite("read an engine snapshot"))?,
             };
+            if snap.event_seq < pruned_through {
+                rejected.push(SnapshotRejected::BeforePrune { event_seq: snap.event_seq, pruned_through });
+                continue;
+            }
             let anchor = match check_snapshot_anchor(&self.conn, &snap)? {
                 Ok(anchor) => anchor,
                 Err(why) => {
@@ -1410,9 +1432,9 @@ impl AuditLog {
                     }
                 }
             }
-            return Ok(RestorePoint { snapshot: Some(snap), rejected });
+            return Ok(RestorePoint { snapshot: Some(snap), rejected, pruned_through });
         }
-        Ok(RestorePoint { snapshot: None, rejected })
+        Ok(RestorePoint { snapshot: None, rejected, pruned_through })
     }
 
     /// Attaches `witness` to sign every write from now on (as [`AuditLog::set_witness`]), but only

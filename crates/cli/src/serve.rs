@@ -110,6 +110,12 @@ pub struct ServeArgs {
     /// snapshot among them is not restored. Without it such a log does not start (docs/audit.md).
     #[arg(long)]
     pub adopt_unsigned: bool,
+    /// Start from a pruned audit log that holds no usable engine snapshot at or after its prune,
+    /// replaying only the events after it: jobs and usage from before the prune are then not counted.
+    /// Without it such a log does not start. For one start after an operator has weighed it (the
+    /// configuration file has no key for it); `/healthz` says so while it runs.
+    #[arg(long)]
+    pub replay_after_prune: bool,
     /// Run (and reload) a policy directory that holds no policy. Without it, an empty directory does
     /// not start, and a reload that finds every policy gone fails and keeps the last set in force: an
     /// empty set allows every job.
@@ -345,6 +351,7 @@ pub fn settings(
         .zip(args.witness.clone())
         .or_else(|| witness_file.map(|w| (w.signing_key.clone(), w.file.clone())));
     config.adopt_unsigned = args.adopt_unsigned || witness_file.is_some_and(|w| w.adopt_unsigned);
+    config.replay_after_prune = args.replay_after_prune;
     config.utilisation = match (&args.utilisation, site) {
         (Some(path), _) => Some(
             bursar_serve::utilisation::UtilisationConfig::load(path).map_err(|e| CliError::Message(e.to_string()))?,

@@ -86,3 +86,106 @@ fn an_edited_snapshot_is_refused_on_restart_and_the_usage_is_replayed() {
     let (status, _) = server.terminate();
     assert!(status.success());
 }
+
+/// Restarts after a prune (issue 36).
+#[cfg(test)]
+mod pruned {
+    use super::*;
+
+    /// A submission dated `time`.
+    fn submit_at(id: &str, job: &str, time: &str) -> String {
+        let mut line: Value = serde_json::from_str(&submit(id, job, "nlp", 2, 3.0)).unwrap();
+        line["time"] = Value::from(time);
+        line.to_string()
+    }
+
+    /// RFC 3339, `ms` from now (serve takes events up to its clock skew ahead of the wall clock).
+    fn at(ms: i64) -> String {
+        bursar_model::Timestamp(wall_ms() + ms).to_string()
+    }
+
+    /// `bursar audit prune --before BEFORE`: how many events it pruned, and its stderr.
+    fn prune(s: &Scratch, before: &str) -> (u64, String) {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_bursar"))
+            .args(["audit", "--db"])
+            .arg(s.audit())
+            .args(["prune", "--before", before])
+            .output()
+            .unwrap();
+        let (stdout, stderr) =
+            (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr).into_owned());
+        assert!(out.status.success(), "{stdout}{stderr}");
+        let n = stdout.strip_prefix("pruned ").and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok());
+        (n.unwrap_or_else(|| panic!("no count in {stdout}")), stderr)
+    }
+
+    const MINUTE: i64 = 60_000;
+
+    /// Every serve start journals a wall tick dated now, so the prunable prefix here ends at an event
+    /// dated a few minutes ahead (within serve's clock skew): the prune takes everything before it.
+    fn admit(server: &Server, id: &str, job: &str, time: &str) {
+        let d = server.post("/v1/admit", &submit_at(id, job, time)).json().unwrap();
+        assert_eq!(d["decision"], "allow", "{d}");
+    }
+
+    /// Issue 36: a pruned log restarts from the snapshot taken after its prune, with the pruned jobs'
+    /// usage in it.
+    #[test]
+    fn a_pruned_log_restarts_from_the_snapshot_after_its_prune() {
+        let s = Scratch::new("audit-prune-kept");
+        let server = Server::start(&s, &["--snapshot-every", "1h", "--tick", "1h"]);
+        admit(&server, "e1", "j1", &at(0));
+        admit(&server, "e2", "j2", &at(0));
+        admit(&server, "e3", "j3", &at(3 * MINUTE));
+        assert_eq!(server.post("/v1/snapshot", "").status, 200);
+        let before = project(&server);
+        server.kill9();
+
+        let (pruned, stderr) = prune(&s, &at(2 * MINUTE));
+        assert!(pruned >= 2, "e1 and e2 are pruned");
+        assert!(!stderr.contains("warning"), "{stderr}");
+
+        let server = Server::start(&s, &["--tick", "1h"]);
+        assert_eq!(project(&server), before, "the pruned jobs' usage comes back with the snapshot");
+        let health = server.get("/healthz").unwrap().text();
+        assert!(!health.contains("note:"), "{health}");
+        let (status, _) = server.terminate();
+        assert!(status.success());
+    }
+
+    /// Issue 36: without a snapshot after the prune, what is left to replay starts mid-stream; serve
+    /// used to start from it with the pruned jobs' reservations forgotten. Now it does not start unless
+    /// told to, and then says so on /healthz.
+    #[test]
+    fn a_pruned_log_without_a_snapshot_after_its_prune_does_not_start_on_what_is_left() {
+        let s = Scratch::new("audit-prune-lost");
+        let server = Server::start(&s, &["--snapshot-every", "1h", "--tick", "1h"]);
+        admit(&server, "e1", "j1", &at(0));
+        assert_eq!(server.post("/v1/snapshot", "").status, 200);
+        // Submitted after the snapshot and pruned with the rest: only a replay from before could know it.
+        admit(&server, "e2", "j2", &at(0));
+        admit(&server, "e3", "j3", &at(3 * MINUTE));
+        let before = project(&server);
+        server.kill9();
+
+        let (pruned, stderr) = prune(&s, &at(2 * MINUTE));
+        assert!(pruned >= 2, "e1 and e2 are pruned");
+        assert!(stderr.contains("warning: no usable engine snapshot at or after event"), "{stderr}");
+        assert!(stderr.contains("`bursar serve` will not start from this log"), "{stderr}");
+
+        let log = Server::try_start(&s, &["--tick", "1h"])
+            .err()
+            .expect("serve started on a pruned log with no snapshot after the prune");
+        assert!(log.contains("the audit log was pruned through event"), "{log}");
+        assert!(log.contains("is older than the prune of the events through event"), "{log}");
+        assert!(log.contains("--replay-after-prune"), "{log}");
+
+        let server = Server::start(&s, &["--tick", "1h", "--replay-after-prune"]);
+        let health = server.get("/healthz").unwrap().text();
+        assert!(health.contains("note: refused: the log was pruned through event"), "{health}");
+        assert!(health.contains("jobs and usage from before it are not counted"), "{health}");
+        assert_ne!(project(&server), before, "the state is what the remaining events give");
+        let (status, _) = server.terminate();
+        assert!(status.success());
+    }
+}

@@ -181,10 +181,16 @@ impl Recovered {
 /// The snapshot is the log's restore point ([`AuditLog::restore_point`]): one that matches its
 /// anchor and, when a witness is attached (`--signing-key`, `--witness`), that a signed head covers.
 /// Each newer one refused is logged (warn) and returned; with none left the whole log is replayed.
+///
+/// A pruned log is the exception: without a snapshot at or after its prune, what is left to replay
+/// starts mid-stream (the pruned submissions' reservations and running jobs forgotten, quotas
+/// undercounted), so recovery fails and says how to go on, unless `replay_after_prune` (`serve
+/// --replay-after-prune`, an operator's decision for one start) accepts that state, loudly.
 pub fn recover(
     log: &AuditLog,
     set: Arc<PolicySet>,
     config: EngineConfig,
+    replay_after_prune: bool,
     on_input: &mut dyn FnMut(&bursar_model::Input),
 ) -> Result<Recovered, RecoverError> {
     let audit = |e: bursar_audit::AuditError| RecoverError(e.to_string());
@@ -204,6 +210,32 @@ pub fn recover(
         },
         None => (Engine::with_config(set, config), 0),
     };
+    if seq == 0 && point.pruned_through > 0 {
+        let why = if refused.is_empty() {
+            "the log holds no engine snapshot at or after it".to_owned()
+        } else {
+            format!("no engine snapshot at or after it can be used: {}", refused.join("; "))
+        };
+        if !replay_after_prune {
+            return Err(RecoverError(format!(
+                "the audit log was pruned through event {} and {why}; replaying what is left would forget every \
+                 pruned submission still running or reserved, and undercount its quotas\n  \
+                 help: restore the log from a backup taken before the prune (docs/operations.md, \"Restore\"), \
+                 or start once with `--replay-after-prune` to accept the state the remaining events give",
+                point.pruned_through
+            )));
+        }
+        tracing::warn!(
+            pruned_through = point.pruned_through,
+            "audit log: pruned with no usable engine snapshot after the prune; replaying only the events after it \
+             (--replay-after-prune): jobs and usage from before it are not counted"
+        );
+        refused.push(format!(
+            "the log was pruned through event {} and {why}: only the events after the prune were replayed \
+             (--replay-after-prune), so jobs and usage from before it are not counted",
+            point.pruned_through
+        ));
+    }
     let from_snapshot = u64::try_from(seq).unwrap_or(0);
     let mut session = Session::new(engine, Discard, Origin::Journal);
     let mut replayed = 0;

@@ -184,6 +184,9 @@ pub struct Config {
     /// With `witness`: adopt writes no signed head covers (recorded in the log as an `adopt` anchor)
     /// instead of refusing to start: `--adopt-unsigned`.
     pub adopt_unsigned: bool,
+    /// Start from a pruned log that holds no usable engine snapshot after its prune, replaying only
+    /// the events after it (an operator's decision for one start: [`core::recover`]).
+    pub replay_after_prune: bool,
     /// Rates for `GET /v1/report` and `GET /report` (`--prices FILE`): the billing comparison and,
     /// with `cost_per_unit=true`, the cost per unit of work.
     pub prices: Option<bursar_report::Prices>,
@@ -238,6 +241,7 @@ impl Config {
             notify: None,
             witness: None,
             adopt_unsigned: false,
+            replay_after_prune: false,
             prices: None,
         }
     }
@@ -364,6 +368,7 @@ pub async fn serve_then(
         let utilisation_jobs = config.utilisation.as_ref().map(|u| u.jobs.clone());
         let witness = config.witness.clone();
         let adopt_unsigned = config.adopt_unsigned;
+        let replay_after_prune = config.replay_after_prune;
         let max_skew = config.max_skew;
         tokio::task::spawn_blocking(
             move || -> Result<(core::Core, Arc<bursar_audit::Health>, Vec<String>), ServeError> {
@@ -382,7 +387,7 @@ pub async fn serve_then(
                 }
                 let started = std::time::Instant::now();
                 let mut jobs = utilisation_jobs.as_ref().map(utilisation::JobIndex::new);
-                let recovered = core::recover(&log, set.clone(), engine_config, &mut |input| {
+                let recovered = core::recover(&log, set.clone(), engine_config, replay_after_prune, &mut |input| {
                     if let Some(j) = jobs.as_mut() {
                         j.observe(input);
                     }
