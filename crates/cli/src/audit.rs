@@ -490,12 +490,10 @@ pub fn run(args: &AuditArgs, _format: ErrorFormat) -> Result<ExitCode, CliError>
                 if log.witness().is_some_and(|w| w.signed() > 0) { " and signed" } else { "" }
             )
             .map_err(io)?;
-            // A log serve writes restarts from a snapshot after the prune; say so when none is left.
-            let snapshots: i64 = log
-                .connection()
-                .query_row("SELECT count(*) FROM engine_snapshots", [], |r| r.get(0))
-                .map_err(|e| CliError::Message(format!("cannot read the engine snapshots: {e}")))?;
-            if rep.events > 0 && snapshots > 0 && log.restore_point().map_err(audit_err)?.snapshot.is_none() {
+            // A log serve writes (one with snapshots) restarts from a snapshot after the prune; say so
+            // when none is left: every snapshot it holds is then among the restore point's rejected.
+            let point = if rep.events > 0 { Some(log.restore_point().map_err(audit_err)?) } else { None };
+            if point.is_some_and(|p| p.snapshot.is_none() && !p.rejected.is_empty()) {
                 eprintln!(
                     "bursar audit prune: warning: no usable engine snapshot at or after event {} is left, so `bursar serve` \
                      will not start from this log (the pruned events' jobs and usage would be lost)\n  \
