@@ -87,6 +87,9 @@ fn a_serving_log_has_one_writer_and_is_pruned_through_serve_under_admission_load
     std::thread::sleep(Duration::from_millis(20));
     let cut = now();
     std::thread::sleep(Duration::from_millis(20));
+    // A job submitted before the cut that goes on after it: its story loses its start.
+    let r = server.post("/v1/events", &job_event("old-start-0", "job.started", "old-j0", ""));
+    assert_eq!(r.status, 200, "{}", r.text());
 
     // One writer per log: every other writer is refused, naming serve.
     let holder = format!("pid {pid} (`");
@@ -150,6 +153,15 @@ fn a_serving_log_has_one_writer_and_is_pruned_through_serve_under_admission_load
     assert!(ok >= 60, "only {ok} admissions");
     assert!(max < Duration::from_secs(1), "an admission waited {max:?} during the prune");
 
+    // A job whose submission was pruned: explain says why its project is unknown (issue 45: it
+    // showed "project ?").
+    let o = bursar(&["audit", "explain", "--db", &db_s, "old-j0"]);
+    let story = text(&o);
+    assert!(story.contains("job old-j0 (project unknown: pruned, user unknown: pruned)"), "{story}");
+    assert!(story.contains("its submission is not in the log: the events before") && story.contains("old-start-0"), "{story}");
+    let o = bursar(&["audit", "explain", "--db", &db_s, "old-j1"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("were pruned (through event seq"), "{}", text(&o));
     // The log verifies beside the running serve, which is still healthy and admitting.
     let o = bursar(&["audit", "verify", "--db", &db_s]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
