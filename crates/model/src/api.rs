@@ -389,11 +389,11 @@ pub struct SnapshotReply {
 }
 
 /// `POST /v1/audit/prune`'s body: remove the events and decisions whose event time is before this.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PruneRequest {
-    /// RFC 3339.
-    pub before: crate::Timestamp,
+    /// RFC 3339 (`2026-01-01T00:00:00Z`), as every time in the API.
+    pub before: String,
 }
 
 /// `POST /v1/audit/prune`: what serve's own writer pruned, after a snapshot that covers

@@ -718,8 +718,11 @@ async fn snapshot(State(st): State<AppState>) -> Response {
 /// reader, off the engine thread, in one read transaction (one instant, while the writer goes on);
 /// then the engine thread snapshots and hands the prune to the writer ([`Work::Prune`]).
 async fn prune(State(st): State<AppState>, body: Bytes) -> Response {
-    let req: bursar_model::api::PruneRequest = match serde_json::from_slice(&body) {
-        Ok(r) => r,
+    let before = match serde_json::from_slice::<bursar_model::api::PruneRequest>(&body)
+        .map_err(|e| e.to_string())
+        .and_then(|r| bursar_model::Timestamp::parse(&r.before).map_err(|e| e.to_string()))
+    {
+        Ok(t) => t,
         Err(e) => {
             return error(
                 StatusCode::BAD_REQUEST,
@@ -756,12 +759,12 @@ async fn prune(State(st): State<AppState>, body: Bytes) -> Response {
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
     let (tx, rx) = oneshot::channel();
-    if st.engine.send(Work::Prune { before: req.before, reply: tx }).await.is_err() {
+    if st.engine.send(Work::Prune { before, reply: tx }).await.is_err() {
         return error(StatusCode::SERVICE_UNAVAILABLE, "the engine is shutting down");
     }
     match rx.await {
         Ok(Ok(r)) => {
-            tracing::info!(before = %req.before, events = r.events, decisions = r.decisions, "audit log pruned through serve");
+            tracing::info!(before = %before, events = r.events, decisions = r.decisions, "audit log pruned through serve");
             reply(StatusCode::OK, &r)
         }
         Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
