@@ -537,6 +537,7 @@ fn check_contents(deb: &str, work: &Path) {
     has("/usr/share/bursar/slurm/prolog-dcgm.sh", "-rwxr-xr-x");
     has("/usr/share/bursar/slurm/epilog-dcgm.sh", "-rwxr-xr-x");
     has("/usr/share/bursar/prometheus/bursar-alerts.yml", "-rw-r--r--");
+    has("/usr/share/bursar/apache/bursar-sso.conf", "-rw-r--r--");
     has("/usr/share/doc/bursar/operations.md", "-rw-r--r--");
     has("/usr/share/doc/bursar/copyright", "-rw-r--r--");
     for u in UNITS {
