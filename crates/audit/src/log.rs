@@ -771,7 +771,19 @@ impl AuditLog {
         let id = anchor::log_id(&conn)?;
         let indexed =
             Indexed { events: indexed_through(&conn, "events")?, decisions: indexed_through(&conn, "decisions")? };
-        Ok(AuditLog { conn, path, events, decisions, loads, anchors, indexed, id, durability, witness: None, lock: None })
+        Ok(AuditLog {
+            conn,
+            path,
+            events,
+            decisions,
+            loads,
+            anchors,
+            indexed,
+            id,
+            durability,
+            witness: None,
+            lock: None,
+        })
     }
 
     /// Signs the log's head after every successful write from now on and appends it to a witness

@@ -223,9 +223,8 @@ pub fn run(args: &DoctorArgs, error_format: ErrorFormat) -> Result<ExitCode, Cli
     // Prometheus: every utilisation metric in use is asked (a GPU without the profiling metric is
     // read from DCGM_FI_DEV_GPU_UTIL), and the answer names how many series each has.
     if let Some(u) = &c.utilisation {
-        let queries = bursar_prometheus::Source::new(u.prometheus.clone())
-            .map(|s| s.utilisation_queries())
-            .unwrap_or_default();
+        let queries =
+            bursar_prometheus::Source::new(u.prometheus.clone()).map(|s| s.utilisation_queries()).unwrap_or_default();
         match u.prometheus.http_client() {
             Err(e) => r.line(Level::Fail, "prometheus", &e.to_string(), None),
             Ok(_) if queries.is_empty() => r.line(

@@ -33,7 +33,12 @@ fn a_principal_that_speaks_for_jobs_is_given_its_jobs_or_refused() {
     let cfg = dir.join("bursar.toml");
     std::fs::write(&cfg, format!("[serve]\npolicies = \"policies\"\naudit = \"audit.db\"\n{t}")).unwrap();
     let check = Command::new(env!("CARGO_BIN_EXE_bursar")).args(["config", "check"]).arg(&cfg).output().unwrap();
-    assert!(check.status.success(), "{}{}", String::from_utf8_lossy(&check.stdout), String::from_utf8_lossy(&check.stderr));
+    assert!(
+        check.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
     let shown = Command::new(env!("CARGO_BIN_EXE_bursar")).args(["config", "show"]).arg(&cfg).output().unwrap();
     assert!(String::from_utf8_lossy(&shown.stdout).contains("slurm-*"), "{}", String::from_utf8_lossy(&shown.stdout));
     let _ = std::fs::remove_dir_all(&dir);

@@ -71,14 +71,16 @@ fn the_file_alone_starts_serve_and_a_flag_overrides_it() {
     std::fs::write(&cfg, good.replace("[clock]", "[clokc]")).unwrap();
     let r = Conn::connect(addr, Some("bursar_config-test-admin")).unwrap().request("POST", "/v1/reload", b"").unwrap();
     assert_eq!(r.status, 422, "{}", r.text());
-    let metrics = Conn::connect(addr, Some("bursar_config-test-admin")).unwrap().request("GET", "/metrics", b"").unwrap();
+    let metrics =
+        Conn::connect(addr, Some("bursar_config-test-admin")).unwrap().request("GET", "/metrics", b"").unwrap();
     let text = metrics.text();
     assert!(text.contains("bursar_last_reload_failed{part=\"config\"} 1"), "{text}");
     assert!(text.contains("bursar_last_reload_failed{part=\"policies\"} 0"), "{text}");
     std::fs::write(&cfg, good).unwrap();
     let r = Conn::connect(addr, Some("bursar_config-test-admin")).unwrap().request("POST", "/v1/reload", b"").unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
-    let text = Conn::connect(addr, Some("bursar_config-test-admin")).unwrap().request("GET", "/metrics", b"").unwrap().text();
+    let text =
+        Conn::connect(addr, Some("bursar_config-test-admin")).unwrap().request("GET", "/metrics", b"").unwrap().text();
     assert!(text.contains("bursar_last_reload_failed{part=\"config\"} 0"), "{text}");
     let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
     let deadline = Instant::now() + Duration::from_secs(20);

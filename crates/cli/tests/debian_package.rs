@@ -456,7 +456,9 @@ fn upgrades_over_each_earlier_schema(machine: &mut Machine, deb: &str, work: &Pa
         let decisions = decisions_in(&scratch);
         run(Command::new(env!("CARGO_BIN_EXE_bursar")).args(["audit", "migrate", "--db"]).arg(&scratch));
         let expected = stdout(
-            Command::new(env!("CARGO_BIN_EXE_bursar")).args(["audit", "query", "--format", "json", "--db"]).arg(&scratch),
+            Command::new(env!("CARGO_BIN_EXE_bursar"))
+                .args(["audit", "query", "--format", "json", "--db"])
+                .arg(&scratch),
         );
 
         // A site's log of schema v, then the package installed over it (or upgraded to).
@@ -469,11 +471,17 @@ fn upgrades_over_each_earlier_schema(machine: &mut Machine, deb: &str, work: &Pa
         let said = stdout(Command::new("dpkg").args(["-i", deb]).env("DEBIAN_FRONTEND", "noninteractive"));
         assert!(said.contains("migrated /var/lib/bursar/audit.db"), "v{v}: {said}");
         assert_eq!(mode_owner("/var/lib/bursar/audit.db"), (0o640, "bursar".into(), "bursar".into()), "v{v}");
-        let verify = stdout(Command::new("/usr/bin/bursar").args(["audit", "verify", "--db", "/var/lib/bursar/audit.db"]));
+        let verify =
+            stdout(Command::new("/usr/bin/bursar").args(["audit", "verify", "--db", "/var/lib/bursar/audit.db"]));
         assert!(verify.contains("verifies"), "v{v}: {verify}");
-        let found = stdout(
-            Command::new("/usr/bin/bursar").args(["audit", "query", "--format", "json", "--db", "/var/lib/bursar/audit.db"]),
-        );
+        let found = stdout(Command::new("/usr/bin/bursar").args([
+            "audit",
+            "query",
+            "--format",
+            "json",
+            "--db",
+            "/var/lib/bursar/audit.db",
+        ]));
         assert_eq!(found, expected, "v{v}: the migrated log's decisions differ from a migration by hand");
         assert_eq!(found.lines().count() as i64, decisions, "v{v}: decisions lost or added by the migration");
         let mark = std::fs::read_to_string("/var/lib/bursar/pre-upgrade/last-migration").unwrap();
@@ -491,7 +499,11 @@ fn upgrades_over_each_earlier_schema(machine: &mut Machine, deb: &str, work: &Pa
         let said = stdout(Command::new("dpkg").args(["--unpack", &old]).env("DEBIAN_FRONTEND", "noninteractive"));
         assert!(said.contains("restored /var/lib/bursar/audit.db"), "v{v}: {said}");
         assert_eq!(schema_of(db), v, "v{v}: the downgrade did not restore the copy taken before the migration");
-        assert_eq!(std::fs::read(db).unwrap(), std::fs::read(&backup).unwrap(), "v{v}: restored file differs from the copy");
+        assert_eq!(
+            std::fs::read(db).unwrap(),
+            std::fs::read(&backup).unwrap(),
+            "v{v}: restored file differs from the copy"
+        );
         assert_eq!(mode_owner("/var/lib/bursar/audit.db"), (0o640, "bursar".into(), "bursar".into()), "v{v}");
         let aside = std::fs::read_dir("/var/lib/bursar")
             .unwrap()
@@ -557,7 +569,9 @@ fn check_contents(deb: &str, work: &Path) {
     assert!(!conffiles.contains("/etc/bursar/policies"), "a conffile in the site's policy folder:\n{conffiles}");
     // postinst migrates the audit log before the debhelper part starts serve.
     let postinst = std::fs::read_to_string(ctrl.join("postinst")).unwrap();
-    let migrate = postinst.find("audit migrate --db").expect("postinst does not migrate the audit log");
+    let migrate = postinst
+        .find("audit migrate --db")
+        .unwrap_or_else(|| panic!("postinst does not migrate the audit log:\n{postinst}"));
     let start = postinst
         .find("migrate_log\n")
         .and_then(|call| postinst[call..].find("deb-systemd-invoke").map(|i| call + i))

@@ -84,7 +84,8 @@ impl Browser {
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         let cookies: Vec<String> =
             self.cookies.iter().filter(|((h, _), _)| *h == host).map(|((_, n), v)| format!("{n}={v}")).collect();
-        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nUser-Agent: bursar-test\r\n");
+        let mut req =
+            format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nUser-Agent: bursar-test\r\n");
         // What a browser accepts when it navigates (mod_auth_openidc sends a browser to sign in, and
         // answers anything else 401); a request that says otherwise overrides it.
         if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("accept")) {
@@ -167,6 +168,7 @@ impl Apache {
             .iter()
             .map(|m| format!("LoadModule {m}_module {MODULES}/mod_{m}.so\n"))
             .collect::<String>();
+        let passphrase = format!("test-passphrase-{}-{}", std::process::id(), wall_ms());
         let conf = format!(
             "ServerRoot \"{d}\"\nServerName 127.0.0.1\nListen 127.0.0.1:{port}\nPidFile \"{d}/apache.pid\"\n\
              DefaultRuntimeDir \"{d}/run\"\nMutex file:{d}/run default\nErrorLog \"{d}/error.log\"\n\
@@ -178,7 +180,7 @@ impl Apache {
              Include \"{sso}\"\n",
             d = dir.display(),
             meta = provider.metadata_url(),
-            pass = format!("test-passphrase-{}-{}", std::process::id(), wall_ms()),
+            pass = passphrase,
             sso = repo.join("integrations/apache/bursar-sso.conf").display(),
         );
         let conf_path = dir.join("httpd.conf");
@@ -233,8 +235,13 @@ fn sign_in(apache: &Apache, provider: &OidcProvider, user: &str, path: &str) -> 
 #[test]
 fn an_approver_signs_in_through_apache_and_the_sites_provider_and_answers_without_read() {
     if !installed() {
-        assert!(std::env::var_os("CI").is_none(), "apache2 or mod_auth_openidc is missing: scripts/setup.sh installs them");
-        eprintln!("skipping: apache2 and libapache2-mod-auth-openidc are not installed (scripts/setup.sh installs them)");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "apache2 or mod_auth_openidc is missing: scripts/setup.sh installs them"
+        );
+        eprintln!(
+            "skipping: apache2 and libapache2-mod-auth-openidc are not installed (scripts/setup.sh installs them)"
+        );
         return;
     }
     let s = Scratch::new("people-sso");
@@ -257,7 +264,10 @@ fn an_approver_signs_in_through_apache_and_the_sites_provider_and_answers_withou
     let scheduler = bursar_client::Client::new(server.addr, Some("people-sso-scheduler-token".into()));
     for (id, job) in [("sso-1", "big-1"), ("sso-2", "big-2")] {
         let event = bursar_model::decode_event(&submit(id, job, "nlp", 8, 2.0)).unwrap();
-        assert_eq!(scheduler.admit(&event).unwrap().admission.decision.decision, bursar_model::DecisionKind::RequireApproval);
+        assert_eq!(
+            scheduler.admit(&event).unwrap().admission.decision.decision,
+            bursar_model::DecisionKind::RequireApproval
+        );
     }
 
     let provider = OidcProvider::start("bursar", "client-secret-for-the-test").unwrap();
@@ -326,8 +336,7 @@ fn an_approver_signs_in_through_apache_and_the_sites_provider_and_answers_withou
     assert_eq!(a.status, 403, "{a:?}");
 
     // A real browser: headless Chromium signs bob in through the same redirects and renders /mine.
-    if let Some(chromium) = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].iter().find(|p| Path::new(p).is_file())
-    {
+    if let Some(chromium) = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].iter().find(|p| Path::new(p).is_file()) {
         provider.sign_in_as(Some("bob"));
         let dom = Command::new(chromium)
             .args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"])

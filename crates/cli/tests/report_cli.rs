@@ -320,10 +320,13 @@ fn table_csv_and_prices() {
     let table = String::from_utf8(run(&["report", "--db", &db, "--period", "2026-11"]).stdout).unwrap();
     assert!(table.contains("GPU-hours by project for 2026-11 (2026-11-01 to 2026-11-30)"), "{table}");
     assert!(
-        table.lines().any(|l| l.starts_with("p1 ") && l.contains("186.0") && l.contains("168.0") && l.contains("55.6%")),
+        table
+            .lines()
+            .any(|l| l.starts_with("p1 ") && l.contains("186.0") && l.contains("168.0") && l.contains("55.6%")),
         "{table}"
     );
-    let by_tag = String::from_utf8(run(&["report", "--db", &db, "--period", "2026-11", "--by", "tag:team"]).stdout).unwrap();
+    let by_tag =
+        String::from_utf8(run(&["report", "--db", &db, "--period", "2026-11", "--by", "tag:team"]).stdout).unwrap();
     assert!(by_tag.lines().any(|l| l.starts_with("(none)") && l.contains("not measured")), "{by_tag}");
     assert!(table.lines().any(|l| l.starts_with("(total)") && l.contains("210.0")), "{table}");
     let csv =
@@ -425,10 +428,9 @@ fn the_budget_line_is_the_policies_from_the_first_event() {
     assert_eq!(b["budget_gpu_hours"], 500.0, "{r}");
     let p2 = r["burndown"].as_array().unwrap().iter().find(|b| b["project"] == "p2").unwrap_or_else(|| panic!("{r}"));
     assert_eq!(p2["budget_gpu_hours"], 100_000.0, "{r}");
-    let html = String::from_utf8(
-        run(&["report", "--db", &fx.path("a.db"), "--period", "2026-11", "--format", "html"]).stdout,
-    )
-    .unwrap();
+    let html =
+        String::from_utf8(run(&["report", "--db", &fx.path("a.db"), "--period", "2026-11", "--format", "html"]).stdout)
+            .unwrap();
     assert!(!html.contains("no enforced monthly quota"), "the page says no quota limits the projects");
     assert!(html.contains("p1: budget left of 500 GPU-h"), "no budget line for p1");
 }

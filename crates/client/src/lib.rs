@@ -197,11 +197,14 @@ impl Client {
 
     /// `POST /v1/audit/prune`: serve prunes its own log (the admin power).
     pub fn prune(&self, before: bursar_model::Timestamp) -> Result<bursar_model::api::PruneReply> {
-        let body = serde_json::to_vec(&bursar_model::api::PruneRequest { before: before.to_string() }).map_err(|e| ClientError::Decode {
-            server: self.server.clone(),
-            what: "a prune request".into(),
-            message: e.to_string(),
-        })?;
+        let body =
+            serde_json::to_vec(&bursar_model::api::PruneRequest { before: before.to_string() }).map_err(|e| {
+                ClientError::Decode {
+                    server: self.server.clone(),
+                    what: "a prune request".into(),
+                    message: e.to_string(),
+                }
+            })?;
         let req = Request::new("POST", "/v1/audit/prune")
             .body(&body)
             .header("content-type", "application/json")

@@ -39,7 +39,11 @@ fn idle_since_0910(window: &str) -> Engine {
     apply(
         &mut e,
         &[
-            ev("sub", "09:00:00", r#""type":"job.submitted","job":{"id":"j1","project":"nlp","gpus":4,"requested_hours":8}"#),
+            ev(
+                "sub",
+                "09:00:00",
+                r#""type":"job.submitted","job":{"id":"j1","project":"nlp","gpus":4,"requested_hours":8}"#,
+            ),
             ev("start", "09:00:00", r#""type":"job.started","job_id":"j1""#),
             ev("s1", "09:10:00", r#""type":"job.sample","job_id":"j1","gpu_util":0.01"#),
         ],

@@ -827,7 +827,9 @@ impl Batch<'_, '_> {
             }
             if j.days_dirty {
                 for (day, s) in &j.days {
-                    up_day.execute(params![id, day, s.nominal, s.productive, s.idle, s.failure, s.held, s.unmeasured]).map_err(e())?;
+                    up_day
+                        .execute(params![id, day, s.nominal, s.productive, s.idle, s.failure, s.held, s.unmeasured])
+                        .map_err(e())?;
                 }
                 j.days_dirty = false;
             }

@@ -554,10 +554,7 @@ fn daily_series(conn: &Connection, days: &[i64]) -> Result<DailySeries> {
     let ratio = per
         .iter()
         .map(|(p, m)| {
-            let v = days
-                .iter()
-                .map(|d| m.get(d).and_then(Split::effective_ratio))
-                .collect();
+            let v = days.iter().map(|d| m.get(d).and_then(Split::effective_ratio)).collect();
             (p.clone(), v)
         })
         .collect();

@@ -755,7 +755,9 @@ async fn prune(State(st): State<AppState>, body: Bytes) -> Response {
                 ),
             );
         }
-        Ok(Err(e)) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot verify the log before pruning: {e}")),
+        Ok(Err(e)) => {
+            return error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot verify the log before pruning: {e}"));
+        }
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
     let (tx, rx) = oneshot::channel();

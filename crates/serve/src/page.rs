@@ -211,7 +211,12 @@ pub fn mine(who: &str, p: &bursar_model::api::PendingReply, now: Timestamp) -> S
         }
         o.push_str("</table>");
     }
-    let _ = write!(o, "<p class=\"muted\">As of {} (engine clock {}).</p><script>{MINE_SCRIPT}</script></body></html>", esc(&now.to_string()), esc(&p.engine_time));
+    let _ = write!(
+        o,
+        "<p class=\"muted\">As of {} (engine clock {}).</p><script>{MINE_SCRIPT}</script></body></html>",
+        esc(&now.to_string()),
+        esc(&p.engine_time)
+    );
     o
 }
 

@@ -459,8 +459,7 @@ async fn mine(st: &AppState, caller: &Caller) -> Result<bursar_model::api::Pendi
         ));
     }
     let skips = st.skips.clone();
-    let all =
-        off_thread(st, move |input| input.pending(skips.as_ref().and_then(|s| s.lock().ok()).as_deref())).await?;
+    let all = off_thread(st, move |input| input.pending(skips.as_ref().and_then(|s| s.lock().ok()).as_deref())).await?;
     Ok(pending_for((!caller.is_open()).then(|| caller.name()), all))
 }
 

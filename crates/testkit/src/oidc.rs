@@ -335,7 +335,8 @@ fn handle(mut s: TcpStream, shared: &Shared) -> io::Result<()> {
     if let Ok(mut got) = shared.got.lock() {
         got.push(OidcRequest { method, path: path.to_owned(), params, status: reply.status });
     }
-    let mut head = format!("HTTP/1.1 {} X\r\ncontent-length: {}\r\nconnection: close\r\n", reply.status, reply.body.len());
+    let mut head =
+        format!("HTTP/1.1 {} X\r\ncontent-length: {}\r\nconnection: close\r\n", reply.status, reply.body.len());
     for (k, v) in &reply.headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
