@@ -243,7 +243,7 @@ impl State {
         at: Timestamp,
     ) -> Option<(Arc<str>, FinishStatus)> {
         let parent = self.jobs.get(task)?.parent()?.clone();
-        let mut p = self.jobs.remove(&*parent)?;
+        let mut p = self.jobs.remove(&parent)?;
         let held_before = p.held_gpus();
         let mut done = None;
         if let Some(a) = p.rare.as_mut().and_then(|r| r.runs.array.as_mut()) {
