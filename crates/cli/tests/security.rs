@@ -111,9 +111,10 @@ fn every_route_by_every_role_and_credential() {
     let cfg = config(&s, "");
     let server = Server::start(&s, &["--config", cfg.to_str().unwrap()]);
     let addr = server.addr;
-    let (st, _, body) =
-        as_role(addr, "scheduler", "POST", "/v1/admit", &job_line("held", "lab-held", "alice", 1, &now()));
-    assert_eq!(st, 200, "{body}");
+    for (id, job, user) in [("held", "lab-held", "alice"), ("mine", "lab-mine", "p-user")] {
+        let (st, _, body) = as_role(addr, "scheduler", "POST", "/v1/admit", &job_line(id, job, user, 1, &now()));
+        assert_eq!(st, 200, "{body}");
+    }
 
     let table: Table =
         toml::from_str(&std::fs::read_to_string(repo().join("tests/security/routes.toml")).unwrap()).unwrap();

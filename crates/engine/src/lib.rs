@@ -24,12 +24,14 @@
 //! - [`policy`]: the [`Policy`] trait, [`Verdict`]s, [`Effect`]s, [`Selector`].
 //! - [`set`]: [`PolicySet`], the immutable set swapped whole on reload.
 //! - [`state`]: jobs, ledgers and what policies may ask of them.
+//! - [`approval`]: who may answer a held job's approval, policy by policy, and when it is admitted.
 //! - [`engine`]: [`Engine::apply`], timer firing, decision combination, lifecycle steps.
 //! - [`shared`]: the user and tag ledgers of a partitioned deployment, kept by one partition and
 //!   consulted by the others ([`LedgerClient`]).
 //! - `timers`, `dedupe`, `intern`, `profile`, `jobs`: supporting structures, public only because a [`Snapshot`] holds
 //!   them (hidden from the documentation; not an API).
 
+pub mod approval;
 #[doc(hidden)]
 pub mod dedupe;
 pub mod engine;
@@ -54,6 +56,6 @@ pub use policy::{
     Context, Deadline, Effect, EventMask, Later, Limits, Mode, Output, Policy, PolicyMeta, QuotaLimit, QuotaScope,
     Reason, Selector, Settle, TimerContext, Verdict, VerdictKind,
 };
-pub use set::{PolicyLimits, PolicySet, PoolLimits, SetError, SourceFile, TagFrom, TagSource};
+pub use set::{Guest, PolicyLimits, PolicySet, PoolLimits, SetError, SourceFile, TagFrom, TagSource};
 pub use shared::{LedgerAnswer, LedgerClient};
 pub use state::{JobFacts, JobPhase, JobRecord, Ledger, ScopeKind, State, Usage, mark_key};

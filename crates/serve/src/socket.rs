@@ -37,6 +37,7 @@ pub fn listen(
     path: &Path,
     engine: mpsc::Sender<Work>,
     auth: crate::auth::SharedAuth,
+    budgets: Arc<crate::budget::Budgets>,
     max_line: usize,
     mode: u32,
     shutdown: watch::Receiver<bool>,
@@ -53,7 +54,8 @@ pub fn listen(
             tokio::select! {
                 conn = listener.accept() => match conn {
                     Ok((stream, _)) => {
-                        tokio::spawn(connection(stream, engine.clone(), auth.clone(), max_line, shutdown.clone()));
+                        let budgets = budgets.clone();
+                        tokio::spawn(connection(stream, engine.clone(), auth.clone(), budgets, max_line, shutdown.clone()));
                     }
                     Err(e) => tracing::warn!(error = %e, "cannot accept on the event socket"),
                 },
@@ -93,6 +95,7 @@ async fn connection(
     stream: UnixStream,
     engine: mpsc::Sender<Work>,
     auth: crate::auth::SharedAuth,
+    budgets: Arc<crate::budget::Budgets>,
     max_line: usize,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -148,9 +151,29 @@ async fn connection(
         while !items.is_empty() {
             let rest = if items.len() > MAX_LINES { items.split_off(MAX_LINES) } else { Vec::new() };
             let chunk = std::mem::replace(&mut items, rest);
+            // The write budget, like an HTTP request's ([`crate::budget`]): over it, every line of
+            // the chunk is answered with the refusal and nothing of it is applied.
+            let bytes: usize = chunk.iter().map(|i| i.raw.len()).sum();
+            if let Err(over) = budgets.charge(&caller, chunk.len() as u64, bytes as u64) {
+                if over.journal
+                    && let Some(first) = chunk.first()
+                {
+                    let reason = over.message.lines().next().unwrap_or("").to_owned();
+                    let _ = engine.send(Work::Refusal { item: Box::new(first.clone()), reason }).await;
+                }
+                outcomes.extend(chunk.into_iter().map(|i| crate::core::Outcome {
+                    line: i.line,
+                    id: i.input.id().into_owned(),
+                    duplicate: false,
+                    decisions: Vec::new(),
+                    denied: Some(over.message.clone()),
+                    unknown_job: false,
+                    refused: None,
+                }));
+                continue;
+            }
             let (tx, rx) = oneshot::channel();
-            let caller = (!caller.is_open()).then(|| caller.clone());
-            if engine.send(Work::Inputs { items: chunk, caller, reply: tx }).await.is_err() {
+            if engine.send(Work::Inputs { items: chunk, caller: Some(caller.clone()), reply: tx }).await.is_err() {
                 return;
             }
             match rx.await {
