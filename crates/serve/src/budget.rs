@@ -85,8 +85,10 @@ impl Budgets {
             *w = Window { minute, ..Window::default() };
         }
         let b = p.budget;
+        // Refused before its body is read only once a refusal of this minute is on record (the one
+        // that went over was read, so it could be journaled).
         let fits = if dry {
-            w.events < b.events_per_minute && w.bytes < b.bytes_per_minute
+            !w.journaled || (w.events < b.events_per_minute && w.bytes < b.bytes_per_minute)
         } else {
             w.events + events <= b.events_per_minute && w.bytes + bytes <= b.bytes_per_minute
         };
