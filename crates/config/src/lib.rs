@@ -187,7 +187,8 @@ pub struct SiteConfig {
 
 impl SiteConfig {
     /// What differs between this configuration and `newer` that a reload cannot take: every
-    /// section but `[auth]` and `[[principal]]` (which a reload swaps in) needs a restart.
+    /// section but `[auth]`, `[[principal]]`, `[[person]]` and `[budget]` (which a reload swaps in)
+    /// needs a restart.
     pub fn needs_restart(&self, newer: &SiteConfig) -> Vec<&'static str> {
         let mut out = Vec::new();
         if self.serve != newer.serve {
