@@ -168,7 +168,10 @@ fn a_rolled_back_log_is_not_offered_adoption_as_if_bursar_had_crashed() {
     };
     assert!(matches!(err, AuditError::RolledBack { .. }), "{err:?}");
     let text = err.to_string();
-    assert!(text.contains("rolled back or rewritten") && text.contains("a crash or a kill never rolls a log back"), "{text}");
+    assert!(
+        text.contains("rolled back or rewritten") && text.contains("a crash or a kill never rolls a log back"),
+        "{text}"
+    );
     assert!(!text.contains("--adopt-unsigned") && !text.contains("stopped before signing"), "{text}");
     // Unsigned writes after the newest signed head are still what adoption is for.
     {

@@ -588,6 +588,20 @@ mod tests {
     }
 
     #[test]
+    fn a_socket_peer_is_a_principal_only_by_unix_users() {
+        let mut s = settings("t");
+        s.principals[0].unix_users = vec!["slurm".into()];
+        let a = Authenticator::new(&s).unwrap();
+        let peer = |name: &str| Presented { unix: Some((64030, name.into())), ..Default::default() };
+        let slurm = a.authenticate(&peer("slurm"), Timestamp(0)).unwrap();
+        assert_eq!((slurm.name(), slurm.principal.declared), ("slurmctld", true));
+        // A local user named like the principal is a person.
+        let named = a.authenticate(&peer("slurmctld"), Timestamp(0)).unwrap();
+        assert_eq!((named.name(), named.principal.declared), ("slurmctld", false));
+        assert!(!named.principal.roles.has(Role::Scheduler));
+    }
+
+    #[test]
     fn any_failing_credential_is_a_401_and_the_scheme_is_case_insensitive() {
         let a = Authenticator::new(&settings("bursar_s3cret")).unwrap();
         let now = Timestamp(2000);

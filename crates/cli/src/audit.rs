@@ -432,7 +432,7 @@ pub fn run(args: &AuditArgs, _format: ErrorFormat) -> Result<ExitCode, CliError>
             // The witness first, then the log at one instant (one read transaction): a head signed
             // after the witness was read is not in it, and every row committed after the log's
             // instant is outside it, so a log a server writes meanwhile verifies as it was then.
-            let lines = witness.as_deref().map(|w| bursar_audit::witness::read(w)).transpose().map_err(audit_err)?;
+            let lines = witness.as_deref().map(bursar_audit::witness::read).transpose().map_err(audit_err)?;
             let log = AuditLog::open_read_pinned(&args.db).map_err(audit_err)?;
             let mut rep = match lines {
                 Some(lines) => {
@@ -644,19 +644,17 @@ fn run_head(
                     if !adopt_unsigned {
                         // A rolled-back or rewritten log is not writes bursar stopped before
                         // signing: its help does not offer adopting it as if it were (issue 46).
-                        let e = if standing.ahead.is_some() {
-                            AuditError::RolledBack { path: db.display().to_string(), what: standing.why(w) }
-                        } else {
-                            AuditError::Unsigned {
-                                path: db.display().to_string(),
-                                range: standing
-                                    .unsigned()
-                                    .map(|(from, to)| bursar_audit::trust::anchors_range(from, to))
-                                    .unwrap_or_else(|| "this log".to_owned()),
-                                what: standing.why(w),
-                            }
-                        };
-                        eprintln!("bursar: refusing to sign the head: {e}");
+                        if standing.ahead.is_some() {
+                            let e = AuditError::RolledBack { path: db.display().to_string(), what: standing.why(w) };
+                            eprintln!("bursar: refusing to sign the head: {e}");
+                            return Ok(ExitCode::Failed);
+                        }
+                        eprintln!(
+                            "bursar: refusing to sign the head of `{}`: {}\n  help: if bursar stopped before signing them (it was killed: `serve` signs at most once a second), check the log with `bursar audit verify --db {}` and run again with `--adopt-unsigned`, which records the adoption in the log; otherwise something else wrote to the database: investigate first, signing would vouch for it",
+                            db.display(),
+                            standing.describe(w),
+                            db.display()
+                        );
                         return Ok(ExitCode::Failed);
                     }
                     drop(log);

@@ -151,9 +151,10 @@ pub struct ServeArgs {
     /// [default: 128]
     #[arg(long)]
     pub max_connections_per_address: Option<usize>,
-    /// Connections from one address whose request head has not arrived yet (just opened, or idle
-    /// between requests) at most, per listener; one more is answered 503 and closed, so half-sent
-    /// requests from one address cannot starve admissions from the others.
+    /// Connections from one address whose request head has not arrived yet (just opened, or partway
+    /// through a later head; an idle keep-alive connection is only open) at most, per listener; one
+    /// more is answered 503 and closed, so half-sent requests from one address cannot starve
+    /// admissions from the others.
     /// [default: 32]
     #[arg(long)]
     pub max_unfinished_per_address: Option<usize>,

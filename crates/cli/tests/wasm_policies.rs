@@ -152,7 +152,10 @@ fn a_replaced_guest_is_a_new_policy_set_named_by_the_log() {
     let before = server.get_json("/v1/policies");
     let guests = before["guests"].as_array().unwrap().clone();
     assert_eq!(guests.len(), 1, "{before}");
-    assert_eq!((guests[0]["policy"].as_str(), guests[0]["digest"].as_str()), (Some("wasm/guest"), Some(sha(&readiness).as_str())));
+    assert_eq!(
+        (guests[0]["policy"].as_str(), guests[0]["digest"].as_str()),
+        (Some("wasm/guest"), Some(sha(&readiness).as_str()))
+    );
     assert!(before["files"].as_array().unwrap().iter().any(|f| f["digest"] == guests[0]["digest"]), "{before}");
     let not_ready = |n: u32| {
         format!(

@@ -103,7 +103,7 @@ pub fn check(csrf: &Csrf, method: &Method, h: &HeaderMap) -> Result<(), Refused>
                 let o = origin.trim_end_matches('/').to_ascii_lowercase();
                 let host = o.split_once("://").map(|(_, rest)| rest);
                 let own = host.is_some_and(|x| own_host(h).as_deref() == Some(x));
-                if o == "null" || !(own || csrf.origins.iter().any(|a| *a == o)) {
+                if o == "null" || !(own || csrf.origins.contains(&o)) {
                     return forbidden(format!(
                         "a request from `{origin}` may not change anything here: only this server's own pages (and `[serve] origins`) may"
                     ));

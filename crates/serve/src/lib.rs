@@ -269,7 +269,7 @@ impl Config {
 pub const DEFAULT_MAX_PER_ADDRESS: usize = 128;
 
 /// The default of `--max-unfinished-per-address`: connections whose request head has not arrived
-/// (a client sends its head at once; a proxy or a pool keeps a few idle between requests).
+/// (a client sends its head at once; an idle keep-alive connection counts as open only).
 pub const DEFAULT_MAX_UNFINISHED_PER_ADDRESS: usize = 32;
 
 /// How long a stopping server waits for a failing audit log (a full disk) before it gives up on

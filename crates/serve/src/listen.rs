@@ -11,8 +11,9 @@
 //! never crowd admissions out.
 //!
 //! One address cannot take a listener for itself: it may hold at most `max_per_address` open
-//! connections and `max_unfinished_per_address` unfinished ones (accepted, or done with a request,
-//! and not yet through the head of the next), so 520 half-open requests from one address, reopened
+//! connections and `max_unfinished_per_address` unfinished ones (accepted and not yet through its
+//! first request head, or partway through a later one; an idle keep-alive connection is only
+//! open), so 520 half-open requests from one address, reopened
 //! as they are cut, no longer leave admissions from every other address unanswered: a connection
 //! over either is answered 503 at once and counted (`reason="address"` or `"unfinished"`). Both
 //! limits hold on every listener, `--admit-listen`'s too.
@@ -69,7 +70,7 @@ pub struct Limits {
     /// Open connections from one address at most.
     pub max_per_address: usize,
     /// Connections from one address whose request head is not complete yet (just accepted, or
-    /// idle after an answer), at most.
+    /// partway through a later head), at most.
     pub max_unfinished_per_address: usize,
     /// Time for a request's head to arrive, and for an idle keep-alive connection to send its next one.
     pub header_timeout: Duration,
@@ -153,17 +154,33 @@ impl PerAddress {
     }
 }
 
-/// One connection's place in its address's counts: unfinished from its accept until a request
-/// head is complete, and again from the end of each answer until the next head.
+/// One connection's place in its address's counts: unfinished from its accept until its first
+/// request head is complete, and again from the first byte of each later head until it is complete.
+/// An idle keep-alive connection (nothing sent since its last answer) counts as open, not unfinished.
 struct Tracked {
     ip: IpAddr,
     table: Arc<PerAddress>,
+    /// Counted as unfinished now.
     unfinished: AtomicBool,
+    /// Between a request's head and the end of its answer (bytes then are its body).
+    in_request: AtomicBool,
 }
 
 impl Tracked {
+    fn new(ip: IpAddr, table: Arc<PerAddress>) -> Tracked {
+        Tracked { ip, table, unfinished: AtomicBool::new(true), in_request: AtomicBool::new(false) }
+    }
+
+    /// Bytes arrived: outside a request, they start the next head.
+    fn bytes(&self) {
+        if !self.in_request.load(Ordering::Acquire) && !self.unfinished.swap(true, Ordering::AcqRel) {
+            self.table.unfinished(self.ip, true);
+        }
+    }
+
     /// A request head arrived.
     fn started(&self) {
+        self.in_request.store(true, Ordering::Release);
         if self.unfinished.swap(false, Ordering::AcqRel) {
             self.table.unfinished(self.ip, false);
         }
@@ -171,9 +188,7 @@ impl Tracked {
 
     /// The answer is over: the connection waits for the next head.
     fn answered(&self) {
-        if !self.unfinished.swap(true, Ordering::AcqRel) {
-            self.table.unfinished(self.ip, true);
-        }
+        self.in_request.store(false, Ordering::Release);
     }
 }
 
@@ -183,8 +198,55 @@ impl Drop for Tracked {
     }
 }
 
-/// A response body that marks its connection unfinished again once it is over (sent, or dropped
-/// with the connection).
+/// A connection's stream, telling its [`Tracked`] when bytes arrive.
+struct Watched<I> {
+    inner: I,
+    conn: Arc<Tracked>,
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.conn.bytes();
+        }
+        polled
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// A response body that tells its connection's [`Tracked`] when the answer is over (sent, or
+/// dropped with the connection).
 struct AnswerBody {
     inner: Body,
     conn: Option<Arc<Tracked>>,
@@ -342,6 +404,7 @@ where
 {
     let Accepted { app, peer, limits, tracked, mut stop, .. } = a;
     let on_request = tracked.clone();
+    let watched = tracked.clone();
     let service = app
         .map_request(move |req: Request<Incoming>| {
             on_request.started();
@@ -358,6 +421,7 @@ where
     let service = TowerToHyperService::new(service);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).keep_alive(true);
+    let io = Watched { inner: io, conn: watched };
     let mut conn = pin!(builder.serve_connection(TokioIo::new(io), service));
     let stopping = async {
         let _ = stop.wait_for(|s| *s).await.map(|_| ());
@@ -434,8 +498,7 @@ pub async fn serve(
         };
         let over = match over {
             Ok(permit) => {
-                let tracked =
-                    Arc::new(Tracked { ip: peer.ip(), table: per_address.clone(), unfinished: AtomicBool::new(true) });
+                let tracked = Arc::new(Tracked::new(peer.ip(), per_address.clone()));
                 let _ = stream.set_nodelay(true);
                 let accepted = Accepted {
                     app: app.clone(),

@@ -11,8 +11,9 @@
 //!
 //! Who may connect is decided by the socket file's permissions (`--socket-mode`, `0660` by default:
 //! the user bursar runs as and its group). Who a connection *is* comes from the kernel: the peer's
-//! UID (`SO_PEERCRED`), whose user is the principal of that name (or a person with the `[auth]
-//! people` roles), and each line is checked against that principal's powers like an HTTP body's.
+//! UID (`SO_PEERCRED`), whose user is a person (the `[auth] people` roles, or a `[[person]]`
+//! table's), or the principal whose `unix_users` lists it, and each line is checked against those
+//! powers like an HTTP body's and counted against the caller's write budget ([`crate::budget`]).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
