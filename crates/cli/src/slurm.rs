@@ -7,7 +7,7 @@ use std::time::Duration as StdDuration;
 
 use bursar_model::Duration;
 use bursar_slurm::enforce::EnforceConfig;
-use bursar_slurm::server::Server;
+use bursar_agent::server::Server;
 use bursar_slurm::slurm::Slurm;
 use bursar_slurm::watch::WatchConfig;
 

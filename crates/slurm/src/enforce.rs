@@ -15,22 +15,22 @@
 //! AdminComment): a job that already ended is not touched, which makes every action idempotent.
 //!
 //! Every action is recorded in the audit log (an `enforce-<decision id>` action record, see
-//! [`events::enforcement`]): `action.executed` when done or when nothing needed doing (and why),
+//! [`bursar_agent::record::Record`]): `action.executed` when done or when nothing needed doing (and why),
 //! `action.failed` after `max_attempts` tries, with Slurm's error. The cursor advances only after the record was accepted, so
 //! after a crash the agent redoes at most the decisions whose record was not yet durable; serve drops a
 //! record it already has (same id).
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use bursar_agent::follow::{self, Executor, FollowConfig, FollowReport};
+use bursar_agent::record::{Outcome, Record, Seen};
+use bursar_agent::server::Server;
 use bursar_model::api::Sequenced;
-use bursar_model::{Decision, DecisionKind, Input, Timestamp};
+use bursar_model::{Decision, DecisionKind};
 
-use crate::events::{self, Outcome, Record};
-use crate::server::Server;
 use crate::slurm::{Phase, Slurm, SlurmJob};
-use crate::state::{self, EnforceState};
-use crate::{Error, Result};
+use crate::Result;
 
 /// What a decision asks of Slurm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,21 +39,6 @@ pub enum Ask {
     Cancel,
     /// Release a job held for approval.
     Release,
-}
-
-/// The fields of a decision the enforcer reads.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Seen {
-    /// Position in the stream.
-    pub seq: u64,
-    /// Decision id.
-    pub decision_id: String,
-    /// `reclaim`, `allow`, …
-    pub decision: String,
-    /// bursar's job id.
-    pub job_id: Option<String>,
-    /// The reason, for logs.
-    pub reason: String,
 }
 
 /// What `decision` asks of Slurm, if anything. Pure.
@@ -109,26 +94,20 @@ pub struct EnforceConfig {
 
 /// Carries out `ask` for job `job_id`, retrying failed Slurm commands; returns the record to log.
 pub fn execute(cfg: &EnforceConfig, seen: &Seen, ask: Ask, job_id: &str) -> Record {
-    let mut record = Record {
-        decision_id: seen.decision_id.clone(),
-        decision_seq: seen.seq,
-        decision: seen.decision.clone(),
-        job_id: job_id.to_owned(),
-        slurm_job_id: None,
-        action: match ask {
-            Ask::Cancel => "scancel".into(),
-            Ask::Release => "scontrol release".into(),
-        },
-        outcome: Outcome::Failed,
-        detail: String::new(),
-        attempts: 0,
+    let action_name = match ask {
+        Ask::Cancel => "scancel",
+        Ask::Release => "scontrol release",
     };
+    let mut record = Record::new(seen, job_id, action_name);
+    record.set_field("slurm_cluster", &cfg.cluster);
     let mut delay = cfg.retry_delay;
     let max = cfg.max_attempts.max(1);
     loop {
         record.attempts += 1;
         let step = cfg.slurm.find(job_id).and_then(|job| {
-            record.slurm_job_id = job.as_ref().map(|j| j.job_id).or(record.slurm_job_id);
+            if let Some(j) = &job {
+                record.set_field("slurm_job_id", j.job_id.to_string());
+            }
             match (action(ask, job.as_ref()), job) {
                 (Err(why), _) => Ok((Outcome::Skipped, format!("nothing to do: {why}"))),
                 (Ok(()), Some(job)) => {
@@ -165,108 +144,29 @@ pub fn execute(cfg: &EnforceConfig, seen: &Seen, ask: Ask, job_id: &str) -> Reco
     }
 }
 
-fn seen(s: &Sequenced) -> Seen {
-    let d = &s.decision;
-    Seen {
-        seq: s.seq,
-        decision_id: d.decision_id.clone(),
-        decision: d.decision.as_str().to_owned(),
-        job_id: d.job_id.as_deref().map(str::to_owned),
-        reason: d.reason.clone(),
-    }
+/// The Slurm enforcer as the shared follower's [`Executor`].
+struct SlurmExecutor<'a> {
+    cfg: &'a EnforceConfig,
 }
 
-/// What a run did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct EnforceReport {
-    /// Decisions read.
-    pub decisions: u64,
-    /// Actions recorded (done, failed or skipped) for the first time.
-    pub recorded: u64,
-    /// Actions whose record serve already had (the decision was handled before a restart).
-    pub already_recorded: u64,
-    /// The cursor at the end.
-    pub cursor: u64,
-}
-
-/// Handles the decisions of one connection to the stream; returns when the stream ends or breaks.
-fn follow(cfg: &EnforceConfig, st: &mut EnforceState, follow: bool, report: &mut EnforceReport) -> Result<()> {
-    let mut stream = cfg.server.decisions(st.cursor, follow)?;
-    let mut saved = Instant::now();
-    let mut dirty = false;
-    let result = loop {
-        let d = match stream.next_decision() {
-            Ok(Some(d)) => d,
-            Ok(None) => break Ok(()),
-            Err(e) => break Err(e),
-        };
-        let seen = seen(&d);
-        report.decisions += 1;
-        if d.decision.decision == DecisionKind::Alert && !d.decision.dry_run {
-            tracing::info!(job = seen.job_id.as_deref().unwrap_or("-"), reason = %seen.reason, "alert");
-        }
-        if let (Some(ask), Some(job_id)) = (ask(&d.decision), seen.job_id.as_deref()) {
-            let record = execute(cfg, &seen, ask, job_id);
-            tracing::info!(
-                job = job_id,
-                slurm_job = record.slurm_job_id.unwrap_or(0),
-                decision = %seen.decision,
-                outcome = record.outcome.as_str(),
-                detail = %record.detail,
-                "enforced"
-            );
-            let record = events::enforcement(&cfg.cluster, &record, Timestamp::wall_clock());
-            // Not recorded, not done: the cursor stays before this decision and it is redone.
-            match cfg.server.post(&[Input::Action(record)]) {
-                Ok(p) if p.duplicates > 0 => report.already_recorded += 1,
-                Ok(_) => report.recorded += 1,
-                Err(e) => break Err(e),
-            }
-            st.cursor = seen.seq;
-            state::save(&cfg.state, st)?;
-            saved = Instant::now();
-            dirty = false;
-        } else {
-            st.cursor = seen.seq;
-            dirty = true;
-            // Decisions that need nothing are cheap to redo: persist their cursor at most once a second.
-            if saved.elapsed() >= Duration::from_secs(1) {
-                state::save(&cfg.state, st)?;
-                saved = Instant::now();
-                dirty = false;
-            }
-        }
-        report.cursor = st.cursor;
-    };
-    if dirty {
-        state::save(&cfg.state, st)?;
+impl Executor for SlurmExecutor<'_> {
+    fn handle(&mut self, d: &Sequenced) -> Option<Record> {
+        let ask = ask(&d.decision)?;
+        let job_id = d.decision.job_id.as_deref()?;
+        Some(execute(self.cfg, &Seen::of(d), ask, job_id))
     }
-    result
 }
 
 /// Follows the decision stream forever (reconnecting with a back-off), or with `once` until it has
 /// caught up. Returns on a state-file error, or with `once` on any error.
-pub fn run(cfg: &EnforceConfig, once: bool) -> Result<EnforceReport> {
-    let mut st: EnforceState = state::load(&cfg.state)?;
-    if st.version == 0 {
-        st = EnforceState { version: 1, cursor: st.cursor.max(cfg.start_after) };
-    }
-    let mut report = EnforceReport { cursor: st.cursor, ..EnforceReport::default() };
-    tracing::info!(state = %cfg.state.display(), cursor = st.cursor, "slurm enforce starting");
-    let mut backoff = Duration::from_millis(200);
-    loop {
-        match follow(cfg, &mut st, !once, &mut report) {
-            Ok(()) if once => return Ok(report),
-            Ok(()) => backoff = Duration::from_millis(200),
-            Err(e @ Error::State { .. }) => return Err(e),
-            Err(e) if once => return Err(e),
-            Err(e) => {
-                tracing::warn!(error = %e, cursor = st.cursor, "decision stream broke; reconnecting");
-                backoff = (backoff * 2).min(Duration::from_secs(10));
-            }
-        }
-        std::thread::sleep(backoff);
-    }
+pub fn run(cfg: &EnforceConfig, once: bool) -> Result<FollowReport> {
+    let follow_cfg = FollowConfig {
+        server: cfg.server.clone(),
+        state: cfg.state.clone(),
+        start_after: cfg.start_after,
+        id_prefix: "enforce".into(),
+    };
+    Ok(follow::run(&follow_cfg, &mut SlurmExecutor { cfg }, once)?)
 }
 
 #[cfg(test)]

@@ -10,11 +10,10 @@
 //! producer adds — which is how Slurm's job id reaches the audit log next to bursar's.
 //!
 //! An enforcement is an action record (`action.executed` or `action.failed`, see
-//! `docs/wire-format.md`): it names the decision it carried out, is deduplicated and journaled, and
-//! reaches no policy.
+//! `docs/wire-format.md`), built by `bursar-agent`'s [`bursar_agent::record::Record`] with the Slurm
+//! ids added by [`slurm_fields`].
 
-use bursar_model::{Action, ActionOutcome, Event, EventKind, Extra, FinishStatus, RawJson, Timestamp};
-use serde_json::value::RawValue;
+use bursar_model::{Event, EventKind, Extra, FinishStatus, Timestamp};
 
 use crate::slurm::EndStatus;
 
@@ -22,16 +21,10 @@ fn time(unix_secs: i64) -> Timestamp {
     Timestamp(unix_secs.saturating_mul(1000))
 }
 
-/// A producer's added field, serialised from a typed value.
-fn field(extra: &mut Extra, name: &str, value: impl serde::Serialize) {
-    if let Ok(text) = serde_json::to_string(&value)
-        && let Ok(raw) = RawValue::from_string(text)
-    {
-        extra.push((name.to_owned(), RawJson(raw)));
-    }
-}
+use bursar_agent::record::add_field as field;
 
-fn slurm_fields(cluster: &str, slurm_id: u64) -> Extra {
+/// The fields naming a Slurm job on every event and action record: `slurm_job_id`, `slurm_cluster`.
+pub fn slurm_fields(cluster: &str, slurm_id: u64) -> Extra {
     let mut extra = Extra::new();
     field(&mut extra, "slurm_job_id", slurm_id.to_string());
     field(&mut extra, "slurm_cluster", cluster);
@@ -80,87 +73,10 @@ pub fn finished(
     }
 }
 
-/// What became of one decision that asked something of Slurm.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
-    /// The decision's id.
-    pub decision_id: String,
-    /// The decision's position in the stream.
-    pub decision_seq: u64,
-    /// `reclaim`, `allow`, `deny`.
-    pub decision: String,
-    /// bursar's job id.
-    pub job_id: String,
-    /// Slurm's job id, when the job was found.
-    pub slurm_job_id: Option<u64>,
-    /// `scancel`, `scontrol release`, or `none`.
-    pub action: String,
-    /// `done`, `failed` or `skipped`.
-    pub outcome: Outcome,
-    /// A sentence: what was done, or why it failed or was not needed.
-    pub detail: String,
-    /// How many times the action was tried.
-    pub attempts: u32,
-}
-
-/// The outcome of an action.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// The action was carried out.
-    Done,
-    /// The action was tried and failed (the detail says why).
-    Failed,
-    /// Nothing had to be done (the job had already ended, or is not a Slurm job).
-    Skipped,
-}
-
-impl Outcome {
-    /// The wire word.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Done => "done",
-            Outcome::Failed => "failed",
-            Outcome::Skipped => "skipped",
-        }
-    }
-}
-
-/// The action record of an enforcement: `action.executed` when the action was done or nothing needed
-/// doing (then `action` is `none` and `asked` says what the decision asked for), `action.failed` when
-/// it was tried and failed.
-pub fn enforcement(cluster: &str, r: &Record, at: Timestamp) -> Action {
-    let mut extra = Extra::new();
-    if let Some(id) = r.slurm_job_id {
-        field(&mut extra, "slurm_job_id", id.to_string());
-    }
-    field(&mut extra, "slurm_cluster", cluster);
-    field(&mut extra, "decision", &r.decision);
-    let (outcome, action) = match r.outcome {
-        Outcome::Done => (ActionOutcome::Executed, r.action.clone()),
-        Outcome::Failed => (ActionOutcome::Failed, r.action.clone()),
-        Outcome::Skipped => {
-            field(&mut extra, "asked", &r.action);
-            (ActionOutcome::Executed, "none".to_owned())
-        }
-    };
-    Action {
-        id: format!("enforce-{}", r.decision_id),
-        time: at,
-        outcome,
-        decision_id: r.decision_id.clone(),
-        decision_seq: Some(r.decision_seq),
-        job_id: Some(r.job_id.clone()),
-        action,
-        detail: Some(r.detail.clone()),
-        attempts: Some(r.attempts),
-        extra,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bursar_model::{Input, decode_event, decode_input};
+    use bursar_model::decode_event;
 
     fn extra<'a>(e: &'a Extra, k: &str) -> Option<&'a str> {
         e.iter().find(|(n, _)| n == k).map(|(_, v)| v.get())
@@ -185,33 +101,5 @@ mod tests {
         let killed = finished("lab", 18, "lab-x", 0, EndStatus::Cancelled, "CANCELLED", Some(15));
         assert_eq!(extra(&killed.extra, "signal"), Some("15"));
         assert!(matches!(killed.kind, EventKind::JobFinished { status: FinishStatus::Cancelled, .. }));
-    }
-
-    #[test]
-    fn an_enforcement_is_an_action_record_naming_its_decision() {
-        let mut r = Record {
-            decision_id: "d-9".into(),
-            decision_seq: 42,
-            decision: "reclaim".into(),
-            job_id: "lab-abc".into(),
-            slurm_job_id: Some(17),
-            action: "scancel".into(),
-            outcome: Outcome::Done,
-            detail: "cancelled Slurm job 17".into(),
-            attempts: 1,
-        };
-        let a = enforcement("lab", &r, Timestamp(1_796_018_059_250));
-        let Input::Action(back) = decode_input(&Input::Action(a.clone()).to_json()).unwrap() else {
-            panic!("an action record decodes as one")
-        };
-        assert_eq!(back, a);
-        assert_eq!((a.id.as_str(), a.outcome, a.decision_seq), ("enforce-d-9", ActionOutcome::Executed, Some(42)));
-        assert_eq!(extra(&a.extra, "slurm_job_id"), Some("\"17\""));
-        r.outcome = Outcome::Failed;
-        assert_eq!(enforcement("lab", &r, Timestamp(0)).outcome, ActionOutcome::Failed);
-        r.outcome = Outcome::Skipped;
-        let skipped = enforcement("lab", &r, Timestamp(0));
-        assert_eq!((skipped.outcome, skipped.action.as_str()), (ActionOutcome::Executed, "none"));
-        assert_eq!(extra(&skipped.extra, "asked"), Some("\"scancel\""));
     }
 }

@@ -9,25 +9,25 @@
 //! - **enforce** ([`enforce`]): follows `GET /v1/decisions` from a persisted cursor and executes what a
 //!   decision asks of Slurm: `scancel` on reclaim (and on a deny that resolves a held job), `scontrol
 //!   release` on the approval of a held job. Every action, done or failed, is recorded in the audit log
-//!   as an event sent to serve ([`events::enforcement`]).
+//!   as an event sent to serve ([`bursar_agent::record::Record`]).
 //!
 //! Both are restart-safe by construction: their event ids are derived from Slurm's job id or bursar's
 //! decision id, so a resend after a crash is dropped by serve's dedupe, and each action first looks at
 //! the job's current state, so repeating it does nothing twice.
 //!
 //! Boundaries: no policy semantics (serve decides), no HTTP server; Slurm is reached only through its
-//! commands (`squeue`, `scancel`, `scontrol`), which [`slurm::Slurm`] runs.
+//! commands (`squeue`, `scancel`, `scontrol`), which [`slurm::Slurm`] runs. What every scheduler's
+//! agent shares (talking to serve, state files, action records, the decision follower) is
+//! `bursar-agent`'s.
 //!
 //! Layout:
 //! - [`slurm`]: the Slurm commands and the parser of `squeue --json`.
 //! - [`events`]: the v1 events the agents send.
-//! - [`server`]: talking to `bursar serve` (posting events, following decisions).
-//! - [`state`]: the agents' small persisted state files (atomic rewrite).
+//! - [`state`]: what the watcher remembers between polls (a `bursar-agent` state file).
 //! - [`watch`], [`enforce`]: the two agents.
 
 pub mod enforce;
 pub mod events;
-pub mod server;
 pub mod slurm;
 pub mod state;
 pub mod watch;
@@ -48,22 +48,9 @@ pub enum Error {
         "cannot read the output of `squeue --json`: {0}\n  help: this needs Slurm 21.08 or later built with its JSON (openapi) plugins"
     )]
     Squeue(String),
-    /// bursar serve could not be reached or refused a request.
-    #[error("bursar serve at `{addr}`: {message}")]
-    Server {
-        /// The server address.
-        addr: String,
-        /// What went wrong.
-        message: String,
-    },
-    /// A state file could not be read or written.
-    #[error("state file `{path}`: {message}")]
-    State {
-        /// The file.
-        path: String,
-        /// What went wrong.
-        message: String,
-    },
+    /// serve or a state file (the parts every agent shares).
+    #[error(transparent)]
+    Agent(#[from] bursar_agent::Error),
 }
 
 /// Shorthand for results in this crate.

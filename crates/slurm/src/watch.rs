@@ -21,7 +21,7 @@ use std::time::Duration;
 use bursar_model::{Event, Input};
 
 use crate::events;
-use crate::server::Server;
+use bursar_agent::server::Server;
 use crate::slurm::{EndStatus, Phase, Slurm, SlurmJob};
 use crate::state::{self, Sent, WatchState};
 use crate::{Error, Result};
@@ -166,7 +166,7 @@ pub fn run(cfg: &WatchConfig, once: bool) -> Result<PollReport> {
                     return Ok(r);
                 }
             }
-            Err(e @ Error::State { .. }) => return Err(e),
+            Err(e @ Error::Agent(bursar_agent::Error::State { .. })) => return Err(e),
             Err(e) => {
                 tracing::warn!(error = %e, "poll failed; retrying");
                 if once {

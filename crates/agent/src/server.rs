@@ -1,5 +1,6 @@
 //! Talking to `bursar serve` through the typed client (`bursar-client`): posting events and action
-//! records (`POST /v1/events`) and following decisions (`GET /v1/decisions?after=SEQ`).
+//! records (`POST /v1/events`) and following decisions (`GET /v1/decisions?after=SEQ`). An agent
+//! authenticates as its own principal (a `producer` that also holds `read` to follow decisions).
 
 use std::net::SocketAddr;
 
