@@ -27,9 +27,9 @@
 //! `job.submitted`; [`lifecycle`] what to send when (pure); [`events`] the v1 events; [`reflect`]
 //! list + watch; [`client`] connecting to the API server; then the four agents.
 
-// pub mod checks;
-// pub mod client;
-// pub mod enforce;
+pub mod checks;
+pub mod client;
+pub mod enforce;
 pub mod events;
 pub mod kinds;
 pub mod kueue;
@@ -37,7 +37,7 @@ pub mod lifecycle;
 pub mod reflect;
 // pub mod review;
 pub mod submit;
-// pub mod watch;
+pub mod watch;
 // pub mod webhook;
 
 /// The `spec.controllerName` of bursar's Kueue AdmissionChecks.

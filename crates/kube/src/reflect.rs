@@ -118,10 +118,13 @@ where
     }
 }
 
-/// Follows `api` forever, feeding `tx`; returns when the consumer is gone.
-pub async fn run<K>(api: Api<K>, settings: Settings, tx: mpsc::Sender<Feed<K>>, counters: Arc<Counters>)
+/// Follows `api` forever, feeding `tx` with each [`Feed`] wrapped by `wrap` (so several kinds can
+/// share one channel); returns when the consumer is gone.
+pub async fn run<K, M, W>(api: Api<K>, settings: Settings, tx: mpsc::Sender<M>, wrap: W, counters: Arc<Counters>)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    M: Send + 'static,
+    W: Fn(Feed<K>) -> M + Send + 'static,
 {
     let kind = settings.name.clone();
     let mut backoff = Duration::from_millis(200);
@@ -137,7 +140,7 @@ where
             }
         };
         tracing::debug!(kind, objects = items.len(), resource_version = %rv, "listed");
-        if tx.send(Feed::Listed(items)).await.is_err() {
+        if tx.send(wrap(Feed::Listed(items))).await.is_err() {
             return;
         }
         // Watch from `rv` until the API says the version is gone.
@@ -195,7 +198,7 @@ where
                     }
                 };
                 backoff = Duration::from_millis(200);
-                if tx.send(feed).await.is_err() {
+                if tx.send(wrap(feed)).await.is_err() {
                     return;
                 }
             }
