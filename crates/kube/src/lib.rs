@@ -35,10 +35,10 @@ pub mod kinds;
 pub mod kueue;
 pub mod lifecycle;
 pub mod reflect;
-// pub mod review;
+pub mod review;
 pub mod submit;
 pub mod watch;
-// pub mod webhook;
+pub mod webhook;
 
 /// The `spec.controllerName` of bursar's Kueue AdmissionChecks.
 pub const CONTROLLER_NAME: &str = "bursar.dev/admission-check";
