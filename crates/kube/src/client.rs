@@ -6,7 +6,8 @@
 use std::path::Path;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+pub use kube::Client;
+use kube::Config;
 
 use crate::{Error, Result};
 
