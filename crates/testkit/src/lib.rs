@@ -18,10 +18,13 @@
 //! while it is scraped), [`node`] (`FakeNode`: a GPU node's driver view for the Slurm prolog/epilog),
 //! [`munge`] (`Munged`: a real `munged` on a socket of its own), and with the `tls` feature [`tls`]
 //! (`TestCa`, `WebConfig` for `--web.config.file` with TLS and basic auth, `https_get`,
-//! `TlsWebhook`; `Prometheus::start_tls`, `Alertmanager::start_tls`).
+//! `TlsWebhook`; `Prometheus::start_tls`, `Alertmanager::start_tls`), and with the `kubeapi` feature
+//! [`kubeapi`] (`KubeApi`: an in-test Kubernetes API server for the Kubernetes agents' tests).
 
 pub mod alertmanager;
 pub mod dcgm;
+#[cfg(feature = "kubeapi")]
+pub mod kubeapi;
 pub mod munge;
 pub mod nats;
 pub mod node;
