@@ -24,8 +24,9 @@
 //!   else is `415`. A patch carrying `metadata.resourceVersion` that is not the current one is `409
 //!   Conflict`. The `status` subresource changes only `status`; the main resource never does, and
 //!   `create` drops it.
-//! - **auth**: a bearer token on every request (`401` otherwise) and, when the test sets rules
-//!   ([`KubeApi::set_rules`]), RBAC: a verb on a resource the rules do not grant is `403 Forbidden`.
+//! - **auth**: a bearer token on every request (`401` otherwise), one per user the test adds
+//!   ([`KubeApi::add_user`]), each with its RBAC rules: a verb on a resource its rules do not grant
+//!   is `403 Forbidden` (no rules: every verb).
 //!
 //! The test plays the other controllers (Kueue, the Job controller, the scheduler, the kubelet)
 //! through the direct methods ([`KubeApi::create`], [`KubeApi::update`], [`KubeApi::delete`]), which go
@@ -122,6 +123,8 @@ pub struct Seen {
     pub status: u16,
     /// The RBAC verb.
     pub verb: String,
+    /// The user (empty: not authenticated).
+    pub user: String,
 }
 
 type Key = (&'static str, String, String);
@@ -144,7 +147,8 @@ struct Store {
     compacted: u64,
     epoch: u64,
     bookmark_every: Option<Duration>,
-    rules: Option<Vec<Rule>>,
+    /// Token → (user name, rules).
+    users: BTreeMap<String, (String, Option<Vec<Rule>>)>,
     conflict_next: Vec<(&'static str, String, String)>,
     seen: Vec<Seen>,
 }
@@ -154,7 +158,6 @@ struct Shared {
     store: Mutex<Store>,
     changed: Condvar,
     stop: AtomicBool,
-    token: String,
 }
 
 fn lock(s: &Mutex<Store>) -> MutexGuard<'_, Store> {
@@ -481,8 +484,8 @@ impl Store {
             .collect()
     }
 
-    fn allowed(&self, res: &Resource, sub: Option<&str>, verb: &str) -> bool {
-        let Some(rules) = &self.rules else { return true };
+    fn allowed(&self, rules: Option<&Vec<Rule>>, res: &Resource, sub: Option<&str>, verb: &str) -> bool {
+        let Some(rules) = rules else { return true };
         let name = match sub {
             Some(s) => format!("{}/{s}", res.plural),
             None => res.plural.to_owned(),
@@ -568,13 +571,15 @@ fn list_kind(res: &Resource) -> String {
 }
 
 impl Shared {
-    fn handle(&self, method: &str, target: &str, headers: &[(String, String)], body: &[u8]) -> (Body, String) {
+    fn handle(&self, method: &str, target: &str, headers: &[(String, String)], body: &[u8]) -> (Body, String, String) {
         let header = |n: &str| headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
         let content_type = header("content-type").unwrap_or("").split(';').next().unwrap_or("").trim().to_owned();
-        let fail = |e: ApiError| (Body::Json(e.code, e.status()), String::new());
-        if header("authorization") != Some(&format!("Bearer {}", self.token)) {
-            return fail(ApiError::new(401, "Unauthorized", "Unauthorized"));
-        }
+        let token = header("authorization").and_then(|a| a.strip_prefix("Bearer ")).unwrap_or("").to_owned();
+        let Some((user, rules)) = lock(&self.store).users.get(&token).cloned() else {
+            let e = ApiError::new(401, "Unauthorized", "Unauthorized");
+            return (Body::Json(401, e.status()), String::new(), String::new());
+        };
+        let fail = |e: ApiError| (Body::Json(e.code, e.status()), String::new(), user.clone());
         let Some(t) = parse_target(target) else {
             return fail(ApiError::new(404, "NotFound", format!("the server could not find the requested resource ({target})")));
         };
@@ -596,7 +601,7 @@ impl Shared {
         }
         let nsk = ns.clone().unwrap_or_default();
         let mut st = lock(&self.store);
-        if !st.allowed(&t.res, t.sub.as_deref(), &verb) {
+        if !st.allowed(rules.as_ref(), &t.res, t.sub.as_deref(), &verb) {
             let what = match &t.sub {
                 Some(s) => format!("{}/{s}", t.res.plural),
                 None => t.res.plural.to_owned(),
@@ -604,9 +609,10 @@ impl Shared {
             return (
                 Body::Json(
                     403,
-                    ApiError::new(403, "Forbidden", format!("{what}.{} is forbidden: User cannot {verb} resource \"{what}\" in API group \"{}\"", t.res.group, t.res.group)).status(),
+                    ApiError::new(403, "Forbidden", format!("{what}.{} is forbidden: User \"{user}\" cannot {verb} resource \"{what}\" in API group \"{}\"", t.res.group, t.res.group)).status(),
                 ),
                 verb,
+                user,
             );
         }
         let parsed: Result<Value, ApiError> = if body.is_empty() {
@@ -629,6 +635,7 @@ impl Shared {
                         timeout,
                     },
                     verb,
+                    user,
                 );
             }
             ("get", _) => {
@@ -646,7 +653,7 @@ impl Shared {
                         let rv: u64 = rv.parse().unwrap_or(0);
                         if rv < st.compacted {
                             let e = ApiError::new(410, "Expired", "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.");
-                            return (Body::Json(410, e.status()), verb);
+                            return (Body::Json(410, e.status()), verb, user);
                         }
                         offset.parse().unwrap_or(0)
                     }
@@ -675,8 +682,8 @@ impl Shared {
         drop(st);
         self.changed.notify_all();
         match result {
-            Ok((code, v)) => (Body::Json(code, v), verb),
-            Err(e) => (Body::Json(e.code, e.status()), verb),
+            Ok((code, v)) => (Body::Json(code, v), verb, user),
+            Err(e) => (Body::Json(e.code, e.status()), verb, user),
         }
     }
 }
@@ -791,12 +798,12 @@ fn serve_conn(shared: &Shared, stream: TcpStream, config: Option<Arc<rustls::Ser
         r.read_exact(&mut body)?;
         drop(r);
         let content_type = headers.iter().find(|(k, _)| k == "content-type").map(|(_, v)| v.clone()).unwrap_or_default();
-        let (answer, verb) = shared.handle(&method, &target, &headers, &body);
+        let (answer, verb, user) = shared.handle(&method, &target, &headers, &body);
         let status = match &answer {
             Body::Json(code, _) => *code,
             Body::Watch { .. } => 200,
         };
-        lock(&shared.store).seen.push(Seen { method: method.clone(), target: target.clone(), content_type, status, verb });
+        lock(&shared.store).seen.push(Seen { method: method.clone(), target: target.clone(), content_type, status, verb, user });
         match answer {
             Body::Json(code, v) => {
                 let text = v.to_string();
@@ -831,9 +838,9 @@ fn b64(input: &[u8]) -> String {
 }
 
 impl KubeApi {
-    /// Starts a server on `127.0.0.1:0` over TLS with a certificate of a CA made here, accepting
-    /// bearer token `token`.
-    pub fn start(token: &str) -> io::Result<KubeApi> {
+    /// Starts a server on `127.0.0.1:0` over TLS with a certificate of a CA made here; it knows no
+    /// user until [`KubeApi::add_user`].
+    pub fn start() -> io::Result<KubeApi> {
         let ca = TestCa::new("kube test CA")?;
         let leaf: Leaf = ca.server()?;
         let config = crate::tls::server_config(&leaf)?;
@@ -843,7 +850,6 @@ impl KubeApi {
             store: Mutex::new(Store { bookmark_every: Some(Duration::from_secs(1)), ..Store::default() }),
             changed: Condvar::new(),
             stop: AtomicBool::new(false),
-            token: token.to_owned(),
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new().name("kubeapi".into()).spawn(move || {
@@ -928,9 +934,9 @@ impl KubeApi {
         self.with(|s| s.bookmark_every = every);
     }
 
-    /// Turns RBAC on with these rules (a verb they do not grant is `403 Forbidden`).
-    pub fn set_rules(&self, rules: Vec<Rule>) {
-        self.with(|s| s.rules = Some(rules));
+    /// Adds user `name` with bearer token `token` and its RBAC rules (`None`: every verb).
+    pub fn add_user(&self, name: &str, token: &str, rules: Option<Vec<Rule>>) {
+        self.with(|s| s.users.insert(token.to_owned(), (name.to_owned(), rules)));
     }
 
     /// The next write to this object races with a change of it made just before.
