@@ -269,6 +269,44 @@ pub fn apply_patch(target: &mut Value, patch: &Value) {
     }
 }
 
+fn flow_list(text: &str) -> Vec<String> {
+    text.trim()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .split(',')
+        .map(|x| x.trim().trim_matches('"').to_owned())
+        .filter(|x| !x.is_empty() || text.contains("\"\""))
+        .collect()
+}
+
+/// The rules of ClusterRole `name` in a manifest (YAML documents separated by `---`), written as
+/// the repository's manifests write them: one `- apiGroups: [...]` line, then `resources: [...]`
+/// and `verbs: [...]` lines in flow style. So a test runs an agent under exactly the verbs the
+/// shipped manifest grants.
+pub fn cluster_role_rules(manifest: &str, name: &str) -> Vec<Rule> {
+    for doc in manifest.split("\n---") {
+        let is_role = doc.lines().any(|l| l.trim() == "kind: ClusterRole");
+        let named = doc.lines().any(|l| l.trim() == format!("name: {name}"));
+        if !(is_role && named) {
+            continue;
+        }
+        let mut rules: Vec<Rule> = Vec::new();
+        for line in doc.lines() {
+            let t = line.trim();
+            if let Some(g) = t.strip_prefix("- apiGroups:") {
+                let group = flow_list(g).into_iter().next().unwrap_or_default();
+                rules.push(Rule { group, resources: Vec::new(), verbs: Vec::new() });
+            } else if let (Some(r), Some(last)) = (t.strip_prefix("resources:"), rules.last_mut()) {
+                last.resources = flow_list(r);
+            } else if let (Some(v), Some(last)) = (t.strip_prefix("verbs:"), rules.last_mut()) {
+                last.verbs = flow_list(v);
+            }
+        }
+        return rules;
+    }
+    Vec::new()
+}
+
 fn labels_match(obj: &Value, selector: &str) -> bool {
     let labels = obj.pointer("/metadata/labels").and_then(Value::as_object);
     let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
@@ -1006,6 +1044,16 @@ mod tests {
         assert_eq!((t.res.plural, t.ns.as_deref(), t.name.as_deref(), t.sub.as_deref()), ("workloads", Some("nlp"), Some("w1"), Some("status")));
         assert_eq!(parse_target("/api/v1/pods?labelSelector=bursar.dev%2Fjob").unwrap().query["labelSelector"], "bursar.dev/job");
         assert_eq!(rfc3339(1_796_018_054), "2026-11-30T05:54:14Z");
+    }
+
+    #[test]
+    fn cluster_roles_are_read_from_a_manifest() {
+        let m = "kind: Namespace\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: r\nrules:\n- apiGroups: [\"\"]\n  resources: [\"pods\"]\n  verbs: [\"list\", \"watch\"]\n- apiGroups: [\"kueue.x-k8s.io\"]\n  resources: [\"workloads/status\"]\n  verbs: [\"patch\"]\n";
+        let rules = cluster_role_rules(m, "r");
+        assert_eq!(rules.len(), 2);
+        assert_eq!((rules[0].group.as_str(), rules[0].resources.clone(), rules[0].verbs.clone()), ("", vec!["pods".to_owned()], vec!["list".to_owned(), "watch".to_owned()]));
+        assert_eq!(rules[1].group, "kueue.x-k8s.io");
+        assert!(cluster_role_rules(m, "other").is_empty());
     }
 
     #[test]
