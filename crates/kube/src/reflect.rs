@@ -179,6 +179,7 @@ where
                     }
                     Ok(WatchEvent::Bookmark(b)) => {
                         counters.bookmarks.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(kind, resource_version = %b.metadata.resource_version, "watch bookmark");
                         rv = b.metadata.resource_version;
                         continue;
                     }
