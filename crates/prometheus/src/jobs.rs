@@ -218,6 +218,17 @@ impl KubePods {
     }
 }
 
+/// Two pods of one 4-GPU job, for the aggregation's tests.
+#[cfg(test)]
+pub(crate) struct KubeTestJobs;
+
+#[cfg(test)]
+impl Jobs for KubeTestJobs {
+    fn lookup(&self, key: &str) -> Option<Expected> {
+        matches!(key, "nlp/train-0" | "nlp/train-1").then(|| Expected { job_id: "kube-1".into(), gpus: 4 })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -430,7 +430,6 @@ impl Store {
         body: &Value,
         field_manager: Option<&str>,
     ) -> Result<Value, ApiError> {
-        self.touch_if_asked(res, ns, name);
         let key = (res.plural, ns.to_owned(), name.to_owned());
         let Some(old) = self.objects.get(&key).cloned() else {
             return Err(ApiError::new(404, "NotFound", format!("{}.{} \"{name}\" not found", res.plural, res.group)));
@@ -707,10 +706,12 @@ impl Shared {
             ("create", Ok(b)) => st.create(&t.res, &nsk, b).map(|o| (201, o)),
             ("update", Ok(b)) => {
                 let name = t.name.clone().unwrap_or_default();
+                st.touch_if_asked(&t.res, &nsk, &name);
                 st.write(&t.res, &nsk, &name, t.sub.as_deref() == Some("status"), "PUT", &b, None).map(|o| (200, o))
             }
             ("patch", Ok(b)) => {
                 let name = t.name.clone().unwrap_or_default();
+                st.touch_if_asked(&t.res, &nsk, &name);
                 let fm = t.query.get("fieldManager").map(String::as_str);
                 st.write(&t.res, &nsk, &name, t.sub.as_deref() == Some("status"), &content_type, &b, fm).map(|o| (200, o))
             }
@@ -977,7 +978,8 @@ impl KubeApi {
         self.with(|s| s.users.insert(token.to_owned(), (name.to_owned(), rules)));
     }
 
-    /// The next write to this object races with a change of it made just before.
+    /// The next write to this object over HTTP (an agent's) races with a change of it made just
+    /// before.
     pub fn conflict_next_write(&self, res: Resource, ns: &str, name: &str) {
         self.with(|s| s.conflict_next.push((res.plural, ns.to_owned(), name.to_owned())));
     }
