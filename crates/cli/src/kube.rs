@@ -206,7 +206,8 @@ impl Common {
     }
 
     fn mapping(&self, m: Option<&MappingArgs>) -> Mapping {
-        let mut out = Mapping { cluster: self.cluster.clone(), gpu_resource: self.gpu_resource.clone(), ..Mapping::default() };
+        let mut out =
+            Mapping { cluster: self.cluster.clone(), gpu_resource: self.gpu_resource.clone(), ..Mapping::default() };
         if let Some(m) = m {
             out.project_label = m.project_label.clone();
             out.user_key = m.user_key.clone();
@@ -251,15 +252,33 @@ pub fn run(args: &KubeArgs) -> Result<ExitCode, CliError> {
             })?;
             Ok(ExitCode::Ok)
         }
-        KubeCommand::Webhook { common, mapping, listen, port_file, tls_cert, tls_key, kinds, agent_users, timeout, fail_open } => {
+        KubeCommand::Webhook {
+            common,
+            mapping,
+            listen,
+            port_file,
+            tls_cert,
+            tls_key,
+            kinds,
+            agent_users,
+            timeout,
+            fail_open,
+        } => {
             init_logging(common.log_level);
             let kinds = if kinds.is_empty() {
-                vec![Kind::parse("batch/v1/Job").map_err(CliError::Message)?, Kind::parse("v1/Pod").map_err(CliError::Message)?]
+                vec![
+                    Kind::parse("batch/v1/Job").map_err(CliError::Message)?,
+                    Kind::parse("v1/Pod").map_err(CliError::Message)?,
+                ]
             } else {
                 kinds.clone()
             };
             let cfg = WebhookConfig {
-                review: ReviewConfig { mapping: common.mapping(Some(mapping)), kinds, agent_users: agent_users.clone() },
+                review: ReviewConfig {
+                    mapping: common.mapping(Some(mapping)),
+                    kinds,
+                    agent_users: agent_users.clone(),
+                },
                 server: common.server()?,
                 timeout: std_duration(*timeout),
                 fail_open: *fail_open,

@@ -73,7 +73,14 @@ fn event<'a>(events: &'a [(String, String, Value)], id: &str) -> Option<&'a Valu
     events.iter().find(|(i, _, _)| i == id).map(|(_, _, v)| v)
 }
 
-fn agent_args(cluster: &Cluster, user: &str, principal: &str, server: &Server, dir: &std::path::Path, extra: &[&str]) -> Vec<String> {
+fn agent_args(
+    cluster: &Cluster,
+    user: &str,
+    principal: &str,
+    server: &Server,
+    dir: &std::path::Path,
+    extra: &[&str],
+) -> Vec<String> {
     let token_file = dir.join(format!("{principal}.token"));
     std::fs::write(&token_file, token(principal)).unwrap();
     let mut args: Vec<String> = vec![
@@ -111,7 +118,12 @@ fn a_workload_is_held_approved_run_found_idle_and_reclaimed_by_deactivation() {
         &[("checks", "bursar-kube-checks"), ("watch", "bursar-kube-watch"), ("enforce", "bursar-kube-enforce")],
     );
     let api = &cluster.api;
-    api.create(ADMISSION_CHECKS, "", json!({"metadata": {"name": "bursar"}, "spec": {"controllerName": "bursar.dev/admission-check"}})).unwrap();
+    api.create(
+        ADMISSION_CHECKS,
+        "",
+        json!({"metadata": {"name": "bursar"}, "spec": {"controllerName": "bursar.dev/admission-check"}}),
+    )
+    .unwrap();
     api.create(ADMISSION_CHECKS, "", json!({"metadata": {"name": "provisioning"}, "spec": {"controllerName": "kueue.x-k8s.io/provisioning-request"}})).unwrap();
     api.create(RESOURCE_FLAVORS, "", json!({"metadata": {"name": "h100"}, "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}})).unwrap();
 
@@ -136,7 +148,10 @@ fn a_workload_is_held_approved_run_found_idle_and_reclaimed_by_deactivation() {
         ),
     )
     .unwrap();
-    let mut server = Server::start(&s, &["--config", config.to_str().unwrap(), "--utilisation", util.to_str().unwrap(), "--tick", "200ms"]);
+    let mut server = Server::start(
+        &s,
+        &["--config", config.to_str().unwrap(), "--utilisation", util.to_str().unwrap(), "--tick", "200ms"],
+    );
     server.token = Some(token("reader"));
 
     let mut checks = Agent::start(&dir, "checks", &{
@@ -147,26 +162,45 @@ fn a_workload_is_held_approved_run_found_idle_and_reclaimed_by_deactivation() {
     let watch_args = {
         let mut a = vec!["watch".to_owned()];
         let state = dir.join("watch.json");
-        a.extend(agent_args(&cluster, "watch", "kube-agents", &server, &dir, &["--state", state.to_str().unwrap(), "--resync", "200ms", "--settle", "30s"]));
+        a.extend(agent_args(
+            &cluster,
+            "watch",
+            "kube-agents",
+            &server,
+            &dir,
+            &["--state", state.to_str().unwrap(), "--resync", "200ms", "--settle", "30s"],
+        ));
         a
     };
     let watch = Agent::start(&dir, "watch", &watch_args);
     let mut enforce = Agent::start(&dir, "enforce", &{
         let mut a = vec!["enforce".to_owned()];
         let state = dir.join("enforce.json");
-        a.extend(agent_args(&cluster, "enforce", "kube-agents", &server, &dir, &["--state", state.to_str().unwrap(), "--retry-delay", "100ms"]));
+        a.extend(agent_args(
+            &cluster,
+            "enforce",
+            "kube-agents",
+            &server,
+            &dir,
+            &["--state", state.to_str().unwrap(), "--retry-delay", "100ms"],
+        ));
         a
     });
 
     // The controller marks its AdmissionCheck Active (and not the other controller's).
     cluster.wait(30, "the AdmissionCheck active", &[&checks], |api| {
         let ac = api.get(ADMISSION_CHECKS, "", "bursar")?;
-        (ac.pointer("/status/conditions/0/type")? == "Active" && ac.pointer("/status/conditions/0/status")? == "True").then_some(())
+        (ac.pointer("/status/conditions/0/type")? == "Active" && ac.pointer("/status/conditions/0/status")? == "True")
+            .then_some(())
     });
-    assert!(api.get(ADMISSION_CHECKS, "", "provisioning").unwrap().get("status").is_none(), "another controller's check is left alone");
+    assert!(
+        api.get(ADMISSION_CHECKS, "", "provisioning").unwrap().get("status").is_none(),
+        "another controller's check is left alone"
+    );
 
     // Not ready: denied, the check Rejected with bursar's reason.
-    let (unready, unready_uid) = cluster.submit_workload("nlp", "unready", 1, 1, json!({"bursar.dev/user": "alice"}), json!({}));
+    let (unready, unready_uid) =
+        cluster.submit_workload("nlp", "unready", 1, 1, json!({"bursar.dev/user": "alice"}), json!({}));
     cluster.reserve_quota("nlp", &unready, 1);
     let (state, message) = cluster.wait(30, "the unready Workload rejected", &[&checks], |_| {
         cluster.check("nlp", &unready, "bursar").filter(|(s, _)| s != "Pending")
@@ -199,11 +233,14 @@ fn a_workload_is_held_approved_run_found_idle_and_reclaimed_by_deactivation() {
         .collect();
     assert_eq!(status_writes.first().map(|r| r.status), Some(409), "the racing write is refused: {status_writes:?}");
     assert!(status_writes.iter().any(|r| r.status == 200), "then written on a fresh read: {status_writes:?}");
-    assert!(status_writes.iter().all(|r| r.content_type == "application/apply-patch+yaml" && r.target.contains("fieldManager=bursar-admission-check")));
+    assert!(status_writes.iter().all(|r| r.content_type == "application/apply-patch+yaml"
+        && r.target.contains("fieldManager=bursar-admission-check")));
 
     // bob approves; the enforcer sets the check Ready.
     let bob = bursar_http::Client::plain(server.addr, bursar_http::Auth::bearer(Some(&token("bob"))), None);
-    let r = bursar_client::Conn::over(bob).request("POST", &format!("/v1/jobs/{job}/approve"), b"{\"reason\":\"fits\"}").unwrap();
+    let r = bursar_client::Conn::over(bob)
+        .request("POST", &format!("/v1/jobs/{job}/approve"), b"{\"reason\":\"fits\"}")
+        .unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
     let (state, message) = cluster.wait(30, "the check Ready after the approval", &[&enforce], |_| {
         cluster.check("nlp", &train, "bursar").filter(|(s, _)| s == "Ready")
@@ -233,8 +270,16 @@ fn a_workload_is_held_approved_run_found_idle_and_reclaimed_by_deactivation() {
     let watch = Agent::start(&dir, "watch", &watch_args);
 
     // Idle on every GPU: alerted, then reclaimed; the enforcer deactivates the Workload.
-    let decisions_of = |kind: &str| server.decisions(0).into_iter().filter(|d| d["job_id"] == job.as_str() && d["decision"] == kind).collect::<Vec<_>>();
-    server.wait_for(60, "the idle alert", || decisions_of("alert").into_iter().find(|d| d["policies"][0] == "reclaim/idle"));
+    let decisions_of = |kind: &str| {
+        server
+            .decisions(0)
+            .into_iter()
+            .filter(|d| d["job_id"] == job.as_str() && d["decision"] == kind)
+            .collect::<Vec<_>>()
+    };
+    server.wait_for(60, "the idle alert", || {
+        decisions_of("alert").into_iter().find(|d| d["policies"][0] == "reclaim/idle")
+    });
     let reclaim = server.wait_for(60, "the idle reclaim", || decisions_of("reclaim").into_iter().next());
     cluster.wait(30, "the Workload deactivated", &[&enforce], |api| {
         (api.get(WORKLOADS, "nlp", &train)?.pointer("/spec/active")? == false).then_some(())
@@ -243,7 +288,10 @@ fn a_workload_is_held_approved_run_found_idle_and_reclaimed_by_deactivation() {
     cluster.evict("nlp", &train, "train", "InactiveWorkload", &["train-0-x7k2p", "train-1-q9m4z"]);
     let finished_id = format!("kube-agents:{job}-r1-finished");
     let finished = server.wait_for(30, "job.finished", || event(&audit_events(&s), &finished_id).cloned());
-    assert_eq!((finished["status"].as_str(), finished["kube_reason"].as_str()), (Some("cancelled"), Some("InactiveWorkload")));
+    assert_eq!(
+        (finished["status"].as_str(), finished["kube_reason"].as_str()),
+        (Some("cancelled"), Some("InactiveWorkload"))
+    );
 
     // The audit log holds every decision and action, once.
     let events = audit_events(&s);
@@ -253,13 +301,23 @@ fn a_workload_is_held_approved_run_found_idle_and_reclaimed_by_deactivation() {
     }
     let denied = job_id(CLUSTER, &unready_uid);
     let all = server.decisions(0);
-    let admission = |j: &str| all.iter().filter(|d| d["job_id"] == j && d["admission"] == true).map(|d| d["decision"].as_str().unwrap_or("").to_owned()).collect::<Vec<_>>();
+    let admission = |j: &str| {
+        all.iter()
+            .filter(|d| d["job_id"] == j && d["admission"] == true)
+            .map(|d| d["decision"].as_str().unwrap_or("").to_owned())
+            .collect::<Vec<_>>()
+    };
     assert_eq!(admission(&denied), ["deny"]);
     assert_eq!(admission(&job), ["require_approval", "allow"], "held, then approved");
-    let actions: Vec<&Value> = events.iter().filter(|(i, _, _)| i.starts_with("kube-agents:kube-")).map(|(_, _, v)| v).collect();
-    let action = |decision: &str| actions.iter().find(|a| a["decision"] == decision && a["job_id"] == job.as_str()).copied();
+    let actions: Vec<&Value> =
+        events.iter().filter(|(i, _, _)| i.starts_with("kube-agents:kube-")).map(|(_, _, v)| v).collect();
+    let action =
+        |decision: &str| actions.iter().find(|a| a["decision"] == decision && a["job_id"] == job.as_str()).copied();
     let approved = action("allow").unwrap_or_else(|| panic!("no action record of the approval: {actions:?}"));
-    assert_eq!((approved["type"].as_str(), approved["action"].as_str()), (Some("action.executed"), Some("check ready")));
+    assert_eq!(
+        (approved["type"].as_str(), approved["action"].as_str()),
+        (Some("action.executed"), Some("check ready"))
+    );
     let reclaimed = action("reclaim").unwrap_or_else(|| panic!("no action record of the reclaim: {actions:?}"));
     assert_eq!(reclaimed["action"], "deactivate");
     assert_eq!(reclaimed["decision_id"], reclaim["decision_id"]);
@@ -268,9 +326,12 @@ fn a_workload_is_held_approved_run_found_idle_and_reclaimed_by_deactivation() {
     // The watcher relisted after the 410 and saw bookmarks; no agent asked for a verb its
     // ClusterRole does not grant.
     let seen = api.seen();
-    let workload_lists = seen.iter().filter(|r| r.user == "watch" && r.verb == "list" && r.target.contains("/workloads")).count();
+    let workload_lists =
+        seen.iter().filter(|r| r.user == "watch" && r.verb == "list" && r.target.contains("/workloads")).count();
     assert!(workload_lists >= 2, "a list at the start of each watcher");
-    assert!(seen.iter().any(|r| r.user == "watch" && r.verb == "watch" && r.target.contains("allowWatchBookmarks=true")));
+    assert!(
+        seen.iter().any(|r| r.user == "watch" && r.verb == "watch" && r.target.contains("allowWatchBookmarks=true"))
+    );
     assert!(watch.log_text().contains("bookmark"), "bookmarks move the resume point:\n{}", watch.log_text());
     assert!(cluster.forbidden().is_empty(), "requests outside the manifests' ClusterRoles: {:?}", cluster.forbidden());
     checks.assert_running();

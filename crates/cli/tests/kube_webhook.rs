@@ -83,7 +83,8 @@ fn review(uid: &str, operation: &str, object: &Value, old: &Value, user: &str, d
 }
 
 struct Webhook {
-    agent: Agent,
+    /// The process, stopped on drop.
+    _agent: Agent,
     client: bursar_http::Client,
 }
 
@@ -93,9 +94,29 @@ impl Webhook {
         let token_file = dir.join("kube-webhook.token");
         std::fs::write(&token_file, token("kube-webhook")).unwrap();
         let mut args: Vec<String> = [
-            "webhook", "--cluster", CLUSTER, "--listen", "127.0.0.1:0", "--port-file", port_file.to_str().unwrap(),
-            "--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap(), "--kind", "batch/v1/Job", "--kind", "v1/Pod",
-            "--agent-user", ENFORCER, "--timeout", "2s", "--server", server, "--token-file", token_file.to_str().unwrap(),
+            "webhook",
+            "--cluster",
+            CLUSTER,
+            "--listen",
+            "127.0.0.1:0",
+            "--port-file",
+            port_file.to_str().unwrap(),
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+            "--kind",
+            "batch/v1/Job",
+            "--kind",
+            "v1/Pod",
+            "--agent-user",
+            ENFORCER,
+            "--timeout",
+            "2s",
+            "--server",
+            server,
+            "--token-file",
+            token_file.to_str().unwrap(),
         ]
         .iter()
         .map(|s| (*s).to_owned())
@@ -118,7 +139,7 @@ impl Webhook {
         .unwrap();
         let health = client.get("/healthz").unwrap();
         assert_eq!((health.status, health.text().trim()), (200, "ok"));
-        Webhook { agent, client }
+        Webhook { _agent: agent, client }
     }
 
     /// POSTs a review; the HTTP status and the AdmissionReview answered.
@@ -145,7 +166,11 @@ fn patched(object: &Value, answer: &Value) -> Value {
 
 fn audit_ids(s: &Scratch) -> Vec<(String, Value)> {
     let log = bursar_audit::AuditLog::open_read(s.audit()).unwrap();
-    log.events_since(0, 100_000).unwrap().into_iter().map(|e| (e.event_id, serde_json::from_str(&e.raw).unwrap_or(Value::Null))).collect()
+    log.events_since(0, 100_000)
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.event_id, serde_json::from_str(&e.raw).unwrap_or(Value::Null)))
+        .collect()
 }
 
 #[test]
@@ -155,7 +180,11 @@ fn the_webhook_admits_holds_and_refuses_and_the_agents_follow_its_jobs() {
     let ca = TestCa::new("webhook test CA").unwrap();
     let ca_file = ca.write(&dir, "ca").unwrap();
     let (cert, key) = ca.server().unwrap().write(&dir, "webhook").unwrap();
-    let cluster = Cluster::start(&dir, "webhook.yaml", &[("watch", "bursar-kube-watch-objects"), ("enforce", "bursar-kube-enforce-objects")]);
+    let cluster = Cluster::start(
+        &dir,
+        "webhook.yaml",
+        &[("watch", "bursar-kube-watch-objects"), ("enforce", "bursar-kube-enforce-objects")],
+    );
     let api = &cluster.api;
 
     s.write_policy("policies.toml", POLICIES);
@@ -178,28 +207,44 @@ fn the_webhook_admits_holds_and_refuses_and_the_agents_follow_its_jobs() {
     let agents_token = dir.join("kube-agents.token");
     std::fs::write(&agents_token, token("kube-agents")).unwrap();
     let agent = |name: &str, user: &str, extra: &[&str]| {
-        let mut args: Vec<String> = vec![name.into(), "--cluster".into(), CLUSTER.into(), "--kind".into(), "batch/v1/Job".into()];
-        args.extend(["--kubeconfig".into(), cluster.kubeconfig(user).display().to_string(), "--server".into(), addr.clone()]);
+        let mut args: Vec<String> =
+            vec![name.into(), "--cluster".into(), CLUSTER.into(), "--kind".into(), "batch/v1/Job".into()];
+        args.extend([
+            "--kubeconfig".into(),
+            cluster.kubeconfig(user).display().to_string(),
+            "--server".into(),
+            addr.clone(),
+        ]);
         args.extend(["--token-file".into(), agents_token.display().to_string()]);
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         Agent::start(&dir, name, &args)
     };
     let watch_state = dir.join("watch.json");
-    let watch = agent("watch", "watch", &["--state", watch_state.to_str().unwrap(), "--resync", "200ms", "--settle", "30s"]);
+    let watch =
+        agent("watch", "watch", &["--state", watch_state.to_str().unwrap(), "--resync", "200ms", "--settle", "30s"]);
     let enforce_state = dir.join("enforce.json");
-    let mut enforce = agent("enforce", "enforce", &["--state", enforce_state.to_str().unwrap(), "--retry-delay", "100ms"]);
+    let mut enforce =
+        agent("enforce", "enforce", &["--state", enforce_state.to_str().unwrap(), "--retry-delay", "100ms"]);
 
     // A small Job: admitted as alice, labelled with its bursar job, a forged mark replaced.
     let small = job("small", 1, true);
     let (status, answer) = hook.ask(&review("req-small-1", "CREATE", &small, &Value::Null, "alice", false));
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["apiVersion"], "admission.k8s.io/v1");
-    assert_eq!((answer["response"]["uid"].as_str(), answer["response"]["allowed"].as_bool()), (Some("req-small-1"), Some(true)), "{answer}");
+    assert_eq!(
+        (answer["response"]["uid"].as_str(), answer["response"]["allowed"].as_bool()),
+        (Some("req-small-1"), Some(true)),
+        "{answer}"
+    );
     let small_job = bursar_kube::submit::job_id(CLUSTER, "req-small-1");
     let admitted = patched(&small, &answer);
     assert_eq!(admitted["metadata"]["annotations"]["bursar.dev/job"], small_job.as_str());
     assert_eq!(admitted["spec"]["template"]["metadata"]["labels"]["bursar.dev/job"], small_job.as_str());
-    let submitted = audit_ids(&s).into_iter().find(|(i, _)| *i == format!("kube-webhook:{small_job}-submitted")).map(|(_, v)| v).unwrap();
+    let submitted = audit_ids(&s)
+        .into_iter()
+        .find(|(i, _)| *i == format!("kube-webhook:{small_job}-submitted"))
+        .map(|(_, v)| v)
+        .unwrap();
     assert_eq!(submitted["job"]["user"], "alice", "userInfo is the user");
     assert_eq!(submitted["job"]["requested_hours"], 1.0, "from activeDeadlineSeconds");
     // The API server stores it; its pod runs and the Job completes.
@@ -219,7 +264,8 @@ fn the_webhook_admits_holds_and_refuses_and_the_agents_follow_its_jobs() {
     assert_eq!((finished["status"].as_str(), finished["time"].as_str()), (Some("succeeded"), Some(end.as_str())));
 
     // Not ready: refused with bursar's reason.
-    let (_, answer) = hook.ask(&review("req-unready", "CREATE", &job("unready", 1, false), &Value::Null, "alice", false));
+    let (_, answer) =
+        hook.ask(&review("req-unready", "CREATE", &job("unready", 1, false), &Value::Null, "alice", false));
     assert_eq!(answer["response"]["allowed"], false);
     let message = answer["response"]["status"]["message"].as_str().unwrap_or("");
     assert!(message.starts_with("bursar: ") && message.contains("ready"), "{answer}");
@@ -227,7 +273,10 @@ fn the_webhook_admits_holds_and_refuses_and_the_agents_follow_its_jobs() {
     // A dry run is answered without a submission.
     let (_, answer) = hook.ask(&review("req-dry", "CREATE", &job("dry", 8, true), &Value::Null, "alice", true));
     assert_eq!(answer["response"]["allowed"], true);
-    assert!(!audit_ids(&s).iter().any(|(i, _)| i.contains(&bursar_kube::submit::job_id(CLUSTER, "req-dry"))), "a dry run submitted a job");
+    assert!(
+        !audit_ids(&s).iter().any(|(i, _)| i.contains(&bursar_kube::submit::job_id(CLUSTER, "req-dry"))),
+        "a dry run submitted a job"
+    );
 
     // Four GPUs: created suspended and held for bob.
     let big = job("big", 4, true);
@@ -235,7 +284,10 @@ fn the_webhook_admits_holds_and_refuses_and_the_agents_follow_its_jobs() {
     assert_eq!(answer["response"]["allowed"], true, "{answer}");
     assert!(answer["response"]["warnings"][0].as_str().unwrap_or("").contains("held for approval"), "{answer}");
     let held = patched(&big, &answer);
-    assert_eq!((held["spec"]["suspend"].as_bool(), held["metadata"]["annotations"]["bursar.dev/hold"].as_str()), (Some(true), Some("approval")));
+    assert_eq!(
+        (held["spec"]["suspend"].as_bool(), held["metadata"]["annotations"]["bursar.dev/hold"].as_str()),
+        (Some(true), Some("approval"))
+    );
     api.create(JOBS, "nlp", held.clone()).unwrap();
     let big_job = bursar_kube::submit::job_id(CLUSTER, "req-big-1");
     // alice cannot resume it herself.
@@ -243,7 +295,10 @@ fn the_webhook_admits_holds_and_refuses_and_the_agents_follow_its_jobs() {
     resumed["spec"]["suspend"] = json!(false);
     let (_, answer) = hook.ask(&review("req-big-2", "UPDATE", &resumed, &held, "alice", false));
     assert_eq!(answer["response"]["allowed"], false);
-    assert!(answer["response"]["status"]["message"].as_str().unwrap_or("").contains("bursar holds this Job"), "{answer}");
+    assert!(
+        answer["response"]["status"]["message"].as_str().unwrap_or("").contains("bursar holds this Job"),
+        "{answer}"
+    );
     // bob approves: the enforcer resumes it.
     let bob = bursar_http::Client::plain(server.addr, bursar_http::Auth::bearer(Some(&token("bob"))), None);
     let r = bursar_client::Conn::over(bob).request("POST", &format!("/v1/jobs/{big_job}/approve"), b"{}").unwrap();
@@ -269,10 +324,18 @@ fn the_webhook_admits_holds_and_refuses_and_the_agents_follow_its_jobs() {
     let finished = server.wait_for(30, "the big job finished", || {
         audit_ids(&s).into_iter().find(|(i, _)| *i == format!("kube-agents:{big_job}-r1-finished")).map(|(_, v)| v)
     });
-    assert_eq!((finished["status"].as_str(), finished["kube_reason"].as_str()), (Some("cancelled"), Some("ReclaimedByBursar")));
-    let actions: Vec<Value> = audit_ids(&s).into_iter().filter(|(i, _)| i.starts_with("kube-agents:kube-")).map(|(_, v)| v).collect();
-    let names: Vec<(&str, &str)> = actions.iter().map(|a| (a["action"].as_str().unwrap_or(""), a["type"].as_str().unwrap_or(""))).collect();
-    assert!(names.contains(&("resume", "action.executed")) && names.contains(&("suspend", "action.executed")), "{actions:?}");
+    assert_eq!(
+        (finished["status"].as_str(), finished["kube_reason"].as_str()),
+        (Some("cancelled"), Some("ReclaimedByBursar"))
+    );
+    let actions: Vec<Value> =
+        audit_ids(&s).into_iter().filter(|(i, _)| i.starts_with("kube-agents:kube-")).map(|(_, v)| v).collect();
+    let names: Vec<(&str, &str)> =
+        actions.iter().map(|a| (a["action"].as_str().unwrap_or(""), a["type"].as_str().unwrap_or(""))).collect();
+    assert!(
+        names.contains(&("resume", "action.executed")) && names.contains(&("suspend", "action.executed")),
+        "{actions:?}"
+    );
 
     // Not an AdmissionReview: 400. Not JSON: 415.
     let (status, _) = hook.ask(br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview"}"#);

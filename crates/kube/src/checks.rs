@@ -82,7 +82,13 @@ fn short(text: &str) -> String {
 /// Writes the state of admission check `check` on Workload `w` (as read, with its
 /// `resourceVersion`): a server-side apply to the status subresource naming only that entry.
 /// `409 Conflict` means `w` changed since it was read.
-pub async fn set_check(client: &Client, w: &Workload, check: &str, state: CheckState, message: &str) -> Result<Workload> {
+pub async fn set_check(
+    client: &Client,
+    w: &Workload,
+    check: &str,
+    state: CheckState,
+    message: &str,
+) -> Result<Workload> {
     let ns = w.namespace().unwrap_or_default();
     let name = w.name_any();
     let api: Api<Workload> = Api::namespaced(client.clone(), &ns);
@@ -319,10 +325,7 @@ impl Controller {
                 }
                 for name in changed {
                     let Some(ac) = self.ours.get(&name).cloned() else { continue };
-                    let active = ac
-                        .status
-                        .as_ref()
-                        .is_some_and(|s| crate::kueue::is_true(&s.conditions, "Active"));
+                    let active = ac.status.as_ref().is_some_and(|s| crate::kueue::is_true(&s.conditions, "Active"));
                     if !active && let Err(e) = activate(&self.client, &ac).await {
                         tracing::warn!(error = %e, "cannot mark the AdmissionCheck active");
                         self.retry = true;
@@ -393,7 +396,13 @@ pub async fn run(client: Client, cfg: ChecksConfig, counters: [Arc<Counters>; 2]
     let [wc, cc] = counters;
     let wl_tx = tx.clone();
     tokio::spawn(reflect::run(Api::<Workload>::all(client.clone()), settings("workloads"), wl_tx, Msg::Workloads, wc));
-    tokio::spawn(reflect::run(Api::<AdmissionCheck>::all(client.clone()), settings("admissionchecks"), tx, Msg::Checks, cc));
+    tokio::spawn(reflect::run(
+        Api::<AdmissionCheck>::all(client.clone()),
+        settings("admissionchecks"),
+        tx,
+        Msg::Checks,
+        cc,
+    ));
     let mut ctl = Controller {
         client,
         cfg: cfg.clone(),
@@ -462,7 +471,11 @@ mod tests {
         let (s, m, h) = answer(&reply(DecisionKind::Defer, Some(later)), at).unwrap();
         assert_eq!((s, h), (CheckState::Pending, Some(Held::Until(later))));
         assert!(m.starts_with("bursar: deferred until 1970-01-01T00:33:20Z"), "{m}");
-        assert_eq!(answer(&reply(DecisionKind::Defer, Some(at)), at).map(|a| a.0), Some(CheckState::Ready), "already due");
+        assert_eq!(
+            answer(&reply(DecisionKind::Defer, Some(at)), at).map(|a| a.0),
+            Some(CheckState::Ready),
+            "already due"
+        );
         assert!(answer(&reply(DecisionKind::Alert, None), at).is_none());
     }
 

@@ -5,9 +5,9 @@
 
 use std::path::Path;
 
-use kube::config::{KubeConfigOptions, Kubeconfig};
 pub use kube::Client;
 use kube::Config;
+use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::{Error, Result};
 
@@ -18,7 +18,9 @@ pub async fn connect(kubeconfig: Option<&Path>, context: Option<&str>) -> Result
         Some(path) => {
             let kc = Kubeconfig::read_from(path).map_err(|e| Error::Config(format!("`{}`: {e}", path.display())))?;
             let options = KubeConfigOptions { context: context.map(str::to_owned), ..KubeConfigOptions::default() };
-            Config::from_custom_kubeconfig(kc, &options).await.map_err(|e| Error::Config(format!("`{}`: {e}", path.display())))?
+            Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .map_err(|e| Error::Config(format!("`{}`: {e}", path.display())))?
         }
         None => Config::infer().await.map_err(|e| Error::Config(e.to_string()))?,
     };

@@ -106,7 +106,11 @@ async fn find(client: &Client, cfg: &EnforceConfig, job: &str) -> Result<Option<
         Mode::Kueue => {
             let api: Api<Workload> = Api::all(client.clone());
             let list = api.list(&ListParams::default()).await.map_err(|e| Error::kube("list Workloads", e))?;
-            Ok(list.items.into_iter().find(|w| job_id(&cfg.cluster, &w.uid().unwrap_or_default()) == job).map(Target::Workload))
+            Ok(list
+                .items
+                .into_iter()
+                .find(|w| job_id(&cfg.cluster, &w.uid().unwrap_or_default()) == job)
+                .map(Target::Workload))
         }
         Mode::Objects(kinds) => {
             for kind in kinds {
@@ -146,9 +150,19 @@ fn merge_patch(pointer: &str, value: Value, annotations: Value) -> Value {
 }
 
 /// One try of `ask` on the job: `Ok((outcome, detail))`, or the API's error.
-async fn act(client: &Client, cfg: &EnforceConfig, seen: &Seen, ask: Ask, job: &str, record: &mut Record) -> Result<(Outcome, String)> {
+async fn act(
+    client: &Client,
+    cfg: &EnforceConfig,
+    seen: &Seen,
+    ask: Ask,
+    job: &str,
+    record: &mut Record,
+) -> Result<(Outcome, String)> {
     let Some(target) = find(client, cfg, job).await? else {
-        return Ok((Outcome::Skipped, "nothing to do: no object names this job (deleted, or not admitted here)".into()));
+        return Ok((
+            Outcome::Skipped,
+            "nothing to do: no object names this job (deleted, or not admitted here)".into(),
+        ));
     };
     let (ns, kind, name) = target.names();
     for (k, v) in object_fields(&cfg.cluster, &ns, &kind, &name) {
@@ -166,14 +180,22 @@ async fn act(client: &Client, cfg: &EnforceConfig, seen: &Seen, ask: Ask, job: &
             }
             let api: Api<Workload> = Api::namespaced(client.clone(), &ns);
             let patch = json!({"spec": {"active": false}});
-            api.patch(&name, &merge, &Patch::Merge(&patch)).await.map_err(|e| Error::kube(format!("deactivate Workload {ns}/{name}"), e))?;
+            api.patch(&name, &merge, &Patch::Merge(&patch))
+                .await
+                .map_err(|e| Error::kube(format!("deactivate Workload {ns}/{name}"), e))?;
             Ok((Outcome::Done, format!("deactivated Workload {ns}/{name} (spec.active: false); Kueue evicts its pods")))
         }
         (Ask::Approve | Ask::Reject, Target::Workload(w)) => {
             let pending: Vec<String> = w
                 .status
                 .as_ref()
-                .map(|s| s.admission_checks.iter().filter(|c| c.state == CheckState::Pending).map(|c| c.name.clone()).collect())
+                .map(|s| {
+                    s.admission_checks
+                        .iter()
+                        .filter(|c| c.state == CheckState::Pending)
+                        .map(|c| c.name.clone())
+                        .collect()
+                })
                 .unwrap_or_default();
             let ours = ours(client).await?;
             let mine: Vec<&String> = pending.iter().filter(|c| ours.contains(c)).collect();
@@ -181,9 +203,21 @@ async fn act(client: &Client, cfg: &EnforceConfig, seen: &Seen, ask: Ask, job: &
                 let states: Vec<String> = w
                     .status
                     .as_ref()
-                    .map(|s| s.admission_checks.iter().filter(|c| ours.contains(&c.name)).map(|c| format!("{} is {}", c.name, c.state.as_str())).collect())
+                    .map(|s| {
+                        s.admission_checks
+                            .iter()
+                            .filter(|c| ours.contains(&c.name))
+                            .map(|c| format!("{} is {}", c.name, c.state.as_str()))
+                            .collect()
+                    })
                     .unwrap_or_default();
-                return Ok((Outcome::Skipped, format!("nothing to do: Workload {ns}/{name} is not held by bursar ({})", if states.is_empty() { "no bursar check".to_owned() } else { states.join(", ") })));
+                return Ok((
+                    Outcome::Skipped,
+                    format!(
+                        "nothing to do: Workload {ns}/{name} is not held by bursar ({})",
+                        if states.is_empty() { "no bursar check".to_owned() } else { states.join(", ") }
+                    ),
+                ));
             }
             let (state, message) = match ask {
                 Ask::Approve => (CheckState::Ready, format!("bursar: approved: {}", seen.reason)),
@@ -198,20 +232,33 @@ async fn act(client: &Client, cfg: &EnforceConfig, seen: &Seen, ask: Ask, job: &
             let value = json_of(&o);
             let view = kinds::unit_view(&kind, &value, job, "nvidia.com/gpu");
             if view.end.is_some() {
-                return Ok((Outcome::Skipped, format!("nothing to do: {kind_name} {ns}/{name} already finished", kind_name = kind.name())));
+                return Ok((
+                    Outcome::Skipped,
+                    format!("nothing to do: {kind_name} {ns}/{name} already finished", kind_name = kind.name()),
+                ));
             }
             let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kind.api_resource());
             match kind.suspend_pointer() {
                 Some(pointer) => {
                     if kinds::is_suspended(&kind, &value) && kinds::annotation(&value, RECLAIMED).is_some() {
-                        return Ok((Outcome::Skipped, format!("nothing to do: {} {ns}/{name} is already suspended by bursar", kind.name())));
+                        return Ok((
+                            Outcome::Skipped,
+                            format!("nothing to do: {} {ns}/{name} is already suspended by bursar", kind.name()),
+                        ));
                     }
                     let patch = merge_patch(pointer, json!(true), json!({RECLAIMED: seen.decision_id}));
-                    api.patch(&name, &merge, &Patch::Merge(&patch)).await.map_err(|e| Error::kube(format!("suspend {} {ns}/{name}", kind.name()), e))?;
-                    Ok((Outcome::Done, format!("suspended {} {ns}/{name} ({pointer}: true); its pods are deleted", kind.name())))
+                    api.patch(&name, &merge, &Patch::Merge(&patch))
+                        .await
+                        .map_err(|e| Error::kube(format!("suspend {} {ns}/{name}", kind.name()), e))?;
+                    Ok((
+                        Outcome::Done,
+                        format!("suspended {} {ns}/{name} ({pointer}: true); its pods are deleted", kind.name()),
+                    ))
                 }
                 None => {
-                    api.delete(&name, &DeleteParams::default()).await.map_err(|e| Error::kube(format!("delete Pod {ns}/{name}"), e))?;
+                    api.delete(&name, &DeleteParams::default())
+                        .await
+                        .map_err(|e| Error::kube(format!("delete Pod {ns}/{name}"), e))?;
                     Ok((Outcome::Done, format!("deleted Pod {ns}/{name}")))
                 }
             }
@@ -219,7 +266,10 @@ async fn act(client: &Client, cfg: &EnforceConfig, seen: &Seen, ask: Ask, job: &
         (Ask::Approve, Target::Object(kind, o)) => {
             let value = json_of(&o);
             if kinds::annotation(&value, HOLD).is_none() {
-                return Ok((Outcome::Skipped, format!("nothing to do: {} {ns}/{name} is not held by bursar", kind.name())));
+                return Ok((
+                    Outcome::Skipped,
+                    format!("nothing to do: {} {ns}/{name} is not held by bursar", kind.name()),
+                ));
             }
             let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kind.api_resource());
             let patch = match kind.suspend_pointer() {
@@ -236,15 +286,21 @@ async fn act(client: &Client, cfg: &EnforceConfig, seen: &Seen, ask: Ask, job: &
                     json!({"metadata": {"annotations": {HOLD: null}}, "spec": {"schedulingGates": gates}})
                 }
             };
-            api.patch(&name, &merge, &Patch::Merge(&patch)).await.map_err(|e| Error::kube(format!("resume {} {ns}/{name}", kind.name()), e))?;
+            api.patch(&name, &merge, &Patch::Merge(&patch))
+                .await
+                .map_err(|e| Error::kube(format!("resume {} {ns}/{name}", kind.name()), e))?;
             Ok((Outcome::Done, format!("resumed {} {ns}/{name}", kind.name())))
         }
         (Ask::Reject, Target::Object(kind, o)) => {
             if kinds::annotation(&json_of(&o), HOLD).is_none() {
-                return Ok((Outcome::Skipped, format!("nothing to do: {} {ns}/{name} is not held by bursar", kind.name())));
+                return Ok((
+                    Outcome::Skipped,
+                    format!("nothing to do: {} {ns}/{name} is not held by bursar", kind.name()),
+                ));
             }
             let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kind.api_resource());
-            let dp = DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..DeleteParams::default() };
+            let dp =
+                DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..DeleteParams::default() };
             api.delete(&name, &dp).await.map_err(|e| Error::kube(format!("delete {} {ns}/{name}", kind.name()), e))?;
             Ok((Outcome::Done, format!("deleted {} {ns}/{name} (rejected while held)", kind.name())))
         }
@@ -371,6 +427,9 @@ mod tests {
             merge_patch("/spec/runPolicy/suspend", json!(true), json!({RECLAIMED: "d1"})),
             json!({"metadata": {"annotations": {"bursar.dev/reclaimed": "d1"}}, "spec": {"runPolicy": {"suspend": true}}})
         );
-        assert_eq!(merge_patch("/spec/suspend", json!(false), json!({HOLD: null}))["metadata"]["annotations"][HOLD], Value::Null);
+        assert_eq!(
+            merge_patch("/spec/suspend", json!(false), json!({HOLD: null}))["metadata"]["annotations"][HOLD],
+            Value::Null
+        );
     }
 }

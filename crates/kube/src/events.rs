@@ -69,7 +69,14 @@ mod tests {
     fn lifecycle_events_are_wire_events_naming_the_object() {
         let s = of_step(
             "gpu-a",
-            &step("kube-0a1b2c3d4e5f-r2-started", Planned::Started { at: Timestamp(1_796_018_054_000), gpus: 8, pods: vec!["train-0-x".into(), "train-1-y".into()] }),
+            &step(
+                "kube-0a1b2c3d4e5f-r2-started",
+                Planned::Started {
+                    at: Timestamp(1_796_018_054_000),
+                    gpus: 8,
+                    pods: vec!["train-0-x".into(), "train-1-y".into()],
+                },
+            ),
         )
         .unwrap();
         let v: serde_json::Value = serde_json::from_str(&s.to_json()).unwrap();
@@ -81,10 +88,27 @@ mod tests {
         let back: serde_json::Value = serde_json::from_str(&decode_event(&s.to_json()).unwrap().to_json()).unwrap();
         assert_eq!(back, v, "decodes as the same event");
 
-        let r = of_step("gpu-a", &step("kube-0a1b2c3d4e5f-r2-requeued", Planned::Requeued { at: Timestamp(1_796_018_100_000), reason: "Preempted".into() }));
+        let r = of_step(
+            "gpu-a",
+            &step(
+                "kube-0a1b2c3d4e5f-r2-requeued",
+                Planned::Requeued { at: Timestamp(1_796_018_100_000), reason: "Preempted".into() },
+            ),
+        );
         assert!(r.is_none(), "no job.requeued before wire v1.x");
 
-        let f = of_step("gpu-a", &step("kube-0a1b2c3d4e5f-r2-finished", Planned::Finished { at: Timestamp(1_796_018_200_000), status: FinishStatus::Cancelled, reason: "InactiveWorkload".into() })).unwrap();
+        let f = of_step(
+            "gpu-a",
+            &step(
+                "kube-0a1b2c3d4e5f-r2-finished",
+                Planned::Finished {
+                    at: Timestamp(1_796_018_200_000),
+                    status: FinishStatus::Cancelled,
+                    reason: "InactiveWorkload".into(),
+                },
+            ),
+        )
+        .unwrap();
         let v: serde_json::Value = serde_json::from_str(&f.to_json()).unwrap();
         assert_eq!((v["type"].as_str(), v["status"].as_str()), (Some("job.finished"), Some("cancelled")));
         assert_eq!(v["time"], "2026-11-30T05:56:40Z");

@@ -67,7 +67,9 @@ impl Kind {
             _ => false,
         });
         match found {
-            Some((g, v, k, p, s)) => Ok(Kind { gvk: ((*g).into(), (*v).into(), (*k).into()), plural: (*p).into(), shape: *s }),
+            Some((g, v, k, p, s)) => {
+                Ok(Kind { gvk: ((*g).into(), (*v).into(), (*k).into()), plural: (*p).into(), shape: *s })
+            }
             None => Err(format!(
                 "`{text}` is not a kind bursar can admit\n  help: one of {}",
                 KNOWN
@@ -202,7 +204,12 @@ pub fn max_seconds(kind: &Kind, obj: &Value) -> Option<i64> {
         Shape::Kubeflow => obj.pointer("/spec/runPolicy/activeDeadlineSeconds"),
         Shape::JobSet => None,
     };
-    int(own).or_else(|| obj.pointer("/metadata/labels").and_then(|l| l.get(MAX_EXEC_LABEL)).and_then(Value::as_str).and_then(|s| s.parse().ok()))
+    int(own).or_else(|| {
+        obj.pointer("/metadata/labels")
+            .and_then(|l| l.get(MAX_EXEC_LABEL))
+            .and_then(Value::as_str)
+            .and_then(|s| s.parse().ok())
+    })
 }
 
 /// Whether `obj` is suspended (or, for a Pod, gated by bursar).
@@ -283,7 +290,16 @@ pub fn unit_view(kind: &Kind, obj: &Value, job_id: &str, resource: &str) -> Unit
             reason: if reclaimed { "ReclaimedByBursar".into() } else { "Suspended".into() },
         }
     });
-    UnitView { job_id: job_id.to_owned(), namespace: meta("namespace"), kind: kind.name().to_owned(), name: meta("name"), expected_pods: expected, admitted: true, end, stopped }
+    UnitView {
+        job_id: job_id.to_owned(),
+        namespace: meta("namespace"),
+        kind: kind.name().to_owned(),
+        name: meta("name"),
+        expected_pods: expected,
+        admitted: true,
+        end,
+        stopped,
+    }
 }
 
 /// When a terminated pod's last container finished.

@@ -195,7 +195,13 @@ pub struct AdmissionCheck {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<AdmissionCheckStatus>,
 }
-kueue_resource!(AdmissionCheck, "AdmissionCheck", "AdmissionCheckList", "admissionchecks", k8s_openapi::ClusterResourceScope);
+kueue_resource!(
+    AdmissionCheck,
+    "AdmissionCheck",
+    "AdmissionCheckList",
+    "admissionchecks",
+    k8s_openapi::ClusterResourceScope
+);
 
 /// `AdmissionCheck.spec`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -226,7 +232,13 @@ pub struct ResourceFlavor {
     #[serde(default)]
     pub spec: ResourceFlavorSpec,
 }
-kueue_resource!(ResourceFlavor, "ResourceFlavor", "ResourceFlavorList", "resourceflavors", k8s_openapi::ClusterResourceScope);
+kueue_resource!(
+    ResourceFlavor,
+    "ResourceFlavor",
+    "ResourceFlavorList",
+    "resourceflavors",
+    k8s_openapi::ClusterResourceScope
+);
 
 /// `ResourceFlavor.spec`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -295,7 +307,6 @@ mod tests {
     use super::*;
     use tests_data::WORKLOAD;
 
-
     #[test]
     fn reads_a_workload_as_kueue_writes_it() {
         let w: Workload = serde_json::from_str(WORKLOAD).unwrap();
@@ -308,6 +319,9 @@ mod tests {
         assert_eq!(a.pod_set_assignments[0].flavors["nvidia.com/gpu"], "h100");
         let back = serde_json::to_value(&w).unwrap();
         assert_eq!(back["status"]["admissionChecks"][0]["state"], "Pending");
-        assert_eq!(back["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], "4");
+        assert_eq!(
+            back["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"],
+            "4"
+        );
     }
 }

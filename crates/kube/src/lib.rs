@@ -55,7 +55,9 @@ pub enum Error {
         source: Box<kube::Error>,
     },
     /// The client could not be configured (kubeconfig, in-cluster service account).
-    #[error("Kubernetes client: {0}\n  help: run inside the cluster with a service account, or give --kubeconfig FILE (or KUBECONFIG)")]
+    #[error(
+        "Kubernetes client: {0}\n  help: run inside the cluster with a service account, or give --kubeconfig FILE (or KUBECONFIG)"
+    )]
     Config(String),
     /// A setting is unusable.
     #[error("{0}")]

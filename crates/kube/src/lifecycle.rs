@@ -234,13 +234,7 @@ pub fn plan(
             };
             st.sent = sent;
             let id = if sent == Sent::Queued { format!("{}-queued", st.job_id) } else { id(&st.job_id, st.run, what) };
-            steps.push(Step {
-                uid: uid.clone(),
-                id,
-                job_id: st.job_id.clone(),
-                event,
-                state: st.clone(),
-            });
+            steps.push(Step { uid: uid.clone(), id, job_id: st.job_id.clone(), event, state: st.clone() });
         };
         let holding: Vec<&PodView> = pods.iter().copied().filter(|p| p.holding()).collect();
         let settled = unit.end.is_some() || unit.stopped.is_some();
@@ -275,7 +269,10 @@ pub fn plan(
                     } else if let Some(stop) = &unit.stopped {
                         if stop.for_good {
                             let at = if ran { run_end(&st, stop.at) } else { stop.at.unwrap_or(now) };
-                            push(&mut st, Planned::Finished { at, status: FinishStatus::Cancelled, reason: stop.reason.clone() });
+                            push(
+                                &mut st,
+                                Planned::Finished { at, status: FinishStatus::Cancelled, reason: stop.reason.clone() },
+                            );
                         } else if ran && holding.is_empty() {
                             let at = run_end(&st, stop.at);
                             push(&mut st, Planned::Requeued { at, reason: stop.reason.clone() });
@@ -332,11 +329,7 @@ pub fn plan(
                     uid: uid.clone(),
                     id: id(&st.job_id, st.run, "finished"),
                     job_id: st.job_id.clone(),
-                    event: Planned::Finished {
-                        at: now,
-                        status: FinishStatus::Cancelled,
-                        reason: "Deleted".into(),
-                    },
+                    event: Planned::Finished { at: now, status: FinishStatus::Cancelled, reason: "Deleted".into() },
                     state: next,
                 });
             }
@@ -374,7 +367,12 @@ mod tests {
     }
 
     /// Runs `plan` and applies its steps, as the watcher does once serve accepted them.
-    fn step(state: &mut BTreeMap<String, UnitState>, u: &UnitView, pods: Vec<PodView>, now: i64) -> Vec<(String, Planned)> {
+    fn step(
+        state: &mut BTreeMap<String, UnitState>,
+        u: &UnitView,
+        pods: Vec<PodView>,
+        now: i64,
+    ) -> Vec<(String, Planned)> {
         let units = BTreeMap::from([("uid-1".to_owned(), (u.clone(), pods))]);
         let (steps, forget) = plan(state, &units, t(now), Duration::seconds(30));
         assert!(forget.is_empty());
@@ -393,12 +391,21 @@ mod tests {
     fn a_run_starts_when_all_its_pods_hold_gpus_and_is_charged_on_them() {
         let mut st = BTreeMap::new();
         let u = unit(2);
-        assert_eq!(ids(&step(&mut st, &u, vec![pod("p0", 4, None, None), pod("p1", 4, None, None)], 0)), ["kube-abc-queued"]);
-        assert!(step(&mut st, &u, vec![pod("p0", 4, Some(5), None), pod("p1", 4, None, None)], 6).is_empty(), "waits for the gang");
+        assert_eq!(
+            ids(&step(&mut st, &u, vec![pod("p0", 4, None, None), pod("p1", 4, None, None)], 0)),
+            ["kube-abc-queued"]
+        );
+        assert!(
+            step(&mut st, &u, vec![pod("p0", 4, Some(5), None), pod("p1", 4, None, None)], 6).is_empty(),
+            "waits for the gang"
+        );
         let s = step(&mut st, &u, vec![pod("p0", 4, Some(5), None), pod("p1", 4, Some(7), None)], 8);
         assert_eq!(ids(&s), ["kube-abc-r1-started"]);
         assert_eq!(s[0].1, Planned::Started { at: t(5), gpus: 8, pods: vec!["p0".into(), "p1".into()] });
-        assert!(step(&mut st, &u, vec![pod("p0", 4, Some(5), None), pod("p1", 4, Some(7), None)], 9).is_empty(), "once");
+        assert!(
+            step(&mut st, &u, vec![pod("p0", 4, Some(5), None), pod("p1", 4, Some(7), None)], 9).is_empty(),
+            "once"
+        );
     }
 
     #[test]
@@ -428,7 +435,10 @@ mod tests {
         u.end = Some(End { at: t(300), status: FinishStatus::Succeeded, reason: "Succeeded".into() });
         let s = step(&mut st, &u, vec![pod("p0b", 2, Some(200), Some(299))], 301);
         assert_eq!(ids(&s), ["kube-abc-r2-finished"]);
-        assert_eq!(s[0].1, Planned::Finished { at: t(300), status: FinishStatus::Succeeded, reason: "Succeeded".into() });
+        assert_eq!(
+            s[0].1,
+            Planned::Finished { at: t(300), status: FinishStatus::Succeeded, reason: "Succeeded".into() }
+        );
         assert!(step(&mut st, &u, vec![], 302).is_empty());
     }
 

@@ -243,7 +243,13 @@ fn wanted(kind: &Kind, obj: &Value, job: &str, decision: &Decision) -> Value {
 }
 
 /// The answer to `req` once serve decided (`decision`) on the submission of `object`.
-pub fn respond(req: &AdmissionRequest<DynamicObject>, cfg: &ReviewConfig, kind: &Kind, object: &Value, decision: &Decision) -> AdmissionResponse {
+pub fn respond(
+    req: &AdmissionRequest<DynamicObject>,
+    cfg: &ReviewConfig,
+    kind: &Kind,
+    object: &Value,
+    decision: &Decision,
+) -> AdmissionResponse {
     let base = AdmissionResponse::from(req);
     let job = decision.job_id.as_deref().map_or_else(|| job_id(&cfg.mapping.cluster, &req.uid), str::to_owned);
     match decision.decision {
@@ -378,7 +384,14 @@ mod tests {
         assert_eq!(triage(&no_gpu, &c, Timestamp(0)), Triage::Allow("asks for no GPUs"));
         let mut pod = json!({"metadata": {"name": "train-abcde", "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u", "controller": true}]},
             "spec": {"containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}});
-        let owned = parse(&review("Pod", "CREATE", pod.clone(), Value::Null, "system:serviceaccount:kube-system:job-controller")).unwrap();
+        let owned = parse(&review(
+            "Pod",
+            "CREATE",
+            pod.clone(),
+            Value::Null,
+            "system:serviceaccount:kube-system:job-controller",
+        ))
+        .unwrap();
         assert_eq!(triage(&owned, &c, Timestamp(0)), Triage::Allow("owned by a controller: admitted with its owner"));
         pod["metadata"]["ownerReferences"] = json!([]);
         let bare = parse(&review("Pod", "CREATE", pod, Value::Null, "alice")).unwrap();
@@ -433,7 +446,8 @@ mod tests {
         let by_alice = parse(&review("Job", "UPDATE", resumed.clone(), old.clone(), "alice")).unwrap();
         let Triage::Refuse(why) = triage(&by_alice, &c, Timestamp(0)) else { panic!("alice resumed a held job") };
         assert!(why.contains("bursar holds this Job (approval)") && why.contains("help:"), "{why}");
-        let by_agent = parse(&review("Job", "UPDATE", resumed, old.clone(), "system:serviceaccount:bursar:bursar-kube")).unwrap();
+        let by_agent =
+            parse(&review("Job", "UPDATE", resumed, old.clone(), "system:serviceaccount:bursar:bursar-kube")).unwrap();
         assert!(matches!(triage(&by_agent, &c, Timestamp(0)), Triage::Allow(_)));
         let mut stripped = old.clone();
         stripped["metadata"]["annotations"] = json!({});
@@ -448,7 +462,13 @@ mod tests {
     #[test]
     fn bodies_that_are_not_a_v1_review_are_named() {
         assert!(matches!(parse(b"not json"), Err(ReviewError::Shape(_))));
-        assert!(matches!(parse(br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview"}"#), Err(ReviewError::Version(_))));
-        assert_eq!(parse(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#).unwrap_err(), ReviewError::NoRequest);
+        assert!(matches!(
+            parse(br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview"}"#),
+            Err(ReviewError::Version(_))
+        ));
+        assert_eq!(
+            parse(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#).unwrap_err(),
+            ReviewError::NoRequest
+        );
     }
 }

@@ -91,7 +91,7 @@ pub fn submitted_id(job: &str) -> String {
 pub fn whole(q: &str) -> Option<u32> {
     if let Some(milli) = q.strip_suffix('m') {
         let m: u64 = milli.parse().ok()?;
-        return (m % 1000 == 0).then(|| u32::try_from(m / 1000).ok()).flatten();
+        return m.is_multiple_of(1000).then(|| u32::try_from(m / 1000).ok()).flatten();
     }
     q.parse().ok()
 }
@@ -178,7 +178,11 @@ pub struct Submission {
 impl Submission {
     /// The submission of a Workload; `flavor` is the GPU flavor's name and node labels, when Kueue
     /// has reserved quota on one (the caller reads the ResourceFlavor).
-    pub fn of_workload(w: &Workload, mapping: &Mapping, flavor: Option<(String, BTreeMap<String, String>)>) -> Submission {
+    pub fn of_workload(
+        w: &Workload,
+        mapping: &Mapping,
+        flavor: Option<(String, BTreeMap<String, String>)>,
+    ) -> Submission {
         let m = &w.metadata;
         let counts: BTreeMap<&str, i32> = w
             .status
@@ -270,8 +274,10 @@ impl Submission {
         let gpu_type = self
             .node_label(&mapping.gpu_type_label)
             .or_else(|| self.flavor_labels.as_ref().map(|(name, _)| name.clone()).filter(|n| !n.is_empty()));
-        let gpu_mem_gb =
-            self.node_label(&mapping.gpu_memory_label).and_then(|m| m.parse::<f64>().ok()).map(|mib| (mib / 1024.0).round());
+        let gpu_mem_gb = self
+            .node_label(&mapping.gpu_memory_label)
+            .and_then(|m| m.parse::<f64>().ok())
+            .map(|mib| (mib / 1024.0).round());
         let job = JobSpec {
             id: id.clone(),
             project,
@@ -284,7 +290,10 @@ impl Submission {
             requested_hours: self.requested_hours(mapping),
             stage: ann("stage"),
             model_params_b: ann("model-params-b").and_then(|v| v.parse().ok()),
-            image: self.gpu_pods().find_map(|p| p.image.clone()).or_else(|| self.pods.iter().find_map(|p| p.image.clone())),
+            image: self
+                .gpu_pods()
+                .find_map(|p| p.image.clone())
+                .or_else(|| self.pods.iter().find_map(|p| p.image.clone())),
             dataset: ann("dataset"),
             config: ann("config"),
             ready,
@@ -292,7 +301,12 @@ impl Submission {
             tags,
             ..JobSpec::default()
         };
-        Event { id: submitted_id(&id), time: now, kind: EventKind::JobSubmitted(Box::new(job)), extra: self.fields(mapping) }
+        Event {
+            id: submitted_id(&id),
+            time: now,
+            kind: EventKind::JobSubmitted(Box::new(job)),
+            extra: self.fields(mapping),
+        }
     }
 
     /// The added fields naming the object: `kube_cluster`, `kube_namespace`, `kube_kind`, `kube_name`.
@@ -336,7 +350,13 @@ mod tests {
         ]));
         w.spec.maximum_execution_time_seconds = Some(4 * 3600);
         let m = Mapping { cluster: "gpu-a".into(), ..Mapping::default() };
-        let flavor = ("h100".to_owned(), BTreeMap::from([("nvidia.com/gpu.product".into(), "NVIDIA-H100-80GB-HBM3".into()), ("nvidia.com/gpu.memory".into(), "81559".into())]));
+        let flavor = (
+            "h100".to_owned(),
+            BTreeMap::from([
+                ("nvidia.com/gpu.product".into(), "NVIDIA-H100-80GB-HBM3".into()),
+                ("nvidia.com/gpu.memory".into(), "81559".into()),
+            ]),
+        );
         let s = Submission::of_workload(&w, &m, Some(flavor));
         let e = s.event(&m, Timestamp(1_796_018_054_000));
         let j = v(&e);

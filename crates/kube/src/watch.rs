@@ -148,7 +148,9 @@ fn pod_entry(p: &Pod, resource: &str, seen_end: Option<Timestamp>) -> Option<Pod
 /// The lifecycle view of a Workload carrying check(s) `ours`.
 fn workload_view(w: &Workload, ours: &BTreeSet<String>, mapping: &Mapping) -> UnitView {
     let conds = w.conditions();
-    let cond_time = |kind: &str| crate::kueue::condition(conds, kind).filter(|c| c.status == "True").map(|c| ts(&c.last_transition_time));
+    let cond_time = |kind: &str| {
+        crate::kueue::condition(conds, kind).filter(|c| c.status == "True").map(|c| ts(&c.last_transition_time))
+    };
     let end = crate::kueue::condition(conds, "Finished").filter(|c| c.status == "True").map(|c| End {
         at: ts(&c.last_transition_time),
         status: if c.reason == "Succeeded" { FinishStatus::Succeeded } else { FinishStatus::Failed },
@@ -165,9 +167,11 @@ fn workload_view(w: &Workload, ours: &BTreeSet<String>, mapping: &Mapping) -> Un
         evicted.map(|c| Stop { at: Some(ts(&c.last_transition_time)), for_good: false, reason: c.reason.clone() })
     };
     let submission = crate::submit::Submission::of_workload(w, mapping, None);
-    let admitted = w.status.as_ref().is_some_and(|s| {
-        s.admission_checks.iter().any(|c| ours.contains(&c.name) && c.state == CheckState::Ready)
-    }) || crate::kueue::is_true(conds, "Admitted");
+    let admitted = w
+        .status
+        .as_ref()
+        .is_some_and(|s| s.admission_checks.iter().any(|c| ours.contains(&c.name) && c.state == CheckState::Ready))
+        || crate::kueue::is_true(conds, "Admitted");
     UnitView {
         job_id: job_id(&mapping.cluster, &w.uid().unwrap_or_default()),
         namespace: w.namespace().unwrap_or_default(),
@@ -188,10 +192,10 @@ fn workload_owners(w: &Workload) -> Vec<String> {
 }
 
 enum Msg {
-    Workloads(Feed<Workload>),
-    Checks(Feed<AdmissionCheck>),
-    Objects(usize, Feed<DynamicObject>),
-    Pods(Feed<Pod>),
+    Workloads(Box<Feed<Workload>>),
+    Checks(Box<Feed<AdmissionCheck>>),
+    Objects(usize, Box<Feed<DynamicObject>>),
+    Pods(Box<Feed<Pod>>),
 }
 
 struct Watcher {
@@ -212,8 +216,10 @@ impl Watcher {
         match msg {
             Msg::Workloads(f) => {
                 self.synced.insert("workloads");
-                match f {
-                    Feed::Listed(all) => self.workloads = all.into_iter().map(|w| (w.uid().unwrap_or_default(), w)).collect(),
+                match *f {
+                    Feed::Listed(all) => {
+                        self.workloads = all.into_iter().map(|w| (w.uid().unwrap_or_default(), w)).collect()
+                    }
                     Feed::Applied(w) => {
                         self.workloads.insert(w.uid().unwrap_or_default(), w);
                     }
@@ -224,9 +230,13 @@ impl Watcher {
             }
             Msg::Checks(f) => {
                 self.synced.insert("checks");
-                match f {
+                match *f {
                     Feed::Listed(all) => {
-                        self.ours = all.iter().filter(|a| a.spec.controller_name == CONTROLLER_NAME).map(|a| a.name_any()).collect();
+                        self.ours = all
+                            .iter()
+                            .filter(|a| a.spec.controller_name == CONTROLLER_NAME)
+                            .map(|a| a.name_any())
+                            .collect();
                     }
                     Feed::Applied(a) if a.spec.controller_name == CONTROLLER_NAME => {
                         self.ours.insert(a.name_any());
@@ -244,7 +254,7 @@ impl Watcher {
                     3 => "objects-3",
                     _ => "objects-n",
                 });
-                match f {
+                match *f {
                     Feed::Listed(all) => {
                         self.objects.retain(|_, (k, _)| *k != i);
                         for o in all {
@@ -262,7 +272,7 @@ impl Watcher {
             Msg::Pods(f) => {
                 self.synced.insert("pods");
                 let resource = self.cfg.mapping.gpu_resource.clone();
-                match f {
+                match *f {
                     Feed::Listed(all) => {
                         let listed: BTreeSet<String> = all.iter().filter_map(|p| p.uid()).collect();
                         // Pods gone while the watch was broken: they stopped holding GPUs.
@@ -322,7 +332,10 @@ impl Watcher {
         match &self.cfg.mode {
             Mode::Kueue => {
                 for (uid, w) in &self.workloads {
-                    let has_ours = w.status.as_ref().is_some_and(|s| s.admission_checks.iter().any(|c| self.ours.contains(&c.name)));
+                    let has_ours = w
+                        .status
+                        .as_ref()
+                        .is_some_and(|s| s.admission_checks.iter().any(|c| self.ours.contains(&c.name)));
                     if !has_ours && !self.state.units.contains_key(uid) {
                         continue;
                     }
@@ -356,8 +369,11 @@ impl Watcher {
         if steps.is_empty() && forget.is_empty() {
             return Ok(());
         }
-        let inputs: Vec<Input> =
-            steps.iter().filter_map(|s| crate::events::of_step(&self.cfg.mapping.cluster, s)).map(Input::Event).collect();
+        let inputs: Vec<Input> = steps
+            .iter()
+            .filter_map(|s| crate::events::of_step(&self.cfg.mapping.cluster, s))
+            .map(Input::Event)
+            .collect();
         let server = self.cfg.server.clone();
         let sent = inputs.len();
         let posted = tokio::task::spawn_blocking(move || server.post(&inputs))
@@ -405,9 +421,27 @@ pub async fn run(client: Client, cfg: WatchConfig, counters: WatchCounters) -> R
     match &cfg.mode {
         Mode::Kueue => {
             expected += 2;
-            tokio::spawn(reflect::run(Api::<Workload>::all(client.clone()), settings("workloads", None), tx.clone(), Msg::Workloads, counter(0)));
-            tokio::spawn(reflect::run(Api::<AdmissionCheck>::all(client.clone()), settings("admissionchecks", None), tx.clone(), Msg::Checks, counter(1)));
-            tokio::spawn(reflect::run(Api::<Pod>::all(client.clone()), settings("pods", cfg.pod_selector.clone()), tx.clone(), Msg::Pods, counter(2)));
+            tokio::spawn(reflect::run(
+                Api::<Workload>::all(client.clone()),
+                settings("workloads", None),
+                tx.clone(),
+                |f| Msg::Workloads(Box::new(f)),
+                counter(0),
+            ));
+            tokio::spawn(reflect::run(
+                Api::<AdmissionCheck>::all(client.clone()),
+                settings("admissionchecks", None),
+                tx.clone(),
+                |f| Msg::Checks(Box::new(f)),
+                counter(1),
+            ));
+            tokio::spawn(reflect::run(
+                Api::<Pod>::all(client.clone()),
+                settings("pods", cfg.pod_selector.clone()),
+                tx.clone(),
+                |f| Msg::Pods(Box::new(f)),
+                counter(2),
+            ));
         }
         Mode::Objects(kinds) => {
             if kinds.len() > 4 {
@@ -416,9 +450,21 @@ pub async fn run(client: Client, cfg: WatchConfig, counters: WatchCounters) -> R
             for (i, kind) in kinds.iter().enumerate() {
                 expected += 1;
                 let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.api_resource());
-                tokio::spawn(reflect::run(api, settings(&kind.plural, Some(JOB_KEY.into())), tx.clone(), move |f| Msg::Objects(i, f), counter(i)));
+                tokio::spawn(reflect::run(
+                    api,
+                    settings(&kind.plural, Some(JOB_KEY.into())),
+                    tx.clone(),
+                    move |f| Msg::Objects(i, Box::new(f)),
+                    counter(i),
+                ));
             }
-            tokio::spawn(reflect::run(Api::<Pod>::all(client.clone()), settings("pods", Some(JOB_KEY.into())), tx.clone(), Msg::Pods, counter(kinds.len())));
+            tokio::spawn(reflect::run(
+                Api::<Pod>::all(client.clone()),
+                settings("pods", Some(JOB_KEY.into())),
+                tx.clone(),
+                |f| Msg::Pods(Box::new(f)),
+                counter(kinds.len()),
+            ));
         }
     }
     drop(tx);

@@ -50,8 +50,9 @@ pub struct WebhookConfig {
 pub fn tls(cert: &Path, key: &Path) -> Result<TlsAcceptor> {
     let bad = |f: &Path, e: String| Error::Webhook(format!("`{}`: {e}", f.display()));
     let pem = std::fs::read(cert).map_err(|e| bad(cert, e.to_string()))?;
-    let chain: Vec<CertificateDer<'static>> =
-        CertificateDer::pem_slice_iter(&pem).collect::<std::result::Result<_, _>>().map_err(|e| bad(cert, e.to_string()))?;
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| bad(cert, e.to_string()))?;
     if chain.is_empty() {
         return Err(bad(cert, "it holds no certificate".into()));
     }
@@ -83,7 +84,10 @@ pub async fn answer(cfg: &WebhookConfig, body: &[u8]) -> (StatusCode, Vec<u8>) {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(error = %e, "webhook: a body that is not an AdmissionReview v1");
-            return (StatusCode::BAD_REQUEST, format!("{{\"error\":{}}}", serde_json::Value::String(e.to_string())).into_bytes());
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("{{\"error\":{}}}", serde_json::Value::String(e.to_string())).into_bytes(),
+            );
         }
     };
     let who = req.user_info.username.clone().unwrap_or_default();
@@ -124,7 +128,10 @@ pub async fn answer(cfg: &WebhookConfig, body: &[u8]) -> (StatusCode, Vec<u8>) {
     }
 }
 
-async fn handle(cfg: Arc<WebhookConfig>, req: Request<Incoming>) -> std::result::Result<Response<Full<Bytes>>, hyper::Error> {
+async fn handle(
+    cfg: Arc<WebhookConfig>,
+    req: Request<Incoming>,
+) -> std::result::Result<Response<Full<Bytes>>, hyper::Error> {
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/healthz") => Ok(reply(StatusCode::OK, "text/plain", b"ok\n".to_vec())),
         (&Method::POST, "/mutate") => {
@@ -134,18 +141,30 @@ async fn handle(cfg: Arc<WebhookConfig>, req: Request<Incoming>) -> std::result:
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|v| v.starts_with("application/json"));
             if !json {
-                return Ok(reply(StatusCode::UNSUPPORTED_MEDIA_TYPE, "application/json", br#"{"error":"send application/json"}"#.to_vec()));
+                return Ok(reply(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "application/json",
+                    br#"{"error":"send application/json"}"#.to_vec(),
+                ));
             }
             let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
                 Ok(b) => b.to_bytes(),
                 Err(_) => {
-                    return Ok(reply(StatusCode::PAYLOAD_TOO_LARGE, "application/json", br#"{"error":"body too large"}"#.to_vec()));
+                    return Ok(reply(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "application/json",
+                        br#"{"error":"body too large"}"#.to_vec(),
+                    ));
                 }
             };
             let (status, out) = answer(&cfg, &body).await;
             Ok(reply(status, "application/json", out))
         }
-        _ => Ok(reply(StatusCode::NOT_FOUND, "application/json", br#"{"error":"POST /mutate or GET /healthz"}"#.to_vec())),
+        _ => Ok(reply(
+            StatusCode::NOT_FOUND,
+            "application/json",
+            br#"{"error":"POST /mutate or GET /healthz"}"#.to_vec(),
+        )),
     }
 }
 

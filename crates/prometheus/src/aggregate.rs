@@ -364,7 +364,12 @@ mod tests {
         let cfg = Config { attribution: crate::Attribution::kubernetes(), ..Config::default() };
         let jobs = crate::jobs::KubeTestJobs;
         let a = Answers {
-            engine_active: vec![k("train-0", "0", 0.1), k("train-0", "1", 0.3), k("train-1", "2", 0.2), k("train-1", "3", 0.2)],
+            engine_active: vec![
+                k("train-0", "0", 0.1),
+                k("train-0", "1", 0.3),
+                k("train-1", "2", 0.2),
+                k("train-1", "3", 0.2),
+            ],
             ..Answers::default()
         };
         let (mut c, mut skipped) = (Counters::default(), Vec::new());
@@ -375,7 +380,8 @@ mod tests {
         assert_eq!((s.job_id.as_str(), s.gpus), ("kube-1", Some(4)));
         assert!((s.gpu_util - 0.2).abs() < 1e-9);
         // One pod's GPUs alone are not the job's.
-        let half = Answers { engine_active: vec![k("train-0", "0", 0.1), k("train-0", "1", 0.3)], ..Answers::default() };
+        let half =
+            Answers { engine_active: vec![k("train-0", "0", 0.1), k("train-0", "1", 0.3)], ..Answers::default() };
         let (mut c, mut skipped) = (Counters::default(), Vec::new());
         assert!(samples(&cfg, AT, &half, &jobs, &mut c, &mut skipped).is_empty());
         assert_eq!(skipped, vec![("kube-1".to_owned(), Skip::MissingGpu { got: 2, holds: 4 })]);

@@ -140,7 +140,9 @@ fn render(s: &State) -> String {
                 s.hostname
             );
             let base = match &gpu.pod {
-                Some((ns, pod, container)) => format!("{base},container=\"{container}\",namespace=\"{ns}\",pod=\"{pod}\""),
+                Some((ns, pod, container)) => {
+                    format!("{base},container=\"{container}\",namespace=\"{ns}\",pod=\"{pod}\"")
+                }
                 None => base,
             };
             match jobs.get(&index.to_string()).filter(|j| !j.is_empty()) {
@@ -338,7 +340,9 @@ mod tests {
         );
         d.set_pod(0, Some(("nlp", "train-0-x7k2p", "trainer")));
         assert!(
-            d.render().contains(",Hostname=\"node1\",container=\"trainer\",namespace=\"nlp\",pod=\"train-0-x7k2p\"} 4294967295\n"),
+            d.render().contains(
+                ",Hostname=\"node1\",container=\"trainer\",namespace=\"nlp\",pod=\"train-0-x7k2p\"} 4294967295\n"
+            ),
             "Kubernetes labels after Hostname"
         );
         d.set_pod(0, None);

@@ -65,12 +65,20 @@ pub struct Resource {
 }
 
 /// `v1` Pods.
-pub const PODS: Resource = Resource { group: "", version: "v1", plural: "pods", kind: "Pod", namespaced: true, custom: false };
+pub const PODS: Resource =
+    Resource { group: "", version: "v1", plural: "pods", kind: "Pod", namespaced: true, custom: false };
 /// `batch/v1` Jobs.
-pub const JOBS: Resource = Resource { group: "batch", version: "v1", plural: "jobs", kind: "Job", namespaced: true, custom: false };
+pub const JOBS: Resource =
+    Resource { group: "batch", version: "v1", plural: "jobs", kind: "Job", namespaced: true, custom: false };
 /// Kueue Workloads.
-pub const WORKLOADS: Resource =
-    Resource { group: "kueue.x-k8s.io", version: "v1beta1", plural: "workloads", kind: "Workload", namespaced: true, custom: true };
+pub const WORKLOADS: Resource = Resource {
+    group: "kueue.x-k8s.io",
+    version: "v1beta1",
+    plural: "workloads",
+    kind: "Workload",
+    namespaced: true,
+    custom: true,
+};
 /// Kueue AdmissionChecks.
 pub const ADMISSION_CHECKS: Resource = Resource {
     group: "kueue.x-k8s.io",
@@ -136,6 +144,16 @@ struct Change {
     ns: String,
     kind: &'static str,
     object: Value,
+}
+
+/// One write: to `status` or the main resource, how (`PUT`, or a patch's content type), the body,
+/// and the apply patch's field manager.
+#[derive(Debug, Clone, Copy)]
+struct Op<'a> {
+    status: bool,
+    how: &'a str,
+    body: &'a Value,
+    field_manager: Option<&'a str>,
 }
 
 #[derive(Debug, Default)]
@@ -419,17 +437,9 @@ impl Store {
         }
     }
 
-    /// Applies a write (`how`: the content type, or `PUT`) to the main resource or `status`.
-    fn write(
-        &mut self,
-        res: &Resource,
-        ns: &str,
-        name: &str,
-        status: bool,
-        how: &str,
-        body: &Value,
-        field_manager: Option<&str>,
-    ) -> Result<Value, ApiError> {
+    /// Applies a write to the main resource or `status`.
+    fn write(&mut self, res: &Resource, ns: &str, name: &str, op: Op<'_>) -> Result<Value, ApiError> {
+        let Op { status, how, body, field_manager } = op;
         let key = (res.plural, ns.to_owned(), name.to_owned());
         let Some(old) = self.objects.get(&key).cloned() else {
             return Err(ApiError::new(404, "NotFound", format!("{}.{} \"{name}\" not found", res.plural, res.group)));
@@ -454,7 +464,11 @@ impl Store {
         match how {
             "PUT" => {
                 if meta_str(body, "resourceVersion").is_none() {
-                    return Err(ApiError::new(422, "Invalid", "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"));
+                    return Err(ApiError::new(
+                        422,
+                        "Invalid",
+                        "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
+                    ));
                 }
                 merged = body.clone();
             }
@@ -469,17 +483,29 @@ impl Store {
             }
             "application/apply-patch+yaml" => {
                 if field_manager.is_none_or(str::is_empty) {
-                    return Err(ApiError::new(400, "BadRequest", "PATCH requests with apply content type must supply fieldManager"));
+                    return Err(ApiError::new(
+                        400,
+                        "BadRequest",
+                        "PATCH requests with apply content type must supply fieldManager",
+                    ));
                 }
                 if body.get("apiVersion").and_then(Value::as_str) != Some(&res.api_version())
                     || body.get("kind").and_then(Value::as_str) != Some(res.kind)
                 {
-                    return Err(ApiError::new(400, "BadRequest", "apply patches must name the object's apiVersion and kind"));
+                    return Err(ApiError::new(
+                        400,
+                        "BadRequest",
+                        "apply patches must name the object's apiVersion and kind",
+                    ));
                 }
                 apply_patch(&mut merged, body);
             }
             other => {
-                return Err(ApiError::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format: `{other}`")));
+                return Err(ApiError::new(
+                    415,
+                    "UnsupportedMediaType",
+                    format!("the body of the request was in an unknown format: `{other}`"),
+                ));
             }
         }
         // The status subresource changes only status; the main resource never does.
@@ -516,7 +542,9 @@ impl Store {
     fn list(&self, res: &Resource, ns: Option<&str>, selector: Option<&str>) -> Vec<Value> {
         self.objects
             .iter()
-            .filter(|((p, n, _), o)| *p == res.plural && ns.is_none_or(|ns| ns == n) && selector.is_none_or(|s| labels_match(o, s)))
+            .filter(|((p, n, _), o)| {
+                *p == res.plural && ns.is_none_or(|ns| ns == n) && selector.is_none_or(|s| labels_match(o, s))
+            })
             .map(|(_, o)| o.clone())
             .collect()
     }
@@ -600,7 +628,17 @@ fn parse_target(target: &str) -> Option<Target> {
 
 enum Body {
     Json(u16, Value),
-    Watch { res: Resource, ns: Option<String>, selector: Option<String>, from: Option<u64>, bookmarks: bool, timeout: Duration },
+    Watch(WatchReq),
+}
+
+/// A watch request's parameters.
+struct WatchReq {
+    res: Resource,
+    ns: Option<String>,
+    selector: Option<String>,
+    from: Option<u64>,
+    bookmarks: bool,
+    timeout: Duration,
 }
 
 fn list_kind(res: &Resource) -> String {
@@ -618,7 +656,11 @@ impl Shared {
         };
         let fail = |e: ApiError| (Body::Json(e.code, e.status()), String::new(), user.clone());
         let Some(t) = parse_target(target) else {
-            return fail(ApiError::new(404, "NotFound", format!("the server could not find the requested resource ({target})")));
+            return fail(ApiError::new(
+                404,
+                "NotFound",
+                format!("the server could not find the requested resource ({target})"),
+            ));
         };
         let watch = t.query.get("watch").is_some_and(|v| v == "true" || v == "1");
         let verb = match (method, &t.name, watch) {
@@ -655,22 +697,31 @@ impl Shared {
         let parsed: Result<Value, ApiError> = if body.is_empty() {
             Ok(Value::Null)
         } else {
-            serde_json::from_slice(body).map_err(|e| ApiError::new(400, "BadRequest", format!("the body is not JSON: {e}")))
+            serde_json::from_slice(body)
+                .map_err(|e| ApiError::new(400, "BadRequest", format!("the body is not JSON: {e}")))
         };
         let result = match (verb.as_str(), parsed) {
             (_, Err(e)) => Err(e),
             ("watch", _) => {
-                let from = t.query.get("resourceVersion").filter(|v| !v.is_empty() && *v != "0").map(|v| v.parse::<u64>().unwrap_or(0));
-                let timeout = t.query.get("timeoutSeconds").and_then(|v| v.parse().ok()).map_or(Duration::from_secs(1800), Duration::from_secs);
+                let from = t
+                    .query
+                    .get("resourceVersion")
+                    .filter(|v| !v.is_empty() && *v != "0")
+                    .map(|v| v.parse::<u64>().unwrap_or(0));
+                let timeout = t
+                    .query
+                    .get("timeoutSeconds")
+                    .and_then(|v| v.parse().ok())
+                    .map_or(Duration::from_secs(1800), Duration::from_secs);
                 return (
-                    Body::Watch {
+                    Body::Watch(WatchReq {
                         res: t.res,
                         ns,
                         selector: t.query.get("labelSelector").cloned(),
                         from,
                         bookmarks: t.query.get("allowWatchBookmarks").is_some_and(|v| v == "true"),
                         timeout,
-                    },
+                    }),
                     verb,
                     user,
                 );
@@ -683,13 +734,18 @@ impl Shared {
             }
             ("list", _) => {
                 let all = st.list(&t.res, ns.as_deref(), t.query.get("labelSelector").map(String::as_str));
-                let limit: usize = t.query.get("limit").and_then(|v| v.parse().ok()).filter(|l| *l > 0).unwrap_or(usize::MAX);
+                let limit: usize =
+                    t.query.get("limit").and_then(|v| v.parse().ok()).filter(|l| *l > 0).unwrap_or(usize::MAX);
                 let start = match t.query.get("continue") {
                     Some(token) => {
                         let (rv, offset) = token.split_once(':').unwrap_or(("0", "0"));
                         let rv: u64 = rv.parse().unwrap_or(0);
                         if rv < st.compacted {
-                            let e = ApiError::new(410, "Expired", "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.");
+                            let e = ApiError::new(
+                                410,
+                                "Expired",
+                                "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+                            );
                             return (Body::Json(410, e.status()), verb, user);
                         }
                         offset.parse().unwrap_or(0)
@@ -701,19 +757,34 @@ impl Shared {
                 if start + items.len() < all.len() {
                     meta["continue"] = format!("{}:{}", st.rv, start + items.len()).into();
                 }
-                Ok((200, json!({"apiVersion": t.res.api_version(), "kind": list_kind(&t.res), "metadata": meta, "items": items})))
+                Ok((
+                    200,
+                    json!({"apiVersion": t.res.api_version(), "kind": list_kind(&t.res), "metadata": meta, "items": items}),
+                ))
             }
             ("create", Ok(b)) => st.create(&t.res, &nsk, b).map(|o| (201, o)),
             ("update", Ok(b)) => {
                 let name = t.name.clone().unwrap_or_default();
                 st.touch_if_asked(&t.res, &nsk, &name);
-                st.write(&t.res, &nsk, &name, t.sub.as_deref() == Some("status"), "PUT", &b, None).map(|o| (200, o))
+                st.write(
+                    &t.res,
+                    &nsk,
+                    &name,
+                    Op { status: t.sub.as_deref() == Some("status"), how: "PUT", body: &b, field_manager: None },
+                )
+                .map(|o| (200, o))
             }
             ("patch", Ok(b)) => {
                 let name = t.name.clone().unwrap_or_default();
                 st.touch_if_asked(&t.res, &nsk, &name);
                 let fm = t.query.get("fieldManager").map(String::as_str);
-                st.write(&t.res, &nsk, &name, t.sub.as_deref() == Some("status"), &content_type, &b, fm).map(|o| (200, o))
+                st.write(
+                    &t.res,
+                    &nsk,
+                    &name,
+                    Op { status: t.sub.as_deref() == Some("status"), how: &content_type, body: &b, field_manager: fm },
+                )
+                .map(|o| (200, o))
             }
             ("delete", _) => st.delete(&t.res, &nsk, &t.name.clone().unwrap_or_default()).map(|o| (200, o)),
             _ => Err(ApiError::new(405, "MethodNotAllowed", "not allowed")),
@@ -735,16 +806,8 @@ fn write_chunk(w: &mut dyn Write, data: &[u8]) -> io::Result<()> {
 }
 
 /// Streams a watch; returns `Ok(true)` when the connection must be dropped without the last chunk.
-fn stream_watch(
-    shared: &Shared,
-    w: &mut dyn Write,
-    res: Resource,
-    ns: Option<String>,
-    selector: Option<String>,
-    from: Option<u64>,
-    bookmarks: bool,
-    timeout: Duration,
-) -> io::Result<bool> {
+fn stream_watch(shared: &Shared, w: &mut dyn Write, req: WatchReq) -> io::Result<bool> {
+    let WatchReq { res, ns, selector, from, bookmarks, timeout } = req;
     write!(w, "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")?;
     w.flush()?;
     let deadline = Instant::now() + timeout;
@@ -811,7 +874,9 @@ fn serve_conn(shared: &Shared, stream: TcpStream, config: Option<Arc<rustls::Ser
     stream.set_nodelay(true)?;
     let sock = stream.try_clone()?;
     let mut conn: Box<dyn ReadWrite> = match config {
-        Some(c) => Box::new(rustls::StreamOwned::new(rustls::ServerConnection::new(c).map_err(io::Error::other)?, stream)),
+        Some(c) => {
+            Box::new(rustls::StreamOwned::new(rustls::ServerConnection::new(c).map_err(io::Error::other)?, stream))
+        }
         None => Box::new(stream),
     };
     loop {
@@ -832,25 +897,38 @@ fn serve_conn(shared: &Shared, stream: TcpStream, config: Option<Arc<rustls::Ser
                 headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
             }
         }
-        let len = headers.iter().find(|(k, _)| k == "content-length").and_then(|(_, v)| v.parse::<usize>().ok()).unwrap_or(0);
+        let len =
+            headers.iter().find(|(k, _)| k == "content-length").and_then(|(_, v)| v.parse::<usize>().ok()).unwrap_or(0);
         let mut body = vec![0u8; len];
         r.read_exact(&mut body)?;
         drop(r);
-        let content_type = headers.iter().find(|(k, _)| k == "content-type").map(|(_, v)| v.clone()).unwrap_or_default();
+        let content_type =
+            headers.iter().find(|(k, _)| k == "content-type").map(|(_, v)| v.clone()).unwrap_or_default();
         let (answer, verb, user) = shared.handle(&method, &target, &headers, &body);
         let status = match &answer {
             Body::Json(code, _) => *code,
-            Body::Watch { .. } => 200,
+            Body::Watch(_) => 200,
         };
-        lock(&shared.store).seen.push(Seen { method: method.clone(), target: target.clone(), content_type, status, verb, user });
+        lock(&shared.store).seen.push(Seen {
+            method: method.clone(),
+            target: target.clone(),
+            content_type,
+            status,
+            verb,
+            user,
+        });
         match answer {
             Body::Json(code, v) => {
                 let text = v.to_string();
-                write!(conn, "HTTP/1.1 {code} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{text}", text.len())?;
+                write!(
+                    conn,
+                    "HTTP/1.1 {code} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{text}",
+                    text.len()
+                )?;
                 conn.flush()?;
             }
-            Body::Watch { res, ns, selector, from, bookmarks, timeout } => {
-                let broken = stream_watch(shared, &mut conn, res, ns, selector, from, bookmarks, timeout)?;
+            Body::Watch(req) => {
+                let broken = stream_watch(shared, &mut conn, req)?;
                 if broken {
                     let _ = sock.shutdown(std::net::Shutdown::Both);
                     return Ok(());
@@ -947,7 +1025,14 @@ impl KubeApi {
 
     /// Merge-patches an object (`status`: its status subresource), as a controller would.
     pub fn update(&self, res: Resource, ns: &str, name: &str, status: bool, patch: Value) -> Result<Value, ApiError> {
-        self.with(|s| s.write(&res, ns, name, status, "application/merge-patch+json", &patch, None))
+        self.with(|s| {
+            s.write(
+                &res,
+                ns,
+                name,
+                Op { status, how: "application/merge-patch+json", body: &patch, field_manager: None },
+            )
+        })
     }
 
     /// Deletes an object.
@@ -1030,7 +1115,10 @@ mod tests {
         merge_patch(&mut v, &json!({"a": {"b": null, "d": 3}, "l": [3]}));
         assert_eq!(v, json!({"a": {"c": 2, "d": 3}, "l": [3]}));
         let mut w = json!({"status": {"admissionChecks": [{"name": "kueue", "state": "Ready"}, {"name": "bursar", "state": "Pending", "message": ""}]}});
-        apply_patch(&mut w, &json!({"status": {"admissionChecks": [{"name": "bursar", "state": "Ready", "message": "ok"}]}}));
+        apply_patch(
+            &mut w,
+            &json!({"status": {"admissionChecks": [{"name": "bursar", "state": "Ready", "message": "ok"}]}}),
+        );
         assert_eq!(w["status"]["admissionChecks"][0]["state"], "Ready");
         assert_eq!(w["status"]["admissionChecks"][1], json!({"name": "bursar", "state": "Ready", "message": "ok"}));
     }
@@ -1042,9 +1130,17 @@ mod tests {
         assert!(labels_match(&o, "bursar.dev/job=lab-1,app"));
         assert!(!labels_match(&o, "bursar.dev/job!=lab-1"));
         assert!(labels_match(&o, "!other"));
-        let t = parse_target("/apis/kueue.x-k8s.io/v1beta1/namespaces/nlp/workloads/w1/status?fieldManager=x&force=true").unwrap();
-        assert_eq!((t.res.plural, t.ns.as_deref(), t.name.as_deref(), t.sub.as_deref()), ("workloads", Some("nlp"), Some("w1"), Some("status")));
-        assert_eq!(parse_target("/api/v1/pods?labelSelector=bursar.dev%2Fjob").unwrap().query["labelSelector"], "bursar.dev/job");
+        let t =
+            parse_target("/apis/kueue.x-k8s.io/v1beta1/namespaces/nlp/workloads/w1/status?fieldManager=x&force=true")
+                .unwrap();
+        assert_eq!(
+            (t.res.plural, t.ns.as_deref(), t.name.as_deref(), t.sub.as_deref()),
+            ("workloads", Some("nlp"), Some("w1"), Some("status"))
+        );
+        assert_eq!(
+            parse_target("/api/v1/pods?labelSelector=bursar.dev%2Fjob").unwrap().query["labelSelector"],
+            "bursar.dev/job"
+        );
         assert_eq!(rfc3339(1_796_018_054), "2026-11-30T05:54:14Z");
     }
 
@@ -1053,7 +1149,10 @@ mod tests {
         let m = "kind: Namespace\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: r\nrules:\n- apiGroups: [\"\"]\n  resources: [\"pods\"]\n  verbs: [\"list\", \"watch\"]\n- apiGroups: [\"kueue.x-k8s.io\"]\n  resources: [\"workloads/status\"]\n  verbs: [\"patch\"]\n";
         let rules = cluster_role_rules(m, "r");
         assert_eq!(rules.len(), 2);
-        assert_eq!((rules[0].group.as_str(), rules[0].resources.clone(), rules[0].verbs.clone()), ("", vec!["pods".to_owned()], vec!["list".to_owned(), "watch".to_owned()]));
+        assert_eq!(
+            (rules[0].group.as_str(), rules[0].resources.clone(), rules[0].verbs.clone()),
+            ("", vec!["pods".to_owned()], vec!["list".to_owned(), "watch".to_owned()])
+        );
         assert_eq!(rules[1].group, "kueue.x-k8s.io");
         assert!(cluster_role_rules(m, "other").is_empty());
     }
@@ -1061,21 +1160,72 @@ mod tests {
     #[test]
     fn writes_keep_versions_and_refuse_stale_ones() {
         let mut s = Store::default();
-        let w = s.create(&WORKLOADS, "nlp", json!({"metadata": {"name": "w"}, "spec": {"active": true}, "status": {"x": 1}})).unwrap();
+        let w = s
+            .create(&WORKLOADS, "nlp", json!({"metadata": {"name": "w"}, "spec": {"active": true}, "status": {"x": 1}}))
+            .unwrap();
         assert!(w.get("status").is_none(), "create drops status");
         let rv = w["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
-        let patched = s.write(&WORKLOADS, "nlp", "w", true, "application/merge-patch+json", &json!({"status": {"s": 1}, "spec": {"active": false}}), None).unwrap();
+        let patched = s
+            .write(
+                &WORKLOADS,
+                "nlp",
+                "w",
+                Op {
+                    status: true,
+                    how: "application/merge-patch+json",
+                    body: &json!({"status": {"s": 1}, "spec": {"active": false}}),
+                    field_manager: None,
+                },
+            )
+            .unwrap();
         assert_eq!(patched["status"]["s"], 1);
         assert_eq!(patched["spec"]["active"], true, "the status subresource changes only status");
         let stale = json!({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload", "metadata": {"resourceVersion": rv}, "status": {"s": 2}});
-        let e = s.write(&WORKLOADS, "nlp", "w", true, "application/apply-patch+yaml", &stale, Some("m")).unwrap_err();
+        let e = s
+            .write(
+                &WORKLOADS,
+                "nlp",
+                "w",
+                Op { status: true, how: "application/apply-patch+yaml", body: &stale, field_manager: Some("m") },
+            )
+            .unwrap_err();
         assert_eq!((e.code, e.reason), (409, "Conflict"));
-        let e = s.write(&WORKLOADS, "nlp", "w", false, "application/strategic-merge-patch+json", &json!({}), None).unwrap_err();
+        let e = s
+            .write(
+                &WORKLOADS,
+                "nlp",
+                "w",
+                Op {
+                    status: false,
+                    how: "application/strategic-merge-patch+json",
+                    body: &json!({}),
+                    field_manager: None,
+                },
+            )
+            .unwrap_err();
         assert_eq!(e.code, 415);
-        let e = s.write(&WORKLOADS, "nlp", "w", true, "application/apply-patch+yaml", &json!({}), None).unwrap_err();
+        let e = s
+            .write(
+                &WORKLOADS,
+                "nlp",
+                "w",
+                Op { status: true, how: "application/apply-patch+yaml", body: &json!({}), field_manager: None },
+            )
+            .unwrap_err();
         assert_eq!(e.code, 400, "apply needs a field manager");
         let before = s.rv;
-        s.write(&WORKLOADS, "nlp", "w", false, "application/merge-patch+json", &json!({"spec": {"active": true}}), None).unwrap();
+        s.write(
+            &WORKLOADS,
+            "nlp",
+            "w",
+            Op {
+                status: false,
+                how: "application/merge-patch+json",
+                body: &json!({"spec": {"active": true}}),
+                field_manager: None,
+            },
+        )
+        .unwrap();
         assert_eq!(s.rv, before, "a write that changes nothing keeps the version");
     }
 }

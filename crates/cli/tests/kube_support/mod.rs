@@ -124,7 +124,12 @@ impl Cluster {
 
     /// Every request a user made that was refused by RBAC (403).
     pub fn forbidden(&self) -> Vec<String> {
-        self.api.seen().into_iter().filter(|s| s.status == 403).map(|s| format!("{} {} {} ({})", s.user, s.method, s.target, s.verb)).collect()
+        self.api
+            .seen()
+            .into_iter()
+            .filter(|s| s.status == 403)
+            .map(|s| format!("{} {} {} ({})", s.user, s.method, s.target, s.verb))
+            .collect()
     }
 
     /// Waits for `f`, panicking with `what` and the agents' logs.
@@ -135,7 +140,8 @@ impl Cluster {
                 return v;
             }
             if Instant::now() > deadline {
-                let logs: Vec<String> = agents.iter().map(|a| format!("--- {} ---\n{}", a.name, a.log_text())).collect();
+                let logs: Vec<String> =
+                    agents.iter().map(|a| format!("--- {} ---\n{}", a.name, a.log_text())).collect();
                 panic!("timed out waiting for {what}\n{}", logs.join("\n"));
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -145,7 +151,15 @@ impl Cluster {
     // --- Kueue, the Job controller, the scheduler and the kubelet, as the test plays them. ---
 
     /// A Job and the Workload Kueue makes for it: `pods` pods of `gpus` GPUs each.
-    pub fn submit_workload(&self, ns: &str, name: &str, pods: u32, gpus: u32, labels: Value, annotations: Value) -> (String, String) {
+    pub fn submit_workload(
+        &self,
+        ns: &str,
+        name: &str,
+        pods: u32,
+        gpus: u32,
+        labels: Value,
+        annotations: Value,
+    ) -> (String, String) {
         let job = self
             .api
             .create(
@@ -203,10 +217,13 @@ impl Cluster {
 
     fn conditions(&self, ns: &str, wl: &str, set: &[(&str, &str, &str, &str)]) -> Value {
         let w = self.api.get(WORKLOADS, ns, wl).unwrap();
-        let mut conds: Vec<Value> = w.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
+        let mut conds: Vec<Value> =
+            w.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
         for (t, status, reason, at) in set {
             conds.retain(|c| c["type"] != *t);
-            conds.push(json!({"type": t, "status": status, "reason": reason, "message": reason, "lastTransitionTime": at}));
+            conds.push(
+                json!({"type": t, "status": status, "reason": reason, "message": reason, "lastTransitionTime": at}),
+            );
         }
         Value::Array(conds)
     }
@@ -224,8 +241,14 @@ impl Cluster {
             .unwrap();
         let t = kubeapi::rfc3339(at);
         self.api
-            .update(PODS, ns, name, true, json!({"status": {"phase": "Running", "startTime": t,
-                "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": t}]}}))
+            .update(
+                PODS,
+                ns,
+                name,
+                true,
+                json!({"status": {"phase": "Running", "startTime": t,
+                "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": t}]}}),
+            )
             .unwrap();
     }
 
@@ -233,7 +256,15 @@ impl Cluster {
     /// controller deletes the pods, Kueue clears the admission.
     pub fn evict(&self, ns: &str, wl: &str, job: &str, reason: &str, pods: &[&str]) {
         let now = kubeapi::rfc3339(unix_now());
-        let conds = self.conditions(ns, wl, &[("Evicted", "True", reason, &now), ("Admitted", "False", "NoReservation", &now), ("QuotaReserved", "False", "Pending", &now)]);
+        let conds = self.conditions(
+            ns,
+            wl,
+            &[
+                ("Evicted", "True", reason, &now),
+                ("Admitted", "False", "NoReservation", &now),
+                ("QuotaReserved", "False", "Pending", &now),
+            ],
+        );
         self.api.update(WORKLOADS, ns, wl, true, json!({"status": {"conditions": conds, "admission": null}})).unwrap();
         self.api.update(kubeapi::JOBS, ns, job, false, json!({"spec": {"suspend": true}})).unwrap();
         for p in pods {
@@ -244,7 +275,8 @@ impl Cluster {
     /// Kueue requeues an evicted Workload: the eviction is over.
     pub fn requeue(&self, ns: &str, wl: &str) {
         let now = kubeapi::rfc3339(unix_now());
-        let conds = self.conditions(ns, wl, &[("Evicted", "False", "Requeued", &now), ("Requeued", "True", "Preempted", &now)]);
+        let conds =
+            self.conditions(ns, wl, &[("Evicted", "False", "Requeued", &now), ("Requeued", "True", "Preempted", &now)]);
         self.api.update(WORKLOADS, ns, wl, true, json!({"status": {"conditions": conds}})).unwrap();
     }
 
