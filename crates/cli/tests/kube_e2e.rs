@@ -333,6 +333,11 @@ fn a_workload_is_held_approved_run_found_idle_and_reclaimed_by_deactivation() {
         seen.iter().any(|r| r.user == "watch" && r.verb == "watch" && r.target.contains("allowWatchBookmarks=true"))
     );
     assert!(watch.log_text().contains("bookmark"), "bookmarks move the resume point:\n{}", watch.log_text());
+    assert!(
+        checks.log_text().contains("410 Gone; listing again"),
+        "the checks controller's broken watches resumed from a compacted version and listed again:\n{}",
+        checks.log_text()
+    );
     assert!(cluster.forbidden().is_empty(), "requests outside the manifests' ClusterRoles: {:?}", cluster.forbidden());
     checks.assert_running();
     enforce.assert_running();
