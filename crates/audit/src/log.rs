@@ -175,6 +175,7 @@ fn step_of(name: &str, status: Option<&str>) -> Option<Step> {
         "held" => Step::Held,
         "denied" => Step::Denied,
         "started" => Step::Started,
+        "requeued" => Step::Requeued,
         "reclaimed" => Step::Reclaimed,
         "finished" => Step::Finished(match status? {
             "succeeded" => FinishStatus::Succeeded,

@@ -15,8 +15,8 @@ use crate::event::FinishStatus;
 
 mod people;
 pub use people::{
-    ActionKind, ActionReply, ActionRequest, ApprovalWait, DeferredWait, DenyLine, IdleWait, JobLine, NoticeKind,
-    NoticeLink, NoticeMessage, NoticeStatus, PendingReply, PoolView, ProjectLine, QuotaLine,
+    ActionKind, ActionReply, ActionRequest, ApprovalWait, ArrayView, DeferredWait, DenyLine, IdleWait, JobLine,
+    NoticeKind, NoticeLink, NoticeMessage, NoticeStatus, PendingReply, PoolView, ProjectLine, QuotaLine, RunsView,
 };
 
 /// A line that was not applied, and why: the one shape of a rejected line everywhere (the `rejected`
@@ -111,6 +111,9 @@ pub struct AdmitReply {
     pub duplicate: bool,
     /// The other decisions of the same event.
     pub other_decisions: Vec<Sequenced>,
+    /// A preview (`POST /v1/admit?test_only=true`): what the submission would be answered now;
+    /// nothing was recorded or reserved, and the decisions have no stream position (`seq` 0).
+    pub test_only: bool,
 }
 
 impl Serialize for AdmitReply {
@@ -120,6 +123,9 @@ impl Serialize for AdmitReply {
         self.admission.decision.serialize_fields(&mut m)?;
         if self.duplicate {
             m.serialize_entry("duplicate", &true)?;
+        }
+        if self.test_only {
+            m.serialize_entry("test_only", &true)?;
         }
         if !self.other_decisions.is_empty() {
             m.serialize_entry("other_decisions", &self.other_decisions)?;
@@ -137,6 +143,8 @@ impl<'de> Deserialize<'de> for AdmitReply {
             duplicate: bool,
             #[serde(default)]
             other_decisions: Vec<Sequenced>,
+            #[serde(default)]
+            test_only: bool,
             #[serde(flatten)]
             decision: Decision,
         }
@@ -145,6 +153,7 @@ impl<'de> Deserialize<'de> for AdmitReply {
             admission: Sequenced { seq: w.seq, decision: w.decision },
             duplicate: w.duplicate,
             other_decisions: w.other_decisions,
+            test_only: w.test_only,
         })
     }
 }
@@ -231,6 +240,9 @@ pub struct JobView {
     pub tags: std::collections::BTreeMap<String, String>,
     /// The engine's clock (the newest event time).
     pub engine_time: String,
+    /// What the scheduler reported about its runs beyond a plain start and end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs: Option<RunsView>,
 }
 
 /// A pending approval, in [`JobView`].
@@ -464,6 +476,7 @@ mod tests {
             admission: Sequenced { seq: 3, decision: decision() },
             duplicate: true,
             other_decisions: vec![Sequenced { seq: 4, decision: alert }],
+            test_only: false,
         };
         let v: serde_json::Value = serde_json::to_value(&r).unwrap();
         assert_eq!(v["decision"], "allow");

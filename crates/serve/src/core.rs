@@ -74,6 +74,15 @@ pub enum Work {
         /// Answered after the commit.
         reply: oneshot::Sender<Result<Vec<Outcome>, String>>,
     },
+    /// What a submission would be answered now, applying nothing (`POST /v1/admit?test_only=true`).
+    Preview {
+        /// The `job.submitted`.
+        event: Box<bursar_model::Event>,
+        /// The line as received.
+        raw: String,
+        /// The decisions, or why there are none.
+        reply: oneshot::Sender<Result<Vec<bursar_model::Decision>, String>>,
+    },
     /// Fire the timers due by this wall-clock instant.
     Tick(Timestamp),
     /// Swap in a new policy set (already compiled) and record the load.
@@ -286,6 +295,7 @@ enum After {
     Count(oneshot::Sender<u64>, u64),
     Project(oneshot::Sender<ProjectView>, Box<ProjectView>),
     People(oneshot::Sender<crate::pool::Answer>, crate::pool::Answer),
+    Preview(oneshot::Sender<Result<Vec<bursar_model::Decision>, String>>, Result<Vec<bursar_model::Decision>, String>),
 }
 
 /// The engine thread's state.
@@ -446,6 +456,10 @@ impl Core {
                     self.session.reload_failed(&error).map_err(|e| e.to_string())?;
                     after.push(After::Ack(reply));
                 }
+                Work::Preview { event, raw, reply } => {
+                    let answer = self.session.engine_mut().preview(&event, Some(&raw));
+                    after.push(After::Preview(reply, answer));
+                }
                 Work::Job { id, reply } => {
                     let v = crate::views::job(self.session.engine(), &id);
                     after.push(After::Job(reply, Box::new(v)));
@@ -533,6 +547,9 @@ fn answer(
             }
             After::Job(reply, v) => {
                 let _ = reply.send(*v);
+            }
+            After::Preview(reply, v) => {
+                let _ = reply.send(v);
             }
             After::Running(reply, v) => {
                 let _ = reply.send(v);

@@ -416,8 +416,27 @@ async fn events(State(st): State<AppState>, Extension(caller): Extension<Arc<Cal
     reply(StatusCode::OK, &answer)
 }
 
-async fn admit(State(st): State<AppState>, Extension(caller): Extension<Arc<Caller>>, body: Bytes) -> Response {
+/// Query of `POST /v1/admit`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdmitQuery {
+    /// Answer what the submission would get now, recording nothing (`sbatch --test-only`).
+    #[serde(default)]
+    pub(crate) test_only: bool,
+}
+
+async fn admit(
+    State(st): State<AppState>,
+    Extension(caller): Extension<Arc<Caller>>,
+    q: Result<Query<AdmitQuery>, axum::extract::rejection::QueryRejection>,
+    body: Bytes,
+) -> Response {
     let started = Instant::now();
+    let Ok(Query(q)) = q.map_err(|e| {
+        tracing::debug!(error = %e.body_text(), "bad admit query");
+    }) else {
+        return error(StatusCode::BAD_REQUEST, "bad query: the only parameter of /v1/admit is `test_only=true`");
+    };
     let (mut items, rejected) = decode_body(&body, st.max_line);
     if let Some(r) = rejected.first() {
         st.metrics.events_rejected.fetch_add(1, Ordering::Relaxed);
@@ -456,6 +475,9 @@ async fn admit(State(st): State<AppState>, Extension(caller): Extension<Arc<Call
         return error(StatusCode::FORBIDDEN, d.error);
     }
     let Some(item) = items.pop() else { return error(StatusCode::INTERNAL_SERVER_ERROR, "no admission to apply") };
+    if q.test_only {
+        return preview(&st, item).await;
+    }
     let event_id = item.input.id().into_owned();
     let applied = match submit(&st, vec![item], &caller).await {
         Ok(a) => a,
@@ -488,7 +510,31 @@ async fn admit(State(st): State<AppState>, Extension(caller): Extension<Arc<Call
     };
     let admission = decisions.remove(pos);
     st.metrics.admit.observe(started.elapsed());
-    reply(StatusCode::OK, &AdmitReply { admission, duplicate: false, other_decisions: decisions })
+    reply(StatusCode::OK, &AdmitReply { admission, duplicate: false, other_decisions: decisions, test_only: false })
+}
+
+/// `POST /v1/admit?test_only=true`: the decision the submission would get now, from the engine
+/// thread, with nothing journaled, reserved or remembered.
+async fn preview(st: &AppState, item: Incoming) -> Response {
+    let Input::Event(event) = item.input else {
+        return error(StatusCode::BAD_REQUEST, "expected a `job.submitted` event");
+    };
+    let (tx, rx) = oneshot::channel();
+    if st.engine.send(Work::Preview { event: Box::new(event), raw: item.raw, reply: tx }).await.is_err() {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "the engine is shutting down");
+    }
+    let decisions = match rx.await {
+        Ok(Ok(d)) => d,
+        Ok(Err(why)) => return error(StatusCode::CONFLICT, why),
+        Err(_) => return error(StatusCode::SERVICE_UNAVAILABLE, "the engine stopped before it answered"),
+    };
+    st.metrics.previews.fetch_add(1, Ordering::Relaxed);
+    let mut decisions: Vec<Sequenced> = decisions.into_iter().map(|decision| Sequenced { seq: 0, decision }).collect();
+    let Some(pos) = decisions.iter().position(|d| d.decision.admission) else {
+        return error(StatusCode::INTERNAL_SERVER_ERROR, "the engine made no admission decision");
+    };
+    let admission = decisions.remove(pos);
+    reply(StatusCode::OK, &AdmitReply { admission, duplicate: false, other_decisions: decisions, test_only: true })
 }
 
 /// The answer to a submission whose event id was seen before: the admission decision logged the
@@ -510,6 +556,7 @@ async fn resent_admission(st: &AppState, job_id: String, event_id: String) -> Re
                     admission: Sequenced { seq: u64::try_from(stored.seq).unwrap_or(0), decision },
                     duplicate: true,
                     other_decisions: Vec::new(),
+                    test_only: false,
                 },
             ),
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("the logged admission is unreadable: {e}")),

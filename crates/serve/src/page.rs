@@ -240,8 +240,8 @@ pub fn pool(v: &PoolView) -> String {
                     esc(&j.job_id),
                     esc(&j.job_id),
                     esc(&j.user),
-                    j.gpus,
-                    esc(&j.phase),
+                    gpus_cell(j),
+                    phase_cell(j),
                     j.started.as_deref().map(|t| ago(now, t)).unwrap_or_default(),
                     if j.phase == "running" {
                         utilisation_cell(now, j.gpu_util, j.last_sample.as_deref(), j.no_sample.as_deref())
@@ -391,6 +391,49 @@ pub fn confirm(c: &Claims, facts: Option<&JobFacts>) -> String {
         esc(&c.expires().to_string())
     );
     o
+}
+
+/// A job's GPUs on the pool page: the allocation, with what the admission reserved when the
+/// scheduler allocated another number, and for an array the tasks that may run at once.
+fn gpus_cell(j: &bursar_model::api::JobLine) -> String {
+    let mut s = j.gpus.to_string();
+    if let Some(r) = &j.runs {
+        if let Some(a) = r.admitted_gpus {
+            let _ = write!(
+                s,
+                " <span class=\"muted\" title=\"the scheduler allocated {} GPUs; the admission reserved {a}\">(admitted {a})</span>",
+                j.gpus
+            );
+        }
+        if let Some(a) = &r.array {
+            let _ = write!(s, " <span class=\"muted\">× {} at once of {} tasks</span>", a.slots, a.tasks);
+        }
+    }
+    s
+}
+
+/// A job's phase on the pool page, with what the scheduler did outside the admission.
+fn phase_cell(j: &bursar_model::api::JobLine) -> String {
+    let mut s = esc(&j.phase).to_string();
+    if let Some(r) = &j.runs {
+        if r.reruns > 0 {
+            let _ = write!(s, " <span class=\"muted\">(run {})</span>", r.reruns + 1);
+        }
+        if let Some(a) = &r.array {
+            let _ = write!(
+                s,
+                " <span class=\"muted\">({} of {} tasks started, {} live)</span>",
+                a.started, a.tasks, a.live
+            );
+        }
+        if let Some(p) = &r.parent {
+            let _ = write!(s, " <span class=\"muted\">(task of {})</span>", esc(p));
+        }
+        if let Some(who) = &r.released_by {
+            let _ = write!(s, " <span class=\"muted\">(released outside bursar by {})</span>", esc(who));
+        }
+    }
+    s
 }
 
 #[cfg(test)]

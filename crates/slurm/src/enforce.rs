@@ -29,8 +29,8 @@ use bursar_agent::server::Server;
 use bursar_model::api::Sequenced;
 use bursar_model::{Decision, DecisionKind};
 
-use crate::slurm::{Phase, Slurm, SlurmJob};
 use crate::Result;
+use crate::slurm::{Phase, Slurm, SlurmJob};
 
 /// What a decision asks of Slurm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

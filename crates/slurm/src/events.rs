@@ -36,7 +36,7 @@ pub fn started(cluster: &str, slurm_id: u64, bursar_id: &str, at_unix: i64) -> E
     Event {
         id: format!("slurm-{cluster}-{slurm_id}-started"),
         time: time(at_unix),
-        kind: EventKind::JobStarted { job_id: bursar_id.to_owned() },
+        kind: EventKind::JobStarted { job_id: bursar_id.to_owned(), info: Default::default() },
         extra: slurm_fields(cluster, slurm_id),
     }
 }

@@ -21,10 +21,10 @@ use std::time::Duration;
 use bursar_model::{Event, Input};
 
 use crate::events;
-use bursar_agent::server::Server;
 use crate::slurm::{EndStatus, Phase, Slurm, SlurmJob};
 use crate::state::{self, Sent, WatchState};
 use crate::{Error, Result};
+use bursar_agent::server::Server;
 
 /// One event to send and what the state becomes once serve has it.
 #[derive(Debug, Clone, PartialEq)]
