@@ -10,7 +10,8 @@
 //! the Workload and getting a real `409 Conflict`), approved by bob (check `Ready` through the
 //! enforcer), admitted and run on two pods (`job.started` with the 4 GPUs they hold), found idle
 //! from dcgm-exporter's series in Prometheus (alert, then reclaim), deactivated by the enforcer
-//! (`spec.active: false`) and finished as cancelled when Kueue evicts it. Meanwhile the watcher is
+//! (`spec.active: false`) and finished as cancelled when Kueue evicts it. A third is preempted
+//! (`job.requeued`) and runs again (a second run). Meanwhile the watcher is
 //! killed (-9) and restarted, the API server compacts its history and breaks every watch (410 Gone,
 //! relist), and bookmarks flow. Every decision and action is in the audit log, once.
 //!
@@ -262,12 +263,55 @@ fn a_workload_is_held_approved_run_found_idle_and_reclaimed_by_deactivation() {
     assert_eq!(started["kube_pods"], json!(["train-0-x7k2p", "train-1-q9m4z"]));
     assert_eq!(started["time"], bursar_testkit::kubeapi::rfc3339(t0), "the first binding");
 
-    // While it runs: the watcher is killed and restarted, the API server compacts and breaks every
+    // A second Workload is preempted: its run ends requeued (the pods' end), and its next run is a
+    // new one.
+    let (evictee, evictee_uid) = cluster.submit_workload(
+        "nlp",
+        "evictee",
+        1,
+        1,
+        json!({"bursar.dev/user": "alice"}),
+        json!({"bursar.dev/ready": "image,data,script"}),
+    );
+    let evictee_job = job_id(CLUSTER, &evictee_uid);
+    cluster.reserve_quota("nlp", &evictee, 1);
+    cluster.wait(30, "the evictee allowed", &[&checks], |_| {
+        cluster.check("nlp", &evictee, "bursar").filter(|(s, _)| s == "Ready")
+    });
+    cluster.admit("nlp", &evictee, "evictee");
+    cluster.run_pod("nlp", "evictee", "evictee-b7x2q", 1, unix_now());
+    server.wait_for(30, "the evictee started", || {
+        event(&audit_events(&s), &format!("kube-agents:{evictee_job}-r1-started")).cloned()
+    });
+    cluster.evict("nlp", &evictee, "evictee", "Preempted", &["evictee-b7x2q"]);
+    let requeued = server.wait_for(30, "job.requeued", || {
+        event(&audit_events(&s), &format!("kube-agents:{evictee_job}-r1-requeued")).cloned()
+    });
+    assert_eq!(
+        (requeued["type"].as_str(), requeued["kube_reason"].as_str()),
+        (Some("job.requeued"), Some("Preempted"))
+    );
+
+    // While it waits: the watcher is killed and restarted, the API server compacts and breaks every
     // watch. Nothing is sent twice, nothing is lost.
     watch.kill9();
     api.compact();
     api.disconnect_watches();
     let watch = Agent::start(&dir, "watch", &watch_args);
+
+    // Kueue requeues it and reserves quota again (its checks reset to Pending): asked again, serve
+    // answers with its first decision (the same submission), and the second run starts.
+    cluster.requeue("nlp", &evictee);
+    cluster.reserve_quota("nlp", &evictee, 1);
+    cluster.wait(30, "the evictee allowed again", &[&checks], |_| {
+        cluster.check("nlp", &evictee, "bursar").filter(|(s, _)| s == "Ready")
+    });
+    cluster.admit("nlp", &evictee, "evictee");
+    cluster.run_pod("nlp", "evictee", "evictee-k4m9w", 1, unix_now());
+    let second = server.wait_for(30, "the evictee's second run", || {
+        event(&audit_events(&s), &format!("kube-agents:{evictee_job}-r2-started")).cloned()
+    });
+    assert_eq!(second["kube_pods"], json!(["evictee-k4m9w"]));
 
     // Idle on every GPU: alerted, then reclaimed; the enforcer deactivates the Workload.
     let decisions_of = |kind: &str| {
@@ -296,7 +340,14 @@ fn a_workload_is_held_approved_run_found_idle_and_reclaimed_by_deactivation() {
     // The audit log holds every decision and action, once.
     let events = audit_events(&s);
     let ids: Vec<&str> = events.iter().map(|(i, _, _)| i.as_str()).collect();
-    for id in [format!("kube-checks:{job}-submitted"), started_id.clone(), finished_id.clone()] {
+    for id in [
+        format!("kube-checks:{job}-submitted"),
+        format!("kube-agents:{job}-queued"),
+        started_id.clone(),
+        finished_id.clone(),
+        format!("kube-agents:{evictee_job}-r1-requeued"),
+        format!("kube-agents:{evictee_job}-r2-started"),
+    ] {
         assert_eq!(ids.iter().filter(|i| **i == id).count(), 1, "{id} once: {ids:?}");
     }
     let denied = job_id(CLUSTER, &unready_uid);

@@ -454,6 +454,7 @@ mod tests {
                 },
             },
             duplicate: false,
+            test_only: false,
             other_decisions: vec![],
         }
     }

@@ -4,7 +4,9 @@
 //! Every event names its object with added fields (v1 keeps fields a producer adds): `kube_cluster`,
 //! `kube_namespace`, `kube_kind`, `kube_name`, and a start also `kube_pods`, the pods of the run,
 //! which is how serve's utilisation source maps dcgm-exporter's `namespace`/`pod` labels to the job.
-//! A start carries `gpus`, what the pods hold (wire v1.x, docs/wire-format.md).
+//! A start carries `gpus`, what the pods hold; a run that ends without ending the job is a
+//! `job.requeued`; an admitted unit seen before it runs is a `job.queued` (wire v1.x,
+//! docs/wire-format.md).
 
 use bursar_agent::record::add_field;
 use bursar_model::{Event, EventKind, Extra};
@@ -17,19 +19,20 @@ pub fn fields(cluster: &str, st: &UnitState) -> Extra {
     object_fields(cluster, &st.namespace, &st.kind, &st.name)
 }
 
-/// The event of one lifecycle step, or `None` for a step this wire version has no event for.
-///
-/// Until serve speaks wire v1.x (`job.queued`, `job.requeued`, `job.started` with `gpus`), a start
-/// carries `gpus` as an added field and queued and requeued steps change only the watcher's state.
-pub fn of_step(cluster: &str, step: &Step) -> Option<Event> {
+/// The event of one lifecycle step.
+pub fn of_step(cluster: &str, step: &Step) -> Event {
     let mut extra = fields(cluster, &step.state);
     let job_id = step.job_id.clone();
     let (time, kind) = match &step.event {
-        Planned::Queued { .. } | Planned::Requeued { .. } => return None,
+        Planned::Queued { at } => (*at, EventKind::JobQueued { job_id }),
         Planned::Started { at, gpus, pods } => {
-            add_field(&mut extra, "gpus", gpus);
             add_field(&mut extra, "kube_pods", pods);
-            (*at, EventKind::JobStarted { job_id })
+            let info = bursar_model::StartInfo { gpus: Some(*gpus), ..bursar_model::StartInfo::default() };
+            (*at, EventKind::JobStarted { job_id, info })
+        }
+        Planned::Requeued { at, reason } => {
+            add_field(&mut extra, "kube_reason", reason);
+            (*at, EventKind::JobRequeued { job_id })
         }
         Planned::Finished { at, status, reason } => {
             if !reason.is_empty() {
@@ -38,7 +41,7 @@ pub fn of_step(cluster: &str, step: &Step) -> Option<Event> {
             (*at, EventKind::JobFinished { job_id, status: *status })
         }
     };
-    Some(Event { id: step.id.clone(), time, kind, extra })
+    Event { id: step.id.clone(), time, kind, extra }
 }
 
 #[cfg(test)]
@@ -77,16 +80,14 @@ mod tests {
                     pods: vec!["train-0-x".into(), "train-1-y".into()],
                 },
             ),
-        )
-        .unwrap();
+        );
         let v: serde_json::Value = serde_json::from_str(&s.to_json()).unwrap();
         assert_eq!(v["type"], "job.started");
         assert_eq!(v["gpus"], 8, "what the pods hold");
         assert_eq!(v["kube_pods"], serde_json::json!(["train-0-x", "train-1-y"]));
         assert_eq!(v["kube_namespace"], "nlp");
         assert_eq!(v["kube_cluster"], "gpu-a");
-        let back: serde_json::Value = serde_json::from_str(&decode_event(&s.to_json()).unwrap().to_json()).unwrap();
-        assert_eq!(back, v, "decodes as the same event");
+        assert_eq!(decode_event(&s.to_json()).unwrap(), s, "decodes as the same event");
 
         let r = of_step(
             "gpu-a",
@@ -95,7 +96,12 @@ mod tests {
                 Planned::Requeued { at: Timestamp(1_796_018_100_000), reason: "Preempted".into() },
             ),
         );
-        assert!(r.is_none(), "no job.requeued before wire v1.x");
+        let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(
+            (v["type"].as_str(), v["job_id"].as_str(), v["kube_reason"].as_str()),
+            (Some("job.requeued"), Some("kube-0a1b2c3d4e5f"), Some("Preempted"))
+        );
+        assert_eq!(decode_event(&r.to_json()).unwrap(), r);
 
         let f = of_step(
             "gpu-a",
@@ -107,12 +113,13 @@ mod tests {
                     reason: "InactiveWorkload".into(),
                 },
             ),
-        )
-        .unwrap();
+        );
         let v: serde_json::Value = serde_json::from_str(&f.to_json()).unwrap();
         assert_eq!((v["type"].as_str(), v["status"].as_str()), (Some("job.finished"), Some("cancelled")));
         assert_eq!(v["time"], "2026-11-30T05:56:40Z");
 
-        assert!(of_step("gpu-a", &step("kube-0a1b2c3d4e5f-queued", Planned::Queued { at: Timestamp(0) })).is_none());
+        let q = of_step("gpu-a", &step("kube-0a1b2c3d4e5f-queued", Planned::Queued { at: Timestamp(0) }));
+        assert_eq!(decode_event(&q.to_json()).unwrap(), q);
+        assert_eq!(q.kind.type_name(), "job.queued");
     }
 }

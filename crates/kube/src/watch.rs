@@ -369,11 +369,8 @@ impl Watcher {
         if steps.is_empty() && forget.is_empty() {
             return Ok(());
         }
-        let inputs: Vec<Input> = steps
-            .iter()
-            .filter_map(|s| crate::events::of_step(&self.cfg.mapping.cluster, s))
-            .map(Input::Event)
-            .collect();
+        let inputs: Vec<Input> =
+            steps.iter().map(|s| Input::Event(crate::events::of_step(&self.cfg.mapping.cluster, s))).collect();
         let server = self.cfg.server.clone();
         let sent = inputs.len();
         let posted = tokio::task::spawn_blocking(move || server.post(&inputs))

@@ -183,13 +183,7 @@ impl KubePods {
                 }
                 self.pods_of.insert(job_id.clone(), keys);
             }
-            EventKind::JobFinished { job_id, .. } => self.forget(job_id),
-            _ if e.kind.type_name() == "job.requeued" => {
-                if let Some(job) = e.kind.job_id() {
-                    let job = job.to_owned();
-                    self.forget(&job);
-                }
-            }
+            EventKind::JobFinished { job_id, .. } | EventKind::JobRequeued { job_id } => self.forget(job_id),
             _ => {}
         }
     }
@@ -268,6 +262,9 @@ mod tests {
         pods.observe(&ev(r#"{"id":"kube-1-r2-started","time":"2026-12-01T10:00:00Z","type":"job.started","job_id":"gpu-a-0a1b","kube_cluster":"gpu-a","kube_namespace":"nlp","kube_pods":["train-0-z"]}"#));
         assert_eq!(pods.bursar_id("nlp/train-0-x"), None);
         assert_eq!(pods.bursar_id("nlp/train-0-z"), Some("gpu-a-0a1b"));
+        pods.observe(&ev(r#"{"id":"kube-1-r2-requeued","time":"2026-12-01T10:30:00Z","type":"job.requeued","job_id":"gpu-a-0a1b","kube_cluster":"gpu-a"}"#));
+        assert_eq!(pods.bursar_id("nlp/train-0-z"), None, "a requeued run's pods are forgotten");
+        pods.observe(&ev(r#"{"id":"kube-1-r3-started","time":"2026-12-01T10:40:00Z","type":"job.started","job_id":"gpu-a-0a1b","kube_cluster":"gpu-a","kube_namespace":"nlp","kube_pods":["train-0-z"]}"#));
         pods.observe(&ev(r#"{"id":"f","time":"2026-12-01T11:00:00Z","type":"job.finished","job_id":"gpu-a-0a1b","status":"cancelled","kube_cluster":"gpu-a"}"#));
         assert_eq!(pods.pairs().count(), 0);
     }
