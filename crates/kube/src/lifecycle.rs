@@ -238,9 +238,11 @@ pub fn plan(
         };
         let holding: Vec<&PodView> = pods.iter().copied().filter(|p| p.holding()).collect();
         let settled = unit.end.is_some() || unit.stopped.is_some();
-        // A new run: pods bound since the last run ended.
+        // A new run: pods bound that were not the last run's. (Not "bound after the last run
+        // ended": the API's times are whole seconds, and a replacement pod is often bound within the
+        // second its predecessor went.)
         let new_run = |st: &UnitState| -> Vec<&PodView> {
-            pods.iter().copied().filter(|p| p.placed_at.is_some_and(|t| t.millis() >= st.run_ended)).collect()
+            pods.iter().copied().filter(|p| p.placed_at.is_some() && !st.pods.contains(&p.name)).collect()
         };
         let start = |run: &[&PodView]| -> Planned {
             let at = run.iter().filter_map(|p| p.placed_at).min().unwrap_or(now);
@@ -440,6 +442,21 @@ mod tests {
             Planned::Finished { at: t(300), status: FinishStatus::Succeeded, reason: "Succeeded".into() }
         );
         assert!(step(&mut st, &u, vec![], 302).is_empty());
+    }
+
+    /// Regression: a replacement pod bound within the second its predecessor went (the API's times
+    /// are whole seconds) was taken for the old run's and the second run never started.
+    #[test]
+    fn a_next_run_bound_in_the_same_second_as_the_last_ended_starts() {
+        let mut st = BTreeMap::new();
+        let mut u = unit(1);
+        step(&mut st, &u, vec![pod("p0", 1, Some(5), None)], 6);
+        u.stopped = Some(Stop { at: Some(t(10)), for_good: false, reason: "Preempted".into() });
+        assert_eq!(ids(&step(&mut st, &u, vec![pod("p0", 1, Some(5), Some(10))], 11)), ["kube-abc-r1-requeued"]);
+        u.stopped = None;
+        let s = step(&mut st, &u, vec![pod("p1", 1, Some(10), None)], 12);
+        assert_eq!(ids(&s), ["kube-abc-r2-started"]);
+        assert_eq!(s[0].1, Planned::Started { at: t(10), gpus: 1, pods: vec!["p1".into()] });
     }
 
     #[test]
