@@ -804,6 +804,13 @@ impl Reclaim {
                                 Self::idle_alert(idle, &id, job.gpus(), since, t, n, self.keys, out);
                             }
                         }
+                        // The window's timer was set with the window in force when the job went
+                        // idle; a reload may have shortened it since: a low sample past the window
+                        // in force now alerts (issue 45), as the timer would have.
+                        Some(since) if job.mark(alert_key).is_none() && Timestamp(since).plus(idle.window) <= t => {
+                            let n = job.mark(count_key).unwrap_or(0);
+                            Self::idle_alert(idle, &id, job.gpus(), Timestamp(since), t, n, self.keys, out);
+                        }
                         Some(_) => {}
                     }
                 } else if job.mark(low_key).is_some() {

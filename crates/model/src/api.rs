@@ -400,6 +400,30 @@ pub struct SnapshotReply {
     pub event_seq: u64,
 }
 
+/// `POST /v1/audit/prune`'s body: remove the events and decisions whose event time is before this.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PruneRequest {
+    /// RFC 3339 (`2026-01-01T00:00:00Z`), as every time in the API.
+    pub before: String,
+}
+
+/// `POST /v1/audit/prune`: what serve's own writer pruned, after a snapshot that covers
+/// every event so far (so a restart has one after the prune).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PruneReply {
+    /// Events removed.
+    pub events: u64,
+    /// Decisions removed.
+    pub decisions: u64,
+    /// Last event seq removed (0: none).
+    pub events_through: i64,
+    /// Last decision seq removed (0: none).
+    pub decisions_through: i64,
+    /// The engine snapshot taken just before the prune covers every event up to this seq.
+    pub snapshot_event_seq: u64,
+}
+
 /// `GET /v1/cluster` of `bursar serve --cluster`: this instance, the partitions it owns and who owns
 /// each partition (see `docs/cluster.md`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -42,8 +42,9 @@
 //!   sample without a start) has no GPU-hours.
 //! - **Samples are piecewise constant**: a sample's utilisation holds from its time until the next
 //!   sample (or the release); the stretch from the start to the first sample takes the first sample's
-//!   value. A job without any sample counts as productive (no evidence of waste); its hours are also
-//!   reported as `unsampled`.
+//!   value. A job without any sample is **not measured**: its hours are `unmeasured`, neither
+//!   productive nor idle, and the effective ratio leaves them out (they are also `unsampled` on the
+//!   job). A failed job's hours are failure whether measured or not.
 //! - **Productive**: stretches at or above the idle threshold. **Idle**: stretches under it.
 //! - **Held**: the trailing idle stretches after the last productive one, up to the release — the GPUs
 //!   were held after the work ended. A job that never had a productive stretch has no "end of work":
@@ -75,8 +76,9 @@ use crate::policy::PolicyHints;
 
 /// Version of the `facts_*` tables; a different stored version is rebuilt from the log. Version 2:
 /// the lifecycle from the engine's steps, and `facts_prevented`. Version 3: each job's GPU type and
-/// measured throughput (`facts_jobs.gpu_type`, `unit`, `throughput`, `throughput_samples`).
-pub const FACTS_VERSION: i64 = 3;
+/// measured throughput (`facts_jobs.gpu_type`, `unit`, `throughput`, `throughput_samples`). Version 4:
+/// the hours of a job without samples are `unmeasured`, no longer productive (issue 45).
+pub const FACTS_VERSION: i64 = 4;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS facts_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -109,6 +111,7 @@ CREATE TABLE IF NOT EXISTS facts_job_day (
     idle       INTEGER NOT NULL,
     failure    INTEGER NOT NULL,
     held       INTEGER NOT NULL,
+    unmeasured INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (job, day)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS facts_job_day_day ON facts_job_day(day);
@@ -158,7 +161,7 @@ fn drop_facts(conn: &Connection, context: &'static str) -> Result<()> {
     Ok(())
 }
 
-/// How a job's GPU-milliseconds split. `productive + idle + failure + held == nominal`.
+/// How a job's GPU-milliseconds split. `productive + idle + failure + held + unmeasured == nominal`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Split {
     /// From start to release.
@@ -171,6 +174,9 @@ pub struct Split {
     pub failure: i64,
     /// After the last productive stretch, until release.
     pub held: i64,
+    /// Of a job without any utilisation sample: not known to be productive or idle.
+    #[serde(default)]
+    pub unmeasured: i64,
 }
 
 impl Split {
@@ -181,11 +187,23 @@ impl Split {
         self.idle += o.idle;
         self.failure += o.failure;
         self.held += o.held;
+        self.unmeasured += o.unmeasured;
+    }
+
+    /// The GPU-milliseconds whose use is known: all but the unmeasured ones.
+    pub fn measured(&self) -> i64 {
+        self.nominal - self.unmeasured
+    }
+
+    /// productive / measured; `None` when nothing was measured (not measured is not effective).
+    pub fn effective_ratio(&self) -> Option<f64> {
+        let m = self.measured();
+        (m > 0).then(|| self.productive as f64 / m as f64)
     }
 
     /// Whether the parts add up to the whole.
     pub fn adds_up(&self) -> bool {
-        self.productive + self.idle + self.failure + self.held == self.nominal
+        self.productive + self.idle + self.failure + self.held + self.unmeasured == self.nominal
     }
 }
 
@@ -403,10 +421,11 @@ impl JobFacts {
         self.last = None;
         if status == "failed" || (self.rerun && status != "succeeded") {
             for d in self.days.values_mut() {
-                d.failure += d.productive + d.idle + d.held;
+                d.failure += d.productive + d.idle + d.held + d.unmeasured;
                 d.productive = 0;
                 d.idle = 0;
                 d.held = 0;
+                d.unmeasured = 0;
             }
         } else if self.had_productive {
             for (day, ms) in std::mem::take(&mut self.tail) {
@@ -434,10 +453,8 @@ impl JobFacts {
             d.nominal += ms;
             match util {
                 None => {
-                    d.productive += ms;
+                    d.unmeasured += ms;
                     self.unsampled += ms;
-                    self.had_productive = true;
-                    self.tail.clear();
                 }
                 Some(u) if u >= threshold => {
                     d.productive += ms;
@@ -887,7 +904,9 @@ impl Batch<'_, '_> {
     fn written_days(&self, job: &str) -> Result<BTreeMap<i64, Split>> {
         let mut st = self
             .tx
-            .prepare_cached("SELECT day, nominal, productive, idle, failure, held FROM facts_job_day WHERE job = ?1")
+            .prepare_cached(
+                "SELECT day, nominal, productive, idle, failure, held, unmeasured FROM facts_job_day WHERE job = ?1",
+            )
             .map_err(ReportError::sqlite("read a job's days"))?;
         let rows = st
             .query_map([job], |r| {
@@ -899,6 +918,7 @@ impl Batch<'_, '_> {
                         idle: r.get(3)?,
                         failure: r.get(4)?,
                         held: r.get(5)?,
+                        unmeasured: r.get(6)?,
                     },
                 ))
             })
@@ -945,8 +965,8 @@ impl Batch<'_, '_> {
         let mut up_day = self
             .tx
             .prepare_cached(
-                "INSERT OR REPLACE INTO facts_job_day(job, day, nominal, productive, idle, failure, held)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT OR REPLACE INTO facts_job_day(job, day, nominal, productive, idle, failure, held, unmeasured)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )
             .map_err(e())?;
         let mut dirty: Vec<String> = self.dirty.drain().collect();
@@ -958,7 +978,9 @@ impl Batch<'_, '_> {
             }
             if j.days_dirty {
                 for (day, s) in &j.days {
-                    up_day.execute(params![id, day, s.nominal, s.productive, s.idle, s.failure, s.held]).map_err(e())?;
+                    up_day
+                        .execute(params![id, day, s.nominal, s.productive, s.idle, s.failure, s.held, s.unmeasured])
+                        .map_err(e())?;
                 }
                 j.days_dirty = false;
             }
@@ -1074,8 +1096,8 @@ mod tests {
         j.release(6 * H, "succeeded", 0.05);
         let t = j.total();
         assert_eq!(t.nominal, 4 * 2 * H + 2 * H);
-        assert_eq!(t.productive, t.nominal);
-        assert_eq!(j.unsampled, 2 * H, "run 2 had no sample");
+        assert_eq!((t.productive, t.unmeasured), (4 * 2 * H, 2 * H), "run 2 had no sample: not measured");
+        assert_eq!(j.unsampled, 2 * H);
         assert_eq!(j.queue_wait(), Some(0), "queue wait is to the first start");
         assert!(t.adds_up());
     }
@@ -1098,15 +1120,24 @@ mod tests {
     }
 
     #[test]
-    fn unsampled_jobs_are_productive_and_split_across_days() {
+    fn unsampled_jobs_are_not_measured_not_effective_and_split_across_days() {
         let mut j = job(1);
         j.start(DAY_MS - H, None);
         j.release(DAY_MS + 2 * H, "succeeded", 0.05);
         assert_eq!(j.days.len(), 2);
-        assert_eq!(j.days[&0].productive, H);
-        assert_eq!(j.days[&1].productive, 2 * H);
+        assert_eq!((j.days[&0].unmeasured, j.days[&0].productive), (H, 0));
+        assert_eq!((j.days[&1].unmeasured, j.days[&1].productive), (2 * H, 0));
         assert_eq!(j.unsampled, 3 * H);
         assert_eq!(j.usage.len(), 3);
+        let t = j.total();
+        assert!(t.adds_up());
+        assert_eq!(t.effective_ratio(), None, "a job without samples is not measured, not effective");
+        // A failed one is failure all the same.
+        let mut f = job(2);
+        f.start(0, None);
+        f.release(H, "failed", 0.05);
+        let t = f.total();
+        assert_eq!((t.failure, t.unmeasured, t.effective_ratio()), (2 * H, 0, Some(0.0)));
     }
 
     #[test]
@@ -1120,6 +1151,7 @@ mod tests {
         assert_eq!(j.total().failure, H);
         let mut ok = JobFacts::submitted(&spec, 0, true);
         ok.start(0, None);
+        ok.sample(0, 0.9, 0.05);
         ok.release(H, "succeeded", 0.05);
         assert_eq!(ok.total().productive, H);
     }

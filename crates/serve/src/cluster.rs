@@ -147,7 +147,7 @@ async fn metrics(State(st): State<ClusterState>) -> Response {
         .read()
         .map(|s| {
             let digest = s.set.as_ref().map(|x| x.digest().to_owned()).unwrap_or_default();
-            (digest, s.loaded_at.clone(), s.last.as_ref().is_some_and(|l| !l.ok))
+            (digest, s.loaded_at.clone(), s.last.as_ref().is_some_and(|l| l.status == "failed"))
         })
         .unwrap_or_default();
     let loaded_s = bursar_model::Timestamp::parse(&loaded_at).map(|t| t.millis() as f64 / 1e3).unwrap_or(0.0);

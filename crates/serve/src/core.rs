@@ -138,6 +138,14 @@ pub enum Work {
         /// Answered with the event seq the snapshot covers.
         reply: Option<oneshot::Sender<Result<u64, String>>>,
     },
+    /// Write a snapshot, then prune the rows before `before` on the audit writer, in order with
+    /// everything queued (`POST /v1/audit/prune`; the log was verified by the caller).
+    Prune {
+        /// Event time: rows before it go.
+        before: Timestamp,
+        /// Answered once the prune committed (or failed).
+        reply: oneshot::Sender<Result<bursar_model::api::PruneReply, String>>,
+    },
     /// Finish what is queued, write a snapshot and stop.
     Shutdown,
 }
@@ -396,6 +404,37 @@ impl Core {
         Ok(seq)
     }
 
+    /// A prune through serve: a snapshot of everything applied so far first (a restart then has
+    /// one after the prune, [`recover`]), then the prune on the writer, behind the records already
+    /// queued. The engine thread does not wait for it: admissions queued behind it wait only for
+    /// its one transaction. A failed snapshot or prune is the caller's answer, never a stop.
+    fn prune(
+        &mut self,
+        before: Timestamp,
+        reply: oneshot::Sender<Result<bursar_model::api::PruneReply, String>>,
+    ) -> Result<(), String> {
+        let snapshot_event_seq = match self.snapshot() {
+            Ok(seq) => seq,
+            Err(e) => {
+                let _ = reply.send(Err(format!("not pruned: the engine snapshot before the prune failed: {e}")));
+                return Ok(());
+            }
+        };
+        let done: bursar_audit::PruneDone = Box::new(move |r| {
+            let _ = reply.send(
+                r.map(|p| bursar_model::api::PruneReply {
+                    events: p.events,
+                    decisions: p.decisions,
+                    events_through: p.events_through,
+                    decisions_through: p.decisions_through,
+                    snapshot_event_seq,
+                })
+                .map_err(|e| e.to_string()),
+            );
+        });
+        self.session.journal_mut().prune(before.millis(), done).map_err(|e| e.to_string())
+    }
+
     fn apply(&mut self, batch: Vec<Work>) -> Result<(), String> {
         let mut after: Vec<After> = Vec::new();
         for w in batch {
@@ -478,6 +517,7 @@ impl Core {
                 Work::People { ask, reply } => {
                     after.push(After::People(reply, crate::pool::answer(self.session.engine(), ask)));
                 }
+                Work::Prune { before, reply } => self.prune(before, reply)?,
                 Work::Snapshot { .. } | Work::Shutdown => {}
             }
         }

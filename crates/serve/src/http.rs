@@ -114,8 +114,13 @@ pub fn router(state: AppState, limits: crate::listen::Limits, counters: Arc<crat
             .route("/v1/report", get(report_json))
             .route("/report", get(report_html)),
     );
-    let admin =
-        needing(Power::Admin, Router::new().route("/v1/reload", post(reload)).route("/v1/snapshot", post(snapshot)));
+    let admin = needing(
+        Power::Admin,
+        Router::new()
+            .route("/v1/reload", post(reload))
+            .route("/v1/snapshot", post(snapshot))
+            .route("/v1/audit/prune", post(prune)),
+    );
     let submit = needing(Power::Submit, Router::new().route("/v1/admit", post(admit)));
     // Each line of a body needs its own power, checked in the handler.
     let per_line = Router::new().route("/v1/events", post(events));
@@ -236,7 +241,9 @@ async fn metrics(State(st): State<AppState>) -> Response {
         .status
         .read()
         .ok()
-        .and_then(|s| s.last.as_ref().map(|l| (!l.ok, l.config.as_ref().is_some_and(|c| !c.ok))))
+        // Each part on its own: `ok` is false when either failed, and a typo in the configuration
+        // must not raise the policy alert (issue 45).
+        .and_then(|s| s.last.as_ref().map(|l| (l.status == "failed", l.config.as_ref().is_some_and(|c| !c.ok))))
         .unwrap_or_default();
     let _ = write!(
         text,
@@ -748,6 +755,67 @@ async fn snapshot(State(st): State<AppState>) -> Response {
     }
     match rx.await {
         Ok(Ok(seq)) => reply(StatusCode::OK, &SnapshotReply { event_seq: seq }),
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the engine is shutting down"),
+    }
+}
+
+/// `POST /v1/audit/prune` (`bursar audit prune --server`): serve prunes its own log, since it is
+/// the one process that may write it ([`bursar_audit::lock`]). The log is verified first on a
+/// reader, off the engine thread, in one read transaction (one instant, while the writer goes on);
+/// then the engine thread snapshots and hands the prune to the writer ([`Work::Prune`]).
+async fn prune(State(st): State<AppState>, body: Bytes) -> Response {
+    let before = match serde_json::from_slice::<bursar_model::api::PruneRequest>(&body)
+        .map_err(|e| e.to_string())
+        .and_then(|r| bursar_model::Timestamp::parse(&r.before).map_err(|e| e.to_string()))
+    {
+        Ok(t) => t,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("the body is not a prune request (`{{\"before\":\"2026-01-01T00:00:00Z\"}}`): {e}"),
+            );
+        }
+    };
+    let audit = st.audit.clone();
+    let verified = tokio::task::spawn_blocking(move || -> Result<Option<String>, String> {
+        let log = bursar_audit::AuditLog::open_read(&audit).map_err(|e| e.to_string())?;
+        let conn = log.connection();
+        let one_read = conn.is_autocommit();
+        if one_read {
+            conn.execute_batch("BEGIN DEFERRED").map_err(|e| e.to_string())?;
+        }
+        let rep = bursar_audit::verify::verify(&log).map_err(|e| e.to_string());
+        if one_read {
+            let _ = conn.execute_batch("COMMIT");
+        }
+        Ok(rep?.problems.first().map(|p| p.message.clone()))
+    })
+    .await;
+    match verified {
+        Ok(Ok(None)) => {}
+        Ok(Ok(Some(problem))) => {
+            return error(
+                StatusCode::CONFLICT,
+                format!(
+                    "refusing to prune a log that does not verify: {problem}\n  help: run `bursar audit verify` and investigate first"
+                ),
+            );
+        }
+        Ok(Err(e)) => {
+            return error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot verify the log before pruning: {e}"));
+        }
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+    let (tx, rx) = oneshot::channel();
+    if st.engine.send(Work::Prune { before, reply: tx }).await.is_err() {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "the engine is shutting down");
+    }
+    match rx.await {
+        Ok(Ok(r)) => {
+            tracing::info!(before = %before, events = r.events, decisions = r.decisions, "audit log pruned through serve");
+            reply(StatusCode::OK, &r)
+        }
         Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
         Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the engine is shutting down"),
     }
