@@ -1,5 +1,6 @@
 //! Talking to `bursar serve` through the typed client (`bursar-client`): posting events and action
-//! records (`POST /v1/events`) and following decisions (`GET /v1/decisions?after=SEQ`). An agent
+//! records (`POST /v1/events`), asking for admissions (`POST /v1/admit`, for the agents that admit:
+//! Kubernetes' admission check and webhook) and following decisions (`GET /v1/decisions?after=SEQ`). An agent
 //! authenticates as its own principal (a `producer` that also holds `read` to follow decisions).
 
 use std::net::SocketAddr;
@@ -55,6 +56,13 @@ impl Server {
             });
         }
         Ok(Posted { accepted: reply.accepted, duplicates: reply.duplicates.len() as u64 })
+    }
+
+    /// Asks for the admission decision of one `job.submitted` (`POST /v1/admit`, the `submit`
+    /// power). A resend of the same event id is answered with the decision made the first time
+    /// (`duplicate`), so an agent that crashed between asking and acting simply asks again.
+    pub fn admit(&self, submitted: &bursar_model::Event) -> Result<bursar_model::api::AdmitReply> {
+        self.client().admit(submitted).map_err(|e| self.err(e))
     }
 
     /// Opens the decision stream after `after`; `follow` keeps it open for live decisions.

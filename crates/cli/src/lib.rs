@@ -15,6 +15,7 @@ pub mod doctor;
 pub mod eval;
 pub mod generate;
 pub mod import;
+pub mod kube;
 pub mod people;
 pub mod replay;
 pub mod report;

@@ -166,6 +166,11 @@ enum Command {
     ///
     /// Example: bursar slurm enforce --cluster lab --state /var/lib/bursar/slurm-enforce.json
     Slurm(bursar::slurm::SlurmArgs),
+    /// Kubernetes agents: the Kueue admission check, the admission webhook, `watch` (job starts and
+    /// ends from the API server) and `enforce` (reclaims and approvals).
+    ///
+    /// Example: bursar kube checks --cluster gpu-a --token-file /run/secrets/bursar/token
+    Kube(bursar::kube::KubeArgs),
     /// What waits for a person: jobs held for an approval, idle jobs reclaimed unless kept alive.
     ///
     /// Example: bursar pending --server 127.0.0.1:7878
@@ -216,6 +221,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Fmt(args) => bursar::tomlfmt::run(&args),
         Command::Serve(args) => bursar::serve::run(&args, cli.error_format),
         Command::Slurm(args) => bursar::slurm::run(&args),
+        Command::Kube(args) => bursar::kube::run(&args),
         Command::Audit(args) => bursar::audit::run(&args, cli.error_format),
         Command::Auth(args) => bursar::auth::run(&args),
         Command::Config(args) => bursar::config::run(&args, cli.error_format),

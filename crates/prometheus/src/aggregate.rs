@@ -170,7 +170,7 @@ impl std::fmt::Display for Skip {
     }
 }
 
-/// The samples of evaluation time `at`, in job-key order; `counts` gets the series and jobs skipped,
+/// The samples of evaluation time `at`, in job order (a job may have several keys: its pods); `counts` gets the series and jobs skipped,
 /// `skipped` each running job that got no sample and why.
 pub fn samples(
     cfg: &Config,
@@ -209,13 +209,27 @@ pub fn samples(
     let throughput = on(&cfg.metrics.throughput, &answers.throughput, counts);
     let progress = on(&cfg.metrics.progress, &answers.progress, counts);
     let base = if cfg.metrics.unit.is_empty() { bursar_model::throughput::DEFAULT_UNIT } else { &cfg.metrics.unit };
-    let mut seen = BTreeSet::new();
-    let mut out = Vec::new();
-    for (key, job_gpus) in by_key {
+    // Several keys may name one job (its pods on Kubernetes): a sample covers every GPU of the job.
+    let mut by_job: BTreeMap<String, (crate::jobs::Expected, Vec<&Gpu<'_>>, Vec<String>)> = BTreeMap::new();
+    for (key, key_gpus) in by_key {
         let Some(expected) = jobs.lookup(&key) else {
             counts.jobs_unknown += 1;
             continue;
         };
+        let e = by_job.entry(expected.job_id.clone()).or_insert_with(|| (expected, Vec::new(), Vec::new()));
+        e.1.extend(key_gpus);
+        e.2.push(key);
+    }
+    let sum_over = |sums: &BTreeMap<String, Option<f64>>, keys: &[String]| -> Option<f64> {
+        let values: Vec<Option<f64>> = keys.iter().filter_map(|k| sums.get(k).copied()).collect();
+        if values.is_empty() || values.iter().any(Option::is_none) {
+            return None;
+        }
+        Some(values.into_iter().flatten().sum())
+    };
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for (_, (expected, job_gpus, keys)) in by_job {
         seen.insert(expected.job_id.clone());
         let (mut utils, mut bad, mut stale, mut missing) = (Vec::with_capacity(job_gpus.len()), false, false, false);
         let (mut used, mut free) = (Some(0.0), Some(0.0));
@@ -256,8 +270,8 @@ pub fn samples(
             let mean = utils.iter().sum::<f64>() / n as f64;
             let max = utils.iter().copied().fold(0.0, f64::max);
             let mem_util = used.zip(free).and_then(|(u, f)| (u + f > 0.0).then(|| u / (u + f)));
-            let tp = throughput.get(&key).copied().flatten();
-            let pg = progress.get(&key).copied().flatten();
+            let tp = sum_over(&throughput, &keys);
+            let pg = sum_over(&progress, &keys);
             let unit = match (tp, pg) {
                 (Some(_), _) => Some(format!("{base}/s")),
                 (None, Some(_)) => Some(base.to_owned()),
@@ -337,6 +351,40 @@ mod tests {
         let (mut c, mut skipped) = (Counters::default(), Vec::new());
         let ev = samples(&Config::default(), AT, a, &jobs(), &mut c, &mut skipped);
         ((ev, c), skipped)
+    }
+
+    #[test]
+    fn a_job_on_several_pods_is_one_sample_over_all_its_gpus() {
+        // dcgm-exporter on Kubernetes: each GPU labelled with the pod holding it; both pods are one job.
+        let k = |pod: &str, gpu: &str, value: f64| Reading {
+            labels: vec![("gpu".into(), gpu.into()), ("namespace".into(), "nlp".into()), ("pod".into(), pod.into())],
+            value,
+            sample_time: Some(AT.plus(Duration::seconds(-5))),
+        };
+        let cfg = Config { attribution: crate::Attribution::kubernetes(), ..Config::default() };
+        let jobs = crate::jobs::KubeTestJobs;
+        let a = Answers {
+            engine_active: vec![
+                k("train-0", "0", 0.1),
+                k("train-0", "1", 0.3),
+                k("train-1", "2", 0.2),
+                k("train-1", "3", 0.2),
+            ],
+            ..Answers::default()
+        };
+        let (mut c, mut skipped) = (Counters::default(), Vec::new());
+        let ev = samples(&cfg, AT, &a, &jobs, &mut c, &mut skipped);
+        assert!(skipped.is_empty(), "{skipped:?}");
+        assert_eq!(ev.len(), 1);
+        let s = sample(&ev[0]);
+        assert_eq!((s.job_id.as_str(), s.gpus), ("kube-1", Some(4)));
+        assert!((s.gpu_util - 0.2).abs() < 1e-9);
+        // One pod's GPUs alone are not the job's.
+        let half =
+            Answers { engine_active: vec![k("train-0", "0", 0.1), k("train-0", "1", 0.3)], ..Answers::default() };
+        let (mut c, mut skipped) = (Counters::default(), Vec::new());
+        assert!(samples(&cfg, AT, &half, &jobs, &mut c, &mut skipped).is_empty());
+        assert_eq!(skipped, vec![("kube-1".to_owned(), Skip::MissingGpu { got: 2, holds: 4 })]);
     }
 
     #[test]

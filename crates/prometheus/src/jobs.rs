@@ -9,6 +9,10 @@
 //!   dcgm-exporter's mapping files; the index learns Slurm id → bursar id from the `job.started` and
 //!   `job.finished` events `bursar slurm watch` sends (their `slurm_job_id` and `slurm_cluster`
 //!   fields), so it rebuilds itself when serve replays its journal.
+//! - [`KubePods`]: the key is `<namespace>/<pod>`, what dcgm-exporter on Kubernetes labels each GPU
+//!   with (`namespace`, `pod`; [`crate::Attribution::kubernetes`]); the index learns a run's pods from
+//!   the `kube_namespace` and `kube_pods` fields of the `job.started` events `bursar kube watch`
+//!   sends, and forgets them when the run ends (`job.finished`, `job.requeued`).
 
 use std::collections::HashMap;
 
@@ -141,6 +145,84 @@ impl<F: Fn(&str) -> Option<u32>> Jobs for SlurmJobs<'_, F> {
     }
 }
 
+/// `<namespace>/<pod>` → bursar job id, learnt from `bursar kube watch`'s events.
+#[derive(Debug, Clone, Default)]
+pub struct KubePods {
+    cluster: Option<String>,
+    by_pod: HashMap<String, String>,
+    pods_of: HashMap<String, Vec<String>>,
+}
+
+fn pod_list(e: &Event) -> Option<Vec<String>> {
+    let (_, raw) = e.extra.iter().find(|(k, _)| k == "kube_pods")?;
+    serde_json::from_str(raw.get()).ok()
+}
+
+impl KubePods {
+    /// An empty index; with `cluster`, only events whose `kube_cluster` is it are learnt from (the
+    /// agents' `--cluster`, when several clusters feed one serve).
+    pub fn new(cluster: Option<String>) -> KubePods {
+        KubePods { cluster: cluster.filter(|c| !c.is_empty()), ..KubePods::default() }
+    }
+
+    /// Learns from one event: a `job.started` naming its namespace and pods replaces the job's
+    /// pods; the end of a run (`job.finished`, `job.requeued`) forgets them.
+    pub fn observe(&mut self, e: &Event) {
+        if let Some(c) = &self.cluster
+            && text_field(e, "kube_cluster").as_deref() != Some(c.as_str())
+        {
+            return;
+        }
+        match &e.kind {
+            EventKind::JobStarted { job_id, .. } => {
+                let (Some(ns), Some(pods)) = (text_field(e, "kube_namespace"), pod_list(e)) else { return };
+                self.forget(job_id);
+                let keys: Vec<String> = pods.iter().map(|p| format!("{ns}/{p}")).collect();
+                for k in &keys {
+                    self.by_pod.insert(k.clone(), job_id.clone());
+                }
+                self.pods_of.insert(job_id.clone(), keys);
+            }
+            EventKind::JobFinished { job_id, .. } | EventKind::JobRequeued { job_id } => self.forget(job_id),
+            _ => {}
+        }
+    }
+
+    fn forget(&mut self, job: &str) {
+        for k in self.pods_of.remove(job).unwrap_or_default() {
+            if self.by_pod.get(&k).map(String::as_str) == Some(job) {
+                self.by_pod.remove(&k);
+            }
+        }
+    }
+
+    /// bursar's id for the pod `<namespace>/<pod>`.
+    pub fn bursar_id(&self, key: &str) -> Option<&str> {
+        self.by_pod.get(key).map(String::as_str)
+    }
+
+    /// Every known pair, `(namespace/pod, bursar id)`.
+    pub fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.by_pod.iter().map(|(k, b)| (k.as_str(), b.as_str()))
+    }
+
+    /// Jobs with known pods.
+    pub fn jobs(&self) -> impl Iterator<Item = &str> {
+        self.pods_of.keys().map(String::as_str)
+    }
+}
+
+/// Two pods of one 4-GPU job, for the aggregation's tests.
+#[cfg(test)]
+pub(crate) struct KubeTestJobs;
+
+#[cfg(test)]
+impl Jobs for KubeTestJobs {
+    fn lookup(&self, key: &str) -> Option<Expected> {
+        matches!(key, "nlp/train-0" | "nlp/train-1").then(|| Expected { job_id: "kube-1".into(), gpus: 4 })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,6 +249,24 @@ mod tests {
         assert_eq!(running, vec![("lab-0a1b2c3d4e5f".to_owned(), 2)]);
         ids.observe(&ev(r#"{"id":"slurm-lab-17-finished","time":"2026-12-01T10:00:00Z","type":"job.finished","job_id":"lab-0a1b2c3d4e5f","status":"succeeded","slurm_job_id":"17","slurm_cluster":"lab"}"#));
         assert!(ids.is_empty());
+    }
+
+    #[test]
+    fn kube_pods_follow_the_watchers_runs() {
+        let mut pods = KubePods::new(Some("gpu-a".into()));
+        pods.observe(&ev(r#"{"id":"kube-1-r1-started","time":"2026-12-01T09:00:00Z","type":"job.started","job_id":"gpu-a-0a1b","gpus":2,"kube_cluster":"gpu-a","kube_namespace":"nlp","kube_pods":["train-0-x","train-1-y"]}"#));
+        pods.observe(&ev(r#"{"id":"other","time":"2026-12-01T09:00:00Z","type":"job.started","job_id":"b-1","kube_cluster":"gpu-b","kube_namespace":"nlp","kube_pods":["p"]}"#));
+        assert_eq!(pods.bursar_id("nlp/train-1-y"), Some("gpu-a-0a1b"));
+        assert_eq!(pods.bursar_id("nlp/p"), None, "another cluster's pod");
+        // A new run replaces the pods of the last.
+        pods.observe(&ev(r#"{"id":"kube-1-r2-started","time":"2026-12-01T10:00:00Z","type":"job.started","job_id":"gpu-a-0a1b","kube_cluster":"gpu-a","kube_namespace":"nlp","kube_pods":["train-0-z"]}"#));
+        assert_eq!(pods.bursar_id("nlp/train-0-x"), None);
+        assert_eq!(pods.bursar_id("nlp/train-0-z"), Some("gpu-a-0a1b"));
+        pods.observe(&ev(r#"{"id":"kube-1-r2-requeued","time":"2026-12-01T10:30:00Z","type":"job.requeued","job_id":"gpu-a-0a1b","kube_cluster":"gpu-a"}"#));
+        assert_eq!(pods.bursar_id("nlp/train-0-z"), None, "a requeued run's pods are forgotten");
+        pods.observe(&ev(r#"{"id":"kube-1-r3-started","time":"2026-12-01T10:40:00Z","type":"job.started","job_id":"gpu-a-0a1b","kube_cluster":"gpu-a","kube_namespace":"nlp","kube_pods":["train-0-z"]}"#));
+        pods.observe(&ev(r#"{"id":"f","time":"2026-12-01T11:00:00Z","type":"job.finished","job_id":"gpu-a-0a1b","status":"cancelled","kube_cluster":"gpu-a"}"#));
+        assert_eq!(pods.pairs().count(), 0);
     }
 
     #[test]

@@ -17,7 +17,7 @@
 //!
 //! Exports: [`Config`] (+ [`Metrics`], [`Attribution`], [`ConfigError`]); [`Source`], [`Poll`],
 //! [`CatchUp`], [`PollError`]; [`Schedule`] and [`Due`]; [`Jobs`], [`Expected`], [`ByJobId`],
-//! [`SlurmIds`]; [`Counters`]; [`ResumeFile`]. The pure pieces are public for tests and tools:
+//! [`SlurmIds`], [`KubePods`]; [`Counters`]; [`ResumeFile`]. The pure pieces are public for tests and tools:
 //! [`promql`] (the queries and the answer reader) and [`aggregate`] (readings to samples).
 //!
 //! Layout: `config.rs` settings; `promql.rs` queries and answers; `aggregate.rs` the rules;
@@ -34,6 +34,6 @@ mod source;
 pub use aggregate::Skip;
 pub use config::{Attribution, Config, ConfigError, Metrics};
 pub use counters::Counters;
-pub use jobs::{ByJobId, Expected, Jobs, SlurmIds, SlurmJobs};
+pub use jobs::{ByJobId, Expected, Jobs, KubePods, SlurmIds, SlurmJobs};
 pub use schedule::{Due, Schedule};
 pub use source::{CatchUp, Poll, PollError, ResumeFile, Source};

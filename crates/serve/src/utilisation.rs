@@ -22,7 +22,7 @@ use std::time::Duration as StdDuration;
 
 use bursar_engine::{Engine, JobPhase};
 use bursar_model::{Event, Input, Timestamp};
-use bursar_prometheus::{Config as SourceConfig, Counters, Expected, Jobs, ResumeFile, SlurmIds, Source};
+use bursar_prometheus::{Config as SourceConfig, Counters, Expected, Jobs, KubePods, ResumeFile, SlurmIds, Source};
 use bursar_session::Incoming;
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -39,6 +39,10 @@ pub enum Keys {
     Slurm,
     /// The key is bursar's job id.
     Bursar,
+    /// The key is `<namespace>/<pod>`, dcgm-exporter's labels on Kubernetes: bursar's id is learnt
+    /// from the `kube_namespace` and `kube_pods` of the `job.started` events `bursar kube watch`
+    /// sends. The attribution defaults to the `namespace` and `pod` labels.
+    Kubernetes,
 }
 
 /// The file given to `--utilisation`.
@@ -64,6 +68,10 @@ pub struct JobsConfig {
     /// With `keys = "slurm"`: the cluster name `bursar slurm watch --cluster` uses.
     #[serde(default)]
     pub slurm_cluster: Option<String>,
+    /// With `keys = "kubernetes"`: only the events of this cluster (`bursar kube watch --cluster`);
+    /// default every cluster's.
+    #[serde(default)]
+    pub kube_cluster: Option<String>,
 }
 
 /// Why the utilisation file cannot be used.
@@ -103,7 +111,10 @@ impl UtilisationConfig {
     /// The checks of a read configuration that serde cannot make (a `[utilisation]` section of the
     /// site's configuration goes through them as a file does); `shown` names where it came from.
     pub fn checked(self, shown: &str) -> Result<UtilisationConfig, UtilisationError> {
-        let cfg = self;
+        let mut cfg = self;
+        if cfg.jobs.keys == Keys::Kubernetes && cfg.prometheus.attribution == bursar_prometheus::Attribution::slurm() {
+            cfg.prometheus.attribution = bursar_prometheus::Attribution::kubernetes();
+        }
         let shown = shown.to_owned();
         if let Err(e) = cfg.prometheus.validate() {
             let help = e.help().map(|h| format!("\n  help: {h}")).unwrap_or_default();
@@ -146,25 +157,32 @@ impl Jobs for Running {
 pub struct JobIndex {
     keys: Keys,
     slurm: SlurmIds,
+    kube: KubePods,
 }
 
 impl JobIndex {
     /// An index for `cfg`.
     pub fn new(cfg: &JobsConfig) -> JobIndex {
-        JobIndex { keys: cfg.keys.clone(), slurm: SlurmIds::new(cfg.slurm_cluster.clone().unwrap_or_default()) }
+        JobIndex {
+            keys: cfg.keys.clone(),
+            slurm: SlurmIds::new(cfg.slurm_cluster.clone().unwrap_or_default()),
+            kube: KubePods::new(cfg.kube_cluster.clone()),
+        }
     }
 
     /// Learns from one applied input (journal replay included).
     pub fn observe(&mut self, input: &Input) {
-        if let (Keys::Slurm, Input::Event(e)) = (&self.keys, input) {
-            self.slurm.observe(e);
+        match (&self.keys, input) {
+            (Keys::Slurm, Input::Event(e)) => self.slurm.observe(e),
+            (Keys::Kubernetes, Input::Event(e)) => self.kube.observe(e),
+            _ => {}
         }
     }
 
     /// Learns the keys of every running job from its journaled inputs (after a restore from a
     /// snapshot, whose earlier inputs were not replayed): one index look-up per running job.
     pub fn rebuild(&mut self, log: &bursar_audit::AuditLog, engine: &Engine) -> Result<(), bursar_audit::AuditError> {
-        if self.keys != Keys::Slurm {
+        if self.keys == Keys::Bursar {
             return Ok(());
         }
         let running: Vec<String> =
@@ -172,7 +190,7 @@ impl JobIndex {
         for id in running {
             for stored in log.events_of_job(&id)? {
                 if let Ok(e) = bursar_model::decode_event(&stored.raw) {
-                    self.slurm.observe(&e);
+                    self.observe(&Input::Event(e));
                 }
             }
         }
@@ -197,8 +215,26 @@ impl JobIndex {
                     }
                 }
             }
+            Keys::Kubernetes => {
+                for (pod, bursar_id) in self.kube.pairs() {
+                    if let Some(g) = gpus(bursar_id) {
+                        by_key.insert(pod.to_owned(), Expected { job_id: bursar_id.to_owned(), gpus: g });
+                    }
+                }
+            }
         }
         let mut unkeyed = Vec::new();
+        if self.keys == Keys::Kubernetes {
+            let keyed: std::collections::HashSet<&str> = by_key.values().map(|e| e.job_id.as_str()).collect();
+            for (id, _) in state.jobs().filter(|(_, j)| j.phase() == JobPhase::Running && j.gpus() > 0) {
+                if !keyed.contains(id) {
+                    unkeyed.push((
+                        id.to_owned(),
+                        "no pod is known for it: its `job.started` named no `kube_pods` (is it sent by `bursar kube watch`?)".to_owned(),
+                    ));
+                }
+            }
+        }
         if self.keys == Keys::Slurm {
             let keyed: std::collections::HashSet<&str> = by_key.values().map(|e| e.job_id.as_str()).collect();
             for (id, _) in state.jobs().filter(|(_, j)| j.phase() == JobPhase::Running && j.gpus() > 0) {

@@ -9,7 +9,10 @@
 //! - integers for the `DCGM_FI_DEV_*` fields and `%f` doubles for `DCGM_FI_PROF_*`;
 //! - the job mapping: on every render the mapping folder is read, each file named `<gpu>` or
 //!   `<gpu>.<gpu instance>` holds one job id per line, and a GPU with jobs gets one series per job
-//!   with `hpc_job="<line>"`; a GPU without a file has no `hpc_job` label.
+//!   with `hpc_job="<line>"`; a GPU without a file has no `hpc_job` label;
+//! - on Kubernetes (`DCGM_EXPORTER_KUBERNETES=true`, `internal/pkg/transformation/kubernetes.go`) a
+//!   GPU a pod holds carries `container`, `namespace` and `pod` after `Hostname`, in that (sorted)
+//!   order; the test says which pod holds which GPU ([`FakeDcgm::set_pod`]).
 //!
 //! The test can set any value (including DCGM's error values such as 4294967295), drop a metric or
 //! a whole GPU from the output, or make the target go away (connections closed unanswered).
@@ -69,6 +72,8 @@ struct Gpu {
     pci_bus_id: String,
     shown: bool,
     values: BTreeMap<Field, f64>,
+    /// The pod holding it: namespace, pod, container.
+    pod: Option<(String, String, String)>,
 }
 
 #[derive(Debug)]
@@ -134,6 +139,12 @@ fn render(s: &State) -> String {
                 s.model,
                 s.hostname
             );
+            let base = match &gpu.pod {
+                Some((ns, pod, container)) => {
+                    format!("{base},container=\"{container}\",namespace=\"{ns}\",pod=\"{pod}\"")
+                }
+                None => base,
+            };
             match jobs.get(&index.to_string()).filter(|j| !j.is_empty()) {
                 Some(list) => {
                     for job in list {
@@ -196,6 +207,7 @@ impl FakeDcgm {
                     pci_bus_id: format!("00000000:{:02X}:00.0", 0x18 + i * 0x10),
                     shown: true,
                     values,
+                    pod: None,
                 };
                 (i, gpu)
             })
@@ -253,6 +265,14 @@ impl FakeDcgm {
         self.set(gpu, Field::GpuUtil, Some((engine_active * 100.0).round()));
         self.set(gpu, Field::FbUsed, Some(fb_used_mib));
         self.set(gpu, Field::FbFree, Some((81_559.0 - fb_used_mib).max(0.0)));
+    }
+
+    /// Says which pod holds GPU `gpu`: `(namespace, pod, container)`, or none (kubelet's pod
+    /// resources API, as dcgm-exporter reads it on Kubernetes).
+    pub fn set_pod(&self, gpu: u32, pod: Option<(&str, &str, &str)>) {
+        if let Some(g) = lock(&self.state).gpus.get_mut(&gpu) {
+            g.pod = pod.map(|(n, p, c)| (n.to_owned(), p.to_owned(), c.to_owned()));
+        }
     }
 
     /// Shows or hides every series of GPU `gpu` (a GPU that fell off the bus).
@@ -318,6 +338,14 @@ mod tests {
             text.contains(",Hostname=\"node1\",hpc_job=\"18\"} 0.500000\n"),
             "a GPU shared by two jobs has a series per job"
         );
+        d.set_pod(0, Some(("nlp", "train-0-x7k2p", "trainer")));
+        assert!(
+            d.render().contains(
+                ",Hostname=\"node1\",container=\"trainer\",namespace=\"nlp\",pod=\"train-0-x7k2p\"} 4294967295\n"
+            ),
+            "Kubernetes labels after Hostname"
+        );
+        d.set_pod(0, None);
         d.show_gpu(1, false);
         assert!(!d.render().contains("gpu=\"1\""));
         let (status, body) = http_get(d.addr(), "/metrics").unwrap();

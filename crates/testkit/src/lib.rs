@@ -18,12 +18,16 @@
 //! while it is scraped), [`node`] (`FakeNode`: a GPU node's driver view for the Slurm prolog/epilog),
 //! [`munge`] (`Munged`: a real `munged` on a socket of its own), and with the `tls` feature [`tls`]
 //! (`TestCa`, `WebConfig` for `--web.config.file` with TLS and basic auth, `https_get`,
-//! `TlsWebhook`; `Prometheus::start_tls`, `Alertmanager::start_tls`), and with the `oidc` feature
+//! `TlsWebhook`; `Prometheus::start_tls`, `Alertmanager::start_tls`), with the `oidc` feature
 //! [`oidc`] (`OidcProvider`: an OpenID Connect provider stand-in, authorization code flow with PKCE,
-//! ES256 ID tokens, for a real relying party such as Apache's mod_auth_openidc).
+//! ES256 ID tokens, for a real relying party such as Apache's mod_auth_openidc), and with the
+//! `kubeapi` feature [`kubeapi`] (`KubeApi`: an in-test Kubernetes API server for the Kubernetes
+//! agents' tests).
 
 pub mod alertmanager;
 pub mod dcgm;
+#[cfg(feature = "kubeapi")]
+pub mod kubeapi;
 pub mod munge;
 pub mod nats;
 pub mod node;

@@ -1,0 +1,435 @@
+//! `bursar kube enforce`: executes bursar's decisions on Kubernetes, as `bursar-agent`'s decision
+//! follower with a Kubernetes [`Executor`].
+//!
+//! | decision                                  | Kueue (`--kueue`)                               | objects (`--kind …`, webhook clusters)         |
+//! |-------------------------------------------|-------------------------------------------------|------------------------------------------------|
+//! | `reclaim`                                 | deactivate the Workload (`spec.active: false`)  | suspend the object (`spec.suspend`, Kubeflow `spec.runPolicy.suspend`) with `bursar.dev/reclaimed`; delete a bare Pod |
+//! | `allow` resolving a held job (approval)   | bursar's check → `Ready`                        | resume it (`suspend: false`, or lift a Pod's scheduling gate) |
+//! | `deny` resolving a held job (rejection)   | bursar's check → `Rejected` (Kueue deactivates) | delete it                                      |
+//!
+//! Admission decisions made at submission (event id `<job>-submitted`) were applied by `bursar kube
+//! checks` or the webhook already; `alert`, `defer`, `require_approval` and dry-run decisions ask
+//! nothing here. Each action first reads the object: one that already ended, is already
+//! deactivated or no longer held is left alone and the record says why (`skipped`), which makes
+//! every action idempotent after a restart. Writes are merge patches (`application/merge-patch+json`)
+//! of the fields named above, or the status apply of [`crate::checks::set_check`]; a `409
+//! Conflict` is retried on a fresh read. Every action is recorded in the audit log (`kube-<decision
+//! id>`, [`bursar_agent::record::Record`]), `action.failed` after `max_attempts` tries with the API
+//! server's error.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bursar_agent::follow::{self, Executor, FollowConfig, FollowReport};
+use bursar_agent::record::{Outcome, Record, Seen};
+use bursar_agent::server::Server;
+use bursar_model::api::Sequenced;
+use bursar_model::{Decision, DecisionKind};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PropagationPolicy};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use tokio::runtime::Handle;
+
+use crate::checks::set_check;
+use crate::kinds::{self, HOLD, Kind, RECLAIMED};
+use crate::kueue::{CheckState, Workload};
+use crate::submit::{JOB_KEY, job_id, object_fields, submitted_id};
+use crate::watch::Mode;
+use crate::{CONTROLLER_NAME, Error, Result};
+
+/// What a decision asks of Kubernetes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// Release the job's GPUs.
+    Reclaim,
+    /// Let a held job run.
+    Approve,
+    /// Refuse a held job.
+    Reject,
+}
+
+/// What `decision` asks, if anything. Pure.
+pub fn ask(decision: &Decision) -> Option<Ask> {
+    let job = decision.job_id.as_deref().filter(|j| !j.is_empty())?;
+    if decision.dry_run {
+        return None;
+    }
+    // serve keeps a principal's ids as `<principal>:<id>`.
+    let own = submitted_id(job);
+    let event = decision.event_id.rsplit_once(':').map_or(decision.event_id.as_str(), |(_, id)| id);
+    let at_submission = event == own;
+    match decision.decision {
+        DecisionKind::Reclaim => Some(Ask::Reclaim),
+        DecisionKind::Allow if decision.admission && !at_submission => Some(Ask::Approve),
+        DecisionKind::Deny if decision.admission && !at_submission => Some(Ask::Reject),
+        _ => None,
+    }
+}
+
+/// Settings of `bursar kube enforce`.
+#[derive(Debug, Clone)]
+pub struct EnforceConfig {
+    /// serve (a `producer` that also holds `read`).
+    pub server: Server,
+    /// The cluster name (job id prefix).
+    pub cluster: String,
+    /// Kueue Workloads or webhook objects.
+    pub mode: Mode,
+    /// The state file (the cursor).
+    pub state: PathBuf,
+    /// Cursor to start from when there is no state file yet.
+    pub start_after: u64,
+    /// Tries of a failing API call before the failure is recorded.
+    pub max_attempts: u32,
+    /// Wait after the first failed try (doubles each time).
+    pub retry_delay: Duration,
+}
+
+/// One object a job id names.
+#[derive(Debug, Clone)]
+enum Target {
+    Workload(Workload),
+    Object(Kind, DynamicObject),
+}
+
+impl Target {
+    fn names(&self) -> (String, String, String) {
+        match self {
+            Target::Workload(w) => (w.namespace().unwrap_or_default(), "Workload".into(), w.name_any()),
+            Target::Object(k, o) => (o.namespace().unwrap_or_default(), k.name().to_owned(), o.name_any()),
+        }
+    }
+}
+
+async fn find(client: &Client, cfg: &EnforceConfig, job: &str) -> Result<Option<Target>> {
+    match &cfg.mode {
+        Mode::Kueue => {
+            let api: Api<Workload> = Api::all(client.clone());
+            let list = api.list(&ListParams::default()).await.map_err(|e| Error::kube("list Workloads", e))?;
+            Ok(list
+                .items
+                .into_iter()
+                .find(|w| job_id(&cfg.cluster, &w.uid().unwrap_or_default()) == job)
+                .map(Target::Workload))
+        }
+        Mode::Objects(kinds) => {
+            for kind in kinds {
+                let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.api_resource());
+                let lp = ListParams::default().labels(&format!("{JOB_KEY}={job}"));
+                let list = api.list(&lp).await.map_err(|e| Error::kube(format!("list {}", kind.plural), e))?;
+                if let Some(o) = list.items.into_iter().next() {
+                    return Ok(Some(Target::Object(kind.clone(), o)));
+                }
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// The object as JSON.
+fn json_of(o: &DynamicObject) -> Value {
+    serde_json::to_value(o).unwrap_or_default()
+}
+
+/// A merge patch setting `pointer` (`/spec/suspend`) to `value`, with `annotations` merged in.
+fn merge_patch(pointer: &str, value: Value, annotations: Value) -> Value {
+    let mut patch = json!({"metadata": {"annotations": annotations}});
+    let mut at = &mut patch;
+    let parts: Vec<&str> = pointer.trim_start_matches('/').split('/').collect();
+    for (i, p) in parts.iter().enumerate() {
+        if i + 1 == parts.len() {
+            at[*p] = value.clone();
+        } else {
+            if at.get(*p).is_none() {
+                at[*p] = json!({});
+            }
+            at = &mut at[*p];
+        }
+    }
+    patch
+}
+
+/// One try of `ask` on the job: `Ok((outcome, detail))`, or the API's error.
+async fn act(
+    client: &Client,
+    cfg: &EnforceConfig,
+    seen: &Seen,
+    ask: Ask,
+    job: &str,
+    record: &mut Record,
+) -> Result<(Outcome, String)> {
+    let Some(target) = find(client, cfg, job).await? else {
+        return Ok((
+            Outcome::Skipped,
+            "nothing to do: no object names this job (deleted, or not admitted here)".into(),
+        ));
+    };
+    let (ns, kind, name) = target.names();
+    for (k, v) in object_fields(&cfg.cluster, &ns, &kind, &name) {
+        record.fields.retain(|(n, _)| n != &k);
+        record.fields.push((k, v));
+    }
+    let merge = PatchParams::default();
+    match (ask, target) {
+        (Ask::Reclaim, Target::Workload(w)) => {
+            if crate::kueue::is_true(w.conditions(), "Finished") {
+                return Ok((Outcome::Skipped, format!("nothing to do: Workload {ns}/{name} already finished")));
+            }
+            if !w.is_active() {
+                return Ok((Outcome::Skipped, format!("nothing to do: Workload {ns}/{name} is already deactivated")));
+            }
+            let api: Api<Workload> = Api::namespaced(client.clone(), &ns);
+            let patch = json!({"spec": {"active": false}});
+            api.patch(&name, &merge, &Patch::Merge(&patch))
+                .await
+                .map_err(|e| Error::kube(format!("deactivate Workload {ns}/{name}"), e))?;
+            Ok((Outcome::Done, format!("deactivated Workload {ns}/{name} (spec.active: false); Kueue evicts its pods")))
+        }
+        (Ask::Approve | Ask::Reject, Target::Workload(w)) => {
+            let pending: Vec<String> = w
+                .status
+                .as_ref()
+                .map(|s| {
+                    s.admission_checks
+                        .iter()
+                        .filter(|c| c.state == CheckState::Pending)
+                        .map(|c| c.name.clone())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let ours = ours(client).await?;
+            let mine: Vec<&String> = pending.iter().filter(|c| ours.contains(c)).collect();
+            if mine.is_empty() {
+                let states: Vec<String> = w
+                    .status
+                    .as_ref()
+                    .map(|s| {
+                        s.admission_checks
+                            .iter()
+                            .filter(|c| ours.contains(&c.name))
+                            .map(|c| format!("{} is {}", c.name, c.state.as_str()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                return Ok((
+                    Outcome::Skipped,
+                    format!(
+                        "nothing to do: Workload {ns}/{name} is not held by bursar ({})",
+                        if states.is_empty() { "no bursar check".to_owned() } else { states.join(", ") }
+                    ),
+                ));
+            }
+            let (state, message) = match ask {
+                Ask::Approve => (CheckState::Ready, format!("bursar: approved: {}", seen.reason)),
+                _ => (CheckState::Rejected, format!("bursar: {}", seen.reason)),
+            };
+            for check in mine {
+                set_check(client, &w, check, state, &message).await?;
+            }
+            Ok((Outcome::Done, format!("set admission check of Workload {ns}/{name} to {}", state.as_str())))
+        }
+        (Ask::Reclaim, Target::Object(kind, o)) => {
+            let value = json_of(&o);
+            let view = kinds::unit_view(&kind, &value, job, "nvidia.com/gpu");
+            if view.end.is_some() {
+                return Ok((
+                    Outcome::Skipped,
+                    format!("nothing to do: {kind_name} {ns}/{name} already finished", kind_name = kind.name()),
+                ));
+            }
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kind.api_resource());
+            match kind.suspend_pointer() {
+                Some(pointer) => {
+                    if kinds::is_suspended(&kind, &value) && kinds::annotation(&value, RECLAIMED).is_some() {
+                        return Ok((
+                            Outcome::Skipped,
+                            format!("nothing to do: {} {ns}/{name} is already suspended by bursar", kind.name()),
+                        ));
+                    }
+                    let patch = merge_patch(pointer, json!(true), json!({RECLAIMED: seen.decision_id}));
+                    api.patch(&name, &merge, &Patch::Merge(&patch))
+                        .await
+                        .map_err(|e| Error::kube(format!("suspend {} {ns}/{name}", kind.name()), e))?;
+                    Ok((
+                        Outcome::Done,
+                        format!("suspended {} {ns}/{name} ({pointer}: true); its pods are deleted", kind.name()),
+                    ))
+                }
+                None => {
+                    api.delete(&name, &DeleteParams::default())
+                        .await
+                        .map_err(|e| Error::kube(format!("delete Pod {ns}/{name}"), e))?;
+                    Ok((Outcome::Done, format!("deleted Pod {ns}/{name}")))
+                }
+            }
+        }
+        (Ask::Approve, Target::Object(kind, o)) => {
+            let value = json_of(&o);
+            if kinds::annotation(&value, HOLD).is_none() {
+                return Ok((
+                    Outcome::Skipped,
+                    format!("nothing to do: {} {ns}/{name} is not held by bursar", kind.name()),
+                ));
+            }
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kind.api_resource());
+            let patch = match kind.suspend_pointer() {
+                Some(pointer) => merge_patch(pointer, json!(false), json!({HOLD: null})),
+                None => {
+                    let gates: Vec<Value> = value
+                        .pointer("/spec/schedulingGates")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter(|g| g.get("name").and_then(Value::as_str) != Some(kinds::GATE))
+                        .cloned()
+                        .collect();
+                    json!({"metadata": {"annotations": {HOLD: null}}, "spec": {"schedulingGates": gates}})
+                }
+            };
+            api.patch(&name, &merge, &Patch::Merge(&patch))
+                .await
+                .map_err(|e| Error::kube(format!("resume {} {ns}/{name}", kind.name()), e))?;
+            Ok((Outcome::Done, format!("resumed {} {ns}/{name}", kind.name())))
+        }
+        (Ask::Reject, Target::Object(kind, o)) => {
+            if kinds::annotation(&json_of(&o), HOLD).is_none() {
+                return Ok((
+                    Outcome::Skipped,
+                    format!("nothing to do: {} {ns}/{name} is not held by bursar", kind.name()),
+                ));
+            }
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kind.api_resource());
+            let dp =
+                DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..DeleteParams::default() };
+            api.delete(&name, &dp).await.map_err(|e| Error::kube(format!("delete {} {ns}/{name}", kind.name()), e))?;
+            Ok((Outcome::Done, format!("deleted {} {ns}/{name} (rejected while held)", kind.name())))
+        }
+    }
+}
+
+/// The names of bursar's AdmissionChecks.
+async fn ours(client: &Client) -> Result<Vec<String>> {
+    let api: Api<crate::kueue::AdmissionCheck> = Api::all(client.clone());
+    let list = api.list(&ListParams::default()).await.map_err(|e| Error::kube("list AdmissionChecks", e))?;
+    Ok(list.items.into_iter().filter(|a| a.spec.controller_name == CONTROLLER_NAME).map(|a| a.name_any()).collect())
+}
+
+fn action_name(ask: Ask, mode: &Mode) -> &'static str {
+    match (ask, mode) {
+        (Ask::Reclaim, Mode::Kueue) => "deactivate",
+        (Ask::Reclaim, Mode::Objects(_)) => "suspend",
+        (Ask::Approve, Mode::Kueue) => "check ready",
+        (Ask::Approve, Mode::Objects(_)) => "resume",
+        (Ask::Reject, Mode::Kueue) => "check rejected",
+        (Ask::Reject, Mode::Objects(_)) => "delete",
+    }
+}
+
+/// Carries out `ask` for job `job`, retrying failed API calls; returns the record to log.
+pub fn execute(rt: &Handle, client: &Client, cfg: &EnforceConfig, seen: &Seen, ask: Ask, job: &str) -> Record {
+    let mut record = Record::new(seen, job, action_name(ask, &cfg.mode));
+    record.set_field("kube_cluster", &cfg.cluster);
+    let mut delay = cfg.retry_delay;
+    let max = cfg.max_attempts.max(1);
+    loop {
+        record.attempts += 1;
+        let step = rt.block_on(act(client, cfg, seen, ask, job, &mut record));
+        match step {
+            Ok((outcome, detail)) => {
+                record.outcome = outcome;
+                record.detail = detail;
+                return record;
+            }
+            Err(e) if record.attempts >= max => {
+                record.outcome = Outcome::Failed;
+                record.detail = format!("gave up after {} attempts: {e}", record.attempts);
+                return record;
+            }
+            Err(e) => {
+                tracing::warn!(job, attempt = record.attempts, error = %e, "action failed; retrying");
+                std::thread::sleep(delay);
+                delay = delay.saturating_mul(2);
+            }
+        }
+    }
+}
+
+struct KubeExecutor<'a> {
+    rt: Handle,
+    client: Client,
+    cfg: &'a EnforceConfig,
+}
+
+impl Executor for KubeExecutor<'_> {
+    fn handle(&mut self, d: &Sequenced) -> Option<Record> {
+        let ask = ask(&d.decision)?;
+        let job = d.decision.job_id.as_deref()?;
+        Some(execute(&self.rt, &self.client, self.cfg, &Seen::of(d), ask, job))
+    }
+}
+
+/// Follows the decision stream forever (reconnecting with a back-off), or with `once` until it has
+/// caught up. Blocking: call it outside the runtime `rt` (which runs the API calls).
+pub fn run(rt: Handle, client: Client, cfg: &EnforceConfig, once: bool) -> Result<FollowReport> {
+    let follow_cfg = FollowConfig {
+        server: cfg.server.clone(),
+        state: cfg.state.clone(),
+        start_after: cfg.start_after,
+        id_prefix: "kube".into(),
+    };
+    Ok(follow::run(&follow_cfg, &mut KubeExecutor { rt, client, cfg }, once)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bursar_model::Timestamp;
+
+    fn d(decision: &str, event_id: &str, admission: bool) -> Decision {
+        Decision {
+            decision_id: "x".into(),
+            event_id: event_id.into(),
+            time: Timestamp(0),
+            job_id: Some("kube-1".into()),
+            project: None,
+            decision: DecisionKind::parse(decision).unwrap(),
+            until: None,
+            policies: vec![],
+            reason: "r".into(),
+            dry_run: false,
+            admission,
+            user: None,
+            gpus: None,
+            gpu_hours: None,
+            hints: None,
+        }
+    }
+
+    #[test]
+    fn which_decisions_ask_something_of_kubernetes() {
+        assert_eq!(ask(&d("reclaim", "tick-1", false)), Some(Ask::Reclaim));
+        assert_eq!(ask(&d("allow", "bob:e-approve", true)), Some(Ask::Approve));
+        assert_eq!(ask(&d("deny", "expiry", true)), Some(Ask::Reject));
+        // Applied by the admission check or the webhook already, with or without the principal.
+        assert_eq!(ask(&d("allow", "kube-1-submitted", true)), None);
+        assert_eq!(ask(&d("deny", "kube-checks:kube-1-submitted", true)), None);
+        for k in ["alert", "defer", "require_approval"] {
+            assert_eq!(ask(&d(k, "e", false)), None, "{k}");
+        }
+        let mut dry = d("reclaim", "e", false);
+        dry.dry_run = true;
+        assert_eq!(ask(&dry), None);
+    }
+
+    #[test]
+    fn merge_patches_name_only_the_flag_and_bursars_annotation() {
+        assert_eq!(
+            merge_patch("/spec/runPolicy/suspend", json!(true), json!({RECLAIMED: "d1"})),
+            json!({"metadata": {"annotations": {"bursar.dev/reclaimed": "d1"}}, "spec": {"runPolicy": {"suspend": true}}})
+        );
+        assert_eq!(
+            merge_patch("/spec/suspend", json!(false), json!({HOLD: null}))["metadata"]["annotations"][HOLD],
+            Value::Null
+        );
+    }
+}
