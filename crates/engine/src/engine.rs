@@ -395,6 +395,11 @@ fn settle_reasons(policy: &dyn Policy, out: &mut Output, job: Option<&JobSpec>, 
     }
 }
 
+/// A job released as never confirmed by the scheduler (its late confirmation admits it again).
+fn late_confirmation(j: &JobRecord) -> bool {
+    j.phase == JobPhase::Finished && j.runs().is_some_and(|r| r.released_unconfirmed)
+}
+
 /// GPU-hours a job would still have used had it run to its requested end.
 fn remaining_gpu_hours(job: &JobRecord, now: Timestamp) -> f64 {
     let start = job.started.get().unwrap_or(job.submitted);
@@ -1433,8 +1438,12 @@ impl Engine {
                 }
             }
             EventKind::JobQueued { .. } => {
-                if let Some(j) = job_id.as_deref().and_then(|id| state.jobs.get_mut(id)) {
-                    State::confirm(j);
+                if let Some(id) = &job_id {
+                    if state.job(id).is_some_and(late_confirmation) {
+                        Self::confirmed_late(state, event, id, em);
+                    } else if let Some(j) = state.jobs.get_mut(id) {
+                        State::confirm(j);
+                    }
                 }
             }
             EventKind::JobRequeued { .. } => {
@@ -1553,6 +1562,9 @@ impl Engine {
     /// approval (an override) or a finished job started again (a rerun) is admitted again first; the
     /// allocation, when the scheduler names it, replaces the admission's estimate; then the run starts.
     fn on_start(state: &mut State, event: &Event, id: &Arc<str>, info: &StartInfo, em: &mut Emitter<'_>) {
+        if state.job(id).is_some_and(late_confirmation) {
+            Self::confirmed_late(state, event, id, em);
+        }
         let Some(mut j) = state.jobs.remove(id) else { return };
         let t = event.time;
         State::confirm(&mut j);
@@ -1633,6 +1645,25 @@ impl Engine {
             }
             _ => {}
         }
+        state.jobs.insert(id.clone(), j);
+    }
+
+    /// A job whose admission was released as never confirmed turns out to exist after all (the
+    /// scheduler's agent was down past the deadline): admitted again, with an alert, not a rerun.
+    fn confirmed_late(state: &mut State, event: &Event, id: &Arc<str>, em: &mut Emitter<'_>) {
+        let Some(mut j) = state.jobs.remove(id) else { return };
+        let t = event.time;
+        state.reopen(&mut j, t);
+        state.share(em.cause, t, id, LedgerChange::Reopen { job_id: id.to_string() });
+        let mut d = Draft::about(id, Some(&j), t, DecisionKind::Alert);
+        d.policies = vec![Arc::from(UNCONFIRMED_POLICY)];
+        d.reason = format!(
+            "job {id} was released as never created, and the scheduler confirmed it at {t} after all (its agent was late): it is reserved again ({} GPU-hours)",
+            crate::runs::hours_text(j.reserved)
+        );
+        d.gpu_hours = Some(j.reserved);
+        em.emit(d);
+        em.step(id, t, Step::Admitted);
         state.jobs.insert(id.clone(), j);
     }
 
@@ -1718,6 +1749,7 @@ impl Engine {
         );
         j.phase = JobPhase::Finished;
         j.status = Some(FinishStatus::Cancelled);
+        j.with_runs(|r| r.released_unconfirmed = true);
         em.emit(d);
         em.step(id, at, Step::Finished(FinishStatus::Cancelled));
         state.jobs.insert(id.clone(), j);

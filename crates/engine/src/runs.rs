@@ -170,7 +170,12 @@ impl State {
             a.live.clear();
             a.worst = None;
         }
-        job.with_runs(|r| r.reruns = r.reruns.saturating_add(1));
+        job.with_runs(|r| {
+            // A late confirmation of a job released as unconfirmed is its first run, not a rerun.
+            if !std::mem::take(&mut r.released_unconfirmed) {
+                r.reruns = r.reruns.saturating_add(1);
+            }
+        });
         self.reserve(job);
     }
 

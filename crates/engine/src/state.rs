@@ -537,6 +537,10 @@ pub struct RunNotes {
     /// Someone released the job in the scheduler while it waited for approval in bursar.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub released_by: Option<Arc<str>>,
+    /// The admission was released because the scheduler did not confirm it in time: a later
+    /// confirmation (the scheduler's agent was down) admits it again, and is not a rerun.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub released_unconfirmed: bool,
 }
 
 fn is_zero(v: &u32) -> bool {
@@ -555,6 +559,7 @@ impl RunNotes {
             && self.parent.is_none()
             && self.confirm_by.is_none()
             && self.released_by.is_none()
+            && !self.released_unconfirmed
     }
 }
 

@@ -748,7 +748,8 @@ impl Reclaim {
         // The policies see the job as it was before the event: a start or requeue of a job that had
         // ended is the scheduler running it again outside bursar.
         let rerun = matches!(cx.event.kind, EventKind::JobStarted { .. } | EventKind::JobRequeued { .. })
-            && matches!(job.phase(), JobPhase::Finished | JobPhase::Reclaimed);
+            && matches!(job.phase(), JobPhase::Finished | JobPhase::Reclaimed)
+            && job.runs().is_none_or(|r| !r.released_unconfirmed);
         if rerun && self.on_rerun {
             out.verdict(
                 Verdict::new(
