@@ -65,6 +65,12 @@ impl Server {
         self.client().admit(submitted).map_err(|e| self.err(e))
     }
 
+    /// What a submission would be answered now, recorded nowhere (`POST /v1/admit?test_only=true`):
+    /// a scheduler's dry run.
+    pub fn preview(&self, submitted: &bursar_model::Event) -> Result<bursar_model::api::AdmitReply> {
+        self.client().preview(submitted).map_err(|e| self.err(e))
+    }
+
     /// Opens the decision stream after `after`; `follow` keeps it open for live decisions.
     pub fn decisions(&self, after: u64, follow: bool) -> Result<Decisions> {
         let stream = self.client().decisions(after, follow).map_err(|e| self.err(e))?;

@@ -270,13 +270,20 @@ fn the_webhook_admits_holds_and_refuses_and_the_agents_follow_its_jobs() {
     let message = answer["response"]["status"]["message"].as_str().unwrap_or("");
     assert!(message.starts_with("bursar: ") && message.contains("ready"), "{answer}");
 
-    // A dry run is answered without a submission.
-    let (_, answer) = hook.ask(&review("req-dry", "CREATE", &job("dry", 8, true), &Value::Null, "alice", true));
-    assert_eq!(answer["response"]["allowed"], true);
-    assert!(
-        !audit_ids(&s).iter().any(|(i, _)| i.contains(&bursar_kube::submit::job_id(CLUSTER, "req-dry"))),
-        "a dry run submitted a job"
-    );
+    // A dry run gets what serve would decide, and nothing is submitted: a job bursar would refuse is
+    // refused, one it would admit is allowed.
+    let (_, answer) = hook.ask(&review("req-dry", "CREATE", &job("dry", 1, true), &Value::Null, "alice", true));
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    let (_, answer) =
+        hook.ask(&review("req-dry-unready", "CREATE", &job("dry-unready", 1, false), &Value::Null, "alice", true));
+    assert_eq!(answer["response"]["allowed"], false, "{answer}");
+    assert!(answer["response"]["status"]["message"].as_str().unwrap_or("").contains("ready"), "{answer}");
+    for uid in ["req-dry", "req-dry-unready"] {
+        assert!(
+            !audit_ids(&s).iter().any(|(i, _)| i.contains(&bursar_kube::submit::job_id(CLUSTER, uid))),
+            "a dry run submitted a job"
+        );
+    }
 
     // Four GPUs: created suspended and held for bob.
     let big = job("big", 4, true);

@@ -200,6 +200,12 @@ impl Client {
         self.call("POST", "/v1/admit", event.to_json().as_bytes())
     }
 
+    /// `POST /v1/admit?test_only=true`: what the submission would be answered now; serve records
+    /// nothing (a dry run, `sbatch --test-only`).
+    pub fn preview(&self, event: &Event) -> Result<AdmitReply> {
+        self.call("POST", "/v1/admit?test_only=true", event.to_json().as_bytes())
+    }
+
     /// `POST /v1/audit/prune`: serve prunes its own log (the admin power).
     pub fn prune(&self, before: bursar_model::Timestamp) -> Result<bursar_model::api::PruneReply> {
         let body =

@@ -18,7 +18,8 @@
 //! bursar's to write: the ones a user wrote are replaced. On `UPDATE`, only the agents' own users
 //! (`--agent-user`, the enforcer's service account) may resume a held object, or change or remove
 //! bursar's marks; anyone else is refused with what to do instead. A `dryRun` request is answered
-//! without asking serve (`sideEffects: NoneOnDryRun`).
+//! with what serve would decide, asked as a preview that records nothing (`POST
+//! /v1/admit?test_only=true`), so the webhook keeps `sideEffects: NoneOnDryRun`.
 
 use std::collections::BTreeMap;
 
@@ -81,6 +82,8 @@ pub enum Triage {
         object: Value,
         /// The submission.
         event: Box<Event>,
+        /// A dry run: ask what serve would decide, recording nothing.
+        dry_run: bool,
     },
 }
 
@@ -125,9 +128,6 @@ pub fn triage(req: &AdmissionRequest<DynamicObject>, cfg: &ReviewConfig, now: Ti
             if pods.iter().all(|p| p.gpus == 0 || p.count == 0) {
                 return Triage::Allow("asks for no GPUs");
             }
-            if req.dry_run {
-                return Triage::Allow("a dry run: not submitted");
-            }
             let s = Submission {
                 key: req.uid.clone(),
                 namespace: req.namespace.clone().unwrap_or_default(),
@@ -142,7 +142,7 @@ pub fn triage(req: &AdmissionRequest<DynamicObject>, cfg: &ReviewConfig, now: Ti
                 flavor_labels: None,
             };
             let event = s.event(&cfg.mapping, now);
-            Triage::Submit { kind: kind.clone(), object: obj, event: Box::new(event) }
+            Triage::Submit { kind: kind.clone(), object: obj, event: Box::new(event), dry_run: req.dry_run }
         }
         Operation::Update if !agent => {
             let old = object_json(&req.old_object);

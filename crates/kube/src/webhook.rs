@@ -101,9 +101,13 @@ pub async fn answer(cfg: &WebhookConfig, body: &[u8]) -> (StatusCode, Vec<u8>) {
             tracing::info!(%what, user = %who, %why, "webhook: refused");
             kube::core::admission::AdmissionResponse::from(&req).deny(why)
         }
-        Triage::Submit { kind, object, event } => {
+        Triage::Submit { kind, object, event, dry_run } => {
             let server = cfg.server.clone();
-            let ask = tokio::task::spawn_blocking(move || server.admit(&event));
+            let ask = tokio::task::spawn_blocking(
+                move || {
+                    if dry_run { server.preview(&event) } else { server.admit(&event) }
+                },
+            );
             match tokio::time::timeout(cfg.timeout, ask).await {
                 Ok(Ok(Ok(reply))) => {
                     let d = &reply.admission.decision;
