@@ -42,7 +42,7 @@ trap 'exit 130' INT TERM
 
 # bursar serve with no policy: every admission is allowed (the cost measured is the path, not a policy).
 mkdir -p "$WORK/policies"
-"$BURSAR" serve --policies "$WORK/policies" --audit "$WORK/audit.db" --listen 127.0.0.1:0 --port-file "$WORK/port" \
+"$BURSAR" serve --policies "$WORK/policies" --allow-empty --audit "$WORK/audit.db" --listen 127.0.0.1:0 --port-file "$WORK/port" \
   --fast-commit > "$WORK/serve.log" 2>&1 &
 SERVE_PID=$!
 for _ in $(seq 300); do [ -s "$WORK/port" ] && break; sleep 0.1; done

@@ -162,10 +162,15 @@ pub struct EnforceConfig {
 /// Finds bursar job `bursar_id` in Slurm: in the watcher's state, else in the whole queue.
 pub fn resolve(cfg: &EnforceConfig, bursar_id: &str) -> Result<Option<Target>> {
     if let Some(path) = &cfg.watch_state {
-        let st = state::load(path)?;
-        if let Some((key, m)) = st.find(bursar_id) {
-            let het = m.het.map(|(leader, _)| leader).filter(|_| m.kind == Kind::Job);
-            return Ok(Some(Target::new(key, m.slurm_id, het)));
+        match state::load(path) {
+            Ok(st) => {
+                if let Some((key, m)) = st.find(bursar_id) {
+                    let het = m.het.map(|(leader, _)| leader).filter(|_| m.kind == Kind::Job);
+                    return Ok(Some(Target::new(key, m.slurm_id, het)));
+                }
+            }
+            // Unreadable (permissions, a newer version): the queue still answers, at its cost.
+            Err(e) => tracing::warn!(error = %e, "cannot read the watcher's state"),
         }
     }
     tracing::info!(job = bursar_id, "not in the watcher's state: looking it up in squeue --json");
