@@ -131,19 +131,33 @@ wait_view() {  # bursar id, field, value, seconds
   view "$1" >&2; echo >&2
   fail "bursar's $2 of $1 is '${v}', expected '$3' within $4 s"
 }
+# Waits until a job ended in bursar's books (finished, or reclaimed at its end by reclaim/finished).
+wait_done() {  # bursar id, seconds
+  local v=""
+  for _ in $(seq $(( $2 * 5 ))); do v=$(view "$1" | jget phase); case "$v" in finished|reclaimed) return 0;; esac; sleep 0.2; done
+  view "$1" >&2; echo >&2
+  fail "bursar's phase of $1 is '$v', expected it ended within $2 s"
+}
 sql() { sqlite3 -readonly "$WORK/audit.db" "$1"; }
 # Slurm's own figures of a record: JOB_GRES GPUs, StartTime, EndTime (Unix s).
 slurm_gpus() { scontrol show job -d "$1" | grep -o 'JOB_GRES=[^ ]*' | head -1 | grep -o '[0-9]*$'; }
 slurm_times() { SLURM_TIME_FORMAT=%s squeue -h -t all -j "$1" -O "StartTime:|,EndTime:|" | head -1; }
-# bursar's runtime GPU-seconds of a job against the expected GPU-seconds, within `runs` poll intervals
-# per GPU (a requeue is dated by the poll that saw it) plus a second of rounding.
-charged() {  # bursar id, expected GPU-seconds, gpus, runs
-  local got; got=$(view "$1" | jget runtime_gpu_hours)
-  python3 - "$1" "$got" "$2" "$3" "$4" "$INTERVAL" <<'PY' || fail "ledger of $1: see above"
+# bursar's ledger: the GPU-hours project $1 has settled (its quota/caps line on GET /v1/pool), against the
+# GPU-seconds Slurm ran ($2), within one poll interval (and a second's rounding) per requeue and GPU
+# ($3 = GPUs, $4 = requeues: a requeue is dated by the poll that saw it; starts and ends are Slurm's).
+charged() {  # project, expected GPU-seconds, gpus, requeues
+  local got; got=$(curl -sf "$API/v1/pool" | python3 -c 'import json,sys
+p=json.load(sys.stdin)
+for line in p.get("projects", []):
+    if line.get("project") == sys.argv[1]:
+        for q in line.get("quotas", []):
+            if q.get("policy") == "quota/caps":
+                print(q.get("used", 0))' "$1")
+  python3 - "$1" "${got:-0}" "$2" "$3" "$4" "$INTERVAL" <<'PY' || fail "ledger of project $1: see above"
 import sys
-job, got, want, gpus, runs, interval = sys.argv[1], float(sys.argv[2] or 0) * 3600, float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
-tol = gpus * (runs * (interval + 1.0) + 1.0)
-print(f"    {job}: bursar charged {got:.1f} GPU-s, Slurm ran {want:.1f} GPU-s (tolerance {tol:.1f})")
+project, got, want, gpus, requeues, interval = sys.argv[1], float(sys.argv[2]) * 3600, float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
+tol = gpus * requeues * (interval + 1.0) + 0.5
+print(f"    project {project}: bursar settled {got:.1f} GPU-s, Slurm ran {want:.1f} GPU-s (tolerance {tol:.1f})")
 sys.exit(0 if abs(got - want) <= tol else 1)
 PY
 }
@@ -165,24 +179,29 @@ sql "SELECT raw FROM events WHERE type='job.submitted' AND job='$ARR_BID'" | gre
   || fail "the hook did not send the array's tasks and throttle"
 for j in $EXC $RNG $SOCK $NUMN; do wait_state "$j" COMPLETED 40; done
 for t in 0 1 2 3; do wait_state "${ARR}_$t" COMPLETED 40; done
-wait_view "$ARR_BID" phase finished 5
+wait_done "$ARR_BID" 5
+ran=0
 for t in 0 1 2 3; do
   task="${ARR_BID}_$t"
-  wait_view "$task" phase finished 5
+  wait_done "$task" 5
   [ "$(view "$task" | jget runs.parent)" = "$ARR_BID" ] || fail "task $task does not name its array"
   read -r s e <<<"$(slurm_times "${ARR}_$t" | tr '|' ' ')"
   [ "$(view "$task" | jget gpus)" = 2 ] || fail "task $task: bursar holds $(view "$task" | jget gpus) GPUs, Slurm allocated 2"
-  charged "$task" "$(( 2 * (e - s) ))" 2 1
+  ran=$(( ran + 2 * (e - s) ))
 done
+charged sweep "$ran" 2 0
 ok "array $ARR: admitted as 4 tasks (throttle 2), each task charged on its own run, the array ended after them"
+ran=0
 for j in $EXC $RNG $SOCK $NUMN; do
   b=$(bid "$j"); g=$(slurm_gpus "$j")
-  wait_view "$b" phase finished 5
+  wait_done "$b" 5
   [ "$(view "$b" | jget gpus)" = "$g" ] || fail "job $j: bursar holds $(view "$b" | jget gpus) GPUs, Slurm allocated $g"
   read -r s e <<<"$(slurm_times "$j" | tr '|' ' ')"
-  charged "$b" "$(( g * (e - s) ))" "$g" 1
-  printf '    Slurm job %s: admitted %s GPUs, allocated %s\n' "$j" "$(view "$b" | jget runs.admitted_gpus)" "$g"
+  ran=$(( ran + g * (e - s) ))
+  a=$(view "$b" | jget runs.admitted_gpus)
+  printf '    Slurm job %s: admitted %s GPUs, allocated %s\n' "$j" "${a:-$g}" "$g"
 done
+charged shapes "$ran" 8 0
 [ "$(slurm_gpus "$EXC")" = 8 ] && [ "$(slurm_gpus "$NUMN")" = 4 ] || fail "the lab did not allocate what the case needs"
 [ "$(decisions_by "$(bid "$NUMN")" bursar/allocation)" -ge 1 ] || fail "no bursar/allocation correction for root's NumNodes=2"
 ok "--exclusive (8), -N 1-2, --gpus-per-socket, root's NumNodes=2 (4): charged what Slurm allocated"
@@ -216,8 +235,8 @@ H
 if sbatch het.sh > het.out 2>&1; then fail "a heterogeneous job with a component over its cap was accepted"; fi
 grep -q "bursar denied job lab-[0-9a-f]*+1" het.out || fail "the second component was not denied by bursar: $(cat het.out)"
 HET0=$(grep -o 'lab-[0-9a-f]\{12\}+1' het.out | head -1); HET0=${HET0%+1}
-wait_view "$NOSUCH" phase reclaimed 15
-wait_view "$HET0" phase reclaimed 15
+wait_done "$NOSUCH" 15
+wait_done "$HET0" 15
 [ "$(decisions_by "$NOSUCH" bursar/unconfirmed)" -ge 1 ] && [ "$(decisions_by "$HET0" bursar/unconfirmed)" -ge 1 ] \
   || fail "the unconfirmed admissions were not released by bursar/unconfirmed"
 ok "the bad partition's admission and the denied heterogeneous job's first component released unconfirmed"
@@ -225,18 +244,20 @@ sed -i 's/gpu:8/gpu:2/' het.sh
 HETOK=$(sbatch --parsable het.sh) || fail "an allowed heterogeneous job was refused"
 HETOK=${HETOK%%;*}
 wait_state "$HETOK" COMPLETED 40
+ran=0
 for c in "$HETOK" "$((HETOK + 1))"; do
   b=$(bid "$c"); g=$(slurm_gpus "$c")
-  wait_view "$b" phase finished 5
+  wait_done "$b" 5
   read -r s e <<<"$(slurm_times "$c" | tr '|' ' ')"
-  charged "$b" "$(( g * (e - s) ))" "$g" 1
+  ran=$(( ran + g * (e - s) ))
 done
+charged het "$ran" 3 0
 ok "heterogeneous job $HETOK: both components admitted, confirmed and charged"
 
 # --- 3. runs -------------------------------------------------------------------------------------------
 say "3. requeue, SPECIAL_EXIT, rerun, release, partition change, task reclaim"
-RQ=$(sb -A runs --gres=gpu:2 -t 5 --wrap 'sleep 6')
-SE=$(sb -A runs --gres=gpu:2 -t 5 --wrap 'sleep 6')
+RQ=$(sb -A rq --gres=gpu:2 -t 5 --wrap 'sleep 6')
+SE=$(sb -A se --gres=gpu:2 -t 5 --wrap 'sleep 6')
 wait_state "$RQ" RUNNING 20; wait_state "$SE" RUNNING 20
 sleep 2
 read -r RQ_S0 _ <<<"$(slurm_times "$RQ" | tr '|' ' ')"; read -r SE_S0 _ <<<"$(slurm_times "$SE" | tr '|' ' ')"
@@ -249,19 +270,19 @@ sleep 2   # the pending gap, not charged
 scontrol update JobId="$RQ" StartTime=now
 scontrol release "$SE"; scontrol update JobId="$SE" StartTime=now
 for j in $RQ $SE; do wait_state "$j" COMPLETED 30; done
-for pair in "$RQ:$RQ_BID:$RQ_S0:$RQ_T" "$SE:$SE_BID:$SE_S0:$SE_T"; do
-  IFS=: read -r j b s0 t <<<"$pair"
-  wait_view "$b" phase finished 5
+for pair in "$RQ:$RQ_BID:$RQ_S0:$RQ_T:rq" "$SE:$SE_BID:$SE_S0:$SE_T:se"; do
+  IFS=: read -r j b s0 t project <<<"$pair"
+  wait_done "$b" 5
   [ "$(view "$b" | jget runs.reruns)" = 1 ] || fail "job $j: bursar counts $(view "$b" | jget runs.reruns) reruns, Slurm ran it twice"
   read -r s1 e1 <<<"$(slurm_times "$j" | tr '|' ' ')"
-  charged "$b" "$(( 2 * ((t - s0) + (e1 - s1)) ))" 2 2
+  charged "$project" "$(( 2 * ((t - s0) + (e1 - s1)) ))" 2 1
 done
 ok "requeue and SPECIAL_EXIT: two runs each, settled one by one, the pending gap not charged"
 
 RR=$(runuser -u nobody -- sbatch --parsable --chdir="$LAB/out" -A runs --gres=gpu:4 -t 5 --wrap 'sleep 1')
 wait_state "$RR" COMPLETED 20
 RR_BID=$(bid "$RR")
-wait_view "$RR_BID" phase finished 5
+wait_done "$RR_BID" 5
 runuser -u nobody -- scontrol requeue "$RR" || fail "the owner could not requeue their COMPLETED job"
 wait_state "$RR" CANCELLED 20
 q="SELECT count(*) FROM events WHERE type='action.executed' AND job='$RR_BID' AND json_extract(raw,'\$.action')='scancel'"
@@ -282,9 +303,9 @@ sleep 9   # past the approval's 8 s expiry
 read -r s _ <<<"$(slurm_times "$AP" | tr '|' ' ')"
 [ "$(view "$AP_BID" | jget phase)" = running ] || fail "bursar does not see job $AP running"
 scancel "$AP"; wait_state "$AP" CANCELLED 20
-wait_view "$AP_BID" phase finished 5
+wait_done "$AP_BID" 5
 read -r s e <<<"$(slurm_times "$AP" | tr '|' ' ')"
-charged "$AP_BID" "$(( 4 * (e - s) ))" 4 1
+charged appr "$(( 4 * (e - s) ))" 4 0
 ok "root's release of held job $AP: an override by root, charged from its start, not cancelled when the approval lapsed"
 
 MV=$(runuser -u nobody -- sbatch --parsable --chdir="$LAB/out" -A move --gres=gpu:1 -t 5 --begin=now+1hour --wrap true)
@@ -295,7 +316,7 @@ MV_NEW=$(scontrol show job "$MV" | grep -o 'bursar_readmit=lab-[0-9a-f]*' | cut 
 [ -n "$MV_NEW" ] || fail "the partition change carries no re-admission"
 wait_view "$MV_NEW" queue other 5
 wait_view "$MV_NEW" runs.confirm_by "" 10
-wait_view "$MV_OLD" phase finished 5
+wait_done "$MV_OLD" 5
 sql "SELECT raw FROM events WHERE type='job.finished' AND job='$MV_OLD'" | grep -q "\"replaced_by\":\"$MV_NEW\"" \
   || fail "the old admission $MV_OLD was not ended as replaced by $MV_NEW"
 BIG=$(runuser -u nobody -- sbatch --parsable --chdir="$LAB/out" -A move --gres=gpu:4 -t 5 --begin=now+1hour --wrap true)
@@ -317,7 +338,7 @@ done
 ok "array $TA: each task past its 4 s reclaimed by its own id (scancel ${TA}_0, _1, _2)"
 
 stop_pid "$ENFORCE_PID"; ENFORCE_PID=
-SEQ=$(curl -sf "$API/v1/decisions?after=0&format=jsonl" | tail -1 | jget seq)
+SEQ=$(curl -sf "$API/v1/decisions?after=0&format=jsonl&follow=false" | tail -1 | jget seq)
 REF=$(sb -A arr --gres=gpu:1 -t 5 --wrap 'sleep 30')
 wait_state "$REF" RUNNING 20
 REF_BID=$(bid "$REF")
@@ -361,7 +382,7 @@ for j in $P1 $P2; do [ "$(squeue -h -j "$j" -o %N)" = n2 ] && ON_N2=$j; done
 [ -n "$ON_N2" ] || fail "no job runs on n2"
 N2_BID=$(bid "$ON_N2")
 reruns_before=$(view "$N2_BID" | jget runs.reruns); reruns_before=${reruns_before:-0}
-scontrol update NodeName=n2 State=DOWN Reason=bursar-e2e
+scontrol update NodeName=n2 State=DOWN Reason=bursar-e2e; T_DOWN=$(date +%s)
 wait_state "$ON_N2" PENDING 20
 wait_view "$N2_BID" phase admitted 5
 [ "$(view "$N2_BID" | jget status)" = "" ] || fail "the node failure was taken for an end of $ON_N2"
@@ -369,11 +390,16 @@ ok "node n2 failed: job $ON_N2 requeued, not ended"
 scancel "$P1" "$P2"
 scontrol update NodeName=n2 State=RESUME 2>/dev/null || true
 for j in $P1 $P2; do wait_state "$j" CANCELLED 20; done
-wait_view "$PRE_BID" phase finished 5
-wait_view "$N2_BID" phase finished 5
-if [ "$PRE" != "$ON_N2" ]; then
-  # Preempted, ran again, cancelled: its first run until the urgent job started, then its second run.
-  read -r _ PRE_E <<<"$(slurm_times "$PRE" | tr '|' ' ')"
-  charged "$PRE_BID" "$(( 8 * ((URG_S - ${FIRST_START[$PRE]}) + (PRE_E - PRE_S1)) ))" 8 2
-fi
+wait_done "$PRE_BID" 5
+wait_done "$N2_BID" 5
+# Project pre's two jobs, run by run: the preempted one until the urgent job started, again from its
+# restart; the one on n2 until the node went down; each until it was cancelled otherwise.
+ran=0 requeues=0
+for j in $P1 $P2; do
+  read -r _ e <<<"$(slurm_times "$j" | tr '|' ' ')"
+  s=${FIRST_START[$j]}
+  if [ "$j" = "$PRE" ]; then ran=$(( ran + 8 * (URG_S - s) )); s=$PRE_S1; requeues=$((requeues + 1)); fi
+  if [ "$j" = "$ON_N2" ]; then ran=$(( ran + 8 * (T_DOWN - s) )); requeues=$((requeues + 1)); else ran=$(( ran + 8 * (e - s) )); fi
+done
+charged pre "$ran" 8 "$requeues"
 ok "preemption and node failure settled run by run"

@@ -67,7 +67,11 @@ pub fn ask(decision: &Decision) -> Option<Ask> {
     if decision.dry_run {
         return None;
     }
-    let at_submission = decision.event_id.strip_prefix("sub-") == Some(job);
+    // The hook's event id is `sub-<job>`; serve keeps a principal's ids under its name
+    // (`slurmctld:sub-<job>`).
+    let sub = format!("sub-{job}");
+    let at_submission =
+        decision.event_id == sub || decision.event_id.strip_suffix(&sub).is_some_and(|p| p.ends_with(':'));
     match decision.decision {
         DecisionKind::Reclaim => Some(Ask::Cancel),
         DecisionKind::Allow if decision.admission && !at_submission => Some(Ask::Release),
@@ -162,15 +166,23 @@ pub struct EnforceConfig {
 /// Finds bursar job `bursar_id` in Slurm: in the watcher's state, else in the whole queue.
 pub fn resolve(cfg: &EnforceConfig, bursar_id: &str) -> Result<Option<Target>> {
     if let Some(path) = &cfg.watch_state {
-        match state::load(path) {
-            Ok(st) => {
-                if let Some((key, m)) = st.find(bursar_id) {
-                    let het = m.het.map(|(leader, _)| leader).filter(|_| m.kind == Kind::Job);
-                    return Ok(Some(Target::new(key, m.slurm_id, het)));
+        // A decision can reach the enforcer a moment before the watcher has saved the poll that caused
+        // it: look again briefly before listing the whole queue.
+        for wait in [0, 300, 600] {
+            std::thread::sleep(Duration::from_millis(wait));
+            match state::load(path) {
+                Ok(st) => {
+                    if let Some((key, m)) = st.find(bursar_id) {
+                        let het = m.het.map(|(leader, _)| leader).filter(|_| m.kind == Kind::Job);
+                        return Ok(Some(Target::new(key, m.slurm_id, het)));
+                    }
+                }
+                // Unreadable (permissions, a newer version): the queue still answers, at its cost.
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the watcher's state");
+                    break;
                 }
             }
-            // Unreadable (permissions, a newer version): the queue still answers, at its cost.
-            Err(e) => tracing::warn!(error = %e, "cannot read the watcher's state"),
         }
     }
     tracing::info!(job = bursar_id, "not in the watcher's state: looking it up in squeue --json");
@@ -388,6 +400,11 @@ mod tests {
         // Applied by job_submit.lua already.
         assert_eq!(ask(&d("allow", "sub-lab-1", true)), None);
         assert_eq!(ask(&d("deny", "sub-lab-1", true)), None);
+        // Regression: with principals serve keeps the hook's ids under its name; such an admission was
+        // taken for an approval and cost a lookup of the whole queue per submission.
+        assert_eq!(ask(&d("allow", "slurmctld:sub-lab-1", true)), None);
+        assert_eq!(ask(&d("deny", "slurmctld:sub-lab-1", true)), None);
+        assert_eq!(ask(&d("allow", "bob:cli-approve-sub-lab-1", true)), Some(Ask::Release));
         for k in ["alert", "defer", "require_approval"] {
             assert_eq!(ask(&d(k, "e", false)), None, "{k}");
         }
