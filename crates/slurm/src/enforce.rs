@@ -216,7 +216,7 @@ fn markers_of(cfg: &EnforceConfig, ask: Ask, target: &Target, rows: &[Row]) -> R
     if ask == Ask::Cancel || rows.is_empty() {
         return Ok(None);
     }
-    let read = cfg.slurm.details(&[Read::for_row(rows, target.slurm_id)])?;
+    let read = cfg.slurm.details(&[Read::for_row(rows, target.slurm_id)], rows.len())?;
     Ok(read.jobs.get(&target.slurm_id).map(|d| d.markers.clone()))
 }
 
@@ -285,7 +285,7 @@ fn attempt(cfg: &EnforceConfig, record: &mut Record, ask: Ask, job_id: &str) -> 
         Ask::Release => {
             let admin = cfg
                 .slurm
-                .details(&[Read::for_row(&rows, target.slurm_id)])?
+                .details(&[Read::for_row(&rows, target.slurm_id)], rows.len())?
                 .jobs
                 .get(&target.slurm_id)
                 .map(|d| d.admin_comment.clone())

@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | [`Slurm::queue`] | `squeue -h --states=all -O <16 fields>` | every watcher poll: ~25 bytes a job |
 //! | [`Slurm::details`] | `scontrol show job -d -o ID` per job | a job first seen; a run starting (GPUs) |
-//! | [`Slurm::dump`] | `squeue --json --states=all` | many jobs new at once; a reading user text made ambiguous; the enforcer's last resort |
+//! | [`Slurm::dump`] | `squeue --json --states=all` | more jobs new at once than [`bulk_threshold`]; a reading user text made ambiguous; the enforcer's last resort |
 //! | [`Slurm::rows_of`] | `squeue -h --states=all -j ID -O …` | the enforcer: one job's state before and after it acts |
 //! | [`Slurm::cancel`], [`Slurm::release`] | `scancel`, `scontrol update` + `scontrol release` | the enforcer |
 //!
@@ -18,9 +18,13 @@ use crate::detail::{self, Ambiguous, Details};
 use crate::queue::{self, Row};
 use crate::{Error, Result};
 
-/// Above this many jobs to read at once, one `squeue --json` costs less than one `scontrol` each
-/// (measured on the lab: ~9 ms per scontrol against 1.6 s for a 10,000-job dump; docs/perf/slurm.md).
-pub const BULK: usize = 150;
+/// How many records are cheaper to read with one `squeue --json` of a queue of `queued` jobs than
+/// with one `scontrol show job` each: a dump costs about 0.15 ms a job (1.5 s at 10,000, 3.8 s at
+/// 20,000 on the lab), a `scontrol` about 9 ms whatever the queue (docs/perf/slurm.md), so the break
+/// even is about one record per 60 jobs queued; never under 50.
+pub fn bulk_threshold(queued: usize) -> usize {
+    (queued / 60).max(50)
+}
 
 /// The Slurm commands the agents run (paths configurable, for sites that install Slurm elsewhere).
 #[derive(Debug, Clone)]
@@ -131,16 +135,16 @@ impl Slurm {
     }
 
     /// The details of each asked JobID: one `scontrol show job -d -o` each, or one JSON dump of the
-    /// queue when more than [`BULK`] are asked or a reading was [`Ambiguous`]. A job Slurm no longer
-    /// lists is absent from the answer.
-    pub fn details(&self, asks: &[Ask]) -> Result<DetailsRead> {
+    /// queue (of `queued` jobs) when more than [`bulk_threshold`] are asked or a reading was
+    /// [`Ambiguous`]. A job Slurm no longer lists is absent from the answer.
+    pub fn details(&self, asks: &[Ask], queued: usize) -> Result<DetailsRead> {
         let mut read = DetailsRead::default();
         if asks.is_empty() {
             return Ok(read);
         }
         let mut doubtful: BTreeSet<u64> = BTreeSet::new();
         let mut why = String::new();
-        if asks.len() > BULK {
+        if asks.len() > bulk_threshold(queued) {
             why = format!("{} jobs to read", asks.len());
             doubtful.extend(asks.iter().map(|a| a.job_id));
         } else {
@@ -200,5 +204,26 @@ impl Slurm {
         let comment = format!("AdminComment={}", detail::without_hold(admin_comment));
         run(&self.scontrol, &["update", &id, &comment])?;
         run(&self.scontrol, &["release", &job_id.to_string()]).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_dump_beats_many_reads_in_proportion_to_the_queue() {
+        assert_eq!(bulk_threshold(0), 50);
+        assert_eq!(bulk_threshold(10_000), 166);
+        assert_eq!(bulk_threshold(20_000), 333);
+    }
+
+    #[test]
+    fn an_array_or_a_het_leader_lists_every_record() {
+        let rows = queue::parse_rows(include_str!("../tests/data/squeue-O-22.05.txt")).unwrap();
+        assert_eq!(Ask::for_row(&rows, 46).records, 3, "the array's remainder and its two tasks");
+        assert_eq!(Ask::for_row(&rows, 51).records, 2, "the heterogeneous leader and its component");
+        assert_eq!(Ask::for_row(&rows, 47).records, 1, "a task alone");
+        assert_eq!(Ask::for_row(&rows, 33).records, 1);
     }
 }

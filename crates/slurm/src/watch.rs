@@ -516,7 +516,7 @@ pub struct PollReport {
 pub fn poll_once(cfg: &WatchConfig, state: &mut WatchState) -> Result<PollReport> {
     let t0 = Instant::now();
     let rows = cfg.slurm.queue()?;
-    let read = cfg.slurm.details(&asks(state, &rows))?;
+    let read = cfg.slurm.details(&asks(state, &rows), rows.len())?;
     if let Some(why) = &read.dumped {
         tracing::info!(why = %why, "read the queue as JSON");
     }
