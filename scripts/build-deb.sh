@@ -10,6 +10,11 @@
 #                                         test packages the debug build the tests already made)
 #   scripts/build-deb.sh --out DIR        where the .deb goes (default: <target folder>/debian)
 #   scripts/build-deb.sh --fast           lighter compression (a test's package, made to be removed)
+#   scripts/build-deb.sh --version V      the package's version (with revision) instead of the crate's
+#                                         (the package test makes an "older" package to downgrade to)
+#
+# The binary in the package is stripped: its debug symbols go to bursar-dbgsym_<version>_<arch>.ddeb
+# beside the .deb (cargo-deb's --dbgsym; install it next to the package to debug a core file).
 #
 # Prints the path of the .deb on stdout.
 set -euo pipefail
@@ -18,12 +23,14 @@ target="${CARGO_TARGET_DIR:-$root/target}"
 binary=""
 out=""
 fast=()
+version=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --binary) binary="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
         --fast) fast=(--fast); shift ;;
-        *) echo "build-deb: unknown argument \`$1\` (--binary PATH, --out DIR, --fast)" >&2; exit 2 ;;
+        --version) version=(--deb-version "$2"); shift 2 ;;
+        *) echo "build-deb: unknown argument \`$1\` (--binary PATH, --out DIR, --fast, --version V)" >&2; exit 2 ;;
     esac
 done
 out="${out:-$target/debian}"
@@ -60,5 +67,5 @@ gzip -9n "$gen/man"/*.1
 "$bin" completions zsh > "$gen/completions/_bursar"
 "$bin" completions fish > "$gen/completions/bursar.fish"
 
-CARGO_TARGET_DIR="$stage" cargo deb --quiet -p bursar --no-build "${fast[@]}" --output "$out" >&2
+CARGO_TARGET_DIR="$stage" cargo deb --quiet -p bursar --no-build --dbgsym "${fast[@]}" "${version[@]}" --output "$out" >&2
 ls -t "$out"/bursar_*.deb | head -n 1

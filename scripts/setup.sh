@@ -11,6 +11,8 @@
 #   nodejs npm                             the JavaScript example policy (examples/js-policy/build.sh
 #                                          installs its pinned npm packages itself)
 #   lua5.1                                 the Slurm hook's own tests (the Lua Debian's Slurm links)
+#   apache2 libapache2-mod-auth-openidc    people in a browser: the single sign-on proxy in front of serve
+#                                          (crates/cli/tests/people_sso.rs runs integrations/apache/)
 #   dpkg-dev systemd                       the Debian package test: cargo-deb's dependency scan
 #                                          (dpkg-shlibdeps) and `systemd-analyze verify` of the units
 #   cargo-deb (crates.io, cargo install)   builds the Debian package (scripts/build-deb.sh)
@@ -45,6 +47,8 @@ command -v curl >/dev/null || need+=(curl)
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
 command -v lua5.1 >/dev/null || need+=(lua5.1)
+[ -x /usr/sbin/apache2 ] || need+=(apache2)
+[ -f /usr/lib/apache2/modules/mod_auth_openidc.so ] || need+=(libapache2-mod-auth-openidc)
 command -v dpkg-shlibdeps >/dev/null || need+=(dpkg-dev)
 command -v systemd-analyze >/dev/null || need+=(systemd)
 if [ ${#need[@]} -gt 0 ]; then

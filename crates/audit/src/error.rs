@@ -36,6 +36,16 @@ pub enum AuditError {
         /// The version this build writes.
         supported: i64,
     },
+    /// Another process writes this log ([`crate::lock`]): one writer per log.
+    #[error(
+        "audit log `{path}` is being written by another process: {holder}\n  help: one process writes a log at a time; stop that one first, or, when it is `bursar serve`, do it through serve: `bursar audit prune --server ADDR` prunes, `bursar audit backup` copies beside it (docs/audit.md, \"Maintenance while serving\")"
+    )]
+    Locked {
+        /// The database file.
+        path: String,
+        /// Who holds the lock: `pid N (`command`)`.
+        holder: String,
+    },
     /// A value in the database could not be read back (hand-edited JSON, say).
     #[error("audit log: {0}")]
     Invalid(String),

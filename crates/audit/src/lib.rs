@@ -71,6 +71,7 @@
 //! # Layout
 //! - [`log`] — [`AuditLog`], [`Record`], the stored row types and the typed reads.
 //! - [`writer`] — [`Writer`], the journal: group commit on its own thread.
+//! - [`lock`] — [`WriterLock`], one writer per log: the `flock` every writing handle holds.
 //! - [`outbox`] — [`Outbox`], the notifier's cursor and notices (`bursar-notify`): typed reads and
 //!   writes of the two tables schema version 4 added.
 //! - [`query`] — filters, `explain` and `stats`.
@@ -89,6 +90,7 @@ pub mod canon;
 pub mod checkpoint;
 pub mod derived;
 pub mod error;
+pub mod lock;
 pub mod log;
 pub mod outbox;
 pub mod query;
@@ -101,10 +103,11 @@ pub mod writer;
 pub use bursar_engine::SourceFile;
 pub use bursar_session::Journal;
 pub use error::{AuditError, Result};
+pub use lock::WriterLock;
 pub use log::{
     Appended, AuditLog, Durability, EventRow, PolicyLoad, Record, RestorePoint, SnapshotRejected, StoredDecision,
     StoredEvent, StoredRefusal, StoredSnapshot, StoredStep, stores_as_columns, wall_ms,
 };
 pub use outbox::{Delivered, NewNotice, NoticeRow, Outbox, OutboxCursor, Resolved};
 pub use witness::{PublicKey, SignedHead, SigningKey, Witness};
-pub use writer::{CommitHook, Failing, Health, Totals, Writer, WriterConfig, WriterStats, no_hook};
+pub use writer::{CommitHook, Failing, Health, PruneDone, Totals, Writer, WriterConfig, WriterStats, no_hook};

@@ -175,6 +175,7 @@ fn step_of(name: &str, status: Option<&str>) -> Option<Step> {
         "held" => Step::Held,
         "denied" => Step::Denied,
         "started" => Step::Started,
+        "requeued" => Step::Requeued,
         "reclaimed" => Step::Reclaimed,
         "finished" => Step::Finished(match status? {
             "succeeded" => FinishStatus::Succeeded,
@@ -628,6 +629,8 @@ pub struct AuditLog {
     id: Option<String>,
     durability: Durability,
     witness: Option<Witness>,
+    /// A writing handle's lock ([`crate::lock`]): held while this handle lives. `None` for readers.
+    lock: Option<crate::lock::WriterLock>,
 }
 
 impl AuditLog {
@@ -636,6 +639,8 @@ impl AuditLog {
     pub fn open(path: impl AsRef<Path>, durability: Durability) -> Result<AuditLog> {
         let path_ref = path.as_ref();
         let shown = path_ref.display().to_string();
+        // One writer per log: taken before the file is touched, so a second writer changes nothing.
+        let lock = crate::lock::WriterLock::acquire(path_ref)?;
         private_file(path_ref)
             .map_err(|e| AuditError::Invalid(format!("cannot open `{shown}` (creating it with mode 0640): {e}")))?;
         let mut conn = Connection::open(path_ref).map_err(AuditError::sqlite(format!("open `{shown}`")))?;
@@ -657,7 +662,9 @@ impl AuditLog {
         conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)
             .map_err(AuditError::sqlite("set the page cache size"))?;
         schema::migrate(&mut conn, &shown)?;
-        AuditLog::with_heads(conn, shown, durability)
+        let mut log = AuditLog::with_heads(conn, shown, durability)?;
+        log.lock = Some(lock);
+        Ok(log)
     }
 
     /// The mode of an audit database and of the WAL and shared-memory files SQLite makes beside it
@@ -765,7 +772,19 @@ impl AuditLog {
         let id = anchor::log_id(&conn)?;
         let indexed =
             Indexed { events: indexed_through(&conn, "events")?, decisions: indexed_through(&conn, "decisions")? };
-        Ok(AuditLog { conn, path, events, decisions, loads, anchors, indexed, id, durability, witness: None })
+        Ok(AuditLog {
+            conn,
+            path,
+            events,
+            decisions,
+            loads,
+            anchors,
+            indexed,
+            id,
+            durability,
+            witness: None,
+            lock: None,
+        })
     }
 
     /// Signs the log's head after every successful write from now on and appends it to a witness

@@ -8,6 +8,7 @@
 //! Policies are stored as a JSON array per decision and matched with SQLite's `json_each`. Times are
 //! event times in ms since the epoch; `since` is inclusive and `until` exclusive.
 
+use rusqlite::OptionalExtension;
 use rusqlite::params_from_iter;
 use rusqlite::types::Value;
 use serde::Serialize;
@@ -240,6 +241,9 @@ pub struct Story {
     pub loads: Vec<PolicyLoad>,
     /// Inputs about the job that were refused when applied (schema 7).
     pub refused: Vec<crate::StoredRefusal>,
+    /// When the log was pruned and the job's submission is not in it any more: the last event seq
+    /// the newest prune removed and its `before` (ms), so the story can say why its start is missing.
+    pub pruned: Option<(i64, i64)>,
 }
 
 /// The story of job `job`: its events and decisions in order, and the policy-set versions in force.
@@ -291,6 +295,19 @@ pub fn explain(log: &AuditLog, job: &str) -> Result<Story> {
         .filter(|l| !steps.is_empty() && l.event_seq >= first.saturating_sub(1) && l.event_seq <= last)
         .collect();
     let refused = log.refusals(0, Some(job), 1000)?;
+    let submitted = steps.iter().any(|s| matches!(&s.4, Step::Event(e) if e.kind == "job.submitted"));
+    let pruned = if submitted {
+        None
+    } else {
+        log.conn
+            .query_row(
+                "SELECT through_seq, before FROM checkpoints WHERE chain = 'events' ORDER BY through_seq DESC LIMIT 1",
+                [],
+                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
+            )
+            .optional()
+            .map_err(AuditError::sqlite("read the prune checkpoints"))?
+    };
     Ok(Story {
         job: job.to_owned(),
         project,
@@ -299,6 +316,7 @@ pub fn explain(log: &AuditLog, job: &str) -> Result<Story> {
         policy_sets,
         loads,
         refused,
+        pruned,
     })
 }
 

@@ -181,9 +181,18 @@ enum Msg {
         reply: SyncSender<std::result::Result<i64, String>>,
     },
     Flush(SyncSender<Vec<Receipt>>),
+    /// Prune the oldest rows (after committing what is queued before it) and call back with the
+    /// outcome: a failed prune is its caller's to report, never a reason to stop the journal.
+    Prune {
+        before: i64,
+        done: PruneDone,
+    },
     /// Call back with the receipts of the records sent since the previous flush once committed.
     FlushThen(FlushDone),
 }
+
+/// Called on the writer thread with a prune's outcome ([`Writer::prune`]).
+pub type PruneDone = Box<dyn FnOnce(Result<crate::verify::PruneReport>) + Send>;
 
 /// A running writer thread.
 #[derive(Debug)]
@@ -250,6 +259,15 @@ impl Writer {
             Ok(Err(e)) => Err(AuditError::Invalid(format!("the engine snapshot was not written: {e}"))),
             Err(_) => Err(self.stopped()),
         }
+    }
+
+    /// Prunes the rows before `before` (ms since the epoch, event time) in order with the records
+    /// sent before it, on the writer's own connection (the one writer of the log: a prune by another
+    /// process is refused by [`crate::lock`]), and calls `done` with what it removed. The caller
+    /// verifies the log first ([`crate::verify::prune`] does both for a log it opens itself) and
+    /// saves an engine snapshot before it, so that a restart has one after the prune.
+    pub fn prune(&mut self, before: i64, done: PruneDone) -> Result<()> {
+        self.send(Msg::Prune { before, done })
     }
 
     /// Closes the channel, waits until everything queued is committed and handed on, and returns the
@@ -457,6 +475,10 @@ impl Thread {
                 self.call_back();
                 self.since_flush = 0;
                 let _ = reply.send(std::mem::take(&mut self.receipts));
+            }
+            Msg::Prune { before, done } => {
+                self.commit()?;
+                done(self.log.prune_prefix(before));
             }
             Msg::FlushThen(done) => {
                 // Not committed yet: whatever else is queued joins the group, and the callbacks run

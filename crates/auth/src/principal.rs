@@ -242,8 +242,16 @@ impl Caller {
                 }
                 match &e.kind {
                     EventKind::JobSubmitted(j) => self.for_job(Power::Submit, &j.id),
-                    EventKind::JobStarted { job_id }
-                    | EventKind::JobFinished { job_id, .. }
+                    EventKind::JobStarted { job_id, info } => {
+                        // A task's start creates it from its array: the caller must report for both.
+                        if let Some(parent) = &info.parent {
+                            self.for_job(Power::Report, parent)?;
+                        }
+                        self.for_job(Power::Report, job_id)
+                    }
+                    EventKind::JobFinished { job_id, .. }
+                    | EventKind::JobQueued { job_id }
+                    | EventKind::JobRequeued { job_id }
                     | EventKind::JobSample(bursar_model::Sample { job_id, .. }) => self.for_job(Power::Report, job_id),
                     EventKind::JobKeepalive { by, .. } => {
                         self.may(Power::Keepalive)?;

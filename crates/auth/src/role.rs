@@ -9,7 +9,7 @@
 //! | `approver` | `answer` | approvals and rejections, only of jobs whose policies name this principal |
 //! | `user` | `keepalive` | a person keeping their own job alive |
 //! | `reader` | `read` | pages, the decision stream, jobs, projects, policies, reports, metrics |
-//! | `admin` | `admin` | reload and snapshot |
+//! | `admin` | `admin` | reload, snapshot and prune |
 
 use std::fmt;
 
@@ -98,7 +98,7 @@ pub enum Power {
     Keepalive,
     /// Every `GET` but `/healthz`.
     Read,
-    /// `POST /v1/reload`, `POST /v1/snapshot`.
+    /// `POST /v1/reload`, `POST /v1/snapshot`, `POST /v1/audit/prune`.
     Admin,
 }
 

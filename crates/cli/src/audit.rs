@@ -270,12 +270,27 @@ enum AuditCommand {
     },
     /// Delete events and decisions older than a date, keeping the rest verifiable with a checkpoint.
     ///
-    /// A log kept with a witness must be pruned with --signing-key and --witness, else `verify
+    /// The log of a running `bursar serve` is pruned through it: --server ADDR (the admin power);
+    /// serve verifies, snapshots and prunes on its own writer while it goes on admitting. A log no
+    /// process writes is pruned with --db. A log kept with a witness must be pruned with
+    /// --signing-key and --witness (through serve: serve's own [witness] signs), else `verify
     /// --witness` reports the unsigned checkpoint.
+    ///
+    /// Example: bursar audit prune --server 127.0.0.1:7878 --token-file /etc/bursar/admin.token --before 2026-01-01
     Prune {
         /// Remove rows whose event time is before this (RFC 3339 or a date).
         #[arg(long, value_parser = parse_when)]
         before: Timestamp,
+        /// Prune the log of the `bursar serve` listening here (a URL, or HOST:PORT for plain HTTP)
+        /// instead of opening --db: serve is the one writer of its log.
+        #[arg(long, value_name = "URL", conflicts_with_all = ["signing_key", "witness", "adopt_unsigned"])]
+        server: Option<String>,
+        /// With --server: the CA certificate(s) serve's TLS certificate is checked against.
+        #[arg(long, value_name = "FILE", requires = "server")]
+        ca_file: Option<PathBuf>,
+        /// With --server: a file holding a token of a principal with the admin power.
+        #[arg(long, value_name = "FILE", env = "BURSAR_TOKEN_FILE", requires = "server")]
+        token_file: Option<PathBuf>,
         /// Sign the pruned log's head with this key.
         #[arg(long, value_name = "FILE", requires = "witness")]
         signing_key: Option<PathBuf>,
@@ -325,8 +340,17 @@ enum AuditCommand {
     /// file up first (`bursar audit backup`): an older bursar refuses a migrated file (docs/operations.md,
     /// "Upgrade and rollback").
     ///
-    /// Example: bursar audit migrate --db /var/lib/bursar/audit.db
-    Migrate,
+    /// With --backup-to, a file older than this bursar is first copied there (`audit backup`'s
+    /// online copy), so that the copy exists before anything changes; a file of this schema is left
+    /// alone and no copy is made. The package's maintainer scripts migrate this way before the new
+    /// serve starts, and a downgrade restores that copy (docs/operations.md).
+    ///
+    /// Example: bursar audit migrate --db /var/lib/bursar/audit.db --backup-to /srv/backup/audit-before-upgrade.db
+    Migrate {
+        /// Before migrating an older file, copy it here (refused if it exists).
+        #[arg(long, value_name = "FILE")]
+        backup_to: Option<PathBuf>,
+    },
     /// Copy the log, as it is at one instant, to a new file while serve keeps writing; verify the copy.
     ///
     /// SQLite's online backup in one read transaction: the copy holds every commit up to that
@@ -415,7 +439,14 @@ pub fn run(args: &AuditArgs, _format: ErrorFormat) -> Result<ExitCode, CliError>
             let log = AuditLog::open_read(&args.db).map_err(audit_err)?;
             let story = bursar_audit::query::explain(&log, job).map_err(audit_err)?;
             if story.steps.is_empty() && story.refused.is_empty() {
-                eprintln!("bursar: job `{job}` is not in `{}`", args.db.display());
+                match story.pruned {
+                    Some((through, before)) => eprintln!(
+                        "bursar: job `{job}` is not in `{}`; the events before {} were pruned (through event seq {through}), so its story may have been among them",
+                        args.db.display(),
+                        Timestamp(before)
+                    ),
+                    None => eprintln!("bursar: job `{job}` is not in `{}`", args.db.display()),
+                }
                 return Ok(ExitCode::Failed);
             }
             match format {
@@ -473,7 +504,33 @@ pub fn run(args: &AuditArgs, _format: ErrorFormat) -> Result<ExitCode, CliError>
             }
             Ok(ExitCode::Failed)
         }
-        AuditCommand::Prune { before, signing_key, witness, adopt_unsigned } => {
+        AuditCommand::Prune { before, server: Some(server), ca_file, token_file, .. } => {
+            let connect = crate::connect::ConnectArgs {
+                server: server.clone(),
+                ca_file: ca_file.clone(),
+                token_file: token_file.clone(),
+                client_cert: None,
+                client_key: None,
+                munge: false,
+                munge_socket: None,
+            };
+            let client = connect.client(crate::connect::Fallback::Nothing)?;
+            let rep = client.prune(*before).map_err(|e| CliError::Message(e.to_string()))?;
+            writeln!(
+                out,
+                "pruned {} events (through seq {}) and {} decisions (through seq {}) before {before} through serve at {}; \
+                 checkpoints recorded after an engine snapshot at event {}",
+                rep.events,
+                rep.events_through,
+                rep.decisions,
+                rep.decisions_through,
+                client.server(),
+                rep.snapshot_event_seq
+            )
+            .map_err(io)?;
+            Ok(ExitCode::Ok)
+        }
+        AuditCommand::Prune { before, signing_key, witness, adopt_unsigned, .. } => {
             let witness = WitnessOpts::from_flags(signing_key.as_ref(), witness.as_ref(), *adopt_unsigned);
             let mut log = AuditLog::open(&args.db, Durability::Durable).map_err(audit_err)?;
             if let Some(w) = &witness {
@@ -516,7 +573,7 @@ pub fn run(args: &AuditArgs, _format: ErrorFormat) -> Result<ExitCode, CliError>
             writeln!(out, "public key {}", key.public().to_hex()).map_err(io)?;
             Ok(ExitCode::Ok)
         }
-        AuditCommand::Migrate => run_migrate(&args.db, &mut out),
+        AuditCommand::Migrate { backup_to } => run_migrate(&args.db, backup_to.as_deref(), &mut out),
         AuditCommand::Backup { out: dest } => run_backup(&args.db, dest, &mut out),
         AuditCommand::Stats { since, until, format } => {
             let log = AuditLog::open_read(&args.db).map_err(audit_err)?;
@@ -547,7 +604,7 @@ fn with_ext(prefix: &Path, ext: &str) -> PathBuf {
 }
 
 /// `bursar audit migrate`: the migration a writer makes on open, on its own, then a verify of the result.
-fn run_migrate(db: &Path, out: &mut dyn Write) -> Result<ExitCode, CliError> {
+fn run_migrate(db: &Path, backup_to: Option<&Path>, out: &mut dyn Write) -> Result<ExitCode, CliError> {
     let io = |e: std::io::Error| CliError::io("cannot write the answer", e);
     let found = bursar_audit::schema::file_version(db).map_err(audit_err)?;
     let to = bursar_audit::schema::SCHEMA_VERSION;
@@ -560,6 +617,16 @@ fn run_migrate(db: &Path, out: &mut dyn Write) -> Result<ExitCode, CliError> {
     if found == to {
         writeln!(out, "`{}` has schema version {to} already: nothing to migrate", db.display()).map_err(io)?;
     } else {
+        if found < to
+            && let Some(copy) = backup_to
+        {
+            // Under the writer lock, so nothing writes between the copy and the migration.
+            let lock = bursar_audit::WriterLock::acquire(db).map_err(audit_err)?;
+            AuditLog::backup(db, copy).map_err(audit_err)?;
+            drop(lock);
+            writeln!(out, "backed up `{}` (schema version {found}) to `{}`", db.display(), copy.display())
+                .map_err(io)?;
+        }
         // Opening for writing runs every step the file lacks, each in one transaction (a newer file
         // is refused with its own message).
         drop(AuditLog::open(db, Durability::Durable).map_err(audit_err)?);
@@ -980,13 +1047,22 @@ fn shown(text: &str) -> std::borrow::Cow<'_, str> {
 }
 
 fn write_story(s: &Story, out: &mut dyn Write) -> std::io::Result<()> {
+    // Unknown because its first events were pruned: say so, instead of a bare `?` (issue 45).
+    let unknown = if s.pruned.is_some() { "unknown: pruned" } else { "?" };
     writeln!(
         out,
         "job {} (project {}, user {})",
         s.job,
-        s.project.as_deref().unwrap_or("?"),
-        s.user.as_deref().unwrap_or("?")
+        s.project.as_deref().unwrap_or(unknown),
+        s.user.as_deref().unwrap_or(unknown)
     )?;
+    if let Some((through, before)) = s.pruned {
+        writeln!(
+            out,
+            "note: its submission is not in the log: the events before {} were pruned (through event seq {through}); what follows is what is left",
+            Timestamp(before)
+        )?;
+    }
     let mut last_set: Option<&str> = None;
     for step in &s.steps {
         match step {

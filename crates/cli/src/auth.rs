@@ -22,7 +22,12 @@ pub struct AuthArgs {
 pub enum AuthCommand {
     /// Make a new random token; print its hash for the configuration.
     ///
-    /// Example: bursar auth token --name slurmctld --role scheduler --out /etc/slurm/bursar.token
+    /// A principal that sends inputs about jobs (the scheduler, producer and billing roles) is given
+    /// the job ids it may speak for: --jobs PATTERN (repeat; `*` is a wildcard), or --all-jobs to
+    /// let it speak for every job. The printed table says which, so pasting it never grants more than
+    /// was asked for.
+    ///
+    /// Example: bursar auth token --name slurmctld --role scheduler --jobs 'slurm-*' --out /etc/slurm/bursar.token
     Token {
         /// The principal the token is for (for the printed `[[principal]]` table).
         #[arg(long, default_value = "NAME")]
@@ -30,6 +35,12 @@ pub enum AuthCommand {
         /// Its role(s), for the printed table (repeat for several).
         #[arg(long = "role", value_name = "ROLE")]
         roles: Vec<String>,
+        /// The job ids it may speak for (repeat; `slurm-*`), for the printed table's `jobs`.
+        #[arg(long = "jobs", value_name = "PATTERN", conflicts_with = "all_jobs")]
+        jobs: Vec<String>,
+        /// Let it speak for every job (the table gets no `jobs` line, and says so).
+        #[arg(long)]
+        all_jobs: bool,
         /// Write the token to this file (created with mode 0600; never overwritten) instead of
         /// printing it.
         #[arg(long, value_name = "FILE")]
@@ -42,14 +53,26 @@ pub enum AuthCommand {
 /// Runs `bursar auth`.
 pub fn run(args: &AuthArgs) -> Result<ExitCode, CliError> {
     match &args.command {
-        AuthCommand::Token { name, roles, out } => {
+        AuthCommand::Token { name, roles, jobs, all_jobs, out } => {
+            use bursar_auth::Role;
+            let mut speaks_for_jobs = false;
             for r in roles {
-                if bursar_auth::Role::parse(r).is_none() {
-                    return Err(CliError::Message(format!(
-                        "`{r}` is not a role\n  help: the roles are {}",
-                        bursar_auth::Role::NAMES.join(", ")
-                    )));
+                match Role::parse(r) {
+                    None => {
+                        return Err(CliError::Message(format!(
+                            "`{r}` is not a role\n  help: the roles are {}",
+                            Role::NAMES.join(", ")
+                        )));
+                    }
+                    Some(Role::Scheduler | Role::Producer | Role::Billing) => speaks_for_jobs = true,
+                    Some(_) => {}
                 }
+            }
+            // Without a `jobs` line a principal speaks for every job: never print one by omission.
+            if speaks_for_jobs && jobs.is_empty() && !all_jobs {
+                return Err(CliError::Message(format!(
+                    "say which jobs `{name}` may speak for: its roles send inputs about jobs\n  help: add `--jobs 'slurm-*'` (the job ids it sends; repeat for several), or `--all-jobs` to let it speak for every job"
+                )));
             }
             let token = bursar_auth::token::generate()
                 .map_err(|e| CliError::Message(format!("cannot draw random bytes: {e}")))?;
@@ -74,7 +97,16 @@ pub fn run(args: &AuthArgs) -> Result<ExitCode, CliError> {
             } else {
                 roles.iter().map(|r| format!("\"{r}\"")).collect::<Vec<_>>().join(", ")
             };
-            println!("\n# in bursar.toml:\n[[principal]]\nname = \"{name}\"\nroles = [{roles}]\ntokens = [\"{hash}\"]");
+            let jobs_line = if !jobs.is_empty() {
+                format!("jobs = [{}]\n", jobs.iter().map(|j| format!("{j:?}")).collect::<Vec<_>>().join(", "))
+            } else if *all_jobs {
+                "# no `jobs` line: it may speak for every job (--all-jobs)\n".to_owned()
+            } else {
+                String::new()
+            };
+            println!(
+                "\n# in bursar.toml:\n[[principal]]\nname = \"{name}\"\nroles = [{roles}]\n{jobs_line}tokens = [\"{hash}\"]"
+            );
             Ok(ExitCode::Ok)
         }
         AuthCommand::Hash => {

@@ -220,36 +220,67 @@ pub fn run(args: &DoctorArgs, error_format: ErrorFormat) -> Result<ExitCode, Cli
         }
     }
 
-    // Prometheus.
+    // Prometheus: every utilisation metric in use is asked (a GPU without the profiling metric is
+    // read from DCGM_FI_DEV_GPU_UTIL), and the answer names how many series each has.
     if let Some(u) = &c.utilisation {
-        let query =
-            bursar_prometheus::Source::new(u.prometheus.clone()).ok().and_then(|s| s.queries().into_iter().next());
-        match (u.prometheus.http_client(), query) {
-            (Ok(client), Some(q)) => {
-                let path = format!("/api/v1/query?query={}", bursar_http::encode(&q));
-                match client.get(&path) {
-                    Ok(resp) if resp.is_success() => {
-                        let series =
-                            resp.json().ok().and_then(|v| v["data"]["result"].as_array().map(Vec::len)).unwrap_or(0);
-                        let level = if series == 0 { Level::Warn } else { Level::Ok };
-                        r.line(level, "prometheus", &format!("{} answers the query ({series} series)", u.prometheus.server), Some("no series yet: is dcgm-exporter scraped, with its job mapping (`hpc_job`)? docs/integrations/utilisation.md"));
-                    }
-                    Ok(resp) => r.line(
-                        Level::Fail,
-                        "prometheus",
-                        &format!("{} answered {}", u.prometheus.server, resp.status),
-                        Some("check `basic_auth` / `bearer_token_file` in [utilisation.prometheus]"),
-                    ),
-                    Err(e) => r.line(Level::Fail, "prometheus", &e.to_string(), None),
-                }
-            }
-            (Err(e), _) => r.line(Level::Fail, "prometheus", &e.to_string(), None),
-            (Ok(_), None) => r.line(
+        let queries =
+            bursar_prometheus::Source::new(u.prometheus.clone()).map(|s| s.utilisation_queries()).unwrap_or_default();
+        match u.prometheus.http_client() {
+            Err(e) => r.line(Level::Fail, "prometheus", &e.to_string(), None),
+            Ok(_) if queries.is_empty() => r.line(
                 Level::Warn,
                 "prometheus",
                 "no metric configured to query",
                 Some("docs/integrations/utilisation.md"),
             ),
+            Ok(client) => {
+                let mut counts = Vec::new();
+                let mut failed = None;
+                for (name, q) in &queries {
+                    let path = format!("/api/v1/query?query={}", bursar_http::encode(q));
+                    match client.get(&path) {
+                        Ok(resp) if resp.is_success() => {
+                            let n = resp
+                                .json()
+                                .ok()
+                                .and_then(|v| v["data"]["result"].as_array().map(Vec::len))
+                                .unwrap_or(0);
+                            counts.push(format!("{n} series of {name}"));
+                            if n > 0 {
+                                failed = failed.or(Some(None));
+                            }
+                        }
+                        Ok(resp) => {
+                            failed = Some(Some((format!("{} answered {}", u.prometheus.server, resp.status), true)));
+                            break;
+                        }
+                        Err(e) => {
+                            failed = Some(Some((e.to_string(), false)));
+                            break;
+                        }
+                    }
+                }
+                match failed {
+                    Some(Some((message, auth))) => r.line(
+                        Level::Fail,
+                        "prometheus",
+                        &message,
+                        auth.then_some("check `basic_auth` / `bearer_token_file` in [utilisation.prometheus]"),
+                    ),
+                    Some(None) => r.line(
+                        Level::Ok,
+                        "prometheus",
+                        &format!("{} answers the queries ({})", u.prometheus.server, counts.join(", ")),
+                        None,
+                    ),
+                    None => r.line(
+                        Level::Warn,
+                        "prometheus",
+                        &format!("{} answers the queries ({})", u.prometheus.server, counts.join(", ")),
+                        Some("no series yet: is dcgm-exporter scraped, with its job mapping (`hpc_job`)? docs/integrations/utilisation.md"),
+                    ),
+                }
+            }
         }
     }
 

@@ -103,7 +103,7 @@ enum Command {
     Config(bursar::config::ConfigArgs),
     /// Credentials for `bursar serve`: make a token and the configuration line that lets it in.
     ///
-    /// Example: bursar auth token --name slurmctld --role scheduler --out /etc/slurm/bursar.token
+    /// Example: bursar auth token --name slurmctld --role scheduler --jobs 'slurm-*' --out /etc/slurm/bursar.token
     Auth(bursar::auth::AuthArgs),
     /// Convert a cluster trace (philly, openb, sacct) to v1 events on stdout; the report goes to stderr.
     ///

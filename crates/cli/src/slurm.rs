@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 use std::time::Duration as StdDuration;
 
+use bursar_agent::server::Server;
 use bursar_model::Duration;
 use bursar_slurm::enforce::EnforceConfig;
-use bursar_agent::server::Server;
 use bursar_slurm::slurm::Slurm;
 use bursar_slurm::watch::WatchConfig;
 

@@ -65,6 +65,23 @@ fn the_file_alone_starts_serve_and_a_flag_overrides_it() {
     assert!(r.text().contains("changed but not taken until a restart: [serve]"), "{}", r.text());
     // A relative path in the file is relative to the file's folder.
     assert!(s.0.join("audit.db").exists());
+    // A typo in the configuration raises the configuration's alert, not the policies' (issue 45:
+    // on-call was sent to the policy files).
+    let good = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, good.replace("[clock]", "[clokc]")).unwrap();
+    let r = Conn::connect(addr, Some("bursar_config-test-admin")).unwrap().request("POST", "/v1/reload", b"").unwrap();
+    assert_eq!(r.status, 422, "{}", r.text());
+    let metrics =
+        Conn::connect(addr, Some("bursar_config-test-admin")).unwrap().request("GET", "/metrics", b"").unwrap();
+    let text = metrics.text();
+    assert!(text.contains("bursar_last_reload_failed{part=\"config\"} 1"), "{text}");
+    assert!(text.contains("bursar_last_reload_failed{part=\"policies\"} 0"), "{text}");
+    std::fs::write(&cfg, good).unwrap();
+    let r = Conn::connect(addr, Some("bursar_config-test-admin")).unwrap().request("POST", "/v1/reload", b"").unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let text =
+        Conn::connect(addr, Some("bursar_config-test-admin")).unwrap().request("GET", "/metrics", b"").unwrap().text();
+    assert!(text.contains("bursar_last_reload_failed{part=\"config\"} 0"), "{text}");
     let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
     let deadline = Instant::now() + Duration::from_secs(20);
     while child.try_wait().unwrap().is_none() && Instant::now() < deadline {

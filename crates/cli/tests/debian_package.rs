@@ -11,7 +11,16 @@
 //! `$NOTIFY_SOCKET` (only once its policies compiled and its audit log is open), admit a job, reload
 //! on `SIGHUP` (`ExecReload`), and stop cleanly on `SIGTERM`; `bursar config check` and `bursar
 //! doctor` accept the installation. Then `dpkg -r` (configuration and data kept) and `dpkg --purge` (data removed), exactly as
-//! docs/operations.md says.
+//! docs/operations.md says; a site's policy in `/etc/bursar/policies`, even one named like an
+//! example, survives both (issue 45, item 3). The binary is stripped, its symbols in the -dbgsym
+//! package, and every `docs/X.md` the binary or a unit names is installed as
+//! `/usr/share/doc/bursar/X.md`.
+//!
+//! Upgrades (issue 45, item 5): the package is installed over the log of each earlier schema
+//! (`tests/data/audit-schemas/v1..v6.db`): postinst copies it, migrates it before its start of serve,
+//! the decisions and `verify` are unchanged; then a downgrade (the same binary packaged as an older
+//! version: no second build) is unpacked and its postrm has put the copy back before the older
+//! package's postinst would start serve.
 //!
 //! What it does not exercise: the seccomp filter, the namespace and kernel-protection settings and
 //! `Restart=`, which need systemd itself; `systemd-analyze` checks that systemd accepts them.
@@ -264,8 +273,11 @@ fn the_package_installs_serve_runs_as_its_unit_says_and_removal_keeps_or_purges_
     }
 
     // The example set and the example configuration.
-    run(Command::new("/usr/bin/bursar").args(["check", "/etc/bursar/policies"]));
-    run(Command::new("/usr/bin/bursar").args(["test", "/etc/bursar/policies"]));
+    // The site's policy folder: made, empty, the site's. The examples check and pass their tests.
+    assert_eq!(mode_owner("/etc/bursar/policies"), (0o750, "root".into(), "bursar".into()));
+    assert_eq!(std::fs::read_dir("/etc/bursar/policies").unwrap().count(), 0, "/etc/bursar/policies is not empty");
+    run(Command::new("/usr/bin/bursar").args(["check", "/usr/share/doc/bursar/examples/policies"]));
+    run(Command::new("/usr/bin/bursar").args(["test", "/usr/share/doc/bursar/examples/policies"]));
     let checked = stdout(Command::new("/usr/bin/bursar").args(["config", "check", "/etc/bursar/bursar.toml"]));
     assert!(checked.contains("valid"), "{checked}");
 
@@ -332,6 +344,11 @@ fn the_package_installs_serve_runs_as_its_unit_says_and_removal_keeps_or_purges_
     assert_eq!(answer["decision"], "allow", "{answer}");
     assert_eq!(answer["admission"], true, "{answer}");
 
+    // The site puts its own policy in, named like an example (issue 45: purge deleted such a file).
+    for f in ["quota.toml", "tags.toml"] {
+        std::fs::copy(format!("/usr/share/doc/bursar/examples/policies/{f}"), format!("/etc/bursar/policies/{f}"))
+            .unwrap();
+    }
     // ExecReload: SIGHUP rereads the policies (and the configuration).
     let pid = machine.serve.as_ref().unwrap().id();
     let reload = unit.get("ExecReload").unwrap().replace("$MAINPID", &pid.to_string());
@@ -341,6 +358,8 @@ fn the_package_installs_serve_runs_as_its_unit_says_and_removal_keeps_or_purges_
         let v: serde_json::Value = serde_json::from_str(&b).ok()?;
         (v["last_reload"]["cause"] == "sighup").then_some(())
     });
+    let (_, b) = http(port, "GET", "/v1/policies", "");
+    assert!(b.contains("quota/monthly-gpu-hours"), "the site's policy is not in force after the reload: {b}");
 
     // Stop as systemd does (SIGTERM): it drains, snapshots and exits 0.
     let mut child = machine.serve.take().unwrap();
@@ -381,15 +400,127 @@ fn the_package_installs_serve_runs_as_its_unit_says_and_removal_keeps_or_purges_
     }
     assert!(user_exists("bursar"));
 
-    // dpkg --purge: the configuration and the data go too; the user stays (Debian's habit).
+    // dpkg --purge: the configuration and the data go too, the site's policy stays; the user stays
+    // (Debian's habit).
     run(Command::new("dpkg").args(["--purge", "bursar"]).env("DEBIAN_FRONTEND", "noninteractive"));
     machine.installed = false;
     assert_eq!(package_status(), None);
-    for p in PLACES {
+    assert!(Path::new("/etc/bursar/policies/quota.toml").is_file(), "dpkg --purge deleted the site's policy");
+    assert!(!Path::new("/etc/bursar/bursar.toml").exists(), "bursar.toml is still there after dpkg --purge");
+    for p in PLACES.iter().filter(|p| **p != "/etc/bursar") {
         assert!(!Path::new(p).exists(), "{p} is still there after dpkg --purge");
     }
+    std::fs::remove_dir_all("/etc/bursar").unwrap();
     assert!(user_exists("bursar"), "purge removed the user, which docs/operations.md says it keeps");
     assert_eq!(systemd_state(), before, "systemd's enable links and state are not as they were");
+
+    upgrades_over_each_earlier_schema(&mut machine, &deb, &work.0);
+    assert_eq!(systemd_state(), before, "systemd's enable links and state are not as they were");
+}
+
+/// The `user_version` of an SQLite file (its header, bytes 60..64): the audit log's schema version
+/// as a file a downgrade restores holds it (no WAL beside it).
+fn schema_of(path: &Path) -> u32 {
+    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    u32::from_be_bytes([b[60], b[61], b[62], b[63]])
+}
+
+fn decisions_in(path: &Path) -> i64 {
+    let c = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    c.query_row("SELECT count(*) FROM decisions", [], |r| r.get(0)).unwrap()
+}
+
+/// Issue 45, item 5: install over the log of each earlier schema, migrated (a copy first) before
+/// serve would start, decisions and `verify` unchanged; then a downgrade puts the copy back before
+/// the older package's postinst. The "older" package is this one repacked under a lower version (no
+/// second build). The first schema is installed fresh over its log; each next one is an upgrade
+/// from the older package the previous downgrade left unpacked.
+fn upgrades_over_each_earlier_schema(machine: &mut Machine, deb: &str, work: &Path) {
+    let raw = work.join("older-raw");
+    run(Command::new("dpkg-deb").args(["-R", deb]).arg(&raw));
+    let control = raw.join("DEBIAN/control");
+    let text = std::fs::read_to_string(&control).unwrap();
+    let version = text.lines().find_map(|l| l.strip_prefix("Version: ")).unwrap().to_owned();
+    std::fs::write(&control, text.replace(&format!("Version: {version}"), "Version: 0.0.1-1")).unwrap();
+    let old = work.join("bursar_0.0.1-1_older.deb");
+    run(Command::new("dpkg-deb").args(["-Zgzip", "-z1", "-b"]).arg(&raw).arg(&old));
+    let old = old.display().to_string();
+    let fixtures = root().join("tests/data/audit-schemas");
+    let db = Path::new("/var/lib/bursar/audit.db");
+    for v in 1..=6u32 {
+        let fixture = fixtures.join(format!("v{v}.db"));
+        assert_eq!(schema_of(&fixture), v, "{}", fixture.display());
+        // What this bursar makes of the fixture, migrated by hand in a scratch copy.
+        let scratch = work.join(format!("scratch-v{v}.db"));
+        std::fs::copy(&fixture, &scratch).unwrap();
+        let decisions = decisions_in(&scratch);
+        run(Command::new(env!("CARGO_BIN_EXE_bursar")).args(["audit", "migrate", "--db"]).arg(&scratch));
+        let expected = stdout(
+            Command::new(env!("CARGO_BIN_EXE_bursar"))
+                .args(["audit", "query", "--format", "json", "--db"])
+                .arg(&scratch),
+        );
+
+        // A site's log of schema v, then the package installed over it (or upgraded to).
+        std::fs::create_dir_all("/var/lib/bursar").unwrap();
+        for side in ["-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("/var/lib/bursar/audit.db{side}"));
+        }
+        std::fs::copy(&fixture, db).unwrap();
+        machine.installed = true;
+        let said = stdout(Command::new("dpkg").args(["-i", deb]).env("DEBIAN_FRONTEND", "noninteractive"));
+        assert!(said.contains("migrated /var/lib/bursar/audit.db"), "v{v}: {said}");
+        assert_eq!(mode_owner("/var/lib/bursar/audit.db"), (0o640, "bursar".into(), "bursar".into()), "v{v}");
+        let verify =
+            stdout(Command::new("/usr/bin/bursar").args(["audit", "verify", "--db", "/var/lib/bursar/audit.db"]));
+        assert!(verify.contains("verifies"), "v{v}: {verify}");
+        let found = stdout(Command::new("/usr/bin/bursar").args([
+            "audit",
+            "query",
+            "--format",
+            "json",
+            "--db",
+            "/var/lib/bursar/audit.db",
+        ]));
+        assert_eq!(found, expected, "v{v}: the migrated log's decisions differ from a migration by hand");
+        assert_eq!(found.lines().count() as i64, decisions, "v{v}: decisions lost or added by the migration");
+        let mark = std::fs::read_to_string("/var/lib/bursar/pre-upgrade/last-migration").unwrap();
+        assert!(mark.contains(&format!("version={version}\n")), "v{v}: {mark}");
+        let backup = PathBuf::from(mark.lines().find_map(|l| l.strip_prefix("backup=")).unwrap());
+        assert_eq!(schema_of(&backup), v, "v{v}: the copy taken before the migration is not of the old schema");
+        assert_eq!(decisions_in(&backup), decisions, "v{v}: the copy lacks decisions");
+        if v == 1 {
+            // Installed again at the same version: nothing left to migrate, no second copy.
+            let again = stdout(Command::new("dpkg").args(["-i", deb]).env("DEBIAN_FRONTEND", "noninteractive"));
+            assert!(!again.contains("migrated /var/lib/bursar/audit.db"), "v{v}: migrated twice: {again}");
+        }
+
+        // The downgrade, up to the point where the older package's postinst would start serve.
+        let said = stdout(Command::new("dpkg").args(["--unpack", &old]).env("DEBIAN_FRONTEND", "noninteractive"));
+        assert!(said.contains("restored /var/lib/bursar/audit.db"), "v{v}: {said}");
+        assert_eq!(schema_of(db), v, "v{v}: the downgrade did not restore the copy taken before the migration");
+        assert_eq!(
+            std::fs::read(db).unwrap(),
+            std::fs::read(&backup).unwrap(),
+            "v{v}: restored file differs from the copy"
+        );
+        assert_eq!(mode_owner("/var/lib/bursar/audit.db"), (0o640, "bursar".into(), "bursar".into()), "v{v}");
+        let aside = std::fs::read_dir("/var/lib/bursar")
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("audit.db.rolled-back-"))
+            .count();
+        assert!(aside >= 1, "v{v}: the newer log was not kept beside the restored one");
+        for f in std::fs::read_dir("/var/lib/bursar").unwrap().flatten() {
+            if f.file_name().to_string_lossy().starts_with("audit.db.rolled-back-") {
+                let _ = std::fs::remove_file(f.path());
+            }
+        }
+    }
+    run(Command::new("dpkg").args(["--purge", "bursar"]).env("DEBIAN_FRONTEND", "noninteractive"));
+    machine.installed = false;
+    let _ = std::fs::remove_dir_all("/etc/bursar");
+    assert!(!Path::new("/var/lib/bursar").exists(), "purge left /var/lib/bursar");
 }
 
 /// The package's files, modes, conffiles and dependencies; the man pages are the binary's own.
@@ -409,13 +540,17 @@ fn check_contents(deb: &str, work: &Path) {
     has("/usr/share/zsh/vendor-completions/_bursar", "-rw-r--r--");
     has("/usr/share/fish/vendor_completions.d/bursar.fish", "-rw-r--r--");
     has("/etc/bursar/bursar.toml", "-rw-r-----");
-    has("/etc/bursar/policies/quota.toml", "-rw-r--r--");
+    has("/usr/share/doc/bursar/examples/policies/quota.toml", "-rw-r--r--");
+    has("/usr/share/doc/bursar/examples/prices.toml", "-rw-r--r--");
+    // The site's policy folder is not the package's: no file of it is in the package.
+    assert!(!list.contains("./etc/bursar/policies/"), "the package ships files into the site's policy folder:\n{list}");
     has("/etc/default/bursar-slurm", "-rw-r--r--");
     has("/usr/share/bursar/slurm/job_submit.lua", "-rw-r--r--");
     has("/usr/share/bursar/slurm/cli_filter.lua", "-rw-r--r--");
     has("/usr/share/bursar/slurm/prolog-dcgm.sh", "-rwxr-xr-x");
     has("/usr/share/bursar/slurm/epilog-dcgm.sh", "-rwxr-xr-x");
     has("/usr/share/bursar/prometheus/bursar-alerts.yml", "-rw-r--r--");
+    has("/usr/share/bursar/apache/bursar-sso.conf", "-rw-r--r--");
     has("/usr/share/doc/bursar/operations.md", "-rw-r--r--");
     has("/usr/share/doc/bursar/copyright", "-rw-r--r--");
     for u in UNITS {
@@ -429,9 +564,20 @@ fn check_contents(deb: &str, work: &Path) {
     let ctrl = work.join("control");
     run(Command::new("dpkg-deb").args(["-e", deb]).arg(&ctrl));
     let conffiles = std::fs::read_to_string(ctrl.join("conffiles")).unwrap();
-    for c in ["/etc/bursar/bursar.toml", "/etc/default/bursar-slurm", "/etc/bursar/policies/quota.toml"] {
+    for c in ["/etc/bursar/bursar.toml", "/etc/default/bursar-slurm"] {
         assert!(conffiles.lines().any(|l| l == c), "{c} is not a conffile:\n{conffiles}");
     }
+    assert!(!conffiles.contains("/etc/bursar/policies"), "a conffile in the site's policy folder:\n{conffiles}");
+    // postinst migrates the audit log before the debhelper part starts serve.
+    let postinst = std::fs::read_to_string(ctrl.join("postinst")).unwrap();
+    let migrate = postinst
+        .find("audit migrate --db")
+        .unwrap_or_else(|| panic!("postinst does not migrate the audit log:\n{postinst}"));
+    let start = postinst
+        .find("migrate_log\n")
+        .and_then(|call| postinst[call..].find("deb-systemd-invoke").map(|i| call + i))
+        .unwrap_or_else(|| panic!("postinst starts nothing after the migration:\n{postinst}"));
+    assert!(migrate < start, "postinst starts serve before it migrates the log:\n{postinst}");
     for s in ["postinst", "prerm", "postrm"] {
         assert!(ctrl.join(s).is_file(), "no {s}");
     }
@@ -454,6 +600,62 @@ fn check_contents(deb: &str, work: &Path) {
     }
     let bash = std::fs::read_to_string(extracted.join("usr/share/bash-completion/completions/bursar")).unwrap();
     assert_eq!(bash, stdout(Command::new(env!("CARGO_BIN_EXE_bursar")).args(["completions", "bash"])));
+
+    // Every page the binary (its help, man pages, pool and report pages, messages), the units and
+    // the example configuration name is installed.
+    let mut named: Vec<String> = Vec::new();
+    let mut scan = |text: &str| {
+        let mut rest = text;
+        // `docs/<path>.md`, the path of letters, digits, `-`, `_` and `/` (the binary's string
+        // literals run into one another: the page ends at its `.md`).
+        while let Some(i) = rest.find("docs/") {
+            let tail = &rest[i + 5..];
+            let end = tail.find(|c: char| !(c.is_ascii_alphanumeric() || "-_/".contains(c))).unwrap_or(tail.len());
+            if tail[end..].starts_with(".md") && end > 0 {
+                named.push(format!("{}.md", &tail[..end]));
+            }
+            rest = tail;
+        }
+    };
+    let binary = std::fs::read(extracted.join("usr/bin/bursar")).unwrap();
+    scan(&String::from_utf8_lossy(&binary));
+    for dir in ["etc/bursar", "lib/systemd/system", "usr/lib/systemd/system"] {
+        for e in std::fs::read_dir(extracted.join(dir)).into_iter().flatten().flatten() {
+            if e.path().is_file() {
+                scan(&std::fs::read_to_string(e.path()).unwrap_or_default());
+            }
+        }
+    }
+    named.sort();
+    named.dedup();
+    assert!(named.len() >= 10, "too few pages named: {named:?}");
+    for page in &named {
+        assert!(
+            extracted.join("usr/share/doc/bursar").join(page).is_file(),
+            "docs/{page} is named by the package but not installed as /usr/share/doc/bursar/{page}"
+        );
+    }
+    for page in ["/usr/share/doc/bursar/integrations/slurm.md", "/usr/share/doc/bursar/operations.md"] {
+        let unit_refs = named.iter().any(|n| page.ends_with(n.as_str()));
+        assert!(unit_refs || extracted.join(&page[1..]).is_file(), "{page}");
+    }
+
+    // Stripped: no debug sections and no symbol table; they are in the -dbgsym package.
+    let sections = stdout(Command::new("readelf").args(["-S", "-W"]).arg(extracted.join("usr/bin/bursar")));
+    for s in [".debug_info", ".debug_line", ".symtab"] {
+        assert!(!sections.contains(&format!(" {s} ")), "the packaged binary keeps {s}:\n{sections}");
+    }
+    let ddeb = std::fs::read_dir(Path::new(deb).parent().unwrap())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("bursar-dbgsym_")))
+        .unwrap_or_else(|| panic!("no bursar-dbgsym package beside {deb}"));
+    let symbols = stdout(Command::new("dpkg-deb").arg("-c").arg(&ddeb));
+    assert!(
+        symbols.lines().any(|l| l.contains("./usr/lib/debug/") && l.ends_with(".debug")),
+        "the dbgsym package holds no .debug file:\n{symbols}"
+    );
 }
 
 /// `systemd-analyze verify` accepts the installed units, and their sandbox keeps systemd's offline

@@ -35,7 +35,12 @@ fn doctor_passes_a_ready_installation_and_names_what_is_broken() {
         eprintln!("skipping: Prometheus or Alertmanager is not installed");
         return;
     }
-    let dcgm = FakeDcgm::start("node1", 2, None).unwrap();
+    // dcgm-exporter's job mapping: GPU 0 and 1 run jobs 101 and 102 (series carry `hpc_job`).
+    let map_dir = std::env::temp_dir().join(format!("bursar-doctor-map-{}", std::process::id()));
+    std::fs::create_dir_all(&map_dir).unwrap();
+    std::fs::write(map_dir.join("0"), "101\n").unwrap();
+    std::fs::write(map_dir.join("1"), "102\n").unwrap();
+    let dcgm = FakeDcgm::start("node1", 2, Some(map_dir.clone())).unwrap();
     let prom = Prometheus::start(&[dcgm.addr()], Duration::from_secs(1)).unwrap();
     let hook = WebhookReceiver::start().unwrap();
     let am = Alertmanager::start(&hook.url("/am")).unwrap();
@@ -80,7 +85,11 @@ fn doctor_passes_a_ready_installation_and_names_what_is_broken() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     // Prometheus needs a scrape or two before the query has series.
-    std::thread::sleep(Duration::from_secs(3));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !prom.query("DCGM_FI_DEV_GPU_UTIL{hpc_job!=\"\"}").unwrap_or_default().contains("\"hpc_job\":\"102\"") {
+        assert!(std::time::Instant::now() < deadline, "Prometheus never scraped the mapped series:\n{}", dcgm.render());
+        std::thread::sleep(Duration::from_millis(250));
+    }
     let (code, text) = doctor(&cfg);
     assert_eq!(code, 0, "{text}");
     for line in [
@@ -95,6 +104,20 @@ fn doctor_passes_a_ready_installation_and_names_what_is_broken() {
         assert!(text.contains(line), "missing `{line}`:\n{text}");
     }
     assert!(!text.contains("FAIL"), "{text}");
+    assert!(text.contains("2 series of DCGM_FI_PROF_GR_ENGINE_ACTIVE, 2 series of DCGM_FI_DEV_GPU_UTIL"), "{text}");
+    // A GPU without the profiling metric is read from DCGM_FI_DEV_GPU_UTIL: samples flow, so no
+    // "no series" warning (issue 45: doctor checked only the profiling metric).
+    for gpu in 0..2 {
+        dcgm.set(gpu, bursar_testkit::dcgm::Field::GrEngineActive, None);
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let (code, text) = doctor(&cfg);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("ok    prometheus")
+            && text.contains("0 series of DCGM_FI_PROF_GR_ENGINE_ACTIVE, 2 series of DCGM_FI_DEV_GPU_UTIL"),
+        "{text}"
+    );
     // The test notice went through Alertmanager to its receiver.
     let got = hook.wait_for(Duration::from_secs(20), |r| r.iter().find(|x| x.body.contains("bursar doctor")).cloned());
     assert!(got.is_some(), "Alertmanager did not route the test notice");
@@ -117,6 +140,7 @@ fn doctor_passes_a_ready_installation_and_names_what_is_broken() {
     assert_eq!(code, 1, "{text}");
     assert!(text.contains("FAIL  policies"), "{text}");
     drop((am, prom, dcgm));
+    let _ = std::fs::remove_dir_all(&map_dir);
 }
 
 /// A few events of the example stream, written beside the test's files.

@@ -50,14 +50,16 @@ on_exhaust = "deny"
 /// - j2 p2/bob/team b, 4 GPUs, cfgB, start 00:30 (queued 0.5 h), sample 01:00 0.9, failed 02:30: failure 8.
 /// - j3 p2 cfgB submitted after j2 failed (a rerun), 4 GPUs 03:00–05:00, cancelled: failure 8.
 /// - j4 p2 cfgB, still a rerun (cancelled does not clear the failure), 4 GPUs 06:00–08:00, no sample,
-///   succeeded: productive 8 (a successful rerun keeps its split).
+///   succeeded: unmeasured 8 (a successful rerun keeps its split; without a sample nothing says
+///   whether its hours were productive).
 /// - j5 p1/carol/team a, 1 GPU, 2026-11-30 22:00 to 2026-12-01 02:00, sample 23:00 0.5: productive,
 ///   2 in November and 2 in December.
 /// - j6 p1/alice, 1 GPU, started 2026-11-10 00:00, no sample, finished 11-20 but reclaimed by the
-///   7-day max runtime at 11-17 00:00: nominal 168, productive 168.
+///   7-day max runtime at 11-17 00:00: nominal 168, unmeasured 168. The reclaim kept 72 GPU-hours from
+///   running (its 240-hour reservation ran to 11-20 00:00): prevented 72.
 ///
-/// November by project: p1 nominal 186 (productive 178, idle 2, held 6); p2 nominal 24 (productive 8,
-/// failure 16).
+/// November by project: p1 nominal 186 (productive 10, idle 2, held 6, unmeasured 168; effective
+/// 10 / 18); p2 nominal 24 (failure 16, unmeasured 8; effective 0 / 16).
 const EVENTS: &str = r#"{"id":"s1","time":"2026-11-02T00:00:00Z","type":"job.submitted","job":{"id":"j1","project":"p1","user":"alice","gpus":2,"requested_hours":10,"config":"cfgA","tags":{"team":"a"}}}
 {"id":"s2","time":"2026-11-02T00:00:00Z","type":"job.submitted","job":{"id":"j2","project":"p2","user":"bob","gpus":4,"requested_hours":3,"config":"cfgB","tags":{"team":"b"}}}
 {"id":"t2","time":"2026-11-02T00:30:00Z","type":"job.started","job_id":"j2"}
@@ -158,18 +160,24 @@ fn group<'a>(r: &'a Value, key: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no group `{key}` in {r}"))
 }
 
-/// The exact split of a group, in GPU-hours (exact GPU-ms / 3.6e6).
-fn split(g: &Value) -> [f64; 5] {
+/// The exact split of a group, in GPU-hours (exact GPU-ms / 3.6e6): nominal, productive, idle,
+/// failure, held, unmeasured.
+fn split(g: &Value) -> [f64; 6] {
     let s = &g["exact_gpu_ms"];
     let f = |k: &str| s[k].as_i64().unwrap() as f64 / H;
-    [f("nominal"), f("productive"), f("idle"), f("failure"), f("held")]
+    [f("nominal"), f("productive"), f("idle"), f("failure"), f("held"), f("unmeasured")]
 }
 
 fn adds_up(r: &Value) {
     for g in r["groups"].as_array().unwrap().iter().chain(std::iter::once(&r["total"])) {
         let s = &g["exact_gpu_ms"];
         let v = |k: &str| s[k].as_i64().unwrap();
-        assert_eq!(v("productive") + v("idle") + v("failure") + v("held"), v("nominal"), "{}", g["key"]);
+        assert_eq!(
+            v("productive") + v("idle") + v("failure") + v("held") + v("unmeasured"),
+            v("nominal"),
+            "{}",
+            g["key"]
+        );
     }
 }
 
@@ -195,9 +203,13 @@ fn november_by_project_matches_the_hand_computed_split() {
     let r = fx.report("a.db", &["--period", "2026-11"]);
     adds_up(&r);
     assert_eq!(r["idle_threshold"], 0.10, "the threshold comes from the enforced idle policy");
-    assert_eq!(split(group(&r, "p1")), [186.0, 178.0, 2.0, 0.0, 6.0]);
-    assert_eq!(split(group(&r, "p2")), [24.0, 8.0, 0.0, 16.0, 0.0]);
-    assert_eq!(split(&r["total"]), [210.0, 186.0, 2.0, 16.0, 6.0]);
+    assert_eq!(split(group(&r, "p1")), [186.0, 10.0, 2.0, 0.0, 6.0, 168.0]);
+    assert_eq!(split(group(&r, "p2")), [24.0, 0.0, 0.0, 16.0, 0.0, 8.0]);
+    assert_eq!(split(&r["total"]), [210.0, 10.0, 2.0, 16.0, 6.0, 176.0]);
+    // Effective over the measured hours only (issue 45: a job without samples was 100 % effective).
+    assert_eq!(group(&r, "p1")["effective_ratio"].as_f64(), Some(10.0 / 18.0));
+    assert_eq!(group(&r, "p2")["effective_ratio"].as_f64(), Some(0.0));
+    assert_eq!(r["total"]["effective_ratio"].as_f64(), Some(10.0 / 34.0));
     assert_eq!(group(&r, "p2")["jobs"], 3);
     // Queue waits: j1 1 h, j6 0, j5 0 (p1); j2 0.5 h, j3 0, j4 0 (p2).
     assert_eq!(group(&r, "p1")["queue_wait_hours"], 1.0);
@@ -207,7 +219,9 @@ fn november_by_project_matches_the_hand_computed_split() {
     // What the report says policies did equals what eval printed.
     let prevented = &r["total"]["prevented"];
     assert_eq!(prevented["reclaimed"].as_f64().unwrap(), decided(&decisions, "reclaim", false));
-    assert!(decided(&decisions, "reclaim", false) > 0.0, "the max-runtime reclaim fired");
+    // j6's max-runtime reclaim at 11-17 00:00 ended a job whose reservation ran to 11-20 00:00.
+    assert_eq!(prevented["reclaimed"].as_f64(), Some(72.0));
+    assert_eq!((prevented["denied"].as_f64(), prevented["deferred"].as_f64()), (Some(0.0), Some(0.0)));
     let dry = &r["total"]["dry_run_would_save"];
     assert_eq!(dry["denied"].as_f64().unwrap(), decided(&decisions, "deny", true));
     assert!(dry["denied"].as_f64().unwrap() > 0.0, "the dry-run quota denied something");
@@ -221,9 +235,9 @@ fn november_by_project_matches_the_hand_computed_split() {
     assert_eq!(b["cumulative_gpu_hours"][29], 186.0);
 
     let dec = fx.report("a.db", &["--period", "2026-12"]);
-    assert_eq!(split(group(&dec, "p1")), [2.0, 2.0, 0.0, 0.0, 0.0]);
+    assert_eq!(split(group(&dec, "p1")), [2.0, 2.0, 0.0, 0.0, 0.0, 0.0]);
     let all = fx.report("a.db", &["--period", "all"]);
-    assert_eq!(split(&all["total"]), [212.0, 188.0, 2.0, 16.0, 6.0]);
+    assert_eq!(split(&all["total"]), [212.0, 12.0, 2.0, 16.0, 6.0, 176.0]);
     // Over several months the budget is each month's: the count starts again in December.
     let b = all["burndown"].as_array().unwrap().iter().find(|b| b["project"] == "p1").unwrap();
     assert_eq!(b["budget_gpu_hours"], 500.0);
@@ -231,7 +245,7 @@ fn november_by_project_matches_the_hand_computed_split() {
     assert_eq!((c[c.len() - 2].as_f64(), c.last().and_then(|v| v.as_f64())), (Some(186.0), Some(2.0)), "{c:?}");
     // Without --period, the report opens on the log's newest month (December here), budget drawn.
     let newest = fx.report("a.db", &[]);
-    assert_eq!(split(group(&newest, "p1")), [2.0, 2.0, 0.0, 0.0, 0.0]);
+    assert_eq!(split(group(&newest, "p1")), [2.0, 2.0, 0.0, 0.0, 0.0, 0.0]);
     assert_eq!(newest["period"], "2026-12");
 }
 
@@ -242,7 +256,7 @@ fn by_user_and_by_tag() {
     let r = fx.report("a.db", &["--period", "2026-11", "--by", "user"]);
     adds_up(&r);
     assert_eq!(r["by"], "user");
-    assert_eq!(split(group(&r, "alice")), [184.0, 176.0, 2.0, 0.0, 6.0]);
+    assert_eq!(split(group(&r, "alice")), [184.0, 8.0, 2.0, 0.0, 6.0, 168.0]);
     assert_eq!(split(group(&r, "bob"))[0], 24.0);
     assert_eq!(split(group(&r, "carol"))[0], 2.0);
     let t = fx.report("a.db", &["--period", "2026-11", "--by", "tag:team"]);
@@ -250,6 +264,8 @@ fn by_user_and_by_tag() {
     assert_eq!(split(group(&t, "a"))[0], 18.0);
     assert_eq!(split(group(&t, "b"))[0], 24.0);
     assert_eq!(split(group(&t, "(none)"))[0], 168.0, "j6 has no team tag");
+    // j6 alone, without a sample: not measured, not effective (issue 45).
+    assert_eq!(group(&t, "(none)")["effective_ratio"], Value::Null);
 }
 
 #[test]
@@ -303,7 +319,15 @@ fn table_csv_and_prices() {
     let db = fx.path("a.db");
     let table = String::from_utf8(run(&["report", "--db", &db, "--period", "2026-11"]).stdout).unwrap();
     assert!(table.contains("GPU-hours by project for 2026-11 (2026-11-01 to 2026-11-30)"), "{table}");
-    assert!(table.lines().any(|l| l.starts_with("p1 ") && l.contains("186.0") && l.contains("178.0")), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("p1 ") && l.contains("186.0") && l.contains("168.0") && l.contains("55.6%")),
+        "{table}"
+    );
+    let by_tag =
+        String::from_utf8(run(&["report", "--db", &db, "--period", "2026-11", "--by", "tag:team"]).stdout).unwrap();
+    assert!(by_tag.lines().any(|l| l.starts_with("(none)") && l.contains("not measured")), "{by_tag}");
     assert!(table.lines().any(|l| l.starts_with("(total)") && l.contains("210.0")), "{table}");
     let csv =
         String::from_utf8(run(&["report", "--db", &db, "--period", "2026-11", "--format", "csv"]).stdout).unwrap();
@@ -383,5 +407,30 @@ fn a_failed_job_released_by_the_finish_reclaim_is_failure() {
     assert!(decisions.iter().any(|d| d["decision"] == "reclaim" && d["job_id"] == "k1"), "the finish reclaim fired");
     let r = fx.report("a.db", &["--period", "2026-11"]);
     // k1: 2 GPUs × 2 h, failed; k2: a rerun of the failed configuration that did not succeed, 1 h.
-    assert_eq!(split(group(&r, "p")), [5.0, 0.0, 0.0, 5.0, 0.0]);
+    assert_eq!(split(group(&r, "p")), [5.0, 0.0, 0.0, 5.0, 0.0, 0.0]);
+    // The finish reclaims name the unused reservations (k1: 2 h of its 4 left × 2 GPUs at 03:00; k2:
+    // 3 h × 1 GPU at 05:00); the jobs ended on their own, so nothing was prevented (issue 45: 161.9
+    // "prevented" for a job that ran a minute).
+    let named = decided(&decisions, "reclaim", false);
+    assert_eq!(named, 4.0 + 3.0, "{decisions:?}");
+    assert_eq!(r["total"]["prevented"]["reclaimed"].as_f64(), Some(0.0));
+}
+
+/// Issue 45: before any job ended or was sampled, the report said "no enforced monthly quota limits
+/// these projects". The budget line is the policies' from the first event on.
+#[test]
+fn the_budget_line_is_the_policies_from_the_first_event() {
+    let fx = Fixture::new("first-event");
+    std::fs::write(fx.dir.join("first.jsonl"), EVENTS.lines().take(4).collect::<Vec<_>>().join("\n") + "\n").unwrap();
+    fx.eval("first.jsonl", "a.db");
+    let r = fx.report("a.db", &["--period", "2026-11"]);
+    let b = r["burndown"].as_array().unwrap().iter().find(|b| b["project"] == "p1").unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(b["budget_gpu_hours"], 500.0, "{r}");
+    let p2 = r["burndown"].as_array().unwrap().iter().find(|b| b["project"] == "p2").unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(p2["budget_gpu_hours"], 100_000.0, "{r}");
+    let html =
+        String::from_utf8(run(&["report", "--db", &fx.path("a.db"), "--period", "2026-11", "--format", "html"]).stdout)
+            .unwrap();
+    assert!(!html.contains("no enforced monthly quota"), "the page says no quota limits the projects");
+    assert!(html.contains("p1: budget left of 500 GPU-h"), "no budget line for p1");
 }

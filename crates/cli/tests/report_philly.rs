@@ -63,23 +63,23 @@ fn report_as(dir: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-fn exact(g: &Value) -> [i64; 5] {
+fn exact(g: &Value) -> [i64; 6] {
     let s = &g["exact_gpu_ms"];
     let v = |k: &str| s[k].as_i64().unwrap();
-    [v("nominal"), v("productive"), v("idle"), v("failure"), v("held")]
+    [v("nominal"), v("productive"), v("idle"), v("failure"), v("held"), v("unmeasured")]
 }
 
 fn check_adds_up(r: &Value) {
-    let mut sum = [0i64; 5];
+    let mut sum = [0i64; 6];
     for g in r["groups"].as_array().unwrap() {
-        let [n, p, i, f, h] = exact(g);
-        assert_eq!(p + i + f + h, n, "project {}", g["key"]);
+        let [n, p, i, f, h, u] = exact(g);
+        assert_eq!(p + i + f + h + u, n, "project {}", g["key"]);
         for (a, b) in sum.iter_mut().zip(exact(g)) {
             *a += b;
         }
     }
-    let [n, p, i, f, h] = exact(&r["total"]);
-    assert_eq!(p + i + f + h, n, "total");
+    let [n, p, i, f, h, u] = exact(&r["total"]);
+    assert_eq!(p + i + f + h + u, n, "total");
     assert_eq!(sum, exact(&r["total"]), "the total is the sum of the projects");
 }
 
@@ -130,11 +130,11 @@ fn every_virtual_cluster_is_split_and_the_split_adds_up() {
         r["groups"].as_array().unwrap().iter().map(|g| (g["key"].as_str().unwrap().to_owned(), g)).collect();
     assert_eq!(groups.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>(), "one row per virtual cluster");
     for (vc, (nominal, failure)) in &want {
-        let [n, p, i, f, h] = exact(groups[vc]);
+        let [n, p, i, f, h, u] = exact(groups[vc]);
         assert_eq!(n, *nominal, "{vc}: nominal GPU-ms from start to end");
         assert_eq!(f, *failure, "{vc}: GPU-ms of failed jobs");
-        // No utilisation samples: nothing is idle or held, the rest is productive.
-        assert_eq!((i, h, p), (0, 0, n - f), "{vc}");
+        // No utilisation samples: nothing is known productive, idle or held; the rest is not measured.
+        assert_eq!((p, i, h, u), (0, 0, 0, n - f), "{vc}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -153,7 +153,7 @@ fn with_utilisation_samples_and_an_idle_rule_the_split_still_adds_up() {
     check_adds_up(&r);
     let want = expected();
     assert_eq!(r["groups"].as_array().unwrap().len(), want.len(), "one row per virtual cluster");
-    let [n, _, idle, _, held] = exact(&r["total"]);
+    let [n, _, idle, _, held, _] = exact(&r["total"]);
     assert!(idle > 0 && held > 0, "samples under 5% make idle and held hours");
     // Reclaims only ever shorten a job: nominal never exceeds the trace.
     let trace_total: i64 = want.values().map(|v| v.0).sum();
@@ -221,7 +221,7 @@ gpu_hours = 1
     let want = expected_of(|id| admitted.contains(id));
     for g in all["groups"].as_array().unwrap() {
         let vc = g["key"].as_str().unwrap();
-        let [n, _, _, f, _] = exact(g);
+        let [n, _, _, f, _, _] = exact(g);
         assert_eq!(
             (n, f),
             want.get(vc).copied().unwrap_or_default(),

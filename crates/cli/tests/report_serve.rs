@@ -29,7 +29,7 @@ fn serve_answers_the_report_as_json_and_html() {
     assert_eq!(groups[0]["key"], "nlp");
     let split = &r["total"]["exact_gpu_ms"];
     let v = |k: &str| split[k].as_i64().unwrap();
-    assert_eq!(v("productive") + v("idle") + v("failure") + v("held"), v("nominal"));
+    assert_eq!(v("productive") + v("idle") + v("failure") + v("held") + v("unmeasured"), v("nominal"));
     assert_eq!(r["by"], "project");
     // The current period is the month of the newest event.
     assert_eq!(r["period"].as_str().unwrap(), &now()[..7]);

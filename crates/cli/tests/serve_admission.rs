@@ -63,6 +63,41 @@ fn admission_round_trip_is_durable_and_idempotent() {
     assert!(log.contains("stopped cleanly"), "{log}");
 }
 
+/// `sbatch --test-only` must not reserve (issue 43: a loop of test-only submissions held a whole
+/// project's budget): `?test_only=true` answers the decision and records nothing at all.
+#[test]
+fn a_test_only_admission_answers_and_records_nothing() {
+    let s = Scratch::new("serve-test-only");
+    let server = Server::start(&s, &[]);
+    let line = submit("t1", "probe", "nlp", 8, 4.0);
+    for _ in 0..3 {
+        let r = server.post("/v1/admit?test_only=true", &line);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let d = r.json().unwrap();
+        assert_eq!(
+            (d["decision"].as_str(), d["test_only"].as_bool(), d["seq"].as_u64()),
+            (Some("allow"), Some(true), Some(0)),
+            "{d}"
+        );
+        assert_eq!(d["gpu_hours"], 32.0);
+    }
+    // Nothing is journaled, reserved or remembered: no decision, no job, no usage, and the same event
+    // id is still free for the real submission.
+    assert!(server.decisions(0).is_empty());
+    assert_eq!(server.get("/v1/jobs/probe").unwrap().status, 404);
+    let p = server.get_json("/v1/projects/nlp");
+    assert_eq!((p["held_gpus"].as_u64(), p["month"]["reserved"].as_f64()), (Some(0), Some(0.0)), "{p}");
+    let real = server.post("/v1/admit", &line).json().unwrap();
+    assert_eq!((real["decision"].as_str(), real["duplicate"].as_bool()), (Some("allow"), None), "{real}");
+    assert!(real["seq"].as_u64().unwrap_or(0) >= 1);
+    // Of a known job, a preview says the submission would be refused; a bad query is a 400.
+    let known = server.post("/v1/admit?test_only=true", &submit("t2", "probe", "nlp", 8, 4.0));
+    assert_eq!(known.status, 409, "{}", known.text());
+    assert_eq!(server.post("/v1/admit?dry=1", &submit("t3", "x", "nlp", 1, 1.0)).status, 400);
+    let metrics = server.get("/metrics").unwrap().text();
+    assert!(metrics.contains("bursar_admission_previews_total 3"), "{metrics}");
+}
+
 #[test]
 fn event_batches_report_each_line_and_malformed_requests_change_nothing() {
     let s = Scratch::new("serve-events");

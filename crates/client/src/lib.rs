@@ -195,6 +195,24 @@ impl Client {
         self.call("POST", "/v1/admit", event.to_json().as_bytes())
     }
 
+    /// `POST /v1/audit/prune`: serve prunes its own log (the admin power).
+    pub fn prune(&self, before: bursar_model::Timestamp) -> Result<bursar_model::api::PruneReply> {
+        let body =
+            serde_json::to_vec(&bursar_model::api::PruneRequest { before: before.to_string() }).map_err(|e| {
+                ClientError::Decode {
+                    server: self.server.clone(),
+                    what: "a prune request".into(),
+                    message: e.to_string(),
+                }
+            })?;
+        let req = Request::new("POST", "/v1/audit/prune")
+            .body(&body)
+            .header("content-type", "application/json")
+            .timeout(Some(self.timeout));
+        let r = self.http.send(&req).map_err(|e| self.transport(e))?;
+        self.decode("POST /v1/audit/prune", &r)
+    }
+
     /// `GET /v1/pending`: the jobs waiting for an approval or a keepalive.
     pub fn pending(&self) -> Result<PendingReply> {
         self.call("GET", "/v1/pending", b"")

@@ -242,6 +242,16 @@ impl Front {
 
     /// Asks the owner of the submission's partition for its admission decision.
     pub async fn admit(&self, item: &Incoming) -> Result<AdmitReply, Refusal> {
+        self.admit_as(item, false).await
+    }
+
+    /// Asks the owner what the submission would be answered now, recording nothing
+    /// (`POST /v1/admit?test_only=true`).
+    pub async fn preview(&self, item: &Incoming) -> Result<AdmitReply, Refusal> {
+        self.admit_as(item, true).await
+    }
+
+    async fn admit_as(&self, item: &Incoming, test_only: bool) -> Result<AdmitReply, Refusal> {
         let deadline = Instant::now() + self.admit_timeout;
         let Input::Event(e) = &item.input else {
             return Err(Refusal { status: 400, error: "expected a `job.submitted` event".into() });
@@ -258,12 +268,15 @@ impl Front {
         let (indexing, (decided, asking)) = tokio::join!(
             async {
                 let t = Instant::now();
-                self.index(&spec.id, p).await;
+                // A preview records nothing, so its job is not indexed either.
+                if !test_only {
+                    self.index(&spec.id, p).await;
+                }
                 since(t)
             },
             async {
                 let t = Instant::now();
-                let out = self.ask_owner(p, item, deadline).await;
+                let out = self.ask_owner(p, item, deadline, test_only).await;
                 (out, since(t))
             }
         );
@@ -287,10 +300,19 @@ impl Front {
     }
 
     /// Sends the submission to partition `p`'s owner until it answers or `deadline` passes.
-    async fn ask_owner(&self, p: u32, item: &Incoming, deadline: Instant) -> Result<AdmitReply, AskError> {
+    async fn ask_owner(
+        &self,
+        p: u32,
+        item: &Incoming,
+        deadline: Instant,
+        test_only: bool,
+    ) -> Result<AdmitReply, AskError> {
         let subject = admit_subject(p);
         let payload: bytes::Bytes = item.raw.clone().into_bytes().into();
-        let headers = crate::wire::sender_headers(item.sender.as_deref());
+        let mut headers = crate::wire::sender_headers(item.sender.as_deref());
+        if test_only {
+            headers.insert(crate::wire::TEST_ONLY_HEADER, "1");
+        }
         let mut cause = String::from("no instance answered");
         let c = &self.status.counters;
         loop {

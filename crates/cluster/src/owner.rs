@@ -138,6 +138,13 @@ pub enum Item {
         /// Who sent it.
         sender: Option<bursar_model::Sender>,
     },
+    /// A forwarded submission to preview (`test_only`): answer what it would get, apply nothing.
+    Preview {
+        /// Its line.
+        line: Bytes,
+        /// Where to answer.
+        reply: Subject,
+    },
     /// An op for the ledger partition's engine (only its owner gets these): apply it and answer
     /// `reply` once it is journaled.
     Ledger {
@@ -219,7 +226,7 @@ impl Recent {
 }
 
 fn first_reply(admission: Sequenced) -> AdmitReply {
-    AdmitReply { admission, duplicate: false, other_decisions: Vec::new() }
+    AdmitReply { admission, duplicate: false, other_decisions: Vec::new(), test_only: false }
 }
 
 /// What the takeover produced.
@@ -452,8 +459,14 @@ async fn admissions(nats: Nats, partition: u32, lease: Arc<LeaseClock>, tx: mpsc
             continue;
         }
         let sender = crate::wire::sender_of(msg.headers.as_ref());
-        if let Err(mpsc::error::SendError(item)) = tx.send(Item::Admit { id, line: msg.payload, reply, sender }).await {
-            if let Item::Admit { reply, .. } = item {
+        let test_only = msg.headers.as_ref().is_some_and(|h| h.get(crate::wire::TEST_ONLY_HEADER).is_some());
+        let item = if test_only {
+            Item::Preview { line: msg.payload, reply }
+        } else {
+            Item::Admit { id, line: msg.payload, reply, sender }
+        };
+        if let Err(mpsc::error::SendError(item)) = tx.send(item).await {
+            if let Item::Admit { reply, .. } | Item::Preview { reply, .. } = item {
                 answer(&nats.client, reply, &refused(503, "the partition's owner is stepping down", true)).await;
             }
             return;
@@ -478,6 +491,8 @@ struct Batch {
     rejected: Vec<(Subject, String)>,
     /// Ledger ops applied (or applied before): whom to answer, and an admission's answer.
     ledger: Vec<(Subject, LedgerReply)>,
+    /// Previews (`test_only`) answered: nothing of them is journaled.
+    previews: Vec<(Subject, OwnerAnswer)>,
     /// The runs the batch saw finish.
     runs: Vec<RunFact>,
     /// A snapshot was asked for.
@@ -497,6 +512,7 @@ impl Batch {
             .chain(self.again.into_iter().map(|(_, r)| r))
             .chain(self.rejected.into_iter().map(|(r, _)| r))
             .chain(self.ledger.into_iter().map(|(r, _)| r))
+            .chain(self.previews.into_iter().map(|(r, _)| r))
     }
 }
 
@@ -561,6 +577,34 @@ fn take_one(session: &mut Session<StreamJournal>, item: Item, b: &mut Batch, at:
                     b.error = Some(e.to_string());
                 }
             }
+        }
+        Item::Preview { line, reply } => {
+            let text = String::from_utf8_lossy(&line);
+            let answer = match bursar_model::decode_event(&text) {
+                Ok(event) => match session.engine_mut().preview(&event, Some(&text)) {
+                    Ok(decisions) => {
+                        let mut ds: Vec<Sequenced> =
+                            decisions.into_iter().map(|decision| Sequenced { seq: 0, decision }).collect();
+                        match ds.iter().position(|d| d.decision.admission) {
+                            Some(pos) => {
+                                let admission = ds.remove(pos);
+                                OwnerAnswer::Decided {
+                                    reply: Box::new(AdmitReply {
+                                        admission,
+                                        duplicate: false,
+                                        other_decisions: ds,
+                                        test_only: true,
+                                    }),
+                                }
+                            }
+                            None => refused(500, "the engine made no admission decision", false),
+                        }
+                    }
+                    Err(why) => refused(409, why, false),
+                },
+                Err(e) => refused(400, format!("malformed event: {e}"), false),
+            };
+            b.previews.push((reply, answer));
         }
         Item::Ledger { line, reply } => match session.line(Frame::Line { line: 1, bytes: &line }) {
             Ok(LineOutcome::Input { applied: Applied::Applied { .. } | Applied::Duplicate, .. }) => {
@@ -834,7 +878,7 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
                 let mut ds = std::mem::take(&mut r.decisions);
                 let pos = ds.iter().position(|d| d.decision.admission && d.decision.event_id == id)?;
                 let admission = ds.remove(pos);
-                Some(AdmitReply { admission, duplicate: false, other_decisions: ds })
+                Some(AdmitReply { admission, duplicate: false, other_decisions: ds, test_only: false })
             });
             match (admission, reply) {
                 (Some(a), Some(reply)) => {
@@ -852,6 +896,7 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
         for (reply, why) in b.rejected {
             answers.push((reply, refused(400, why, false)));
         }
+        answers.extend(b.previews);
         let ledger_answers = b.ledger;
         if !ledger_answers.is_empty() {
             let nats = ctx.nats.clone();
@@ -908,7 +953,7 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
     // Whoever still waits asks the next owner.
     rx.close();
     while let Ok(item) = rx.try_recv() {
-        if let Item::Admit { reply, .. } = item {
+        if let Item::Admit { reply, .. } | Item::Preview { reply, .. } = item {
             unanswered.push(reply);
         }
     }

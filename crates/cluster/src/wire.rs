@@ -188,6 +188,10 @@ pub enum OwnerAnswer {
     },
 }
 
+/// The NATS header on a forwarded admission that asks only what it would be answered
+/// (`POST /v1/admit?test_only=true`): the owner previews it and records nothing.
+pub const TEST_ONLY_HEADER: &str = "Bursar-Test-Only";
+
 /// The NATS header a front end puts on every event it publishes and every admission it forwards:
 /// the sender it authenticated, as JSON, for the owner to journal beside the input.
 pub const SENDER_HEADER: &str = "Bursar-Sender";

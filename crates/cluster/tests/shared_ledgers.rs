@@ -1,5 +1,6 @@
 //! The two-step reservation (`bursar_engine::shared`) against one engine, without NATS: the same
-//! random stream of submissions, starts, finishes, approvals, rejections, billing charges and clock
+//! random stream of submissions (some of them arrays), starts (some naming a different allocation),
+//! requeues, array tasks' starts and ends, finishes, approvals, rejections, billing charges and clock
 //! ticks given to one engine and to three project partitions (routed by the cluster's own project
 //! hash) that consult one ledger partition's engine, in process. Every decision about every job must
 //! be the same (kind, policies, sentence), and the ledgers spanning projects the same at the end.
@@ -84,8 +85,17 @@ enum Step {
         user: usize,
         gpus: u32,
         hours: u32,
+        /// An array: tasks and how many may run at once.
+        array: Option<(u32, Option<u32>)>,
     },
-    Start(usize),
+    /// A start, naming the allocation or not.
+    Start(usize, Option<u32>),
+    /// A running job's run ends and it waits to run again (or a finished one is rerun).
+    Requeue(usize),
+    /// Task `k` of an array starts (its first start creates it).
+    Task(usize, u32),
+    /// Task `k` of an array ends.
+    TaskEnd(usize, u32, bool),
     Finish(usize, bool),
     Grant(usize),
     Reject(usize),
@@ -99,9 +109,18 @@ enum Step {
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        6 => (0..PROJECTS.len(), 0..USERS.len(), 1u32..9, 1u32..25)
-            .prop_map(|(project, user, gpus, hours)| Step::Submit { project, user, gpus, hours }),
-        3 => any::<usize>().prop_map(Step::Start),
+        6 => (
+            0..PROJECTS.len(),
+            0..USERS.len(),
+            1u32..9,
+            1u32..25,
+            prop_oneof![4 => Just(None), 1 => (1u32..6, proptest::option::of(1u32..3)).prop_map(Some)]
+        )
+            .prop_map(|(project, user, gpus, hours, array)| Step::Submit { project, user, gpus, hours, array }),
+        3 => (any::<usize>(), proptest::option::of(1u32..12)).prop_map(|(j, g)| Step::Start(j, g)),
+        1 => any::<usize>().prop_map(Step::Requeue),
+        2 => (any::<usize>(), 0u32..6).prop_map(|(j, k)| Step::Task(j, k)),
+        2 => (any::<usize>(), 0u32..6, any::<bool>()).prop_map(|(j, k, ok)| Step::TaskEnd(j, k, ok)),
         3 => (any::<usize>(), any::<bool>()).prop_map(|(j, ok)| Step::Finish(j, ok)),
         2 => any::<usize>().prop_map(Step::Grant),
         1 => any::<usize>().prop_map(Step::Reject),
@@ -178,21 +197,50 @@ fn run(steps: &[(u32, Step)]) -> Result<Vec<Decision>, TestCaseError> {
         let id = format!("e{n}");
         let job = |i: usize| jobs.get(i % jobs.len().max(1)).cloned();
         let (line, project) = match s {
-            Step::Submit { project, user, gpus, hours } => {
+            Step::Submit { project, user, gpus, hours, array } => {
                 let (p, u) = (PROJECTS[*project], USERS[*user]);
                 let j = format!("j{n}");
                 jobs.push((j.clone(), p));
+                let array = match array {
+                    Some((tasks, Some(max))) => format!(r#","array":{{"tasks":{tasks},"max_running":{max}}}"#),
+                    Some((tasks, None)) => format!(r#","array":{{"tasks":{tasks}}}"#),
+                    None => String::new(),
+                };
                 (
                     format!(
-                        r#"{{"id":"{id}","time":"{time}","type":"job.submitted","job":{{"id":"{j}","project":"{p}","user":"{u}","gpus":{gpus},"requested_hours":{hours}}}}}"#
+                        r#"{{"id":"{id}","time":"{time}","type":"job.submitted","job":{{"id":"{j}","project":"{p}","user":"{u}","gpus":{gpus},"requested_hours":{hours}{array}}}}}"#
                     ),
                     Some(p),
                 )
             }
-            Step::Start(i) | Step::Finish(i, _) | Step::Grant(i) | Step::Reject(i) | Step::Charge(i, _) => {
+            Step::Start(i, _)
+            | Step::Requeue(i)
+            | Step::Task(i, _)
+            | Step::TaskEnd(i, _, _)
+            | Step::Finish(i, _)
+            | Step::Grant(i)
+            | Step::Reject(i)
+            | Step::Charge(i, _) => {
                 let Some((j, p)) = job(*i) else { continue };
                 let line = match s {
-                    Step::Start(_) => format!(r#"{{"id":"{id}","time":"{time}","type":"job.started","job_id":"{j}"}}"#),
+                    Step::Start(_, None) => {
+                        format!(r#"{{"id":"{id}","time":"{time}","type":"job.started","job_id":"{j}"}}"#)
+                    }
+                    Step::Start(_, Some(g)) => {
+                        format!(r#"{{"id":"{id}","time":"{time}","type":"job.started","job_id":"{j}","gpus":{g}}}"#)
+                    }
+                    Step::Requeue(_) => {
+                        format!(r#"{{"id":"{id}","time":"{time}","type":"job.requeued","job_id":"{j}"}}"#)
+                    }
+                    Step::Task(_, k) => format!(
+                        r#"{{"id":"{id}","time":"{time}","type":"job.started","job_id":"{j}_{k}","parent":"{j}"}}"#
+                    ),
+                    Step::TaskEnd(_, k, ok) => {
+                        let status = if *ok { "succeeded" } else { "cancelled" };
+                        format!(
+                            r#"{{"id":"{id}","time":"{time}","type":"job.finished","job_id":"{j}_{k}","status":"{status}"}}"#
+                        )
+                    }
                     Step::Finish(_, ok) => {
                         let status = if *ok { "succeeded" } else { "failed" };
                         format!(
@@ -315,16 +363,16 @@ fn each_spanning_budget_bites_across_partitions() {
     let mut steps = Vec::new();
     // alice: 8 × 24 = 192 in nlp, 8 × 24 in robotics (384), then 8 × 24 more: over 400, denied.
     for project in [0, 4, 0] {
-        steps.push((1, Step::Submit { project, user: 0, gpus: 8, hours: 24 }));
+        steps.push((1, Step::Submit { project, user: 0, gpus: 8, hours: 24, array: None }));
     }
     // The first finishes after an hour: 8 GPU-hours used, 184 freed; the next fits again.
-    steps.push((0, Step::Start(0)));
+    steps.push((0, Step::Start(0, None)));
     steps.push((60, Step::Finish(0, true)));
-    steps.push((1, Step::Submit { project: 0, user: 0, gpus: 8, hours: 24 }));
+    steps.push((1, Step::Submit { project: 0, user: 0, gpus: 8, hours: 24, array: None }));
     // search (nlp, speech, ranking): bob and dana fill the team's week; then one needs carol.
     // 8 used + 192 reserved (j5) + 60 (j6) = 260 of 300; j7's 80 would reach 340.
-    steps.push((1, Step::Submit { project: 1, user: 1, gpus: 4, hours: 15 }));
-    steps.push((1, Step::Submit { project: 2, user: 2, gpus: 8, hours: 10 }));
+    steps.push((1, Step::Submit { project: 1, user: 1, gpus: 4, hours: 15, array: None }));
+    steps.push((1, Step::Submit { project: 2, user: 2, gpus: 8, hours: 10, array: None }));
     // carol grants j7 (the sixth job submitted): it reserves in the team's ledger.
     steps.push((1, Step::Grant(5)));
     steps.push((1, Step::Tick));

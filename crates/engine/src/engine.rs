@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use bursar_model::{
     Decision, DecisionKind, Duration, Event, EventKind, FinishStatus, Hints, Input, JobSpec, LedgerChange, LedgerOp,
-    RunFact, Sample, Timestamp,
+    RunFact, Sample, StartInfo, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 
@@ -24,6 +24,18 @@ use crate::timers::{Timer, TimerKind, TimerQueue};
 
 /// The policy id the engine itself uses for the decisions it makes without a policy.
 pub const ENGINE_POLICY: &str = "bursar/engine";
+
+/// The engine's own policy id for an allocation that differed from the admission's reservation.
+pub const ALLOCATION_POLICY: &str = "bursar/allocation";
+
+/// The engine's own policy id for a finished job the scheduler ran again without an admission.
+pub const RERUN_POLICY: &str = "bursar/rerun";
+
+/// The engine's own policy id for a job released in the scheduler while it waited for approval.
+pub const OVERRIDE_POLICY: &str = "bursar/override";
+
+/// The engine's own policy id for an admission the scheduler never confirmed.
+pub const UNCONFIRMED_POLICY: &str = "bursar/unconfirmed";
 
 /// Engine settings.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -74,8 +86,11 @@ pub enum Step {
     Held,
     /// Refused (at submission, by a rejection, or because the approval request expired).
     Denied,
-    /// Started on its GPUs.
+    /// Started on its GPUs (its first run, or a run after a requeue).
     Started,
+    /// Its run ended and it waits to run again (`job.requeued`): the run is settled, the job keeps
+    /// its admission.
+    Requeued,
     /// Ended, with the scheduler's status.
     Finished(FinishStatus),
     /// Its GPUs were released by a reclaim decision.
@@ -91,6 +106,7 @@ impl Step {
             Step::Held => "held",
             Step::Denied => "denied",
             Step::Started => "started",
+            Step::Requeued => "requeued",
             Step::Finished(_) => "finished",
             Step::Reclaimed => "reclaimed",
         }
@@ -686,6 +702,7 @@ impl Engine {
                     spec,
                     &mut em,
                     &mut remote,
+                    true,
                 );
                 self.ledger_mismatches += u64::from(mismatch);
             }
@@ -701,6 +718,7 @@ impl Engine {
                     spec,
                     &mut em,
                     &mut remote,
+                    true,
                 );
                 self.ledger_mismatches += u64::from(mismatch);
             }
@@ -716,6 +734,62 @@ impl Engine {
             ),
         }
         Outcome::Applied
+    }
+
+    /// What a `job.submitted` would be answered now, without applying it: the admission decision
+    /// (and the alerts and dry-run verdicts that would come with it) as [`Engine::apply`] would make
+    /// them at the later of the engine's clock and the event's time, while nothing changes: no job is
+    /// recorded, nothing reserved, no timer set, the id not remembered, no counter moved. What
+    /// `sbatch --test-only` asks (`POST /v1/admit?test_only=true`). In a partition of
+    /// `serve --cluster`, the quotas that span projects are not asked (asking them reserves).
+    /// `Err` for an event that is not a submission, or a job id already known (which a real
+    /// submission would be refused for).
+    pub fn preview(&mut self, event: &Event, raw: Option<&str>) -> Result<Vec<Decision>, String> {
+        let EventKind::JobSubmitted(spec) = &event.kind else {
+            return Err(format!("a preview is of a `job.submitted`, not of a `{}`", event.kind.type_name()));
+        };
+        if let Some(existing) = self.state.job(&spec.id) {
+            return Err(format!(
+                "job id `{}` is already known ({} since {}): a submission of it would be refused",
+                spec.id,
+                existing.phase.as_str(),
+                existing.submitted
+            ));
+        }
+        let policies = self.policies.clone();
+        let mut trusted = event.clone();
+        if let EventKind::JobSubmitted(s) = &mut trusted.kind {
+            policies.trust_tags(s);
+        }
+        let EventKind::JobSubmitted(spec) = &trusted.kind else { return Ok(Vec::new()) };
+        let clock = self.state.now;
+        self.state.now = clock.max(event.time);
+        let (mut out, mut steps, mut runs, mut stats) = (Vec::new(), Vec::new(), Vec::new(), Stats::default());
+        let mut em = Emitter {
+            cause: &event.id,
+            n: 0,
+            out: &mut out,
+            steps: &mut steps,
+            runs: &mut runs,
+            stats: &mut stats,
+            coverage: None,
+        };
+        let mut failure = None;
+        let mut remote = Remote { client: None, failure: &mut failure };
+        Self::admit(
+            &mut self.state,
+            &mut self.timers,
+            &policies,
+            &mut self.scratch,
+            &trusted,
+            raw,
+            spec,
+            &mut em,
+            &mut remote,
+            false,
+        );
+        self.state.now = clock;
+        Ok(out)
     }
 
     fn advance(&mut self, now: Timestamp, cause: &str, out: &mut Vec<Decision>) {
@@ -790,6 +864,7 @@ impl Engine {
                     em.emit(d);
                     em.step(&job_id, at, Step::Admitted);
                 }
+                TimerKind::ConfirmDeadline => Self::unconfirmed(state, timers, config, at, &job_id, em),
                 TimerKind::Forget => {
                     if state
                         .jobs
@@ -848,6 +923,7 @@ impl Engine {
         spec: &JobSpec,
         em: &mut Emitter<'_>,
         remote: &mut Remote<'_>,
+        commit: bool,
     ) -> bool {
         let now = state.now;
         let job_id: Arc<str> = Arc::from(spec.id.as_str());
@@ -856,10 +932,12 @@ impl Engine {
         // Partitioned, the quotas that span projects are the ledger partition's to check (step 2 of
         // the two-step reservation, `crate::shared`): evaluated there, not here.
         let spanning = remote.client.is_some() && policies.has_spanning();
+        // A preview (`commit` false) asks the spanning quotas nothing: asking is reserving there.
+        let ask_remote = spanning && commit;
         let cx = Context { event, raw, now, state, job: None };
         Self::ask(policies, scratch, &cx, |p| p.meta().selector.matches(spec), spanning);
         let mut answered: Option<DecisionKind> = None;
-        if let Some(client) = remote.client.as_deref_mut().filter(|_| spanning) {
+        if let Some(client) = remote.client.as_deref_mut().filter(|_| ask_remote) {
             let local = Self::local_rank(policies, &scratch.slots[..scratch.used]);
             // What this input changed before (a timer it fired released a job) reaches the ledger
             // partition first, in order.
@@ -996,15 +1074,19 @@ impl Engine {
         match (kind, &mut record) {
             (DecisionKind::Allow, Some(record)) => {
                 d.hints = Some(hints);
-                state.reserve(record);
+                if commit {
+                    state.reserve(record);
+                }
             }
             (DecisionKind::Defer, Some(record)) => {
                 d.until = until;
                 record.phase = JobPhase::Deferred;
                 record.set_defer_until(until);
-                state.reserve(record);
-                if let Some(u) = until {
-                    timers.set(u, job_id.clone(), TimerKind::DeferRelease);
+                if commit {
+                    state.reserve(record);
+                    if let Some(u) = until {
+                        timers.set(u, job_id.clone(), TimerKind::DeferRelease);
+                    }
                 }
             }
             (DecisionKind::RequireApproval, Some(record)) => {
@@ -1017,7 +1099,9 @@ impl Engine {
                     reason: reason.clone(),
                     self_approval,
                 }));
-                timers.set(expires, job_id.clone(), TimerKind::ApprovalExpiry);
+                if commit {
+                    timers.set(expires, job_id.clone(), TimerKind::ApprovalExpiry);
+                }
             }
             _ => {}
         }
@@ -1057,6 +1141,12 @@ impl Engine {
             }
         }
 
+        if !commit {
+            return false;
+        }
+        if let Some(by) = record.as_ref().and_then(|r| r.runs()).and_then(|r| r.confirm_by.get()) {
+            timers.set(by, job_id.clone(), TimerKind::ConfirmDeadline);
+        }
         let mut mismatch = false;
         if let Some(theirs) = answered {
             mismatch = theirs != kind;
@@ -1128,19 +1218,41 @@ impl Engine {
                     self.state.jobs.insert(Arc::from(job_id.as_str()), j);
                 }
             }
-            LedgerChange::Start { job_id } => {
+            LedgerChange::Start { job_id, gpus } => {
                 if let Some(mut j) = self.state.jobs.remove(job_id.as_str()) {
+                    if let Some(g) = gpus {
+                        self.state.correct_allocation(&mut j, *g);
+                    }
                     if matches!(j.phase, JobPhase::Admitted | JobPhase::Deferred) {
                         self.state.start(&mut j, time);
                     }
                     self.state.jobs.insert(Arc::from(job_id.as_str()), j);
                 }
             }
+            LedgerChange::Requeue { job_id } => {
+                if let Some(mut j) = self.state.jobs.remove(job_id.as_str()) {
+                    self.state.requeue(&mut j, time);
+                    self.state.jobs.insert(Arc::from(job_id.as_str()), j);
+                }
+            }
+            LedgerChange::Reopen { job_id } => {
+                if let Some(mut j) = self.state.jobs.remove(job_id.as_str()) {
+                    self.state.reopen(&mut j, time);
+                    self.state.jobs.insert(Arc::from(job_id.as_str()), j);
+                }
+            }
+            LedgerChange::Task { parent, job_id } => {
+                let _ = self.state.spawn_task(parent, &Arc::from(job_id.as_str()));
+            }
             LedgerChange::Release { job_id, reclaimed } => {
                 if let Some(mut j) = self.state.jobs.remove(job_id.as_str()) {
                     let phase = if *reclaimed { JobPhase::Reclaimed } else { JobPhase::Finished };
+                    let live = j.phase.is_live();
                     self.state.release(&mut j, time, phase);
                     self.state.jobs.insert(Arc::from(job_id.as_str()), j);
+                    if live {
+                        self.state.task_released(job_id, FinishStatus::Cancelled, time);
+                    }
                 }
             }
             LedgerChange::Charge { job_id, gpu_hours } => {
@@ -1231,6 +1343,24 @@ impl Engine {
             event.kind,
             EventKind::BillingCharge(_) | EventKind::AssetRegistered { .. } | EventKind::ClockTick
         );
+        // A task of an array starts for the first time: it becomes a job of its own, admitted by the
+        // array's admission, before the policies see its start.
+        if let (EventKind::JobStarted { info, .. }, Some(id)) = (&event.kind, &job_id)
+            && let Some(parent) = &info.parent
+            && state.job(id).is_none()
+            && state.spawn_task(parent, id).is_ok()
+        {
+            state.share(
+                em.cause,
+                event.time,
+                parent,
+                LedgerChange::Task { parent: parent.clone(), job_id: id.to_string() },
+            );
+            if state.shared.tracks(parent) {
+                state.shared.track(id);
+            }
+            em.step(id, event.time, Step::Admitted);
+        }
         let job = job_id.as_deref().and_then(|id| state.job(id));
         if is_job_event && job.is_none() {
             em.stats.unknown_jobs += 1;
@@ -1264,16 +1394,19 @@ impl Engine {
 
         // The engine's own bookkeeping for the event.
         match &event.kind {
-            EventKind::JobStarted { .. } => {
-                if let Some(id) = &job_id
-                    && let Some(mut j) = state.jobs.remove(id)
-                {
-                    if matches!(j.phase, JobPhase::Admitted | JobPhase::Deferred) {
-                        state.start(&mut j, event.time);
-                        state.share(em.cause, event.time, id, LedgerChange::Start { job_id: id.to_string() });
-                        em.step(id, event.time, Step::Started);
-                    }
-                    state.jobs.insert(id.clone(), j);
+            EventKind::JobStarted { info, .. } => {
+                if let Some(id) = &job_id {
+                    Self::on_start(state, event, id, info, em);
+                }
+            }
+            EventKind::JobQueued { .. } => {
+                if let Some(j) = job_id.as_deref().and_then(|id| state.jobs.get_mut(id)) {
+                    State::confirm(j);
+                }
+            }
+            EventKind::JobRequeued { .. } => {
+                if let Some(id) = &job_id {
+                    Self::on_requeue(state, event, id, em);
                 }
             }
             EventKind::JobSample(sample @ Sample { gpu_util, mem_util, .. }) => {
@@ -1358,7 +1491,9 @@ impl Engine {
             if j.started.is_some() {
                 j.ended = event.time.into();
             }
-            if j.phase.is_live() {
+            State::confirm(&mut j);
+            let released = j.phase.is_live();
+            if released {
                 state.release(&mut j, event.time, JobPhase::Finished);
                 state.share(
                     em.cause,
@@ -1375,7 +1510,185 @@ impl Engine {
             }
             state.jobs.insert(id.clone(), j);
             timers.set(event.time.plus(config.finished_retention), id.clone(), TimerKind::Forget);
+            if released {
+                Self::after_task(state, timers, config, event.time, id, *status, em);
+            }
         }
+    }
+
+    /// The engine's bookkeeping of a `job.started`: a job released outside bursar while it waited for
+    /// approval (an override) or a finished job started again (a rerun) is admitted again first; the
+    /// allocation, when the scheduler names it, replaces the admission's estimate; then the run starts.
+    fn on_start(state: &mut State, event: &Event, id: &Arc<str>, info: &StartInfo, em: &mut Emitter<'_>) {
+        let Some(mut j) = state.jobs.remove(id) else { return };
+        let t = event.time;
+        State::confirm(&mut j);
+        match j.phase {
+            JobPhase::PendingApproval => {
+                let pending = j.take_pending();
+                let who = info.released_by.as_deref();
+                j.phase = JobPhase::Admitted;
+                if let Some(who) = who {
+                    j.with_runs(|r| r.released_by = Some(Arc::from(who)));
+                }
+                state.reserve(&mut j);
+                state.share(em.cause, t, id, LedgerChange::Reserve { job_id: id.to_string() });
+                let mut d = Draft::about(id, Some(&j), t, DecisionKind::Alert);
+                d.policies = vec![Arc::from(OVERRIDE_POLICY)];
+                d.reason = format!(
+                    "job {id} waited for approval ({}) and {} released it in the scheduler at {t}, outside bursar: recorded as an override; it is charged from this start and its approval request is closed",
+                    pending.as_ref().map_or("no request on record", |p| p.reason.as_str()),
+                    who.unwrap_or("a person the scheduler did not name"),
+                );
+                d.gpu_hours = Some(j.reserved);
+                em.emit(d);
+                em.step(id, t, Step::Admitted);
+            }
+            JobPhase::Finished | JobPhase::Reclaimed => {
+                let (status, ended) = (j.status, j.ended.get());
+                state.reopen(&mut j, t);
+                state.share(em.cause, t, id, LedgerChange::Reopen { job_id: id.to_string() });
+                Self::rerun_alert(id, &j, status, ended, t, "started it again", em);
+                em.step(id, t, Step::Admitted);
+            }
+            _ => {}
+        }
+        if let Some(g) = info.gpus
+            && let Some(c) = state.correct_allocation(&mut j, g)
+        {
+            let mut d = Draft::about(id, Some(&j), t, DecisionKind::Alert);
+            d.policies = vec![Arc::from(ALLOCATION_POLICY)];
+            d.reason = format!(
+                "job {id} was admitted for {} and the scheduler allocated {}: its reservation follows the allocation, {} GPU-hours instead of {}",
+                crate::runs::gpus_text(c.before),
+                crate::runs::gpus_text(c.after),
+                crate::runs::hours_text(c.reserved_after),
+                crate::runs::hours_text(c.reserved_before),
+            );
+            d.gpu_hours = Some(c.reserved_after - c.reserved_before);
+            em.emit(d);
+        }
+        if matches!(j.phase, JobPhase::Admitted | JobPhase::Deferred) {
+            state.start(&mut j, t);
+            em.step(id, t, Step::Started);
+        }
+        if matches!(j.phase, JobPhase::Running) {
+            state.share(em.cause, t, id, LedgerChange::Start { job_id: id.to_string(), gpus: info.gpus });
+        }
+        state.jobs.insert(id.clone(), j);
+    }
+
+    /// The engine's bookkeeping of a `job.requeued`: a running job's run is settled and it waits to
+    /// run again; a finished job requeued is a rerun, admitted again.
+    fn on_requeue(state: &mut State, event: &Event, id: &Arc<str>, em: &mut Emitter<'_>) {
+        let Some(mut j) = state.jobs.remove(id) else { return };
+        let t = event.time;
+        State::confirm(&mut j);
+        match j.phase {
+            JobPhase::Running => {
+                state.requeue(&mut j, t);
+                state.share(em.cause, t, id, LedgerChange::Requeue { job_id: id.to_string() });
+                state.end_run(id, &j, t);
+                em.step(id, t, Step::Requeued);
+            }
+            JobPhase::Finished | JobPhase::Reclaimed => {
+                let (status, ended) = (j.status, j.ended.get());
+                state.reopen(&mut j, t);
+                state.share(em.cause, t, id, LedgerChange::Reopen { job_id: id.to_string() });
+                Self::rerun_alert(id, &j, status, ended, t, "requeued it to run again", em);
+                em.step(id, t, Step::Admitted);
+            }
+            _ => {}
+        }
+        state.jobs.insert(id.clone(), j);
+    }
+
+    fn rerun_alert(
+        id: &Arc<str>,
+        j: &JobRecord,
+        status: Option<FinishStatus>,
+        ended: Option<Timestamp>,
+        t: Timestamp,
+        what: &str,
+        em: &mut Emitter<'_>,
+    ) {
+        let mut d = Draft::about(id, Some(j), t, DecisionKind::Alert);
+        d.policies = vec![Arc::from(RERUN_POLICY)];
+        let end = match (status, ended) {
+            (Some(s), Some(e)) => format!("ended ({}) at {e}", s.as_str()),
+            (Some(s), None) => format!("ended ({})", s.as_str()),
+            (None, Some(e)) => format!("was released at {e}"),
+            (None, None) => "was released".to_owned(),
+        };
+        d.reason = format!(
+            "job {id} {end}, and the scheduler {what} at {t} without an admission: it is reserved and charged as a new run ({} GPU-hours)",
+            crate::runs::hours_text(j.reserved)
+        );
+        d.gpu_hours = Some(j.reserved);
+        em.emit(d);
+    }
+
+    /// After job `id` was released with `status`: when it is a task, its array learns of it, and is
+    /// itself finished when no task is left.
+    fn after_task(
+        state: &mut State,
+        timers: &mut TimerQueue,
+        config: EngineConfig,
+        at: Timestamp,
+        id: &Arc<str>,
+        status: FinishStatus,
+        em: &mut Emitter<'_>,
+    ) {
+        if let Some((parent, end)) = state.task_released(id, status, at) {
+            em.step(&parent, at, Step::Finished(end));
+            timers.set(at.plus(config.finished_retention), parent, TimerKind::Forget);
+        }
+    }
+
+    /// An admission the scheduler did not confirm by its deadline: released (or, held for approval,
+    /// withdrawn), with an alert saying why.
+    fn unconfirmed(
+        state: &mut State,
+        timers: &mut TimerQueue,
+        config: EngineConfig,
+        at: Timestamp,
+        id: &Arc<str>,
+        em: &mut Emitter<'_>,
+    ) {
+        let due = state.jobs.get(id).is_some_and(|j| j.runs().is_some_and(|r| r.confirm_by.get() == Some(at)));
+        if !due {
+            return;
+        }
+        let Some(mut j) = state.jobs.remove(id) else { return };
+        State::confirm(&mut j);
+        let window = at.since(j.submitted);
+        let mut d = Draft::about(id, Some(&j), at, DecisionKind::Alert);
+        d.policies = vec![Arc::from(UNCONFIRMED_POLICY)];
+        let what = if j.phase == JobPhase::PendingApproval {
+            j.take_pending();
+            state.share(em.cause, at, id, LedgerChange::Drop { job_id: id.to_string() });
+            "its approval request is withdrawn".to_owned()
+        } else {
+            let text = format!(
+                "its reservation of {} GPU-hours and {} is released",
+                crate::runs::hours_text(j.reserved),
+                crate::runs::gpus_text(j.held_gpus())
+            );
+            d.gpu_hours = Some(j.reserved);
+            state.release(&mut j, at, JobPhase::Finished);
+            state.share(em.cause, at, id, LedgerChange::Release { job_id: id.to_string(), reclaimed: false });
+            text
+        };
+        d.reason = format!(
+            "job {id} was admitted at {} and the scheduler did not confirm within {window} that it created it (a test-only submission, a submission the scheduler rejected after admission, a refused part of a heterogeneous job): {what}",
+            j.submitted
+        );
+        j.phase = JobPhase::Finished;
+        j.status = Some(FinishStatus::Cancelled);
+        em.emit(d);
+        em.step(id, at, Step::Finished(FinishStatus::Cancelled));
+        state.jobs.insert(id.clone(), j);
+        timers.set(at.plus(config.finished_retention), id.clone(), TimerKind::Forget);
     }
 
     fn resolve_approval(
@@ -1517,21 +1830,29 @@ impl Engine {
                     d.gpu_hours = hours;
                 }
                 em.emit(d);
-                if kind == DecisionKind::Reclaim
-                    && !dry
-                    && let Some(mut j) = state.jobs.remove(job_id)
-                {
-                    state.release(&mut j, time, JobPhase::Reclaimed);
-                    state.share(
-                        em.cause,
-                        time,
-                        job_id,
-                        LedgerChange::Release { job_id: job_id.to_string(), reclaimed: true },
-                    );
-                    state.end_run(job_id, &j, time);
-                    em.step(job_id, time, Step::Reclaimed);
-                    state.jobs.insert(job_id.clone(), j);
-                    timers.set(time.plus(config.finished_retention), job_id.clone(), TimerKind::Forget);
+                if kind == DecisionKind::Reclaim && !dry {
+                    // A reclaim of an array reclaims its running tasks too (the scheduler cancels the
+                    // whole array).
+                    let tasks = state.live_tasks(job_id);
+                    for id in std::iter::once(job_id.clone()).chain(tasks) {
+                        let Some(mut j) = state.jobs.remove(&id) else { continue };
+                        if !j.phase.is_live() {
+                            state.jobs.insert(id, j);
+                            continue;
+                        }
+                        state.release(&mut j, time, JobPhase::Reclaimed);
+                        state.share(
+                            em.cause,
+                            time,
+                            &id,
+                            LedgerChange::Release { job_id: id.to_string(), reclaimed: true },
+                        );
+                        state.end_run(&id, &j, time);
+                        em.step(&id, time, Step::Reclaimed);
+                        state.jobs.insert(id.clone(), j);
+                        timers.set(time.plus(config.finished_retention), id.clone(), TimerKind::Forget);
+                        Self::after_task(state, timers, config, time, &id, FinishStatus::Cancelled, em);
+                    }
                 }
             }
         }

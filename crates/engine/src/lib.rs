@@ -24,6 +24,8 @@
 //! - [`policy`]: the [`Policy`] trait, [`Verdict`]s, [`Effect`]s, [`Selector`].
 //! - [`set`]: [`PolicySet`], the immutable set swapped whole on reload.
 //! - [`state`]: jobs, ledgers and what policies may ask of them.
+//! - [`runs`]: a job's runs as the scheduler reports them: allocations, requeues, reruns, array
+//!   tasks, admissions the scheduler never confirms.
 //! - [`engine`]: [`Engine::apply`], timer firing, decision combination, lifecycle steps.
 //! - [`shared`]: the user and tag ledgers of a partitioned deployment, kept by one partition and
 //!   consulted by the others ([`LedgerClient`]).
@@ -40,6 +42,7 @@ pub mod jobs;
 pub mod policy;
 #[doc(hidden)]
 pub mod profile;
+pub mod runs;
 pub mod set;
 pub mod shared;
 pub mod state;
@@ -56,4 +59,4 @@ pub use policy::{
 };
 pub use set::{PolicyLimits, PolicySet, PoolLimits, SetError, SourceFile, TagFrom, TagSource};
 pub use shared::{LedgerAnswer, LedgerClient};
-pub use state::{JobFacts, JobPhase, JobRecord, Ledger, ScopeKind, State, Usage, mark_key};
+pub use state::{ArrayState, JobFacts, JobPhase, JobRecord, Ledger, RunNotes, ScopeKind, State, Usage, mark_key};

@@ -40,7 +40,7 @@ pub struct EventMask(pub u16);
 
 impl EventMask {
     /// Every event type.
-    pub const ALL: EventMask = EventMask((1 << 10) - 1);
+    pub const ALL: EventMask = EventMask((1 << 12) - 1);
     /// No event type.
     pub const NONE: EventMask = EventMask(0);
 
@@ -57,6 +57,8 @@ impl EventMask {
             EventKind::ApprovalRejected { .. } => 7,
             EventKind::AssetRegistered { .. } => 8,
             EventKind::ClockTick => 9,
+            EventKind::JobQueued { .. } => 10,
+            EventKind::JobRequeued { .. } => 11,
         }
     }
 

@@ -223,7 +223,7 @@ fn may_apply(selector: &Selector, kind: ScopeKind, name: &str) -> bool {
 #[derive(Debug, Default)]
 pub struct PolicySet {
     policies: Vec<Arc<dyn Policy>>,
-    by_type: [Vec<usize>; 10],
+    by_type: [Vec<usize>; bursar_model::EVENT_TYPES.len()],
     /// By policy: its selector is empty, so no job needs to be matched against it.
     selects_all: Vec<bool>,
     by_id: FxHashMap<Arc<str>, usize>,
@@ -245,7 +245,7 @@ impl PolicySet {
     /// Builds a set. `digest` identifies the set (the loader hashes the files); `files` lists them.
     pub fn new(policies: Vec<Arc<dyn Policy>>, files: Vec<SourceFile>, digest: String) -> Result<PolicySet, SetError> {
         let mut by_id: FxHashMap<Arc<str>, usize> = FxHashMap::default();
-        let mut by_type: [Vec<usize>; 10] = Default::default();
+        let mut by_type: [Vec<usize>; bursar_model::EVENT_TYPES.len()] = Default::default();
         for (i, p) in policies.iter().enumerate() {
             let meta = p.meta();
             if let Some(&j) = by_id.get(&meta.id) {

@@ -24,6 +24,7 @@ use crate::intern::{Interner, Sym};
 use crate::jobs::JobTable;
 pub use crate::profile::JobTag;
 use crate::profile::{Profile, Profiles, Slot};
+pub use crate::runs::Correction;
 
 /// How long usage buckets are kept: enough for the longest quota period (a month) plus settlement lag.
 pub const LEDGER_RETENTION_DAYS: i64 = 62;
@@ -239,7 +240,7 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    fn bucket(&mut self, day: i64) -> &mut DayUsage {
+    pub(crate) fn bucket(&mut self, day: i64) -> &mut DayUsage {
         let pos = self.days.iter().rposition(|d| d.day <= day);
         match pos {
             Some(i) if self.days[i].day == day => &mut self.days[i],
@@ -286,7 +287,7 @@ impl Ledger {
         self.queues.iter().find(|(q, _)| &**q == queue).map_or(0, |(_, g)| *g)
     }
 
-    fn add_queue(&mut self, queue: &Sym, delta: i64) {
+    pub(crate) fn add_queue(&mut self, queue: &Sym, delta: i64) {
         if let Some(e) = self.queues.iter_mut().find(|(q, _)| q == queue) {
             e.1 = (i64::from(e.1) + delta).max(0) as u32;
         } else if delta > 0 {
@@ -480,8 +481,8 @@ pub struct JobRecord {
     pub(crate) util: Utilisation,
     /// Hash of the configuration key (trial-before-scale).
     pub(crate) config: u64,
-    /// A deferral, a pending approval, policies' marks: `None` for most jobs.
-    rare: Option<Box<Rare>>,
+    /// A deferral, a pending approval, policies' marks, notes on runs: `None` for most jobs.
+    pub(crate) rare: Option<Box<Rare>>,
     /// How it ended.
     pub(crate) status: Option<FinishStatus>,
     /// Phase.
@@ -495,15 +496,92 @@ pub struct JobRecord {
 
 /// The parts of a job record few jobs have.
 #[derive(Debug, Clone, Default, PartialEq)]
-struct Rare {
+pub(crate) struct Rare {
     defer_until: OptTime,
     pending: Option<Pending>,
     marks: Vec<Mark>,
+    pub(crate) runs: RunNotes,
 }
 
 impl Rare {
     fn is_empty(&self) -> bool {
-        self.defer_until.is_none() && self.pending.is_none() && self.marks.is_empty()
+        self.defer_until.is_none() && self.pending.is_none() && self.marks.is_empty() && self.runs.is_empty()
+    }
+}
+
+/// What the scheduler told about a job's runs beyond one plain start and end (v1.x): its later runs,
+/// an allocation that differed from the admission, the array it belongs to or is, a confirmation it
+/// owes, a release outside bursar. Empty for nearly every job.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunNotes {
+    /// Runs after the first (one per `job.requeued` of a running job, and per rerun of a finished one).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reruns: u32,
+    /// GPUs the admission reserved, when the scheduler allocated a different number (then `gpus` is
+    /// the allocation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admitted_gpus: Option<u32>,
+    /// The job is an array: its tasks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<Box<ArrayState>>,
+    /// The job is a task of this array.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<Arc<str>>,
+    /// The scheduler has until then to confirm it created the job, or the admission is released.
+    #[serde(default, skip_serializing_if = "unset")]
+    pub confirm_by: OptTime,
+    /// Someone released the job in the scheduler while it waited for approval in bursar.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released_by: Option<Arc<str>>,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
+fn unset(t: &OptTime) -> bool {
+    t.is_none()
+}
+
+impl RunNotes {
+    fn is_empty(&self) -> bool {
+        self.reruns == 0
+            && self.admitted_gpus.is_none()
+            && self.array.is_none()
+            && self.parent.is_none()
+            && self.confirm_by.is_none()
+            && self.released_by.is_none()
+    }
+}
+
+/// An array job's tasks, as far as the engine tracks them: each task is a job of its own (created on
+/// its first start), and the array holds the reservation of the tasks that have not started.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ArrayState {
+    /// Tasks the array was admitted for.
+    pub tasks: u32,
+    /// Tasks that may run at once.
+    pub slots: u32,
+    /// Tasks created so far (started at least once).
+    pub created: u32,
+    /// Tasks created and not yet released, by id.
+    pub live: Vec<Arc<str>>,
+    /// The worst end of its tasks so far (failed over cancelled over succeeded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worst: Option<FinishStatus>,
+}
+
+impl ArrayState {
+    /// Tasks not started yet.
+    pub fn unstarted(&self) -> u32 {
+        self.tasks.saturating_sub(self.created)
+    }
+
+    /// How many GPUs (in units of one task's) the array itself holds: slots for the tasks not started,
+    /// as many as may run beside the live ones.
+    pub fn held_tasks(&self) -> u32 {
+        let live = u32::try_from(self.live.len()).unwrap_or(u32::MAX);
+        self.unstarted().min(self.slots.saturating_sub(live))
     }
 }
 
@@ -534,11 +612,16 @@ struct StoredRecord {
     deferrable: bool,
     #[serde(default)]
     configured: bool,
+    /// Written only when not empty, so a record of a job with one plain run keeps the layout earlier
+    /// builds write and read.
+    #[serde(default, skip_serializing_if = "RunNotes::is_empty")]
+    runs: RunNotes,
 }
 
 impl From<StoredRecord> for JobRecord {
     fn from(s: StoredRecord) -> JobRecord {
-        let rare = Rare { defer_until: s.defer_until, pending: s.pending, marks: s.marks.unwrap_or_default() };
+        let rare =
+            Rare { defer_until: s.defer_until, pending: s.pending, marks: s.marks.unwrap_or_default(), runs: s.runs };
         JobRecord {
             profile: s.profile,
             gpus: s.gpus,
@@ -583,6 +666,7 @@ impl From<JobRecord> for StoredRecord {
             phase: r.phase,
             deferrable: r.deferrable,
             configured: r.configured,
+            runs: rare.runs,
         }
     }
 }
@@ -691,6 +775,41 @@ impl JobRecord {
         self.with_rare(|r| r.pending.take())
     }
 
+    /// What the scheduler told about its runs beyond a plain start and end ([`RunNotes`]).
+    pub fn runs(&self) -> Option<&RunNotes> {
+        self.rare.as_ref().map(|r| &r.runs).filter(|r| !r.is_empty())
+    }
+
+    pub(crate) fn with_runs<T>(&mut self, f: impl FnOnce(&mut RunNotes) -> T) -> T {
+        self.with_rare(|r| f(&mut r.runs))
+    }
+
+    /// For an array, its tasks.
+    pub fn array(&self) -> Option<&ArrayState> {
+        self.runs().and_then(|r| r.array.as_deref())
+    }
+
+    /// For a task of an array, the array's id.
+    pub fn parent(&self) -> Option<&Arc<str>> {
+        self.runs().and_then(|r| r.parent.as_ref())
+    }
+
+    /// GPUs the job counts as held now (the ledgers' `held_gpus`): its GPUs, or for an array the
+    /// GPUs of the tasks not started that may run beside its live ones (the live tasks hold their own).
+    pub fn held_gpus(&self) -> u32 {
+        match self.array() {
+            Some(a) => self.gpus.saturating_mul(a.held_tasks()),
+            None => self.gpus,
+        }
+    }
+
+    /// GPU-hours the job's admission reserves while nothing of it has run: gpus × requested hours,
+    /// for each task of an array not started yet.
+    pub fn full_reservation(&self) -> f64 {
+        let tasks = self.array().map_or(1, ArrayState::unstarted);
+        f64::from(self.gpus) * self.requested_hours * f64::from(tasks)
+    }
+
     /// The latest utilisation.
     pub fn util(&self) -> &Utilisation {
         &self.util
@@ -737,6 +856,13 @@ impl JobRecord {
                 r.marks.push(Mark { key, value });
             }
         });
+    }
+
+    /// Removes every policy's marks (they describe one run).
+    pub(crate) fn clear_marks(&mut self) {
+        if self.rare.as_ref().is_some_and(|r| !r.marks.is_empty()) {
+            self.with_rare(|r| r.marks.clear());
+        }
     }
 
     /// The tag value for `key`.
@@ -1095,7 +1221,7 @@ impl State {
         spec.write_config_key(&mut buf);
         let config = config_hash(&buf);
         self.buf = buf;
-        JobRecord {
+        let mut record = JobRecord {
             profile,
             gpus: spec.gpus,
             nodes: spec.nodes,
@@ -1112,10 +1238,19 @@ impl State {
             deferrable: spec.deferrable,
             rare: None,
             configured: spec.has_config(),
+        };
+        if let Some(a) = spec.array {
+            record.with_runs(|r| {
+                r.array = Some(Box::new(ArrayState { tasks: a.tasks, slots: a.slots(), ..ArrayState::default() }))
+            });
         }
+        if let Some(s) = spec.confirm_within_s {
+            record.with_runs(|r| r.confirm_by = now.plus(bursar_model::Duration::seconds(i64::from(s))).into());
+        }
+        record
     }
 
-    fn for_each_ledger(&mut self, job: &JobRecord, mut f: impl FnMut(&mut Ledger)) {
+    pub(crate) fn for_each_ledger(&mut self, job: &JobRecord, mut f: impl FnMut(&mut Ledger)) {
         let p = &*job.profile;
         f(self.ledgers.project.at(&p.project, &p.project_slot));
         f(self.ledgers.user.at(&p.user, &p.user_slot));
@@ -1124,11 +1259,11 @@ impl State {
         }
     }
 
-    /// Reserves the job's requested GPU-hours and holds its GPUs.
+    /// Reserves the job's requested GPU-hours (every task's, for an array) and holds its GPUs.
     pub(crate) fn reserve(&mut self, job: &mut JobRecord) {
-        let hours = f64::from(job.gpus) * job.requested_hours;
+        let hours = job.full_reservation();
         job.reserved = hours;
-        let (day, gpus, queue) = (job.submitted.day(), job.gpus, job.profile.queue.clone());
+        let (day, gpus, queue) = (job.submitted.day(), job.held_gpus(), job.profile.queue.clone());
         self.for_each_ledger(job, |l| {
             l.bucket(day).reserved += hours;
             l.held_gpus += gpus;
@@ -1159,24 +1294,35 @@ impl State {
             job.ended = at.into();
         }
         let used = job.runtime_gpu_hours(at);
-        let (day, gpus, queue, reserved, running) =
-            (job.submitted.day(), job.gpus, job.profile.queue.clone(), job.reserved, job.started.is_some());
+        let (day, held, gpus, queue, reserved, running) = (
+            job.submitted.day(),
+            job.held_gpus(),
+            job.gpus,
+            job.profile.queue.clone(),
+            job.reserved,
+            job.started.is_some(),
+        );
         self.for_each_ledger(job, |l| {
             let b = l.bucket(day);
             b.reserved = (b.reserved - reserved).max(0.0);
             b.used += used;
             b.unbilled += used;
-            l.held_gpus = l.held_gpus.saturating_sub(gpus);
+            l.held_gpus = l.held_gpus.saturating_sub(held);
             if running {
                 l.running_gpus = l.running_gpus.saturating_sub(gpus);
             }
             if let Some(q) = &queue {
-                l.add_queue(q, -i64::from(gpus));
+                l.add_queue(q, -i64::from(held));
             }
         });
         job.reserved = 0.0;
-        job.unbilled = used;
+        // Earlier runs (before a requeue) were settled already and are still unbilled here.
+        job.unbilled += used;
         job.phase = phase;
+        if let Some(a) = job.rare.as_mut().and_then(|r| r.runs.array.as_mut()) {
+            // The array's own hold is gone: tasks not started will not start.
+            a.created = a.tasks.max(a.created);
+        }
     }
 
     /// Counts a billing charge; when it names a known job, that job's runtime usage counts as billed.

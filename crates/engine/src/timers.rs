@@ -35,6 +35,9 @@ pub enum TimerKind {
     DeferRelease,
     /// A finished job's record can be dropped.
     Forget,
+    /// The scheduler had until now to confirm it created the admitted job
+    /// ([`bursar_model::JobSpec::confirm_within_s`]).
+    ConfirmDeadline,
 }
 
 /// One timer.

@@ -582,6 +582,7 @@ fn compile_policy(
         }
         "reclaim" => {
             let on_finish = f.bool(r, "on_finish").unwrap_or(false);
+            let on_rerun = f.bool(r, "on_rerun").unwrap_or(false);
             let max_runtime = f.duration(r, "max_runtime");
             let idle = f.table(r, "idle").map(|mut t| {
                 t.what = "`idle`".into();
@@ -617,24 +618,27 @@ fn compile_policy(
                     min_samples: min_samples.unwrap_or(1),
                 }
             });
-            if !on_finish && max_runtime.is_none() && idle.is_none() && r.errors.len() == before {
+            if !on_finish && !on_rerun && max_runtime.is_none() && idle.is_none() && r.errors.len() == before {
                 r.error_help(
                     f.span.clone(),
                     format!("{} reclaims nothing", f.what),
-                    "set `on_finish = true`, `max_runtime` or an `[policy.idle]` table",
+                    "set `on_finish = true`, `on_rerun = true`, `max_runtime` or an `[policy.idle]` table",
                 );
             }
             let mut names = Vec::new();
             if on_finish {
                 names.push("job.finished");
             }
-            if max_runtime.is_some() {
+            if max_runtime.is_some() || on_rerun {
                 names.push("job.started");
+            }
+            if on_rerun {
+                names.push("job.requeued");
             }
             if idle.is_some() {
                 names.extend(["job.sample", "job.keepalive"]);
             }
-            f.finish(r, &known(&["on_finish", "max_runtime", "idle"]));
+            f.finish(r, &known(&["on_finish", "on_rerun", "max_runtime", "idle"]));
             let keys = (mark_key(&id_text, 0), mark_key(&id_text, 1), mark_key(&id_text, 2));
             (
                 meta(
@@ -646,9 +650,10 @@ fn compile_policy(
                         ("idle alert", idle.is_some()),
                         ("idle reclaim", idle.is_some()),
                         ("keepalive", idle.is_some()),
+                        ("rerun", on_rerun),
                     ]),
                 ),
-                Family::Reclaim(Reclaim { on_finish, max_runtime, idle, keys }),
+                Family::Reclaim(Reclaim { on_finish, on_rerun, max_runtime, idle, keys }),
             )
         }
         "asset_reuse" => {
@@ -933,6 +938,11 @@ fn compile_policy(
                     let mut m = EventMask::NONE;
                     for (name, span) in list {
                         match EventMask::of_name(&name) {
+                            Some(_) if matches!(name.as_str(), "job.queued" | "job.requeued") => r.error_help(
+                                span,
+                                format!("`{name}` is not delivered to WebAssembly policies"),
+                                "the WIT interface (wit/policy.wit) has a case for each v1 event type only; a TOML `rule` with `on = [\"job.requeued\"]` sees it",
+                            ),
                             Some(x) => m = m.with(x),
                             None => r.error(span, format!("`{name}` is not an event type")),
                         }

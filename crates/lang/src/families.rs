@@ -191,6 +191,9 @@ pub struct Idle {
 pub struct Reclaim {
     /// Release at once when a job ends.
     pub on_finish: bool,
+    /// Reclaim a finished job the scheduler runs again without an admission (a requeue or a start
+    /// of a job that had ended).
+    pub on_rerun: bool,
     /// Maximum runtime.
     pub max_runtime: Option<Duration>,
     /// Idle detection.
@@ -568,14 +571,16 @@ impl Quota {
                 note = Some(Later { code: NOTE_QUOTA, nums: [after, limit], int: 0 });
             }
         }
+        // An array holds the GPUs of the tasks that may run at once.
+        let wants = job.concurrent_gpus();
         if let Some(max) = lim.max_gpus {
             let held = ledger.map_or(0, |l| l.held_gpus);
-            if held + job.gpus > max {
+            if held + wants > max {
                 branch = branch.min(1);
                 object(&mut objections);
                 label(&mut objections);
                 objections.push_str(" would hold ");
-                bursar_model::push_int(&mut objections, i64::from(held + job.gpus));
+                bursar_model::push_int(&mut objections, i64::from(held + wants));
                 objections.push_str(" GPUs at once, over its cap of ");
                 bursar_model::push_int(&mut objections, i64::from(max));
                 objections.push_str(" (");
@@ -587,12 +592,12 @@ impl Quota {
             && let Some((_, cap)) = lim.queues.iter().find(|(name, _)| name == q)
         {
             let held = ledger.map_or(0, |l| l.queue_gpus(q));
-            if held + job.gpus > *cap {
+            if held + wants > *cap {
                 branch = branch.min(2);
                 object(&mut objections);
                 label(&mut objections);
                 objections.push_str(" would hold ");
-                bursar_model::push_int(&mut objections, i64::from(held + job.gpus));
+                bursar_model::push_int(&mut objections, i64::from(held + wants));
                 objections.push_str(" GPUs in queue ");
                 objections.push_str(q);
                 objections.push_str(", over its cap of ");
@@ -646,9 +651,9 @@ impl Approval {
         let mut why: Vec<String> = Vec::new();
         let mut branch = None;
         if let Some(n) = self.gpus_over
-            && job.gpus > n
+            && job.concurrent_gpus() > n
         {
-            why.push(format!("{} is over {n}", gpus(job.gpus)));
+            why.push(format!("{} is over {n}", gpus(job.concurrent_gpus())));
             branch = branch.or(Some(0));
         }
         if let Some(h) = self.hours_over
@@ -740,6 +745,22 @@ impl Reclaim {
         let Some(id) = cx.event.kind.job_id() else { return };
         let id: Arc<str> = Arc::from(id);
         let t = cx.event.time;
+        // The policies see the job as it was before the event: a start or requeue of a job that had
+        // ended is the scheduler running it again outside bursar.
+        let rerun = matches!(cx.event.kind, EventKind::JobStarted { .. } | EventKind::JobRequeued { .. })
+            && matches!(job.phase(), JobPhase::Finished | JobPhase::Reclaimed);
+        if rerun && self.on_rerun {
+            out.verdict(
+                Verdict::new(
+                    VerdictKind::Reclaim,
+                    format!(
+                        "job {id} ended ({}) and the scheduler runs it again at {t} without an admission: its GPUs are reclaimed; submit it again to run it",
+                        job.status().map_or(job.phase().as_str(), |s| s.as_str())
+                    ),
+                )
+                .on_branch(5),
+            );
+        }
         match &cx.event.kind {
             EventKind::JobStarted { .. } => {
                 if let Some(max) = self.max_runtime {
@@ -782,6 +803,13 @@ impl Reclaim {
                             {
                                 Self::idle_alert(idle, &id, job.gpus(), since, t, n, self.keys, out);
                             }
+                        }
+                        // The window's timer was set with the window in force when the job went
+                        // idle; a reload may have shortened it since: a low sample past the window
+                        // in force now alerts (issue 45), as the timer would have.
+                        Some(since) if job.mark(alert_key).is_none() && Timestamp(since).plus(idle.window) <= t => {
+                            let n = job.mark(count_key).unwrap_or(0);
+                            Self::idle_alert(idle, &id, job.gpus(), Timestamp(since), t, n, self.keys, out);
                         }
                         Some(_) => {}
                     }

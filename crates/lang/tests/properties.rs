@@ -107,7 +107,7 @@ fn events(steps: &[Step]) -> Vec<Event> {
                     ..JobSpec::default()
                 }))
             }
-            Step::Start(n) => EventKind::JobStarted { job_id: job(n) },
+            Step::Start(n) => EventKind::JobStarted { job_id: job(n), info: Default::default() },
             Step::Sample(n, u) => EventKind::JobSample(bursar_model::Sample {
                 job_id: job(n),
                 gpu_util: f64::from(*u) / 100.0,

@@ -15,8 +15,8 @@ use crate::event::FinishStatus;
 
 mod people;
 pub use people::{
-    ActionKind, ActionReply, ActionRequest, ApprovalWait, DeferredWait, DenyLine, IdleWait, JobLine, NoticeKind,
-    NoticeLink, NoticeMessage, NoticeStatus, PendingReply, PoolView, ProjectLine, QuotaLine,
+    ActionKind, ActionReply, ActionRequest, ApprovalWait, ArrayView, DeferredWait, DenyLine, IdleWait, JobLine,
+    NoticeKind, NoticeLink, NoticeMessage, NoticeStatus, PendingReply, PoolView, ProjectLine, QuotaLine, RunsView,
 };
 
 /// A line that was not applied, and why: the one shape of a rejected line everywhere (the `rejected`
@@ -111,6 +111,9 @@ pub struct AdmitReply {
     pub duplicate: bool,
     /// The other decisions of the same event.
     pub other_decisions: Vec<Sequenced>,
+    /// A preview (`POST /v1/admit?test_only=true`): what the submission would be answered now;
+    /// nothing was recorded or reserved, and the decisions have no stream position (`seq` 0).
+    pub test_only: bool,
 }
 
 impl Serialize for AdmitReply {
@@ -120,6 +123,9 @@ impl Serialize for AdmitReply {
         self.admission.decision.serialize_fields(&mut m)?;
         if self.duplicate {
             m.serialize_entry("duplicate", &true)?;
+        }
+        if self.test_only {
+            m.serialize_entry("test_only", &true)?;
         }
         if !self.other_decisions.is_empty() {
             m.serialize_entry("other_decisions", &self.other_decisions)?;
@@ -137,6 +143,8 @@ impl<'de> Deserialize<'de> for AdmitReply {
             duplicate: bool,
             #[serde(default)]
             other_decisions: Vec<Sequenced>,
+            #[serde(default)]
+            test_only: bool,
             #[serde(flatten)]
             decision: Decision,
         }
@@ -145,6 +153,7 @@ impl<'de> Deserialize<'de> for AdmitReply {
             admission: Sequenced { seq: w.seq, decision: w.decision },
             duplicate: w.duplicate,
             other_decisions: w.other_decisions,
+            test_only: w.test_only,
         })
     }
 }
@@ -231,6 +240,9 @@ pub struct JobView {
     pub tags: std::collections::BTreeMap<String, String>,
     /// The engine's clock (the newest event time).
     pub engine_time: String,
+    /// What the scheduler reported about its runs beyond a plain start and end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs: Option<RunsView>,
 }
 
 /// A pending approval, in [`JobView`].
@@ -388,6 +400,30 @@ pub struct SnapshotReply {
     pub event_seq: u64,
 }
 
+/// `POST /v1/audit/prune`'s body: remove the events and decisions whose event time is before this.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PruneRequest {
+    /// RFC 3339 (`2026-01-01T00:00:00Z`), as every time in the API.
+    pub before: String,
+}
+
+/// `POST /v1/audit/prune`: what serve's own writer pruned, after a snapshot that covers
+/// every event so far (so a restart has one after the prune).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PruneReply {
+    /// Events removed.
+    pub events: u64,
+    /// Decisions removed.
+    pub decisions: u64,
+    /// Last event seq removed (0: none).
+    pub events_through: i64,
+    /// Last decision seq removed (0: none).
+    pub decisions_through: i64,
+    /// The engine snapshot taken just before the prune covers every event up to this seq.
+    pub snapshot_event_seq: u64,
+}
+
 /// `GET /v1/cluster` of `bursar serve --cluster`: this instance, the partitions it owns and who owns
 /// each partition (see `docs/cluster.md`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -464,6 +500,7 @@ mod tests {
             admission: Sequenced { seq: 3, decision: decision() },
             duplicate: true,
             other_decisions: vec![Sequenced { seq: 4, decision: alert }],
+            test_only: false,
         };
         let v: serde_json::Value = serde_json::to_value(&r).unwrap();
         assert_eq!(v["decision"], "allow");

@@ -54,10 +54,14 @@ pub struct Event {
 pub enum EventKind {
     /// `job.submitted`: a job asks for GPUs; it always gets exactly one admission decision.
     JobSubmitted(Box<JobSpec>),
-    /// `job.started`: the scheduler placed the job.
+    /// `job.started`: the scheduler placed the job, for its first run or a later one (after a
+    /// `job.requeued`).
     JobStarted {
         /// The job.
         job_id: String,
+        /// What the scheduler allocated to this run and who let it start ([`StartInfo`]); all absent
+        /// for a plain v1 start.
+        info: StartInfo,
     },
     /// `job.sample`: a utilisation sample.
     JobSample(Sample),
@@ -100,6 +104,41 @@ pub enum EventKind {
     },
     /// `clock.tick`: time passes; timers due by now fire.
     ClockTick,
+    /// `job.queued` (v1.x): the scheduler created the admitted job and holds it in its queue. It
+    /// confirms the admission (see [`JobSpec::confirm_within_s`]) and changes nothing else.
+    JobQueued {
+        /// The job.
+        job_id: String,
+    },
+    /// `job.requeued` (v1.x): the job's current run ended at the event's time and the job waits to
+    /// run again (a requeue, a preemption or node failure that requeues it, an eviction). The run is
+    /// settled; the job keeps its admission. Of a job that had finished: the scheduler is running it
+    /// again without an admission (a rerun).
+    JobRequeued {
+        /// The job.
+        job_id: String,
+    },
+}
+
+/// The optional part of a `job.started` (v1.x): what the scheduler actually allocated to this run and
+/// who let it start. Each field is absent in a plain v1 start.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StartInfo {
+    /// GPUs the scheduler allocated to this run, in total over its nodes or pods. When it differs
+    /// from what the admission reserved, the reservation and the GPU counts follow the allocation.
+    pub gpus: Option<u32>,
+    /// For a task of an array: the array's job id. The task (this event's `job_id`) is created from
+    /// the array's admission on its first start.
+    pub parent: Option<String>,
+    /// The job waited for approval and this person released it in the scheduler, outside bursar.
+    pub released_by: Option<String>,
+}
+
+impl StartInfo {
+    /// True when no field is set (a plain v1 start).
+    pub fn is_empty(&self) -> bool {
+        self.gpus.is_none() && self.parent.is_none() && self.released_by.is_none()
+    }
 }
 
 impl EventKind {
@@ -116,6 +155,8 @@ impl EventKind {
             EventKind::ApprovalRejected { .. } => "approval.rejected",
             EventKind::AssetRegistered { .. } => "asset.registered",
             EventKind::ClockTick => "clock.tick",
+            EventKind::JobQueued { .. } => "job.queued",
+            EventKind::JobRequeued { .. } => "job.requeued",
         }
     }
 
@@ -123,7 +164,9 @@ impl EventKind {
     pub fn job_id(&self) -> Option<&str> {
         match self {
             EventKind::JobSubmitted(j) => Some(&j.id),
-            EventKind::JobStarted { job_id }
+            EventKind::JobStarted { job_id, .. }
+            | EventKind::JobQueued { job_id }
+            | EventKind::JobRequeued { job_id }
             | EventKind::JobSample(Sample { job_id, .. })
             | EventKind::JobFinished { job_id, .. }
             | EventKind::JobKeepalive { job_id, .. }
@@ -135,8 +178,8 @@ impl EventKind {
     }
 }
 
-/// Every v1 event type name, in the order of the brief.
-pub const EVENT_TYPES: [&str; 10] = [
+/// Every event type name: v1's, in the order of the brief, then the v1.x additions.
+pub const EVENT_TYPES: [&str; 12] = [
     "job.submitted",
     "job.started",
     "job.sample",
@@ -147,6 +190,8 @@ pub const EVENT_TYPES: [&str; 10] = [
     "approval.rejected",
     "asset.registered",
     "clock.tick",
+    "job.queued",
+    "job.requeued",
 ];
 
 /// A `job.sample`: how busy a running job's GPUs were at `time`.
@@ -228,8 +273,30 @@ pub struct JobSpec {
     /// Extension (v1.x): a name for the job's configuration, for trial-before-scale; when absent the
     /// configuration is image + dataset + script + model size.
     pub config: Option<String>,
+    /// Extension (v1.x): the job is an array of tasks, each asking for `gpus` for `requested_hours`.
+    pub array: Option<ArraySpec>,
+    /// Extension (v1.x): the scheduler confirms within this many seconds of the admission that it
+    /// created the job (`job.queued` or `job.started`); an admission it never confirms is released.
+    pub confirm_within_s: Option<u32>,
     /// Fields v1 does not define.
     pub extra: Extra,
+}
+
+/// An array job (v1.x `job.array`): `tasks` tasks alike, at most `max_running` of them at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArraySpec {
+    /// How many tasks.
+    pub tasks: u32,
+    /// How many may run at once (Slurm's `%N` throttle); absent: all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_running: Option<u32>,
+}
+
+impl ArraySpec {
+    /// The tasks that may run at once: `max_running`, at most `tasks`.
+    pub fn slots(&self) -> u32 {
+        self.max_running.map_or(self.tasks, |m| m.min(self.tasks))
+    }
 }
 
 impl JobSpec {
@@ -238,10 +305,22 @@ impl JobSpec {
         self.tags.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
     }
 
-    /// The GPU-hours the job asks for: gpus × requested hours.
+    /// The GPU-hours the job asks for: gpus × requested hours, for every task of an array.
     #[inline]
     pub fn requested_gpu_hours(&self) -> f64 {
-        f64::from(self.gpus) * self.requested_hours
+        f64::from(self.gpus) * self.requested_hours * f64::from(self.tasks())
+    }
+
+    /// Tasks: the array's, or 1.
+    #[inline]
+    pub fn tasks(&self) -> u32 {
+        self.array.map_or(1, |a| a.tasks)
+    }
+
+    /// GPUs the job may hold at once: gpus × the tasks that may run at once.
+    #[inline]
+    pub fn concurrent_gpus(&self) -> u32 {
+        self.gpus.saturating_mul(self.array.map_or(1, |a| a.slots()))
     }
 
     /// The configuration key used by trial-before-scale: `config` when the job names one, else
@@ -563,6 +642,10 @@ pub mod limits {
     pub const CHARGE_AMOUNT: f64 = 1e15;
     /// Frame-buffer MiB, throughput and progress of a sample.
     pub const SAMPLE_QUANTITY: f64 = 1e18;
+    /// Tasks of one array job (Slurm's own MaxArraySize cannot exceed 4,000,001).
+    pub const ARRAY_TASKS: u32 = 4_000_001;
+    /// The longest confirmation window of an admission: one week.
+    pub const CONFIRM_WITHIN_S: u32 = 7 * 24 * 3600;
 }
 
 /// A number as a person writes it: `1e300` rather than three hundred digits.
@@ -654,6 +737,8 @@ impl<'de> Visitor<'de> for InputVisitor {
         let mut action: Option<String> = None;
         let mut detail: Option<String> = None;
         let mut attempts: Option<u32> = None;
+        let mut parent: Option<String> = None;
+        let mut released_by: Option<String> = None;
         let mut extra: Extra = Vec::new();
 
         while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
@@ -717,6 +802,8 @@ impl<'de> Visitor<'de> for InputVisitor {
                 "action" => action = map.next_value()?,
                 "detail" => detail = map.next_value()?,
                 "attempts" => attempts = map.next_value()?,
+                "parent" => parent = map.next_value()?,
+                "released_by" => released_by = map.next_value()?,
                 _ => extra.push((key.into_owned(), map.next_value()?)),
             }
         }
@@ -733,7 +820,12 @@ impl<'de> Visitor<'de> for InputVisitor {
         // Fields of other types than this one are the producer's own: keep them.
         let sample_type = ty == "job.sample";
         let run_type = ty == crate::input::RUN_TYPE;
-        if !sample_type && !run_type {
+        let start_type = ty == "job.started";
+        if !start_type {
+            keep(&mut extra, "parent", parent.take());
+            keep(&mut extra, "released_by", released_by.take());
+        }
+        if !sample_type && !run_type && !start_type {
             keep(&mut extra, "gpu_util", gpu_util.take());
             keep(&mut extra, "mem_util", mem_util.take());
             keep(&mut extra, "gpu_util_max", gpu_util_max.take());
@@ -780,7 +872,22 @@ impl<'de> Visitor<'de> for InputVisitor {
 
         let kind = match ty {
             "job.submitted" => EventKind::JobSubmitted(Box::new(job.ok_or_else(|| de::Error::missing_field("job"))?)),
-            "job.started" => EventKind::JobStarted { job_id: need(job_id, "job_id")? },
+            "job.started" => {
+                // `gpus` of a start is what the run holds; the same field of other types went to
+                // `extra` above, except for samples and run facts, which read it themselves.
+                let info = StartInfo {
+                    gpus: gpus.map(|g| bounded_int("gpus", g, limits::GPUS)).transpose()?,
+                    parent: parent.filter(|p| !p.is_empty()),
+                    released_by: released_by.filter(|p| !p.is_empty()),
+                };
+                let job_id = need(job_id, "job_id")?;
+                if info.parent.as_deref() == Some(job_id.as_str()) {
+                    return Err(de::Error::custom("`parent` names the job itself: a task's `job_id` is its own id"));
+                }
+                EventKind::JobStarted { job_id, info }
+            }
+            "job.queued" => EventKind::JobQueued { job_id: need(job_id, "job_id")? },
+            "job.requeued" => EventKind::JobRequeued { job_id: need(job_id, "job_id")? },
             "job.sample" => EventKind::JobSample(Sample {
                 job_id: need(job_id, "job_id")?,
                 gpu_util: gpu_util.ok_or_else(|| de::Error::missing_field("gpu_util"))?,
@@ -930,6 +1037,24 @@ impl<'de> Visitor<'de> for JobVisitor {
                 "interconnect" => j.interconnect = map.next_value()?,
                 "region" => j.region = map.next_value()?,
                 "config" => j.config = map.next_value()?,
+                "array" => {
+                    j.array = map.next_value::<Option<ArraySpec>>()?;
+                    if let Some(a) = j.array {
+                        if a.tasks == 0 {
+                            return Err(de::Error::custom("`job.array.tasks` must be at least 1"));
+                        }
+                        bounded_int("job.array.tasks", a.tasks, limits::ARRAY_TASKS)?;
+                        if a.max_running == Some(0) {
+                            return Err(de::Error::custom("`job.array.max_running` must be at least 1"));
+                        }
+                    }
+                }
+                "confirm_within_s" => {
+                    j.confirm_within_s = map
+                        .next_value::<Option<u32>>()?
+                        .map(|v| bounded_int("job.confirm_within_s", v, limits::CONFIRM_WITHIN_S))
+                        .transpose()?
+                }
                 _ => j.extra.push((key.into_owned(), map.next_value()?)),
             }
         }
@@ -977,7 +1102,7 @@ impl Serialize for JobSpec {
                 self.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             m.serialize_entry("tags", &tags)?;
         }
-        opt!(mixed_precision, batch_size, dataloader_workers, interconnect, region, config);
+        opt!(mixed_precision, batch_size, dataloader_workers, interconnect, region, config, array, confirm_within_s);
         for (k, v) in &self.extra {
             m.serialize_entry(k, v)?;
         }
@@ -994,7 +1119,21 @@ impl Serialize for Event {
         m.serialize_entry("type", self.kind.type_name())?;
         match &self.kind {
             EventKind::JobSubmitted(job) => m.serialize_entry("job", job)?,
-            EventKind::JobStarted { job_id } => m.serialize_entry("job_id", job_id)?,
+            EventKind::JobStarted { job_id, info } => {
+                m.serialize_entry("job_id", job_id)?;
+                if let Some(v) = info.gpus {
+                    m.serialize_entry("gpus", &v)?;
+                }
+                if let Some(v) = &info.parent {
+                    m.serialize_entry("parent", v)?;
+                }
+                if let Some(v) = &info.released_by {
+                    m.serialize_entry("released_by", v)?;
+                }
+            }
+            EventKind::JobQueued { job_id } | EventKind::JobRequeued { job_id } => {
+                m.serialize_entry("job_id", job_id)?
+            }
             EventKind::JobSample(x) => {
                 m.serialize_entry("job_id", &x.job_id)?;
                 m.serialize_entry("gpu_util", &x.gpu_util)?;
@@ -1097,6 +1236,9 @@ mod tests {
             r#"{"id":"g","time":"2026-11-02T09:00:00Z","type":"approval.rejected","job_id":"j1","by":"bob"}"#,
             r#"{"id":"h","time":"2026-11-02T09:00:00Z","type":"asset.registered","project":"nlp","asset":{"kind":"dataset","fingerprint":"fp","uri":"s3://x"}}"#,
             r#"{"id":"i","time":"2026-11-02T09:00:00Z","type":"clock.tick"}"#,
+            r#"{"id":"j","time":"2026-11-02T09:00:00Z","type":"job.queued","job_id":"j1"}"#,
+            r#"{"id":"k","time":"2026-11-02T09:00:00Z","type":"job.requeued","job_id":"j1"}"#,
+            r#"{"id":"l","time":"2026-11-02T09:00:00Z","type":"job.started","job_id":"j1_4","gpus":16,"parent":"j1","released_by":"root"}"#,
         ];
         for l in lines {
             let e = decode_event(l).unwrap_or_else(|err| panic!("{l}: {err}"));

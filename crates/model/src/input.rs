@@ -76,9 +76,29 @@ pub enum LedgerChange {
         /// The job.
         job_id: String,
     },
-    /// The job started.
+    /// The job started (a run of it: the first, or one after a requeue).
     Start {
         /// The job.
+        job_id: String,
+        /// GPUs the scheduler allocated to the run, when it named them ([`crate::StartInfo::gpus`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        gpus: Option<u32>,
+    },
+    /// The job's run ended and it waits to run again (`job.requeued`): the run is settled.
+    Requeue {
+        /// The job.
+        job_id: String,
+    },
+    /// A finished job runs again without an admission: it is reserved again.
+    Reopen {
+        /// The job.
+        job_id: String,
+    },
+    /// Task `job_id` of array `parent` started for the first time: it is created from the array.
+    Task {
+        /// The array.
+        parent: String,
+        /// The task.
         job_id: String,
     },
     /// The job's GPUs were released (it finished, or was reclaimed), settling its reservation.
@@ -108,7 +128,10 @@ impl LedgerChange {
         match self {
             LedgerChange::Admit { job, .. } => &job.id,
             LedgerChange::Reserve { job_id }
-            | LedgerChange::Start { job_id }
+            | LedgerChange::Start { job_id, .. }
+            | LedgerChange::Requeue { job_id }
+            | LedgerChange::Reopen { job_id }
+            | LedgerChange::Task { job_id, .. }
             | LedgerChange::Release { job_id, .. }
             | LedgerChange::Charge { job_id, .. }
             | LedgerChange::Drop { job_id } => job_id,

@@ -26,8 +26,8 @@ pub mod time;
 
 pub use decision::{Decision, DecisionKind, Hints};
 pub use event::{
-    Asset, BillingCharge, BillingMode, DecodeError, EVENT_TYPES, Event, EventKind, Extra, FinishStatus, JobSpec,
-    RawJson, Ready, Sample, decode_event, decode_input, limits,
+    ArraySpec, Asset, BillingCharge, BillingMode, DecodeError, EVENT_TYPES, Event, EventKind, Extra, FinishStatus,
+    JobSpec, RawJson, Ready, Sample, StartInfo, decode_event, decode_input, limits,
 };
 pub use input::{
     Action, ActionOutcome, Input, LEDGER_TYPE, LedgerChange, LedgerOp, RUN_TYPE, RunFact, WALL_TICK_PREFIX,

@@ -149,7 +149,14 @@ pub fn check(input: &Input) -> Result<(), NameError> {
                         check_str(&format!("job.tags.{k}"), v, Kind::Name)?;
                     }
                 }
-                EventKind::JobStarted { job_id } | EventKind::JobFinished { job_id, .. } => {
+                EventKind::JobStarted { job_id, info } => {
+                    check_str("job_id", job_id, Kind::Id)?;
+                    opt("parent", info.parent.as_deref(), Kind::Id)?;
+                    opt("released_by", info.released_by.as_deref(), Kind::Name)?;
+                }
+                EventKind::JobFinished { job_id, .. }
+                | EventKind::JobQueued { job_id }
+                | EventKind::JobRequeued { job_id } => {
                     check_str("job_id", job_id, Kind::Id)?;
                 }
                 EventKind::JobSample(s) => {

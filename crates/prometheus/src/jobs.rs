@@ -77,7 +77,7 @@ impl SlurmIds {
     /// it. Every other event is ignored.
     pub fn observe(&mut self, e: &Event) {
         let (start, job_id) = match &e.kind {
-            EventKind::JobStarted { job_id } => (true, job_id),
+            EventKind::JobStarted { job_id, .. } => (true, job_id),
             EventKind::JobFinished { job_id, .. } => (false, job_id),
             _ => return,
         };

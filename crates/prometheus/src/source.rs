@@ -174,6 +174,19 @@ impl Source {
         self.metrics().into_iter().map(|(_, q)| q).collect()
     }
 
+    /// The utilisation metrics in use (`engine_active`, then `gpu_util`), each with the selector of
+    /// its series (the attribution labels and matchers the polls use): a GPU without the first is
+    /// read from the second, so either one's series feed the idle rule (`bursar doctor` counts both).
+    pub fn utilisation_queries(&self) -> Vec<(String, String)> {
+        let m = &self.config.metrics;
+        let a = &self.config.attribution;
+        [&m.engine_active, &m.gpu_util]
+            .into_iter()
+            .filter(|name| !name.is_empty())
+            .map(|name| (name.clone(), promql::selector(name, &a.labels, &self.config.matchers)))
+            .collect()
+    }
+
     fn metrics(&self) -> Vec<(usize, String)> {
         let m = &self.config.metrics;
         let a = &self.config.attribution;

@@ -42,8 +42,9 @@
 //!   sample without a start) has no GPU-hours.
 //! - **Samples are piecewise constant**: a sample's utilisation holds from its time until the next
 //!   sample (or the release); the stretch from the start to the first sample takes the first sample's
-//!   value. A job without any sample counts as productive (no evidence of waste); its hours are also
-//!   reported as `unsampled`.
+//!   value. A job without any sample is **not measured**: its hours are `unmeasured`, neither
+//!   productive nor idle, and the effective ratio leaves them out (they are also `unsampled` on the
+//!   job). A failed job's hours are failure whether measured or not.
 //! - **Productive**: stretches at or above the idle threshold. **Idle**: stretches under it.
 //! - **Held**: the trailing idle stretches after the last productive one, up to the release — the GPUs
 //!   were held after the work ended. A job that never had a productive stretch has no "end of work":
@@ -75,8 +76,9 @@ use crate::policy::PolicyHints;
 
 /// Version of the `facts_*` tables; a different stored version is rebuilt from the log. Version 2:
 /// the lifecycle from the engine's steps, and `facts_prevented`. Version 3: each job's GPU type and
-/// measured throughput (`facts_jobs.gpu_type`, `unit`, `throughput`, `throughput_samples`).
-pub const FACTS_VERSION: i64 = 3;
+/// measured throughput (`facts_jobs.gpu_type`, `unit`, `throughput`, `throughput_samples`). Version 4:
+/// the hours of a job without samples are `unmeasured`, no longer productive (issue 45).
+pub const FACTS_VERSION: i64 = 4;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS facts_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -109,6 +111,7 @@ CREATE TABLE IF NOT EXISTS facts_job_day (
     idle       INTEGER NOT NULL,
     failure    INTEGER NOT NULL,
     held       INTEGER NOT NULL,
+    unmeasured INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (job, day)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS facts_job_day_day ON facts_job_day(day);
@@ -158,7 +161,7 @@ fn drop_facts(conn: &Connection, context: &'static str) -> Result<()> {
     Ok(())
 }
 
-/// How a job's GPU-milliseconds split. `productive + idle + failure + held == nominal`.
+/// How a job's GPU-milliseconds split. `productive + idle + failure + held + unmeasured == nominal`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Split {
     /// From start to release.
@@ -171,6 +174,9 @@ pub struct Split {
     pub failure: i64,
     /// After the last productive stretch, until release.
     pub held: i64,
+    /// Of a job without any utilisation sample: not known to be productive or idle.
+    #[serde(default)]
+    pub unmeasured: i64,
 }
 
 impl Split {
@@ -181,11 +187,23 @@ impl Split {
         self.idle += o.idle;
         self.failure += o.failure;
         self.held += o.held;
+        self.unmeasured += o.unmeasured;
+    }
+
+    /// The GPU-milliseconds whose use is known: all but the unmeasured ones.
+    pub fn measured(&self) -> i64 {
+        self.nominal - self.unmeasured
+    }
+
+    /// productive / measured; `None` when nothing was measured (not measured is not effective).
+    pub fn effective_ratio(&self) -> Option<f64> {
+        let m = self.measured();
+        (m > 0).then(|| self.productive as f64 / m as f64)
     }
 
     /// Whether the parts add up to the whole.
     pub fn adds_up(&self) -> bool {
-        self.productive + self.idle + self.failure + self.held == self.nominal
+        self.productive + self.idle + self.failure + self.held + self.unmeasured == self.nominal
     }
 }
 
@@ -222,6 +240,12 @@ pub struct JobFacts {
     /// Latest sample: time and utilisation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     last: Option<(i64, f64)>,
+    /// Start of the current run, when it is not the first (after a requeue or a rerun).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    run_start: Option<i64>,
+    /// Between two runs (requeued, waiting to run again): nothing accrues.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    paused: bool,
     #[serde(default)]
     had_productive: bool,
     /// GPU-ms with no sample to classify them.
@@ -281,13 +305,62 @@ impl JobFacts {
         Some(self.started? - self.submitted?).filter(|w| *w >= 0)
     }
 
-    /// The engine's `started` step at `t`. Returns whether anything changed.
-    pub fn start(&mut self, t: i64) -> bool {
-        if self.started.is_some() || self.released.is_some() {
+    /// The engine's `started` step at `t`, on `gpus` when the scheduler named the allocation.
+    /// Returns whether anything changed. A start after a requeue begins the next run.
+    pub fn start(&mut self, t: i64, gpus: Option<u32>) -> bool {
+        if self.released.is_some() {
             return false;
         }
-        self.started = Some(t);
+        if self.started.is_some() {
+            if !self.paused {
+                return false;
+            }
+            self.paused = false;
+            self.run_start = Some(t);
+            self.last = None;
+        } else {
+            self.started = Some(t);
+        }
+        if let Some(g) = gpus {
+            self.gpus = g;
+        }
         true
+    }
+
+    /// The engine's `requeued` step at `t`: the run so far is counted, and nothing accrues until the
+    /// next start.
+    pub fn requeue(&mut self, t: i64, threshold: f64) -> bool {
+        let Some(from) = self.run_from() else { return false };
+        if self.released.is_some() || self.paused {
+            return false;
+        }
+        let t = t.max(from);
+        let (from, value) = match self.last {
+            None => (from, None),
+            Some((lt, lu)) => (lt, Some(lu)),
+        };
+        self.accrue(from, t, value, threshold);
+        self.last = None;
+        self.paused = true;
+        true
+    }
+
+    /// A finished job the scheduler runs again (the engine admitted it again): released no longer,
+    /// waiting for its next start. `days` must hold what was written for it (the caller loads it).
+    pub fn reopen(&mut self) -> bool {
+        if self.released.is_none() {
+            return false;
+        }
+        self.released = None;
+        self.status = None;
+        self.last = None;
+        self.paused = self.started.is_some();
+        true
+    }
+
+    /// Where the current run's stretch begins: its start (the first run's, or a later run's).
+    fn run_from(&self) -> Option<i64> {
+        self.run_start.or(self.started)
     }
 
     /// The engine's `denied` step: the job never holds GPUs.
@@ -302,8 +375,8 @@ impl JobFacts {
     /// A utilisation sample at `t`. Ignored unless the job has started and is not yet released: only
     /// the engine's steps start a job.
     pub fn sample(&mut self, t: i64, util: f64, threshold: f64) -> bool {
-        let Some(started) = self.started else { return false };
-        if self.released.is_some() {
+        let Some(started) = self.run_from() else { return false };
+        if self.released.is_some() || self.paused {
             return false;
         }
         let (from, value) = match self.last {
@@ -321,7 +394,7 @@ impl JobFacts {
     /// A sample's measure of work at `t`. Counted, like utilisation, only between the engine's start
     /// and release of the job.
     pub fn work(&mut self, t: i64, w: &Work<'_>) -> bool {
-        if self.started.is_none() || self.released.is_some() {
+        if self.started.is_none() || self.released.is_some() || self.paused {
             return false;
         }
         self.run.add(bursar_model::Timestamp(t), w)
@@ -333,8 +406,9 @@ impl JobFacts {
             return false;
         }
         self.status = Some(status.to_owned());
-        let Some(started) = self.started else {
+        let Some(started) = self.run_from().filter(|_| !self.paused) else {
             self.released = Some(t);
+            self.paused = false;
             return true;
         };
         let t = t.max(started);
@@ -347,10 +421,11 @@ impl JobFacts {
         self.last = None;
         if status == "failed" || (self.rerun && status != "succeeded") {
             for d in self.days.values_mut() {
-                d.failure += d.productive + d.idle + d.held;
+                d.failure += d.productive + d.idle + d.held + d.unmeasured;
                 d.productive = 0;
                 d.idle = 0;
                 d.held = 0;
+                d.unmeasured = 0;
             }
         } else if self.had_productive {
             for (day, ms) in std::mem::take(&mut self.tail) {
@@ -378,10 +453,8 @@ impl JobFacts {
             d.nominal += ms;
             match util {
                 None => {
-                    d.productive += ms;
+                    d.unmeasured += ms;
                     self.unsampled += ms;
-                    self.had_productive = true;
-                    self.tail.clear();
                 }
                 Some(u) if u >= threshold => {
                     d.productive += ms;
@@ -734,11 +807,30 @@ impl Batch<'_, '_> {
                     self.dirty.insert(st.job.clone());
                 } else if st.step == Step::Denied {
                     self.with(&st.job, total, JobFacts::deny)?;
+                } else if st.step == Step::Admitted
+                    && matches!(ev.kind.as_str(), "job.started" | "job.requeued")
+                    && ev.job.as_deref() == Some(st.job.as_str())
+                {
+                    // Admitted by a start or a requeue: a task of an array started for the first time
+                    // (its facts are its array's), or a finished job runs again (a rerun).
+                    self.admitted_by_run(st, ev, total)?;
                 } else if self.job(&st.job)?.is_none() {
                     total.unattributed += 1;
                 }
             }
-            Step::Started => self.with(&st.job, total, |j| j.start(t))?,
+            Step::Started => {
+                // The GPUs the scheduler allocated to this run, when the start names them.
+                let gpus = if ev.kind == "job.started" && ev.job.as_deref() == Some(st.job.as_str()) {
+                    match decode_event(&ev.raw).map(|e| e.kind) {
+                        Ok(EventKind::JobStarted { info, .. }) => info.gpus,
+                        _ => None,
+                    }
+                } else {
+                    None
+                };
+                self.with(&st.job, total, |j| j.start(t, gpus))?
+            }
+            Step::Requeued => self.with(&st.job, total, |j| j.requeue(t, threshold))?,
             Step::Reclaimed => self.with(&st.job, total, |j| j.release(t, "reclaimed", threshold))?,
             Step::Finished(status) => {
                 let mut ended: Option<(String, Option<String>)> = None;
@@ -761,6 +853,82 @@ impl Batch<'_, '_> {
             }
         }
         Ok(())
+    }
+
+    /// An admission step the engine took on a `job.started` or `job.requeued`: a new array task takes
+    /// its array's facts; a released job runs again with what was written for it loaded back, so its
+    /// days add up rather than being replaced.
+    fn admitted_by_run(&mut self, st: &StoredStep, ev: &StoredEvent, total: &mut CatchUp) -> Result<()> {
+        if self.job(&st.job)?.is_some() {
+            let released = self.job(&st.job)?.is_some_and(|j| j.released.is_some());
+            if released {
+                let days = self.written_days(&st.job)?;
+                if let Some(j) = self.job(&st.job)? {
+                    j.days = days;
+                    j.reopen();
+                    j.days_dirty = true;
+                }
+                self.dirty.insert(st.job.clone());
+            }
+            return Ok(());
+        }
+        let parent = match decode_event(&ev.raw).map(|e| e.kind) {
+            Ok(EventKind::JobStarted { info, .. }) => info.parent,
+            _ => None,
+        };
+        let Some(parent) = parent else {
+            total.unattributed += 1;
+            return Ok(());
+        };
+        let Some(p) = self.job(&parent)? else {
+            total.unattributed += 1;
+            return Ok(());
+        };
+        let task = JobFacts {
+            project: p.project.clone(),
+            user: p.user.clone(),
+            tags: p.tags.clone(),
+            config: p.config.clone(),
+            gpus: p.gpus,
+            gpu_type: p.gpu_type.clone(),
+            submitted: p.submitted,
+            rerun: p.rerun,
+            ..JobFacts::default()
+        };
+        self.jobs.insert(st.job.clone(), Some(task));
+        self.dirty.insert(st.job.clone());
+        Ok(())
+    }
+
+    /// The per-day split written for `job` so far.
+    fn written_days(&self, job: &str) -> Result<BTreeMap<i64, Split>> {
+        let mut st = self
+            .tx
+            .prepare_cached(
+                "SELECT day, nominal, productive, idle, failure, held, unmeasured FROM facts_job_day WHERE job = ?1",
+            )
+            .map_err(ReportError::sqlite("read a job's days"))?;
+        let rows = st
+            .query_map([job], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    Split {
+                        nominal: r.get(1)?,
+                        productive: r.get(2)?,
+                        idle: r.get(3)?,
+                        failure: r.get(4)?,
+                        held: r.get(5)?,
+                        unmeasured: r.get(6)?,
+                    },
+                ))
+            })
+            .map_err(ReportError::sqlite("read a job's days"))?;
+        let mut days = BTreeMap::new();
+        for row in rows {
+            let (day, split) = row.map_err(ReportError::sqlite("read a job's days"))?;
+            days.insert(day, split);
+        }
+        Ok(days)
     }
 
     fn config_failed(&mut self, project: &str, config: &str) -> Result<bool> {
@@ -797,8 +965,8 @@ impl Batch<'_, '_> {
         let mut up_day = self
             .tx
             .prepare_cached(
-                "INSERT OR REPLACE INTO facts_job_day(job, day, nominal, productive, idle, failure, held)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT OR REPLACE INTO facts_job_day(job, day, nominal, productive, idle, failure, held, unmeasured)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )
             .map_err(e())?;
         let mut dirty: Vec<String> = self.dirty.drain().collect();
@@ -810,7 +978,9 @@ impl Batch<'_, '_> {
             }
             if j.days_dirty {
                 for (day, s) in &j.days {
-                    up_day.execute(params![id, day, s.nominal, s.productive, s.idle, s.failure, s.held]).map_err(e())?;
+                    up_day
+                        .execute(params![id, day, s.nominal, s.productive, s.idle, s.failure, s.held, s.unmeasured])
+                        .map_err(e())?;
                 }
                 j.days_dirty = false;
             }
@@ -895,7 +1065,7 @@ mod tests {
     fn samples_are_piecewise_constant_and_the_tail_is_held() {
         // 2 GPUs, start at 1h; samples at 2h (0.9), 4h (0.01), 5h (0.8), 6h (0.02); finish at 9h.
         let mut j = job(2);
-        j.start(H);
+        j.start(H, None);
         j.sample(2 * H, 0.9, 0.05); // [1h,2h) takes the first sample's value: productive
         j.sample(4 * H, 0.01, 0.05); // [2h,4h) productive
         j.sample(5 * H, 0.8, 0.05); // [4h,5h) idle (work resumes later)
@@ -912,16 +1082,37 @@ mod tests {
     }
 
     #[test]
+    fn each_run_accrues_on_its_own_gpus_and_the_gap_between_runs_is_free() {
+        // Issue 43: a requeued job was charged through its pending gap. Run 1 on 4 GPUs for 2 h,
+        // requeued, waits 3 h, run 2 on the 2 GPUs the scheduler then allocated for 1 h.
+        let mut j = job(4);
+        assert!(j.start(0, None));
+        j.sample(H, 0.9, 0.05);
+        assert!(j.requeue(2 * H, 0.05));
+        assert!(!j.sample(3 * H, 0.9, 0.05), "nothing accrues between runs");
+        assert!(!j.requeue(4 * H, 0.05), "a second requeue of a waiting job changes nothing");
+        assert!(j.start(5 * H, Some(2)));
+        assert!(!j.start(5 * H, Some(2)), "a repeated start is not a third run");
+        j.release(6 * H, "succeeded", 0.05);
+        let t = j.total();
+        assert_eq!(t.nominal, 4 * 2 * H + 2 * H);
+        assert_eq!((t.productive, t.unmeasured), (4 * 2 * H, 2 * H), "run 2 had no sample: not measured");
+        assert_eq!(j.unsampled, 2 * H);
+        assert_eq!(j.queue_wait(), Some(0), "queue wait is to the first start");
+        assert!(t.adds_up());
+    }
+
+    #[test]
     fn failure_takes_everything_and_all_idle_is_not_held() {
         let mut j = job(4);
-        j.start(0);
+        j.start(0, None);
         j.sample(H, 0.9, 0.05);
         j.release(3 * H, "failed", 0.05);
         let t = j.total();
         assert_eq!((t.nominal, t.failure, t.productive), (12 * H, 12 * H, 0));
 
         let mut k = job(1);
-        k.start(0);
+        k.start(0, None);
         k.sample(H, 0.0, 0.05);
         k.release(2 * H, "cancelled", 0.05);
         let t = k.total();
@@ -929,15 +1120,24 @@ mod tests {
     }
 
     #[test]
-    fn unsampled_jobs_are_productive_and_split_across_days() {
+    fn unsampled_jobs_are_not_measured_not_effective_and_split_across_days() {
         let mut j = job(1);
-        j.start(DAY_MS - H);
+        j.start(DAY_MS - H, None);
         j.release(DAY_MS + 2 * H, "succeeded", 0.05);
         assert_eq!(j.days.len(), 2);
-        assert_eq!(j.days[&0].productive, H);
-        assert_eq!(j.days[&1].productive, 2 * H);
+        assert_eq!((j.days[&0].unmeasured, j.days[&0].productive), (H, 0));
+        assert_eq!((j.days[&1].unmeasured, j.days[&1].productive), (2 * H, 0));
         assert_eq!(j.unsampled, 3 * H);
         assert_eq!(j.usage.len(), 3);
+        let t = j.total();
+        assert!(t.adds_up());
+        assert_eq!(t.effective_ratio(), None, "a job without samples is not measured, not effective");
+        // A failed one is failure all the same.
+        let mut f = job(2);
+        f.start(0, None);
+        f.release(H, "failed", 0.05);
+        let t = f.total();
+        assert_eq!((t.failure, t.unmeasured, t.effective_ratio()), (2 * H, 0, Some(0.0)));
     }
 
     #[test]
@@ -945,12 +1145,13 @@ mod tests {
         let spec =
             JobSpec { id: "r".into(), project: "p".into(), gpus: 1, config: Some("c".into()), ..JobSpec::default() };
         let mut j = JobFacts::submitted(&spec, 0, true);
-        j.start(0);
+        j.start(0, None);
         j.sample(H / 2, 0.9, 0.05);
         j.release(H, "cancelled", 0.05);
         assert_eq!(j.total().failure, H);
         let mut ok = JobFacts::submitted(&spec, 0, true);
-        ok.start(0);
+        ok.start(0, None);
+        ok.sample(0, 0.9, 0.05);
         ok.release(H, "succeeded", 0.05);
         assert_eq!(ok.total().productive, H);
     }
@@ -968,7 +1169,7 @@ mod tests {
         assert!(!d.sample(3 * H, 0.9, 0.05));
         assert_eq!((d.total().nominal, d.status.as_deref()), (0, Some("denied")));
         // Once started, the same samples count.
-        j.start(2 * H);
+        j.start(2 * H, None);
         assert!(j.sample(3 * H, 0.9, 0.05));
         assert_eq!(j.total().productive, H);
     }

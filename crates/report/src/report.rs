@@ -79,6 +79,8 @@ pub struct Hours {
     pub failure: f64,
     /// Held after the work ended.
     pub held: f64,
+    /// Of jobs without any utilisation sample: not known to be productive or idle.
+    pub unmeasured: f64,
 }
 
 impl From<Split> for Hours {
@@ -89,6 +91,7 @@ impl From<Split> for Hours {
             idle: hours(s.idle),
             failure: hours(s.failure),
             held: hours(s.held),
+            unmeasured: hours(s.unmeasured),
         }
     }
 }
@@ -113,7 +116,8 @@ pub struct Prevented {
     pub denied: f64,
     /// Deferred admissions.
     pub deferred: f64,
-    /// Reclaimed (GPU-hours still reserved when reclaimed).
+    /// Reclaimed: GPU-hours still reserved when a reclaim ended the job (not the unused reservation of
+    /// a job that ended on its own).
     pub reclaimed: f64,
 }
 
@@ -144,11 +148,12 @@ pub struct Group {
     pub jobs: u64,
     /// The split, in GPU-hours.
     pub gpu_hours: Hours,
-    /// productive / nominal (0 when nothing ran).
-    pub effective_ratio: f64,
+    /// productive / measured (nominal less the unmeasured hours of jobs without samples); `None`
+    /// ("not measured") when no hour was measured, or nothing ran.
+    pub effective_ratio: Option<f64>,
     /// The same split in integer GPU-milliseconds: these add up exactly.
     pub exact_gpu_ms: Split,
-    /// Jobs without any utilisation sample (counted productive).
+    /// Jobs without any utilisation sample (their hours are `unmeasured`).
     pub unsampled_jobs: u64,
     /// Jobs that started in the period.
     pub started_jobs: u64,
@@ -172,7 +177,7 @@ impl Group {
             key,
             jobs: 0,
             gpu_hours: Hours::default(),
-            effective_ratio: 0.0,
+            effective_ratio: None,
             exact_gpu_ms: Split::default(),
             unsampled_jobs: 0,
             started_jobs: 0,
@@ -187,8 +192,7 @@ impl Group {
 
     fn finish(&mut self) {
         self.gpu_hours = self.exact_gpu_ms.into();
-        let n = self.exact_gpu_ms.nominal;
-        self.effective_ratio = if n > 0 { self.exact_gpu_ms.productive as f64 / n as f64 } else { 0.0 };
+        self.effective_ratio = self.exact_gpu_ms.effective_ratio();
         self.mean_queue_wait_hours =
             if self.started_jobs > 0 { self.queue_wait_hours / self.started_jobs as f64 } else { 0.0 };
         let h = self.gpu_hours;
@@ -346,7 +350,7 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
 
     // The split.
     let sql = format!(
-        "SELECT {k} AS k, count(DISTINCT d.job), sum(d.nominal), sum(d.productive), sum(d.idle), sum(d.failure), sum(d.held)
+        "SELECT {k} AS k, count(DISTINCT d.job), sum(d.nominal), sum(d.productive), sum(d.idle), sum(d.failure), sum(d.held), sum(d.unmeasured)
          FROM facts_job_day d JOIN facts_jobs j ON j.job = d.job WHERE d.day >= ?1 AND d.day < ?2 GROUP BY k",
         k = by.sql(None)
     );
@@ -409,11 +413,21 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
     }
 
     // What policies prevented and would have prevented: one amount per job and kind (the largest).
+    // A reclaim prevented something only when it ended the job (its release was the reclaim): the
+    // reclaim a finished job's release sends names the unused part of its reservation, which the
+    // job gave back by ending, not a policy (issue 45). A dry-run reclaim would have saved only
+    // while the job went on running after it, and at most what it then ran. A job without facts (a
+    // log from before the job steps) cannot tell and is counted as the decision says.
     let sql = format!(
         "SELECT k, decision, dry_run, sum(gh) FROM (
-           SELECT {k} AS k, d.decision AS decision, d.dry_run AS dry_run, max(d.gpu_hours) AS gh
+           SELECT {k} AS k, d.decision AS decision, d.dry_run AS dry_run,
+             max(CASE WHEN d.decision = 'reclaim' AND d.dry_run AND j.released IS NOT NULL
+                 THEN min(d.gpu_hours, j.gpus * (j.released - d.time) / 3600000.0) ELSE d.gpu_hours END) AS gh
            FROM facts_prevented d LEFT JOIN facts_jobs j ON j.job = d.job
            WHERE d.time >= ?1 AND d.time < ?2
+             AND (d.decision != 'reclaim' OR j.job IS NULL
+                  OR (NOT d.dry_run AND j.status = 'reclaimed')
+                  OR (d.dry_run AND (j.released IS NULL OR j.released > d.time)))
            GROUP BY COALESCE(d.job, d.decision_id), d.decision, d.dry_run
          ) GROUP BY k, decision, dry_run",
         k = by.sql(Some("d"))
@@ -458,7 +472,27 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
         _ => Vec::new(),
     };
     let (daily, ratio, per_project_day) = daily_series(conn, &days)?;
-    let burndown = burndown(store, opts, &days, &per_project_day);
+    let mut burndown = burndown(store, opts, &days, &per_project_day);
+    // A project whose jobs hold no GPU-hours yet (admitted, running without a sample, waiting) still
+    // has the budget its policies give it, from its first event on (issue 45: before any job ended,
+    // the page said no quota limited the projects).
+    let mut st = conn
+        .prepare(
+            "SELECT DISTINCT project FROM facts_jobs WHERE (submitted >= ?1 AND submitted < ?2)
+               OR (started >= ?1 AND started < ?2) ORDER BY project",
+        )
+        .map_err(e("query the projects"))?;
+    let projects = st
+        .query_map(params![tlo, thi], |r| r.get::<_, String>(0))
+        .map_err(e("query the projects"))?
+        .collect::<rusqlite::Result<Vec<String>>>()
+        .map_err(e("read the projects"))?;
+    for p in projects {
+        if !burndown.iter().any(|b| b.project == p) {
+            let budget_gpu_hours = store.hints().monthly_budget(&p);
+            burndown.push(Burndown { project: p, budget_gpu_hours, cumulative_gpu_hours: vec![0.0; days.len()] });
+        }
+    }
     let billing = match &opts.prices {
         Some(p) => Some(billing(conn, &days, p)?),
         None => None,
@@ -499,7 +533,8 @@ fn daily_series(conn: &Connection, days: &[i64]) -> Result<DailySeries> {
     };
     let mut st = conn
         .prepare(
-            "SELECT j.project, d.day, sum(d.nominal), sum(d.productive), sum(d.idle), sum(d.failure), sum(d.held)
+            "SELECT j.project, d.day, sum(d.nominal), sum(d.productive), sum(d.idle), sum(d.failure), sum(d.held),
+               sum(d.unmeasured)
              FROM facts_job_day d JOIN facts_jobs j ON j.job = d.job WHERE d.day >= ?1 AND d.day <= ?2
              GROUP BY j.project, d.day",
         )
@@ -519,10 +554,7 @@ fn daily_series(conn: &Connection, days: &[i64]) -> Result<DailySeries> {
     let ratio = per
         .iter()
         .map(|(p, m)| {
-            let v = days
-                .iter()
-                .map(|d| m.get(d).filter(|s| s.nominal > 0).map(|s| s.productive as f64 / s.nominal as f64))
-                .collect();
+            let v = days.iter().map(|d| m.get(d).and_then(Split::effective_ratio)).collect();
             (p.clone(), v)
         })
         .collect();
@@ -618,11 +650,19 @@ fn billing(conn: &Connection, days: &[i64], prices: &Prices) -> Result<Billing> 
     })
 }
 
-/// Reads a `(key, count, nominal, productive, idle, failure, held)` row, the shape of every split query.
+/// Reads a `(key, count, nominal, productive, idle, failure, held, unmeasured)` row, the shape of
+/// every split query.
 fn key_count_split(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, i64, Split)> {
     Ok((
         r.get(0)?,
         r.get(1)?,
-        Split { nominal: r.get(2)?, productive: r.get(3)?, idle: r.get(4)?, failure: r.get(5)?, held: r.get(6)? },
+        Split {
+            nominal: r.get(2)?,
+            productive: r.get(3)?,
+            idle: r.get(4)?,
+            failure: r.get(5)?,
+            held: r.get(6)?,
+            unmeasured: r.get(7)?,
+        },
     ))
 }

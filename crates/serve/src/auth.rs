@@ -190,7 +190,7 @@ pub async fn security_headers(req: Request, next: Next) -> Response {
     h.insert(
         "content-security-policy",
         HeaderValue::from_static(
-            "default-src 'none'; style-src 'self' 'unsafe-inline'; script-src 'self' 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+            "default-src 'none'; style-src 'self' 'unsafe-inline'; script-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         ),
     );
     h.insert("cross-origin-opener-policy", HeaderValue::from_static("same-origin"));

@@ -147,7 +147,7 @@ async fn metrics(State(st): State<ClusterState>) -> Response {
         .read()
         .map(|s| {
             let digest = s.set.as_ref().map(|x| x.digest().to_owned()).unwrap_or_default();
-            (digest, s.loaded_at.clone(), s.last.as_ref().is_some_and(|l| !l.ok))
+            (digest, s.loaded_at.clone(), s.last.as_ref().is_some_and(|l| l.status == "failed"))
         })
         .unwrap_or_default();
     let loaded_s = bursar_model::Timestamp::parse(&loaded_at).map(|t| t.millis() as f64 / 1e3).unwrap_or(0.0);
@@ -192,7 +192,15 @@ async fn cluster_view(State(st): State<ClusterState>) -> Response {
     reply(StatusCode::OK, &st.status.view())
 }
 
-async fn admit(State(st): State<ClusterState>, Extension(caller): Extension<Arc<Caller>>, body: Bytes) -> Response {
+async fn admit(
+    State(st): State<ClusterState>,
+    Extension(caller): Extension<Arc<Caller>>,
+    q: Result<Query<crate::http::AdmitQuery>, axum::extract::rejection::QueryRejection>,
+    body: Bytes,
+) -> Response {
+    let Ok(Query(q)) = q else {
+        return error(StatusCode::BAD_REQUEST, "bad query: the only parameter of /v1/admit is `test_only=true`");
+    };
     let (mut items, rejected) = decode_body(&body, st.max_line, Origin::Producer);
     if let Some(r) = rejected.first() {
         return error(StatusCode::BAD_REQUEST, format!("malformed event: {}", r.error));
@@ -217,7 +225,8 @@ async fn admit(State(st): State<ClusterState>, Extension(caller): Extension<Arc<
         return error(status, r.error);
     }
     let Some(item) = items.pop() else { return error(StatusCode::INTERNAL_SERVER_ERROR, "no admission to forward") };
-    match st.front.admit(&item).await {
+    let asked = if q.test_only { st.front.preview(&item).await } else { st.front.admit(&item).await };
+    match asked {
         Ok(r) => reply(StatusCode::OK, &r),
         Err(refusal) => {
             error(StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE), refusal.error)

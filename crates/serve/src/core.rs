@@ -74,6 +74,15 @@ pub enum Work {
         /// Answered after the commit.
         reply: oneshot::Sender<Result<Vec<Outcome>, String>>,
     },
+    /// What a submission would be answered now, applying nothing (`POST /v1/admit?test_only=true`).
+    Preview {
+        /// The `job.submitted`.
+        event: Box<bursar_model::Event>,
+        /// The line as received.
+        raw: String,
+        /// The decisions, or why there are none.
+        reply: oneshot::Sender<Result<Vec<bursar_model::Decision>, String>>,
+    },
     /// Fire the timers due by this wall-clock instant.
     Tick(Timestamp),
     /// Swap in a new policy set (already compiled) and record the load.
@@ -128,6 +137,14 @@ pub enum Work {
     Snapshot {
         /// Answered with the event seq the snapshot covers.
         reply: Option<oneshot::Sender<Result<u64, String>>>,
+    },
+    /// Write a snapshot, then prune the rows before `before` on the audit writer, in order with
+    /// everything queued (`POST /v1/audit/prune`; the log was verified by the caller).
+    Prune {
+        /// Event time: rows before it go.
+        before: Timestamp,
+        /// Answered once the prune committed (or failed).
+        reply: oneshot::Sender<Result<bursar_model::api::PruneReply, String>>,
     },
     /// Finish what is queued, write a snapshot and stop.
     Shutdown,
@@ -286,6 +303,7 @@ enum After {
     Count(oneshot::Sender<u64>, u64),
     Project(oneshot::Sender<ProjectView>, Box<ProjectView>),
     People(oneshot::Sender<crate::pool::Answer>, crate::pool::Answer),
+    Preview(oneshot::Sender<Result<Vec<bursar_model::Decision>, String>>, Result<Vec<bursar_model::Decision>, String>),
 }
 
 /// The engine thread's state.
@@ -386,6 +404,37 @@ impl Core {
         Ok(seq)
     }
 
+    /// A prune through serve: a snapshot of everything applied so far first (a restart then has
+    /// one after the prune, [`recover`]), then the prune on the writer, behind the records already
+    /// queued. The engine thread does not wait for it: admissions queued behind it wait only for
+    /// its one transaction. A failed snapshot or prune is the caller's answer, never a stop.
+    fn prune(
+        &mut self,
+        before: Timestamp,
+        reply: oneshot::Sender<Result<bursar_model::api::PruneReply, String>>,
+    ) -> Result<(), String> {
+        let snapshot_event_seq = match self.snapshot() {
+            Ok(seq) => seq,
+            Err(e) => {
+                let _ = reply.send(Err(format!("not pruned: the engine snapshot before the prune failed: {e}")));
+                return Ok(());
+            }
+        };
+        let done: bursar_audit::PruneDone = Box::new(move |r| {
+            let _ = reply.send(
+                r.map(|p| bursar_model::api::PruneReply {
+                    events: p.events,
+                    decisions: p.decisions,
+                    events_through: p.events_through,
+                    decisions_through: p.decisions_through,
+                    snapshot_event_seq,
+                })
+                .map_err(|e| e.to_string()),
+            );
+        });
+        self.session.journal_mut().prune(before.millis(), done).map_err(|e| e.to_string())
+    }
+
     fn apply(&mut self, batch: Vec<Work>) -> Result<(), String> {
         let mut after: Vec<After> = Vec::new();
         for w in batch {
@@ -446,6 +495,10 @@ impl Core {
                     self.session.reload_failed(&error).map_err(|e| e.to_string())?;
                     after.push(After::Ack(reply));
                 }
+                Work::Preview { event, raw, reply } => {
+                    let answer = self.session.engine_mut().preview(&event, Some(&raw));
+                    after.push(After::Preview(reply, answer));
+                }
                 Work::Job { id, reply } => {
                     let v = crate::views::job(self.session.engine(), &id);
                     after.push(After::Job(reply, Box::new(v)));
@@ -464,6 +517,7 @@ impl Core {
                 Work::People { ask, reply } => {
                     after.push(After::People(reply, crate::pool::answer(self.session.engine(), ask)));
                 }
+                Work::Prune { before, reply } => self.prune(before, reply)?,
                 Work::Snapshot { .. } | Work::Shutdown => {}
             }
         }
@@ -533,6 +587,9 @@ fn answer(
             }
             After::Job(reply, v) => {
                 let _ = reply.send(*v);
+            }
+            After::Preview(reply, v) => {
+                let _ = reply.send(v);
             }
             After::Running(reply, v) => {
                 let _ = reply.send(v);

@@ -114,8 +114,13 @@ pub fn router(state: AppState, limits: crate::listen::Limits, counters: Arc<crat
             .route("/v1/report", get(report_json))
             .route("/report", get(report_html)),
     );
-    let admin =
-        needing(Power::Admin, Router::new().route("/v1/reload", post(reload)).route("/v1/snapshot", post(snapshot)));
+    let admin = needing(
+        Power::Admin,
+        Router::new()
+            .route("/v1/reload", post(reload))
+            .route("/v1/snapshot", post(snapshot))
+            .route("/v1/audit/prune", post(prune)),
+    );
     let submit = needing(Power::Submit, Router::new().route("/v1/admit", post(admit)));
     // Each line of a body needs its own power, checked in the handler.
     let per_line = Router::new().route("/v1/events", post(events));
@@ -236,7 +241,9 @@ async fn metrics(State(st): State<AppState>) -> Response {
         .status
         .read()
         .ok()
-        .and_then(|s| s.last.as_ref().map(|l| (!l.ok, l.config.as_ref().is_some_and(|c| !c.ok))))
+        // Each part on its own: `ok` is false when either failed, and a typo in the configuration
+        // must not raise the policy alert (issue 45).
+        .and_then(|s| s.last.as_ref().map(|l| (l.status == "failed", l.config.as_ref().is_some_and(|c| !c.ok))))
         .unwrap_or_default();
     let _ = write!(
         text,
@@ -416,8 +423,27 @@ async fn events(State(st): State<AppState>, Extension(caller): Extension<Arc<Cal
     reply(StatusCode::OK, &answer)
 }
 
-async fn admit(State(st): State<AppState>, Extension(caller): Extension<Arc<Caller>>, body: Bytes) -> Response {
+/// Query of `POST /v1/admit`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdmitQuery {
+    /// Answer what the submission would get now, recording nothing (`sbatch --test-only`).
+    #[serde(default)]
+    pub(crate) test_only: bool,
+}
+
+async fn admit(
+    State(st): State<AppState>,
+    Extension(caller): Extension<Arc<Caller>>,
+    q: Result<Query<AdmitQuery>, axum::extract::rejection::QueryRejection>,
+    body: Bytes,
+) -> Response {
     let started = Instant::now();
+    let Ok(Query(q)) = q.map_err(|e| {
+        tracing::debug!(error = %e.body_text(), "bad admit query");
+    }) else {
+        return error(StatusCode::BAD_REQUEST, "bad query: the only parameter of /v1/admit is `test_only=true`");
+    };
     let (mut items, rejected) = decode_body(&body, st.max_line);
     if let Some(r) = rejected.first() {
         st.metrics.events_rejected.fetch_add(1, Ordering::Relaxed);
@@ -456,6 +482,9 @@ async fn admit(State(st): State<AppState>, Extension(caller): Extension<Arc<Call
         return error(StatusCode::FORBIDDEN, d.error);
     }
     let Some(item) = items.pop() else { return error(StatusCode::INTERNAL_SERVER_ERROR, "no admission to apply") };
+    if q.test_only {
+        return preview(&st, item).await;
+    }
     let event_id = item.input.id().into_owned();
     let applied = match submit(&st, vec![item], &caller).await {
         Ok(a) => a,
@@ -488,7 +517,31 @@ async fn admit(State(st): State<AppState>, Extension(caller): Extension<Arc<Call
     };
     let admission = decisions.remove(pos);
     st.metrics.admit.observe(started.elapsed());
-    reply(StatusCode::OK, &AdmitReply { admission, duplicate: false, other_decisions: decisions })
+    reply(StatusCode::OK, &AdmitReply { admission, duplicate: false, other_decisions: decisions, test_only: false })
+}
+
+/// `POST /v1/admit?test_only=true`: the decision the submission would get now, from the engine
+/// thread, with nothing journaled, reserved or remembered.
+async fn preview(st: &AppState, item: Incoming) -> Response {
+    let Input::Event(event) = item.input else {
+        return error(StatusCode::BAD_REQUEST, "expected a `job.submitted` event");
+    };
+    let (tx, rx) = oneshot::channel();
+    if st.engine.send(Work::Preview { event: Box::new(event), raw: item.raw, reply: tx }).await.is_err() {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "the engine is shutting down");
+    }
+    let decisions = match rx.await {
+        Ok(Ok(d)) => d,
+        Ok(Err(why)) => return error(StatusCode::CONFLICT, why),
+        Err(_) => return error(StatusCode::SERVICE_UNAVAILABLE, "the engine stopped before it answered"),
+    };
+    st.metrics.previews.fetch_add(1, Ordering::Relaxed);
+    let mut decisions: Vec<Sequenced> = decisions.into_iter().map(|decision| Sequenced { seq: 0, decision }).collect();
+    let Some(pos) = decisions.iter().position(|d| d.decision.admission) else {
+        return error(StatusCode::INTERNAL_SERVER_ERROR, "the engine made no admission decision");
+    };
+    let admission = decisions.remove(pos);
+    reply(StatusCode::OK, &AdmitReply { admission, duplicate: false, other_decisions: decisions, test_only: true })
 }
 
 /// The answer to a submission whose event id was seen before: the admission decision logged the
@@ -510,6 +563,7 @@ async fn resent_admission(st: &AppState, job_id: String, event_id: String) -> Re
                     admission: Sequenced { seq: u64::try_from(stored.seq).unwrap_or(0), decision },
                     duplicate: true,
                     other_decisions: Vec::new(),
+                    test_only: false,
                 },
             ),
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("the logged admission is unreadable: {e}")),
@@ -701,6 +755,67 @@ async fn snapshot(State(st): State<AppState>) -> Response {
     }
     match rx.await {
         Ok(Ok(seq)) => reply(StatusCode::OK, &SnapshotReply { event_seq: seq }),
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the engine is shutting down"),
+    }
+}
+
+/// `POST /v1/audit/prune` (`bursar audit prune --server`): serve prunes its own log, since it is
+/// the one process that may write it ([`bursar_audit::lock`]). The log is verified first on a
+/// reader, off the engine thread, in one read transaction (one instant, while the writer goes on);
+/// then the engine thread snapshots and hands the prune to the writer ([`Work::Prune`]).
+async fn prune(State(st): State<AppState>, body: Bytes) -> Response {
+    let before = match serde_json::from_slice::<bursar_model::api::PruneRequest>(&body)
+        .map_err(|e| e.to_string())
+        .and_then(|r| bursar_model::Timestamp::parse(&r.before).map_err(|e| e.to_string()))
+    {
+        Ok(t) => t,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("the body is not a prune request (`{{\"before\":\"2026-01-01T00:00:00Z\"}}`): {e}"),
+            );
+        }
+    };
+    let audit = st.audit.clone();
+    let verified = tokio::task::spawn_blocking(move || -> Result<Option<String>, String> {
+        let log = bursar_audit::AuditLog::open_read(&audit).map_err(|e| e.to_string())?;
+        let conn = log.connection();
+        let one_read = conn.is_autocommit();
+        if one_read {
+            conn.execute_batch("BEGIN DEFERRED").map_err(|e| e.to_string())?;
+        }
+        let rep = bursar_audit::verify::verify(&log).map_err(|e| e.to_string());
+        if one_read {
+            let _ = conn.execute_batch("COMMIT");
+        }
+        Ok(rep?.problems.first().map(|p| p.message.clone()))
+    })
+    .await;
+    match verified {
+        Ok(Ok(None)) => {}
+        Ok(Ok(Some(problem))) => {
+            return error(
+                StatusCode::CONFLICT,
+                format!(
+                    "refusing to prune a log that does not verify: {problem}\n  help: run `bursar audit verify` and investigate first"
+                ),
+            );
+        }
+        Ok(Err(e)) => {
+            return error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot verify the log before pruning: {e}"));
+        }
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+    let (tx, rx) = oneshot::channel();
+    if st.engine.send(Work::Prune { before, reply: tx }).await.is_err() {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "the engine is shutting down");
+    }
+    match rx.await {
+        Ok(Ok(r)) => {
+            tracing::info!(before = %before, events = r.events, decisions = r.decisions, "audit log pruned through serve");
+            reply(StatusCode::OK, &r)
+        }
         Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
         Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the engine is shutting down"),
     }

@@ -74,6 +74,8 @@ pub struct Metrics {
     pub unauthenticated: AtomicU64,
     /// Admission requests answered.
     pub admissions: AtomicU64,
+    /// Test-only admissions answered (`POST /v1/admit?test_only=true`; nothing recorded).
+    pub previews: AtomicU64,
     /// Timer-driven decisions made by the wall-clock ticker.
     pub tick_decisions: AtomicU64,
     /// Successful reloads that changed the policy set.
@@ -158,6 +160,12 @@ impl Metrics {
             let _ = writeln!(out, "bursar_events_total{{outcome=\"{label}\"}} {}", v.load(Ordering::Relaxed));
         }
         counter(&mut out, "bursar_admissions_total", "Admission requests answered.", &self.admissions);
+        counter(
+            &mut out,
+            "bursar_admission_previews_total",
+            "Test-only admissions answered (POST /v1/admit?test_only=true), which record nothing.",
+            &self.previews,
+        );
         counter(
             &mut out,
             "bursar_unauthenticated_requests_total",

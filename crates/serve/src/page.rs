@@ -1,8 +1,10 @@
-//! Server-rendered HTML: the pool page (`GET /`) and the pages of the action links.
+//! Server-rendered HTML: the pool page (`GET /`), the page of what waits for a person (`GET
+//! /mine`) and the pages of the action links.
 //!
 //! Every value that comes from outside (job ids, names, reasons) goes through one escape function,
-//! the report's ([`bursar_report::render::svg::esc`]); the pages have no script and fetch nothing
-//! (the CSS is inline), and the pool page refreshes itself every [`REFRESH_SECS`] seconds. The
+//! the report's ([`bursar_report::render::svg::esc`]); the pages fetch nothing to render (the CSS is
+//! inline), and the pool page refreshes itself every [`REFRESH_SECS`] seconds. Only `/mine` has a
+//! script: its buttons post the answer as JSON to the API with the page's own credential. The
 //! countdowns are rendered from the wall clock of the request.
 
 use std::fmt::Write;
@@ -144,6 +146,80 @@ fn quota_rows(out: &mut String, lines: &[QuotaLine], with_ledger: bool) {
     }
 }
 
+/// The buttons of `/mine`: each posts `{"reason": …}` as JSON to `v1/jobs/{job}/{action}` (relative,
+/// so a proxy may mount serve under a path), same-origin with the page's credential, and shows what
+/// serve answered. A cross-site page can send neither the JSON body without a preflight nor the
+/// proxy's SameSite session cookie.
+const MINE_SCRIPT: &str = "document.querySelectorAll('button[data-job]').forEach(function(b){b.addEventListener('click',function(){\
+var row=b.closest('tr'),said=row.querySelector('.said'),body={};\
+if(b.dataset.action==='reject'){var t=row.querySelector('textarea');body.reason=t?t.value:'';}\
+b.disabled=true;said.textContent='…';\
+fetch('v1/jobs/'+encodeURIComponent(b.dataset.job)+'/'+b.dataset.action,{method:'POST',credentials:'same-origin',\
+headers:{'content-type':'application/json'},body:JSON.stringify(body)})\
+.then(function(r){return r.json().then(function(j){return [r.ok,j];},function(){return [false,{error:'HTTP '+r.status}];});})\
+.then(function(x){said.textContent=x[0]?x[1].message:x[1].error;if(!x[0]){b.disabled=false;}})\
+.catch(function(e){said.textContent=String(e);b.disabled=false;});});});";
+
+/// `GET /mine`: what waits for `who` (already filtered, [`crate::people::pending_for`]), with a
+/// button per answer.
+pub fn mine(who: &str, p: &bursar_model::api::PendingReply, now: Timestamp) -> String {
+    let mut o = String::with_capacity(4096);
+    head(&mut o, "bursar: waiting for you", None);
+    let _ = write!(o, "<h1>Waiting for <span id=\"who\">{}</span></h1>", esc(who));
+    o.push_str("<h2>Approvals you may answer</h2>");
+    if p.approvals.is_empty() {
+        o.push_str("<p class=\"muted\" id=\"no-approvals\">No job waits for your approval.</p>");
+    } else {
+        o.push_str(
+            "<table id=\"approvals\"><tr><th>job</th><th>project / user</th><th>asks</th><th>why</th><th>lapses in</th><th>answer</th></tr>",
+        );
+        for w in &p.approvals {
+            let job = esc(&w.job_id);
+            let _ = write!(
+                o,
+                "<tr data-job=\"{job}\"><td>{job}</td><td>{} / {}</td><td>{} for {} h{}</td><td>{}</td><td>{}</td>\
+                 <td><button data-job=\"{job}\" data-action=\"approve\">Approve</button> \
+                 <button data-job=\"{job}\" data-action=\"reject\">Reject</button>\
+                 <textarea placeholder=\"why (for a rejection)\"></textarea><div class=\"said muted\"></div></td></tr>",
+                esc(&w.project),
+                esc(&w.user),
+                gpus(w.gpus),
+                gpu_hours(w.requested_hours),
+                if w.over_budget { " <span class=\"over\">over budget</span>" } else { "" },
+                esc(&w.reason),
+                until(now, &w.expires),
+            );
+        }
+        o.push_str("</table>");
+    }
+    o.push_str("<h2>Your jobs about to be reclaimed as idle</h2>");
+    if p.idle.is_empty() {
+        o.push_str("<p class=\"muted\" id=\"no-idle\">None of your jobs is under an idle warning.</p>");
+    } else {
+        o.push_str("<table id=\"idle\"><tr><th>job</th><th>project</th><th>GPUs</th><th>idle since</th><th>reclaimed in</th><th>answer</th></tr>");
+        for w in &p.idle {
+            let job = esc(&w.job_id);
+            let _ = write!(
+                o,
+                "<tr data-job=\"{job}\"><td>{job}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td>\
+                 <td><button data-job=\"{job}\" data-action=\"keepalive\">Keep it running</button><div class=\"said muted\"></div></td></tr>",
+                esc(&w.project),
+                w.gpus,
+                w.idle_since.as_deref().map(|t| format!("{} ago", ago(now, t))).unwrap_or_else(|| "?".into()),
+                until(now, &w.reclaim_at),
+            );
+        }
+        o.push_str("</table>");
+    }
+    let _ = write!(
+        o,
+        "<p class=\"muted\">As of {} (engine clock {}).</p><script>{MINE_SCRIPT}</script></body></html>",
+        esc(&now.to_string()),
+        esc(&p.engine_time)
+    );
+    o
+}
+
 /// The pool page.
 pub fn pool(v: &PoolView) -> String {
     let now = Timestamp::parse(&v.now).unwrap_or_else(|_| Timestamp::wall_clock());
@@ -240,8 +316,8 @@ pub fn pool(v: &PoolView) -> String {
                     esc(&j.job_id),
                     esc(&j.job_id),
                     esc(&j.user),
-                    j.gpus,
-                    esc(&j.phase),
+                    gpus_cell(j),
+                    phase_cell(j),
                     j.started.as_deref().map(|t| ago(now, t)).unwrap_or_default(),
                     if j.phase == "running" {
                         utilisation_cell(now, j.gpu_util, j.last_sample.as_deref(), j.no_sample.as_deref())
@@ -391,6 +467,49 @@ pub fn confirm(c: &Claims, facts: Option<&JobFacts>) -> String {
         esc(&c.expires().to_string())
     );
     o
+}
+
+/// A job's GPUs on the pool page: the allocation, with what the admission reserved when the
+/// scheduler allocated another number, and for an array the tasks that may run at once.
+fn gpus_cell(j: &bursar_model::api::JobLine) -> String {
+    let mut s = j.gpus.to_string();
+    if let Some(r) = &j.runs {
+        if let Some(a) = r.admitted_gpus {
+            let _ = write!(
+                s,
+                " <span class=\"muted\" title=\"the scheduler allocated {} GPUs; the admission reserved {a}\">(admitted {a})</span>",
+                j.gpus
+            );
+        }
+        if let Some(a) = &r.array {
+            let _ = write!(s, " <span class=\"muted\">× {} at once of {} tasks</span>", a.slots, a.tasks);
+        }
+    }
+    s
+}
+
+/// A job's phase on the pool page, with what the scheduler did outside the admission.
+fn phase_cell(j: &bursar_model::api::JobLine) -> String {
+    let mut s = esc(&j.phase).to_string();
+    if let Some(r) = &j.runs {
+        if r.reruns > 0 {
+            let _ = write!(s, " <span class=\"muted\">(run {})</span>", r.reruns + 1);
+        }
+        if let Some(a) = &r.array {
+            let _ = write!(
+                s,
+                " <span class=\"muted\">({} of {} tasks started, {} live)</span>",
+                a.started, a.tasks, a.live
+            );
+        }
+        if let Some(p) = &r.parent {
+            let _ = write!(s, " <span class=\"muted\">(task of {})</span>", esc(p));
+        }
+        if let Some(who) = &r.released_by {
+            let _ = write!(s, " <span class=\"muted\">(released outside bursar by {})</span>", esc(who));
+        }
+    }
+    s
 }
 
 #[cfg(test)]

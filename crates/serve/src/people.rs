@@ -56,7 +56,11 @@ pub fn api_router() -> Router<AppState> {
         Router::new().route("/", get(page)).route("/v1/pool", get(pool_json)).route("/v1/pending", get(pending_json)),
     );
     // The action's power is checked in the handler: approve and reject need `answer`, keepalive `keepalive`.
+    // What waits for the caller: the `answer` or the `keepalive` power, not `read` (checked in the
+    // handlers: either one will do).
     read.route("/v1/jobs/{id}/{action}", axum::routing::post(action_api))
+        .route("/mine", get(mine_page))
+        .route("/v1/pending/mine", get(mine_json))
 }
 
 /// The signed links' routes: the link is their authority, so they take no credential.
@@ -430,6 +434,51 @@ async fn off_thread<T: Send + 'static>(
     tokio::task::spawn_blocking(move || f(&input))
         .await
         .map_err(|e| Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+}
+
+/// What waits for `who` in `all`: the approvals they may answer (a policy names them, or names
+/// nobody; not their own job unless every asking policy allows it) and the idle warnings of their
+/// own jobs. `None` (a server without principals): everything.
+pub fn pending_for(who: Option<&str>, mut all: bursar_model::api::PendingReply) -> bursar_model::api::PendingReply {
+    if let Some(name) = who {
+        all.approvals.retain(|w| {
+            (w.approvers.is_empty() || w.approvers.iter().any(|a| a == name)) && (w.user != name || w.self_approval)
+        });
+        all.idle.retain(|w| w.user == name);
+    }
+    all
+}
+
+/// The caller's answer to "what waits for me?", or the refusal of one with neither power.
+async fn mine(st: &AppState, caller: &Caller) -> Result<bursar_model::api::PendingReply, Refusal> {
+    if caller.may(Power::Answer).is_err() && caller.may(Power::Keepalive).is_err() {
+        let d = caller.may(Power::Answer).err().map(|d| d.message).unwrap_or_default();
+        return Err(Refusal::new(
+            StatusCode::FORBIDDEN,
+            format!("{d}; what waits for a person needs the `answer` or the `keepalive` power"),
+        ));
+    }
+    let skips = st.skips.clone();
+    let all = off_thread(st, move |input| input.pending(skips.as_ref().and_then(|s| s.lock().ok()).as_deref())).await?;
+    Ok(pending_for((!caller.is_open()).then(|| caller.name()), all))
+}
+
+/// `GET /v1/pending/mine`: [`pending_for`] the caller.
+async fn mine_json(State(st): State<AppState>, Extension(caller): Extension<Arc<Caller>>) -> Response {
+    match mine(&st, &caller).await {
+        Ok(p) => json(StatusCode::OK, &p),
+        Err(r) => json(r.status, &ErrorReply { error: r.message }),
+    }
+}
+
+/// `GET /mine`: the page of what waits for the caller, with the buttons that answer it (they post
+/// JSON to `POST /v1/jobs/{id}/…` with the page's own credential: a cookie session through an
+/// authenticating proxy, docs/serve.md, "People in a browser").
+async fn mine_page(State(st): State<AppState>, Extension(caller): Extension<Arc<Caller>>) -> Response {
+    match mine(&st, &caller).await {
+        Ok(p) => html(StatusCode::OK, crate::page::mine(caller.name(), &p, crate::wall_time())),
+        Err(r) => html(r.status, crate::page::message("bursar: waiting for you", "Nothing to show", &r.message, None)),
+    }
 }
 
 async fn pending_json(State(st): State<AppState>) -> Response {

@@ -351,6 +351,7 @@ impl PoolInput {
                 gpu_util: (u.samples > 0).then_some(u.gpu_util),
                 last_sample: u.last_sample.get().map(|t| t.to_string()),
                 no_sample: skips.and_then(|b| b.by_job.get(id)).cloned(),
+                runs: crate::views::runs(j),
             }
         };
         let line = |name: &str| -> ProjectLine {

@@ -10,6 +10,25 @@ fn ts(t: impl Into<Option<Timestamp>>) -> Option<String> {
     t.into().map(|t| t.to_string())
 }
 
+/// A job's [`bursar_model::api::RunsView`]: what the scheduler reported about its runs beyond a plain start and end.
+pub fn runs(j: &JobRecord) -> Option<bursar_model::api::RunsView> {
+    let r = j.runs()?;
+    let view = bursar_model::api::RunsView {
+        admitted_gpus: r.admitted_gpus,
+        reruns: r.reruns,
+        array: r.array.as_deref().map(|a| bursar_model::api::ArrayView {
+            tasks: a.tasks,
+            slots: a.slots,
+            started: a.created,
+            live: u32::try_from(a.live.len()).unwrap_or(u32::MAX),
+        }),
+        parent: r.parent.as_deref().map(str::to_owned),
+        released_by: r.released_by.as_deref().map(str::to_owned),
+        confirm_by: r.confirm_by.get().map(|t| t.to_string()),
+    };
+    Some(view).filter(|v| *v != bursar_model::api::RunsView::default())
+}
+
 /// What bursar knows about job `id`, or `None`.
 pub fn job(engine: &Engine, id: &str) -> Option<JobView> {
     let j: &JobRecord = engine.state().job(id)?;
@@ -55,6 +74,7 @@ pub fn job(engine: &Engine, id: &str) -> Option<JobView> {
         },
         tags: j.tags().iter().map(|t| (t.key.to_string(), t.value.to_string())).collect(),
         engine_time: now.to_string(),
+        runs: runs(j),
     })
 }
 

@@ -18,13 +18,17 @@
 //! while it is scraped), [`node`] (`FakeNode`: a GPU node's driver view for the Slurm prolog/epilog),
 //! [`munge`] (`Munged`: a real `munged` on a socket of its own), and with the `tls` feature [`tls`]
 //! (`TestCa`, `WebConfig` for `--web.config.file` with TLS and basic auth, `https_get`,
-//! `TlsWebhook`; `Prometheus::start_tls`, `Alertmanager::start_tls`).
+//! `TlsWebhook`; `Prometheus::start_tls`, `Alertmanager::start_tls`), and with the `oidc` feature
+//! [`oidc`] (`OidcProvider`: an OpenID Connect provider stand-in, authorization code flow with PKCE,
+//! ES256 ID tokens, for a real relying party such as Apache's mod_auth_openidc).
 
 pub mod alertmanager;
 pub mod dcgm;
 pub mod munge;
 pub mod nats;
 pub mod node;
+#[cfg(feature = "oidc")]
+pub mod oidc;
 pub mod process;
 pub mod prometheus;
 #[cfg(feature = "tls")]

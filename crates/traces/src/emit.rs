@@ -117,7 +117,9 @@ pub fn emit(
         let Some(time) = step_time(job, step, every_ms) else { continue };
         let (eid, kind) = match step {
             STEP_SUBMIT => (format!("{id}/submitted"), EventKind::JobSubmitted(Box::new(job.spec.clone()))),
-            STEP_START => (format!("{id}/started"), EventKind::JobStarted { job_id: id.clone() }),
+            STEP_START => {
+                (format!("{id}/started"), EventKind::JobStarted { job_id: id.clone(), info: Default::default() })
+            }
             STEP_FINISH => {
                 let status = job.finished.map(|f| f.1).unwrap_or(bursar_model::FinishStatus::Cancelled);
                 (format!("{id}/finished"), EventKind::JobFinished { job_id: id.clone(), status })

@@ -309,7 +309,7 @@ impl Generator {
                     self.schedule(at + every, Step::Sample, slot);
                 }
                 self.schedule(at + job.run_ms, Step::Finish, slot);
-                Some(self.event(at, EventKind::JobStarted { job_id }))
+                Some(self.event(at, EventKind::JobStarted { job_id, info: Default::default() }))
             }
             Step::Sample => self.sample(at, slot, job, job_id, every),
             Step::Keepalive => {
@@ -456,7 +456,7 @@ mod tests {
             *counts.entry(e.kind.type_name()).or_default() += 1;
             match &e.kind {
                 EventKind::JobSubmitted(j) => assert!(phase.insert(j.id.clone(), 0).is_none()),
-                EventKind::JobStarted { job_id } => assert_eq!(phase.insert(job_id.clone(), 1), Some(0)),
+                EventKind::JobStarted { job_id, .. } => assert_eq!(phase.insert(job_id.clone(), 1), Some(0)),
                 EventKind::JobSample(Sample { job_id, gpu_util, .. }) => {
                     assert_eq!(phase.get(job_id), Some(&1), "sample of a job not running");
                     if *gpu_util < 0.05 {

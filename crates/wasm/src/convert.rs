@@ -70,12 +70,15 @@ fn by<'a>(job_id: &'a str, by: &'a Option<String>) -> t::ByPerson<'a> {
 }
 
 /// The WIT record of the event in `cx`, borrowing its strings (and `x`, from [`Extras::of`] of the
-/// same `cx`): nothing is copied until the call lowers it into the guest's memory.
-pub fn event<'a>(cx: &Context<'a>, x: &'a Extras<'a>) -> t::Event<'a> {
+/// same `cx`): nothing is copied until the call lowers it into the guest's memory. `None` for the
+/// v1.x types the WIT interface has no case for (`job.queued`, `job.requeued`), which a WebAssembly
+/// policy cannot ask for (the loader refuses them in `events`).
+pub fn event<'a>(cx: &Context<'a>, x: &'a Extras<'a>) -> Option<t::Event<'a>> {
     let e: &'a bursar_model::Event = cx.event;
     let kind = match &e.kind {
         EventKind::JobSubmitted(j) => t::EventKind::JobSubmitted(job_spec(j, x)),
-        EventKind::JobStarted { job_id } => t::EventKind::JobStarted(job_id),
+        EventKind::JobStarted { job_id, .. } => t::EventKind::JobStarted(job_id),
+        EventKind::JobQueued { .. } | EventKind::JobRequeued { .. } => return None,
         EventKind::JobSample(s) => {
             t::EventKind::JobSample(t::Sample { job_id: &s.job_id, gpu_util: s.gpu_util, mem_util: s.mem_util })
         }
@@ -110,7 +113,7 @@ pub fn event<'a>(cx: &Context<'a>, x: &'a Extras<'a>) -> t::Event<'a> {
         }),
         EventKind::ClockTick => t::EventKind::ClockTick,
     };
-    t::Event { id: &e.id, time: e.time.millis(), now: cx.now.millis(), kind, raw: cx.raw.unwrap_or_default() }
+    Some(t::Event { id: &e.id, time: e.time.millis(), now: cx.now.millis(), kind, raw: cx.raw.unwrap_or_default() })
 }
 
 /// Bytes the host copies into the guest for `e`: every string of the record (the raw line above all)

@@ -372,7 +372,7 @@ impl Policy for WasmPolicy {
             return;
         }
         let extras = crate::convert::Extras::of(cx);
-        let event = crate::convert::event(cx, &extras);
+        let Some(event) = crate::convert::event(cx, &extras) else { return };
         let bytes = crate::convert::input_bytes(&event);
         if bytes > self.limits.max_input_bytes {
             self.refuse_input(cx, out, bytes);

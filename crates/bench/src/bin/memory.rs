@@ -45,7 +45,12 @@ fn main() -> ExitCode {
         engine.process(&submit_event(spec, &id, time), None, &mut out);
         allowed += out.iter().filter(|d| d.decision == bursar_model::DecisionKind::Allow).count() as u64;
         out.clear();
-        let start = Event { id: format!("r{i}"), time, kind: EventKind::JobStarted { job_id: id }, extra: Vec::new() };
+        let start = Event {
+            id: format!("r{i}"),
+            time,
+            kind: EventKind::JobStarted { job_id: id, info: Default::default() },
+            extra: Vec::new(),
+        };
         engine.process(&start, None, &mut out);
         if (i + 1) % 250_000 == 0 || i + 1 == jobs {
             let heap = ALLOC.live() - base_heap;

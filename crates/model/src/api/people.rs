@@ -162,6 +162,52 @@ pub struct JobLine {
     /// Why the utilisation source's last poll sent no sample for it, if it sent none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub no_sample: Option<String>,
+    /// What the scheduler did differently from the admission: the GPUs admitted when it allocated
+    /// another number, runs after a requeue, an array's tasks, a release outside bursar.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs: Option<RunsView>,
+}
+
+/// What the scheduler reported about a job's runs beyond one plain start and end (wire format v1.x),
+/// in [`JobLine`] and the job view.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RunsView {
+    /// GPUs the admission reserved, when the scheduler allocated a different number (`gpus` is then
+    /// the allocation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admitted_gpus: Option<u32>,
+    /// Runs after the first (requeues, preemptions, reruns of a finished job).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reruns: u32,
+    /// For an array: its tasks, how many started, how many are live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<ArrayView>,
+    /// For a task of an array: the array.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// Released in the scheduler outside bursar while it waited for approval, by this person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released_by: Option<String>,
+    /// The scheduler has until then to confirm it created the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm_by: Option<String>,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
+/// An array's tasks, in [`RunsView`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ArrayView {
+    /// Tasks admitted.
+    pub tasks: u32,
+    /// Tasks that may run at once.
+    pub slots: u32,
+    /// Tasks started so far.
+    pub started: u32,
+    /// Tasks started and not yet released.
+    pub live: u32,
 }
 
 /// A project on the pool page: what it holds now, its live jobs and its quotas.

@@ -10,6 +10,7 @@ const PRODUCTIVE: &str = "#2e7d32";
 const IDLE: &str = "#f9a825";
 const FAILURE: &str = "#c62828";
 const HELD: &str = "#6a1b9a";
+const UNMEASURED: &str = "#9e9e9e";
 const PALETTE: [&str; 8] = ["#1565c0", "#ef6c00", "#2e7d32", "#ad1457", "#00838f", "#6d4c41", "#5e35b1", "#9e9d24"];
 
 const CSS: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:20px;color:#222;max-width:930px}
@@ -22,6 +23,11 @@ tr.total td{font-weight:600;border-top:2px solid #888}svg{display:block;margin:8
 
 fn pct(v: f64) -> String {
     format!("{:.1}%", v * 100.0)
+}
+
+/// An effective ratio, or `not measured` when no hour of it had a utilisation sample.
+fn effective(v: Option<f64>) -> String {
+    v.map_or_else(|| "not measured".to_owned(), pct)
 }
 
 /// Chart 5, the cost per unit of work: the on-demand cost per million units of each GPU type at each
@@ -190,13 +196,18 @@ pub fn html_page(r: &Report, served: bool) -> String {
     let t = &r.total.gpu_hours;
     let _ = write!(
         o,
-        "<p><b>{}</b> nominal GPU-hours, <b>{}</b> effective ({}); idle {}, lost to failure {}, held after the work ended {}.</p>",
+        "<p><b>{}</b> nominal GPU-hours, <b>{}</b> effective ({}); idle {}, lost to failure {}, held after the work ended {}{}.</p>",
         short(t.nominal),
         short(t.productive),
-        pct(r.total.effective_ratio),
+        effective(r.total.effective_ratio),
         short(t.idle),
         short(t.failure),
-        short(t.held)
+        short(t.held),
+        if t.unmeasured > 0.0 {
+            format!("; not measured {} (jobs without utilisation samples)", short(t.unmeasured))
+        } else {
+            String::new()
+        }
     );
 
     // 1. Nominal vs effective.
@@ -212,6 +223,7 @@ pub fn html_page(r: &Report, served: bool) -> String {
         seg("idle", IDLE, &|h| h.idle),
         seg("failure", FAILURE, &|h| h.failure),
         seg("held", HELD, &|h| h.held),
+        seg("not measured", UNMEASURED, &|h| h.unmeasured),
     ];
     let _ = write!(o, "<h2>Nominal vs effective GPU-hours by {}</h2>", esc(&r.by));
     o.push_str(&svg::stacked_bars(
@@ -233,7 +245,7 @@ pub fn html_page(r: &Report, served: bool) -> String {
     // The table.
     let _ = write!(
         o,
-        "<table><tr><th>{}</th><th>jobs</th><th>nominal</th><th>productive</th><th>idle</th><th>failure</th><th>held</th><th>effective</th><th>queue wait h</th><th>charged</th><th>prevented</th><th>dry-run would save</th><th>top leak</th></tr>",
+        "<table><tr><th>{}</th><th>jobs</th><th>nominal</th><th>productive</th><th>idle</th><th>failure</th><th>held</th><th>not measured</th><th>effective</th><th>queue wait h</th><th>charged</th><th>prevented</th><th>dry-run would save</th><th>top leak</th></tr>",
         esc(&r.by)
     );
     for (g, cls) in r.groups.iter().map(|g| (g, "")).chain(std::iter::once((&r.total, " class=\"total\""))) {
@@ -246,7 +258,7 @@ pub fn html_page(r: &Report, served: bool) -> String {
         let leak = g.top_leaks.first().map_or("-".to_owned(), |l| format!("{} {}", l.leak, pct(l.share)));
         let _ = write!(
             o,
-            "<tr{cls}><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td></tr>",
+            "<tr{cls}><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td></tr>",
             esc(&g.key),
             g.jobs,
             h.nominal,
@@ -254,7 +266,8 @@ pub fn html_page(r: &Report, served: bool) -> String {
             h.idle,
             h.failure,
             h.held,
-            pct(g.effective_ratio),
+            h.unmeasured,
+            effective(g.effective_ratio),
             g.queue_wait_hours,
             esc(&charged),
             g.prevented.total(),
@@ -262,7 +275,7 @@ pub fn html_page(r: &Report, served: bool) -> String {
             esc(&leak)
         );
     }
-    o.push_str("</table><p class=\"note\">GPU-hours; nominal = productive + idle + failure + held (the parts are counted in whole GPU-milliseconds, so they always add up to the total). Prevented: GPU-hours of enforced deny, defer and reclaim decisions; dry-run: what dry-run policies would have stopped.</p>");
+    o.push_str("</table><p class=\"note\">GPU-hours; nominal = productive + idle + failure + held + not measured (the hours of jobs without utilisation samples; the parts are counted in whole GPU-milliseconds, so they always add up to the total); effective = productive / measured hours. Prevented: GPU-hours that enforced deny, defer and reclaim decisions kept from running (a reclaim only when it ended the job, not the unused reservation of a job that ended on its own); dry-run: what dry-run policies would have stopped. docs/reports.md has the rules (installed as /usr/share/doc/bursar/reports.md).</p>");
 
     // 2. Utilisation over time.
     let days: Vec<String> = r.daily.iter().map(|d| d.day.get(5..).unwrap_or(&d.day).to_owned()).collect();
@@ -317,7 +330,7 @@ pub fn html_page(r: &Report, served: bool) -> String {
     // 3. Quota burn-down.
     o.push_str("<h2>Quota burn-down</h2><div class=\"small\">");
     if r.burndown.is_empty() {
-        o.push_str(&svg::lines("burndown", "No project used GPUs in this period", &[], &[], None, short, (440, 200)));
+        o.push_str(&svg::lines("burndown", "No project had a job in this period", &[], &[], None, short, (440, 200)));
     }
     for (i, b) in r.burndown.iter().take(12).enumerate() {
         let (title, values, max) = match b.budget_gpu_hours {
@@ -336,7 +349,7 @@ pub fn html_page(r: &Report, served: bool) -> String {
         o.push_str(&svg::lines(&format!("burndown-{i}"), &title, &days, &[s], max, short, (440, 200)));
     }
     o.push_str("</div>");
-    if r.burndown.iter().all(|b| b.budget_gpu_hours.is_none()) {
+    if !r.burndown.is_empty() && r.burndown.iter().all(|b| b.budget_gpu_hours.is_none()) {
         o.push_str("<p class=\"note\">No budget lines: no enforced monthly quota limits these projects (budgets come from the policies the log was written with, or <code>--policies</code>).</p>");
     } else if r.burndown.first().is_some_and(|b| b.cumulative_gpu_hours.len() > 31) {
         o.push_str("<p class=\"note\">Each month has its own budget: the lines start again at each month.</p>");

@@ -46,6 +46,11 @@ fn pct(v: f64) -> String {
     format!("{:.1}%", v * 100.0)
 }
 
+/// An effective ratio, or `not measured` when no hour of it had a utilisation sample.
+fn effective(v: Option<f64>) -> String {
+    v.map_or_else(|| "not measured".to_owned(), pct)
+}
+
 /// A plain-text table for a terminal.
 pub fn table(r: &Report) -> String {
     let mut out = String::new();
@@ -68,6 +73,7 @@ pub fn table(r: &Report) -> String {
         "idle",
         "failure",
         "held",
+        "unmeasured",
         "effective",
         "queue wait h",
         "charged",
@@ -85,7 +91,8 @@ pub fn table(r: &Report) -> String {
             h(x.idle),
             h(x.failure),
             h(x.held),
-            pct(g.effective_ratio),
+            h(x.unmeasured),
+            effective(g.effective_ratio),
             h(g.queue_wait_hours),
             money(g),
             h(g.prevented.total()),
@@ -109,7 +116,9 @@ pub fn table(r: &Report) -> String {
     }
     let _ = writeln!(
         out,
-        "\nGPU-hours in GPU-hours; nominal = productive + idle + failure + held; effective = productive / nominal."
+        "\nGPU-hours; nominal = productive + idle + failure + held + unmeasured (jobs without utilisation samples);\n\
+         effective = productive / (nominal - unmeasured), `not measured` when no hour had a sample. Prevented:\n\
+         what enforced deny, defer and reclaim decisions kept from running (a reclaim only when it ended the job)."
     );
     if !r.top_leaks.is_empty() {
         let _ = writeln!(out, "\nTop leaks:");
@@ -322,7 +331,7 @@ pub fn csv(r: &Report) -> String {
         "period,group_by,key,jobs,nominal_gpu_h,productive_gpu_h,idle_gpu_h,failure_gpu_h,held_gpu_h,effective_ratio,\
          nominal_gpu_ms,productive_gpu_ms,idle_gpu_ms,failure_gpu_ms,held_gpu_ms,started_jobs,queue_wait_h,\
          charged,prevented_denied_gpu_h,prevented_deferred_gpu_h,prevented_reclaimed_gpu_h,dry_run_denied_gpu_h,\
-         dry_run_deferred_gpu_h,dry_run_reclaimed_gpu_h\r\n",
+         dry_run_deferred_gpu_h,dry_run_reclaimed_gpu_h,unmeasured_gpu_h,unmeasured_gpu_ms\r\n",
     );
     for g in r.groups.iter().chain(std::iter::once(&r.total)) {
         let x = &g.gpu_hours;
@@ -343,7 +352,7 @@ pub fn csv(r: &Report) -> String {
             x.idle.to_string(),
             x.failure.to_string(),
             x.held.to_string(),
-            g.effective_ratio.to_string(),
+            g.effective_ratio.map(|v| v.to_string()).unwrap_or_default(),
             s.nominal.to_string(),
             s.productive.to_string(),
             s.idle.to_string(),
@@ -358,6 +367,8 @@ pub fn csv(r: &Report) -> String {
             g.dry_run_would_save.denied.to_string(),
             g.dry_run_would_save.deferred.to_string(),
             g.dry_run_would_save.reclaimed.to_string(),
+            x.unmeasured.to_string(),
+            s.unmeasured.to_string(),
         ];
         out.push_str(&fields.join(","));
         out.push_str("\r\n");

@@ -1,0 +1,439 @@
+//! A job's runs as the scheduler reports them (wire format v1.x): the allocation of each run, runs
+//! after a requeue, reruns of a finished job, array tasks, admissions the scheduler never confirms.
+//!
+//! The promise these keep is the quota's: every GPU a job holds is reserved and charged, on what the
+//! scheduler allocated, for every run. The rules, each a method on [`State`] so the ledger partition
+//! of `serve --cluster` applies the same arithmetic to its copy of a job ([`crate::shared`]):
+//!
+//! - **Allocation** ([`State::correct_allocation`]): a start that names the GPUs allocated replaces
+//!   the admission's estimate: the reservation becomes allocation × requested hours and the held,
+//!   queue and running counts follow. The admitted figure is kept ([`RunNotes::admitted_gpus`]).
+//! - **Requeue** ([`State::requeue`]): the run is settled (runtime × its GPUs, as a release would)
+//!   and leaves the running count; the job keeps its admission (its reservation and held GPUs) for the
+//!   next run, as an admitted job that has not started does.
+//! - **Rerun** ([`State::reopen`]): a finished job the scheduler runs again without an admission is
+//!   admitted again as it was (reserved and held from now), so its GPUs are charged; policies decide
+//!   whether it may go on (`on_rerun` in the reclaim family).
+//! - **Arrays** ([`State::spawn_task`], [`State::task_released`]): the array reserves every task and
+//!   holds the tasks that may run at once; a task's first start creates it as a job of its own, which
+//!   takes one task's share of the reservation and hold from the array; when the last task is
+//!   released the array is finished.
+//! - **Confirmation** ([`State::confirm`]): an admission with `confirm_within_s` waits for the
+//!   scheduler to say it created the job; the engine releases it at the deadline otherwise.
+//!
+//! [`RunNotes::admitted_gpus`]: crate::state::RunNotes::admitted_gpus
+
+use std::sync::Arc;
+
+use bursar_model::{FinishStatus, Timestamp};
+
+use crate::state::{JobPhase, JobRecord, State};
+
+/// A start whose allocation differed from the reservation: what it was and what it is now.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Correction {
+    /// GPUs held before the start.
+    pub before: u32,
+    /// GPUs allocated.
+    pub after: u32,
+    /// GPU-hours reserved before.
+    pub reserved_before: f64,
+    /// GPU-hours reserved now.
+    pub reserved_after: f64,
+}
+
+/// "1 GPU", "8 GPUs".
+pub(crate) fn gpus_text(n: u32) -> String {
+    if n == 1 { "1 GPU".to_owned() } else { format!("{n} GPUs") }
+}
+
+/// GPU-hours as a person reads them: at most two decimals, no trailing zeros (`0.27`, `80`).
+pub(crate) fn hours_text(v: f64) -> String {
+    let s = format!("{v:.2}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" { "0".to_owned() } else { s.to_owned() }
+}
+
+/// The worse of two ends: failed over cancelled over succeeded.
+fn worse(a: Option<FinishStatus>, b: FinishStatus) -> FinishStatus {
+    let rank = |s: FinishStatus| match s {
+        FinishStatus::Succeeded => 0,
+        FinishStatus::Cancelled => 1,
+        FinishStatus::Failed => 2,
+    };
+    match a {
+        Some(a) if rank(a) >= rank(b) => a,
+        _ => b,
+    }
+}
+
+impl State {
+    /// Moves the job's held GPUs (and its queue's) from `before` to what it holds now.
+    fn rehold(&mut self, job: &JobRecord, before: u32) {
+        let after = job.held_gpus();
+        if after == before {
+            return;
+        }
+        let delta = i64::from(after) - i64::from(before);
+        let queue = job.profile.queue.clone();
+        self.for_each_ledger(job, |l| {
+            l.held_gpus = (i64::from(l.held_gpus) + delta).clamp(0, i64::from(u32::MAX)) as u32;
+            if let Some(q) = &queue {
+                l.add_queue(q, delta);
+            }
+        });
+    }
+
+    /// Adds `hours` (either sign) to the job's reservation, in its ledgers too.
+    fn rereserve(&mut self, job: &mut JobRecord, hours: f64) {
+        if hours == 0.0 {
+            return;
+        }
+        job.reserved = (job.reserved + hours).max(0.0);
+        let day = job.submitted.day();
+        self.for_each_ledger(job, |l| {
+            let b = l.bucket(day);
+            b.reserved = (b.reserved + hours).max(0.0);
+        });
+    }
+
+    /// The scheduler allocated `gpus` to the job's run about to start: when that differs from what
+    /// the job holds, its reservation and GPU counts follow the allocation. Call before
+    /// [`State::start`]. `None` when nothing changed.
+    pub(crate) fn correct_allocation(&mut self, job: &mut JobRecord, gpus: u32) -> Option<Correction> {
+        if gpus == job.gpus || job.array().is_some() {
+            return None;
+        }
+        let before = job.gpus;
+        let reserved_before = job.reserved;
+        let held_before = job.held_gpus();
+        let running = job.started.is_some();
+        job.gpus = gpus;
+        job.with_runs(|r| {
+            r.admitted_gpus.get_or_insert(before);
+        });
+        if job.phase.is_live() {
+            // What a run on the allocation could still use: allocation × requested hours.
+            let want = f64::from(gpus) * job.requested_hours;
+            self.rereserve(job, want - reserved_before);
+            self.rehold(job, held_before);
+            if running {
+                let delta = i64::from(gpus) - i64::from(before);
+                self.for_each_ledger(job, |l| {
+                    l.running_gpus = (i64::from(l.running_gpus) + delta).clamp(0, i64::from(u32::MAX)) as u32;
+                });
+            }
+        }
+        Some(Correction { before, after: gpus, reserved_before, reserved_after: job.reserved })
+    }
+
+    /// The job's run ended at `at` and the job waits to run again: the run is settled (runtime × its
+    /// GPUs into `used` and `unbilled`) and leaves the running count; the reservation and held GPUs
+    /// stay for the next run. Returns the run's GPU-hours (0 when it was not running).
+    pub(crate) fn requeue(&mut self, job: &mut JobRecord, at: Timestamp) -> f64 {
+        if job.phase != JobPhase::Running || job.started.is_none() {
+            return 0.0;
+        }
+        let used = job.runtime_gpu_hours(at);
+        let (day, gpus) = (job.submitted.day(), job.gpus);
+        self.for_each_ledger(job, |l| {
+            let b = l.bucket(day);
+            b.used += used;
+            b.unbilled += used;
+            l.running_gpus = l.running_gpus.saturating_sub(gpus);
+        });
+        job.unbilled += used;
+        job.started = crate::state::OptTime::NONE;
+        job.ended = crate::state::OptTime::NONE;
+        job.phase = JobPhase::Admitted;
+        job.with_runs(|r| r.reruns = r.reruns.saturating_add(1));
+        // A policy's marks describe the run they were made in (an idle window, an alert).
+        job.clear_marks();
+        used
+    }
+
+    /// A finished job the scheduler runs again without an admission: admitted again as it was,
+    /// reserved and held from `at` (its earlier runs stay settled on their own day).
+    pub(crate) fn reopen(&mut self, job: &mut JobRecord, at: Timestamp) {
+        if job.phase.is_live() || job.phase == JobPhase::PendingApproval {
+            return;
+        }
+        job.phase = JobPhase::Admitted;
+        job.status = None;
+        job.started = crate::state::OptTime::NONE;
+        job.ended = crate::state::OptTime::NONE;
+        job.submitted = at;
+        job.clear_marks();
+        if let Some(a) = job.rare.as_mut().and_then(|r| r.runs.array.as_mut()) {
+            // An array run again: every task again.
+            a.created = 0;
+            a.live.clear();
+            a.worst = None;
+        }
+        job.with_runs(|r| r.reruns = r.reruns.saturating_add(1));
+        self.reserve(job);
+    }
+
+    /// Creates task `task` of array `parent` on its first start: a job of its own with the array's
+    /// profile and one task's GPUs and hours, taking one task's share of the array's reservation and
+    /// hold. `Err` says why it cannot be (no such array, not live, not an array).
+    pub(crate) fn spawn_task(&mut self, parent: &str, task: &Arc<str>) -> Result<(), String> {
+        let Some(mut p) = self.jobs.remove(parent) else {
+            return Err(format!("array {parent} is not known"));
+        };
+        let parent_id: Arc<str> = Arc::from(parent);
+        let result = (|| {
+            if p.array().is_none() {
+                return Err(format!("job {parent} is not an array"));
+            }
+            if !p.phase.is_live() {
+                return Err(format!("array {parent} is {} and starts no task", p.phase.as_str()));
+            }
+            let held_before = p.held_gpus();
+            let share = f64::from(p.gpus) * p.requested_hours;
+            let beyond = p.array().is_some_and(|a| a.unstarted() == 0);
+            if let Some(a) = p.rare.as_mut().and_then(|r| r.runs.array.as_mut()) {
+                a.created = a.created.saturating_add(1).min(a.tasks);
+                a.live.push(task.clone());
+            }
+            let mut child = p.clone();
+            child.rare = None;
+            child.reserved = 0.0;
+            child.unbilled = 0.0;
+            child.started = crate::state::OptTime::NONE;
+            child.ended = crate::state::OptTime::NONE;
+            child.status = None;
+            child.phase = JobPhase::Admitted;
+            child.util = Default::default();
+            child.with_runs(|r| r.parent = Some(parent_id.clone()));
+            // The task's share moves from the array to the task: nothing changes in the ledgers'
+            // reserved hours, unless the task is one the array was not admitted for.
+            if beyond {
+                self.rereserve(&mut child, share);
+            } else {
+                p.reserved = (p.reserved - share).max(0.0);
+                child.reserved = share;
+            }
+            // Held: the array now holds fewer slots, the task holds its GPUs.
+            let p_after = p.held_gpus();
+            let delta = i64::from(p_after) + i64::from(child.gpus) - i64::from(held_before);
+            if delta != 0 {
+                let queue = p.profile.queue.clone();
+                self.for_each_ledger(&p, |l| {
+                    l.held_gpus = (i64::from(l.held_gpus) + delta).clamp(0, i64::from(u32::MAX)) as u32;
+                    if let Some(q) = &queue {
+                        l.add_queue(q, delta);
+                    }
+                });
+            }
+            self.jobs.insert(task.clone(), child);
+            Ok(())
+        })();
+        self.jobs.insert(parent_id, p);
+        result
+    }
+
+    /// After task `task` (with end `status`) was released: the array stops counting it live and holds
+    /// a slot again for a task not started; when no task is left to run or running, the array itself
+    /// is finished. Returns the array's id and end when that happened.
+    pub(crate) fn task_released(
+        &mut self,
+        task: &str,
+        status: FinishStatus,
+        at: Timestamp,
+    ) -> Option<(Arc<str>, FinishStatus)> {
+        let parent = self.jobs.get(task)?.parent()?.clone();
+        let mut p = self.jobs.remove(&parent)?;
+        let held_before = p.held_gpus();
+        let mut done = None;
+        if let Some(a) = p.rare.as_mut().and_then(|r| r.runs.array.as_mut()) {
+            a.live.retain(|t| &**t != task);
+            a.worst = Some(worse(a.worst, status));
+            if a.unstarted() == 0 && a.live.is_empty() {
+                done = a.worst;
+            }
+        }
+        if p.phase.is_live() {
+            self.rehold(&p, held_before);
+            if let Some(end) = done {
+                self.release(&mut p, at, JobPhase::Finished);
+                p.status = Some(end);
+            }
+        } else {
+            done = None;
+        }
+        self.jobs.insert(parent.clone(), p);
+        done.map(|s| (parent, s))
+    }
+
+    /// The live tasks of array `id` (to release with it when the whole array is reclaimed).
+    pub(crate) fn live_tasks(&self, id: &str) -> Vec<Arc<str>> {
+        self.jobs.get(id).and_then(|j| j.array()).map(|a| a.live.clone()).unwrap_or_default()
+    }
+
+    /// The scheduler confirmed it created the job: no deadline any more. True when one was pending.
+    pub(crate) fn confirm(job: &mut JobRecord) -> bool {
+        if job.runs().is_none_or(|r| r.confirm_by.is_none()) {
+            return false;
+        }
+        job.with_runs(|r| r.confirm_by = crate::state::OptTime::NONE);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::ScopeKind;
+    use bursar_model::{ArraySpec, JobSpec};
+
+    fn t(min: i64) -> Timestamp {
+        Timestamp(1_796_000_000_000 + min * 60_000)
+    }
+
+    fn spec(id: &str, gpus: u32, hours: f64) -> JobSpec {
+        JobSpec {
+            id: id.into(),
+            project: "p".into(),
+            user: "u".into(),
+            queue: Some("q".into()),
+            gpus,
+            nodes: 1,
+            requested_hours: hours,
+            ..JobSpec::default()
+        }
+    }
+
+    fn admit(st: &mut State, s: &JobSpec, at: Timestamp) {
+        let mut r = st.record_from_spec(s, at);
+        st.reserve(&mut r);
+        st.jobs.insert(Arc::from(s.id.as_str()), r);
+    }
+
+    fn with<T>(st: &mut State, id: &str, f: impl FnOnce(&mut State, &mut JobRecord) -> T) -> T {
+        let mut j = st.jobs.remove(id).unwrap();
+        let out = f(st, &mut j);
+        st.jobs.insert(Arc::from(id), j);
+        out
+    }
+
+    fn ledger(st: &State) -> (u32, u32, u32, f64, f64) {
+        let l = st.ledger(ScopeKind::Project, "p").unwrap();
+        let u = l.usage(bursar_model::Period::Month, t(0).day());
+        (l.held_gpus, l.running_gpus, l.queue_gpus("q"), u.reserved, u.used)
+    }
+
+    #[test]
+    fn an_allocation_larger_than_the_estimate_is_reserved_and_held() {
+        let mut st = State::default();
+        admit(&mut st, &spec("j", 2, 10.0), t(0));
+        assert_eq!(ledger(&st), (2, 0, 2, 20.0, 0.0));
+        let c = with(&mut st, "j", |st, j| {
+            let c = st.correct_allocation(j, 8);
+            st.start(j, t(1));
+            c
+        })
+        .unwrap();
+        assert_eq!((c.before, c.after, c.reserved_before, c.reserved_after), (2, 8, 20.0, 80.0));
+        assert_eq!(ledger(&st), (8, 8, 8, 80.0, 0.0));
+        // Released after 30 minutes: 8 GPUs × 0.5 h.
+        with(&mut st, "j", |st, j| st.release(j, t(31), JobPhase::Finished));
+        assert_eq!(ledger(&st), (0, 0, 0, 0.0, 4.0));
+        assert_eq!(st.job("j").unwrap().runs().unwrap().admitted_gpus, Some(2));
+    }
+
+    #[test]
+    fn each_run_is_settled_on_its_own_and_the_gap_is_free() {
+        let mut st = State::default();
+        admit(&mut st, &spec("j", 4, 10.0), t(0));
+        with(&mut st, "j", |st, j| st.start(j, t(0)));
+        // Preempted after an hour: 4 GPU-hours settled, no longer running, still admitted.
+        let used = with(&mut st, "j", |st, j| st.requeue(j, t(60)));
+        assert_eq!(used, 4.0);
+        assert_eq!(ledger(&st), (4, 0, 4, 40.0, 4.0));
+        assert_eq!(st.job("j").unwrap().phase(), JobPhase::Admitted);
+        // Waits two hours (not charged), runs again on 2 GPUs for 30 minutes, finishes.
+        with(&mut st, "j", |st, j| {
+            st.correct_allocation(j, 2);
+            st.start(j, t(180));
+        });
+        assert_eq!(ledger(&st), (2, 2, 2, 20.0, 4.0));
+        with(&mut st, "j", |st, j| st.release(j, t(210), JobPhase::Finished));
+        assert_eq!(ledger(&st), (0, 0, 0, 0.0, 5.0));
+        let j = st.job("j").unwrap();
+        assert_eq!((j.unbilled(), j.runs().unwrap().reruns), (5.0, 1));
+    }
+
+    #[test]
+    fn a_rerun_of_a_finished_job_is_reserved_again() {
+        let mut st = State::default();
+        admit(&mut st, &spec("j", 4, 1.0), t(0));
+        with(&mut st, "j", |st, j| {
+            st.start(j, t(0));
+            st.release(j, t(30), JobPhase::Finished);
+        });
+        assert_eq!(ledger(&st), (0, 0, 0, 0.0, 2.0));
+        with(&mut st, "j", |st, j| st.reopen(j, t(40)));
+        assert_eq!(ledger(&st), (4, 0, 4, 4.0, 2.0));
+        with(&mut st, "j", |st, j| {
+            st.start(j, t(40));
+            st.release(j, t(70), JobPhase::Finished);
+        });
+        assert_eq!(ledger(&st), (0, 0, 0, 0.0, 4.0));
+    }
+
+    #[test]
+    fn an_array_reserves_every_task_and_holds_its_slots() {
+        let mut st = State::default();
+        let mut s = spec("a", 2, 1.0);
+        s.array = Some(ArraySpec { tasks: 5, max_running: Some(2) });
+        admit(&mut st, &s, t(0));
+        // 5 tasks × 2 GPUs × 1 h reserved; 2 tasks at once hold 4 GPUs.
+        assert_eq!(ledger(&st), (4, 0, 4, 10.0, 0.0));
+        for task in ["a_0", "a_1"] {
+            let id: Arc<str> = Arc::from(task);
+            st.spawn_task("a", &id).unwrap();
+            with(&mut st, task, |st, j| st.start(j, t(0)));
+        }
+        assert_eq!(ledger(&st), (4, 4, 4, 10.0, 0.0));
+        assert_eq!(st.job("a").unwrap().held_gpus(), 0, "both slots are taken by live tasks");
+        // Task 0 ends after an hour: settled on its own; a slot is free again.
+        with(&mut st, "a_0", |st, j| st.release(j, t(60), JobPhase::Finished));
+        assert_eq!(st.task_released("a_0", FinishStatus::Succeeded, t(60)), None);
+        assert_eq!(ledger(&st), (4, 2, 4, 8.0, 2.0));
+        // The other three start and end one by one; then task 1; the array is done.
+        for task in ["a_2", "a_3", "a_4"] {
+            let id: Arc<str> = Arc::from(task);
+            st.spawn_task("a", &id).unwrap();
+            with(&mut st, task, |st, j| {
+                st.start(j, t(60));
+                st.release(j, t(90), JobPhase::Finished);
+            });
+            assert_eq!(st.task_released(task, FinishStatus::Failed, t(90)), None);
+        }
+        with(&mut st, "a_1", |st, j| st.release(j, t(120), JobPhase::Finished));
+        let done = st.task_released("a_1", FinishStatus::Succeeded, t(120));
+        assert_eq!(done.map(|(p, s)| (p.to_string(), s)), Some(("a".to_owned(), FinishStatus::Failed)));
+        // 2 GPU-hours (a_0) + 3 × 1 (a_2..4) + 4 (a_1): 9; nothing reserved or held.
+        assert_eq!(ledger(&st), (0, 0, 0, 0.0, 9.0));
+        assert_eq!(st.job("a").unwrap().phase(), JobPhase::Finished);
+    }
+
+    #[test]
+    fn an_array_finished_early_releases_what_never_started() {
+        let mut st = State::default();
+        let mut s = spec("a", 2, 1.0);
+        s.array = Some(ArraySpec { tasks: 10, max_running: None });
+        admit(&mut st, &s, t(0));
+        assert_eq!(ledger(&st), (20, 0, 20, 20.0, 0.0));
+        let id: Arc<str> = Arc::from("a_0");
+        st.spawn_task("a", &id).unwrap();
+        with(&mut st, "a_0", |st, j| st.start(j, t(0)));
+        // The array is cancelled: what never started is released; the live task is its own.
+        with(&mut st, "a", |st, j| st.release(j, t(30), JobPhase::Finished));
+        assert_eq!(ledger(&st), (2, 2, 2, 2.0, 0.0));
+        with(&mut st, "a_0", |st, j| st.release(j, t(30), JobPhase::Finished));
+        assert_eq!(st.task_released("a_0", FinishStatus::Cancelled, t(30)), None);
+        assert_eq!(ledger(&st), (0, 0, 0, 0.0, 1.0));
+    }
+}
