@@ -83,8 +83,18 @@ fn live(r: &Row) -> bool {
     matches!(r.phase(), Phase::Running) || (matches!(r.phase(), Phase::Ended(_)) && r.ran())
 }
 
+/// Whether a row is a requeued run winding down: right after `scontrol requeue` (or a preemption or
+/// node failure) Slurm shows the job COMPLETING with RestartCnt already raised, before PENDING. That is
+/// the end of run `m.restarts`, not the start of the next.
+fn winding_down(m_restarts: u32, r: &Row) -> bool {
+    r.state.starts_with("COMPLETING") && r.restarts > m_restarts
+}
+
 /// Whether a row begins a run the memo has not reported yet.
 fn run_begins(m: &Memo, r: &Row) -> bool {
+    if winding_down(m.restarts, r) {
+        return false;
+    }
     let live = live(r);
     match m.last {
         Last::Queued | Last::Requeued => live,
@@ -119,7 +129,7 @@ pub fn asks(state: &WatchState, rows: &[Row]) -> Vec<Ask> {
                     arrays_new.insert(a);
                 }
                 let run_starts = match state.get(&key) {
-                    None => live(r),
+                    None => live(r) && !winding_down(0, r),
                     Some(m) => run_begins(m, r),
                 };
                 if matches!(key, Key::Task(..))
@@ -277,6 +287,7 @@ impl Planner<'_> {
         // Waiting (queued or requeued): does a run begin?
         match phase {
             Phase::Pending => {}
+            Phase::Running if winding_down(m.restarts, r) => {}
             Phase::Running => self.start(key, &mut m, r),
             Phase::Ended(status) => {
                 if r.ran() && r.start.is_some() {
@@ -688,6 +699,24 @@ mod tests {
                     "started r1 @6",
                     "finished failed r1 @9",
                 ],
+            ),
+            (
+                // Regression: the COMPLETING right after a requeue (RestartCnt already 1) was taken for
+                // the start of run 1; the real run 1 then reused its id and was dropped as a resend.
+                "requeued: COMPLETING with the new RestartCnt is the old run winding down",
+                vec![
+                    (row("RUNNING", 0, Some(1), None, true), 2),
+                    (row("COMPLETING", 1, Some(3), Some(600), true), 4),
+                    (row("PENDING", 1, Some(120), Some(700), false), 6),
+                    (row("RUNNING", 1, Some(7), None, true), 8),
+                    (row("COMPLETED", 1, Some(7), Some(12), true), 14),
+                ],
+                vec!["queued r0 @2", "started r0 @1", "requeued r0 @3", "started r1 @7", "finished succeeded r1 @12"],
+            ),
+            (
+                "first seen winding down after a requeue: no run until it runs again",
+                vec![(row("COMPLETING", 1, Some(3), Some(600), true), 4), (row("RUNNING", 1, Some(7), None, true), 8)],
+                vec!["queued r0 @4", "started r1 @7"],
             ),
             (
                 "requeued, then cancelled while pending: the pending gap is not charged",
