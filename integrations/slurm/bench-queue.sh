@@ -2,8 +2,8 @@
 # What bursar's Slurm side costs with a full queue (docs/perf/slurm.md): on the two-node lab, the queue is
 # filled with held jobs (10,000 then 20,000 by default), and at each size this measures, in the same run:
 #   - one poll as the watcher before issue 43 made it: `squeue --json --states=all` (the whole queue);
-#   - one poll as it is now: `squeue -h --states=all -O <16 fields>`, and one job's record
-#     (`scontrol show job -d -o ID`), which the watcher reads for a new job or a starting run;
+#   - one poll as it is now: `squeue -h --states=all -O <16 fields>`, and twenty jobs' records
+#     (`scontrol show job -d -o ID` each), which the watcher reads for new jobs or starting runs;
 #   - `bursar slurm watch --once` in steady state (every job known: the poll, no record read), and its
 #     first poll beside a full queue (every job new: one JSON read, a job.queued each);
 #   - with BURSAR_BEFORE (a bursar built before issue 43), that watcher's `--once` too;
@@ -124,8 +124,9 @@ for size in $SIZES; do
   for _ in $(seq "$REPS"); do
     measure "$size:squeue-json" squeue --json --states=all >> "$RES"
     measure "$size:squeue-O" env SLURM_TIME_FORMAT=%s squeue -h --states=all -O "$FIELDS" >> "$RES"
-    # One job's record, as the watcher reads a new job or a starting run.
-    measure "$size:scontrol-1" scontrol show job -d -o "$(squeue -h -o %i | shuf -n 1)" >> "$RES"
+    # Twenty jobs' records one after another, as the watcher reads new jobs or starting runs.
+    ids=$(squeue -h -o %i | shuf -n 20 | tr '\n' ' ')
+    measure "$size:scontrol-x20" sh -c "for j in $ids; do scontrol show job -d -o \$j; done" >> "$RES"
   done
   rm -f "$WORK/watch.json"
   measure "$size:watch-first" "$BURSAR" slurm watch --once --server "127.0.0.1:$PORT" --cluster bench --state "$WORK/watch.json" \
@@ -159,7 +160,7 @@ done
 echo "Slurm 22.05 lab, two nodes, held jobs; medians of $REPS runs (first watcher poll: one run)."
 echo "columns: wall s | CPU s (user+sys) | peak RSS MB | bytes read | slurmctld RPC ms"
 for size in $SIZES; do
-  for what in squeue-json squeue-O scontrol-1 watch-before watch-first watch-steady; do
+  for what in squeue-json squeue-O scontrol-x20 watch-before watch-first watch-steady; do
     l="$size:$what"
     grep -q "^$l " "$RES" || continue
     printf '%-22s %8s %8s %9s %11s %9s\n' "$l" "$(median "$l" 2 "$RES")" "$(median "$l" 3 "$RES")" \

@@ -19,11 +19,12 @@ use crate::queue::{self, Row};
 use crate::{Error, Result};
 
 /// How many records are cheaper to read with one `squeue --json` of a queue of `queued` jobs than
-/// with one `scontrol show job` each: a dump costs about 0.15 ms a job (1.5 s at 10,000, 3.8 s at
-/// 20,000 on the lab), a `scontrol` about 9 ms whatever the queue (docs/perf/slurm.md), so the break
-/// even is about one record per 60 jobs queued; never under 50.
+/// with one `scontrol show job` each: on the lab a dump costs about 0.1 ms a job (1.05 s at 10,000,
+/// 1.87 s at 20,000) and a record about 3.5 ms whatever the queue (20 in 0.06–0.07 s;
+/// docs/perf/slurm.md, `integrations/slurm/bench-queue.sh`), so the break-even is about one record per
+/// 35 jobs queued; never under 50.
 pub fn bulk_threshold(queued: usize) -> usize {
-    (queued / 60).max(50)
+    (queued / 35).max(50)
 }
 
 /// The Slurm commands the agents run (paths configurable, for sites that install Slurm elsewhere).
@@ -214,8 +215,8 @@ mod tests {
     #[test]
     fn one_dump_beats_many_reads_in_proportion_to_the_queue() {
         assert_eq!(bulk_threshold(0), 50);
-        assert_eq!(bulk_threshold(10_000), 166);
-        assert_eq!(bulk_threshold(20_000), 333);
+        assert_eq!(bulk_threshold(10_000), 285);
+        assert_eq!(bulk_threshold(20_000), 571);
     }
 
     #[test]

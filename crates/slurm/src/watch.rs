@@ -553,7 +553,8 @@ pub fn poll_once(cfg: &WatchConfig, state: &mut WatchState) -> Result<PollReport
 
 /// The wait before the next poll: the configured interval, stretched so the watcher spends at most
 /// a quarter of its time polling (a poll that took `took` waits at least 3 × `took`). On a queue of
-/// 20,000 jobs a poll takes ~0.3 s, so a 2 s interval holds; a slow slurmctld lengthens it.
+/// 20,000 jobs a poll takes about 0.4 s (docs/perf/slurm.md), so a 2 s interval holds; a slow
+/// slurmctld lengthens it.
 pub fn next_interval(configured: Duration, took: Duration) -> Duration {
     configured.max(took.saturating_mul(3))
 }
