@@ -76,6 +76,18 @@ pub enum AuditError {
         /// What is not covered, and since when.
         what: String,
     },
+    /// The witness signed anchors this log no longer holds as signed: the log was rolled back (an
+    /// older copy restored) or rewritten. A crash or a kill cannot do that, so the help does not offer
+    /// adopting it as if bursar had only stopped before signing.
+    #[error(
+        "audit log `{path}`: refusing to sign: {what}\n  help: a crash or a kill never rolls a log back: if the copy was not restored on purpose, investigate (`bursar audit verify --db {path} --witness …` names what is missing) and restore a copy the witness covers; if you restored an older copy on purpose, keep this witness for the record and start a new one (docs/operations.md, \"Rotate keys\", the signing key)"
+    )]
+    RolledBack {
+        /// The database file.
+        path: String,
+        /// What the witness signed that the log does not hold.
+        what: String,
+    },
     /// The witness file cannot be read or appended to. When appending failed, the write it was
     /// signing is committed: the next write that succeeds signs it too.
     #[error(

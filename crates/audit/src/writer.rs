@@ -52,9 +52,10 @@ pub struct WriterConfig {
     /// Keep a [`Receipt`] per record until the next [`Journal::flush`] (serve answers from them;
     /// `eval` does not need them).
     pub receipts: bool,
-    /// When a commit fails (disk full, an I/O error), retry it with a growing pause (up to 5 s)
-    /// until it succeeds, reporting the failure in [`Writer::health`], instead of stopping: what a
-    /// long-lived server wants (serve), not a batch run (eval stops and says why).
+    /// When a commit fails (disk full, an I/O error), retry it with a growing pause (up to
+    /// [`MAX_RETRY_PAUSE`]) until it succeeds or [`Health::give_up`] is called, reporting the
+    /// failure in [`Writer::health`], instead of stopping: what a long-lived server wants (serve),
+    /// not a batch run (eval stops and says why).
     pub retry: bool,
     /// Run the WAL checkpoints on a thread of their own ([`crate::checkpoint`]) instead of in the
     /// commits that fill the WAL. On by default; off is the same-run baseline of the benches.
@@ -66,6 +67,8 @@ pub struct WriterConfig {
 #[derive(Debug, Default)]
 pub struct Health {
     failing: std::sync::Mutex<Option<Failing>>,
+    /// Set by [`Health::give_up`]: a failing write stops retrying.
+    give_up: std::sync::atomic::AtomicBool,
     transactions: std::sync::atomic::AtomicU64,
     records: std::sync::atomic::AtomicU64,
     busy_micros: std::sync::atomic::AtomicU64,
@@ -92,6 +95,10 @@ pub struct Totals {
     /// Checkpoints that failed (retried at the next one; the WAL keeps the pages meanwhile).
     pub checkpoint_failures: u64,
 }
+
+/// The longest pause between two attempts of a failing write: once space returns on a full disk,
+/// the next commit lands within this (serve resumes on its own, docs/serve.md).
+pub const MAX_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// A commit that keeps failing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,6 +131,17 @@ impl Health {
             inline_checkpoints: ck(|c| &c.inline),
             checkpoint_failures: ck(|c| &c.failures),
         }
+    }
+
+    /// Stops retrying a failing write: the writer returns its error at once (and at the next
+    /// failure), so a server stopping on a full disk exits instead of waiting for space. Nothing
+    /// unanswered is lost: what was not committed was never answered as done.
+    pub fn give_up(&self) {
+        self.give_up.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn giving_up(&self) -> bool {
+        self.give_up.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn committed(&self, records: usize, took: std::time::Duration) {
@@ -397,7 +415,8 @@ impl Thread {
         Ok(())
     }
 
-    /// Appends the group; with `retry`, tries again (pausing up to 5 s) until the cause is gone.
+    /// Appends the group; with `retry`, tries again (pausing up to [`MAX_RETRY_PAUSE`]) until the
+    /// cause is gone.
     fn append_group(&mut self) -> Result<Vec<Appended>> {
         let group = std::mem::take(&mut self.group);
         let done = self.retrying(|log| log.append(&group));
@@ -405,8 +424,9 @@ impl Thread {
         done
     }
 
-    /// Runs `write`; with `retry`, runs it again (pausing up to 5 s) until it succeeds, reporting the
-    /// failure in the health meanwhile. A failed write leaves the log as it was (one transaction).
+    /// Runs `write`; with `retry`, runs it again (pausing up to [`MAX_RETRY_PAUSE`]) until it
+    /// succeeds or the health says to give up, reporting the failure in the health meanwhile. A
+    /// failed write leaves the log as it was (one transaction).
     fn retrying<T>(&mut self, mut write: impl FnMut(&mut AuditLog) -> Result<T>) -> Result<T> {
         let mut pause = std::time::Duration::from_millis(100);
         let mut attempts = 0u64;
@@ -419,12 +439,16 @@ impl Thread {
                     }
                     return Ok(done);
                 }
-                Err(e) if self.config.retry && !matches!(e, AuditError::Output(_)) => {
+                Err(e) if self.config.retry && !matches!(e, AuditError::Output(_)) && !self.health.giving_up() => {
                     attempts += 1;
                     let since_ms = *since.get_or_insert_with(crate::log::wall_ms);
                     self.health.set(Some(Failing { error: e.to_string(), since_ms, attempts }));
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(std::time::Duration::from_secs(5));
+                    // Slept in slices, so a give-up is seen within one.
+                    let until = std::time::Instant::now() + pause;
+                    while std::time::Instant::now() < until && !self.health.giving_up() {
+                        std::thread::sleep(std::time::Duration::from_millis(20).min(pause));
+                    }
+                    pause = (pause * 2).min(MAX_RETRY_PAUSE);
                 }
                 Err(e) => return Err(e),
             }

@@ -143,3 +143,48 @@ fn writes_no_signed_head_covers_are_refused_until_adopted_and_an_adopted_snapsho
     assert!(rep.notes.iter().any(|n| n.contains("were adopted unsigned")), "{:?}", rep.notes);
     with_witness(&dir, &db, false).unwrap();
 }
+
+/// Issue 46: the refusal for a log its witness signed further than it goes ("rolled back or
+/// rewritten") offered `--adopt-unsigned` "if bursar stopped before signing them": a crash cannot
+/// roll a log back. Its help now says so, and points at restoring a covered copy or starting a new
+/// witness, not at adopting.
+#[test]
+fn a_rolled_back_log_is_not_offered_adoption_as_if_bursar_had_crashed() {
+    let dir = TempDir::new("trust-rollback");
+    let db = dir.path("a.db");
+    {
+        let mut log = with_witness_at(&dir, &db);
+        log.append(&records(1, 10)).unwrap();
+    }
+    let old = dir.path("old.db");
+    AuditLog::backup(&db, &old).unwrap();
+    {
+        let mut log = with_witness_at(&dir, &db);
+        log.append(&records(11, 20)).unwrap();
+    }
+    let err = match with_witness(&dir, &old, false) {
+        Err(e) => e,
+        Ok(_) => panic!("a log behind its witness was signed over"),
+    };
+    assert!(matches!(err, AuditError::RolledBack { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("rolled back or rewritten") && text.contains("a crash or a kill never rolls a log back"),
+        "{text}"
+    );
+    assert!(!text.contains("--adopt-unsigned") && !text.contains("stopped before signing"), "{text}");
+    // Unsigned writes after the newest signed head are still what adoption is for.
+    {
+        let mut log = AuditLog::open(&db, Durability::Fast).unwrap();
+        log.append(&records(21, 22)).unwrap();
+    }
+    let text = match with_witness(&dir, &db, false) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("unsigned writes were signed over"),
+    };
+    assert!(text.contains("--adopt-unsigned") && text.contains("stopped before signing"), "{text}");
+}
+
+fn with_witness_at(dir: &TempDir, db: &Path) -> AuditLog {
+    with_witness(dir, db, false).unwrap()
+}

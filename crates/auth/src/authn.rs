@@ -1,20 +1,29 @@
 //! [`Authenticator`]: from what a request presents to an authenticated [`Caller`], or the 401 that
 //! says why not.
 //!
-//! What is tried, in order:
-//! 1. `Authorization: MUNGE <credential>` — decoded by `munged`, bound to the request.
+//! What is checked (every credential the request carries, each on its own):
+//! 1. `Authorization: MUNGE <credential>` — decoded by `munged`, bound to the request (method and
+//!    path now, the body's digest once the body is read: [`Caller::check_body`]).
 //! 2. `Authorization: Bearer <jwt>` or Slurm's `X-SLURM-USER-TOKEN` — a JWT, when `[auth.jwt]` is
 //!    configured (a bearer value of three dot-separated parts is taken for one).
 //! 3. `Authorization: Bearer <token>` — a token whose hash a principal lists.
 //! 4. A TLS client certificate — a principal whose `cert_subjects` lists its subject, or a person
 //!    named by its common name.
 //! 5. A trusted proxy's user header — only from the configured proxy addresses.
-//! 6. The event socket's peer UID (`SO_PEERCRED`) — the user of that UID.
+//! 6. The event socket's peer UID (`SO_PEERCRED`) — a principal whose `unix_users` lists its user,
+//!    or the person of that user.
 //!
-//! A credential that proves a *person's* name (MUNGE, JWT, certificate, proxy, socket peer) makes
-//! the declared principal of that name, or, when none is declared, a person with the `[auth]
-//! people` roles. A token always belongs to the principal that lists its hash. A presented
-//! credential that fails is a 401 even if another would have passed: nobody is silently demoted.
+//! The scheme of `Authorization` is case-insensitive (RFC 7235: `bearer`, `BEARER`, `Bearer`). A
+//! credential that fails is a 401 even if another the request carries would pass: nobody is
+//! silently demoted, and nobody gets in on one good credential beside a forged one. When several
+//! pass, the first in the order above is the caller.
+//!
+//! **People and service principals are separate namespaces.** A credential that proves a *person's*
+//! name (MUNGE, a JWT, a certificate's common name, a proxy's header, a socket peer) makes a person:
+//! the `[auth] people` roles, or those of a `[[person]]` table of that name. It never makes the
+//! declared `[[principal]]` of that name, whose powers only its own tokens, `cert_subjects` and
+//! `unix_users` reach: a JWT whose user claim is `ops` is the person `ops`, not the admin
+//! principal `ops`. A token always belongs to the principal that lists its hash.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -22,6 +31,7 @@ use std::sync::Arc;
 
 use bursar_model::Timestamp;
 
+use crate::budget::{Budget, BudgetSettings};
 use crate::jwt::{JwtError, JwtSettings, JwtSetupError, JwtVerifier};
 use crate::munge::{MungeError, MungeSettings};
 use crate::principal::{Caller, Principal, Proof};
@@ -50,6 +60,23 @@ pub struct PrincipalDecl {
     pub tokens: Vec<TokenDecl>,
     /// TLS client certificate subjects that are this principal (`CN=slurmctld,O=lab`).
     pub cert_subjects: Vec<String>,
+    /// Local users whose connections to the event socket are this principal (`slurm`): a socket
+    /// peer is otherwise the person of its user.
+    pub unix_users: Vec<String>,
+    /// Its own write budget; `None`: `[budget]`'s default for principals.
+    pub budget: Option<Budget>,
+}
+
+/// A person the configuration gives roles of their own (`[[person]]`), reached only through the
+/// credentials that name people.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PersonDecl {
+    /// Their name, as a credential proves it.
+    pub name: String,
+    /// Their roles, instead of `[auth] people`.
+    pub roles: Roles,
+    /// Their own write budget; `None`: `[budget]`'s default for people.
+    pub budget: Option<Budget>,
 }
 
 /// A trusted reverse proxy.
@@ -74,6 +101,10 @@ pub struct AuthSettings {
     pub munge: Option<MungeSettings>,
     /// A reverse proxy.
     pub proxy: Option<ProxySettings>,
+    /// People with roles of their own.
+    pub persons: Vec<PersonDecl>,
+    /// The default write budgets.
+    pub budget: BudgetSettings,
 }
 
 impl AuthSettings {
@@ -109,15 +140,23 @@ pub struct Presented<'a> {
     pub cert: Option<CertIdentity>,
     /// The socket peer's UID and its user name.
     pub unix: Option<(u32, String)>,
-    /// The request's MUNGE binding ([`crate::munge::binding`]): method, path, body.
-    pub binding: Option<String>,
+    /// The request a MUNGE credential must have been made for ([`crate::munge::request`]: method
+    /// and path); the body's digest is checked once the body is read ([`Caller::check_body`]).
+    pub request: Option<String>,
 }
 
 impl Presented<'_> {
     /// Whether verifying it runs a program (MUNGE): the caller should do it off the async threads.
     pub fn blocks(&self) -> bool {
-        self.authorization.is_some_and(|a| a.trim_start().starts_with(crate::munge::SCHEME))
+        self.authorization.and_then(scheme).is_some_and(|(s, _)| s.eq_ignore_ascii_case(crate::munge::SCHEME))
     }
+}
+
+/// The scheme of an `Authorization` value and the rest (`("Bearer", "t0k3n")`).
+fn scheme(value: &str) -> Option<(&str, &str)> {
+    let value = value.trim();
+    let (scheme, rest) = value.split_once(|c: char| c.is_ascii_whitespace()).unwrap_or((value, ""));
+    (!scheme.is_empty()).then(|| (scheme, rest.trim()))
 }
 
 /// Why a request is not authenticated: 401, with the sentence.
@@ -182,7 +221,10 @@ pub struct Authenticator {
     by_name: HashMap<String, Arc<Principal>>,
     tokens: HashMap<TokenHash, (Arc<Principal>, Option<Timestamp>)>,
     certs: HashMap<String, Arc<Principal>>,
+    unix: HashMap<String, Arc<Principal>>,
+    persons: HashMap<String, Arc<Principal>>,
     people: Roles,
+    budget: BudgetSettings,
     jwt: Option<JwtVerifier>,
     munge: Option<MungeSettings>,
     proxy: Option<ProxySettings>,
@@ -199,7 +241,10 @@ impl Authenticator {
             by_name: HashMap::new(),
             tokens: HashMap::new(),
             certs: HashMap::new(),
+            unix: HashMap::new(),
+            persons: HashMap::new(),
             people: Roles::all(),
+            budget: BudgetSettings::default(),
             jwt: None,
             munge: None,
             proxy: None,
@@ -216,12 +261,14 @@ impl Authenticator {
         let mut by_name = HashMap::new();
         let mut tokens = HashMap::new();
         let mut certs = HashMap::new();
+        let mut unix = HashMap::new();
         for d in &settings.principals {
             let p = Arc::new(Principal {
                 name: Arc::from(d.name.as_str()),
                 roles: d.roles,
                 jobs: d.jobs.clone(),
                 declared: true,
+                budget: d.budget.unwrap_or(settings.budget.principal),
             });
             if by_name.insert(d.name.clone(), p.clone()).is_some() {
                 return Err(SetupError::Conflict(format!("principal `{}` is declared twice", d.name)));
@@ -236,6 +283,27 @@ impl Authenticator {
             }
             for s in &d.cert_subjects {
                 certs.insert(s.clone(), p.clone());
+            }
+            for u in &d.unix_users {
+                if let Some(other) = unix.insert(u.clone(), p.clone()) {
+                    return Err(SetupError::Conflict(format!(
+                        "principals `{}` and `{}` both list the local user `{u}` in `unix_users`",
+                        other.name, d.name
+                    )));
+                }
+            }
+        }
+        let mut persons = HashMap::new();
+        for d in &settings.persons {
+            let p = Arc::new(Principal {
+                name: Arc::from(d.name.as_str()),
+                roles: d.roles,
+                jobs: Vec::new(),
+                declared: false,
+                budget: d.budget.unwrap_or(settings.budget.person),
+            });
+            if persons.insert(d.name.clone(), p).is_some() {
+                return Err(SetupError::Conflict(format!("person `{}` is declared twice", d.name)));
             }
         }
         let jwt = settings.jwt.clone().map(JwtVerifier::new).transpose()?;
@@ -260,7 +328,10 @@ impl Authenticator {
             by_name,
             tokens,
             certs,
+            unix,
+            persons,
             people: settings.people,
+            budget: settings.budget,
             jwt,
             munge: settings.munge.clone(),
             proxy: settings.proxy.clone(),
@@ -288,85 +359,123 @@ impl Authenticator {
         self.proxy.as_ref().map(|p| p.header.as_str())
     }
 
-    /// The principal `name` names: declared, or a person with the `people` roles.
+    /// The person `name`: a `[[person]]` of that name, or one with the `[auth] people` roles. Never
+    /// a declared principal, whatever its name (people and principals are separate namespaces).
     pub fn person(&self, name: &str) -> Arc<Principal> {
-        self.by_name.get(name).cloned().unwrap_or_else(|| {
-            Arc::new(Principal { name: Arc::from(name), roles: self.people, jobs: Vec::new(), declared: false })
+        self.persons.get(name).cloned().unwrap_or_else(|| {
+            Arc::new(Principal {
+                name: Arc::from(name),
+                roles: self.people,
+                jobs: Vec::new(),
+                declared: false,
+                budget: self.budget.person,
+            })
         })
     }
 
-    /// The caller a request is, at wall-clock time `now`.
+    /// The declared principal `name`, if there is one.
+    pub fn principal(&self, name: &str) -> Option<Arc<Principal>> {
+        self.by_name.get(name).cloned()
+    }
+
+    /// The caller a request is, at wall-clock time `now`: every credential it carries is checked,
+    /// and one that fails is the 401 even if another passes.
     pub fn authenticate(&self, p: &Presented<'_>, now: Timestamp) -> Result<Caller, AuthError> {
         if self.open {
             return Ok(Caller::open());
         }
         let person = |name: &str, proof: Proof| Caller { principal: self.person(name), proof };
-        if let Some(auth) = p.authorization.map(str::trim) {
-            if let Some(cred) = auth.strip_prefix(crate::munge::SCHEME).map(str::trim) {
-                let Some(settings) = &self.munge else {
-                    return Err(AuthError::NotAccepted(
-                        "this server does not accept MUNGE credentials (no `[auth.munge]`)".into(),
-                    ));
-                };
-                let expect = p.binding.as_deref().unwrap_or_default();
-                let id = crate::munge::verify(settings, cred, expect)?;
-                return Ok(person(&id.user, Proof::Munge { uid: id.uid }));
-            }
-            let Some(bearer) = auth.strip_prefix("Bearer ").map(str::trim) else {
-                return Err(AuthError::NotAccepted(
-                    "the `Authorization` header is neither `Bearer <token>` nor `MUNGE <credential>`".into(),
-                ));
-            };
-            if JwtVerifier::looks_like(bearer) && self.jwt.is_some() {
-                return self.jwt_caller(bearer, p.slurm_user);
-            }
-            return match self.tokens.get(&TokenHash::of(bearer)) {
-                Some((principal, Some(at))) if now >= *at => {
-                    Err(AuthError::ExpiredToken { principal: principal.name.to_string(), at: *at })
+        // The cheap checks first: a forged header is refused before `unmunge` runs.
+        let proxy = match p.proxy_user {
+            Some(user) => Some(self.proxy_caller(user, p.peer)?),
+            None => None,
+        };
+        let authorization = match p.authorization {
+            Some(auth) => Some(self.authorization_caller(auth, p, now)?),
+            None => None,
+        };
+        let slurm = match p.slurm_token {
+            Some(token) => {
+                if self.jwt.is_none() {
+                    return Err(AuthError::NotAccepted("this server does not accept JWTs (no `[auth.jwt]`)".into()));
                 }
-                Some((principal, _)) => Ok(Caller {
-                    principal: principal.clone(),
-                    proof: Proof::Token { label: TokenHash::of(bearer).label() },
-                }),
-                None => Err(AuthError::UnknownToken),
-            };
-        }
-        if let Some(token) = p.slurm_token {
-            if self.jwt.is_none() {
-                return Err(AuthError::NotAccepted("this server does not accept JWTs (no `[auth.jwt]`)".into()));
+                Some(self.jwt_caller(token.trim(), p.slurm_user)?)
             }
-            return self.jwt_caller(token.trim(), p.slurm_user);
-        }
-        if let Some(cert) = &p.cert {
-            if let Some(principal) = self.certs.get(&cert.subject) {
-                return Ok(Caller {
-                    principal: principal.clone(),
-                    proof: Proof::Cert { subject: cert.subject.clone() },
-                });
+            None => None,
+        };
+        let cert = p.cert.as_ref().and_then(|cert| match self.certs.get(&cert.subject) {
+            Some(principal) => {
+                Some(Caller { principal: principal.clone(), proof: Proof::Cert { subject: cert.subject.clone() } })
             }
-            if let Some(cn) = cert.common_name.as_deref().filter(|c| bursar_model::names::check_name("CN", c).is_ok()) {
-                return Ok(person(cn, Proof::Cert { subject: cert.subject.clone() }));
-            }
-        }
-        if let Some(user) = p.proxy_user {
-            let header = self.proxy.as_ref().map(|x| x.header.clone()).unwrap_or_default();
-            let peer = p.peer.map(|a| a.to_string()).unwrap_or_else(|| "an unknown address".into());
-            let trusted = self.proxy.as_ref().is_some_and(|x| p.peer.is_some_and(|a| x.addresses.contains(&a)));
-            if !trusted {
-                return Err(AuthError::UntrustedProxy { header, peer });
-            }
-            let user = user.trim();
-            bursar_model::names::check_name(&header, user).map_err(|e| AuthError::NotAccepted(e.message))?;
-            return Ok(person(user, Proof::Proxy { from: peer }));
-        }
-        if let Some((uid, name)) = &p.unix {
-            return Ok(person(name, Proof::Unix { uid: *uid }));
+            None => cert
+                .common_name
+                .as_deref()
+                .filter(|c| bursar_model::names::check_name("CN", c).is_ok())
+                .map(|cn| person(cn, Proof::Cert { subject: cert.subject.clone() })),
+        });
+        let unix = p.unix.as_ref().map(|(uid, name)| match self.unix.get(name) {
+            Some(principal) => Caller { principal: principal.clone(), proof: Proof::Unix { uid: *uid } },
+            None => person(name, Proof::Unix { uid: *uid }),
+        });
+        if let Some(c) = authorization.or(slurm).or(cert).or(proxy).or(unix) {
+            return Ok(c);
         }
         Err(AuthError::Missing(if self.accepted.is_empty() {
             "none is configured that a request can carry".into()
         } else {
             format!("send {}", self.accepted)
         }))
+    }
+
+    /// The caller an `Authorization` header names (MUNGE, a JWT or a token), or why not.
+    fn authorization_caller(&self, auth: &str, p: &Presented<'_>, now: Timestamp) -> Result<Caller, AuthError> {
+        let not_one = || {
+            AuthError::NotAccepted(
+                "the `Authorization` header is neither `Bearer <token>` nor `MUNGE <credential>`".into(),
+            )
+        };
+        let (scheme, cred) = scheme(auth).ok_or_else(not_one)?;
+        if scheme.eq_ignore_ascii_case(crate::munge::SCHEME) {
+            let Some(settings) = &self.munge else {
+                return Err(AuthError::NotAccepted(
+                    "this server does not accept MUNGE credentials (no `[auth.munge]`)".into(),
+                ));
+            };
+            let expect = p.request.as_deref().unwrap_or_default();
+            let id = crate::munge::verify(settings, cred, expect)?;
+            return Ok(Caller {
+                principal: self.person(&id.user),
+                proof: Proof::Munge { uid: id.uid, body_sha256: id.body_sha256 },
+            });
+        }
+        if !scheme.eq_ignore_ascii_case("Bearer") || cred.is_empty() {
+            return Err(not_one());
+        }
+        if JwtVerifier::looks_like(cred) && self.jwt.is_some() {
+            return self.jwt_caller(cred, p.slurm_user);
+        }
+        match self.tokens.get(&TokenHash::of(cred)) {
+            Some((principal, Some(at))) if now >= *at => {
+                Err(AuthError::ExpiredToken { principal: principal.name.to_string(), at: *at })
+            }
+            Some((principal, _)) => {
+                Ok(Caller { principal: principal.clone(), proof: Proof::Token { label: TokenHash::of(cred).label() } })
+            }
+            None => Err(AuthError::UnknownToken),
+        }
+    }
+
+    /// The person a proxy's user header names, believed only from a configured proxy.
+    fn proxy_caller(&self, user: &str, peer: Option<IpAddr>) -> Result<Caller, AuthError> {
+        let header = self.proxy.as_ref().map(|x| x.header.clone()).unwrap_or_default();
+        let from = peer.map(|a| a.to_string()).unwrap_or_else(|| "an unknown address".into());
+        let trusted = self.proxy.as_ref().is_some_and(|x| peer.is_some_and(|a| x.addresses.contains(&a)));
+        if !trusted {
+            return Err(AuthError::UntrustedProxy { header, peer: from });
+        }
+        let user = user.trim();
+        bursar_model::names::check_name(&header, user).map_err(|e| AuthError::NotAccepted(e.message))?;
+        Ok(Caller { principal: self.person(user), proof: Proof::Proxy { from } })
     }
 
     fn jwt_caller(&self, token: &str, slurm_user: Option<&str>) -> Result<Caller, AuthError> {
@@ -458,6 +567,69 @@ mod tests {
         assert_eq!((bob.name(), bob.principal.declared), ("bob", false));
         assert!(bob.principal.roles.has(Role::Approver));
         assert!(matches!(a.authenticate(&from("10.0.0.6"), Timestamp(0)), Err(AuthError::UntrustedProxy { .. })));
+    }
+
+    #[test]
+    fn a_person_named_like_a_principal_never_gets_its_powers() {
+        // Regression (issue 46): a proxy user (or a JWT's, or MUNGE's) named `slurmctld` was the
+        // declared principal `slurmctld`, with its `submit` power.
+        let a = Authenticator::new(&settings("t")).unwrap();
+        let p =
+            Presented { proxy_user: Some("slurmctld"), peer: Some("10.0.0.5".parse().unwrap()), ..Default::default() };
+        let c = a.authenticate(&p, Timestamp(0)).unwrap();
+        assert_eq!((c.name(), c.principal.declared), ("slurmctld", false));
+        assert!(!c.principal.roles.has(Role::Scheduler) && c.principal.roles.has(Role::Approver));
+        assert_eq!(c.principal.budget, Budget::PERSON);
+        // The token still names the principal, with its budget.
+        let t = a.authenticate(&Presented { authorization: Some("Bearer t"), ..Default::default() }, Timestamp(0));
+        let t = t.unwrap();
+        assert!(t.principal.declared && t.principal.roles.has(Role::Scheduler));
+        assert_eq!(t.principal.budget, Budget::PRINCIPAL);
+    }
+
+    #[test]
+    fn a_socket_peer_is_a_principal_only_by_unix_users() {
+        let mut s = settings("t");
+        s.principals[0].unix_users = vec!["slurm".into()];
+        let a = Authenticator::new(&s).unwrap();
+        let peer = |name: &str| Presented { unix: Some((64030, name.into())), ..Default::default() };
+        let slurm = a.authenticate(&peer("slurm"), Timestamp(0)).unwrap();
+        assert_eq!((slurm.name(), slurm.principal.declared), ("slurmctld", true));
+        // A local user named like the principal is a person.
+        let named = a.authenticate(&peer("slurmctld"), Timestamp(0)).unwrap();
+        assert_eq!((named.name(), named.principal.declared), ("slurmctld", false));
+        assert!(!named.principal.roles.has(Role::Scheduler));
+    }
+
+    #[test]
+    fn any_failing_credential_is_a_401_and_the_scheme_is_case_insensitive() {
+        let a = Authenticator::new(&settings("bursar_s3cret")).unwrap();
+        let now = Timestamp(2000);
+        for scheme in ["bearer", "BEARER", "Bearer", "bEaReR"] {
+            let h = format!("{scheme} bursar_s3cret");
+            let c = a.authenticate(&Presented { authorization: Some(&h), ..Default::default() }, now);
+            assert_eq!(c.map(|c| c.name().to_owned()).ok().as_deref(), Some("slurmctld"), "{scheme}");
+        }
+        // A good token beside a proxy header from an address that is not the proxy: refused.
+        let both = Presented {
+            authorization: Some("Bearer bursar_s3cret"),
+            proxy_user: Some("bob"),
+            peer: Some("10.9.9.9".parse().unwrap()),
+            ..Default::default()
+        };
+        assert!(matches!(a.authenticate(&both, now), Err(AuthError::UntrustedProxy { .. })));
+        // A good proxy header beside a wrong token: refused.
+        let both = Presented {
+            authorization: Some("Bearer guessed"),
+            proxy_user: Some("bob"),
+            peer: Some("10.0.0.5".parse().unwrap()),
+            ..Default::default()
+        };
+        assert_eq!(a.authenticate(&both, now), Err(AuthError::UnknownToken));
+        // A Slurm token header that is no JWT this server accepts, beside a good token: refused.
+        let both =
+            Presented { authorization: Some("Bearer bursar_s3cret"), slurm_token: Some("x.y.z"), ..Default::default() };
+        assert!(matches!(a.authenticate(&both, now), Err(AuthError::NotAccepted(_))));
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! JSON Web Tokens as Slurm's `slurmrestd` accepts them (`AuthAltTypes=auth/jwt`): HS256 under the
 //! cluster's `jwt_hs256.key` (what `scontrol token` makes), and RS256 under the keys of a JWKS file
-//! (a site's OIDC provider, as `AuthAltParameters=jwks=` does). `exp` is required and checked, `aud`
-//! when the configuration names an audience, and the user comes from a claim (`sun`, Slurm's, by
-//! default). Verification is `jsonwebtoken`'s.
+//! (a site's OIDC provider, as `AuthAltParameters=jwks=` does). `exp` is required and checked, `nbf`
+//! when the token has one, `aud` when the configuration names an audience, and a token may live at
+//! most `max_lifetime` (24 hours by default: `exp` at most that far from now, and from `iat` when
+//! the token says when it was issued), so a token made to last until 9999 is refused. The user
+//! comes from a claim (`sun`, Slurm's, by default). Verification is `jsonwebtoken`'s.
 
 use std::path::Path;
 
@@ -10,7 +12,7 @@ use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 
 /// What a JWT verifier needs, as the configuration gives it.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JwtSettings {
     /// The HS256 key file (raw bytes, as Slurm's `jwt_hs256.key`).
     pub hs256_key_file: Option<std::path::PathBuf>,
@@ -22,7 +24,26 @@ pub struct JwtSettings {
     pub user_claim: String,
     /// Clock leeway for `exp` and `nbf`, seconds.
     pub leeway_secs: u64,
+    /// The longest a token may be valid, seconds ([`DEFAULT_MAX_LIFETIME_SECS`] by default).
+    pub max_lifetime_secs: u64,
 }
+
+impl Default for JwtSettings {
+    fn default() -> JwtSettings {
+        JwtSettings {
+            hs256_key_file: None,
+            jwks_file: None,
+            audience: None,
+            user_claim: "sun".to_owned(),
+            leeway_secs: 60,
+            max_lifetime_secs: DEFAULT_MAX_LIFETIME_SECS,
+        }
+    }
+}
+
+/// The longest a JWT may be valid by default: 24 hours (Slurm's `scontrol token` makes tokens of
+/// 30 minutes unless told otherwise; a service uses a bearer token of its own, not a JWT).
+pub const DEFAULT_MAX_LIFETIME_SECS: u64 = 24 * 3600;
 
 /// Why a token is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -30,6 +51,14 @@ pub enum JwtError {
     /// Past its `exp`.
     #[error("the JWT expired")]
     Expired,
+    /// Before its `nbf`.
+    #[error("the JWT is not valid yet (its `nbf` is in the future)")]
+    NotYetValid,
+    /// Valid for longer than the configured maximum.
+    #[error(
+        "the JWT is valid for {0} s, longer than the {1} s this server accepts (`[auth.jwt] max_lifetime`); ask for a shorter-lived token"
+    )]
+    TooLong(i64, u64),
     /// `aud` is not the configured audience.
     #[error("the JWT is not for this server: its `aud` is not `{0}`")]
     Audience(String),
@@ -161,6 +190,7 @@ impl JwtVerifier {
         };
         let mut v = Validation::new(header.alg);
         v.leeway = self.settings.leeway_secs;
+        v.validate_nbf = true;
         v.set_required_spec_claims(&["exp"]);
         match &self.settings.audience {
             Some(aud) => {
@@ -174,6 +204,7 @@ impl JwtVerifier {
                 use jsonwebtoken::errors::ErrorKind;
                 match e.kind() {
                     ErrorKind::ExpiredSignature => JwtError::Expired,
+                    ErrorKind::ImmatureSignature => JwtError::NotYetValid,
                     ErrorKind::InvalidAudience => {
                         JwtError::Audience(self.settings.audience.clone().unwrap_or_default())
                     }
@@ -192,6 +223,53 @@ impl JwtVerifier {
             .filter(|u| bursar_model::names::check_name(claim, u).is_ok())
             .ok_or_else(|| JwtError::NoUser(claim.clone()))?;
         let expires = data.claims.get("exp").and_then(serde_json::Value::as_i64).unwrap_or(0);
+        self.check_lifetime(expires, data.claims.get("iat").and_then(serde_json::Value::as_i64), now_secs())?;
         Ok(JwtIdentity { user: user.to_owned(), alg, kid: header.kid, expires })
+    }
+
+    /// Refuses a token valid for longer than `max_lifetime`: from `now` to its `exp`, and from its
+    /// `iat` when it has one.
+    fn check_lifetime(&self, exp: i64, iat: Option<i64>, now: i64) -> Result<(), JwtError> {
+        let max = self.settings.max_lifetime_secs;
+        let allowed = i64::try_from(max.saturating_add(self.settings.leeway_secs)).unwrap_or(i64::MAX);
+        let from_now = exp.saturating_sub(now);
+        if from_now > allowed {
+            return Err(JwtError::TooLong(from_now, max));
+        }
+        if let Some(iat) = iat
+            && exp.saturating_sub(iat) > allowed
+        {
+            return Err(JwtError::TooLong(exp.saturating_sub(iat), max));
+        }
+        Ok(())
+    }
+}
+
+/// The wall clock in seconds since the epoch.
+fn now_secs() -> i64 {
+    bursar_model::Timestamp::wall_clock().millis() / 1000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn verifier(max: u64) -> JwtVerifier {
+        JwtVerifier {
+            hs256: None,
+            jwks: None,
+            settings: JwtSettings { max_lifetime_secs: max, leeway_secs: 60, ..JwtSettings::default() },
+        }
+    }
+
+    #[test]
+    fn a_token_lives_at_most_the_maximum() {
+        let v = verifier(3600);
+        let now = 1_800_000_000;
+        assert_eq!(v.check_lifetime(now + 1800, Some(now), now), Ok(()));
+        // Until 9999: refused (issue 46).
+        assert!(matches!(v.check_lifetime(253_402_300_000, None, now), Err(JwtError::TooLong(_, 3600))));
+        // Issued long ago with a long life, even if little of it is left.
+        assert!(matches!(v.check_lifetime(now + 60, Some(now - 30 * 86400), now), Err(JwtError::TooLong(..))));
     }
 }

@@ -16,10 +16,12 @@
 //! bursar's crates.
 //!
 //! Layout: [`role`] (roles and powers), [`principal`] (principals, callers, proofs, input checks),
-//! [`authn`] (settings and the authenticator), [`token`] (random tokens, stored hashed), [`jwt`]
-//! (HS256 and JWKS verification), [`munge`] (`munge`/`unmunge`).
+//! [`authn`] (settings and the authenticator), [`budget`] (write budgets per principal and person),
+//! [`token`] (random tokens, stored hashed), [`jwt`] (HS256 and JWKS verification), [`munge`]
+//! (`munge`/`unmunge`).
 
 pub mod authn;
+pub mod budget;
 pub mod jwt;
 pub mod munge;
 pub mod principal;
@@ -27,9 +29,10 @@ pub mod role;
 pub mod token;
 
 pub use authn::{
-    AuthError, AuthSettings, Authenticator, CertIdentity, Presented, PrincipalDecl, ProxySettings, SetupError,
-    TokenDecl, user_of_uid,
+    AuthError, AuthSettings, Authenticator, CertIdentity, PersonDecl, Presented, PrincipalDecl, ProxySettings,
+    SetupError, TokenDecl, user_of_uid,
 };
+pub use budget::{Budget, BudgetSettings};
 pub use jwt::{JwtError, JwtSettings};
 pub use munge::{MungeError, MungeSettings};
 pub use principal::{Caller, Denied, KeepaliveScope, Principal, Proof};

@@ -34,10 +34,20 @@ impl Default for MungeSettings {
     }
 }
 
-/// The payload a credential for one request carries.
+/// The payload a credential for one request carries: [`request`], a space, [`body_digest`].
 pub fn binding(method: &str, path: &str, body: &[u8]) -> String {
-    let digest: String = Sha256::digest(body).iter().map(|b| format!("{b:02x}")).collect();
-    format!("bursar-request-v1 {method} {path} {digest}")
+    format!("{} {}", request(method, path), body_digest(body))
+}
+
+/// The part of a [`binding`] that names the request without its body: a server checks it with the
+/// credential, before it reads the body, and the body's digest once it has.
+pub fn request(method: &str, path: &str) -> String {
+    format!("bursar-request-v1 {method} {path}")
+}
+
+/// The SHA-256 of a body, hex, as a [`binding`] carries it.
+pub fn body_digest(body: &[u8]) -> String {
+    Sha256::digest(body).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// What `munged` vouched for.
@@ -47,6 +57,8 @@ pub struct MungeIdentity {
     pub uid: u32,
     /// Its user name, as `munged`'s host knows it.
     pub user: String,
+    /// The SHA-256 (hex) of the body the credential was made for.
+    pub body_sha256: String,
 }
 
 /// Why a credential is refused.
@@ -69,7 +81,9 @@ fn with_socket(cmd: &mut Command, socket: Option<&Path>) {
     }
 }
 
-/// Decodes `credential` with `unmunge` and checks that its payload is `expect`.
+/// Decodes `credential` with `unmunge` and checks that its payload is a [`binding`] of the request
+/// `expect` names ([`request`]); the body's digest it binds is returned, for the caller to compare
+/// once it has read the body.
 pub fn verify(settings: &MungeSettings, credential: &str, expect: &str) -> Result<MungeIdentity, MungeError> {
     let mut cmd = Command::new(&settings.unmunge);
     with_socket(&mut cmd, settings.socket.as_deref());
@@ -100,9 +114,10 @@ pub fn verify(settings: &MungeSettings, credential: &str, expect: &str) -> Resul
         None => (String::new(), uid_line.parse::<u32>().ok()),
     };
     let uid = uid.ok_or_else(|| MungeError::Unavailable(format!("cannot read the UID in `{uid_line}`")))?;
-    if payload != expect {
-        return Err(MungeError::WrongRequest);
-    }
+    let body_sha256 = match payload.strip_prefix(expect).and_then(|rest| rest.strip_prefix(' ')) {
+        Some(d) if d.len() == 64 && d.bytes().all(|b| b.is_ascii_hexdigit()) => d.to_owned(),
+        _ => return Err(MungeError::WrongRequest),
+    };
     // munged prints `???` for a UID its host has no user for.
     let user = if bursar_model::names::check_name("user", &user).is_err()
         || user.contains('?')
@@ -112,7 +127,7 @@ pub fn verify(settings: &MungeSettings, credential: &str, expect: &str) -> Resul
     } else {
         user
     };
-    Ok(MungeIdentity { uid, user })
+    Ok(MungeIdentity { uid, user, body_sha256 })
 }
 
 /// Encodes a credential for `payload` with `munge` (what `bursar approve` sends).
@@ -141,6 +156,7 @@ mod tests {
         assert!(a.starts_with("bursar-request-v1 POST /v1/jobs/j1/approve "), "{a}");
         assert_ne!(a, binding("POST", "/v1/jobs/j2/approve", b"{}"));
         assert_ne!(a, binding("POST", "/v1/jobs/j1/approve", b"{\"over_budget\":true}"));
+        assert_eq!(a, format!("{} {}", request("POST", "/v1/jobs/j1/approve"), body_digest(b"{}")));
     }
 
     #[test]

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use bursar_model::{EventKind, Input, Sender};
 
+use crate::budget::Budget;
 use crate::role::{Power, Role, Roles};
 
 /// A name a server knows, with its roles.
@@ -15,8 +16,14 @@ pub struct Principal {
     pub roles: Roles,
     /// The job ids it may speak for (`*` patterns); empty: every job.
     pub jobs: Vec<String>,
-    /// Declared in the configuration (not a person known only by a credential).
+    /// A service principal declared in `[[principal]]`, reached only through its tokens,
+    /// `cert_subjects` or `unix_users`; `false`: a person, named by a credential (JWT, MUNGE, a
+    /// proxy's header, a certificate's common name, a socket peer) and given the `[auth] people`
+    /// roles or those of a `[[person]]` table. The two are separate namespaces: a person named like
+    /// a principal never gets its powers.
     pub declared: bool,
+    /// How much it may write per minute.
+    pub budget: Budget,
 }
 
 /// A `*` pattern match (`lab-*`, `*-gpu`, `*`).
@@ -65,6 +72,10 @@ pub enum Proof {
     Munge {
         /// The UID it was encoded by.
         uid: u32,
+        /// The SHA-256 (hex) of the body the credential was made for: the method and path are
+        /// checked with the credential, the body once it is read ([`Caller::check_body`]), so a
+        /// request whose credential fails is refused before its body is read.
+        body_sha256: String,
     },
     /// A TLS client certificate.
     Cert {
@@ -112,7 +123,7 @@ impl Proof {
                 Some(k) => format!("{alg} key {k}, expires {}", bursar_model::Timestamp(expires.saturating_mul(1000))),
                 None => format!("{alg}, expires {}", bursar_model::Timestamp(expires.saturating_mul(1000))),
             }),
-            Proof::Munge { uid } => Some(format!("uid {uid}")),
+            Proof::Munge { uid, .. } => Some(format!("uid {uid}")),
             Proof::Cert { subject } => Some(subject.clone()),
             Proof::Proxy { from } => Some(format!("via proxy {from}")),
             Proof::Unix { uid } => Some(format!("uid {uid}")),
@@ -149,9 +160,26 @@ impl Caller {
                 roles: Roles::all(),
                 jobs: Vec::new(),
                 declared: false,
+                budget: Budget::PRINCIPAL,
             }),
             proof: Proof::Open,
         }
+    }
+
+    /// Ok unless the credential was made for another body (a MUNGE credential binds the SHA-256
+    /// of the body it was made for): the 401's error. Every other proof says nothing of the body.
+    pub fn check_body(&self, body: &[u8]) -> Result<(), crate::MungeError> {
+        match &self.proof {
+            Proof::Munge { body_sha256, .. } if *body_sha256 != crate::munge::body_digest(body) => {
+                Err(crate::MungeError::WrongRequest)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether a body must be read to authenticate this caller ([`Caller::check_body`]).
+    pub fn binds_body(&self) -> bool {
+        matches!(self.proof, Proof::Munge { .. })
     }
 
     /// The principal's name.
@@ -328,6 +356,7 @@ mod tests {
                 roles: roles.iter().copied().collect(),
                 jobs: jobs.iter().map(|s| (*s).to_owned()).collect(),
                 declared: true,
+                budget: Budget::PRINCIPAL,
             }),
             proof: Proof::Token { label: "abcd1234".into() },
         }
@@ -380,7 +409,11 @@ mod tests {
 
     #[test]
     fn the_sender_says_how_it_was_proved() {
-        let c = Caller { proof: Proof::Munge { uid: 1001 }, ..caller("bob", &[Role::Approver], &[]) };
+        let c = Caller {
+            proof: Proof::Munge { uid: 1001, body_sha256: crate::munge::body_digest(b"{}") },
+            ..caller("bob", &[Role::Approver], &[])
+        };
+        assert!(c.check_body(b"{}").is_ok() && c.check_body(b"{\"x\":1}").is_err());
         assert_eq!(c.sender().describe(), "bob (munge: uid 1001)");
     }
 }

@@ -460,10 +460,13 @@ pub fn run(args: &AuditArgs, _format: ErrorFormat) -> Result<ExitCode, CliError>
             Ok(ExitCode::Ok)
         }
         AuditCommand::Verify { format, witness, public_key, allow_unsigned_tail, deep } => {
-            let log = AuditLog::open_read(&args.db).map_err(audit_err)?;
-            let mut rep = match witness {
-                Some(w) => {
-                    let lines = bursar_audit::witness::read(w).map_err(audit_err)?;
+            // The witness first, then the log at one instant (one read transaction): a head signed
+            // after the witness was read is not in it, and every row committed after the log's
+            // instant is outside it, so a log a server writes meanwhile verifies as it was then.
+            let lines = witness.as_deref().map(bursar_audit::witness::read).transpose().map_err(audit_err)?;
+            let log = AuditLog::open_read_pinned(&args.db).map_err(audit_err)?;
+            let mut rep = match lines {
+                Some(lines) => {
                     let pinned = public_key.as_deref().map(PublicKey::from_file).transpose().map_err(audit_err)?;
                     let mut rep =
                         bursar_audit::verify::verify_with_witness(&log, &lines, pinned.as_ref()).map_err(audit_err)?;
@@ -706,6 +709,13 @@ fn run_head(
                 let vouched_before = standing.vouched.is_some() || standing.ahead.is_some();
                 if vouched_before && !standing.is_clean() {
                     if !adopt_unsigned {
+                        // A rolled-back or rewritten log is not writes bursar stopped before
+                        // signing: its help does not offer adopting it as if it were (issue 46).
+                        if standing.ahead.is_some() {
+                            let e = AuditError::RolledBack { path: db.display().to_string(), what: standing.why(w) };
+                            eprintln!("bursar: refusing to sign the head: {e}");
+                            return Ok(ExitCode::Failed);
+                        }
                         eprintln!(
                             "bursar: refusing to sign the head of `{}`: {}\n  help: if bursar stopped before signing them (it was killed: `serve` signs at most once a second), check the log with `bursar audit verify --db {}` and run again with `--adopt-unsigned`, which records the adoption in the log; otherwise something else wrote to the database: investigate first, signing would vouch for it",
                             db.display(),
@@ -916,8 +926,9 @@ fn deep_compare(db: &Path, scratch: &Path, tables: &[&str]) -> Result<Vec<bursar
     let report_err = |e: bursar_report::ReportError| CliError::Message(format!("verify --deep: {e}"));
     let stored = scratch.join("stored.db");
     let rebuilt = scratch.join("rebuilt.db");
+    // Both sides from one copy of one instant (a live log moves between two copies).
     bursar_audit::derived::copy_to(db, &stored).map_err(audit_err)?;
-    bursar_audit::derived::copy_to(db, &rebuilt).map_err(audit_err)?;
+    bursar_audit::derived::copy_to(&stored, &rebuilt).map_err(audit_err)?;
     let mut a = bursar_report::FactsStore::open(&stored, None).map_err(report_err)?;
     a.catch_up().map_err(report_err)?;
     drop(a);

@@ -153,6 +153,11 @@ fn show(site: &bursar_config::SiteConfig, r: &crate::serve::Resolved) -> String 
     let _ = writeln!(out, "allow_empty = {}", r.allow_empty);
     let _ = writeln!(out, "max_body = {}", c.max_body);
     let _ = writeln!(out, "max_connections = {}", c.max_connections);
+    let _ = writeln!(out, "max_connections_per_address = {}", c.max_connections_per_address);
+    let _ = writeln!(out, "max_unfinished_per_address = {}", c.max_unfinished_per_address);
+    if !c.origins.is_empty() {
+        let _ = writeln!(out, "origins = {:?}", c.origins);
+    }
     let _ = writeln!(out, "header_timeout = {}", dur(c.header_timeout));
     let _ = writeln!(out, "body_timeout = {}", dur(c.body_timeout));
     let _ = writeln!(out, "queue = {}", c.queue);
@@ -193,6 +198,15 @@ fn show(site: &bursar_config::SiteConfig, r: &crate::serve::Resolved) -> String 
         );
     }
     let a = &site.auth;
+    let b = a.budget;
+    let _ = writeln!(
+        out,
+        "\n[budget]\nprincipal_events_per_minute = {}\nprincipal_bytes_per_minute = {}\nperson_events_per_minute = {}\nperson_bytes_per_minute = {}",
+        b.principal.events_per_minute,
+        b.principal.bytes_per_minute,
+        b.person.events_per_minute,
+        b.person.bytes_per_minute
+    );
     let _ = writeln!(
         out,
         "\n[auth]\npeople = [{}]",
@@ -209,7 +223,11 @@ fn show(site: &bursar_config::SiteConfig, r: &crate::serve::Resolved) -> String 
         if let Some(aud) = &j.audience {
             let _ = writeln!(out, "audience = {aud:?}");
         }
-        let _ = writeln!(out, "user_claim = {:?}\nleeway = \"{}s\"", j.user_claim, j.leeway_secs);
+        let _ = writeln!(
+            out,
+            "user_claim = {:?}\nleeway = \"{}s\"\nmax_lifetime = \"{}s\"",
+            j.user_claim, j.leeway_secs, j.max_lifetime_secs
+        );
     }
     if let Some(m) = &a.munge {
         let _ = writeln!(out, "\n[auth.munge]\nunmunge = {}\nmunge = {}", q(&m.unmunge), q(&m.munge));
@@ -241,6 +259,22 @@ fn show(site: &bursar_config::SiteConfig, r: &crate::serve::Resolved) -> String 
         }
         if !p.cert_subjects.is_empty() {
             let _ = writeln!(out, "cert_subjects = {:?}", p.cert_subjects);
+        }
+        if !p.unix_users.is_empty() {
+            let _ = writeln!(out, "unix_users = {:?}", p.unix_users);
+        }
+        if let Some(b) = p.budget {
+            let _ =
+                writeln!(out, "events_per_minute = {}\nbytes_per_minute = {}", b.events_per_minute, b.bytes_per_minute);
+        }
+    }
+    for p in &a.persons {
+        let _ = writeln!(out, "\n[[person]]\nname = {:?}", p.name);
+        let _ =
+            writeln!(out, "roles = [{}]", p.roles.iter().map(|r| format!("\"{r}\"")).collect::<Vec<_>>().join(", "));
+        if let Some(b) = p.budget {
+            let _ =
+                writeln!(out, "events_per_minute = {}\nbytes_per_minute = {}", b.events_per_minute, b.bytes_per_minute);
         }
     }
     for key in ["utilisation", "notify"] {

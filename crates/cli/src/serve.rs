@@ -146,6 +146,18 @@ pub struct ServeArgs {
     /// [default: 512]
     #[arg(long)]
     pub max_connections: Option<usize>,
+    /// Open connections from one address at most, per listener; one more is answered 503 and
+    /// closed, so one address cannot crowd out the others.
+    /// [default: 128]
+    #[arg(long)]
+    pub max_connections_per_address: Option<usize>,
+    /// Connections from one address whose request head has not arrived yet (just opened, or partway
+    /// through a later head; an idle keep-alive connection is only open) at most, per listener; one
+    /// more is answered 503 and closed, so half-sent requests from one address cannot starve
+    /// admissions from the others.
+    /// [default: 32]
+    #[arg(long)]
+    pub max_unfinished_per_address: Option<usize>,
     /// Time for a request's head to arrive, and for an idle keep-alive connection's next request.
     /// [default: 10s]
     #[arg(long, value_parser = parse_duration)]
@@ -340,6 +352,15 @@ pub fn settings(
         ));
     }
     config.max_connections = args.max_connections.or(file.max_connections).unwrap_or(512);
+    config.max_connections_per_address = args
+        .max_connections_per_address
+        .or(file.max_connections_per_address)
+        .unwrap_or(bursar_serve::DEFAULT_MAX_PER_ADDRESS);
+    config.max_unfinished_per_address = args
+        .max_unfinished_per_address
+        .or(file.max_unfinished_per_address)
+        .unwrap_or(bursar_serve::DEFAULT_MAX_UNFINISHED_PER_ADDRESS);
+    config.origins = file.origins.clone().unwrap_or_default();
     config.header_timeout = std_duration(d(args.header_timeout, file.header_timeout, "10s"));
     config.body_timeout = std_duration(d(args.body_timeout, file.body_timeout, "30s"));
     config.socket = args.socket.clone().or_else(|| file.socket.clone());

@@ -38,6 +38,78 @@ fn quota_policies(s: &Scratch) {
     }
 }
 
+/// Issue 46: `audit verify` on a live log reported tampering that did not happen (with two clients
+/// admitting, 38 of 40 plain verifies exited 1: "events row N (the newest) was removed",
+/// "decisions rows … are not covered by any anchor"), because each of its queries saw another
+/// instant. It reads one instant now (one read transaction): every verify of a log a real serve is
+/// writing passes, as does `--deep` and a verify against the witness with `--allow-unsigned-tail`.
+#[test]
+fn verify_of_a_live_log_never_reports_false_tampering() {
+    let s = Scratch::new("verify-live");
+    quota_policies(&s);
+    let keys = s.0.join("audit");
+    let o = bursar(&["audit", "keygen", "--out", keys.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", show(&o));
+    let witness = s.0.join("witness.jsonl");
+    let (key, public) = (s.0.join("audit.key"), s.0.join("audit.pub"));
+    let server = Server::start(
+        &s,
+        &["--no-watch", "--signing-key", key.to_str().unwrap(), "--witness", witness.to_str().unwrap()],
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    // Two clients admitting as fast as they are answered, the review's load.
+    let writers: Vec<_> = (0..2)
+        .map(|w| {
+            let (stop, sent, http) = (stop.clone(), sent.clone(), server.http());
+            std::thread::spawn(move || {
+                let mut conn = serve_support::Conn::over(http);
+                while !stop.load(Ordering::Relaxed) {
+                    let n = sent.fetch_add(1, Ordering::Relaxed);
+                    let line = submit(&format!("v{w}-{n}"), &format!("v{w}-{n}"), "nlp", 1, 0.01);
+                    let r = conn.request("POST", "/v1/admit", line.as_bytes()).unwrap();
+                    assert_eq!(r.status, 200, "{}", r.text());
+                }
+            })
+        })
+        .collect();
+    while sent.load(Ordering::Relaxed) < 50 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // The report facts `--deep` compares, built as serve builds them.
+    assert_eq!(server.get("/v1/report").unwrap().status, 200);
+    let db = s.audit().display().to_string();
+    let mut checked = 0;
+    for round in 0..40 {
+        let o = match round % 8 {
+            7 => bursar(&["audit", "--db", &db, "verify", "--deep"]),
+            6 => bursar(&[
+                "audit",
+                "--db",
+                &db,
+                "verify",
+                "--witness",
+                witness.to_str().unwrap(),
+                "--public-key",
+                public.to_str().unwrap(),
+                "--allow-unsigned-tail",
+            ]),
+            _ => bursar(&["audit", "--db", &db, "verify"]),
+        };
+        assert!(o.status.success(), "verify {round} of a live log failed:\n{}", show(&o));
+        checked += 1;
+    }
+    let before = sent.load(Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().unwrap();
+    }
+    assert!(before > 100 && checked == 40, "{before} admissions while {checked} verifies ran");
+    drop(server);
+    let o = bursar(&["audit", "--db", &db, "verify", "--deep"]);
+    assert!(o.status.success(), "{}", show(&o));
+}
+
 #[test]
 fn an_online_backup_under_a_writing_serve_verifies_and_restores() {
     let s = Scratch::new("backup");

@@ -200,3 +200,56 @@ fn dropping_the_job_steps_is_caught_by_verify() {
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("the derived table `lifecycle` is missing"), "{out}");
 }
+
+/// Issue 46: after a job was rejected and submitted again under its id, `facts_jobs` kept the first
+/// submission's 12 GPUs when the two fell in two catch-ups (a rebuild, in one, had 4), so `verify
+/// --deep` reported an edit nobody made, and the report kept the stale facts. The facts follow the
+/// resubmission now, however the catch-ups fall.
+#[test]
+fn verify_deep_and_the_report_agree_after_a_rejected_job_is_resubmitted() {
+    let dir = TempDir::new("resubmit");
+    let pol = dir.path("policies");
+    std::fs::create_dir_all(&pol).unwrap();
+    std::fs::write(
+        pol.join("approval.toml"),
+        "[[policy]]\nid = \"approval/big\"\ndescription = \"big jobs\"\nkind = \"approval\"\ngpus_over = 8\napprovers = [\"bob\"]\n",
+    )
+    .unwrap();
+    let sub = |id: &str, t: &str, gpus: u32| {
+        format!(
+            r#"{{"id":"{id}","time":"2026-11-02T{t}:00Z","type":"job.submitted","job":{{"id":"j1","project":"nlp","user":"alice","gpus":{gpus},"requested_hours":2.0,"ready":{{"image":true,"data":true,"script":true}}}}}}"#
+        )
+    };
+    let first = format!(
+        "{}\n{}\n",
+        sub("e1", "09:00", 12),
+        r#"{"id":"e2","time":"2026-11-02T09:05:00Z","type":"approval.rejected","job_id":"j1","by":"bob","reason":"use 4"}"#
+    );
+    let second = format!(
+        "{}\n{}\n{}\n",
+        sub("e3", "09:10", 4),
+        r#"{"id":"e4","time":"2026-11-02T09:11:00Z","type":"job.started","job_id":"j1"}"#,
+        r#"{"id":"e5","time":"2026-11-02T10:11:00Z","type":"job.finished","job_id":"j1","status":"succeeded"}"#
+    );
+    let db = dir.path("a.db");
+    // Two runs, so the facts are caught up twice: once after the rejection, once after the rerun.
+    for (n, events) in [first, second].iter().enumerate() {
+        let file = dir.path(&format!("events-{n}.jsonl"));
+        std::fs::write(&file, events).unwrap();
+        let out = bursar(&["eval", "--policies", s(&pol), "--events", s(&file), "--audit", s(&db)]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let _ = report(&db, false);
+    }
+    let gpus: i64 = AuditLog::open_read(&db)
+        .unwrap()
+        .connection()
+        .query_row("SELECT gpus FROM facts_jobs WHERE job = 'j1'", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(gpus, 4, "the facts follow the resubmission");
+    let out = bursar(&["audit", "--db", s(&db), "verify", "--deep"]);
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{said}");
+    // The report built incrementally and the one rebuilt from the log say the same.
+    let (kept, rebuilt) = (report(&db, false), report(&db, true));
+    assert_eq!(group(&kept, "nlp"), group(&rebuilt, "nlp"));
+}

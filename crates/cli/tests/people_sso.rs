@@ -9,7 +9,7 @@
 //! the person's name in `X-Forwarded-User`, which serve believes only from the proxy's address
 //! (`[auth.proxy]`). Checked: the approver `bob` sees the job that waits for him and approves it
 //! without the `read` power (the audit log records the answer as bob's, by proxy); he gets 403 on the
-//! pool page; a header the browser forges is replaced; `carol`, a declared reader, gets the pool page
+//! pool page; a header the browser forges is replaced; `carol`, a person the configuration makes a reader, gets the pool page
 //! and the report; without a session nothing reaches serve.
 //!
 //! Needs `apache2` and `libapache2-mod-auth-openidc` (scripts/setup.sh installs them); skips, saying
@@ -256,7 +256,7 @@ fn an_approver_signs_in_through_apache_and_the_sites_provider_and_answers_withou
         format!(
             "[auth]\npeople = [\"approver\", \"user\"]\n\n[auth.proxy]\naddresses = [\"127.0.0.1\"]\nheader = \"X-Forwarded-User\"\n\n\
              [[principal]]\nname = \"slurmctld\"\nroles = [\"scheduler\"]\njobs = [\"*\"]\ntokens = [\"{hook}\"]\n\n\
-             [[principal]]\nname = \"carol\"\nroles = [\"reader\"]\n"
+             [[person]]\nname = \"carol\"\nroles = [\"reader\"]\n"
         ),
     )
     .unwrap();
@@ -328,7 +328,8 @@ fn an_approver_signs_in_through_apache_and_the_sites_provider_and_answers_withou
     let story = String::from_utf8_lossy(&story.stdout);
     assert!(story.contains("from: bob (proxy"), "{story}");
 
-    // carol, a declared reader, gets the pool page and the report; she approves nothing.
+    // carol, a person given the reader role (a [[person]] table), gets the pool page and the report;
+    // she approves nothing.
     let (mut carol, pool) = sign_in(&apache, &provider, "carol", "/");
     assert!(pool.body.contains("big-2"), "{}", pool.body);
     assert_eq!(carol.get(&apache.url("/report")).status, 200);

@@ -111,9 +111,10 @@ fn every_route_by_every_role_and_credential() {
     let cfg = config(&s, "");
     let server = Server::start(&s, &["--config", cfg.to_str().unwrap()]);
     let addr = server.addr;
-    let (st, _, body) =
-        as_role(addr, "scheduler", "POST", "/v1/admit", &job_line("held", "lab-held", "alice", 1, &now()));
-    assert_eq!(st, 200, "{body}");
+    for (id, job, user) in [("held", "lab-held", "alice"), ("mine", "lab-mine", "p-user")] {
+        let (st, _, body) = as_role(addr, "scheduler", "POST", "/v1/admit", &job_line(id, job, user, 1, &now()));
+        assert_eq!(st, 200, "{body}");
+    }
 
     let table: Table =
         toml::from_str(&std::fs::read_to_string(repo().join("tests/security/routes.toml")).unwrap()).unwrap();
@@ -567,4 +568,429 @@ fn a_restart_after_kill_9_reaches_the_live_state() {
     assert_eq!(live, restarted, "the restart reached another state");
     let log = bursar_audit::AuditLog::open_read(s.audit()).unwrap();
     assert_eq!(log.refusals(0, None, 100).unwrap().len(), 2, "both refusals are on record");
+}
+
+/// A connection from `source` (another loopback address than the 127.0.0.1 every other test
+/// uses: the per-address limits tell them apart) to `addr`, as a blocking std stream.
+fn connect_from(source: &str, addr: SocketAddr) -> TcpStream {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+    let stream = rt.block_on(async {
+        let s = tokio::net::TcpSocket::new_v4().unwrap();
+        s.bind(format!("{source}:0").parse().unwrap()).unwrap();
+        s.connect(addr).await.unwrap()
+    });
+    let std = stream.into_std().unwrap();
+    std.set_nonblocking(false).unwrap();
+    std
+}
+
+/// [`http`] over a connection from `source`, waiting at most `wait` for the answer.
+fn http_from(source: &str, addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+    let mut s = connect_from(source, addr);
+    s.set_read_timeout(Some(std::time::Duration::from_secs(2))).unwrap();
+    let mut req = format!(
+        "POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    if let Err(e) = s.read_to_end(&mut out) {
+        return (0, format!("no answer within 2 s: {e}"));
+    }
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0), body.to_owned())
+}
+
+fn metrics(addr: SocketAddr) -> String {
+    as_role(addr, "reader", "GET", "/metrics", "").2
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Issue 46: a `job.keepalive` with a 4 MiB `note` was accepted and journaled (9 MB of log for one
+/// request). Every field of every event is bounded now, the fields v1 does not define included,
+/// and nothing refused is journaled.
+#[test]
+fn every_text_field_of_every_event_is_bounded() {
+    let s = Scratch::new("security-bounds");
+    let cfg = config(&s, "");
+    let server = Server::start(&s, &["--config", cfg.to_str().unwrap(), "--max-body", "33554432"]);
+    let addr = server.addr;
+    assert_eq!(as_role(addr, "scheduler", "POST", "/v1/admit", &job_line("e1", "lab-1", "p-user", 1, &now())).0, 200);
+    let before = journaled(&s.audit());
+    let keepalive = |id: &str, note: &str| {
+        format!(
+            r#"{{"id":"{id}","time":"{}","type":"job.keepalive","job_id":"lab-1","by":"p-user","note":"{note}"}}"#,
+            now()
+        )
+    };
+    let (st, _, body) = as_role(addr, "user", "POST", "/v1/events", &keepalive("k1", &"n".repeat(4 * 1024 * 1024)));
+    assert_eq!(st, 400, "{}", &body[..body.len().min(300)]);
+    assert!(body.contains("`note` is 4194") && body.contains("above the 4096 bytes"), "{}", &body[..300]);
+    // 5,000 such lines: every one refused, none journaled.
+    let lines: String = (0..5000).map(|n| keepalive(&format!("k{n}"), &"n".repeat(5000)) + "\n").collect();
+    let (st, _, body) = as_role(addr, "user", "POST", "/v1/events", &lines);
+    assert_eq!(st, 400, "{}", &body[..body.len().min(300)]);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((v["accepted"].as_u64(), v["rejected"].as_array().map(Vec::len)), (Some(0), Some(5000)));
+    // A job's own fields, its readiness and its tags are bounded too.
+    let fat = job_line("e2", "lab-2", "alice", 1, &now())
+        .replace(r#""gpus":1"#, &format!(r#""gpus":1,"x":"{}""#, "y".repeat(5000)));
+    let (st, _, body) = as_role(addr, "scheduler", "POST", "/v1/admit", &fat);
+    assert_eq!(st, 400, "{body}");
+    assert!(body.contains("`job.x`"), "{body}");
+    assert_eq!(journaled(&s.audit()), before, "nothing refused was journaled");
+    // A note of a few words is kept, as any field a producer adds.
+    assert_eq!(as_role(addr, "user", "POST", "/v1/events", &keepalive("k-ok", "back at five")).0, 200);
+}
+
+/// Issue 46: keepalives and answers for a job bursar does not know were journaled, so anyone with
+/// the keepalive power could grow the log with ids of their choosing. They are refused (404 when
+/// every line is one), and nothing is journaled; docs/security.md says why.
+#[test]
+fn keepalives_and_answers_for_unknown_jobs_are_refused_not_journaled() {
+    let s = Scratch::new("security-unknown");
+    approval_policy(&s, "[\"p-approver\"]");
+    let cfg = config(&s, "");
+    let server = Server::start(&s, &["--config", cfg.to_str().unwrap()]);
+    let addr = server.addr;
+    let before = journaled(&s.audit());
+    let lines: String = (0..50)
+        .map(|n| {
+            format!(
+                r#"{{"id":"k{n}","time":"{}","type":"job.keepalive","job_id":"ghost-{n}","by":"p-producer"}}"#,
+                now()
+            ) + "\n"
+        })
+        .collect();
+    let (st, _, body) = as_role(addr, "producer", "POST", "/v1/events", &lines);
+    assert_eq!(st, 404, "{body}");
+    assert!(body.contains("bursar knows no job `ghost-0`") && body.contains("is not kept"), "{body}");
+    let answer =
+        format!(r#"{{"id":"a1","time":"{}","type":"approval.granted","job_id":"ghost","by":"p-approver"}}"#, now());
+    assert_eq!(as_role(addr, "approver", "POST", "/v1/events", &answer).0, 404);
+    assert_eq!(as_role(addr, "approver", "POST", "/v1/jobs/ghost/approve", "{}").0, 404);
+    assert_eq!(as_role(addr, "user", "POST", "/v1/jobs/ghost/keepalive", "{}").0, 404);
+    assert_eq!(journaled(&s.audit()), before, "nothing about unknown jobs was journaled");
+}
+
+/// Issue 46: every local user had the `user` role through MUNGE, and nothing bounded how much a
+/// person (or a principal) writes: 13 requests filled a 48 MiB disk. Now each caller writes at
+/// most its budget a minute, a request over it is refused whole (429, `Retry-After`), the first
+/// refusal of each minute is journaled with its sender (one row, however many refusals),
+/// `/metrics` counts them, and a caller over its budget is refused before its body is read.
+#[test]
+fn write_budgets_keep_any_one_caller_from_filling_the_disk() {
+    let s = Scratch::new("security-budget");
+    let cfg = config(
+        &s,
+        "[budget]\nperson_events_per_minute = 5\nperson_bytes_per_minute = 100000\n\n[auth.proxy]\naddresses = [\"127.0.0.1\"]\nheader = \"X-Forwarded-User\"\n\n[[person]]\nname = \"erin\"\nroles = [\"user\"]\n",
+    );
+    // A principal with a budget of its own.
+    let text = std::fs::read_to_string(&cfg).unwrap().replace(
+        "name = \"p-producer\"\nroles = [\"producer\"]",
+        "name = \"p-producer\"\nroles = [\"producer\"]\nevents_per_minute = 20",
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let server = Server::start(&s, &["--config", cfg.to_str().unwrap()]);
+    let addr = server.addr;
+    assert_eq!(as_role(addr, "scheduler", "POST", "/v1/admit", &job_line("e1", "lab-1", "erin", 1, &now())).0, 200);
+    let erin = [("x-forwarded-user", "erin"), ("content-type", "application/json")];
+    let keepalive =
+        |n: u32| format!(r#"{{"id":"k{n}","time":"{}","type":"job.keepalive","job_id":"lab-1","by":"erin"}}"#, now());
+    for n in 0..5 {
+        let (st, _, body) = http(addr, "POST", "/v1/events", &erin, &keepalive(n));
+        assert_eq!(st, 200, "keepalive {n}: {body}");
+    }
+    let before = journaled(&s.audit());
+    let (st, head, body) = http(addr, "POST", "/v1/events", &erin, &keepalive(5));
+    assert_eq!(st, 429, "{body}");
+    assert!(head.contains("retry-after:"), "{head}");
+    assert!(body.contains("the person `erin` may write 5 events"), "{body}");
+    // A body of 5,000 lines is refused whole; so is everything else this minute.
+    let many: String = (100..5100).map(|n| keepalive(n) + "\n").collect();
+    assert_eq!(http(addr, "POST", "/v1/events", &erin, &many).0, 429);
+    assert_eq!(http(addr, "POST", "/v1/jobs/lab-1/keepalive", &erin, "{}").0, 429);
+    assert_eq!(journaled(&s.audit()), before, "nothing over the budget was applied");
+    let log = bursar_audit::AuditLog::open_read(s.audit()).unwrap();
+    let refused = log.refusals(0, None, 100).unwrap();
+    assert_eq!(refused.len(), 1, "one refusal journaled for the minute, not one per request: {refused:?}");
+    assert!(refused[0].reason.contains("write budget spent"), "{:?}", refused[0]);
+    assert!(refused[0].sender.as_deref().unwrap_or("").contains("erin"), "{:?}", refused[0]);
+    // A principal's own budget; another caller is not held back by erin's.
+    let lines: String = (0..21)
+        .map(|n| {
+            format!(r#"{{"id":"s{n}","time":"{}","type":"job.sample","job_id":"lab-1","gpu_util":0.5}}"#, now()) + "\n"
+        })
+        .collect();
+    let (st, _, body) = as_role(addr, "producer", "POST", "/v1/events", &lines);
+    assert_eq!(st, 429, "{body}");
+    assert!(body.contains("the principal `p-producer` may write 20 events"), "{body}");
+    let (st, _, body) =
+        as_role(addr, "producer", "POST", "/v1/events", &lines.lines().take(20).collect::<Vec<_>>().join("\n"));
+    assert_eq!(st, 200, "{body}");
+    let m = metrics(addr);
+    assert!(m.contains("bursar_write_budget_refused_total{kind=\"person\"} 3"), "{m}");
+    assert!(m.contains("bursar_write_budget_refused_total{kind=\"principal\"} 1"), "{m}");
+}
+
+/// Issue 46: bodies were read before the caller was authenticated: 64 connections each sending an
+/// 8 MiB body (minus a byte) to `/healthz` held 614 MiB. Now a request that fails authentication
+/// is answered from its head alone, and a route that takes no body never reads one.
+#[test]
+fn bodies_are_not_read_before_authentication() {
+    let s = Scratch::new("security-body");
+    let cfg = config(&s, "");
+    // Every connection here is from 127.0.0.1: the per-address limits are out of the way.
+    let server = Server::start(
+        &s,
+        &[
+            "--config",
+            cfg.to_str().unwrap(),
+            "--max-unfinished-per-address",
+            "1000",
+            "--max-connections-per-address",
+            "1000",
+        ],
+    );
+    let addr = server.addr;
+    let before = rss_kib(server.child.id());
+    let mut held = Vec::new();
+    let chunk = vec![b'x'; 1024 * 1024];
+    for n in 0..64 {
+        let (method, path) = if n % 2 == 0 { ("GET", "/healthz") } else { ("POST", "/v1/events") };
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+        c.set_write_timeout(Some(std::time::Duration::from_secs(2))).unwrap();
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            8 * 1024 * 1024
+        );
+        c.write_all(head.as_bytes()).unwrap();
+        // The answer comes before the body does: nothing waited for it.
+        let mut first = [0u8; 12];
+        c.read_exact(&mut first).unwrap();
+        let want: &[u8] = if n % 2 == 0 { b"HTTP/1.1 200" } else { b"HTTP/1.1 401" };
+        assert_eq!(&first, want, "{method} {path}");
+        // Sending the body anyway (as much as the server still takes) buffers nothing.
+        for _ in 0..7 {
+            if c.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+        held.push(c);
+    }
+    let after = rss_kib(server.child.id());
+    assert!(after < before + 64 * 1024, "serve grew from {before} KiB to {after} KiB on unauthenticated bodies");
+    drop(held);
+    // An authenticated caller's body is read as ever.
+    assert_eq!(as_role(addr, "scheduler", "POST", "/v1/admit", &job_line("e1", "lab-1", "alice", 1, &now())).0, 200);
+}
+
+/// Issue 46: 520 requests whose head never finishes, from one address, reopened as they are cut,
+/// left 1 admission of many answered over 12 s, on the main listener and on `--admit-listen`. Each
+/// address now holds at most `--max-unfinished-per-address` unfinished connections (and
+/// `--max-connections-per-address` open ones) on every listener: admissions from any other address
+/// are answered throughout.
+#[test]
+fn half_open_requests_from_one_address_cannot_starve_admissions() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let s = Scratch::new("security-halfopen");
+    let admit: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let server = Server::start(&s, &["--admit-listen", &admit.to_string()]);
+    let main = server.addr;
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let counts: Vec<std::sync::Arc<AtomicUsize>> = (0..2).map(|_| std::sync::Arc::default()).collect();
+    let attackers: Vec<_> = [main, admit]
+        .into_iter()
+        .zip(counts.clone())
+        .map(|(target, opened)| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let head = b"POST /v1/admit HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n";
+                let mut open: Vec<TcpStream> = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    // Reopen whatever was cut (or refused), up to 520 at once.
+                    open.retain(|c| {
+                        let mut b = [0u8; 1];
+                        c.set_nonblocking(true).is_ok()
+                            && matches!((&*c).read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+                    });
+                    while open.len() < 520 && !stop.load(Ordering::Relaxed) {
+                        let Ok(mut c) = TcpStream::connect(target) else { break };
+                        let _ = c.write_all(head);
+                        open.push(c);
+                        opened.fetch_add(1, Ordering::Relaxed);
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+            })
+        })
+        .collect();
+    // The attack is in full swing on both listeners (520 heads each, refused ones reopened).
+    server.wait_for(60, "the attack to open 1,040 connections on each listener", || {
+        counts.iter().all(|c| c.load(Ordering::Relaxed) >= 1040).then_some(())
+    });
+    // From another address, on both listeners, every admission is answered within the hook's 2 s.
+    for (n, target) in (0..40).map(|n| (n, if n % 2 == 0 { main } else { admit })) {
+        let line = job_line(&format!("h{n}"), &format!("lab-h{n}"), "alice", 1, &now());
+        let (st, body) = http_from("127.0.0.2", target, "/v1/admit", &[], &line);
+        assert_eq!(st, 200, "admission {n} on {target}: {body}\n{}", server.log_text());
+    }
+    stop.store(true, Ordering::Relaxed);
+    for a in attackers {
+        a.join().unwrap();
+    }
+    let m = server.get("/metrics").unwrap().text();
+    for listener in ["main", "admit"] {
+        let key = format!("bursar_http_refused_total{{listener=\"{listener}\",reason=\"unfinished\"}} ");
+        let n: u64 = m.lines().find_map(|l| l.strip_prefix(&key)).and_then(|v| v.parse().ok()).unwrap_or(0);
+        assert!(n > 0, "the {listener} listener refused none of the attack's connections: {m}");
+    }
+}
+
+/// Issue 46: a POST to `/v1/jobs/X/approve` carrying the authenticating proxy's user header with
+/// `Origin: https://evil.example`, `Sec-Fetch-Site: cross-site` and `Content-Type: text/plain`
+/// approved the job as that user. Every state-changing route now refuses a cross-site request and a
+/// body that is not declared JSON; the server's own page (same origin) and `[serve] origins` pass.
+#[test]
+fn cross_site_requests_through_the_proxy_are_refused() {
+    let s = Scratch::new("security-csrf");
+    approval_policy(&s, "[\"erin\"]");
+    let cfg = config(
+        &s,
+        "[serve]\norigins = [\"https://bursar.example.org\"]\n\n[auth.proxy]\naddresses = [\"127.0.0.1\"]\nheader = \"X-Forwarded-User\"\n\n[[person]]\nname = \"erin\"\nroles = [\"approver\", \"user\", \"reader\"]\n",
+    );
+    let server = Server::start(&s, &["--config", cfg.to_str().unwrap()]);
+    let addr = server.addr;
+    let host = format!("127.0.0.1:{}", addr.port());
+    for job in ["lab-1", "lab-2"] {
+        let (st, _, body) = as_role(addr, "scheduler", "POST", "/v1/admit", &job_line(job, job, "alice", 32, &now()));
+        assert_eq!(st, 200, "{body}");
+    }
+    let before = journaled(&s.audit());
+    let approve = |headers: &[(&str, &str)]| {
+        let mut h = vec![("x-forwarded-user", "erin")];
+        h.extend_from_slice(headers);
+        http(addr, "POST", "/v1/jobs/lab-1/approve", &h, "{}")
+    };
+    // The attack as the review sent it.
+    let (st, _, body) = approve(&[
+        ("origin", "https://evil.example"),
+        ("sec-fetch-site", "cross-site"),
+        ("content-type", "text/plain"),
+    ]);
+    assert_eq!(st, 403, "{body}");
+    // Each defence on its own.
+    let json = ("content-type", "application/json");
+    let (st, _, body) = approve(&[("sec-fetch-site", "cross-site"), json]);
+    assert_eq!(st, 403, "{body}");
+    let (st, _, body) = approve(&[("sec-fetch-site", "same-site"), json]);
+    assert_eq!(st, 403, "{body}");
+    let (st, _, body) = approve(&[("origin", "https://evil.example"), json]);
+    assert_eq!(st, 403, "{body}");
+    assert!(body.contains("`https://evil.example` may not change anything here"), "{body}");
+    let (st, _, body) = approve(&[("sec-fetch-site", "same-origin"), ("content-type", "text/plain")]);
+    assert_eq!(st, 415, "{body}");
+    let (st, _, body) = approve(&[]);
+    assert_eq!(st, 415, "no type with a credential a browser sends on its own: {body}");
+    // So for every other state-changing route the proxy's person can reach.
+    let keep = format!(r#"{{"id":"x1","time":"{}","type":"job.keepalive","job_id":"lab-2","by":"erin"}}"#, now());
+    let (st, _, body) = http(
+        addr,
+        "POST",
+        "/v1/events",
+        &[("x-forwarded-user", "erin"), ("sec-fetch-site", "cross-site"), json],
+        &keep,
+    );
+    assert_eq!(st, 403, "{body}");
+    assert_eq!(journaled(&s.audit()), before, "nothing cross-site was applied");
+    // The server's own page, and the proxy's public origin, may.
+    let origin = format!("http://{host}");
+    let (st, _, body) = approve(&[("origin", &origin), ("sec-fetch-site", "same-origin"), json]);
+    assert_eq!(st, 200, "{body}");
+    let (st, _, body) = http(
+        addr,
+        "POST",
+        "/v1/jobs/lab-2/reject",
+        &[("x-forwarded-user", "erin"), ("origin", "https://bursar.example.org"), json],
+        r#"{"reason":"no"}"#,
+    );
+    assert_eq!(st, 200, "{body}");
+    // A tool with its own credential in `Authorization` needs no content type.
+    assert_eq!(http(addr, "POST", "/v1/reload", &[("authorization", &bearer(&token_of("admin")))], "").0, 200);
+    assert!(metrics(addr).contains("reason=\"cross_site\"} 7"), "{}", metrics(addr));
+}
+
+/// Issue 46: a job held by two policies, one naming bob, one naming bob or carol: carol's approval
+/// admitted it. Each policy's request is now answered by the approvers it names, and the job is
+/// admitted once each is granted (docs/security.md and docs/policy-language.md say so).
+#[test]
+fn an_approver_answers_only_the_requests_of_policies_that_name_them() {
+    let s = Scratch::new("security-per-policy");
+    s.write_policy(
+        "approval.toml",
+        "[[policy]]\nid = \"approval/big\"\ndescription = \"big\"\nkind = \"approval\"\ngpus_over = 16\napprovers = [\"p-approver\"]\n\n[[policy]]\nid = \"approval/long\"\ndescription = \"long\"\nkind = \"approval\"\ngpus_over = 16\napprovers = [\"p-approver\", \"carol\"]\n",
+    );
+    let hash = |t: &str| bursar_auth::TokenHash::of(t).to_text();
+    let cfg = config(
+        &s,
+        &format!(
+            "[[principal]]\nname = \"carol\"\nroles = [\"approver\"]\ntokens = [\"{}\"]\n\n[[principal]]\nname = \"dave\"\nroles = [\"approver\"]\ntokens = [\"{}\"]\n",
+            hash("bursar_test-carol"),
+            hash("bursar_test-dave")
+        ),
+    );
+    let server = Server::start(&s, &["--config", cfg.to_str().unwrap()]);
+    let addr = server.addr;
+    for job in ["lab-1", "lab-2"] {
+        let (st, _, body) = as_role(addr, "scheduler", "POST", "/v1/admit", &job_line(job, job, "alice", 32, &now()));
+        assert_eq!(st, 200, "{body}");
+        assert!(body.contains("require_approval"), "{body}");
+    }
+    let as_ = |t: &str| bearer(t);
+    let carol = as_("bursar_test-carol");
+    let (st, _, body) = http(addr, "POST", "/v1/jobs/lab-1/approve", &[("authorization", &carol)], "{}");
+    assert_eq!(st, 200, "{body}");
+    assert!(
+        body.contains("recorded for approval/long; it still waits for approval/big (p-approver)"),
+        "carol answers only the policy that names her: {body}"
+    );
+    let (_, _, job) = as_role(addr, "reader", "GET", "/v1/jobs/lab-1", "");
+    assert!(job.contains("\"phase\":\"pending_approval\""), "still held: {job}");
+    // Carol again, and dave (named by neither): refused, nothing journaled.
+    let before = journaled(&s.audit());
+    let (st, _, body) = http(addr, "POST", "/v1/jobs/lab-1/approve", &[("authorization", &carol)], "{}");
+    assert_eq!(st, 403, "{body}");
+    let dave = as_("bursar_test-dave");
+    let (st, _, body) = http(addr, "POST", "/v1/jobs/lab-2/approve", &[("authorization", &dave)], "{}");
+    assert_eq!(st, 403, "{body}");
+    assert!(body.contains("`dave` is not an approver of job `lab-2`"), "{body}");
+    let raw = format!(r#"{{"id":"g9","time":"{}","type":"approval.granted","job_id":"lab-2","by":"dave"}}"#, now());
+    assert_eq!(http(addr, "POST", "/v1/events", &[("authorization", &dave)], &raw).0, 403);
+    assert_eq!(journaled(&s.audit()), before);
+    // The approver both name admits lab-1 now, and lab-2 at once.
+    let (st, _, body) = as_role(addr, "approver", "POST", "/v1/jobs/lab-1/approve", "{}");
+    assert_eq!(st, 200, "{body}");
+    assert!(body.contains("approved by p-approver") && body.contains("it may start now"), "{body}");
+    let (st, _, body) = as_role(addr, "approver", "POST", "/v1/jobs/lab-2/approve", "{}");
+    assert_eq!(st, 200, "{body}");
+    let (_, _, stream) = as_role(addr, "reader", "GET", "/v1/decisions?follow=false", "");
+    assert!(
+        stream.contains("approved by p-approver (approval/big), carol (approval/long)"),
+        "the admission names who answered which policy: {stream}"
+    );
 }

@@ -286,3 +286,81 @@ fn a_proxy_header_counts_only_from_the_proxy() {
         }
     }
 }
+
+/// An HS256 key file and a configuration with a JWT verifier, people with `people` roles, the
+/// scheduler, an admin principal `ops` (token `bursar_cred-ops`) and `extra`.
+fn jwt_server(s: &Scratch, people: &str, extra: &str) -> (Server, Vec<u8>) {
+    let key: Vec<u8> = (0..32u8).map(|i| i.wrapping_mul(41).wrapping_add(3)).collect();
+    let key_file = file(&s.0, "jwt_hs256.key", &key);
+    let ops = bursar_auth::TokenHash::of("bursar_cred-ops").to_text();
+    let cfg = config(
+        s,
+        &format!(
+            "[auth]\npeople = {people}\n\n[auth.jwt]\nhs256_key_file = \"{}\"\n\n[auth.proxy]\naddresses = [\"127.0.0.1\"]\nheader = \"X-Forwarded-User\"\n\n[[principal]]\nname = \"ops\"\nroles = [\"admin\", \"reader\"]\ntokens = [\"{ops}\"]\n\n{extra}",
+            key_file.display()
+        ),
+    );
+    (Server::start(s, &["--config", cfg.to_str().unwrap()]), key)
+}
+
+/// Issue 46: a JWT whose user claim is `ops`, a declared principal with `admin`, got admin power.
+/// People and service principals are separate namespaces: a person named like a principal (by a
+/// JWT, a proxy's header or MUNGE) is a person, with the people's roles; a `[[person]]` table
+/// gives a person roles of their own.
+#[test]
+fn a_persons_name_never_becomes_a_service_principal() {
+    let s = Scratch::new("cred-namespaces");
+    let (server, key) = jwt_server(&s, "[\"reader\"]", "[[person]]\nname = \"carol\"\nroles = [\"admin\"]\n");
+    let ops_jwt = jwt_hs(&key, &serde_json::json!({"sun": "ops", "exp": secs(600)}));
+    let json = ("content-type", "application/json");
+    let (st, body) =
+        http(server.addr, "POST", "/v1/reload", &[("authorization", &format!("Bearer {ops_jwt}")), json], "");
+    assert_eq!(st, 403, "{body}");
+    assert!(body.contains("`ops` (reader) lacks the `admin` power"), "the person `ops`, not the principal: {body}");
+    let (st, body) = http(server.addr, "POST", "/v1/reload", &[("x-forwarded-user", "ops"), json], "");
+    assert_eq!(st, 403, "{body}");
+    // The person may read, as every person here.
+    assert_eq!(http(server.addr, "GET", "/v1/policies", &[("x-forwarded-user", "ops")], "").0, 200);
+    // The principal, by its token, still is admin; a person declared with roles of their own has them.
+    assert_eq!(http(server.addr, "POST", "/v1/reload", &[("authorization", "Bearer bursar_cred-ops")], "").0, 200);
+    let carol = jwt_hs(&key, &serde_json::json!({"sun": "carol", "exp": secs(600)}));
+    assert_eq!(
+        http(server.addr, "POST", "/v1/reload", &[("authorization", &format!("Bearer {carol}")), json], "").0,
+        200
+    );
+}
+
+/// Issue 46: a JWT's `nbf` was ignored and a token valid until 9999 accepted; a request with one
+/// good and one bad credential was let in; a lowercase `bearer` was refused (RFC 7235 makes the
+/// scheme case-insensitive).
+#[test]
+fn jwt_nbf_and_lifetime_any_failing_credential_and_the_bearer_scheme() {
+    let s = Scratch::new("cred-jwt-rules");
+    let (server, key) = jwt_server(&s, "[\"reader\"]", "");
+    let get = |headers: &[(&str, &str)]| http(server.addr, "GET", "/v1/policies", headers, "");
+    let bearer = |t: &str| format!("Bearer {t}");
+    let not_yet = jwt_hs(&key, &serde_json::json!({"sun": "carol", "nbf": secs(3600), "exp": secs(7200)}));
+    let (st, body) = get(&[("authorization", &bearer(&not_yet))]);
+    assert_eq!((st, body.contains("not valid yet")), (401, true), "{body}");
+    let forever = jwt_hs(&key, &serde_json::json!({"sun": "carol", "exp": 253_402_300_000i64}));
+    let (st, body) = get(&[("authorization", &bearer(&forever))]);
+    assert_eq!((st, body.contains("longer than the 86400 s")), (401, true), "{body}");
+    let old_long = jwt_hs(&key, &serde_json::json!({"sun": "carol", "iat": secs(-40 * 86400), "exp": secs(600)}));
+    assert_eq!(get(&[("authorization", &bearer(&old_long))]).0, 401);
+    let good = jwt_hs(&key, &serde_json::json!({"sun": "carol", "iat": secs(0), "nbf": secs(-5), "exp": secs(600)}));
+    assert_eq!(get(&[("authorization", &bearer(&good))]).0, 200);
+    // Any failing credential is a 401, whatever else the request carries.
+    let (st, body) = get(&[("authorization", &bearer(&good)), ("x-slurm-user-token", &forever)]);
+    assert_eq!(st, 401, "a good JWT beside a bad one: {body}");
+    let (st, body) = get(&[("authorization", "Bearer bursar_cred-ops"), ("x-slurm-user-token", "x.y.z.not-a-jwt")]);
+    assert_eq!(st, 401, "a good token beside a bad JWT: {body}");
+    let (st, body) = get(&[("authorization", "Bearer bursar_guessed"), ("x-forwarded-user", "carol")]);
+    assert_eq!(st, 401, "a good proxy header beside a wrong token: {body}");
+    // The scheme in any case.
+    for scheme in ["bearer", "BEARER", "BeArEr"] {
+        let (st, body) = get(&[("authorization", &format!("{scheme} {good}"))]);
+        assert_eq!(st, 200, "{scheme}: {body}");
+        let (st, body) = get(&[("authorization", &format!("{scheme} bursar_cred-ops"))]);
+        assert_eq!(st, 200, "{scheme}: {body}");
+    }
+}

@@ -133,9 +133,14 @@ impl Client {
         ClientError::Transport { server: self.server.clone(), source }
     }
 
-    /// Sends one request and returns the raw answer, whatever its status.
+    /// Sends one request and returns the raw answer, whatever its status. A body is sent as JSON
+    /// (`Content-Type: application/json`): serve refuses a state-changing request whose body says
+    /// otherwise (docs/security.md, "Cross-site requests").
     pub fn raw(&self, method: &str, path: &str, body: &[u8]) -> Result<Response> {
-        let req = Request::new(method, path).body(body).timeout(Some(self.timeout));
+        let mut req = Request::new(method, path).body(body).timeout(Some(self.timeout));
+        if !matches!(method, "GET" | "HEAD") {
+            req = req.header("content-type", "application/json");
+        }
         self.http.send(&req).map_err(|e| self.transport(e))
     }
 
@@ -321,8 +326,13 @@ impl Conn {
         Ok(())
     }
 
+    /// A request; anything but a `GET` goes as JSON unless `extra` names its type.
     fn req<'a>(&self, method: &'a str, path: &'a str, body: &'a [u8], extra: &[(&'a str, &'a str)]) -> Request<'a> {
-        Request::new(method, path).body(body).headers(extra).timeout(None).read_timeout(self.read_timeout.get())
+        let mut r = Request::new(method, path).body(body);
+        if !matches!(method, "GET" | "HEAD") && !extra.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-type")) {
+            r = r.header("content-type", "application/json");
+        }
+        r.headers(extra).timeout(None).read_timeout(self.read_timeout.get())
     }
 
     /// Sends a request and reads the whole answer, whatever its status.

@@ -1,6 +1,7 @@
 //! The site's configuration file, `bursar.toml` (`/etc/bursar/bursar.toml` by convention, `bursar
 //! serve --config FILE` anywhere): what `bursar serve`'s flags say (`[serve]`, `[tls]`, `[witness]`,
-//! `[cluster]`), who may call the server and what each may do (`[auth]`, `[[principal]]`), how far an
+//! `[cluster]`), who may call the server and what each may do (`[auth]`, `[[principal]]`,
+//! `[[person]]`) and how much each may write (`[budget]`), how far an
 //! event may run ahead of the clock (`[clock]`), and the utilisation source and the notifier
 //! (`[utilisation]`, `[notify]`, read by their own crates from this file's text: [`section`]). A
 //! flag given on the command line overrides the file.
@@ -35,7 +36,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use bursar_auth::{
-    AuthSettings, JwtSettings, MungeSettings, PrincipalDecl, ProxySettings, Role, Roles, TokenDecl, TokenHash,
+    AuthSettings, Budget, JwtSettings, MungeSettings, PersonDecl, PrincipalDecl, ProxySettings, Role, Roles, TokenDecl,
+    TokenHash,
 };
 use bursar_lang::Diagnostic;
 use bursar_lang::reader::{Fields, Reader, did_you_mean, one_of};
@@ -95,6 +97,14 @@ pub struct ServeSection {
     pub max_body: Option<usize>,
     /// `max_connections`.
     pub max_connections: Option<usize>,
+    /// `max_connections_per_address`: open connections from one address at most.
+    pub max_connections_per_address: Option<usize>,
+    /// `max_unfinished_per_address`: connections from one address whose request head is not
+    /// complete yet, at most.
+    pub max_unfinished_per_address: Option<usize>,
+    /// `origins`: the origins (`https://bursar.example.org`) a browser may send state-changing
+    /// requests from besides the server's own (the public address of a proxy in front of it).
+    pub origins: Option<Vec<String>>,
     /// `header_timeout`.
     pub header_timeout: Option<Duration>,
     /// `body_timeout`.
@@ -177,7 +187,8 @@ pub struct SiteConfig {
 
 impl SiteConfig {
     /// What differs between this configuration and `newer` that a reload cannot take: every
-    /// section but `[auth]` and `[[principal]]` (which a reload swaps in) needs a restart.
+    /// section but `[auth]`, `[[principal]]`, `[[person]]` and `[budget]` (which a reload swaps in)
+    /// needs a restart.
     pub fn needs_restart(&self, newer: &SiteConfig) -> Vec<&'static str> {
         let mut out = Vec::new();
         if self.serve != newer.serve {
@@ -275,7 +286,8 @@ pub fn section<T: serde::de::DeserializeOwned>(file: &str, text: &str, key: &str
 }
 
 /// The top-level tables.
-const TOP: &[&str] = &["serve", "tls", "witness", "cluster", "clock", "auth", "principal", "utilisation", "notify"];
+const TOP: &[&str] =
+    &["serve", "tls", "witness", "cluster", "clock", "auth", "budget", "principal", "person", "utilisation", "notify"];
 
 /// Reads `path`, or every error in it.
 pub fn load(path: &Path) -> Result<SiteConfig, Vec<Diagnostic>> {
@@ -382,12 +394,40 @@ pub fn parse(file: &str, text: &str, base: &Path) -> Result<SiteConfig, Vec<Diag
         read_auth(&mut r, &mut a, base, &mut out.auth);
         a.finish(&mut r, &["people", "jwt", "munge", "proxy"]);
     }
+    if let Some(mut b) = top.table(&mut r, "budget") {
+        b.what = "`[budget]`".into();
+        let d = out.auth.budget;
+        let mut get = |r: &mut Reader<'_>, key: &str, default: u64| b.count(r, key).map_or(default, u64::from);
+        out.auth.budget.principal.events_per_minute =
+            get(&mut r, "principal_events_per_minute", d.principal.events_per_minute);
+        out.auth.budget.principal.bytes_per_minute =
+            get(&mut r, "principal_bytes_per_minute", d.principal.bytes_per_minute);
+        out.auth.budget.person.events_per_minute = get(&mut r, "person_events_per_minute", d.person.events_per_minute);
+        out.auth.budget.person.bytes_per_minute = get(&mut r, "person_bytes_per_minute", d.person.bytes_per_minute);
+        b.finish(
+            &mut r,
+            &[
+                "principal_events_per_minute",
+                "principal_bytes_per_minute",
+                "person_events_per_minute",
+                "person_bytes_per_minute",
+            ],
+        );
+    }
     for p in top.tables(&mut r, "principal") {
-        if let Some(d) = principal(&mut r, p) {
+        if let Some(d) = principal(&mut r, p, out.auth.budget) {
             if out.auth.principals.iter().any(|q| q.name == d.name) {
                 r.errors.push(Diagnostic::file(file, format!("principal `{}` is declared twice", d.name)));
             }
             out.auth.principals.push(d);
+        }
+    }
+    for p in top.tables(&mut r, "person") {
+        if let Some(d) = person(&mut r, p, out.auth.budget) {
+            if out.auth.persons.iter().any(|q| q.name == d.name) {
+                r.errors.push(Diagnostic::file(file, format!("person `{}` is declared twice", d.name)));
+            }
+            out.auth.persons.push(d);
         }
     }
     top.finish(&mut r, TOP);
@@ -442,6 +482,23 @@ fn serve_section(r: &mut Reader<'_>, mut fields: Fields<'_, '_>, base: &Path) ->
         allow_empty: f.bool(r, "allow_empty"),
         max_body: size(r, f, "max_body"),
         max_connections: size(r, f, "max_connections"),
+        max_connections_per_address: size(r, f, "max_connections_per_address"),
+        max_unfinished_per_address: size(r, f, "max_unfinished_per_address"),
+        origins: f.str_list(r, "origins").map(|list| {
+            list.into_iter()
+                .filter_map(|(o, span)| match origin(&o) {
+                    Some(o) => Some(o),
+                    None => {
+                        r.error_help(
+                            span,
+                            format!("`{o}` is not an origin"),
+                            "write a scheme, a host and, if not the scheme's, a port: `https://bursar.example.org`",
+                        );
+                        None
+                    }
+                })
+                .collect()
+        }),
         header_timeout: f.duration(r, "header_timeout"),
         body_timeout: f.duration(r, "body_timeout"),
         queue: size(r, f, "queue"),
@@ -471,12 +528,36 @@ pub const SERVE_KEYS: &[&str] = &[
     "allow_empty",
     "max_body",
     "max_connections",
+    "max_connections_per_address",
+    "max_unfinished_per_address",
+    "origins",
     "header_timeout",
     "body_timeout",
     "queue",
     "fast_commit",
     "dedupe_window",
 ];
+
+/// An origin as a browser sends it (`scheme://host[:port]`, lowercased, no path), if `text` is one.
+fn origin(text: &str) -> Option<String> {
+    let t = text.trim().trim_end_matches('/').to_ascii_lowercase();
+    let (scheme, rest) = t.split_once("://")?;
+    let ok = matches!(scheme, "http" | "https")
+        && !rest.is_empty()
+        && !rest.contains(['/', '?', '#', '@'])
+        && rest.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'));
+    ok.then_some(t)
+}
+
+/// A budget's keys in `f` (`events_per_minute`, `bytes_per_minute`), each defaulting to `default`'s.
+fn budget(r: &mut Reader<'_>, f: &mut Fields<'_, '_>, default: Budget) -> Option<Budget> {
+    let events = f.count(r, "events_per_minute");
+    let bytes = f.count(r, "bytes_per_minute");
+    (events.is_some() || bytes.is_some()).then(|| Budget {
+        events_per_minute: events.map_or(default.events_per_minute, u64::from),
+        bytes_per_minute: bytes.map_or(default.bytes_per_minute, u64::from),
+    })
+}
 
 fn path_in(base: &Path, p: &str) -> PathBuf {
     let p = Path::new(p);
@@ -518,8 +599,11 @@ fn read_auth(r: &mut Reader<'_>, a: &mut Fields<'_, '_>, base: &Path, out: &mut 
         let audience = j.str(r, "audience").map(|(s, _)| s);
         let user_claim = j.str(r, "user_claim").map(|(s, _)| s).unwrap_or_else(|| "sun".to_owned());
         let leeway_secs = j.duration(r, "leeway").map_or(60, |d| u64::try_from(d.millis() / 1000).unwrap_or(60));
-        j.finish(r, &["hs256_key_file", "jwks_file", "audience", "user_claim", "leeway"]);
-        out.jwt = Some(JwtSettings { hs256_key_file, jwks_file, audience, user_claim, leeway_secs });
+        let max_lifetime_secs = j
+            .duration(r, "max_lifetime")
+            .map_or(bursar_auth::jwt::DEFAULT_MAX_LIFETIME_SECS, |d| u64::try_from(d.millis() / 1000).unwrap_or(0));
+        j.finish(r, &["hs256_key_file", "jwks_file", "audience", "user_claim", "leeway", "max_lifetime"]);
+        out.jwt = Some(JwtSettings { hs256_key_file, jwks_file, audience, user_claim, leeway_secs, max_lifetime_secs });
     }
     if let Some(mut m) = a.table(r, "munge") {
         m.what = "`[auth.munge]`".into();
@@ -558,7 +642,7 @@ fn read_auth(r: &mut Reader<'_>, a: &mut Fields<'_, '_>, base: &Path, out: &mut 
     }
 }
 
-fn principal(r: &mut Reader<'_>, mut f: Fields<'_, '_>) -> Option<PrincipalDecl> {
+fn principal(r: &mut Reader<'_>, mut f: Fields<'_, '_>, budgets: bursar_auth::BudgetSettings) -> Option<PrincipalDecl> {
     let (name, span) = f.req_str(r, "name", "every principal needs a `name`, e.g. `name = \"slurmctld\"`")?;
     if let Err(e) = bursar_model::names::check_name("name", &name) {
         r.error(span.clone(), e.message);
@@ -581,6 +665,8 @@ fn principal(r: &mut Reader<'_>, mut f: Fields<'_, '_>) -> Option<PrincipalDecl>
     }
     let jobs = f.str_list(r, "jobs").unwrap_or_default().into_iter().map(|(j, _)| j).collect();
     let cert_subjects = f.str_list(r, "cert_subjects").unwrap_or_default().into_iter().map(|(s, _)| s).collect();
+    let unix_users = f.str_list(r, "unix_users").unwrap_or_default().into_iter().map(|(s, _)| s).collect();
+    let budget = budget(r, &mut f, budgets.principal);
     let mut tokens = Vec::new();
     if let Some(v) = f.get("tokens") {
         let items: Vec<&toml::Spanned<DeValue<'_>>> = match v.get_ref() {
@@ -593,8 +679,31 @@ fn principal(r: &mut Reader<'_>, mut f: Fields<'_, '_>) -> Option<PrincipalDecl>
             }
         }
     }
-    f.finish(r, &["name", "roles", "jobs", "tokens", "cert_subjects"]);
-    Some(PrincipalDecl { name, roles: roles.unwrap_or_default(), jobs, tokens, cert_subjects })
+    f.finish(
+        r,
+        &["name", "roles", "jobs", "tokens", "cert_subjects", "unix_users", "events_per_minute", "bytes_per_minute"],
+    );
+    Some(PrincipalDecl { name, roles: roles.unwrap_or_default(), jobs, tokens, cert_subjects, unix_users, budget })
+}
+
+/// A `[[person]]` table: a person with roles (and a budget) of their own.
+fn person(r: &mut Reader<'_>, mut f: Fields<'_, '_>, budgets: bursar_auth::BudgetSettings) -> Option<PersonDecl> {
+    let (name, span) = f.req_str(r, "name", "every person needs a `name`, as their credentials name them")?;
+    if let Err(e) = bursar_model::names::check_name("name", &name) {
+        r.error(span, e.message);
+    }
+    f.what = format!("person `{name}`");
+    let roles = roles(r, &mut f, "roles");
+    if roles.is_none() {
+        r.error_help(
+            f.span.clone(),
+            format!("{} is missing `roles`", f.what),
+            format!("give them one or more of {}", one_of(&Role::NAMES)),
+        );
+    }
+    let budget = budget(r, &mut f, budgets.person);
+    f.finish(r, &["name", "roles", "events_per_minute", "bytes_per_minute"]);
+    Some(PersonDecl { name, roles: roles.unwrap_or_default(), budget })
 }
 
 /// The separator of the ids bursar keeps per principal (`bursar_session::NAMESPACE_SEPARATOR`,
@@ -666,6 +775,30 @@ mod tests {
         assert_eq!((p.name.as_str(), p.jobs.len(), p.tokens.len()), ("slurmctld", 1, 2));
         assert!(p.roles.has(Role::Scheduler) && p.tokens[1].expires.is_some());
         assert!(c.auth.people.has(Role::User) && !c.auth.people.has(Role::Approver));
+    }
+
+    #[test]
+    fn budgets_people_and_listener_limits_read() {
+        let text = format!(
+            "[serve]\nmax_connections_per_address = 32\nmax_unfinished_per_address = 4\norigins = [\"https://Bursar.example.org/\"]\n[auth.jwt]\nhs256_key_file = \"k\"\nmax_lifetime = \"1h\"\n[budget]\nperson_events_per_minute = 10\n\n[[principal]]\nname = \"sched\"\nroles = [\"scheduler\"]\ntokens = [\"{HASH}\"]\nevents_per_minute = 5\nunix_users = [\"slurm\"]\n\n[[person]]\nname = \"carol\"\nroles = [\"admin\"]\nbytes_per_minute = 1000\n"
+        );
+        let c = parse("bursar.toml", &text, Path::new("/etc/bursar")).unwrap();
+        assert_eq!((c.serve.max_connections_per_address, c.serve.max_unfinished_per_address), (Some(32), Some(4)));
+        assert_eq!(c.serve.origins, Some(vec!["https://bursar.example.org".to_owned()]));
+        assert_eq!(c.auth.jwt.unwrap().max_lifetime_secs, 3600);
+        assert_eq!(c.auth.budget.person.events_per_minute, 10);
+        assert_eq!(c.auth.budget.principal, Budget::PRINCIPAL);
+        let p = &c.auth.principals[0];
+        assert_eq!(
+            p.budget.map(|b| (b.events_per_minute, b.bytes_per_minute)),
+            Some((5, Budget::PRINCIPAL.bytes_per_minute))
+        );
+        assert_eq!(p.unix_users, ["slurm"]);
+        let carol = &c.auth.persons[0];
+        assert!(carol.roles.has(Role::Admin));
+        assert_eq!(carol.budget.map(|b| (b.events_per_minute, b.bytes_per_minute)), Some((10, 1000)));
+        let e = errors("[serve]\norigins = [\"evil.example/x\"]\n");
+        assert!(e[0].contains("is not an origin"), "{e:?}");
     }
 
     #[test]

@@ -1006,6 +1006,8 @@ impl Engine {
         let mut reason = String::with_capacity(length);
         let mut until: Option<Timestamp> = None;
         let mut approvers: Vec<Arc<str>> = Vec::new();
+        // Each holding policy's own request ([`crate::approval`]).
+        let mut asks: Vec<(crate::approval::PolicyAsk, bool)> = Vec::new();
         let mut expires_after: Option<Duration> = None;
         // A job's own user may answer only when every policy that asks for the approval says so.
         let mut self_approval = true;
@@ -1029,6 +1031,28 @@ impl Engine {
                         for name in a.iter() {
                             if !approvers.iter().any(|x| &**x == name) {
                                 approvers.push(Arc::from(name.as_str()));
+                            }
+                        }
+                        let i = match asks.iter().position(|(x, _)| x.policy == meta.id) {
+                            Some(i) => i,
+                            None => {
+                                let ask = crate::approval::PolicyAsk {
+                                    policy: meta.id.clone(),
+                                    approvers: Vec::new(),
+                                    self_approval: meta.self_approval,
+                                    granted_by: None,
+                                };
+                                asks.push((ask, false));
+                                asks.len() - 1
+                            }
+                        };
+                        if let Some((ask, anyone)) = asks.get_mut(i) {
+                            // A verdict that names nobody lets any approver answer the policy.
+                            *anyone |= a.is_empty();
+                            for name in a.iter() {
+                                if !ask.approvers.iter().any(|x| &**x == name) {
+                                    ask.approvers.push(Arc::from(name.as_str()));
+                                }
                             }
                         }
                         expires_after = Some(expires_after.map_or(*e, |x: Duration| x.min(*e)));
@@ -1098,6 +1122,15 @@ impl Engine {
                     policies: d.policies.clone(),
                     reason: reason.clone(),
                     self_approval,
+                    asks: asks
+                        .into_iter()
+                        .map(|(mut ask, anyone)| {
+                            if anyone {
+                                ask.approvers.clear();
+                            }
+                            ask
+                        })
+                        .collect(),
                 }));
                 if commit {
                     timers.set(expires, job_id.clone(), TimerKind::ApprovalExpiry);
@@ -1712,30 +1745,40 @@ impl Engine {
         let who = by.unwrap_or("an unnamed approver");
         let granted = matches!(event.kind, EventKind::ApprovalGranted { .. });
         let verb = if granted { "approval" } else { "rejection" };
-        // Who may answer: a named approver (anyone when the policy names none), and never the job's
-        // own user unless every policy that asked allows it. Otherwise the request stays pending.
-        let refusal = if !pending.approvers.is_empty() && !pending.approvers.iter().any(|a| Some(&**a) == by) {
-            Some(format!(
-                "{verb} of job {id} by {who} ignored: only {} may {} it",
-                pending.approvers.iter().map(|a| &**a).collect::<Vec<_>>().join(", "),
-                if granted { "approve" } else { "reject" }
-            ))
-        } else if !pending.self_approval && by.is_some_and(|b| b == job.user()) {
-            Some(format!(
-                "{verb} of job {id} by {who} ignored: {who} submitted it, and a job's own user may not answer its approval (the policy does not set `self_approval = true`)"
-            ))
-        } else {
-            None
+        // Who may answer which policy's request ([`crate::approval`]): an approver a policy names
+        // answers its request (anyone's when it names nobody), never the job's own user unless
+        // that policy allows it. Otherwise the request stays pending.
+        let answered = pending.answers(who, job.user(), granted);
+        let answered = match answered {
+            Ok(a) => a,
+            Err(why) => {
+                let mut d = Draft::about(id, Some(&job), event.time, DecisionKind::Alert);
+                d.policies = pending.policies.clone();
+                d.reason = format!("{verb} of job {id} by {who} ignored: {why}");
+                em.emit(d);
+                job.set_pending(Some(pending));
+                state.jobs.insert(id.clone(), job);
+                return;
+            }
         };
-        if let Some(reason) = refusal {
+        let mut pending = pending;
+        if granted && !pending.grant(&answered, who) {
+            // A grant that leaves another policy's request waiting: recorded, the job stays held.
+            let asks = pending.asks();
             let mut d = Draft::about(id, Some(&job), event.time, DecisionKind::Alert);
-            d.policies = pending.policies.clone();
-            d.reason = reason;
+            d.policies = answered.iter().filter_map(|i| asks.get(*i).map(|a| a.policy.clone())).collect();
+            d.reason = format!(
+                "approval of job {id} by {who} recorded for {}; it still waits for {}",
+                d.policies.iter().map(|p| &**p).collect::<Vec<_>>().join(", "),
+                pending.waiting()
+            );
             em.emit(d);
             job.set_pending(Some(pending));
             state.jobs.insert(id.clone(), job);
             return;
         }
+        let who = if granted { pending.granted_by() } else { who.to_owned() };
+        let who = who.as_str();
         let mut d =
             Draft::about(id, Some(&job), event.time, if granted { DecisionKind::Allow } else { DecisionKind::Deny });
         d.admission = true;

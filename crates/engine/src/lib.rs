@@ -24,6 +24,7 @@
 //! - [`policy`]: the [`Policy`] trait, [`Verdict`]s, [`Effect`]s, [`Selector`].
 //! - [`set`]: [`PolicySet`], the immutable set swapped whole on reload.
 //! - [`state`]: jobs, ledgers and what policies may ask of them.
+//! - [`approval`]: who may answer a held job's approval, policy by policy, and when it is admitted.
 //! - [`runs`]: a job's runs as the scheduler reports them: allocations, requeues, reruns, array
 //!   tasks, admissions the scheduler never confirms.
 //! - [`engine`]: [`Engine::apply`], timer firing, decision combination, lifecycle steps.
@@ -32,6 +33,7 @@
 //! - `timers`, `dedupe`, `intern`, `profile`, `jobs`: supporting structures, public only because a [`Snapshot`] holds
 //!   them (hidden from the documentation; not an API).
 
+pub mod approval;
 #[doc(hidden)]
 pub mod dedupe;
 pub mod engine;
@@ -57,6 +59,6 @@ pub use policy::{
     Context, Deadline, Effect, EventMask, Later, Limits, Mode, Output, Policy, PolicyMeta, QuotaLimit, QuotaScope,
     Reason, Selector, Settle, TimerContext, Verdict, VerdictKind,
 };
-pub use set::{PolicyLimits, PolicySet, PoolLimits, SetError, SourceFile, TagFrom, TagSource};
+pub use set::{Guest, PolicyLimits, PolicySet, PoolLimits, SetError, SourceFile, TagFrom, TagSource};
 pub use shared::{LedgerAnswer, LedgerClient};
 pub use state::{ArrayState, JobFacts, JobPhase, JobRecord, Ledger, RunNotes, ScopeKind, State, Usage, mark_key};

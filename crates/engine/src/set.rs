@@ -19,6 +19,18 @@ pub struct SourceFile {
     pub digest: String,
 }
 
+/// The WebAssembly component a policy runs: its bytes are in the set's digest, so replacing the
+/// `.wasm` is a change of set (the log names the code that decided), and `/v1/policies` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Guest {
+    /// The policy.
+    pub policy: String,
+    /// The component file, as its manifest resolves it.
+    pub path: String,
+    /// SHA-256 of the bytes compiled, hex.
+    pub digest: String,
+}
+
 /// Where a tag's value comes from ([`TagSource`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -228,6 +240,7 @@ pub struct PolicySet {
     selects_all: Vec<bool>,
     by_id: FxHashMap<Arc<str>, usize>,
     files: Vec<SourceFile>,
+    guests: Vec<Guest>,
     digest: String,
     limits: PoolLimits,
     tags: Vec<TagSource>,
@@ -275,6 +288,7 @@ impl PolicySet {
             selects_all,
             by_id,
             files,
+            guests: Vec::new(),
             digest,
             limits,
             tags: Vec::new(),
@@ -282,6 +296,17 @@ impl PolicySet {
             spans,
             reads_runs,
         })
+    }
+
+    /// The set with the WebAssembly components its policies run (whose bytes its digest covers).
+    pub fn with_guests(mut self, guests: Vec<Guest>) -> PolicySet {
+        self.guests = guests;
+        self
+    }
+
+    /// The WebAssembly components its policies run, with the digest of their bytes.
+    pub fn guests(&self) -> &[Guest] {
+        &self.guests
     }
 
     /// The set with these tag sources (the `[[tag]]` tables of its files).

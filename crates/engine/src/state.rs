@@ -347,6 +347,10 @@ pub struct Pending {
     /// Whether the job's own user may answer (every policy that asked sets `self_approval = true`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub self_approval: bool,
+    /// Each policy's request, answered on its own ([`crate::approval`]); empty in a request
+    /// recorded before they were kept apart, which [`Pending::asks`] reads as one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub asks: Vec<crate::approval::PolicyAsk>,
 }
 
 /// The latest utilisation the engine saw for a job.

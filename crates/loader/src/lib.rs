@@ -6,13 +6,17 @@
 //! hidden directory, `target/`, `src/`, `tests/` or `node_modules/` (a JavaScript policy's build tools). Files are read in sorted path order, so the set (and
 //! its digest) does not depend on the file system's listing order.
 //!
-//! The digest of a set is SHA-256 over the sorted list of `path NUL sha256(content) LF`; it is what the
-//! audit log records as the policy-set version of every decision.
+//! The digest of a set is SHA-256 over the sorted list of `path NUL sha256(content) LF` of its files,
+//! followed by the same line for each WebAssembly component its policies run (the bytes the host
+//! compiles, read once here): it is what the audit log records as the policy-set version of every
+//! decision, so replacing a guest's `.wasm` is a new set, like editing a policy file. (Before, a
+//! guest's bytes were not in it: a reload after replacing one answered "unchanged", and after a
+//! restart the new guest decided under the old digest.)
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bursar_engine::{Policy, PolicySet, SourceFile};
+use bursar_engine::{Guest, Policy, PolicySet, SourceFile};
 use bursar_lang::{Diagnostic, WasmDecl};
 use sha2::{Digest, Sha256};
 
@@ -20,6 +24,13 @@ use sha2::{Digest, Sha256};
 pub trait ComponentHost {
     /// Compiles (or fetches from a cache) and prepares the component of `decl`.
     fn instantiate(&self, decl: &WasmDecl) -> Result<Arc<dyn Policy>, Diagnostic>;
+
+    /// Like [`ComponentHost::instantiate`] with the component's bytes, read by the loader (which puts
+    /// their digest in the set's): the code that runs is the code the digest names.
+    fn instantiate_bytes(&self, decl: &WasmDecl, bytes: &[u8]) -> Result<Arc<dyn Policy>, Diagnostic> {
+        let _ = bytes;
+        self.instantiate(decl)
+    }
 }
 
 /// A host for builds without WebAssembly support: every `kind = "wasm"` policy is an error.
@@ -103,6 +114,7 @@ pub fn load_dir_allowing_empty(dir: &Path, host: &dyn ComponentHost) -> Result<P
     let mut policies: Vec<Arc<dyn Policy>> = Vec::new();
     let mut tags = Vec::new();
     let mut sources = Vec::new();
+    let mut guests: Vec<Guest> = Vec::new();
     for path in &files {
         let name = path.display().to_string();
         let bytes = match std::fs::read(path) {
@@ -123,7 +135,20 @@ pub fn load_dir_allowing_empty(dir: &Path, host: &dyn ComponentHost) -> Result<P
                 policies.extend(compiled.policies);
                 tags.extend(compiled.tags);
                 for decl in &compiled.wasm {
-                    match host.instantiate(decl) {
+                    let shown = decl.component.display().to_string();
+                    let bytes = match std::fs::read(&decl.component) {
+                        Ok(b) => b,
+                        Err(e) => {
+                            let mut d = decl.component_at.clone();
+                            d.message = format!("cannot read component `{shown}`: {e}");
+                            errors.push(d.with_help(
+                                "build the example policies with `scripts/build-wasm.sh`, or fix the `component` path",
+                            ));
+                            continue;
+                        }
+                    };
+                    guests.push(Guest { policy: decl.meta.id.to_string(), path: shown, digest: sha256_hex(&bytes) });
+                    match host.instantiate_bytes(decl, &bytes) {
                         Ok(p) => policies.push(p),
                         Err(d) => errors.push(d),
                     }
@@ -135,6 +160,12 @@ pub fn load_dir_allowing_empty(dir: &Path, host: &dyn ComponentHost) -> Result<P
     if !errors.is_empty() {
         return Err(errors);
     }
+    // The guests' components are files of the set too (once each, however many policies run one).
+    for g in &guests {
+        if !sources.iter().any(|s| s.path == g.path) {
+            sources.push(SourceFile { path: g.path.clone(), digest: g.digest.clone() });
+        }
+    }
     let mut listing = String::new();
     for s in &sources {
         listing.push_str(&s.path);
@@ -144,6 +175,7 @@ pub fn load_dir_allowing_empty(dir: &Path, host: &dyn ComponentHost) -> Result<P
     }
     let digest = sha256_hex(listing.as_bytes());
     let set = PolicySet::new(policies, sources, digest)
+        .map(|s| s.with_guests(guests))
         .and_then(|s| s.with_tags(tags))
         .map_err(|e| vec![Diagnostic::file(&dir.display().to_string(), e.to_string())])?;
     let untrusted = untrusted_budgets(&set);

@@ -378,6 +378,17 @@ pub struct PolicyFile {
     pub digest: String,
 }
 
+/// A WebAssembly policy's component, in [`PoliciesView`]: its bytes are in the set's digest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyGuest {
+    /// The policy that runs it.
+    pub policy: String,
+    /// The component file.
+    pub path: String,
+    /// SHA-256 of its bytes.
+    pub digest: String,
+}
+
 /// `GET /v1/policies`: the set in force and the last reload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PoliciesView {
@@ -387,8 +398,11 @@ pub struct PoliciesView {
     pub loaded_at: String,
     /// Its policies.
     pub policies: Vec<PolicyInfo>,
-    /// Its files.
+    /// Its files (the WebAssembly components among them).
     pub files: Vec<PolicyFile>,
+    /// Each WebAssembly policy's component, with the digest of its bytes.
+    #[serde(default)]
+    pub guests: Vec<PolicyGuest>,
     /// The last reload attempt, if any.
     pub last_reload: Option<ReloadOutcome>,
 }

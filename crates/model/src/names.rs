@@ -19,6 +19,12 @@
 //! included), DEL, the bidirectional controls (U+061C, U+200E, U+200F, U+202A–U+202E,
 //! U+2066–U+2069) and the invisible joiners and spaces (U+200B–U+200D, U+2060, U+FEFF).
 //!
+//! The fields a producer adds that v1 does not define (a keepalive's `note`, a site's `x-rack`) are
+//! kept as they came, so they are bounded as a whole: each at most [`TEXT_MAX`] bytes of JSON (its
+//! name included), an event's together at most [`EXTRA_MAX`] bytes, a job's tags at most
+//! [`TAGS_MAX`]. Before this, a `job.keepalive` with a 4 MiB `note` was journaled as it came, and a
+//! person with the `keepalive` power filled the audit log's disk in 13 requests.
+//!
 //! Bursar's own journal is read without these checks (a log written by an older version is replayed
 //! as it was), and the numbers of an event have their own bounds in [`crate::event::limits`].
 
@@ -29,8 +35,14 @@ use crate::input::Input;
 pub const ID_MAX: usize = 256;
 /// The longest name, in bytes.
 pub const NAME_MAX: usize = 256;
-/// The longest text, in bytes.
+/// The longest text, in bytes; also the most one field v1 does not define may take (its name and
+/// its JSON together).
 pub const TEXT_MAX: usize = 4096;
+/// The most bytes the fields v1 does not define may take in one event, together (at every level:
+/// the event, its job, the job's `ready`).
+pub const EXTRA_MAX: usize = 16 * 1024;
+/// The most tags a job may carry.
+pub const TAGS_MAX: usize = 64;
 
 /// Why a field is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -125,13 +137,54 @@ fn extra_str(extra: &[(String, RawJson)], key: &str) -> Option<String> {
     extra.iter().find(|(k, _)| k == key).and_then(|(_, v)| serde_json::from_str::<String>(v.get()).ok())
 }
 
-/// Checks every id, name and text of `input` against the rules of this module.
+/// Checks the fields v1 does not define, at `prefix` (`""` for the event's own, `job.` for the job's),
+/// adding their size to `total`.
+fn check_extra(prefix: &str, extra: &[(String, RawJson)], total: &mut usize) -> Result<(), NameError> {
+    for (k, v) in extra {
+        let field = format!("{prefix}{k}");
+        let size = k.len() + v.get().len();
+        if size > TEXT_MAX {
+            return Err(NameError {
+                message: format!(
+                    "`{field}` is {size} bytes of JSON, above the {TEXT_MAX} bytes bursar keeps for a field it does not define (a note, a label): shorten it, or keep it elsewhere and send a reference"
+                ),
+                field,
+            });
+        }
+        *total += size;
+        if *total > EXTRA_MAX {
+            return Err(NameError {
+                message: format!(
+                    "the fields this event adds to v1 take more than {EXTRA_MAX} bytes together (at `{field}`): bursar keeps at most that much of them per event"
+                ),
+                field,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Checks every id, name and text of `input` against the rules of this module, and the size of the
+/// fields v1 does not define.
 pub fn check(input: &Input) -> Result<(), NameError> {
     match input {
         Input::Event(e) => {
             check_str("id", &e.id, Kind::Id)?;
+            let mut total = 0;
+            check_extra("", &e.extra, &mut total)?;
             match &e.kind {
                 EventKind::JobSubmitted(j) => {
+                    check_extra("job.", &j.extra, &mut total)?;
+                    check_extra("job.ready.", &j.ready.extra, &mut total)?;
+                    if j.tags.len() > TAGS_MAX {
+                        return Err(NameError {
+                            field: "job.tags".to_owned(),
+                            message: format!(
+                                "`job.tags` holds {} tags, above the {TAGS_MAX} bursar accepts for a job",
+                                j.tags.len()
+                            ),
+                        });
+                    }
                     check_str("job.id", &j.id, Kind::Id)?;
                     check_str("job.project", &j.project, Kind::Name)?;
                     check_str("job.user", &j.user, Kind::Name)?;
@@ -261,6 +314,29 @@ mod tests {
             "x".repeat(TEXT_MAX + 1)
         );
         assert!(refused(&reason).contains("`reason`"));
+    }
+
+    #[test]
+    fn every_field_a_producer_adds_is_bounded() {
+        // Regression (issue 46): a keepalive's 4 MiB `note` was journaled as it came.
+        let keepalive = |note: &str| {
+            format!(
+                r#"{{"id":"k1","time":"2026-11-02T09:00:00Z","type":"job.keepalive","job_id":"j1","by":"alice","note":"{note}"}}"#
+            )
+        };
+        assert_eq!(check(&decode_input(&keepalive("back at five")).unwrap()), Ok(()));
+        let m = refused(&keepalive(&"n".repeat(4 * 1024 * 1024)));
+        assert!(m.contains("`note` is 4194") && m.contains("above the 4096 bytes"), "{m}");
+        // Many fields under the bound each still add up to a bound.
+        let many: String = (0..10).map(|i| format!(r#","x{i}":"{}""#, "y".repeat(2000))).collect();
+        let line = format!(r#"{{"id":"t1","time":"2026-11-02T09:00:00Z","type":"clock.tick"{many}}}"#);
+        assert!(refused(&line).contains("more than 16384 bytes together"));
+        // Inside a job and its readiness too.
+        let job = sub("j1", "nlp", "x").replace(r#""gpus":1"#, &format!(r#""gpus":1,"note":"{}""#, "z".repeat(5000)));
+        assert!(refused(&job).contains("`job.note`"));
+        let tags: String = (0..=TAGS_MAX).map(|i| format!(r#""t{i}":"v""#)).collect::<Vec<_>>().join(",");
+        let job = sub("j1", "nlp", "x").replace(r#""team":"x""#, &tags);
+        assert!(refused(&job).contains("`job.tags` holds 65 tags"));
     }
 
     #[test]

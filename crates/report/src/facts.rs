@@ -14,7 +14,10 @@
 //!   decides them again from raw events. A job gets its facts (project, user, tags, configuration,
 //!   GPUs, submission time) from the `job.submitted` input whose handling produced its first
 //!   admission step (admitted, deferred, held or denied). A denied job keeps a row (so what policies
-//!   prevented can be grouped by its user or tags) but never holds GPUs, so it has no hours.
+//!   prevented can be grouped by its user or tags) but never holds GPUs, so it has no hours. A
+//!   denied (or rejected) job submitted again under its id takes the new submission's facts, whole,
+//!   whether the two fall in one catch-up or two (the row used to keep the first one's GPUs when they
+//!   fell in two, and `verify --deep`, which rebuilds in one, reported an edit).
 //! - **Accounting comes from the events.** Utilisation samples (`job.sample`) and billing charges
 //!   (`billing.charge`) are read from the inputs; the steps of an input are applied before the
 //!   input's own sample, as the engine fired them before evaluating it.
@@ -956,9 +959,12 @@ impl Batch<'_, '_> {
                 "INSERT INTO facts_jobs(job, project, user, tags, config, gpus, submitted, started, released, status, rerun,
                    queue_wait_ms, unsampled, state, gpu_type, unit, throughput, throughput_samples)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
-                 ON CONFLICT(job) DO UPDATE SET started = excluded.started, released = excluded.released,
-                   status = excluded.status, queue_wait_ms = excluded.queue_wait_ms, unsampled = excluded.unsampled,
-                   state = excluded.state, unit = excluded.unit, throughput = excluded.throughput,
+                 ON CONFLICT(job) DO UPDATE SET project = excluded.project, user = excluded.user,
+                   tags = excluded.tags, config = excluded.config, gpus = excluded.gpus,
+                   submitted = excluded.submitted, started = excluded.started, released = excluded.released,
+                   status = excluded.status, rerun = excluded.rerun, queue_wait_ms = excluded.queue_wait_ms,
+                   unsampled = excluded.unsampled, state = excluded.state, gpu_type = excluded.gpu_type,
+                   unit = excluded.unit, throughput = excluded.throughput,
                    throughput_samples = excluded.throughput_samples",
             )
             .map_err(e())?;

@@ -8,7 +8,12 @@
 //! with `WWW-Authenticate`; otherwise the [`Caller`] goes on the request for the handlers. [`require`]
 //! refuses a caller without the route's power with a 403 that names the power and the principal. A
 //! MUNGE credential is verified off the async threads (`unmunge` is a program) and against the
-//! request's method, path and body, which the body-limit layer has already read.
+//! request's method and path; the body's digest it binds is checked once the body is read
+//! ([`crate::listen::read_body`]).
+//!
+//! Authentication reads headers only: a request is authenticated (and its route's power checked)
+//! before a byte of its body is read, so a request that fails is answered without its body ever
+//! being buffered. (64 unauthenticated connections each sending 8 MiB used to hold 614 MiB.)
 //!
 //! Routes and powers (the table `docs/security.md` gives): `GET /healthz` none; `POST /v1/admit`
 //! `submit`; `POST /v1/events` each line its own (see [`bursar_auth::Caller::check_input`]);
@@ -18,7 +23,6 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 
-use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
@@ -60,24 +64,15 @@ fn header_str<'h>(h: &'h HeaderMap, name: &str) -> Option<&'h str> {
     h.get(name).and_then(|v| v.to_str().ok())
 }
 
-/// Authenticates `req` (whose body is already in memory, as the body-limit layer leaves it) and
-/// returns the request, rebuilt, with its caller.
+/// Authenticates `req` from its headers (its body is not read) and returns the request with its
+/// caller.
 pub async fn caller_of(auth: &SharedAuth, req: Request) -> Result<(Caller, Request), Response> {
     let a = current(auth);
     if a.is_open() {
         return Ok((Caller::open(), req));
     }
     let (parts, body) = req.into_parts();
-    let blocks = header_str(&parts.headers, "authorization").is_some_and(|v| v.trim_start().starts_with("MUNGE"));
-    let (body, binding) = if blocks {
-        // Bound by the body-limit layer already.
-        let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
-        let path = parts.uri.path_and_query().map_or(parts.uri.path(), |p| p.as_str());
-        let binding = bursar_auth::munge::binding(parts.method.as_str(), path, &bytes);
-        (Body::from(bytes), Some(binding))
-    } else {
-        (body, None)
-    };
+    let path = parts.uri.path_and_query().map_or(parts.uri.path(), |p| p.as_str());
     let owned = OwnedPresented {
         authorization: header_str(&parts.headers, "authorization").map(str::to_owned),
         slurm_token: header_str(&parts.headers, "x-slurm-user-token").map(str::to_owned),
@@ -88,10 +83,10 @@ pub async fn caller_of(auth: &SharedAuth, req: Request) -> Result<(Caller, Reque
             .extensions
             .get::<crate::listen::PeerCert>()
             .map(|c| CertIdentity { subject: c.subject.clone(), common_name: c.common_name.clone() }),
-        binding,
+        request: Some(bursar_auth::munge::request(parts.method.as_str(), path)),
     };
     let now = bursar_model::Timestamp::wall_clock();
-    let result = if blocks {
+    let result = if owned.presented().blocks() {
         let a = a.clone();
         tokio::task::spawn_blocking(move || a.authenticate(&owned.presented(), now))
             .await
@@ -116,7 +111,7 @@ struct OwnedPresented {
     proxy_user: Option<String>,
     peer: Option<std::net::IpAddr>,
     cert: Option<CertIdentity>,
-    binding: Option<String>,
+    request: Option<String>,
 }
 
 impl OwnedPresented {
@@ -129,7 +124,7 @@ impl OwnedPresented {
             peer: self.peer,
             cert: self.cert.clone(),
             unix: None,
-            binding: self.binding.clone(),
+            request: self.request.clone(),
         }
     }
 }

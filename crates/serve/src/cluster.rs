@@ -21,9 +21,8 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, Extension, Query, State};
+use axum::extract::{Extension, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bursar_auth::{Caller, Power};
@@ -51,6 +50,8 @@ struct ClusterState {
     metrics: Arc<crate::Metrics>,
     /// Asks the reloader (`POST /v1/reload`).
     reload: mpsc::Sender<crate::reload::ReloadRequest>,
+    /// Origins a browser may change things from besides this server's own.
+    origins: Arc<[String]>,
 }
 
 fn reply(status: StatusCode, v: &impl serde::Serialize) -> Response {
@@ -69,7 +70,7 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 }
 
 fn need(power: Power, routes: Router<ClusterState>) -> Router<ClusterState> {
-    routes.route_layer(middleware::from_fn(move |req, next| crate::auth::require(power, req, next)))
+    crate::http::needing(power, routes)
 }
 
 /// The lines `caller` may send that are within the clock bound, namespaced and marked as theirs;
@@ -95,7 +96,7 @@ fn front_lines(
 
 fn router(state: ClusterState, limits: crate::listen::Limits, counters: Arc<crate::listen::ListenCounters>) -> Router {
     let api = need(Power::Submit, Router::new().route("/v1/admit", post(admit)))
-        .merge(Router::new().route("/v1/events", post(events)))
+        .merge(crate::http::with_body(Router::new().route("/v1/events", post(events))))
         .merge(need(
             Power::Read,
             Router::new()
@@ -104,21 +105,18 @@ fn router(state: ClusterState, limits: crate::listen::Limits, counters: Arc<crat
                 .route("/v1/policies", get(policies))
                 .route("/metrics", get(metrics)),
         ))
-        .merge(need(Power::Admin, Router::new().route("/v1/reload", post(reload))))
-        .layer(middleware::from_fn_with_state(state.auth.clone(), crate::auth::authenticate));
-    Router::new()
-        .route("/healthz", get(healthz))
-        .merge(api)
-        .fallback(|| async {
-            error(
-                StatusCode::NOT_FOUND,
-                "no such route in cluster mode: /v1/admit, /v1/events, /v1/decisions, /v1/cluster, /v1/policies, /v1/reload, /healthz, /metrics (docs/cluster.md)",
-            )
-        })
-        .layer(middleware::from_fn_with_state((limits, counters), crate::listen::body_limits))
-        .layer(DefaultBodyLimit::max(limits.max_body))
-        .layer(middleware::from_fn(crate::auth::security_headers))
-        .with_state(state)
+        .merge(need(Power::Admin, Router::new().route("/v1/reload", post(reload))));
+    let csrf = crate::csrf::Csrf::api(state.origins.clone(), counters.clone());
+    let api = crate::http::guarded(api, state.auth.clone(), csrf);
+    // Budgets are kept per instance only in single-node serve (docs/cluster.md); here nobody is charged.
+    let ctx = crate::listen::BodyContext { limits, counters, budgets: Arc::default() };
+    let routes = Router::new().route("/healthz", get(healthz)).merge(api).fallback(|| async {
+        error(
+            StatusCode::NOT_FOUND,
+            "no such route in cluster mode: /v1/admit, /v1/events, /v1/decisions, /v1/cluster, /v1/policies, /v1/reload, /healthz, /metrics (docs/cluster.md)",
+        )
+    });
+    crate::http::outer(routes, ctx).with_state(state)
 }
 
 async fn healthz(State(st): State<ClusterState>) -> Response {
@@ -459,6 +457,8 @@ pub async fn serve_cluster(
 
     let limits = crate::listen::Limits {
         max_connections: config.max_connections,
+        max_per_address: config.max_connections_per_address,
+        max_unfinished_per_address: config.max_unfinished_per_address,
         header_timeout: config.header_timeout,
         body_timeout: config.body_timeout,
         max_body: config.max_body,
@@ -475,6 +475,7 @@ pub async fn serve_cluster(
         policy,
         metrics,
         reload: reload_tx.clone(),
+        origins: config.origins.clone().into(),
     };
     let counters = Arc::new(crate::listen::ListenCounters::default());
     let tls = config

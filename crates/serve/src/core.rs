@@ -25,7 +25,7 @@ use bursar_audit::{AuditLog, Writer};
 use bursar_engine::{Engine, EngineConfig, PolicySet};
 use bursar_model::Timestamp;
 use bursar_model::api::{JobView, ProjectView, Sequenced};
-use bursar_session::{Applied, Discard, Frame, Incoming, Line, Origin, Receipt, Session};
+use bursar_session::{Applied, Discard, Frame, Incoming, Journal as _, Line, Origin, Receipt, Session};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::metrics::Metrics;
@@ -47,8 +47,11 @@ pub struct Outcome {
     pub duplicate: bool,
     /// Its decisions, with their stream positions.
     pub decisions: Vec<Sequenced>,
-    /// Not applied: the caller may not send it ([`crate::gate`]); nothing was journaled.
+    /// Not applied: the caller may not send it, or it names a job bursar does not know
+    /// ([`crate::gate`]); nothing was journaled.
     pub denied: Option<String>,
+    /// `denied` because the job it names is unknown (404 rather than 403).
+    pub unknown_job: bool,
     /// Not applied: refused when applied (dated beyond the clock bound, a second submission of a
     /// known job); the refusal was journaled.
     pub refused: Option<bursar_session::Refused>,
@@ -57,7 +60,7 @@ pub struct Outcome {
 impl Outcome {
     /// An outcome for an input that was not applied.
     fn not_applied(line: u64, id: String) -> Outcome {
-        Outcome { line, id, duplicate: false, decisions: Vec::new(), denied: None, refused: None }
+        Outcome { line, id, duplicate: false, decisions: Vec::new(), denied: None, unknown_job: false, refused: None }
     }
 }
 
@@ -73,6 +76,14 @@ pub enum Work {
         caller: Option<Arc<bursar_auth::Caller>>,
         /// Answered after the commit.
         reply: oneshot::Sender<Result<Vec<Outcome>, String>>,
+    },
+    /// Journal a request refused before it reached the engine (over its sender's write budget,
+    /// [`crate::budget`]): its first input, with its sender, in the audit log's `refused` table.
+    Refusal {
+        /// The request's first input.
+        item: Box<Incoming>,
+        /// Why.
+        reason: String,
     },
     /// What a submission would be answered now, applying nothing (`POST /v1/admit?test_only=true`).
     Preview {
@@ -286,7 +297,7 @@ enum Handled {
     /// Applied: the index of its receipt.
     Applied(usize),
     Duplicate,
-    Denied(String),
+    Denied(crate::gate::Refusal),
     Refused(bursar_session::Refused),
 }
 
@@ -447,8 +458,8 @@ impl Core {
                             && let Err(d) = crate::gate::check(self.session.engine(), c, &inc.input)
                         {
                             self.metrics.events_denied.fetch_add(1, Ordering::Relaxed);
-                            tracing::info!(principal = c.name(), id, reason = %d.message, "input refused: not this caller's to send");
-                            results.push((inc.line, id, Handled::Denied(d.message)));
+                            tracing::info!(principal = c.name(), id, reason = %d.message, "input refused before it was applied");
+                            results.push((inc.line, id, Handled::Denied(d)));
                             continue;
                         }
                         let started = Instant::now();
@@ -477,6 +488,15 @@ impl Core {
                         }
                     }
                     after.push(After::Inputs { reply, items: results });
+                }
+                Work::Refusal { item, reason } => {
+                    let refusal = bursar_session::Refusal {
+                        input: &item.input,
+                        raw: &item.raw,
+                        sender: item.sender.as_deref(),
+                        reason: &reason,
+                    };
+                    self.session.journal_mut().refused(refusal).map_err(|e| e.to_string())?;
                 }
                 Work::Tick(now) => {
                     if let Applied::Applied { decisions, .. } =
@@ -576,7 +596,11 @@ fn answer(
                             }
                         }
                         Handled::Duplicate => Outcome { duplicate: true, ..Outcome::not_applied(line, id) },
-                        Handled::Denied(m) => Outcome { denied: Some(m), ..Outcome::not_applied(line, id) },
+                        Handled::Denied(d) => Outcome {
+                            denied: Some(d.message),
+                            unknown_job: d.unknown_job,
+                            ..Outcome::not_applied(line, id)
+                        },
                         Handled::Refused(r) => Outcome { refused: Some(r), ..Outcome::not_applied(line, id) },
                     })
                     .collect();

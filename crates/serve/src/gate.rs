@@ -1,61 +1,95 @@
 //! The checks of who may send an input that need the engine's state, run on the engine thread just
-//! before the input is applied: is the caller among the approvers of the job it answers for, is it
-//! the job's own user (who may not answer their own job's approval unless every policy that asked
-//! says `self_approval = true`), is the job it keeps alive its own. What the caller's roles and
+//! before the input is applied: does the job it answers for or keeps alive exist, may the caller
+//! answer one of the job's approval requests still waiting (each policy's by the approvers it
+//! names, the job's own user only where the policy says `self_approval = true`:
+//! [`bursar_engine::approval`]), is the job it keeps alive its own. What the caller's roles and
 //! jobs alone decide was checked before the request reached the engine
 //! ([`bursar_auth::Caller::check_input`]).
 //!
 //! A refused input is not applied and not journaled: it is answered 403 with the reason and the
-//! list of who may.
+//! list of who may, or 404 when the job is unknown. A keepalive or an answer for a job bursar does
+//! not know is refused rather than journaled (from every caller, a server without principals too):
+//! it could change nothing, and journaling it let whoever may keep a job alive grow the audit log
+//! with ids of their choosing (docs/security.md).
 
-use bursar_auth::{Caller, Denied, Power};
+use bursar_auth::Caller;
 use bursar_engine::{Engine, JobPhase};
 use bursar_model::{EventKind, Input};
 
+/// Why an input is refused before it is applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// For the caller.
+    pub message: String,
+    /// The job it names is unknown (404), rather than not the caller's to name (403).
+    pub unknown_job: bool,
+}
+
+impl Refusal {
+    fn denied(message: String) -> Refusal {
+        Refusal { message, unknown_job: false }
+    }
+}
+
 /// Ok when `caller` may send `input` given what `engine` knows now.
-pub fn check(engine: &Engine, caller: &Caller, input: &Input) -> Result<(), Denied> {
+pub fn check(engine: &Engine, caller: &Caller, input: &Input) -> Result<(), Refusal> {
+    let Input::Event(e) = input else { return Ok(()) };
+    let (job_id, what) = match &e.kind {
+        EventKind::ApprovalGranted { job_id, .. } => (job_id, "an approval"),
+        EventKind::ApprovalRejected { job_id, .. } => (job_id, "a rejection"),
+        EventKind::JobKeepalive { job_id, .. } => (job_id, "a keepalive"),
+        _ => return Ok(()),
+    };
+    let Some(job) = engine.state().job(job_id) else {
+        return Err(Refusal {
+            message: format!(
+                "bursar knows no job `{job_id}` (never submitted, denied, or forgotten after it ended): {what} for it would change nothing, and is not kept"
+            ),
+            unknown_job: true,
+        });
+    };
     if caller.is_open() {
         return Ok(());
     }
-    let Input::Event(e) = input else { return Ok(()) };
     match &e.kind {
-        EventKind::ApprovalGranted { job_id, .. } | EventKind::ApprovalRejected { job_id, .. } => {
-            let Some(job) = engine.state().job(job_id) else { return Ok(()) };
+        EventKind::ApprovalGranted { .. } | EventKind::ApprovalRejected { .. } => {
             let Some(pending) = job.pending().filter(|_| job.phase() == JobPhase::PendingApproval) else {
                 return Ok(());
             };
             let me = caller.name();
-            if !pending.approvers.is_empty() && !pending.approvers.iter().any(|a| &**a == me) {
-                return Err(Denied {
-                    power: Power::Answer,
-                    message: format!(
-                        "`{me}` is not an approver of job `{job_id}`: only {} may approve or reject it",
-                        pending.approvers.iter().map(|a| format!("`{a}`")).collect::<Vec<_>>().join(", ")
-                    ),
-                });
+            let granting = matches!(e.kind, EventKind::ApprovalGranted { .. });
+            if pending.answers(me, job.user(), granting).is_ok() {
+                return Ok(());
             }
-            if !pending.self_approval && job.user() == me {
-                return Err(Denied {
-                    power: Power::Answer,
-                    message: format!(
-                        "`{me}` submitted job `{job_id}` and may not answer its approval (its policies do not set `self_approval = true`){}",
-                        if pending.approvers.is_empty() {
-                            String::new()
-                        } else {
-                            format!(
-                                "; ask {}",
-                                pending.approvers.iter().map(|a| format!("`{a}`")).collect::<Vec<_>>().join(", ")
-                            )
-                        }
-                    ),
-                });
+            let named =
+                |list: &[std::sync::Arc<str>]| list.iter().map(|a| format!("`{a}`")).collect::<Vec<_>>().join(", ");
+            let waiting = pending.waiting_approvers();
+            let asks = pending.asks();
+            let may_answer_some = asks.iter().any(|a| {
+                (!granting || a.granted_by.is_none())
+                    && (a.approvers.is_empty() || a.approvers.iter().any(|x| &**x == me))
+            });
+            if may_answer_some && job.user() == me {
+                return Err(Refusal::denied(format!(
+                    "`{me}` submitted job `{job_id}` and may not answer its approval (its policies do not set `self_approval = true`){}",
+                    if waiting.is_empty() { String::new() } else { format!("; ask {}", named(&waiting)) }
+                )));
             }
-            Ok(())
+            Err(Refusal::denied(if asks.len() == 1 {
+                format!(
+                    "`{me}` is not an approver of job `{job_id}`: only {} may approve or reject it",
+                    named(&asks[0].approvers)
+                )
+            } else {
+                format!(
+                    "`{me}` is not an approver of job `{job_id}`'s requests still waiting: {} (each policy's request is answered by the approvers it names)",
+                    pending.waiting()
+                )
+            }))
         }
-        EventKind::JobKeepalive { job_id, .. } => match engine.state().job(job_id) {
-            Some(job) => caller.may_keep_alive(job_id, job.user()),
-            None => Ok(()),
-        },
+        EventKind::JobKeepalive { .. } => {
+            caller.may_keep_alive(job_id, job.user()).map_err(|d| Refusal::denied(d.message))
+        }
         _ => Ok(()),
     }
 }

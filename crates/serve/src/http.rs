@@ -25,8 +25,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bursar_auth::{Caller, Power};
 use bursar_model::api::{
-    AdmitReply, Duplicate, ErrorReply, EventsReply, PoliciesView, PolicyFile, PolicyInfo, Rejected, Sequenced,
-    SnapshotReply,
+    AdmitReply, Duplicate, ErrorReply, EventsReply, PoliciesView, PolicyFile, PolicyGuest, PolicyInfo, Rejected,
+    Sequenced, SnapshotReply,
 };
 use bursar_model::{EventKind, Input};
 use bursar_session::{Incoming, Origin};
@@ -77,6 +77,10 @@ pub struct AppState {
     pub build: Arc<crate::BuildInfo>,
     /// Why the utilisation source sent no sample for a job at its last poll; `None` without a source.
     pub skips: Option<crate::utilisation::SharedSkips>,
+    /// Every caller's writes this minute ([`crate::budget`]).
+    pub budgets: Arc<crate::budget::Budgets>,
+    /// Origins a browser may change things from besides the server's own (`[serve] origins`).
+    pub origins: Arc<[String]>,
 }
 
 /// Why the audit log cannot commit, as a sentence, if it cannot.
@@ -91,9 +95,38 @@ fn journal_failing(st: &AppState) -> Option<String> {
     })
 }
 
-/// Routes that need `power`.
-pub(crate) fn needing(power: Power, routes: Router<AppState>) -> Router<AppState> {
-    routes.route_layer(middleware::from_fn(move |req, next| crate::auth::require(power, req, next)))
+/// Routes whose body is read only once the caller is authenticated and may use them
+/// ([`crate::listen::read_body`]).
+pub(crate) fn with_body<S: Clone + Send + Sync + 'static>(routes: Router<S>) -> Router<S> {
+    routes.route_layer(middleware::from_fn(crate::listen::read_body))
+}
+
+/// Routes that need `power`: the power is checked before the body is read.
+pub(crate) fn needing<S: Clone + Send + Sync + 'static>(power: Power, routes: Router<S>) -> Router<S> {
+    with_body(routes).route_layer(middleware::from_fn(move |req, next| crate::auth::require(power, req, next)))
+}
+
+/// The layers every router's API takes, outermost first: authentication (headers only), the
+/// cross-site check (so a request without a credential is told 401, and one with a credential a
+/// browser sends on its own is refused before anything else happens), then, per route, the power
+/// and the body ([`needing`], [`with_body`]).
+pub(crate) fn guarded<S: Clone + Send + Sync + 'static>(
+    api: Router<S>,
+    auth: crate::auth::AuthState,
+    csrf: crate::csrf::Csrf,
+) -> Router<S> {
+    api.layer(middleware::from_fn_with_state(csrf, crate::csrf::guard))
+        .layer(middleware::from_fn_with_state(auth, crate::auth::authenticate))
+}
+
+/// The layers around a whole router, outermost first: the security headers, the body limit of the
+/// extractor, and the [`crate::listen::BodyContext`] (with the early 413).
+pub(crate) fn outer<S: Clone + Send + Sync + 'static>(router: Router<S>, ctx: crate::listen::BodyContext) -> Router<S> {
+    let max_body = ctx.limits.max_body;
+    router
+        .layer(middleware::from_fn_with_state(ctx, crate::listen::context))
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(middleware::from_fn(crate::auth::security_headers))
 }
 
 /// The authentication layer's state.
@@ -123,21 +156,16 @@ pub fn router(state: AppState, limits: crate::listen::Limits, counters: Arc<crat
     );
     let submit = needing(Power::Submit, Router::new().route("/v1/admit", post(admit)));
     // Each line of a body needs its own power, checked in the handler.
-    let per_line = Router::new().route("/v1/events", post(events));
-    let api = read
-        .merge(admin)
-        .merge(submit)
-        .merge(per_line)
-        .merge(crate::people::api_router())
-        .layer(middleware::from_fn_with_state(auth_state(&state), crate::auth::authenticate));
-    Router::new()
-        .route("/healthz", get(healthz))
-        .merge(api)
-        .merge(crate::people::link_router())
-        .fallback(not_found)
-        .layer(middleware::from_fn_with_state((limits, counters), crate::listen::body_limits))
-        .layer(DefaultBodyLimit::max(limits.max_body))
-        .layer(middleware::from_fn(crate::auth::security_headers))
+    let per_line = with_body(Router::new().route("/v1/events", post(events)));
+    let csrf = crate::csrf::Csrf::api(state.origins.clone(), counters.clone());
+    let api = guarded(
+        read.merge(admin).merge(submit).merge(per_line).merge(crate::people::api_router()),
+        auth_state(&state),
+        csrf.clone(),
+    );
+    let links = crate::people::link_router().layer(middleware::from_fn_with_state(csrf.form(), crate::csrf::guard));
+    let ctx = crate::listen::BodyContext { limits, counters, budgets: state.budgets.clone() };
+    outer(Router::new().route("/healthz", get(healthz)).merge(api).merge(links).fallback(not_found), ctx)
         .with_state(state)
 }
 
@@ -148,23 +176,18 @@ pub fn admit_router(
     limits: crate::listen::Limits,
     counters: Arc<crate::listen::ListenCounters>,
 ) -> Router {
-    let api = needing(Power::Submit, Router::new().route("/v1/admit", post(admit)))
-        .layer(middleware::from_fn_with_state(auth_state(&state), crate::auth::authenticate));
-    Router::new()
-        .route("/healthz", get(healthz))
-        .merge(api)
-        .fallback(admit_only)
-        .layer(middleware::from_fn_with_state((limits, counters), crate::listen::body_limits))
-        .layer(DefaultBodyLimit::max(limits.max_body))
-        .layer(middleware::from_fn(crate::auth::security_headers))
-        .with_state(state)
+    let csrf = crate::csrf::Csrf::api(state.origins.clone(), counters.clone());
+    let api = guarded(needing(Power::Submit, Router::new().route("/v1/admit", post(admit))), auth_state(&state), csrf);
+    let ctx = crate::listen::BodyContext { limits, counters, budgets: state.budgets.clone() };
+    outer(Router::new().route("/healthz", get(healthz)).merge(api).fallback(admit_only), ctx).with_state(state)
 }
 
 async fn admit_only() -> Response {
     error(StatusCode::NOT_FOUND, "this listener (--admit-listen) serves only POST /v1/admit and GET /healthz")
 }
 
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
+/// A JSON error answer.
+pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response {
     reply(status, &ErrorReply { error: message.into() })
 }
 
@@ -213,6 +236,7 @@ async fn metrics(State(st): State<AppState>) -> Response {
         st.metrics.live_jobs.store(live, Ordering::Relaxed);
     }
     let mut text = st.metrics.render();
+    st.budgets.render(&mut text);
     // The audit writer's own totals: a transaction holds every batch that was queued when it began,
     // so these (not `bursar_audit_commit_seconds`, which is per batch) say how many fsyncs there are.
     let t = st.journal.totals();
@@ -324,23 +348,104 @@ pub(crate) fn admit_lines(caller: &Caller, items: Vec<Incoming>) -> (Vec<Incomin
     (ok, denied)
 }
 
-async fn submit(st: &AppState, items: Vec<Incoming>, caller: &Arc<Caller>) -> Result<Vec<Outcome>, Response> {
+/// Why inputs sent to the engine were not answered: the status and the sentence (and, for a
+/// spent budget, when to retry).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Failed {
+    /// 429, 500, 503.
+    pub status: StatusCode,
+    /// For the sender.
+    pub message: String,
+    /// `Retry-After`, seconds.
+    pub retry_after: Option<u64>,
+}
+
+impl Failed {
+    fn new(status: StatusCode, message: impl Into<String>) -> Failed {
+        Failed { status, message: message.into(), retry_after: None }
+    }
+
+    /// The JSON answer.
+    pub(crate) fn response(&self) -> Response {
+        let mut r = error(self.status, self.message.clone());
+        if let Some(s) = self.retry_after
+            && let Ok(v) = HeaderValue::from_str(&s.to_string())
+        {
+            r.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        r
+    }
+}
+
+/// Charges `caller`'s write budget for `items` ([`crate::budget`]); over it, why, and the first
+/// refusal of the minute journaled (the request's first input, as its sender's).
+async fn charge(st: &AppState, caller: &Arc<Caller>, items: &[Incoming]) -> Result<(), Failed> {
+    let bytes: usize = items.iter().map(|i| i.raw.len()).sum();
+    let Err(over) = st.budgets.charge(caller, items.len() as u64, bytes as u64) else { return Ok(()) };
+    tracing::warn!(principal = caller.name(), events = items.len(), bytes, "request refused: write budget spent");
+    if over.journal
+        && let Some(first) = items.first()
+    {
+        let reason = over.message.lines().next().unwrap_or("").to_owned();
+        let _ = st.engine.send(Work::Refusal { item: Box::new(first.clone()), reason }).await;
+    }
+    Err(Failed { status: StatusCode::TOO_MANY_REQUESTS, message: over.message, retry_after: Some(over.retry_after) })
+}
+
+/// How often a request waiting for its commit looks whether the audit log can commit at all.
+const COMMIT_WATCH: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Charges the sender's write budget, sends `items` to the engine thread and waits until they are
+/// durable: the one road of every input a request sends (`/v1/events`, `/v1/admit`, answers,
+/// keepalives, the event socket). When the audit log cannot commit (a full disk), the wait ends
+/// with 503 as soon as that is known (within [`COMMIT_WATCH`] of the failed commit), not when
+/// space returns: the inputs are applied and will be committed once it does, so resending them
+/// (ids make that safe) tells the sender what became of them.
+pub(crate) async fn submit(st: &AppState, items: Vec<Incoming>, caller: &Arc<Caller>) -> Result<Vec<Outcome>, Failed> {
     if let Some(why) = journal_failing(st) {
         // Refused at once rather than queued behind a commit that cannot happen yet.
-        return Err(error(StatusCode::SERVICE_UNAVAILABLE, format!("{why}; resend later (ids make that safe)")));
+        return Err(Failed::new(StatusCode::SERVICE_UNAVAILABLE, format!("{why}; resend later (ids make that safe)")));
     }
+    charge(st, caller, &items).await?;
     let (tx, rx) = oneshot::channel();
-    let caller = (!caller.is_open()).then(|| caller.clone());
-    if st.engine.send(Work::Inputs { items, caller, reply: tx }).await.is_err() {
-        return Err(error(StatusCode::SERVICE_UNAVAILABLE, "the engine is shutting down"));
+    let caller = Some(caller.clone());
+    let not_durable = |why: String| {
+        Failed::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "{why}: this request may have been applied but is not durable yet; resend it later (ids make that safe) to learn what became of it"
+            ),
+        )
+    };
+    match or_failing(st, st.engine.send(Work::Inputs { items, caller, reply: tx })).await {
+        Err(why) => return Err(not_durable(why)),
+        Ok(Err(_)) => return Err(Failed::new(StatusCode::SERVICE_UNAVAILABLE, "the engine is shutting down")),
+        Ok(Ok(())) => {}
     }
-    match rx.await {
-        Ok(Ok(applied)) => Ok(applied),
-        Ok(Err(e)) => Err(error(StatusCode::INTERNAL_SERVER_ERROR, e)),
-        Err(_) => Err(error(
+    match or_failing(st, rx).await {
+        Err(why) => Err(not_durable(why)),
+        Ok(Ok(Ok(applied))) => Ok(applied),
+        Ok(Ok(Err(e))) => Err(Failed::new(StatusCode::INTERNAL_SERVER_ERROR, e)),
+        Ok(Err(_)) => Err(Failed::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "the engine stopped before the events were durable; resend them (ids make this safe)",
         )),
+    }
+}
+
+/// `fut`'s output, or why the audit log cannot commit as soon as it cannot (looked at every
+/// [`COMMIT_WATCH`]): a request never waits on a commit that cannot happen.
+async fn or_failing<F: std::future::Future>(st: &AppState, fut: F) -> Result<F::Output, String> {
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        tokio::select! {
+            out = &mut fut => return Ok(out),
+            () = tokio::time::sleep(COMMIT_WATCH) => {
+                if let Some(why) = journal_failing(st) {
+                    return Err(why);
+                }
+            }
+        }
     }
 }
 
@@ -388,7 +493,7 @@ async fn events(State(st): State<AppState>, Extension(caller): Extension<Arc<Cal
     }
     let applied = match submit(&st, items, &caller).await {
         Ok(a) => a,
-        Err(r) => return r,
+        Err(f) => return f.response(),
     };
     let mut answer = EventsReply {
         error: None,
@@ -399,8 +504,10 @@ async fn events(State(st): State<AppState>, Extension(caller): Extension<Arc<Cal
         applied: None,
     };
     let mut refused_all = true;
+    let mut unknown_all = true;
     for a in applied {
         if let Some(why) = a.denied {
+            unknown_all &= a.unknown_job;
             answer.rejected.push(Rejected { source: None, line: a.line, error: why });
         } else if let Some(r) = a.refused {
             refused_all = false;
@@ -416,9 +523,11 @@ async fn events(State(st): State<AppState>, Extension(caller): Extension<Arc<Cal
     }
     answer.rejected.sort_by_key(|r| r.line);
     if refused_all && answer.accepted == 0 && answer.duplicates.is_empty() {
-        // Every line reached the engine thread and was refused there for who sent it.
+        // Every line reached the engine thread and was refused there: for who sent it (403), or
+        // because the job it names is unknown (404, when that is every line's reason).
         answer.error = answer.rejected.first().map(|r| r.error.clone());
-        return reply(StatusCode::FORBIDDEN, &answer);
+        let status = if unknown_all { StatusCode::NOT_FOUND } else { StatusCode::FORBIDDEN };
+        return reply(status, &answer);
     }
     reply(StatusCode::OK, &answer)
 }
@@ -488,7 +597,7 @@ async fn admit(
     let event_id = item.input.id().into_owned();
     let applied = match submit(&st, vec![item], &caller).await {
         Ok(a) => a,
-        Err(r) => return r,
+        Err(f) => return f.response(),
     };
     st.metrics.admissions.fetch_add(1, Ordering::Relaxed);
     let Some(a) = applied.into_iter().next() else {
@@ -710,6 +819,7 @@ pub(crate) fn policies_view(status: crate::reload::PolicyStatus) -> PoliciesView
         loaded_at: status.loaded_at,
         policies: Vec::new(),
         files: Vec::new(),
+        guests: Vec::new(),
         last_reload: status.last,
     };
     if let Some(set) = &status.set {
@@ -730,6 +840,11 @@ pub(crate) fn policies_view(status: crate::reload::PolicyStatus) -> PoliciesView
             .collect();
         view.files =
             set.files().iter().map(|f| PolicyFile { path: f.path.clone(), digest: f.digest.clone() }).collect();
+        view.guests = set
+            .guests()
+            .iter()
+            .map(|g| PolicyGuest { policy: g.policy.clone(), path: g.path.clone(), digest: g.digest.clone() })
+            .collect();
     }
     view
 }
@@ -779,17 +894,11 @@ async fn prune(State(st): State<AppState>, body: Bytes) -> Response {
     };
     let audit = st.audit.clone();
     let verified = tokio::task::spawn_blocking(move || -> Result<Option<String>, String> {
-        let log = bursar_audit::AuditLog::open_read(&audit).map_err(|e| e.to_string())?;
-        let conn = log.connection();
-        let one_read = conn.is_autocommit();
-        if one_read {
-            conn.execute_batch("BEGIN DEFERRED").map_err(|e| e.to_string())?;
-        }
-        let rep = bursar_audit::verify::verify(&log).map_err(|e| e.to_string());
-        if one_read {
-            let _ = conn.execute_batch("COMMIT");
-        }
-        Ok(rep?.problems.first().map(|p| p.message.clone()))
+        // One read transaction (the pinned reader): the log as it was at one instant, whatever serve
+        // commits meanwhile, so a live log shows no false problem.
+        let log = bursar_audit::AuditLog::open_read_pinned(&audit).map_err(|e| e.to_string())?;
+        let rep = bursar_audit::verify::verify(&log).map_err(|e| e.to_string())?;
+        Ok(rep.problems.first().map(|p| p.message.clone()))
     })
     .await;
     match verified {

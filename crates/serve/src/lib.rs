@@ -21,9 +21,14 @@
 //! Layout:
 //! - [`core`]: the engine thread, group commit, recovery from snapshot + log replay.
 //! - [`http`]: routes and answers.
-//! - [`auth`]: every request authenticated, every route's power checked, the security headers.
-//! - [`gate`]: the checks of who may send an input that need the engine's state (approvers, owners).
-//! - [`listen`]: the accept loop: connection cap, header/idle and body deadlines, early 413, TLS.
+//! - [`auth`]: every request authenticated (before its body is read), every route's power checked,
+//!   the security headers.
+//! - [`csrf`]: the one layer every state-changing route a browser can reach goes through.
+//! - [`budget`]: each principal's and person's writes per minute.
+//! - [`gate`]: the checks of who may send an input that need the engine's state (approvers, owners,
+//!   unknown jobs).
+//! - [`listen`]: the accept loop: connection cap, per-address limits on open and unfinished
+//!   connections, header/idle and body deadlines, early 413, TLS.
 //! - [`stream`]: `GET /v1/decisions`, catch-up from the log then live.
 //! - [`reload`]: watcher, debounce, off-thread compile, swap.
 //! - [`socket`]: events as JSON Lines over a Unix socket.
@@ -36,8 +41,10 @@
 //! - [`cluster`]: `serve --cluster`, one instance of a cluster on NATS JetStream (`bursar-cluster`).
 
 pub mod auth;
+pub mod budget;
 pub mod cluster;
 pub mod core;
+pub mod csrf;
 pub mod gate;
 pub mod http;
 pub mod listen;
@@ -150,6 +157,13 @@ pub struct Config {
     pub max_body: usize,
     /// Open connections at most, per listener (the admission listener has its own).
     pub max_connections: usize,
+    /// Open connections from one address at most, per listener.
+    pub max_connections_per_address: usize,
+    /// Connections from one address whose request head has not arrived yet, at most, per listener.
+    pub max_unfinished_per_address: usize,
+    /// Origins a browser may send state-changing requests from besides the server's own
+    /// (`[serve] origins`, lowercased `scheme://host[:port]`).
+    pub origins: Vec<String>,
     /// Time for a request's head to arrive, and for an idle keep-alive connection's next request.
     pub header_timeout: Duration,
     /// Time for a request's body to arrive.
@@ -226,6 +240,9 @@ impl Config {
             snapshot_every: Duration::from_secs(30),
             max_body: 8 * 1024 * 1024,
             max_connections: 512,
+            max_connections_per_address: DEFAULT_MAX_PER_ADDRESS,
+            max_unfinished_per_address: DEFAULT_MAX_UNFINISHED_PER_ADDRESS,
+            origins: Vec::new(),
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             admit_listen: None,
@@ -246,6 +263,18 @@ impl Config {
         }
     }
 }
+
+/// The default of `--max-connections-per-address`: a quarter of the default connection cap, so three
+/// other addresses still find room when one takes all it may.
+pub const DEFAULT_MAX_PER_ADDRESS: usize = 128;
+
+/// The default of `--max-unfinished-per-address`: connections whose request head has not arrived
+/// (a client sends its head at once; an idle keep-alive connection counts as open only).
+pub const DEFAULT_MAX_UNFINISHED_PER_ADDRESS: usize = 32;
+
+/// How long a stopping server waits for a failing audit log (a full disk) before it gives up on
+/// what is not committed and exits (nothing unanswered is lost; a restart replays the log).
+pub const SHUTDOWN_COMMIT_GRACE: Duration = Duration::from_secs(2);
 
 /// Refuses a non-loopback address when the server has no principals.
 pub fn check_bind(addr: SocketAddr, auth: &bursar_auth::Authenticator) -> Result<(), ServeError> {
@@ -503,12 +532,14 @@ pub async fn serve_then(
     };
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let budgets = Arc::new(budget::Budgets::default());
     let socket_task = match &config.socket {
         Some(path) => Some(
             socket::listen(
                 path,
                 engine_tx.clone(),
                 shared_auth.clone(),
+                budgets.clone(),
                 config.max_body,
                 config.socket_mode,
                 shutdown_rx.clone(),
@@ -556,15 +587,19 @@ pub async fn serve_then(
         shutdown: shutdown_rx.clone(),
         max_line: config.max_body,
         people: links,
-        journal: journal_health,
+        journal: journal_health.clone(),
         health_notes: health_notes.into(),
         prices: config.prices.clone().map(Arc::new),
         pool_input: Arc::default(),
         build: Arc::new(config.build.clone()),
         skips,
+        budgets,
+        origins: config.origins.clone().into(),
     };
     let limits = listen::Limits {
         max_connections: config.max_connections,
+        max_per_address: config.max_connections_per_address,
+        max_unfinished_per_address: config.max_unfinished_per_address,
         header_timeout: config.header_timeout,
         body_timeout: config.body_timeout,
         max_body: config.max_body,
@@ -590,9 +625,29 @@ pub async fn serve_then(
     systemd::notify("READY=1");
 
     let main_shutdown = shutdown_rx.clone();
+    let failing_journal = journal_health.clone();
     let drain = async move {
         shutdown.await;
         let _ = shutdown_tx.send(true);
+        // A stop on a full disk: what cannot be committed was answered 503 (or not at all), never
+        // as done; waiting for space would keep SIGTERM from working. Give the writer a moment, then
+        // let it give up, so the process exits and a restart replays the log.
+        let mut failing_since: Option<std::time::Instant> = None;
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if failing_journal.failing().is_none() {
+                failing_since = None;
+                continue;
+            }
+            let since = *failing_since.get_or_insert_with(std::time::Instant::now);
+            if since.elapsed() >= SHUTDOWN_COMMIT_GRACE {
+                tracing::error!(
+                    "stopping while the audit log cannot commit: giving up on what is not committed (it was never answered as done); a restart replays the log"
+                );
+                failing_journal.give_up();
+                return;
+            }
+        }
     };
     tokio::spawn(drain);
     listen::serve(listener, app, limits, metrics.listener.clone(), tls, main_shutdown).await;

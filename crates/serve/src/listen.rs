@@ -10,6 +10,19 @@
 //! `/v1/admit` and `/healthz`) with its own connection budget, so event producers and streams can
 //! never crowd admissions out.
 //!
+//! One address cannot take a listener for itself: it may hold at most `max_per_address` open
+//! connections and `max_unfinished_per_address` unfinished ones (accepted and not yet through its
+//! first request head, or partway through a later one; an idle keep-alive connection is only
+//! open), so 520 half-open requests from one address, reopened
+//! as they are cut, no longer leave admissions from every other address unanswered: a connection
+//! over either is answered 503 at once and counted (`reason="address"` or `"unfinished"`). Both
+//! limits hold on every listener, `--admit-listen`'s too.
+//!
+//! Bodies are not read here: [`declared_limit`] refuses a declared oversize body before anything is
+//! read, and [`read_body`] reads one (under the deadline and the size limit) only for a request that
+//! was authenticated and may use its route ([`crate::auth`]), so a request that fails is answered
+//! without its body ever being buffered.
+//!
 //! The accept loop mirrors `axum::serve`'s (hyper-util's connection builder over the router as a
 //! service, a graceful shutdown that lets in-flight requests finish).
 //!
@@ -26,10 +39,12 @@ mod tls;
 
 pub use tls::{PeerCert, Tls, TlsConfig, TlsError};
 
-use std::net::SocketAddr;
-use std::pin::pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::{Pin, pin};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
@@ -52,6 +67,11 @@ use tower::ServiceExt;
 pub struct Limits {
     /// Open connections at most; one more is answered 503 and closed.
     pub max_connections: usize,
+    /// Open connections from one address at most.
+    pub max_per_address: usize,
+    /// Connections from one address whose request head is not complete yet (just accepted, or
+    /// partway through a later head), at most.
+    pub max_unfinished_per_address: usize,
     /// Time for a request's head to arrive, and for an idle keep-alive connection to send its next one.
     pub header_timeout: Duration,
     /// Time for a request's body to arrive once its head has.
@@ -74,6 +94,196 @@ pub struct ListenCounters {
     /// Connections over the cap closed without a 503, because [`REFUSING_AT_ONCE`] refusals were
     /// already under way (a flood: each refusal over TLS holds a descriptor for its handshake).
     pub shed: AtomicU64,
+    /// Connections answered 503 because their address held `max_per_address` already.
+    pub address: AtomicU64,
+    /// Connections answered 503 because their address held `max_unfinished_per_address`
+    /// unfinished ones already.
+    pub unfinished: AtomicU64,
+    /// State-changing requests refused as cross-site ([`crate::csrf`]).
+    pub cross_site: AtomicU64,
+}
+
+/// Open and unfinished connections per address, on one listener.
+#[derive(Debug, Default)]
+struct PerAddress {
+    table: Mutex<HashMap<IpAddr, (usize, usize)>>,
+}
+
+/// Why a connection from an address is refused.
+enum OverAddress {
+    Open,
+    Unfinished,
+}
+
+impl PerAddress {
+    /// Counts a new connection from `ip` (open and unfinished), or says which limit it is over.
+    fn admit(&self, ip: IpAddr, limits: &Limits) -> Result<(), OverAddress> {
+        let Ok(mut t) = self.table.lock() else { return Ok(()) };
+        let e = t.entry(ip).or_insert((0, 0));
+        if e.0 >= limits.max_per_address.max(1) {
+            return Err(OverAddress::Open);
+        }
+        if e.1 >= limits.max_unfinished_per_address.max(1) {
+            return Err(OverAddress::Unfinished);
+        }
+        e.0 += 1;
+        e.1 += 1;
+        Ok(())
+    }
+
+    fn unfinished(&self, ip: IpAddr, up: bool) {
+        if let Ok(mut t) = self.table.lock()
+            && let Some(e) = t.get_mut(&ip)
+        {
+            e.1 = if up { e.1 + 1 } else { e.1.saturating_sub(1) };
+        }
+    }
+
+    fn close(&self, ip: IpAddr, unfinished: bool) {
+        if let Ok(mut t) = self.table.lock()
+            && let Some(e) = t.get_mut(&ip)
+        {
+            e.0 = e.0.saturating_sub(1);
+            if unfinished {
+                e.1 = e.1.saturating_sub(1);
+            }
+            if e.0 == 0 {
+                t.remove(&ip);
+            }
+        }
+    }
+}
+
+/// One connection's place in its address's counts: unfinished from its accept until its first
+/// request head is complete, and again from the first byte of each later head until it is complete.
+/// An idle keep-alive connection (nothing sent since its last answer) counts as open, not unfinished.
+struct Tracked {
+    ip: IpAddr,
+    table: Arc<PerAddress>,
+    /// Counted as unfinished now.
+    unfinished: AtomicBool,
+    /// Between a request's head and the end of its answer (bytes then are its body).
+    in_request: AtomicBool,
+}
+
+impl Tracked {
+    fn new(ip: IpAddr, table: Arc<PerAddress>) -> Tracked {
+        Tracked { ip, table, unfinished: AtomicBool::new(true), in_request: AtomicBool::new(false) }
+    }
+
+    /// Bytes arrived: outside a request, they start the next head.
+    fn bytes(&self) {
+        if !self.in_request.load(Ordering::Acquire) && !self.unfinished.swap(true, Ordering::AcqRel) {
+            self.table.unfinished(self.ip, true);
+        }
+    }
+
+    /// A request head arrived.
+    fn started(&self) {
+        self.in_request.store(true, Ordering::Release);
+        if self.unfinished.swap(false, Ordering::AcqRel) {
+            self.table.unfinished(self.ip, false);
+        }
+    }
+
+    /// The answer is over: the connection waits for the next head.
+    fn answered(&self) {
+        self.in_request.store(false, Ordering::Release);
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.table.close(self.ip, self.unfinished.load(Ordering::Acquire));
+    }
+}
+
+/// A connection's stream, telling its [`Tracked`] when bytes arrive.
+struct Watched<I> {
+    inner: I,
+    conn: Arc<Tracked>,
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.conn.bytes();
+        }
+        polled
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// A response body that tells its connection's [`Tracked`] when the answer is over (sent, or
+/// dropped with the connection).
+struct AnswerBody {
+    inner: Body,
+    conn: Option<Arc<Tracked>>,
+}
+
+impl hyper::body::Body for AnswerBody {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(None) = polled
+            && let Some(c) = self.conn.take()
+        {
+            c.answered();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for AnswerBody {
+    fn drop(&mut self) {
+        if let Some(c) = self.conn.take() {
+            c.answered();
+        }
+    }
 }
 
 /// Refusals (503s, over TLS after a handshake of at most a second) under way at once; a connection
@@ -88,57 +298,96 @@ fn error(status: StatusCode, message: String) -> Response {
     r
 }
 
-/// Middleware: refuses a declared oversize body before reading it, and reads the body under a
-/// deadline and the size limit, so a slow or endless sender holds nothing for long.
-pub async fn body_limits(
-    State((limits, counters)): State<(Limits, Arc<ListenCounters>)>,
-    req: Request,
-    next: Next,
-) -> Response {
+/// What [`read_body`] needs, put on every request by [`context`].
+#[derive(Clone)]
+pub struct BodyContext {
+    /// The listener's limits.
+    pub limits: Limits,
+    /// Its counters.
+    pub counters: Arc<ListenCounters>,
+    /// The write budgets ([`crate::budget`]).
+    pub budgets: Arc<crate::budget::Budgets>,
+}
+
+/// Middleware: puts the [`BodyContext`] on the request and refuses a declared oversize body before
+/// anything of it is read.
+pub async fn context(State(ctx): State<BodyContext>, mut req: Request, next: Next) -> Response {
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limits.max_body as u64) {
-        counters.too_large.fetch_add(1, Ordering::Relaxed);
-        return error(
+    if declared.is_some_and(|n| n > ctx.limits.max_body as u64) {
+        ctx.counters.too_large.fetch_add(1, Ordering::Relaxed);
+        let mut r = error(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!(
                 "the body declares {} bytes, over the limit of {} (`--max-body`); split it into several requests",
                 declared.unwrap_or(0),
-                limits.max_body
+                ctx.limits.max_body
             ),
         );
+        r.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+        return r;
     }
-    let (parts, body) = req.into_parts();
-    match tokio::time::timeout(limits.body_timeout, axum::body::to_bytes(body, limits.max_body)).await {
+    req.extensions_mut().insert(ctx);
+    next.run(req).await
+}
+
+/// Reads a body under the deadline and the size limit: the bytes, or the 408/413 to answer.
+pub async fn read_limited(body: Body, ctx: &BodyContext) -> Result<axum::body::Bytes, Response> {
+    match tokio::time::timeout(ctx.limits.body_timeout, axum::body::to_bytes(body, ctx.limits.max_body)).await {
         Err(_) => {
-            counters.body_timeouts.fetch_add(1, Ordering::Relaxed);
+            ctx.counters.body_timeouts.fetch_add(1, Ordering::Relaxed);
             let mut r = error(
                 StatusCode::REQUEST_TIMEOUT,
-                format!("the request body did not arrive within {:?}", limits.body_timeout),
+                format!("the request body did not arrive within {:?}", ctx.limits.body_timeout),
             );
             r.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
-            r
+            Err(r)
         }
         Ok(Err(e)) => {
-            counters.too_large.fetch_add(1, Ordering::Relaxed);
-            error(
+            ctx.counters.too_large.fetch_add(1, Ordering::Relaxed);
+            Err(error(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                format!("the body could not be read within the limit of {} bytes: {e}", limits.max_body),
-            )
+                format!("the body could not be read within the limit of {} bytes: {e}", ctx.limits.max_body),
+            ))
         }
-        Ok(Ok(bytes)) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
+        Ok(Ok(bytes)) => Ok(bytes),
     }
 }
 
-/// The 503 a connection over the cap gets.
-async fn refuse<S: AsyncWrite + Unpin>(mut stream: S) {
-    let body = serde_json::to_string(&ErrorReply {
-        error: "too many open connections; retry shortly (the scheduler's hook should use --admit-listen)".into(),
-    })
-    .unwrap_or_default();
+/// Middleware, under authentication and each route's power: reads the body of a request that has
+/// one to read (a state-changing method, or a caller whose credential binds the body: MUNGE), under
+/// the deadline and the size limit; refuses a caller whose write budget is spent before reading
+/// anything; and checks a MUNGE credential against the body it was made for (401 if another).
+pub async fn read_body(req: Request, next: Next) -> Response {
+    let caller = crate::auth::caller(req.extensions());
+    let has_body = !matches!(req.method(), &axum::http::Method::GET | &axum::http::Method::HEAD);
+    if !has_body && !caller.binds_body() {
+        return next.run(req).await;
+    }
+    let Some(ctx) = req.extensions().get::<BodyContext>().cloned() else {
+        return error(StatusCode::INTERNAL_SERVER_ERROR, "the request has no body limits".into());
+    };
+    if has_body && let Err(over) = ctx.budgets.precheck(&caller) {
+        return over.response();
+    }
+    let (parts, body) = req.into_parts();
+    let bytes = match read_limited(body, &ctx).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    if let Err(e) = caller.check_body(&bytes) {
+        tracing::info!(error = %e, "request refused: the credential was made for another body");
+        return crate::auth::unauthorized(e.to_string());
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes))).await
+}
+
+/// The 503 a connection over the cap (or over its address's share) gets.
+async fn refuse<S: AsyncWrite + Unpin>(mut stream: S, why: &str) {
+    let body = serde_json::to_string(&ErrorReply { error: why.to_owned() }).unwrap_or_default();
     let answer = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
@@ -149,27 +398,30 @@ async fn refuse<S: AsyncWrite + Unpin>(mut stream: S) {
 
 /// Serves one connection (plain or TLS) until it ends or, at shutdown, its request in flight ends.
 /// Every request carries `peer` and the client certificate's subject as extensions.
-async fn connection<I>(
-    io: I,
-    app: Router,
-    peer: SocketAddr,
-    cert: Option<PeerCert>,
-    limits: Limits,
-    mut stop: watch::Receiver<bool>,
-) where
+async fn connection<I>(io: I, cert: Option<PeerCert>, a: Accepted)
+where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let service = app.map_request(move |req: Request<Incoming>| {
-        let mut req = req.map(Body::new);
-        req.extensions_mut().insert(ConnectInfo(peer));
-        if let Some(c) = &cert {
-            req.extensions_mut().insert(c.clone());
-        }
-        req
-    });
+    let Accepted { app, peer, limits, tracked, mut stop, .. } = a;
+    let on_request = tracked.clone();
+    let watched = tracked.clone();
+    let service = app
+        .map_request(move |req: Request<Incoming>| {
+            on_request.started();
+            let mut req = req.map(Body::new);
+            req.extensions_mut().insert(ConnectInfo(peer));
+            if let Some(c) = &cert {
+                req.extensions_mut().insert(c.clone());
+            }
+            req
+        })
+        .map_response(move |res: Response| {
+            res.map(|inner| Body::new(AnswerBody { inner, conn: Some(tracked.clone()) }))
+        });
     let service = TowerToHyperService::new(service);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).keep_alive(true);
+    let io = Watched { inner: io, conn: watched };
     let mut conn = pin!(builder.serve_connection(TokioIo::new(io), service));
     let stopping = async {
         let _ = stop.wait_for(|s| *s).await.map(|_| ());
@@ -199,6 +451,7 @@ pub async fn serve(
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let refusing = Arc::new(Semaphore::new(REFUSING_AT_ONCE));
+    let per_address = Arc::new(PerAddress::default());
     // Dropped by every connection task when it ends: `closed()` on the sender waits for all of them.
     let (done_tx, done_rx) = watch::channel(());
     loop {
@@ -215,60 +468,122 @@ pub async fn serve(
                 continue;
             }
         };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            let Ok(refusal) = refusing.clone().try_acquire_owned() else {
-                counters.shed.fetch_add(1, Ordering::Relaxed);
-                drop(stream);
+        let over = match slots.clone().try_acquire_owned() {
+            Err(_) => Err((
+                &counters.refused,
+                "too many open connections; retry shortly (the scheduler's hook should use --admit-listen)".to_owned(),
+                None,
+            )),
+            Ok(permit) => match per_address.admit(peer.ip(), &limits) {
+                Ok(()) => Ok(permit),
+                Err(OverAddress::Open) => Err((
+                    &counters.address,
+                    format!(
+                        "too many open connections from {} (at most {} per address); close some, or retry shortly",
+                        peer.ip(),
+                        limits.max_per_address
+                    ),
+                    Some(permit),
+                )),
+                Err(OverAddress::Unfinished) => Err((
+                    &counters.unfinished,
+                    format!(
+                        "too many unfinished requests from {} (at most {} per address whose head has not arrived); retry shortly",
+                        peer.ip(),
+                        limits.max_unfinished_per_address
+                    ),
+                    Some(permit),
+                )),
+            },
+        };
+        let over = match over {
+            Ok(permit) => {
+                let tracked = Arc::new(Tracked::new(peer.ip(), per_address.clone()));
+                let _ = stream.set_nodelay(true);
+                let accepted = Accepted {
+                    app: app.clone(),
+                    peer,
+                    limits,
+                    tracked,
+                    counters: counters.clone(),
+                    stop: shutdown.clone(),
+                };
+                let done = done_rx.clone();
+                let tls = tls.clone();
+                tokio::spawn(async move {
+                    serve_one(stream, tls, accepted).await;
+                    drop(permit);
+                    drop(done);
+                });
                 continue;
-            };
-            counters.refused.fetch_add(1, Ordering::Relaxed);
-            let tls = tls.clone();
-            tokio::spawn(async move {
-                let _refusal = refusal;
-                let _ = tokio::time::timeout(Duration::from_secs(1), async move {
-                    match tls {
-                        None => refuse(stream).await,
-                        Some(t) => {
-                            if let Ok(s) = t.acceptor.accept(stream).await {
-                                refuse(s).await;
-                            }
-                        }
-                    }
-                })
-                .await;
-            });
+            }
+            Err(over) => over,
+        };
+        let (counter, why, permit) = over;
+        // The slot a refusal took back is free for others at once.
+        drop(permit);
+        let Ok(refusal) = refusing.clone().try_acquire_owned() else {
+            counters.shed.fetch_add(1, Ordering::Relaxed);
+            drop(stream);
             continue;
         };
-        let _ = stream.set_nodelay(true);
-        let app = app.clone();
-        let stop = shutdown.clone();
-        let done = done_rx.clone();
+        counter.fetch_add(1, Ordering::Relaxed);
         let tls = tls.clone();
-        let counters = counters.clone();
         tokio::spawn(async move {
-            match tls {
-                None => connection(stream, app, peer, None, limits, stop).await,
-                Some(t) => match tokio::time::timeout(limits.header_timeout, t.acceptor.accept(stream)).await {
-                    Ok(Ok(s)) => {
-                        let cert =
-                            s.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(PeerCert::from_der);
-                        connection(s, app, peer, cert, limits, stop).await;
+            let _refusal = refusal;
+            let _ = tokio::time::timeout(Duration::from_secs(1), async move {
+                match tls {
+                    None => refuse(stream, &why).await,
+                    Some(t) => {
+                        if let Ok(s) = t.acceptor.accept(stream).await {
+                            refuse(s, &why).await;
+                        }
                     }
-                    Ok(Err(e)) => {
-                        counters.tls_failed.fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    }
-                    Err(_) => {
-                        counters.tls_failed.fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!(%peer, "TLS handshake not done within the header deadline");
-                    }
-                },
-            }
-            drop(permit);
-            drop(done);
+                }
+            })
+            .await;
         });
     }
     drop(listener);
     drop(done_rx);
-    done_tx.closed().await;
+    if tokio::time::timeout(DRAIN_LIMIT, done_tx.closed()).await.is_err() {
+        tracing::warn!("requests still in flight {DRAIN_LIMIT:?} after the stop: not waiting for them");
+    }
+}
+
+/// How long a stopping listener waits for the requests in flight (a decision stream ends at once; an
+/// admission waits at most for its commit, and answers 503 when the audit log cannot commit).
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(10);
+
+/// An accepted connection and what serving it needs.
+struct Accepted {
+    app: Router,
+    peer: SocketAddr,
+    limits: Limits,
+    tracked: Arc<Tracked>,
+    counters: Arc<ListenCounters>,
+    stop: watch::Receiver<bool>,
+}
+
+/// Serves one accepted connection: its TLS handshake (within the header deadline) if any, then
+/// its requests.
+async fn serve_one(stream: tokio::net::TcpStream, tls: Option<Tls>, a: Accepted) {
+    let (peer, counters) = (a.peer, a.counters.clone());
+    match tls {
+        None => connection(stream, None, a).await,
+        Some(t) => match tokio::time::timeout(a.limits.header_timeout, t.acceptor.accept(stream)).await {
+            Ok(Ok(s)) => {
+                let cert = s.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(PeerCert::from_der);
+                connection(s, cert, a).await;
+            }
+            Ok(Err(e)) => {
+                counters.tls_failed.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            }
+            Err(_) => {
+                counters.tls_failed.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(%peer, "TLS handshake not done within the header deadline");
+            }
+        },
+    }
 }

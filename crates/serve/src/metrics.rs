@@ -231,6 +231,9 @@ impl Metrics {
                 ("too_large", &l.too_large),
                 ("tls_handshake", &l.tls_failed),
                 ("shed", &l.shed),
+                ("address", &l.address),
+                ("unfinished", &l.unfinished),
+                ("cross_site", &l.cross_site),
             ] {
                 let _ = writeln!(
                     out,

@@ -28,7 +28,7 @@ use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use bursar_auth::{Caller, Power, Proof};
+use bursar_auth::{Caller, Power, Proof, Role};
 use bursar_model::api::{ActionKind, ActionReply, ActionRequest, DenyLine, ErrorReply, PoolView};
 use bursar_model::{Event, EventKind, RawJson, Timestamp};
 use bursar_notify::{JobFacts, LinkKey, TokenError};
@@ -58,7 +58,7 @@ pub fn api_router() -> Router<AppState> {
     // The action's power is checked in the handler: approve and reject need `answer`, keepalive `keepalive`.
     // What waits for the caller: the `answer` or the `keepalive` power, not `read` (checked in the
     // handlers: either one will do).
-    read.route("/v1/jobs/{id}/{action}", axum::routing::post(action_api))
+    read.merge(crate::http::with_body(Router::new().route("/v1/jobs/{id}/{action}", axum::routing::post(action_api))))
         .route("/mine", get(mine_page))
         .route("/v1/pending/mine", get(mine_json))
 }
@@ -275,16 +275,16 @@ async fn apply(st: &AppState, act: Act) -> Result<ActionReply, Refusal> {
     if let Some(d) = denied.first() {
         return Err(Refusal::new(StatusCode::FORBIDDEN, d.error.clone()));
     }
-    let (tx, rx) = oneshot::channel();
-    let caller = (!act.caller.is_open()).then(|| act.caller.clone());
-    st.engine.send(Work::Inputs { items, caller, reply: tx }).await.map_err(|_| Refusal::engine_gone())?;
-    let outcome = match rx.await {
-        Ok(Ok(mut o)) if !o.is_empty() => o.remove(0),
-        Ok(Err(e)) => return Err(Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, e)),
-        _ => return Err(Refusal::engine_gone()),
-    };
+    let mut outcome = crate::http::submit(st, items, &act.caller)
+        .await
+        .map_err(|f| Refusal { status: f.status, message: f.message })?;
+    if outcome.is_empty() {
+        return Err(Refusal::engine_gone());
+    }
+    let outcome = outcome.remove(0);
     if let Some(why) = outcome.denied {
-        return Err(Refusal::new(StatusCode::FORBIDDEN, why));
+        let status = if outcome.unknown_job { StatusCode::NOT_FOUND } else { StatusCode::FORBIDDEN };
+        return Err(Refusal::new(status, why));
     }
     if let Some(r) = outcome.refused {
         return Err(Refusal::new(StatusCode::CONFLICT, r.reason));
@@ -306,6 +306,9 @@ async fn apply(st: &AppState, act: Act) -> Result<ActionReply, Refusal> {
                 )
             }
             _ => match about.iter().find(|d| d.decision == bursar_model::DecisionKind::Alert) {
+                // A grant that answered its sender's policies while another's request still
+                // waits (docs/policy-language.md): recorded, the job stays held.
+                Some(d) if d.reason.contains(" recorded for ") => d.reason.clone(),
                 Some(d) => return Err(Refusal::new(StatusCode::FORBIDDEN, d.reason.clone())),
                 None => {
                     return Err(Refusal::new(
@@ -558,12 +561,17 @@ fn verify(st: &AppState, token: &str) -> Result<bursar_notify::Claims, Box<Respo
 }
 
 fn act_of(st: &AppState, claims: &bursar_notify::Claims, token: &str, reason: Option<String>) -> Act {
-    // A link is its addressee's: the principal it was sent to, proved by bursar's own signature.
+    // A link is its addressee's: the person it was sent to (an approver a policy names, a job's
+    // owner), proved by bursar's own signature, with the power its action needs and no other. The
+    // engine's own checks (is this person an approver of the job, is the job theirs) stay behind it.
     let auth = crate::auth::current(&st.auth);
     let caller = if auth.is_open() {
         Caller::open()
     } else {
-        Caller { principal: auth.person(&claims.for_user), proof: Proof::Link { notice: claims.notice.clone() } }
+        let person = auth.person(&claims.for_user);
+        let role = if claims.action == ActionKind::Keepalive { Role::User } else { Role::Approver };
+        let principal = bursar_auth::Principal { roles: [role].into_iter().collect(), ..(*person).clone() };
+        Caller { principal: Arc::new(principal), proof: Proof::Link { notice: claims.notice.clone() } }
     };
     Act {
         job: claims.job.clone(),
@@ -603,10 +611,18 @@ struct LinkForm {
     reason: Option<String>,
 }
 
-async fn link_do(State(st): State<AppState>, Path(token): Path<String>, body: Bytes) -> Response {
+async fn link_do(State(st): State<AppState>, Path(token): Path<String>, req: axum::extract::Request) -> Response {
     let claims = match verify(&st, &token) {
         Ok(c) => c,
         Err(page) => return *page,
+    };
+    // The link is this route's authority: its form is read only once the link verifies.
+    let Some(ctx) = req.extensions().get::<crate::listen::BodyContext>().cloned() else {
+        return html(StatusCode::INTERNAL_SERVER_ERROR, String::new());
+    };
+    let body = match crate::listen::read_limited(req.into_body(), &ctx).await {
+        Ok(b) => b,
+        Err(r) => return r,
     };
     let form: LinkForm = parse_form(&body);
     let act = act_of(&st, &claims, &token, form.reason);

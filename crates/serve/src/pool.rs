@@ -92,11 +92,12 @@ fn approval_wait(id: &str, j: &JobRecord, quotas: &BTreeSet<String>) -> Option<A
         requested_hours: j.requested_hours(),
         submitted: j.submitted().to_string(),
         expires: p.expires.to_string(),
-        approvers: p.approvers.iter().map(|a| a.to_string()).collect(),
+        // Who may still answer: the approvers of the policies whose request still waits.
+        approvers: p.waiting_approvers().iter().map(|a| a.to_string()).collect(),
         policies: p.policies.iter().map(|a| a.to_string()).collect(),
         reason: p.reason.clone(),
         over_budget: p.policies.iter().any(|id| quotas.contains(&**id)),
-        self_approval: p.self_approval,
+        self_approval: p.waiting_self_approval(),
     })
 }
 

@@ -11,8 +11,9 @@
 //!
 //! Who may connect is decided by the socket file's permissions (`--socket-mode`, `0660` by default:
 //! the user bursar runs as and its group). Who a connection *is* comes from the kernel: the peer's
-//! UID (`SO_PEERCRED`), whose user is the principal of that name (or a person with the `[auth]
-//! people` roles), and each line is checked against that principal's powers like an HTTP body's.
+//! UID (`SO_PEERCRED`), whose user is a person (the `[auth] people` roles, or a `[[person]]`
+//! table's), or the principal whose `unix_users` lists it, and each line is checked against those
+//! powers like an HTTP body's and counted against the caller's write budget ([`crate::budget`]).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -37,6 +38,7 @@ pub fn listen(
     path: &Path,
     engine: mpsc::Sender<Work>,
     auth: crate::auth::SharedAuth,
+    budgets: Arc<crate::budget::Budgets>,
     max_line: usize,
     mode: u32,
     shutdown: watch::Receiver<bool>,
@@ -53,7 +55,8 @@ pub fn listen(
             tokio::select! {
                 conn = listener.accept() => match conn {
                     Ok((stream, _)) => {
-                        tokio::spawn(connection(stream, engine.clone(), auth.clone(), max_line, shutdown.clone()));
+                        let budgets = budgets.clone();
+                        tokio::spawn(connection(stream, engine.clone(), auth.clone(), budgets, max_line, shutdown.clone()));
                     }
                     Err(e) => tracing::warn!(error = %e, "cannot accept on the event socket"),
                 },
@@ -93,6 +96,7 @@ async fn connection(
     stream: UnixStream,
     engine: mpsc::Sender<Work>,
     auth: crate::auth::SharedAuth,
+    budgets: Arc<crate::budget::Budgets>,
     max_line: usize,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -148,9 +152,29 @@ async fn connection(
         while !items.is_empty() {
             let rest = if items.len() > MAX_LINES { items.split_off(MAX_LINES) } else { Vec::new() };
             let chunk = std::mem::replace(&mut items, rest);
+            // The write budget, like an HTTP request's ([`crate::budget`]): over it, every line of
+            // the chunk is answered with the refusal and nothing of it is applied.
+            let bytes: usize = chunk.iter().map(|i| i.raw.len()).sum();
+            if let Err(over) = budgets.charge(&caller, chunk.len() as u64, bytes as u64) {
+                if over.journal
+                    && let Some(first) = chunk.first()
+                {
+                    let reason = over.message.lines().next().unwrap_or("").to_owned();
+                    let _ = engine.send(Work::Refusal { item: Box::new(first.clone()), reason }).await;
+                }
+                outcomes.extend(chunk.into_iter().map(|i| crate::core::Outcome {
+                    line: i.line,
+                    id: i.input.id().into_owned(),
+                    duplicate: false,
+                    decisions: Vec::new(),
+                    denied: Some(over.message.clone()),
+                    unknown_job: false,
+                    refused: None,
+                }));
+                continue;
+            }
             let (tx, rx) = oneshot::channel();
-            let caller = (!caller.is_open()).then(|| caller.clone());
-            if engine.send(Work::Inputs { items: chunk, caller, reply: tx }).await.is_err() {
+            if engine.send(Work::Inputs { items: chunk, caller: Some(caller.clone()), reply: tx }).await.is_err() {
                 return;
             }
             match rx.await {

@@ -53,7 +53,15 @@ fn serve(tls: &TlsConfig, max_connections: usize) -> Served {
 fn serve_with(tls: &TlsConfig, max_connections: usize, header_timeout: Duration) -> Served {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let tls = Tls::load(tls).unwrap();
-    let limits = Limits { max_connections, header_timeout, body_timeout: Duration::from_secs(5), max_body: 1024 };
+    // Every client here is 127.0.0.1: one address may use the whole listener.
+    let limits = Limits {
+        max_connections,
+        max_per_address: max_connections,
+        max_unfinished_per_address: max_connections,
+        header_timeout,
+        body_timeout: Duration::from_secs(5),
+        max_body: 1024,
+    };
     let counters = Arc::new(ListenCounters::default());
     let (stop_tx, stop_rx) = watch::channel(false);
     let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();

@@ -280,6 +280,14 @@ impl ComponentHost for WasmHost {
     fn instantiate(&self, decl: &WasmDecl) -> Result<Arc<dyn Policy>, Diagnostic> {
         self.load(decl).map(|p| p as Arc<dyn Policy>)
     }
+
+    fn instantiate_bytes(&self, decl: &WasmDecl, bytes: &[u8]) -> Result<Arc<dyn Policy>, Diagnostic> {
+        self.load_bytes(decl, bytes).map(|p| p as Arc<dyn Policy>).map_err(|m| {
+            let mut d = decl.component_at.clone();
+            d.message = format!("component `{}`: {m}", display(&decl.component));
+            d.with_help("build the policy with the bursar-guest SDK; see docs/wasm-policies.md")
+        })
+    }
 }
 
 fn display(p: &Path) -> String {
