@@ -12,10 +12,13 @@ scripts/build-wasm.sh
 cargo test --workspace --all-targets --quiet
 cargo test --workspace --doc --quiet
 
-# End to end against a real one-node Slurm 22.05 with 8 fake GPUs and the real `bursar serve` (root only:
-# it starts munge, slurmctld and slurmd, and stops each by PID when it ends, pass or fail).
+# End to end against a real Slurm 22.05 and the real `bursar serve` (root only: they start munge,
+# slurmctld and slurmd, and stop each by PID when they end, pass or fail): one node with 8 fake GPUs
+# (admission, approval, deferral, idle reclaim, principals), then two nodes with 16 (issue 43: arrays,
+# exclusive nodes, test-only, heterogeneous jobs, requeues, preemption, node failure, reruns, releases).
 if [ "$(id -u)" = 0 ]; then
     BURSAR="${CARGO_TARGET_DIR:-$root/target}/debug/bursar" integrations/slurm/e2e.sh
+    BURSAR="${CARGO_TARGET_DIR:-$root/target}/debug/bursar" integrations/slurm/e2e-runs.sh
 else
-    echo "test.sh: skipping integrations/slurm/e2e.sh (it needs root to run Slurm)" >&2
+    echo "test.sh: skipping integrations/slurm/e2e.sh and e2e-runs.sh (they need root to run Slurm)" >&2
 fi

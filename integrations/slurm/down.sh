@@ -18,7 +18,7 @@ stop() {  # $1 = pid file
   fi
   rm -f "$1"
 }
-stop "$LAB/run/slurmd.pid"
+for f in "$LAB"/run/slurmd*.pid; do stop "$f"; done
 stop "$LAB/run/slurmctld.pid"
 stop "$LAB/munge/munged.pid"
 exit 0

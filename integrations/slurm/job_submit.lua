@@ -11,11 +11,29 @@ the answer onto Slurm:
   require_approval -> accept held (priority 0, an admin hold); `bursar slurm enforce` releases it when
                       bursar streams the approval
   defer            -> accept with a begin time (`until`)
-  no answer        -> reject (fail closed, the default) or accept (fail_open = true)
+  no answer        -> reject (fail closed, the default) or accept (fail_open = true, marked
+                      bursar_unadmitted=1)
 
-The job gets a bursar job id (`<cluster>-<12 hex>`) generated here; it is stored in the job's
-AdminComment as `bursar_job=<id>`, which only administrators can change. `bursar slurm watch` reads it
-back and sends job.started / job.finished carrying both ids, so the audit log links bursar's id to Slurm's.
+What is reserved is a conservative estimate of what Slurm will allocate: `--exclusive` takes its nodes'
+GPUs (`node_gpus`), a node range (`-N 1-2`) its maximum, `--gpus-per-socket` every socket, an array
+(`--array=0-99%4`) every task (`job.array`: GPU-hours for all tasks, concurrent GPUs for the throttle).
+`bursar slurm watch` reports what Slurm really allocated when each run starts, and bursar corrects the
+reservation. Each admission promises a confirmation (`confirm_within_s`): a job Slurm never creates (a
+rejected partition, a denied heterogeneous component) is released after that long.
+
+The job gets a bursar job id (`<cluster>-<12 hex>`; heterogeneous components `<id>+<offset>`) generated
+here; it is stored in the job's AdminComment as `bursar_job=<id>`, which only administrators can change.
+`bursar slurm watch` reads it back, so the audit log links bursar's id to Slurm's.
+
+`sbatch --test-only` (and srun/salloc --test-only) is marked by cli_filter.lua (`bursar_test_only=1` in
+the comment): the hook then asks `POST /v1/admit?test_only=true`, which answers without reserving
+anything. A real job carrying the marker (typed by hand) is accepted held and never released: it was
+never reserved, so it never runs in bursar's name.
+
+slurm_job_modify: a user may not release a job bursar holds, grow it, or put `bursar_` words in its
+text; a user's partition change is admitted again (the new admission replaces the old one, its id in
+the Comment as `bursar_readmit=<id>`) or refused; an administrator's release of a held job is recorded
+(`bursar_released_by=<user>`) so the watcher reports it as an override.
 
 Attributes Slurm has no field for travel as key=value pairs in `--comment` (and `--extra`, which wins):
   stage=finetune dataset=ds-42 image=registry/llm:1.4 script_hash=sha256:ab12 model_params_b=7
@@ -37,6 +55,11 @@ local CONFIG = {
   default_hours = 1,        -- requested hours when the job has no time limit
   enforce_default_hours = true, -- give such a job a time limit of default_hours (what it was admitted for)
   gpu_types = {},           -- optional map from GRES type to bursar gpu_type, e.g. { h100 = "H100" }
+  confirm_within_s = 900,   -- the watcher confirms every admitted job within this many seconds, or
+                            -- bursar releases it; keep it well above the watcher's interval and restart time
+  node_gpus = nil,          -- GPUs of one node, for --exclusive (nil: reserve only the GPUs asked for)
+  partition_node_gpus = {}, -- per partition, when nodes differ: { a100 = 4, h100 = 8 }
+  sockets_per_node = 2,     -- for --gpus-per-socket without --sockets-per-node
   curl = "curl",            -- the curl binary
 }
 
@@ -275,6 +298,30 @@ local function gpus_in(s)
   return n, typ
 end
 
+-- Tasks and throttle of an array index: "0-9%3", "1,3,5-7", "0-15:4", "[1-5:2]%2". Returns nil for
+-- a job that is no array, or nil and the reason for an index that cannot be read.
+local function array_of(inx)
+  if not inx or inx == "" then return nil end
+  local spec, throttle = inx:match("^%[?([^%%%]]*)%]?%%(%d+)$")
+  if not spec then spec = inx:match("^%[?([^%%%]]*)%]?$") end
+  if not spec or spec == "" then return nil, "unreadable --array `" .. inx .. "`" end
+  local tasks = 0
+  for item in spec:gmatch("[^,]+") do
+    local a, b, step = item:match("^(%d+)%-(%d+):(%d+)$")
+    if not a then a, b = item:match("^(%d+)%-(%d+)$") end
+    if not a then a = item:match("^(%d+)$"); b = a end
+    if not a then return nil, "unreadable --array item `" .. item .. "`" end
+    a, b, step = tonumber(a), tonumber(b), tonumber(step or 1)
+    if b < a or step < 1 then return nil, "empty --array range `" .. item .. "`" end
+    tasks = tasks + math.floor((b - a) / step) + 1
+  end
+  local t = object({ "tasks", "max_running" })
+  t.tasks = tasks
+  local m = tonumber(throttle or "")
+  if m and m > 0 then t.max_running = m end
+  return t
+end
+
 -- key=value pairs from a comment; values may not contain spaces or `;`.
 local function pairs_in(s, into)
   if not s then return into end
@@ -300,35 +347,98 @@ local function random_hex(n)
   return u:sub(1, n)
 end
 
+-- The marker cli_filter.lua adds to a --test-only submission's comment.
+local TEST_ONLY = "bursar_test_only=1"
+
 local KNOWN = {
   project = true, stage = true, dataset = true, image = true, script_hash = true, model_params_b = true,
   model_size = true, model = true, gpu_mem_gb = true, ready = true, deferrable = true, ready_image = true,
   ready_data = true, ready_script = true, mixed_precision = true, batch_size = true, dataloader_workers = true,
-  interconnect = true, region = true, config = true, gpu_type = true, bursar_job = true,
+  interconnect = true, region = true, config = true, gpu_type = true, bursar_job = true, bursar_test_only = true,
+  bursar_readmit = true,
 }
 
-local function build_event(job_desc, part_list, submit_uid, job_id)
+-- `s` without the words `drop` (a word, or a prefix ending in `=`).
+local function without_word(s, drop)
+  local out = {}
+  local prefix = drop:sub(-1) == "="
+  for w in tostring(s or ""):gmatch("%S+") do
+    local hit = (prefix and w:sub(1, #drop) == drop) or (not prefix and w == drop)
+    if not hit then out[#out + 1] = w end
+  end
+  return table.concat(out, " ")
+end
+
+-- The value of `word` (`bursar_job=`) in a text, if present.
+local function word_value(s, word)
+  for w in tostring(s or ""):gmatch("%S+") do
+    if w:sub(1, #word) == word and #w > #word then return w:sub(#word + 1) end
+  end
+  return nil
+end
+
+-- Whether text a user wrote holds a word only the hook may write (`bursar_…`, `AdminComment=`): the
+-- watcher reads bursar's marks out of `scontrol show job`, where user text sits beside them.
+local function reserved(s)
+  if not s then return false end
+  s = tostring(s)
+  return s:find("bursar_", 1, true) ~= nil or s:find("AdminComment=", 1, true) ~= nil
+end
+
+-- The first user-written field of a job description holding reserved words, by name.
+local function reserved_field(d)
+  if reserved(without_word(d.comment, TEST_ONLY)) then return "comment" end
+  for _, f in ipairs({ "name", "work_dir", "std_out", "std_err", "std_in", "extra", "mail_user", "features",
+      "licenses", "reservation", "wckey" }) do
+    local ok, v = pcall(function() return d[f] end)
+    if ok and type(v) == "string" and reserved(v) then return f end
+  end
+  return nil
+end
+
+-- GPUs the job may hold at once, estimated high: exclusive nodes whole, node ranges at their maximum,
+-- per-socket GPUs on every socket.
+local function gpus_of(d)
+  local nodes = set(d.min_nodes) and d.min_nodes or 1
+  if set(d.max_nodes) and d.max_nodes > nodes then nodes = d.max_nodes end
+  if nodes < 1 then nodes = 1 end
+  local per_node, t1 = gpus_in(d.tres_per_node)
+  local per_job, t2 = gpus_in(d.tres_per_job)
+  local per_task, t3 = gpus_in(d.tres_per_task)
+  local per_socket, t4 = gpus_in(d.tres_per_socket)
+  local tasks = set(d.num_tasks) and d.num_tasks or 1
+  local sockets = set(d.sockets_per_node) and d.sockets_per_node or CONFIG.sockets_per_node
+  local gpus = per_node * nodes + per_job + per_task * tasks + per_socket * sockets * nodes
+  if d.shared == 0 then
+    local whole = (d.partition and CONFIG.partition_node_gpus[d.partition]) or CONFIG.node_gpus
+    if whole and whole * nodes > gpus then gpus = whole * nodes end
+  end
+  return gpus, nodes, t1 or t2 or t3 or t4
+end
+
+-- The job.submitted of a job description; `extra` says what Slurm's description lacks (a
+-- heterogeneous group, a re-admission's old id, user and admitted GPUs, a test-only submission).
+-- Returns the JSON and the GPUs reserved.
+local function build_event(job_desc, submit_uid, job_id, extra)
+  extra = extra or {}
   local kv = pairs_in(job_desc.comment, {})
   if job_desc.extra then pairs_in(job_desc.extra, kv) end
 
-  local nodes = set(job_desc.min_nodes) and job_desc.min_nodes or 1
-  if nodes < 1 then nodes = 1 end
-  local per_node, t1 = gpus_in(job_desc.tres_per_node)
-  local per_job, t2 = gpus_in(job_desc.tres_per_job)
-  local per_task, t3 = gpus_in(job_desc.tres_per_task)
-  local tasks = set(job_desc.num_tasks) and job_desc.num_tasks or 1
-  local gpus = per_node * nodes + per_job + per_task * tasks
-  local gres_type = t1 or t2 or t3
+  local gpus, nodes, gres_type = gpus_of(job_desc)
+  if extra.gpus and extra.gpus > gpus then gpus = extra.gpus end
   local gpu_type = kv.gpu_type or (gres_type and (CONFIG.gpu_types[gres_type] or gres_type:upper())) or nil
+  local array, bad_array = array_of(job_desc.array_inx)
+  if bad_array then error(bad_array, 0) end
 
   local hours = CONFIG.default_hours
   if set(job_desc.time_limit) then hours = job_desc.time_limit / 60 end
-  if CONFIG.enforce_default_hours and not set(job_desc.time_limit) then
+  if CONFIG.enforce_default_hours and not set(job_desc.time_limit) and not extra.modify then
     -- Admitted for default_hours, so limited to them (a job without a limit would run unlimited).
     job_desc.time_limit = math.ceil(CONFIG.default_hours * 60)
   end
 
   local user = job_desc.user_name
+  if (not user or user == "") and extra.user then user = extra.user end
   if not user or user == "" then user = "uid:" .. tostring(submit_uid) end
   local project = (set(job_desc.account) and job_desc.account) or kv.project or CONFIG.default_project
 
@@ -355,7 +465,7 @@ local function build_event(job_desc, part_list, submit_uid, job_id)
   local job = object({ "id", "project", "user", "queue", "gpus", "gpu_type", "gpu_mem_gb", "nodes",
     "requested_hours", "stage", "model_params_b", "image", "dataset", "script_hash", "ready", "deferrable",
     "tags", "mixed_precision", "batch_size", "dataloader_workers", "interconnect", "region", "config",
-    "name", "slurm" })
+    "array", "confirm_within_s", "name", "slurm" })
   job.id = job_id
   job.project = project
   job.user = user
@@ -379,14 +489,24 @@ local function build_event(job_desc, part_list, submit_uid, job_id)
   job.interconnect = kv.interconnect
   job.region = kv.region
   job.config = kv.config
+  job.array = array
+  if not extra.test_only then job.confirm_within_s = CONFIG.confirm_within_s end
   job.name = job_desc.name
-  local sl = object({ "submit_uid", "partition", "account", "time_limit_min", "tres_per_node", "tres_per_job" })
+  local sl = object({ "submit_uid", "partition", "account", "time_limit_min", "tres_per_node", "tres_per_job",
+    "tres_per_socket", "exclusive", "min_nodes", "max_nodes", "array", "het", "replaces" })
   sl.submit_uid = submit_uid
   sl.partition = job_desc.partition
   sl.account = job_desc.account
   sl.time_limit_min = set(job_desc.time_limit) and job_desc.time_limit or nil
   sl.tres_per_node = job_desc.tres_per_node
   sl.tres_per_job = job_desc.tres_per_job
+  sl.tres_per_socket = job_desc.tres_per_socket
+  if job_desc.shared == 0 then sl.exclusive = true end
+  sl.min_nodes = set(job_desc.min_nodes) and job_desc.min_nodes or nil
+  sl.max_nodes = set(job_desc.max_nodes) and job_desc.max_nodes or nil
+  sl.array = job_desc.array_inx
+  sl.het = extra.het
+  sl.replaces = extra.replaces
   job.slurm = sl
 
   local ev = object({ "id", "time", "type", "job" })
@@ -394,15 +514,15 @@ local function build_event(job_desc, part_list, submit_uid, job_id)
   ev.time = os.date("!%Y-%m-%dT%H:%M:%SZ")
   ev.type = "job.submitted"
   ev.job = job
-  return json(ev)
+  return json(ev), gpus
 end
 
 -- The HTTP call -----------------------------------------------------------------------------------------
 
 local function shell_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
--- POSTs `body` to CONFIG.url; returns the HTTP status (number, 0 when no answer) and the body.
-local function post(body)
+-- POSTs `body` to CONFIG.url (plus `query`); returns the HTTP status (number, 0 when no answer) and the body.
+local function post(body, query)
   local data = os.tmpname()
   local f = io.open(data, "w")
   if not f then return 0, "cannot write a temporary file" end
@@ -421,7 +541,7 @@ local function post(body)
   c:close()
   local cmd = string.format("%s -sS -m %s --connect-timeout %s -K %s --data-binary @%s -w '\\n%%{http_code}' %s 2>&1",
     CONFIG.curl, tostring(CONFIG.timeout), tostring(CONFIG.connect_timeout), shell_quote(cfg), shell_quote(data),
-    shell_quote(CONFIG.url))
+    shell_quote(CONFIG.url .. (query or "")))
   local p = io.popen(cmd)
   local out = p and p:read("*a") or ""
   if p then p:close() end
@@ -432,41 +552,91 @@ local function post(body)
   return tonumber(code), text
 end
 
+-- Asks bursar; returns the decoded answer, or nil and why there is none.
+local function ask(body, query)
+  local status, answer = post(body, query)
+  local reply, unreadable = json_decode(answer)
+  if status ~= 200 then
+    local err = (type(reply) == "table" and type(reply.error) == "string" and reply.error)
+      or tostring(answer):gsub("%s+$", "")
+    return nil, status == 0 and ("bursar unreachable: " .. err) or ("HTTP " .. status .. ": " .. err)
+  end
+  if type(reply) ~= "table" then
+    return nil, "the answer is not JSON (" .. tostring(unreadable) .. ")"
+  end
+  return reply
+end
+
+local function policies_of(reply)
+  local names = {}
+  for _, p in ipairs(type(reply.policies) == "table" and reply.policies or {}) do names[#names + 1] = tostring(p) end
+  return table.concat(names, ", ")
+end
+
 -- The hook ------------------------------------------------------------------------------------------------
 
-local function unavailable(why, job_id)
+local function unavailable(why, job_id, job_desc)
   slurm.log_error("job_submit/bursar: no decision for %s: %s", job_id, why)
   if CONFIG.fail_open then
     slurm.log_user("bursar: no admission decision (%s); accepted because fail_open is set", why)
+    -- Marked, so the watcher can say which jobs ran without an admission.
+    local mark = "bursar_unadmitted=1"
+    job_desc.admin_comment = set(job_desc.admin_comment) and (job_desc.admin_comment .. " " .. mark) or mark
     return slurm.SUCCESS
   end
   slurm.log_user("bursar: job rejected: the admission service gave no decision (%s); try again shortly", why)
   return slurm.ESLURM_ACCESS_DENIED
 end
 
+-- The components of one heterogeneous submission come one after another, offset 0 first, within one
+-- RPC of slurmctld (Lua calls are serialised): the first names the group.
+local het_group = nil
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
   local job_id = CONFIG.cluster .. "-" .. random_hex(12)
-  local ok, body = pcall(build_event, job_desc, part_list, submit_uid, job_id)
-  if not ok then return unavailable("cannot describe the job: " .. tostring(body), job_id) end
+  local extra = {}
+  local offset = job_desc.het_job_offset
+  if set(offset) then
+    if offset == 0 or not het_group then het_group = job_id end
+    if offset > 0 then job_id = het_group .. "+" .. tostring(offset) end
+    local het = object({ "group", "offset" })
+    het.group = het_group
+    het.offset = offset
+    extra.het = het
+  end
+  local field = reserved_field(job_desc)
+  if field then
+    slurm.log_user("bursar: job rejected: its %s holds a word only bursar may write (`bursar_...` or `AdminComment=`)", field)
+    return slurm.ESLURM_ACCESS_DENIED
+  end
+  local test_only = tostring(job_desc.comment or ""):find(TEST_ONLY, 1, true) ~= nil
+  extra.test_only = test_only
+  local ok, body, gpus = pcall(build_event, job_desc, submit_uid, job_id, extra)
+  if not ok then return unavailable("cannot describe the job: " .. tostring(body), job_id, job_desc) end
 
-  local status, answer = post(body)
-  local reply, unreadable = json_decode(answer)
-  if status ~= 200 then
-    local err = (type(reply) == "table" and type(reply.error) == "string" and reply.error)
-      or tostring(answer):gsub("%s+$", "")
-    return unavailable(status == 0 and ("bursar unreachable: " .. err) or ("HTTP " .. status .. ": " .. err), job_id)
-  end
-  if type(reply) ~= "table" then
-    return unavailable("the answer is not JSON (" .. tostring(unreadable) .. ")", job_id)
-  end
+  local reply, why = ask(body, test_only and "?test_only=true" or nil)
+  if not reply then return unavailable(why, job_id, job_desc) end
   local decision = reply.decision
   local reason = type(reply.reason) == "string" and reply.reason or ""
-  local names = {}
-  for _, p in ipairs(type(reply.policies) == "table" and reply.policies or {}) do names[#names + 1] = tostring(p) end
-  local policies = table.concat(names, ", ")
-  slurm.log_info("job_submit/bursar: %s %s -> %s (%s)", job_id, tostring(job_desc.name), tostring(decision), reason)
+  local policies = policies_of(reply)
+  slurm.log_info("job_submit/bursar: %s %s -> %s (%s)%s", job_id, tostring(job_desc.name), tostring(decision), reason,
+    test_only and " [test only]" or "")
 
-  local tag = "bursar_job=" .. job_id
+  if test_only then
+    -- A will-run test (Slurm creates nothing) or a forged marker (a real job): either way nothing was
+    -- reserved, so what is accepted is held for good and carries no bursar id.
+    if decision == "deny" then
+      slurm.log_user("bursar would deny this job: %s [%s]", reason, policies)
+      return slurm.ESLURM_ACCESS_DENIED
+    end
+    slurm.log_user("bursar would answer %s%s (test only: nothing reserved)", tostring(decision),
+      reason ~= "" and (": " .. reason) or "")
+    job_desc.priority = 0
+    job_desc.admin_comment = TEST_ONLY
+    return slurm.SUCCESS
+  end
+
+  local tag = "bursar_job=" .. job_id .. " bursar_gpus=" .. tostring(gpus)
   if set(job_desc.admin_comment) then tag = job_desc.admin_comment .. " " .. tag end
 
   if decision == "allow" then
@@ -483,7 +653,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   elseif decision == "defer" then
     local until_s = reply["until"]
     local at = parse_rfc3339(until_s)
-    if not at then return unavailable("defer without a readable `until` (" .. tostring(until_s) .. ")", job_id) end
+    if not at then return unavailable("defer without a readable `until` (" .. tostring(until_s) .. ")", job_id, job_desc) end
     job_desc.admin_comment = tag
     job_desc.begin_time = at
     slurm.log_user("bursar: job %s deferred until %s: %s [%s]", job_id, until_s, reason, policies)
@@ -493,26 +663,112 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     slurm.log_user("bursar: %s", reason)
     return slurm.SUCCESS
   end
-  return unavailable("unknown decision `" .. tostring(decision) .. "`", job_id)
+  return unavailable("unknown decision `" .. tostring(decision) .. "`", job_id, job_desc)
+end
+
+local function user_of(uid)
+  local n = tonumber(uid)
+  if not n then return "uid:" .. tostring(uid) end
+  local p = io.popen("getent passwd " .. string.format("%d", n) .. " 2>/dev/null")
+  local line = p and p:read("*l") or ""
+  if p then p:close() end
+  return line:match("^([^:]+):") or ("uid:" .. string.format("%d", n))
+end
+
+-- A user's partition change, admitted again as a new bursar job. Slurm refuses a user's change of the
+-- AdminComment ("Attempt to change admin_comment"), so the new id goes into the Comment as
+-- `bursar_readmit=<id>`, where the hook polices every bursar_ word; the watcher then ends the old
+-- admission as replaced and confirms the new one.
+local function readmit(job_desc, job_rec, modify_uid)
+  if (job_rec.array_job_id and job_rec.array_job_id ~= 0) or (job_rec.het_job_id and job_rec.het_job_id ~= 0) then
+    slurm.log_info("job_submit/bursar: uid %s may not move array or heterogeneous job %s to another partition",
+      tostring(modify_uid), tostring(job_rec.job_id))
+    return slurm.ESLURM_ACCESS_DENIED
+  end
+  local old = word_value(job_rec.comment, "bursar_readmit=") or word_value(job_rec.admin_comment, "bursar_job=")
+  if not old then return slurm.SUCCESS end -- not bursar's job
+  local comment = job_desc.comment or job_rec.comment
+  local view = {
+    comment = comment, partition = job_desc.partition, account = job_rec.account,
+    tres_per_node = job_rec.tres_per_node, tres_per_job = job_rec.tres_per_job, tres_per_task = job_rec.tres_per_task,
+    tres_per_socket = job_rec.tres_per_socket, min_nodes = job_rec.min_nodes, max_nodes = job_rec.max_nodes,
+    time_limit = set(job_desc.time_limit) and job_desc.time_limit or job_rec.time_limit, name = job_rec.name,
+    shared = NO_VAL16, num_tasks = NO_VAL, sockets_per_node = NO_VAL16,
+  }
+  local admitted = tonumber(word_value(job_rec.admin_comment, "bursar_gpus=") or "")
+  local job_id = CONFIG.cluster .. "-" .. random_hex(12)
+  local ok, body = pcall(build_event, view, modify_uid, job_id,
+    { modify = true, gpus = admitted, replaces = old, user = user_of(job_rec.user_id) })
+  if not ok then
+    slurm.log_error("job_submit/bursar: cannot describe job %s for its new partition: %s", tostring(job_rec.job_id), tostring(body))
+    return slurm.ESLURM_ACCESS_DENIED
+  end
+  local reply, why = ask(body)
+  if not reply then
+    slurm.log_error("job_submit/bursar: no decision for moving job %s: %s", tostring(job_rec.job_id), why)
+    return slurm.ESLURM_ACCESS_DENIED
+  end
+  if reply.decision ~= "allow" and reply.decision ~= "alert" then
+    -- A deny, or what would need a hold or a begin time a user's update cannot set: refused.
+    slurm.log_info("job_submit/bursar: uid %s may not move job %s to %s: %s (%s)", tostring(modify_uid),
+      tostring(job_rec.job_id), tostring(job_desc.partition), tostring(reply.decision), tostring(reply.reason))
+    return slurm.ESLURM_ACCESS_DENIED
+  end
+  job_desc.comment = (without_word(comment, "bursar_readmit=") .. " bursar_readmit=" .. job_id):gsub("^ ", "")
+  slurm.log_info("job_submit/bursar: job %s moved to %s, admitted again as %s (replaces %s)", tostring(job_rec.job_id),
+    tostring(job_desc.partition), job_id, old)
+  return slurm.SUCCESS
 end
 
 -- Users may not release a job bursar holds for approval (Slurm records a hold made at submission as a user
--- hold), nor grow a job after admission (the admission was for the size they asked); administrators (and
--- `bursar slurm enforce`, which runs as root) may.
+-- hold), nor grow a job after admission (the admission was for the size they asked), nor write bursar's
+-- words; a user's partition change is admitted again. Administrators (and `bursar slurm enforce`, which
+-- runs as root) may do the rest, and an administrator's release of a held job is recorded.
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
-  if modify_uid == 0 then return slurm.SUCCESS end
-  local held = tostring(job_rec.admin_comment or ""):find("bursar_hold=1", 1, true)
-  if held and job_desc.priority ~= nil and job_desc.priority ~= NO_VAL then
+  local admin = tostring(job_rec.admin_comment or "")
+  local releasing = job_desc.priority ~= nil and job_desc.priority ~= NO_VAL and job_desc.priority ~= 0
+  if admin:find(TEST_ONLY, 1, true) and releasing then
+    slurm.log_info("job_submit/bursar: job %s carries the --test-only marker: it was never reserved and stays held",
+      tostring(job_rec.job_id))
+    return slurm.ESLURM_ACCESS_DENIED
+  end
+  local held = admin:find("bursar_hold=1", 1, true) ~= nil
+  if modify_uid == 0 then
+    -- The enforcer clears bursar_hold=1 before it releases: a release while the marker is set is
+    -- someone else's, recorded for the watcher (job.started released_by).
+    if held and releasing and not set(job_desc.admin_comment) then
+      job_desc.admin_comment = without_word(admin, "bursar_hold=1") .. " bursar_released_by=" .. user_of(modify_uid)
+      slurm.log_info("job_submit/bursar: job %s, held for approval, released by uid %s outside bursar",
+        tostring(job_rec.job_id), tostring(modify_uid))
+    end
+    return slurm.SUCCESS
+  end
+  if held and releasing then
     -- (slurm.log_user is not available in job_modify: the user sees "Access/permission denied".)
     slurm.log_info("job_submit/bursar: uid %s may not release job %s, which waits for approval in bursar",
       tostring(modify_uid), tostring(job_rec.job_id))
     return slurm.ESLURM_ACCESS_DENIED
   end
-  if job_desc.tres_per_node or job_desc.tres_per_job or job_desc.tres_per_task or set(job_desc.min_nodes)
+  if job_desc.tres_per_node or job_desc.tres_per_job or job_desc.tres_per_task or job_desc.tres_per_socket
+      or set(job_desc.min_nodes) or set(job_desc.max_nodes) or job_desc.shared == 0
       or (set(job_desc.time_limit) and job_rec.time_limit and job_desc.time_limit > job_rec.time_limit) then
     slurm.log_info("job_submit/bursar: uid %s may not grow job %s after admission", tostring(modify_uid),
       tostring(job_rec.job_id))
     return slurm.ESLURM_ACCESS_DENIED
+  end
+  local field = reserved_field(job_desc)
+  if field then
+    slurm.log_info("job_submit/bursar: uid %s may not write bursar's words into the %s of job %s",
+      tostring(modify_uid), field, tostring(job_rec.job_id))
+    return slurm.ESLURM_ACCESS_DENIED
+  end
+  -- A new comment keeps the hook's re-admission word.
+  local readmitted = word_value(job_rec.comment, "bursar_readmit=")
+  if job_desc.comment and readmitted then
+    job_desc.comment = job_desc.comment .. " bursar_readmit=" .. readmitted
+  end
+  if set(job_desc.partition) and job_desc.partition ~= job_rec.partition then
+    return readmit(job_desc, job_rec, modify_uid)
   end
   return slurm.SUCCESS
 end

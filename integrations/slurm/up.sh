@@ -1,6 +1,9 @@
 #!/bin/bash
-# Bring up a one-node Slurm cluster (Debian 12 packages, Slurm 22.05) with 8 fake H100 GPUs whose
-# job_submit.lua asks bursar serve for every admission. Everything lives under $LAB; needs root.
+# Bring up a lab Slurm cluster (Debian 12 packages, Slurm 22.05) with 8 fake H100 GPUs per node whose
+# job_submit.lua asks bursar serve for every admission (and cli_filter.lua marks --test-only). One node
+# named after the host, or (SLURM_NODES=2) two slurmd on this host, n1 and n2, with partitions debug
+# (default), other, and urgent, whose jobs preempt debug's by requeue. Everything lives under $LAB;
+# needs root.
 # Adapted from the slurm-lab scripts; see docs/integrations/slurm.md.
 #
 #   LAB=$(mktemp -d) BURSAR_URL=http://127.0.0.1:7878/v1/admit integrations/slurm/up.sh
@@ -12,7 +15,10 @@
 #
 # Settings (environment): LAB (required), BURSAR_URL, BURSAR_FAIL_OPEN (true|false, default false),
 # BURSAR_TIMEOUT (seconds, default 2), BURSAR_TOKEN_FILE (the scheduler principal's token, when serve
-# has principals; default none), SLURMCTLD_PORT (6817), SLURMD_PORT (6818).
+# has principals; default none), BURSAR_CONFIRM_WITHIN_S (the hook's confirm_within_s, default 900),
+# SLURMCTLD_PORT (6817), SLURMD_PORT (6818; the second node uses the next port), SLURM_NODES (1 or 2),
+# MAX_JOBS (slurm.conf MaxJobCount, default 10000), JOB_SUBMIT (a job_submit.lua to use instead of
+# bursar's, for benchmarks).
 # Prerequisite: apt-get install -y --no-install-recommends slurmctld slurmd slurm-client munge curl
 set -euo pipefail
 LAB=${LAB:?set LAB to a folder for the lab cluster}
@@ -24,20 +30,42 @@ BURSAR_TIMEOUT=${BURSAR_TIMEOUT:-2}
 BURSAR_TOKEN_FILE=${BURSAR_TOKEN_FILE:-}
 SLURMCTLD_PORT=${SLURMCTLD_PORT:-6817}
 SLURMD_PORT=${SLURMD_PORT:-6818}
+SLURM_NODES=${SLURM_NODES:-1}
+MAX_JOBS=${MAX_JOBS:-10000}
+BURSAR_CONFIRM_WITHIN_S=${BURSAR_CONFIRM_WITHIN_S:-900}
+JOB_SUBMIT=${JOB_SUBMIT:-$HERE/job_submit.lua}
 T0=$(date +%s.%N)
 
-mkdir -p "$LAB"/{etc,munge,spool/ctld,spool/d,log,run,dev,out,dcgm-job-map}
-rm -rf "${LAB:?}"/spool/ctld/* "${LAB:?}"/spool/d/* "${LAB:?}"/dcgm-job-map/*   # fresh state, job ids restart at 1
+mkdir -p "$LAB"/{etc,munge,spool/ctld,spool/d,spool/d-n1,spool/d-n2,log,run,dev,out,dcgm-job-map}
+rm -rf "${LAB:?}"/spool/ctld/* "${LAB:?}"/spool/d*/* "${LAB:?}"/dcgm-job-map/*   # fresh state, job ids restart at 1
 chmod 755 "$LAB/munge"; chmod 1777 "$LAB/out"         # munged needs o+x on its socket folder
 [ -s "$LAB/munge/munge.key" ] || mungekey -c -k "$LAB/munge/munge.key"
 for i in 0 1 2 3 4 5 6 7; do                          # gres.conf File= must be character devices
   [ -c "$LAB/dev/nvidia$i" ] || { rm -f "$LAB/dev/nvidia$i"; mknod -m 666 "$LAB/dev/nvidia$i" c 195 "$i"; }
 done
 
-fill() { sed -e "s#@LAB@#$LAB#g; s#@HOST@#$HOST#g; s#@CTLD_PORT@#$SLURMCTLD_PORT#g; s#@D_PORT@#$SLURMD_PORT#g" "$1" > "$2"; }
+NODE_LINE="CPUs=64 Sockets=2 CoresPerSocket=32 ThreadsPerCore=1 RealMemory=512000 Gres=gpu:h100:8 State=UNKNOWN"
+if [ "$SLURM_NODES" = 2 ]; then
+  NODE_NAMES="n1 n2" NODE_SUFFIX=-%n GRES_NODES="n[1-2]"
+  NODES="NodeName=n1 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$SLURMD_PORT $NODE_LINE
+NodeName=n2 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$((SLURMD_PORT + 1)) $NODE_LINE
+PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName=other Nodes=n1,n2 MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName=urgent Nodes=n1,n2 MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF"
+else
+  NODE_NAMES=$HOST NODE_SUFFIX= GRES_NODES=$HOST
+  NODES="NodeName=$HOST NodeAddr=127.0.0.1 $NODE_LINE
+PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP"
+fi
+fill() {
+  sed -e "s#@LAB@#$LAB#g; s#@HOST@#$HOST#g; s#@CTLD_PORT@#$SLURMCTLD_PORT#g; s#@D_PORT@#$SLURMD_PORT#g" \
+      -e "s#@NODE_SUFFIX@#$NODE_SUFFIX#g; s#@GRES_NODES@#$GRES_NODES#g; s#@MAX_JOBS@#$MAX_JOBS#g" "$1" \
+    | awk -v nodes="$NODES" '{ if ($0 == "@NODES@") print nodes; else print }' > "$2"
+}
 fill "$HERE/slurm.conf.in" "$LAB/etc/slurm.conf"
 fill "$HERE/gres.conf.in" "$LAB/etc/gres.conf"
-cp "$HERE/job_submit.lua" "$LAB/etc/job_submit.lua"
+cp "$JOB_SUBMIT" "$LAB/etc/job_submit.lua"
+cp "$HERE/cli_filter.lua" "$LAB/etc/cli_filter.lua"
 cp "$HERE/prolog-dcgm.sh" "$HERE/epilog-dcgm.sh" "$LAB/etc/"
 # The lab's GPUs are fake (no driver, no nvidia-smi): Slurm's device numbers are taken as DCGM's indices.
 cat > "$LAB/etc/dcgm-job-map.conf" <<CONF
@@ -54,6 +82,8 @@ return {
   fail_open = $BURSAR_FAIL_OPEN,
   cluster = "lab",
   token_file = $TOKEN_FILE_LUA,
+  confirm_within_s = $BURSAR_CONFIRM_WITHIN_S,
+  node_gpus = 8,
 }
 CONF
 
@@ -61,12 +91,15 @@ export SLURM_CONF=$LAB/etc/slurm.conf
 munged -S "$LAB/munge/munge.socket.2" --key-file="$LAB/munge/munge.key" --log-file="$LAB/munge/munged.log" \
        --pid-file="$LAB/munge/munged.pid" --seed-file="$LAB/munge/munged.seed"
 for _ in $(seq 100); do munge -n -S "$LAB/munge/munge.socket.2" >/dev/null 2>&1 && break; sleep 0.1; done
-slurmctld -f "$SLURM_CONF"          # both daemonize and write their pid files under $LAB/run
-slurmd -f "$SLURM_CONF"
-for _ in $(seq 150); do
-  [ "$(sinfo -h -n "$HOST" -o %T 2>/dev/null)" = idle ] && break; sleep 0.2
-done
-if [ "$(sinfo -h -n "$HOST" -o %T 2>/dev/null)" != idle ]; then
-  echo "up.sh: the node did not become idle" >&2; tail -n 20 "$LAB"/log/slurm*.log >&2; exit 1
+slurmctld -f "$SLURM_CONF"          # every daemon daemonizes and writes its pid file under $LAB/run
+if [ "$SLURM_NODES" = 2 ]; then
+  for n in $NODE_NAMES; do slurmd -f "$SLURM_CONF" -N "$n"; done
+else
+  slurmd -f "$SLURM_CONF"
+fi
+idle() { [ "$(sinfo -h -N -n "${NODE_NAMES// /,}" -t idle -o %N 2>/dev/null | sort -u | wc -l)" = "$(echo $NODE_NAMES | wc -w)" ]; }
+for _ in $(seq 150); do idle && break; sleep 0.2; done
+if ! idle; then
+  echo "up.sh: the nodes did not become idle" >&2; tail -n 20 "$LAB"/log/slurm*.log >&2; exit 1
 fi
 echo "up.sh: cluster up in $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $T0}") s; export SLURM_CONF=$SLURM_CONF"

@@ -51,22 +51,35 @@ pub struct Common {
 
 #[derive(Debug, Clone, clap::Subcommand)]
 enum SlurmCommand {
-    /// Send job.started / job.finished for every job job_submit.lua admitted (polls squeue --json).
+    /// Report what Slurm queued, allocated and ran for every job job_submit.lua admitted, run by run
+    /// (job.queued, job.started with the GPUs allocated, job.requeued, job.finished), polling
+    /// `squeue -O` and reading a job's record only when it is new or starts a run.
     ///
     /// Example: bursar slurm watch --cluster lab --state /var/lib/bursar/slurm-watch.json
     Watch {
         #[command(flatten)]
         common: Common,
-        /// Time between two polls; keep it far below Slurm's MinJobAge.
+        /// Time between two polls, at least; a poll that takes longer than a third of it stretches it
+        /// to three times the poll. Keep it far below Slurm's MinJobAge and the hook's confirm_within_s.
         #[arg(long, default_value = "2s", value_parser = parse_duration)]
         interval: Duration,
     },
-    /// Follow the decision stream and execute reclaims (scancel) and approvals (scontrol release).
+    /// Follow the decision stream and execute reclaims (scancel of exactly the job, array task or
+    /// array named), approvals (scontrol release) and expiries (scancel of a job still held), checking
+    /// that Slurm did each.
     ///
-    /// Example: bursar slurm enforce --cluster lab --state /var/lib/bursar/slurm-enforce.json
+    /// Example: bursar slurm enforce --cluster lab --state /var/lib/bursar/slurm-enforce.json --watch-state /var/lib/bursar/slurm-watch.json
     Enforce {
         #[command(flatten)]
         common: Common,
+        /// The watcher's state file, read (never written) to find a job's Slurm id without listing the
+        /// whole queue; without it every action lists the queue as JSON.
+        #[arg(long, value_name = "FILE")]
+        watch_state: Option<PathBuf>,
+        /// How long to wait for Slurm to show an action done (a cancelled job out of RUNNING, a
+        /// released job out of its hold) before the try counts as refused.
+        #[arg(long, default_value = "15s", value_parser = parse_duration)]
+        verify_within: Duration,
         /// With no state file yet, start after this decision seq (0: the whole stream).
         #[arg(long, default_value_t = 0)]
         start_after: u64,
@@ -125,19 +138,26 @@ pub fn run(args: &SlurmArgs) -> Result<ExitCode, CliError> {
             let r = bursar_slurm::watch::run(&cfg, common.once).map_err(fail)?;
             if common.once {
                 eprintln!(
-                    "slurm watch: {} jobs listed, {} events sent ({} already known)",
-                    r.listed, r.sent, r.duplicates
+                    "slurm watch: {} jobs listed, {} events sent ({} already known), {} records read{}, {} ms",
+                    r.listed,
+                    r.sent,
+                    r.duplicates,
+                    r.scontrol_calls,
+                    if r.dumped { " and the queue as JSON" } else { "" },
+                    r.took_ms
                 );
             }
             Ok(ExitCode::Ok)
         }
-        SlurmCommand::Enforce { common, start_after, max_attempts, retry_delay } => {
+        SlurmCommand::Enforce { common, watch_state, verify_within, start_after, max_attempts, retry_delay } => {
             init_logging(common.log_level);
             let cfg = EnforceConfig {
                 server: common.server()?,
                 slurm: common.slurm(),
                 cluster: common.cluster.clone(),
                 state: common.state.clone(),
+                watch_state: watch_state.clone(),
+                verify_within: std_duration(*verify_within),
                 start_after: *start_after,
                 max_attempts: *max_attempts,
                 retry_delay: std_duration(*retry_delay),

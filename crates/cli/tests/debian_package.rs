@@ -546,6 +546,7 @@ fn check_contents(deb: &str, work: &Path) {
     assert!(!list.contains("./etc/bursar/policies/"), "the package ships files into the site's policy folder:\n{list}");
     has("/etc/default/bursar-slurm", "-rw-r--r--");
     has("/usr/share/bursar/slurm/job_submit.lua", "-rw-r--r--");
+    has("/usr/share/bursar/slurm/cli_filter.lua", "-rw-r--r--");
     has("/usr/share/bursar/slurm/prolog-dcgm.sh", "-rwxr-xr-x");
     has("/usr/share/bursar/slurm/epilog-dcgm.sh", "-rwxr-xr-x");
     has("/usr/share/bursar/prometheus/bursar-alerts.yml", "-rw-r--r--");

@@ -2,26 +2,32 @@
 //!
 //! It follows `GET /v1/decisions?after=CURSOR` and, for each decision that asks something of Slurm:
 //!
-//! | decision                                   | action                                         |
-//! |--------------------------------------------|------------------------------------------------|
-//! | `reclaim`                                  | `scancel` the job                              |
-//! | `allow` resolving a held job (approval)    | clear `bursar_hold=1`, `scontrol release`      |
-//! | `deny` resolving a held job (rejection,    | `scancel` the job                              |
-//! | expiry)                                    |                                                |
+//! | decision | action |
+//! |---|---|
+//! | `reclaim` of a job, array task or array | `scancel` exactly it: `17`, `5_3`, or `5` for the whole array (a heterogeneous component: the whole heterogeneous job, which Slurm cancels as one) |
+//! | `allow` resolving a held job (approval) | clear `bursar_hold=1`, `scontrol release` |
+//! | `deny` resolving a held job (rejection, expiry) | `scancel` it, **if it is still held by bursar**: a job someone released meanwhile is left running |
 //!
 //! Admission decisions made at submission (event id `sub-<job id>`, written by `job_submit.lua`) were
-//! already applied by the hook; `alert`, `defer`, `require_approval` and dry-run decisions ask nothing of
-//! Slurm (alerts are logged). Each action starts by looking the job up (by bursar's id in its
-//! AdminComment): a job that already ended is not touched, which makes every action idempotent.
+//! already applied by the hook; `alert`, `defer`, `require_approval` and dry-run decisions ask nothing
+//! of Slurm (alerts are logged).
+//!
+//! **Finding the job** without listing the queue: the watcher's state file (read, never written)
+//! maps bursar's id to Slurm's; only a job the watcher has not seen yet is looked up in
+//! `squeue --json` (the whole queue). **Acting** starts from the job's current rows (`squeue -j`): a
+//! job that already ended is not touched, which makes every action idempotent. **Checking**: 22.05's
+//! `scancel` exits 0 for a job it did not cancel (an unknown id, a task named by the wrong id), so
+//! after each command the enforcer reads the job again until Slurm shows it done (cancelled, or no
+//! longer held) and records `action.failed`, whatever the exit status, when it does not.
 //!
 //! Every action is recorded in the audit log (an `enforce-<decision id>` action record, see
-//! [`bursar_agent::record::Record`]): `action.executed` when done or when nothing needed doing (and why),
-//! `action.failed` after `max_attempts` tries, with Slurm's error. The cursor advances only after the record was accepted, so
-//! after a crash the agent redoes at most the decisions whose record was not yet durable; serve drops a
-//! record it already has (same id).
+//! [`bursar_agent::record::Record`]): `action.executed` when done or when nothing needed doing (and
+//! why), `action.failed` after `max_attempts` tries, with what Slurm said and showed. The cursor
+//! advances only after the record was accepted, so after a crash the agent redoes at most the
+//! decisions whose record was not yet durable; serve drops a record it already has (same id).
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bursar_agent::follow::{self, Executor, FollowConfig, FollowReport};
 use bursar_agent::record::{Outcome, Record, Seen};
@@ -29,16 +35,30 @@ use bursar_agent::server::Server;
 use bursar_model::api::Sequenced;
 use bursar_model::{Decision, DecisionKind};
 
-use crate::Result;
-use crate::slurm::{Phase, Slurm, SlurmJob};
+use crate::detail::Markers;
+use crate::queue::{Key, Phase, Row};
+use crate::slurm::{Ask as Read, Slurm};
+use crate::state::{self, Kind};
+use crate::{Error, Result};
 
 /// What a decision asks of Slurm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ask {
-    /// Cancel the job.
+    /// Cancel the job (a reclaim).
     Cancel,
+    /// Cancel the job if it still waits for bursar's approval (a rejection or an expiry).
+    CancelHeld,
     /// Release a job held for approval.
     Release,
+}
+
+impl Ask {
+    fn action(self) -> &'static str {
+        match self {
+            Ask::Cancel | Ask::CancelHeld => "scancel",
+            Ask::Release => "scontrol release",
+        }
+    }
 }
 
 /// What `decision` asks of Slurm, if anything. Pure.
@@ -47,29 +67,76 @@ pub fn ask(decision: &Decision) -> Option<Ask> {
     if decision.dry_run {
         return None;
     }
-    let at_submission = decision.event_id.strip_prefix("sub-") == Some(job);
+    // The hook's event id is `sub-<job>`; serve keeps a principal's ids under its name
+    // (`slurmctld:sub-<job>`).
+    let sub = format!("sub-{job}");
+    let at_submission =
+        decision.event_id == sub || decision.event_id.strip_suffix(&sub).is_some_and(|p| p.ends_with(':'));
     match decision.decision {
         DecisionKind::Reclaim => Some(Ask::Cancel),
         DecisionKind::Allow if decision.admission && !at_submission => Some(Ask::Release),
-        DecisionKind::Deny if decision.admission && !at_submission => Some(Ask::Cancel),
+        DecisionKind::Deny if decision.admission && !at_submission => Some(Ask::CancelHeld),
         _ => None,
     }
 }
 
-/// The action to take on `job` (as Slurm lists it now, or `None` if it does not) for `ask`: `Ok` to act,
-/// `Err` with the reason nothing needs doing. Pure.
-pub fn action(ask: Ask, job: Option<&SlurmJob>) -> Result<(), String> {
-    let Some(job) = job else {
-        return Err(
-            "Slurm lists no job for it (ended more than MinJobAge ago, or never submitted through job_submit.lua)"
-                .into(),
-        );
-    };
-    match (ask, job.phase()) {
-        (_, Phase::Ended { .. }) => Err(format!("Slurm job {} already ended ({})", job.job_id, job.job_state)),
-        (Ask::Cancel, _) => Ok(()),
-        (Ask::Release, _) if job.held_by_bursar() => Ok(()),
-        (Ask::Release, _) => Err(format!("Slurm job {} is not held by bursar ({})", job.job_id, job.job_state)),
+/// Where bursar's job is in Slurm.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// What the decision names: a job, an array task, a whole array.
+    pub key: Key,
+    /// The JobID of its record (for `scontrol`).
+    pub slurm_id: u64,
+    /// What `scancel` takes: the key, or a heterogeneous job's leader.
+    pub scancel: String,
+}
+
+impl Target {
+    fn new(key: Key, slurm_id: u64, het_leader: Option<u64>) -> Target {
+        let scancel = het_leader.map_or_else(|| key.scancel_target(), |l| l.to_string());
+        Target { key, slurm_id, scancel }
+    }
+}
+
+/// Is every row of a target over (or gone)? Pure.
+fn over(rows: &[Row]) -> bool {
+    rows.iter().all(|r| match r.phase() {
+        Phase::Ended(_) => true,
+        // Cancelled and winding down (epilog): no longer running.
+        Phase::Running => r.state.starts_with("COMPLETING"),
+        Phase::Pending => false,
+    })
+}
+
+fn states(rows: &[Row]) -> String {
+    let mut s: Vec<&str> = rows.iter().map(|r| r.state.as_str()).collect();
+    s.dedup();
+    if s.is_empty() { "gone".into() } else { s.join("/") }
+}
+
+/// The action to take on the target's current rows (`markers` from its record, for the hold): `Ok`
+/// to act, `Err` with the reason nothing needs doing. Pure.
+pub fn action(ask: Ask, target: &Target, rows: &[Row], markers: Option<&Markers>) -> Result<(), String> {
+    if rows.is_empty() {
+        return Err(format!(
+            "Slurm lists no job {} (ended more than MinJobAge ago, or never created)",
+            target.key.scancel_target()
+        ));
+    }
+    if rows.iter().all(|r| matches!(r.phase(), Phase::Ended(_))) {
+        return Err(format!("Slurm job {} already ended ({})", target.key.scancel_target(), states(rows)));
+    }
+    let held = markers.is_some_and(|m| m.hold) && rows.iter().all(|r| r.phase() == Phase::Pending);
+    match ask {
+        Ask::Cancel => Ok(()),
+        Ask::CancelHeld | Ask::Release if held => Ok(()),
+        Ask::CancelHeld | Ask::Release => {
+            let who = markers
+                .and_then(|m| m.released_by.as_deref())
+                .map(|w| format!("; {w} released it outside bursar"))
+                .unwrap_or_default();
+            Err(format!("Slurm job {} is not held by bursar ({}){who}", target.key.scancel_target(), states(rows)))
+        }
     }
 }
 
@@ -84,47 +151,175 @@ pub struct EnforceConfig {
     pub cluster: String,
     /// The state file (the cursor).
     pub state: PathBuf,
+    /// The watcher's state file, read to find Slurm's id of a bursar job.
+    pub watch_state: Option<PathBuf>,
     /// Cursor to start from when there is no state file yet.
     pub start_after: u64,
     /// Tries of a failing Slurm command before the failure is recorded.
     pub max_attempts: u32,
     /// Wait after the first failed try (doubles each time).
     pub retry_delay: Duration,
+    /// How long to wait for Slurm to show an action done.
+    pub verify_within: Duration,
 }
 
-/// Carries out `ask` for job `job_id`, retrying failed Slurm commands; returns the record to log.
-pub fn execute(cfg: &EnforceConfig, seen: &Seen, ask: Ask, job_id: &str) -> Record {
-    let action_name = match ask {
-        Ask::Cancel => "scancel",
-        Ask::Release => "scontrol release",
+/// Finds bursar job `bursar_id` in Slurm: in the watcher's state, else in the whole queue.
+pub fn resolve(cfg: &EnforceConfig, bursar_id: &str) -> Result<Option<Target>> {
+    if let Some(path) = &cfg.watch_state {
+        // A decision can reach the enforcer a moment before the watcher has saved the poll that caused
+        // it: look again briefly before listing the whole queue.
+        for wait in [0, 300, 600] {
+            std::thread::sleep(Duration::from_millis(wait));
+            match state::load(path) {
+                Ok(st) => {
+                    if let Some((key, m)) = st.find(bursar_id) {
+                        let het = m.het.map(|(leader, _)| leader).filter(|_| m.kind == Kind::Job);
+                        return Ok(Some(Target::new(key, m.slurm_id, het)));
+                    }
+                }
+                // Unreadable (permissions, a newer version): the queue still answers, at its cost.
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the watcher's state");
+                    break;
+                }
+            }
+        }
+    }
+    tracing::info!(job = bursar_id, "not in the watcher's state: looking it up in squeue --json");
+    let jobs = cfg.slurm.dump()?;
+    let (parent, task) = match bursar_id.rsplit_once('_') {
+        Some((p, t)) => (p, t.parse::<u32>().ok()),
+        None => (bursar_id, None),
     };
-    let mut record = Record::new(seen, job_id, action_name);
+    for j in &jobs {
+        let d = j.details();
+        let Some(id) = d.markers.bursar_id() else { continue };
+        let het = (j.het_job_id != 0).then_some(j.het_job_id);
+        if id == bursar_id {
+            let key = if j.array_job_id != 0 { Key::Array(j.array_job_id) } else { Key::Job(j.job_id) };
+            let slurm_id = if j.array_job_id != 0 { j.array_job_id } else { j.job_id };
+            return Ok(Some(Target::new(key, slurm_id, het)));
+        }
+        if let Some(t) = task
+            && id == parent
+            && j.array_job_id != 0
+            && j.array_task_id == Some(t)
+        {
+            return Ok(Some(Target::new(Key::Task(j.array_job_id, t), j.job_id, None)));
+        }
+    }
+    Ok(None)
+}
+
+/// The markers of the target's record, when the action depends on its hold.
+fn markers_of(cfg: &EnforceConfig, ask: Ask, target: &Target, rows: &[Row]) -> Result<Option<Markers>> {
+    if ask == Ask::Cancel || rows.is_empty() {
+        return Ok(None);
+    }
+    let read = cfg.slurm.details(&[Read::for_row(rows, target.slurm_id)], rows.len())?;
+    Ok(read.jobs.get(&target.slurm_id).map(|d| d.markers.clone()))
+}
+
+/// Waits until `done` holds for the target's rows, or `within` passed; returns the last rows.
+fn settle(cfg: &EnforceConfig, target: &Target, done: impl Fn(&[Row]) -> bool) -> Result<(bool, Vec<Row>)> {
+    let t0 = Instant::now();
+    loop {
+        let rows = cfg.slurm.rows_of(&target.key.scancel_target())?;
+        if done(&rows) {
+            return Ok((true, rows));
+        }
+        if t0.elapsed() >= cfg.verify_within {
+            return Ok((false, rows));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// One try: look, act, check. `Ok` with the outcome; `Err` for a try to repeat.
+fn attempt(cfg: &EnforceConfig, record: &mut Record, ask: Ask, job_id: &str) -> Result<(Outcome, String)> {
+    let Some(target) = resolve(cfg, job_id)? else {
+        return Ok((
+            Outcome::Skipped,
+            "nothing to do: Slurm lists no job with this bursar id (ended more than MinJobAge ago, or never created)"
+                .into(),
+        ));
+    };
+    record.set_field("slurm_job_id", target.slurm_id.to_string());
+    record.set_field("slurm_target", &target.scancel);
+    let rows = cfg.slurm.rows_of(&target.key.scancel_target())?;
+    let markers = markers_of(cfg, ask, &target, &rows)?;
+    if let Err(why) = action(ask, &target, &rows, markers.as_ref()) {
+        return Ok((Outcome::Skipped, format!("nothing to do: {why}")));
+    }
+    let before = states(&rows);
+    match ask {
+        Ask::Cancel | Ask::CancelHeld => {
+            let out = cfg.slurm.cancel(&target.scancel)?;
+            let (done, after) = settle(cfg, &target, over)?;
+            if done {
+                let whole = if target.scancel != target.key.scancel_target() {
+                    format!(" (with the rest of heterogeneous job {})", target.scancel)
+                } else {
+                    String::new()
+                };
+                Ok((
+                    Outcome::Done,
+                    format!(
+                        "cancelled Slurm job {}{whole} ({before} before, {} after)",
+                        target.key.scancel_target(),
+                        states(&after)
+                    ),
+                ))
+            } else {
+                let said = if out.stderr.is_empty() { String::new() } else { format!(": {}", out.stderr) };
+                Err(Error::Refused(format!(
+                    "scancel {} exited {}{said}, but Slurm job {} is still {} after {} s",
+                    target.scancel,
+                    if out.success { "0" } else { "non-zero" },
+                    target.key.scancel_target(),
+                    states(&after),
+                    cfg.verify_within.as_secs()
+                )))
+            }
+        }
+        Ask::Release => {
+            let admin = cfg
+                .slurm
+                .details(&[Read::for_row(&rows, target.slurm_id)], rows.len())?
+                .jobs
+                .get(&target.slurm_id)
+                .map(|d| d.admin_comment.clone())
+                .unwrap_or_default();
+            cfg.slurm.release(target.slurm_id, &admin)?;
+            let released =
+                |rows: &[Row]| rows.iter().all(|r| !(r.phase() == Phase::Pending && r.reason.starts_with("JobHeld")));
+            let (done, after) = settle(cfg, &target, released)?;
+            if done {
+                Ok((
+                    Outcome::Done,
+                    format!(
+                        "released Slurm job {} ({before} before, {} after)",
+                        target.key.scancel_target(),
+                        states(&after)
+                    ),
+                ))
+            } else {
+                Err(Error::Refused(format!("scontrol release {} left it held ({})", target.slurm_id, states(&after))))
+            }
+        }
+    }
+}
+
+/// Carries out `ask` for job `job_id`, retrying failed Slurm commands and refusals; returns the
+/// record to log.
+pub fn execute(cfg: &EnforceConfig, seen: &Seen, ask: Ask, job_id: &str) -> Record {
+    let mut record = Record::new(seen, job_id, ask.action());
     record.set_field("slurm_cluster", &cfg.cluster);
     let mut delay = cfg.retry_delay;
     let max = cfg.max_attempts.max(1);
     loop {
         record.attempts += 1;
-        let step = cfg.slurm.find(job_id).and_then(|job| {
-            if let Some(j) = &job {
-                record.set_field("slurm_job_id", j.job_id.to_string());
-            }
-            match (action(ask, job.as_ref()), job) {
-                (Err(why), _) => Ok((Outcome::Skipped, format!("nothing to do: {why}"))),
-                (Ok(()), Some(job)) => {
-                    match ask {
-                        Ask::Cancel => cfg.slurm.cancel(job.job_id)?,
-                        Ask::Release => cfg.slurm.release(&job)?,
-                    }
-                    let what = match ask {
-                        Ask::Cancel => "cancelled",
-                        Ask::Release => "released",
-                    };
-                    Ok((Outcome::Done, format!("{what} Slurm job {} ({} before)", job.job_id, job.job_state)))
-                }
-                (Ok(()), None) => Ok((Outcome::Skipped, "nothing to do: the job is gone".into())),
-            }
-        });
-        match step {
+        match attempt(cfg, &mut record, ask, job_id) {
             Ok((outcome, detail)) => {
                 record.outcome = outcome;
                 record.detail = detail;
@@ -172,10 +367,10 @@ pub fn run(cfg: &EnforceConfig, once: bool) -> Result<FollowReport> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::slurm::parse_squeue;
+    use crate::queue::parse_rows;
     use bursar_model::Timestamp;
 
-    const REAL: &str = include_str!("../tests/data/squeue-22.05.json");
+    const ROWS: &str = include_str!("../tests/data/squeue-O-22.05.txt");
 
     fn d(decision: &str, event_id: &str, admission: bool) -> Decision {
         Decision {
@@ -201,10 +396,15 @@ mod tests {
     fn which_decisions_ask_something_of_slurm() {
         assert_eq!(ask(&d("reclaim", "tick-1", false)), Some(Ask::Cancel));
         assert_eq!(ask(&d("allow", "e-approve", true)), Some(Ask::Release));
-        assert_eq!(ask(&d("deny", "e-reject", true)), Some(Ask::Cancel));
+        assert_eq!(ask(&d("deny", "e-reject", true)), Some(Ask::CancelHeld));
         // Applied by job_submit.lua already.
         assert_eq!(ask(&d("allow", "sub-lab-1", true)), None);
         assert_eq!(ask(&d("deny", "sub-lab-1", true)), None);
+        // Regression: with principals serve keeps the hook's ids under its name; such an admission was
+        // taken for an approval and cost a lookup of the whole queue per submission.
+        assert_eq!(ask(&d("allow", "slurmctld:sub-lab-1", true)), None);
+        assert_eq!(ask(&d("deny", "slurmctld:sub-lab-1", true)), None);
+        assert_eq!(ask(&d("allow", "bob:cli-approve-sub-lab-1", true)), Some(Ask::Release));
         for k in ["alert", "defer", "require_approval"] {
             assert_eq!(ask(&d(k, "e", false)), None, "{k}");
         }
@@ -216,18 +416,40 @@ mod tests {
         assert_eq!(ask(&no_job), None);
     }
 
+    fn rows_of(all: &[Row], pred: impl Fn(&Row) -> bool) -> Vec<Row> {
+        all.iter().filter(|r| pred(r)).cloned().collect()
+    }
+
     #[test]
-    fn actions_are_idempotent_on_the_job_state() {
-        let jobs = parse_squeue(REAL).unwrap();
-        let by = |id: u64| jobs.iter().find(|j| j.job_id == id);
-        let done = action(Ask::Cancel, by(1)).unwrap_err();
-        assert!(done.contains("already ended (COMPLETED)"), "{done}");
-        assert!(action(Ask::Cancel, None).unwrap_err().contains("MinJobAge"));
-        // Job 3 is pending for its begin time: cancellable, but not held by bursar.
-        assert!(action(Ask::Cancel, by(3)).is_ok());
-        assert!(action(Ask::Release, by(3)).unwrap_err().contains("not held"));
-        let mut held = by(4).cloned().unwrap();
-        held.job_state = "PENDING".into();
-        assert!(action(Ask::Release, Some(&held)).is_ok());
+    fn actions_depend_on_what_slurm_shows_now() {
+        let all = parse_rows(ROWS).unwrap();
+        let job = |id: u64| Target::new(Key::Job(id), id, None);
+        // Ended (FAILED): nothing to cancel.
+        let failed = rows_of(&all, |r| r.job_id == 40);
+        assert!(action(Ask::Cancel, &job(40), &failed, None).unwrap_err().contains("already ended (FAILED)"));
+        assert!(action(Ask::Cancel, &job(40), &[], None).unwrap_err().contains("MinJobAge"));
+        // Running: cancelled on reclaim; not "held", so an expiry leaves it alone.
+        let running = rows_of(&all, |r| r.job_id == 42);
+        assert!(action(Ask::Cancel, &job(42), &running, None).is_ok());
+        let released = Markers { job: Some("lab-1".into()), released_by: Some("root".into()), ..Markers::default() };
+        let why = action(Ask::CancelHeld, &job(42), &running, Some(&released)).unwrap_err();
+        assert!(why.contains("not held by bursar (RUNNING); root released it outside bursar"), "{why}");
+        // Held for approval: released on approval, cancelled on expiry.
+        let held_rows = rows_of(&all, |r| r.job_id == 38);
+        let held = Markers { job: Some("lab-1".into()), hold: true, ..Markers::default() };
+        assert!(action(Ask::Release, &job(38), &held_rows, Some(&held)).is_ok());
+        assert!(action(Ask::CancelHeld, &job(38), &held_rows, Some(&held)).is_ok());
+        assert!(
+            action(Ask::Release, &job(38), &held_rows, Some(&Markers::default())).unwrap_err().contains("not held")
+        );
+        // A whole array: over only when every record is.
+        let array = rows_of(&all, |r| r.array_job_id == Some(46));
+        let whole = Target::new(Key::Array(46), 46, None);
+        assert_eq!(whole.scancel, "46");
+        assert!(action(Ask::Cancel, &whole, &array, None).is_ok());
+        assert!(!over(&array));
+        // A heterogeneous component is cancelled through its leader.
+        assert_eq!(Target::new(Key::Job(52), 52, Some(51)).scancel, "51");
+        assert_eq!(Target::new(Key::Task(46, 1), 48, None).scancel, "46_1");
     }
 }

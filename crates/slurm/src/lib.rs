@@ -1,33 +1,42 @@
 //! bursar's Slurm agents: the two long-lived processes that sit beside `slurmctld` and `bursar serve`
-//! and make bursar's decisions real on a Slurm cluster (the third piece, admission, is
-//! `integrations/slurm/job_submit.lua`, which runs inside slurmctld).
+//! and make bursar's decisions real on a Slurm cluster (the other pieces run inside Slurm:
+//! `integrations/slurm/job_submit.lua` asks for every admission inside slurmctld, and
+//! `integrations/slurm/cli_filter.lua` marks `--test-only` submissions inside sbatch/srun/salloc).
 //!
-//! - **watch** ([`watch`]): polls `squeue --json --states=all` and sends `job.started` and
-//!   `job.finished` for every job that `job_submit.lua` admitted, carrying both bursar's job id (read
-//!   from the job's AdminComment `bursar_job=…`) and Slurm's job id (`slurm_job_id`), so the audit log
-//!   links the two.
+//! - **watch** ([`watch`]): polls the queue cheaply (`squeue -O`, a few fields a job) and reports
+//!   what Slurm queued, allocated and ran, run by run: `job.queued` for every admitted job it first
+//!   sees, `job.started` with the GPUs Slurm allocated (read from the job's record when a run
+//!   starts), `job.requeued` when a run ends and the job waits again, `job.finished` only for
+//!   Slurm's final states; array tasks as children of their array. Each event carries bursar's job
+//!   id (read once from the AdminComment `bursar_job=…`) and Slurm's (`slurm_job_id`).
 //! - **enforce** ([`enforce`]): follows `GET /v1/decisions` from a persisted cursor and executes what a
-//!   decision asks of Slurm: `scancel` on reclaim (and on a deny that resolves a held job), `scontrol
-//!   release` on the approval of a held job. Every action, done or failed, is recorded in the audit log
-//!   as an event sent to serve ([`bursar_agent::record::Record`]).
+//!   decision asks of Slurm: `scancel` on reclaim (exactly the job, array task or whole array named),
+//!   `scancel` of a job still held for approval on a rejection or expiry, `scontrol release` on an
+//!   approval; it checks afterwards that Slurm did it. Every action, done or failed, is recorded in
+//!   the audit log as an event sent to serve ([`bursar_agent::record::Record`]).
 //!
-//! Both are restart-safe by construction: their event ids are derived from Slurm's job id or bursar's
-//! decision id, so a resend after a crash is dropped by serve's dedupe, and each action first looks at
-//! the job's current state, so repeating it does nothing twice.
+//! Both are restart-safe by construction: their event ids are derived from Slurm's ids (and run) or
+//! bursar's decision id, so a resend after a crash is dropped by serve's dedupe, and each action first
+//! looks at the job's current state, so repeating it does nothing twice.
 //!
 //! Boundaries: no policy semantics (serve decides), no HTTP server; Slurm is reached only through its
-//! commands (`squeue`, `scancel`, `scontrol`), which [`slurm::Slurm`] runs. What every scheduler's
+//! commands (`squeue`, `scontrol`, `scancel`), which [`slurm::Slurm`] runs. What every scheduler's
 //! agent shares (talking to serve, state files, action records, the decision follower) is
 //! `bursar-agent`'s.
 //!
 //! Layout:
-//! - [`slurm`]: the Slurm commands and the parser of `squeue --json`.
-//! - [`events`]: the v1 events the agents send.
-//! - [`state`]: what the watcher remembers between polls (a `bursar-agent` state file).
+//! - [`queue`]: the rows of a poll (`squeue -O`) and what each row is (job, array task, array).
+//! - [`detail`]: a job's record (`scontrol show job -d -o`, or `squeue --json`): bursar's markers and
+//!   the GPUs allocated; what user text could forge is never taken from the text form.
+//! - [`slurm`]: running the commands, and choosing between per-job reads and one JSON dump.
+//! - [`events`]: the v1 events the watcher sends.
+//! - [`state`]: what the watcher remembers between polls (a `bursar-agent` state file, versioned).
 //! - [`watch`], [`enforce`]: the two agents.
 
+pub mod detail;
 pub mod enforce;
 pub mod events;
+pub mod queue;
 pub mod slurm;
 pub mod state;
 pub mod watch;
@@ -43,11 +52,19 @@ pub enum Error {
         /// Its error output or the reason it could not start.
         message: String,
     },
+    /// `squeue -O` printed a line that is not one of the rows asked for.
+    #[error(
+        "cannot read the output of `squeue -O`: {0}\n  help: the watcher needs Slurm 21.08 or later; run `squeue -h --states=all -O \"JobID:|,State:|\"` to see what it prints"
+    )]
+    Queue(String),
     /// `squeue --json` printed something that is not its JSON.
     #[error(
         "cannot read the output of `squeue --json`: {0}\n  help: this needs Slurm 21.08 or later built with its JSON (openapi) plugins"
     )]
     Squeue(String),
+    /// Slurm did not do what a command asked (22.05's `scancel` exits 0 even then).
+    #[error("Slurm refused: {0}")]
+    Refused(String),
     /// serve or a state file (the parts every agent shares).
     #[error(transparent)]
     Agent(#[from] bursar_agent::Error),

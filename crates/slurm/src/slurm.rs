@@ -1,147 +1,30 @@
-//! The Slurm side: running `squeue`, `scancel` and `scontrol`, and reading `squeue --json`.
+//! The Slurm commands the agents run, and what each costs.
 //!
-//! Jobs are read with `squeue --json --states=all`, which lists pending, running and recently ended
-//! jobs (ended ones for `MinJobAge` seconds) with every field, including the AdminComment where
-//! `job_submit.lua` stores bursar's job id. JSON rather than a `--format` string because job names and
-//! comments are user text that may contain any delimiter, and `squeue --Format` has no AdminComment.
+//! | call | command | when |
+//! |---|---|---|
+//! | [`Slurm::queue`] | `squeue -h --states=all -O <16 fields>` | every watcher poll: ~25 bytes a job |
+//! | [`Slurm::details`] | `scontrol show job -d -o ID` per job | a job first seen; a run starting (GPUs) |
+//! | [`Slurm::dump`] | `squeue --json --states=all` | more jobs new at once than [`bulk_threshold`]; a reading user text made ambiguous; the enforcer's last resort |
+//! | [`Slurm::rows_of`] | `squeue -h --states=all -j ID -O …` | the enforcer: one job's state before and after it acts |
+//! | [`Slurm::cancel`], [`Slurm::release`] | `scancel`, `scontrol update` + `scontrol release` | the enforcer |
+//!
+//! Every command runs with `SLURM_TIME_FORMAT=%s`, so times are Unix seconds whatever the locale or
+//! time zone of the host.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
-use serde::Deserialize;
-
+use crate::detail::{self, Ambiguous, Details};
+use crate::queue::{self, Row};
 use crate::{Error, Result};
 
-/// The marker `job_submit.lua` writes into the AdminComment: `bursar_job=<id>`.
-pub const JOB_MARKER: &str = "bursar_job=";
-
-/// The marker of a job held for approval: `bursar_hold=1`.
-pub const HOLD_MARKER: &str = "bursar_hold=1";
-
-/// One job as `squeue --json` reports it (the fields the agents use).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct SlurmJob {
-    /// Slurm's job id.
-    pub job_id: u64,
-    /// `PENDING`, `RUNNING`, `COMPLETED`, `FAILED`, `CANCELLED`, `TIMEOUT`, …
-    pub job_state: String,
-    /// Why it is in that state (`JobHeldUser`, `BeginTime`, `None`, …).
-    #[serde(default)]
-    pub state_reason: String,
-    /// Written by administrators and `job_submit.lua`.
-    #[serde(default)]
-    pub admin_comment: String,
-    /// Start (or expected start) time, Unix seconds; 0 when unknown.
-    #[serde(default)]
-    pub start_time: i64,
-    /// End (or expected end) time, Unix seconds; 0 when unknown.
-    #[serde(default)]
-    pub end_time: i64,
-    /// Raw wait status (exit code × 256, or a signal).
-    #[serde(default)]
-    pub exit_code: i64,
-    /// The node the batch script runs on; empty until the job was allocated.
-    #[serde(default)]
-    pub batch_host: String,
-    /// The owner.
-    #[serde(default)]
-    pub user_name: String,
-}
-
-/// Where a job is in its life, as far as bursar cares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// Waiting (held, waiting for its begin time or for resources).
-    Pending,
-    /// Holding its allocation (running, suspended, completing).
-    Running,
-    /// Ended; `ran` says whether it was ever allocated.
-    Ended {
-        /// How it ended.
-        status: EndStatus,
-        /// Whether it ever ran (a job cancelled while pending did not).
-        ran: bool,
-    },
-}
-
-/// How a job ended, in the words of `job.finished`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EndStatus {
-    /// Exit code 0.
-    Succeeded,
-    /// Non-zero exit, time limit, node failure, out of memory, …
-    Failed,
-    /// Cancelled or preempted.
-    Cancelled,
-}
-
-impl EndStatus {
-    /// The `status` of `job.finished`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EndStatus::Succeeded => "succeeded",
-            EndStatus::Failed => "failed",
-            EndStatus::Cancelled => "cancelled",
-        }
-    }
-}
-
-impl SlurmJob {
-    /// bursar's job id, from the AdminComment; `None` for a job bursar did not admit.
-    pub fn bursar_id(&self) -> Option<&str> {
-        let start = self.admin_comment.find(JOB_MARKER)? + JOB_MARKER.len();
-        let rest = &self.admin_comment[start..];
-        let id = rest.split(|c: char| c.is_whitespace() || c == ';' || c == ',').next().unwrap_or("");
-        (!id.is_empty()).then_some(id)
-    }
-
-    /// Whether `job_submit.lua` holds this job for approval (and it was not released since).
-    pub fn held_by_bursar(&self) -> bool {
-        self.job_state == "PENDING" && self.admin_comment.split_whitespace().any(|w| w == HOLD_MARKER)
-    }
-
-    /// The AdminComment without the hold marker (what `enforce` writes back when it releases the job).
-    pub fn admin_comment_released(&self) -> String {
-        self.admin_comment.split_whitespace().filter(|w| *w != HOLD_MARKER).collect::<Vec<_>>().join(" ")
-    }
-
-    /// Where the job is in its life.
-    pub fn phase(&self) -> Phase {
-        let ran = !self.batch_host.is_empty();
-        let ended = |status| Phase::Ended { status, ran };
-        match self.job_state.as_str() {
-            "PENDING" | "REQUEUED" | "REQUEUE_HOLD" | "REQUEUE_FED" | "RESV_DEL_HOLD" => Phase::Pending,
-            "RUNNING" | "SUSPENDED" | "COMPLETING" | "CONFIGURING" | "STAGE_OUT" | "SIGNALING" | "RESIZING" => {
-                Phase::Running
-            }
-            "COMPLETED" if self.exit_code == 0 => ended(EndStatus::Succeeded),
-            "CANCELLED" | "PREEMPTED" => ended(EndStatus::Cancelled),
-            // COMPLETED with a non-zero code, FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL,
-            // DEADLINE, and any state a later Slurm adds: ended, and not a success.
-            _ => ended(EndStatus::Failed),
-        }
-    }
-}
-
-/// Parses the output of `squeue --json`.
-pub fn parse_squeue(json: &str) -> Result<Vec<SlurmJob>> {
-    #[derive(Deserialize)]
-    struct Out {
-        jobs: Vec<serde_json::Value>,
-        #[serde(default)]
-        errors: Vec<serde_json::Value>,
-    }
-    let out: Out = serde_json::from_str(json).map_err(|e| Error::Squeue(e.to_string()))?;
-    if let Some(e) = out.errors.first() {
-        return Err(Error::Squeue(format!("squeue reported an error: {e}")));
-    }
-    let mut jobs = Vec::with_capacity(out.jobs.len());
-    for j in out.jobs {
-        // A job whose fields do not parse is reported rather than silently dropped: losing a job
-        // would lose its start or end event.
-        let job: SlurmJob = serde_json::from_value(j).map_err(|e| Error::Squeue(format!("a job entry: {e}")))?;
-        jobs.push(job);
-    }
-    Ok(jobs)
+/// How many records are cheaper to read with one `squeue --json` of a queue of `queued` jobs than
+/// with one `scontrol show job` each: on the lab a dump costs about 0.1 ms a job (1.05 s at 10,000,
+/// 1.87 s at 20,000) and a record about 3.5 ms whatever the queue (20 in 0.06–0.07 s;
+/// docs/perf/slurm.md, `integrations/slurm/bench-queue.sh`), so the break-even is about one record per
+/// 35 jobs queued; never under 50.
+pub fn bulk_threshold(queued: usize) -> usize {
+    (queued / 35).max(50)
 }
 
 /// The Slurm commands the agents run (paths configurable, for sites that install Slurm elsewhere).
@@ -161,43 +44,167 @@ impl Default for Slurm {
     }
 }
 
-fn run(program: &str, args: &[&str]) -> Result<String> {
-    let command = format!("{program} {}", args.join(" "));
+/// What a command printed and how it exited.
+#[derive(Debug, Clone)]
+pub struct Output {
+    /// Its standard output.
+    pub stdout: String,
+    /// Its standard error, trimmed.
+    pub stderr: String,
+    /// Whether it exited 0.
+    pub success: bool,
+}
+
+fn run_raw(program: &str, args: &[&str]) -> Result<Output> {
     let out = Command::new(program)
         .args(args)
+        .env("SLURM_TIME_FORMAT", "%s")
         .output()
-        .map_err(|e| Error::Command { command: command.clone(), message: e.to_string() })?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        .map_err(|e| Error::Command { command: format!("{program} {}", args.join(" ")), message: e.to_string() })?;
+    Ok(Output {
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        success: out.status.success(),
+    })
+}
+
+fn run(program: &str, args: &[&str]) -> Result<String> {
+    let out = run_raw(program, args)?;
+    if out.success {
+        Ok(out.stdout)
     } else {
-        let err = String::from_utf8_lossy(&out.stderr).trim().to_owned();
-        let message = if err.is_empty() { format!("exit status {}", out.status) } else { err };
-        Err(Error::Command { command, message })
+        let message = if out.stderr.is_empty() { "non-zero exit status".to_owned() } else { out.stderr };
+        Err(Error::Command { command: format!("{program} {}", args.join(" ")), message })
+    }
+}
+
+/// How [`Slurm::details`] read what it was asked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DetailsRead {
+    /// By JobID.
+    pub jobs: BTreeMap<u64, Details>,
+    /// `scontrol` calls made.
+    pub scontrol_calls: usize,
+    /// Whether the whole queue was read as JSON (and why).
+    pub dumped: Option<String>,
+}
+
+/// One question to [`Slurm::details`]: a JobID, and how many records `scontrol show job` lists for
+/// it (more than one for an array's own JobID or a heterogeneous leader).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Ask {
+    /// The JobID.
+    pub job_id: u64,
+    /// Records expected.
+    pub records: usize,
+}
+
+impl Ask {
+    /// How many records `scontrol show job ID` lists for `id`, given the poll's rows: every record of
+    /// the array whose own JobID it is, every component of the heterogeneous job it leads, else 1.
+    pub fn for_row(rows: &[Row], id: u64) -> Ask {
+        let array = rows.iter().filter(|r| r.array_job_id == Some(id)).count();
+        let het = rows.iter().filter(|r| r.het_job_id == Some(id)).count();
+        Ask { job_id: id, records: array.max(het).max(1) }
     }
 }
 
 impl Slurm {
-    /// Every job slurmctld still knows: pending, running and recently ended.
-    pub fn jobs(&self) -> Result<Vec<SlurmJob>> {
-        parse_squeue(&run(&self.squeue, &["--json", "--states=all"])?)
+    /// Every job slurmctld still knows (pending, running, and ended within `MinJobAge`), one row each.
+    pub fn queue(&self) -> Result<Vec<Row>> {
+        let text = run(&self.squeue, &["-h", "--states=all", "-O", queue::FORMAT])?;
+        queue::parse_rows(&text)
     }
 
-    /// The job whose AdminComment names bursar job `bursar_id`, if slurmctld still knows it.
-    pub fn find(&self, bursar_id: &str) -> Result<Option<SlurmJob>> {
-        Ok(self.jobs()?.into_iter().find(|j| j.bursar_id() == Some(bursar_id)))
+    /// The rows of one job, array task or whole array (`17`, `5_3`, `5`), read cheaply (squeue's
+    /// text output honours `-j`, unlike its JSON). A job Slurm no longer knows has none.
+    pub fn rows_of(&self, target: &str) -> Result<Vec<Row>> {
+        let out = run_raw(&self.squeue, &["-h", "--states=all", "-j", target, "-O", queue::FORMAT])?;
+        if !out.success {
+            // squeue exits 1 with "Invalid job id specified" for a job it no longer knows.
+            if out.stderr.contains("Invalid job id") {
+                return Ok(Vec::new());
+            }
+            return Err(Error::Command { command: format!("{} -j {target}", self.squeue), message: out.stderr });
+        }
+        queue::parse_rows(&out.stdout)
     }
 
-    /// `scancel <id>`.
-    pub fn cancel(&self, job_id: u64) -> Result<()> {
-        run(&self.scancel, &[&job_id.to_string()]).map(|_| ())
+    /// The whole queue as JSON (every field, unambiguous; costly: see the module's table).
+    pub fn dump(&self) -> Result<Vec<detail::JsonJob>> {
+        detail::parse_json(&run(&self.squeue, &["--json", "--states=all"])?)
+    }
+
+    /// The details of each asked JobID: one `scontrol show job -d -o` each, or one JSON dump of the
+    /// queue (of `queued` jobs) when more than [`bulk_threshold`] are asked or a reading was
+    /// [`Ambiguous`]. A job Slurm no longer lists is absent from the answer.
+    pub fn details(&self, asks: &[Ask], queued: usize) -> Result<DetailsRead> {
+        let mut read = DetailsRead::default();
+        if asks.is_empty() {
+            return Ok(read);
+        }
+        let mut doubtful: BTreeSet<u64> = BTreeSet::new();
+        let mut why = String::new();
+        if asks.len() > bulk_threshold(queued) {
+            why = format!("{} jobs to read", asks.len());
+            doubtful.extend(asks.iter().map(|a| a.job_id));
+        } else {
+            for ask in asks {
+                let id = ask.job_id.to_string();
+                read.scontrol_calls += 1;
+                let out = run_raw(&self.scontrol, &["show", "job", "-d", "-o", &id])?;
+                if !out.success {
+                    if out.stderr.contains("Invalid job id") {
+                        continue; // gone between the poll and now
+                    }
+                    return Err(Error::Command {
+                        command: format!("{} show job -d -o {id}", self.scontrol),
+                        message: out.stderr,
+                    });
+                }
+                match detail::parse_scontrol(&out.stdout, ask.records) {
+                    Ok(records) => {
+                        for (job, rec) in records {
+                            match rec {
+                                Ok(d) => {
+                                    read.jobs.insert(job, d);
+                                }
+                                Err(Ambiguous(w)) => {
+                                    doubtful.insert(job);
+                                    why = format!("job {job}: {w}");
+                                }
+                            }
+                        }
+                    }
+                    Err(Ambiguous(w)) => {
+                        doubtful.insert(ask.job_id);
+                        why = format!("job {}: {w}", ask.job_id);
+                    }
+                }
+            }
+        }
+        if !doubtful.is_empty() {
+            for j in self.dump()? {
+                if doubtful.contains(&j.job_id) {
+                    read.jobs.insert(j.job_id, j.details());
+                }
+            }
+            read.dumped = Some(why);
+        }
+        Ok(read)
+    }
+
+    /// `scancel <target>`: exits 0 even when Slurm refused (22.05), so the caller checks the job.
+    pub fn cancel(&self, target: &str) -> Result<Output> {
+        run_raw(&self.scancel, &[target])
     }
 
     /// Clears the hold marker from the AdminComment, then `scontrol release <id>`.
-    pub fn release(&self, job: &SlurmJob) -> Result<()> {
-        let id = format!("JobId={}", job.job_id);
-        let comment = format!("AdminComment={}", job.admin_comment_released());
+    pub fn release(&self, job_id: u64, admin_comment: &str) -> Result<()> {
+        let id = format!("JobId={job_id}");
+        let comment = format!("AdminComment={}", detail::without_hold(admin_comment));
         run(&self.scontrol, &["update", &id, &comment])?;
-        run(&self.scontrol, &["release", &job.job_id.to_string()]).map(|_| ())
+        run(&self.scontrol, &["release", &job_id.to_string()]).map(|_| ())
     }
 }
 
@@ -205,70 +212,19 @@ impl Slurm {
 mod tests {
     use super::*;
 
-    /// Real output of Slurm 22.05.8 (Debian 12) on the lab cluster: completed, held-then-cancelled,
-    /// deferred, failed (exit 3) and running-then-cancelled jobs.
-    const REAL: &str = include_str!("../tests/data/squeue-22.05.json");
-
-    fn job(jobs: &[SlurmJob], id: u64) -> &SlurmJob {
-        jobs.iter().find(|j| j.job_id == id).unwrap_or_else(|| panic!("no job {id}"))
+    #[test]
+    fn one_dump_beats_many_reads_in_proportion_to_the_queue() {
+        assert_eq!(bulk_threshold(0), 50);
+        assert_eq!(bulk_threshold(10_000), 285);
+        assert_eq!(bulk_threshold(20_000), 571);
     }
 
     #[test]
-    fn reads_real_squeue_output() {
-        let jobs = parse_squeue(REAL).unwrap();
-        assert_eq!(jobs.len(), 8);
-        let done = job(&jobs, 1);
-        assert_eq!(done.bursar_id(), Some("lab-39f0662c183f"));
-        assert_eq!(done.phase(), Phase::Ended { status: EndStatus::Succeeded, ran: true });
-        let held_then_cancelled = job(&jobs, 2);
-        assert_eq!(held_then_cancelled.phase(), Phase::Ended { status: EndStatus::Cancelled, ran: false });
-        let deferred = job(&jobs, 3);
-        assert_eq!(deferred.phase(), Phase::Pending);
-        assert_eq!(deferred.state_reason, "BeginTime");
-        assert!(!deferred.held_by_bursar());
-        let failed = job(&jobs, 7);
-        assert_eq!(failed.exit_code, 768);
-        assert_eq!(failed.phase(), Phase::Ended { status: EndStatus::Failed, ran: true });
-        let cancelled = job(&jobs, 8);
-        assert_eq!(cancelled.phase(), Phase::Ended { status: EndStatus::Cancelled, ran: true });
-        assert!(cancelled.end_time > cancelled.start_time);
-    }
-
-    #[test]
-    fn markers_in_the_admin_comment() {
-        let mut j = parse_squeue(REAL).unwrap().remove(3);
-        assert_eq!(j.admin_comment, "bursar_job=lab-9379758c56c8 bursar_hold=1");
-        assert_eq!(j.bursar_id(), Some("lab-9379758c56c8"));
-        assert!(!j.held_by_bursar(), "a completed job is not held");
-        j.job_state = "PENDING".into();
-        assert!(j.held_by_bursar());
-        assert_eq!(j.admin_comment_released(), "bursar_job=lab-9379758c56c8");
-        j.admin_comment = "site note; bursar_job=lab-1 bursar_hold=1".into();
-        assert_eq!(j.bursar_id(), Some("lab-1"));
-        j.admin_comment = "bursar_job=".into();
-        assert_eq!(j.bursar_id(), None);
-        j.admin_comment = String::new();
-        assert_eq!(j.bursar_id(), None);
-        assert!(!j.held_by_bursar());
-    }
-
-    #[test]
-    fn completed_with_a_nonzero_code_is_a_failure() {
-        let mut j = parse_squeue(REAL).unwrap().remove(0);
-        j.exit_code = 256;
-        assert_eq!(j.phase(), Phase::Ended { status: EndStatus::Failed, ran: true });
-        j.job_state = "TIMEOUT".into();
-        assert_eq!(j.phase(), Phase::Ended { status: EndStatus::Failed, ran: true });
-        j.job_state = "SUSPENDED".into();
-        assert_eq!(j.phase(), Phase::Running);
-    }
-
-    #[test]
-    fn rejects_what_is_not_squeue_json() {
-        assert!(matches!(parse_squeue("squeue: error: Invalid user"), Err(Error::Squeue(_))));
-        assert!(matches!(parse_squeue(r#"{"jobs":[{"job_id":"x"}]}"#), Err(Error::Squeue(_))));
-        let err = parse_squeue(r#"{"jobs":[],"errors":[{"error":"Unable to contact slurm controller"}]}"#);
-        assert!(err.unwrap_err().to_string().contains("Unable to contact"));
-        assert_eq!(parse_squeue(r#"{"jobs":[]}"#).unwrap(), vec![]);
+    fn an_array_or_a_het_leader_lists_every_record() {
+        let rows = queue::parse_rows(include_str!("../tests/data/squeue-O-22.05.txt")).unwrap();
+        assert_eq!(Ask::for_row(&rows, 46).records, 3, "the array's remainder and its two tasks");
+        assert_eq!(Ask::for_row(&rows, 51).records, 2, "the heterogeneous leader and its component");
+        assert_eq!(Ask::for_row(&rows, 47).records, 1, "a task alone");
+        assert_eq!(Ask::for_row(&rows, 33).records, 1);
     }
 }

@@ -6,7 +6,11 @@ crates/cli/tests/slurm_hook.rs as `lua5.1 hook_test.lua DIR` with DIR a scratch 
 
 Each case is an answer body (keys in any order, `other_decisions` holding decisions of their own) and what
 the hook must do. The regression these pin: the hook read `decision` and `reason` as the first matching
-key in the text, so an answer whose `other_decisions` came first was read as the wrong decision.
+key in the text, so an answer whose `other_decisions` came first was read as the wrong decision. The fake
+curl also keeps the last request (its URL and body), so the cases check what the hook asked: the
+reservation's shape (arrays, exclusive nodes, node ranges, per-socket GPUs), `confirm_within_s`, the
+`?test_only=true` of a `--test-only` submission, heterogeneous components, and job_modify's re-admission
+of a partition change, an administrator's release, and what a user may not write or do (issue 43).
 ]]
 
 local dir = assert(arg[1], "usage: lua5.1 hook_test.lua SCRATCH_DIR")
@@ -23,13 +27,16 @@ slurm = {
 local curl = dir .. "/fake-curl"
 local answer_file = dir .. "/answer"
 local f = assert(io.open(curl, "w"))
--- Prints the canned answer, a newline and the status, as `curl -w '\n%{http_code}'` does.
-f:write("#!/bin/sh\ncat '" .. answer_file .. "'\nprintf '\\n%s' \"$(cat '" .. answer_file .. ".status')\"\n")
+-- Keeps the request (the last argument is the URL, `@FILE` the body), then prints the canned answer, a
+-- newline and the status, as `curl -w '\n%{http_code}'` does.
+f:write("#!/bin/sh\nfor a in \"$@\"; do case \"$a\" in @*) cp \"${a#@}\" '" .. dir .. "/last-body';; esac; url=\"$a\"; done\n"
+  .. "printf '%s' \"$url\" > '" .. dir .. "/last-url'\n"
+  .. "cat '" .. answer_file .. "'\nprintf '\\n%s' \"$(cat '" .. answer_file .. ".status')\"\n")
 f:close()
 os.execute("chmod +x '" .. curl .. "'")
 local cfg = dir .. "/bursar.lua"
 f = assert(io.open(cfg, "w"))
-f:write('return { curl = "' .. curl .. '", cluster = "t" }\n')
+f:write('return { curl = "' .. curl .. '", cluster = "t", node_gpus = 8, partition_node_gpus = { small = 4 }, confirm_within_s = 600 }\n')
 f:close()
 
 -- BURSAR_SLURM_CONFIG is read by the hook at load; os.getenv cannot be set from Lua 5.1, so the runner
@@ -42,13 +49,32 @@ local function answer(status, body)
   local s = assert(io.open(answer_file .. ".status", "w")); s:write(tostring(status)); s:close()
 end
 
-local function submit()
+local NO_VAL, NO_VAL16 = 4294967294, 65534
+
+local function submit(over)
   logs = {}
   local job = { name = "j", user_name = "alice", account = "nlp", tres_per_node = "gres/gpu:2", min_nodes = 1,
+    max_nodes = NO_VAL, shared = NO_VAL16, sockets_per_node = NO_VAL16, num_tasks = NO_VAL, het_job_offset = NO_VAL,
     time_limit = 60, comment = "stage=finetune ready=all" }
+  for k, v in pairs(over or {}) do job[k] = v end
   local rc = slurm_job_submit(job, {}, 1000)
   return rc, job, table.concat(logs, "\n")
 end
+
+local function read(name)
+  local h = io.open(dir .. "/" .. name, "r")
+  if not h then return "" end
+  local t = h:read("*a")
+  h:close()
+  return t
+end
+
+-- The last request's body, its URL.
+local function body() return read("last-body") end
+local function url() return read("last-url") end
+
+local ALLOW = [[{"seq":1,"decision_id":"s/0","event_id":"s","time":"2026-11-02T09:00:00Z","decision":"allow","policies":[],"reason":"ok","admission":true}]]
+local DENY = [[{"seq":1,"decision_id":"s/0","event_id":"s","time":"2026-11-02T09:00:00Z","decision":"deny","policies":["quota/q"],"reason":"over","admission":true}]]
 
 local failures = 0
 local function check(name, ok, detail)
@@ -92,6 +118,118 @@ check("an error status is fail-closed with serve's message", rc == slurm.ESLURM_
 answer(200, [[{"decision":"allow",]])
 rc, job, log = submit()
 check("a truncated answer is fail-closed", rc == slurm.ESLURM_ACCESS_DENIED and log:find("not JSON", 1, true), log)
+
+-- 7. Arrays: every task reserved, the throttle for the concurrent GPUs.
+answer(200, ALLOW)
+for _, c in ipairs({
+  { "0-9%3", '"array":{"tasks":10,"max_running":3}' },
+  { "1,3,5-7", '"array":{"tasks":5}' },
+  { "0-15:4", '"array":{"tasks":4}' },
+  { "[1-5:2]%2", '"array":{"tasks":3,"max_running":2}' },
+}) do
+  rc, job, log = submit({ array_inx = c[1] })
+  check("array " .. c[1], rc == slurm.SUCCESS and body():find(c[2], 1, true), body() .. "\n" .. log)
+end
+rc, job, log = submit({ array_inx = "9-1" })
+check("an unreadable array index is fail-closed", rc == slurm.ESLURM_ACCESS_DENIED and log:find("array", 1, true), log)
+
+-- 8. What the hook cannot see from the request is estimated high.
+rc = submit({ shared = 0, tres_per_node = false, min_nodes = 2 })
+check("--exclusive -N 2: the nodes' 16 GPUs", rc == slurm.SUCCESS and body():find('"gpus":16', 1, true), body())
+rc = submit({ shared = 0, tres_per_node = false, partition = "small" })
+check("--exclusive on a partition of 4-GPU nodes", body():find('"gpus":4', 1, true), body())
+rc = submit({ min_nodes = 1, max_nodes = 2 })
+check("-N 1-2 --gres=gpu:2: at the maximum", body():find('"gpus":4', 1, true) and body():find('"nodes":2', 1, true), body())
+rc = submit({ tres_per_node = false, tres_per_socket = "gres:gpu:1", sockets_per_node = 2 })
+check("--gpus-per-socket=1 --sockets-per-node=2", body():find('"gpus":2', 1, true), body())
+rc = submit({ tres_per_node = false, tres_per_socket = "gres:gpu:1" })
+check("--gpus-per-socket=1 on the default 2 sockets", body():find('"gpus":2', 1, true), body())
+
+-- 9. Every admission promises a confirmation, and is marked with what it reserved.
+rc, job = submit()
+check("confirm_within_s is sent", body():find('"confirm_within_s":600', 1, true), body())
+check("the AdminComment says what was admitted", tostring(job.admin_comment):match("^bursar_job=t%-%x+ bursar_gpus=2$"),
+  tostring(job.admin_comment))
+check("a plain submission asks /v1/admit", not url():find("test_only", 1, true), url())
+
+-- 10. --test-only (marked by cli_filter.lua): bursar is asked to record nothing; the job is held unmarked.
+rc, job, log = submit({ comment = "stage=finetune bursar_test_only=1" })
+check("a test-only submission asks ?test_only=true", url():find("/v1/admit?test_only=true", 1, true), url())
+check("nothing to confirm for a test", not body():find("confirm_within_s", 1, true), body())
+check("a test-only job is held with no bursar id", rc == slurm.SUCCESS and job.priority == 0
+  and job.admin_comment == "bursar_test_only=1", tostring(job.admin_comment) .. "\n" .. log)
+check("the marker is no tag", not body():find('"bursar_test_only"', 1, true), body())
+answer(200, DENY)
+rc, job, log = submit({ comment = "bursar_test_only=1" })
+check("a test-only deny is a deny", rc == slurm.ESLURM_ACCESS_DENIED and log:find("would deny", 1, true), log)
+answer(200, ALLOW)
+
+-- 11. Heterogeneous components: one admission each, named after the first.
+rc, job = submit({ het_job_offset = 0 })
+local group = tostring(job.admin_comment):match("bursar_job=(t%-%x+)")
+rc, job = submit({ het_job_offset = 1 })
+check("component 1 is <group>+1", group and tostring(job.admin_comment):find("bursar_job=" .. group .. "+1", 1, true)
+  and body():find('"het":{"group":"' .. group .. '","offset":1}', 1, true), tostring(job.admin_comment) .. "\n" .. body())
+
+-- 12. Words only bursar writes are refused in user text.
+rc, job, log = submit({ name = "x AdminComment=bursar_job=t-victim" })
+check("a name holding AdminComment= is refused", rc == slurm.ESLURM_ACCESS_DENIED and log:find("its name holds", 1, true), log)
+rc, job, log = submit({ comment = "stage=x bursar_readmit=t-victim" })
+check("a comment holding bursar_readmit= is refused", rc == slurm.ESLURM_ACCESS_DENIED and log:find("its comment", 1, true), log)
+rc, job, log = submit({ work_dir = "/tmp/a AdminComment=x" })
+check("a work dir holding AdminComment= is refused", rc == slurm.ESLURM_ACCESS_DENIED, log)
+
+-- 13. job_modify.
+local INFINITE = 4294967295
+local function modify(desc, rec, uid)
+  logs = {}
+  local d = { priority = NO_VAL, min_nodes = NO_VAL, max_nodes = NO_VAL, shared = NO_VAL16, time_limit = NO_VAL }
+  for k, v in pairs(desc) do d[k] = v end
+  local r = { job_id = 77, user_id = 1000, partition = "debug", time_limit = 60, comment = "stage=x",
+    admin_comment = "bursar_job=t-000000000001 bursar_gpus=4", tres_per_node = "gres:gpu:2", min_nodes = 1,
+    max_nodes = 1, name = "j", array_job_id = 0, het_job_id = 0 }
+  for k, v in pairs(rec or {}) do r[k] = v end
+  local rc = slurm_job_modify(d, r, {}, uid)
+  return rc, d, table.concat(logs, "\n")
+end
+local held = { admin_comment = "bursar_job=t-000000000001 bursar_gpus=4 bursar_hold=1" }
+rc, job = modify({ priority = INFINITE }, held, 0)
+check("root's release of a held job is recorded", rc == slurm.SUCCESS
+  and job.admin_comment == "bursar_job=t-000000000001 bursar_gpus=4 bursar_released_by=root", tostring(job.admin_comment))
+rc, job = modify({ admin_comment = "bursar_job=t-000000000001 bursar_gpus=4" }, held, 0)
+check("the enforcer's clearing of the marker is not a release", rc == slurm.SUCCESS
+  and job.admin_comment == "bursar_job=t-000000000001 bursar_gpus=4", tostring(job.admin_comment))
+rc, job = modify({ priority = INFINITE }, {}, 0)
+check("root's release of a job not held records nothing", rc == slurm.SUCCESS and job.admin_comment == nil, tostring(job.admin_comment))
+rc = modify({ priority = INFINITE }, held, 1000)
+check("the owner may not release a held job", rc == slurm.ESLURM_ACCESS_DENIED)
+rc = modify({ priority = INFINITE }, { admin_comment = "bursar_test_only=1" }, 0)
+check("nobody releases a job carrying the test-only marker", rc == slurm.ESLURM_ACCESS_DENIED)
+rc = modify({ min_nodes = 2 }, {}, 1000)
+check("the owner may not grow the job", rc == slurm.ESLURM_ACCESS_DENIED)
+rc = modify({ name = "bursar_job=t-x" }, {}, 1000)
+check("the owner may not write bursar's words", rc == slurm.ESLURM_ACCESS_DENIED)
+
+-- A partition change is admitted again: the new id in the Comment, the old one named as replaced.
+answer(200, ALLOW)
+rc, job, log = modify({ partition = "other" }, {}, 1000)
+local new = tostring(job.comment):match("bursar_readmit=(t%-%x+)$")
+check("a partition change is re-admitted", rc == slurm.SUCCESS and new and job.comment:find("^stage=x ")
+  and body():find('"queue":"other"', 1, true) and body():find('"replaces":"t-000000000001"', 1, true)
+  and body():find('"gpus":4', 1, true), tostring(job.comment) .. "\n" .. body() .. "\n" .. log)
+rc, job = modify({ partition = "third" }, { comment = "stage=x bursar_readmit=t-000000000002" }, 1000)
+check("a second change replaces the re-admission", rc == slurm.SUCCESS
+  and body():find('"replaces":"t-000000000002"', 1, true)
+  and select(2, tostring(job.comment):gsub("bursar_readmit=", "")) == 1, tostring(job.comment))
+rc, job = modify({ comment = "stage=y" }, { comment = "stage=x bursar_readmit=t-000000000002" }, 1000)
+check("a new comment keeps the re-admission word", rc == slurm.SUCCESS
+  and job.comment == "stage=y bursar_readmit=t-000000000002", tostring(job.comment))
+answer(200, DENY)
+rc = modify({ partition = "other" }, {}, 1000)
+check("a denied partition change is refused", rc == slurm.ESLURM_ACCESS_DENIED)
+answer(200, ALLOW)
+rc = modify({ partition = "other" }, { array_job_id = 5 }, 1000)
+check("an array may not change partition", rc == slurm.ESLURM_ACCESS_DENIED)
 
 if failures > 0 then
   print(failures .. " case(s) failed")
