@@ -146,7 +146,10 @@ impl State {
         job.started = crate::state::OptTime::NONE;
         job.ended = crate::state::OptTime::NONE;
         job.phase = JobPhase::Admitted;
-        job.with_runs(|r| r.reruns = r.reruns.saturating_add(1));
+        job.with_runs(|r| {
+            r.reruns = r.reruns.saturating_add(1);
+            r.earlier_gpu_hours += used;
+        });
         // A policy's marks describe the run they were made in (an idle window, an alert).
         job.clear_marks();
         used
@@ -158,11 +161,15 @@ impl State {
         if job.phase.is_live() || job.phase == JobPhase::PendingApproval {
             return;
         }
+        let last_run = job.runtime_gpu_hours(at);
         job.phase = JobPhase::Admitted;
         job.status = None;
         job.started = crate::state::OptTime::NONE;
         job.ended = crate::state::OptTime::NONE;
         job.submitted = at;
+        if last_run > 0.0 {
+            job.with_runs(|r| r.earlier_gpu_hours += last_run);
+        }
         job.clear_marks();
         if let Some(a) = job.rare.as_mut().and_then(|r| r.runs.array.as_mut()) {
             // An array run again: every task again.
@@ -367,6 +374,7 @@ mod tests {
         assert_eq!(ledger(&st), (0, 0, 0, 0.0, 5.0));
         let j = st.job("j").unwrap();
         assert_eq!((j.unbilled(), j.runs().unwrap().reruns), (5.0, 1));
+        assert_eq!(j.total_runtime_gpu_hours(t(300)), 5.0, "both runs, the gap not");
     }
 
     #[test]

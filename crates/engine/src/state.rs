@@ -521,6 +521,9 @@ pub struct RunNotes {
     /// Runs after the first (one per `job.requeued` of a running job, and per rerun of a finished one).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub reruns: u32,
+    /// GPU-hours of the runs before the current one (each settled when it ended).
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub earlier_gpu_hours: f64,
     /// GPUs the admission reserved, when the scheduler allocated a different number (then `gpus` is
     /// the allocation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -547,6 +550,10 @@ fn is_zero(v: &u32) -> bool {
     *v == 0
 }
 
+fn is_zero_f64(v: &f64) -> bool {
+    *v == 0.0
+}
+
 fn unset(t: &OptTime) -> bool {
     t.is_none()
 }
@@ -554,6 +561,7 @@ fn unset(t: &OptTime) -> bool {
 impl RunNotes {
     fn is_empty(&self) -> bool {
         self.reruns == 0
+            && self.earlier_gpu_hours == 0.0
             && self.admitted_gpus.is_none()
             && self.array.is_none()
             && self.parent.is_none()
@@ -879,7 +887,13 @@ impl JobRecord {
         self.profile.tag(key)
     }
 
-    /// GPU-hours of runtime so far (or until the end).
+    /// GPU-hours of all its runs so far: the earlier ones (before a requeue or a rerun) and the
+    /// current one ([`JobRecord::runtime_gpu_hours`]).
+    pub fn total_runtime_gpu_hours(&self, now: Timestamp) -> f64 {
+        self.runs().map_or(0.0, |r| r.earlier_gpu_hours) + self.runtime_gpu_hours(now)
+    }
+
+    /// GPU-hours of runtime of the current run so far (or until its end).
     pub fn runtime_gpu_hours(&self, now: Timestamp) -> f64 {
         match self.started.get() {
             Some(s) => f64::from(self.gpus) * self.ended.get().unwrap_or(now).since(s).as_hours().max(0.0),

@@ -230,7 +230,7 @@ pub struct JobView {
     pub deferred_until: Option<String>,
     /// GPU-hours reserved and not yet settled.
     pub reserved_gpu_hours: f64,
-    /// GPU-hours of runtime so far.
+    /// GPU-hours of runtime so far, over all its runs (the gaps between runs not counted).
     pub runtime_gpu_hours: f64,
     /// The approval it waits for.
     pub pending_approval: Option<PendingView>,

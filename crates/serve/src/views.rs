@@ -51,7 +51,7 @@ pub fn job(engine: &Engine, id: &str) -> Option<JobView> {
         status: j.status(),
         deferred_until: ts(j.defer_until()),
         reserved_gpu_hours: j.reserved(),
-        runtime_gpu_hours: j.runtime_gpu_hours(now),
+        runtime_gpu_hours: j.total_runtime_gpu_hours(now),
         pending_approval: j.pending().as_ref().map(|p| PendingView {
             expires: p.expires.to_string(),
             approvers: p.approvers.iter().map(|a| a.to_string()).collect(),
