@@ -3,7 +3,6 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration as StdDuration;
 
 use bursar_agent::server::Server;
 use bursar_kube::checks::ChecksConfig;
@@ -15,6 +14,7 @@ use bursar_kube::watch::{Mode, WatchConfig};
 use bursar_kube::webhook::WebhookConfig;
 use bursar_model::Duration;
 
+use crate::values::{parse_duration, std_duration};
 use crate::{CliError, ExitCode};
 
 /// Options of `bursar kube`.
@@ -176,28 +176,8 @@ enum KubeCommand {
     },
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    Duration::parse(s).map_err(|e| e.to_string())
-}
-
 fn parse_kind(s: &str) -> Result<Kind, String> {
     Kind::parse(s)
-}
-
-fn std_duration(d: Duration) -> StdDuration {
-    StdDuration::from_millis(u64::try_from(d.millis()).unwrap_or(0))
-}
-
-fn init_logging(level: crate::serve::tracing_level::Level) {
-    use crate::serve::tracing_level::Level;
-    let level = match level {
-        Level::Error => tracing::Level::ERROR,
-        Level::Warn => tracing::Level::WARN,
-        Level::Info => tracing::Level::INFO,
-        Level::Debug => tracing::Level::DEBUG,
-        Level::Trace => tracing::Level::TRACE,
-    };
-    bursar_serve::init_logging(bursar_serve::LogFormat::Human, level);
 }
 
 impl Common {
@@ -239,7 +219,7 @@ pub fn run(args: &KubeArgs) -> Result<ExitCode, CliError> {
     let rt = runtime()?;
     match &args.command {
         KubeCommand::Checks { common, mapping, resync } => {
-            init_logging(common.log_level);
+            crate::values::init_agent_logging(common.log_level);
             let cfg = ChecksConfig {
                 server: common.server()?,
                 mapping: common.mapping(Some(mapping)),
@@ -264,7 +244,7 @@ pub fn run(args: &KubeArgs) -> Result<ExitCode, CliError> {
             timeout,
             fail_open,
         } => {
-            init_logging(common.log_level);
+            crate::values::init_agent_logging(common.log_level);
             let kinds = if kinds.is_empty() {
                 vec![
                     Kind::parse("batch/v1/Job").map_err(CliError::Message)?,
@@ -295,7 +275,7 @@ pub fn run(args: &KubeArgs) -> Result<ExitCode, CliError> {
             Ok(ExitCode::Ok)
         }
         KubeCommand::Watch { common, mode, state, settle, resync, pod_selector } => {
-            init_logging(common.log_level);
+            crate::values::init_agent_logging(common.log_level);
             let cfg = WatchConfig {
                 server: common.server()?,
                 mapping: common.mapping(None),
@@ -314,7 +294,7 @@ pub fn run(args: &KubeArgs) -> Result<ExitCode, CliError> {
             Ok(ExitCode::Ok)
         }
         KubeCommand::Enforce { common, mode, state, once, start_after, max_attempts, retry_delay } => {
-            init_logging(common.log_level);
+            crate::values::init_agent_logging(common.log_level);
             let cfg = EnforceConfig {
                 server: common.server()?,
                 cluster: common.cluster.clone(),

@@ -24,6 +24,7 @@ pub mod sink;
 pub mod slurm;
 pub mod test;
 pub mod tomlfmt;
+pub mod values;
 
 use std::fmt;
 

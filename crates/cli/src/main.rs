@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode as ProcessExit;
 
+use bursar::values::parse_duration;
 use bursar::{CliError, ErrorFormat, ExitCode};
 use bursar_model::Duration;
 use clap::{Parser, Subcommand};
@@ -207,10 +208,6 @@ enum Command {
     ///
     /// Example: bursar report --db audit.db --period 2026-11 --by project --format html -o report.html
     Report(bursar::report::ReportArgs),
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    Duration::parse(s).map_err(|e| e.to_string())
 }
 
 fn run(cli: Cli) -> Result<ExitCode, CliError> {

@@ -228,6 +228,19 @@ pub mod tracing_level {
         /// Everything.
         Trace,
     }
+
+    impl Level {
+        /// The `tracing` level.
+        pub fn tracing(self) -> tracing::Level {
+            match self {
+                Level::Error => tracing::Level::ERROR,
+                Level::Warn => tracing::Level::WARN,
+                Level::Info => tracing::Level::INFO,
+                Level::Debug => tracing::Level::DEBUG,
+                Level::Trace => tracing::Level::TRACE,
+            }
+        }
+    }
 }
 
 /// Reads `--config`, or prints every error in it and stops.
@@ -458,12 +471,11 @@ fn parse_mode(s: &str) -> Result<u32, String> {
     }
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    Duration::parse(s).map_err(|e| e.to_string())
-}
+use crate::values::parse_duration;
 
+/// A setting's duration, at least a millisecond (a zero interval would spin).
 fn std_duration(d: Duration) -> StdDuration {
-    StdDuration::from_millis(u64::try_from(d.millis()).unwrap_or(0).max(1))
+    crate::values::std_duration(d).max(StdDuration::from_millis(1))
 }
 
 /// Runs the server until SIGTERM or SIGINT.

@@ -3,7 +3,6 @@
 //! (docs/integrations/slurm.md).
 
 use std::path::PathBuf;
-use std::time::Duration as StdDuration;
 
 use bursar_agent::server::Server;
 use bursar_model::Duration;
@@ -11,6 +10,7 @@ use bursar_slurm::enforce::EnforceConfig;
 use bursar_slurm::slurm::Slurm;
 use bursar_slurm::watch::WatchConfig;
 
+use crate::values::{parse_duration, std_duration};
 use crate::{CliError, ExitCode};
 
 /// Options of `bursar slurm`.
@@ -92,26 +92,6 @@ enum SlurmCommand {
     },
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    Duration::parse(s).map_err(|e| e.to_string())
-}
-
-fn std_duration(d: Duration) -> StdDuration {
-    StdDuration::from_millis(u64::try_from(d.millis()).unwrap_or(0))
-}
-
-fn init_logging(level: crate::serve::tracing_level::Level) {
-    use crate::serve::tracing_level::Level;
-    let level = match level {
-        Level::Error => tracing::Level::ERROR,
-        Level::Warn => tracing::Level::WARN,
-        Level::Info => tracing::Level::INFO,
-        Level::Debug => tracing::Level::DEBUG,
-        Level::Trace => tracing::Level::TRACE,
-    };
-    bursar_serve::init_logging(bursar_serve::LogFormat::Human, level);
-}
-
 impl Common {
     fn server(&self) -> Result<Server, CliError> {
         Ok(Server { client: self.connect.client(crate::connect::Fallback::Nothing)? })
@@ -127,7 +107,7 @@ pub fn run(args: &SlurmArgs) -> Result<ExitCode, CliError> {
     let fail = |e: bursar_slurm::Error| CliError::Message(e.to_string());
     match &args.command {
         SlurmCommand::Watch { common, interval } => {
-            init_logging(common.log_level);
+            crate::values::init_agent_logging(common.log_level);
             let cfg = WatchConfig {
                 server: common.server()?,
                 slurm: common.slurm(),
@@ -150,7 +130,7 @@ pub fn run(args: &SlurmArgs) -> Result<ExitCode, CliError> {
             Ok(ExitCode::Ok)
         }
         SlurmCommand::Enforce { common, watch_state, verify_within, start_after, max_attempts, retry_delay } => {
-            init_logging(common.log_level);
+            crate::values::init_agent_logging(common.log_level);
             let cfg = EnforceConfig {
                 server: common.server()?,
                 slurm: common.slurm(),

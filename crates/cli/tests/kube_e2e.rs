@@ -295,8 +295,7 @@ fn a_workload_is_held_approved_run_found_idle_and_reclaimed_by_deactivation() {
     // While it waits: the watcher is killed and restarted, the API server compacts and breaks every
     // watch. Nothing is sent twice, nothing is lost.
     watch.kill9();
-    api.compact();
-    api.disconnect_watches();
+    api.compact_and_break_watches();
     let watch = Agent::start(&dir, "watch", &watch_args);
 
     // Kueue requeues it and reserves quota again (its checks reset to Pending): asked again, serve

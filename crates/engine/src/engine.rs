@@ -1589,13 +1589,7 @@ impl Engine {
                 em.emit(d);
                 em.step(id, t, Step::Admitted);
             }
-            JobPhase::Finished | JobPhase::Reclaimed => {
-                let (status, ended) = (j.status, j.ended.get());
-                state.reopen(&mut j, t);
-                state.share(em.cause, t, id, LedgerChange::Reopen { job_id: id.to_string() });
-                Self::rerun_alert(id, &j, status, ended, t, "started it again", em);
-                em.step(id, t, Step::Admitted);
-            }
+            JobPhase::Finished | JobPhase::Reclaimed => Self::rerun(state, &mut j, id, t, "started it again", em),
             _ => {}
         }
         if let Some(g) = info.gpus
@@ -1637,11 +1631,7 @@ impl Engine {
                 em.step(id, t, Step::Requeued);
             }
             JobPhase::Finished | JobPhase::Reclaimed => {
-                let (status, ended) = (j.status, j.ended.get());
-                state.reopen(&mut j, t);
-                state.share(em.cause, t, id, LedgerChange::Reopen { job_id: id.to_string() });
-                Self::rerun_alert(id, &j, status, ended, t, "requeued it to run again", em);
-                em.step(id, t, Step::Admitted);
+                Self::rerun(state, &mut j, id, t, "requeued it to run again", em)
             }
             _ => {}
         }
@@ -1667,15 +1657,12 @@ impl Engine {
         state.jobs.insert(id.clone(), j);
     }
 
-    fn rerun_alert(
-        id: &Arc<str>,
-        j: &JobRecord,
-        status: Option<FinishStatus>,
-        ended: Option<Timestamp>,
-        t: Timestamp,
-        what: &str,
-        em: &mut Emitter<'_>,
-    ) {
+    /// A finished job the scheduler runs again without an admission (it `what`): admitted again as a
+    /// new run, with an alert from [`RERUN_POLICY`].
+    fn rerun(state: &mut State, j: &mut JobRecord, id: &Arc<str>, t: Timestamp, what: &str, em: &mut Emitter<'_>) {
+        let (status, ended) = (j.status, j.ended.get());
+        state.reopen(j, t);
+        state.share(em.cause, t, id, LedgerChange::Reopen { job_id: id.to_string() });
         let mut d = Draft::about(id, Some(j), t, DecisionKind::Alert);
         d.policies = vec![Arc::from(RERUN_POLICY)];
         let end = match (status, ended) {
@@ -1690,6 +1677,7 @@ impl Engine {
         );
         d.gpu_hours = Some(j.reserved);
         em.emit(d);
+        em.step(id, t, Step::Admitted);
     }
 
     /// After job `id` was released with `status`: when it is a task, its array learns of it, and is
