@@ -77,7 +77,7 @@ fn entries(n: u64, offset: u64) -> Vec<Record> {
 
 fn scratch(name: &str) -> PathBuf {
     let p = std::env::temp_dir().join(format!("bursar-audit-bench-{name}-{}.db", std::process::id()));
-    for ext in ["", "-wal", "-shm"] {
+    for ext in ["", "-wal", "-shm", ".lock"] {
         let _ = std::fs::remove_file(format!("{}{ext}", p.display()));
     }
     p
@@ -118,7 +118,7 @@ fn writer(c: &mut Criterion) {
                     let stats = w.finish();
                     total += started.elapsed();
                     black_box(stats.ok());
-                    for ext in ["", "-wal", "-shm"] {
+                    for ext in ["", "-wal", "-shm", ".lock"] {
                         let _ = std::fs::remove_file(format!("{}{ext}", db.display()));
                     }
                 }
@@ -142,7 +142,7 @@ fn big_log(rows: u64) -> Option<PathBuf> {
     {
         return Some(path);
     }
-    for ext in ["", "-wal", "-shm"] {
+    for ext in ["", "-wal", "-shm", ".lock"] {
         let _ = std::fs::remove_file(format!("{}{ext}", path.display()));
     }
     let started = Instant::now();
@@ -293,7 +293,7 @@ fn eval_pipeline(c: &mut Criterion) {
                 }
                 black_box(w.finish().ok());
                 total += started.elapsed();
-                for ext in ["", "-wal", "-shm"] {
+                for ext in ["", "-wal", "-shm", ".lock"] {
                     let _ = std::fs::remove_file(format!("{}{ext}", db.display()));
                 }
             }
@@ -349,7 +349,7 @@ fn witness_bench(c: &mut Criterion) {
 
 /// Removes a scratch log and its WAL files (a bench leaves nothing in the temporary directory).
 fn remove(db: &std::path::Path) {
-    for ext in ["", "-wal", "-shm"] {
+    for ext in ["", "-wal", "-shm", ".lock"] {
         let _ = std::fs::remove_file(format!("{}{ext}", db.display()));
     }
 }

@@ -87,7 +87,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("{n} entries in groups of {group} in {secs:.3} s: {:.0} decisions/s", n as f64 / secs);
     drop(log);
-    for ext in ["", "-wal", "-shm"] {
+    for ext in ["", "-wal", "-shm", ".lock"] {
         let _ = std::fs::remove_file(format!("{}{ext}", path.display()));
     }
     Ok(())
