@@ -24,6 +24,10 @@
 //!   over https to the instance that does not own its partition is decided by the owner and answered
 //!   over https; `/v1/cluster` and the decisions stream over https; plain HTTP gets no answer; a client
 //!   without the CA is told to set `ca_file`.
+//! - `write_budgets_hold_on_each_instance`: a principal with a budget of 4 events a minute, on two
+//!   instances: previews are free, the fifth event through one instance is refused whole (429,
+//!   `Retry-After`), an admission too, the other instance keeps its own count, `/metrics` counts
+//!   the refusals.
 
 #![expect(clippy::unwrap_used, clippy::panic, reason = "a test")]
 
@@ -67,6 +71,8 @@ struct Instance {
     log: PathBuf,
     /// Over https, trusting this CA, when the instance was started with a certificate.
     https: Option<bursar_client::Client>,
+    /// The bearer token of `get`, when the instance has principals.
+    token: Option<String>,
 }
 
 impl Instance {
@@ -95,7 +101,14 @@ impl Instance {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        let mut i = Instance { name: name.to_owned(), child, addr: "127.0.0.1:1".parse().unwrap(), log, https: None };
+        let mut i = Instance {
+            name: name.to_owned(),
+            child,
+            addr: "127.0.0.1:1".parse().unwrap(),
+            log,
+            https: None,
+            token: None,
+        };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Ok(Some(st)) = i.child.try_wait() {
@@ -136,7 +149,7 @@ impl Instance {
             let r = c.raw("GET", path, b"").ok()?;
             return Some((r.status, r.text()));
         }
-        let mut c = Conn::connect(self.addr, None).ok()?;
+        let mut c = Conn::connect(self.addr, self.token.as_deref()).ok()?;
         c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
         let r = c.request("GET", path, b"").ok()?;
         Some((r.status, r.text()))
@@ -221,6 +234,7 @@ const FAILOVER: &str = "failover";
 const PAUSED: &str = "paused";
 const SHARED: &str = "shared";
 const TLS: &str = "tls";
+const BUDGET: &str = "budget";
 
 /// One scenario, run on the shared cluster.
 type Scenario = fn(&NatsCluster);
@@ -231,8 +245,8 @@ fn cluster_scenarios_on_one_nats_cluster() {
         eprintln!("skipped: no nats-server (scripts/setup.sh installs it)");
         return;
     }
-    let nats = NatsCluster::start_with_accounts(3, &[FAILOVER, PAUSED, SHARED, TLS]).unwrap();
-    let scenarios: [(&str, Scenario); 4] = [
+    let nats = NatsCluster::start_with_accounts(3, &[FAILOVER, PAUSED, SHARED, TLS, BUDGET]).unwrap();
+    let scenarios: [(&str, Scenario); 5] = [
         (
             "failover_loses_nothing_decides_nothing_twice_and_never_overshoots",
             failover_loses_nothing_decides_nothing_twice_and_never_overshoots,
@@ -240,6 +254,7 @@ fn cluster_scenarios_on_one_nats_cluster() {
         ("a_paused_owner_writes_nothing_after_the_takeover", a_paused_owner_writes_nothing_after_the_takeover),
         ("shared_budgets_decide_as_one_engine", shared_budgets_decide_as_one_engine),
         ("a_cluster_instance_speaks_tls", a_cluster_instance_speaks_tls),
+        ("write_budgets_hold_on_each_instance", write_budgets_hold_on_each_instance),
     ];
     // Every scenario runs, whatever the one before it did; the first failure is re-raised after the
     // cluster is stopped (its instances were stopped as the failure unwound).
@@ -1017,4 +1032,64 @@ fn a_cluster_instance_speaks_tls(nats: &NatsCluster) {
     drop((b1, b2));
     verify(&dir.path().join("t1.db"));
     verify(&dir.path().join("t2.db"));
+}
+
+/// Issue 46 in a cluster (docs/cluster.md, "Write budgets"): each instance keeps the budgets of what
+/// it takes. A principal allowed 4 events a minute sends them through `w1` (an admission and three
+/// more submissions; previews are not charged); its next event and its next admission through `w1`
+/// are refused whole with 429 and `Retry-After`, before they reach JetStream; `w2` keeps its own
+/// count and takes one; `w1`'s `/metrics` counts the two refusals.
+fn write_budgets_hold_on_each_instance(nats: &NatsCluster) {
+    let dir = scratch("cluster-budget");
+    let token = "bursar_test-cluster-budget-token";
+    let hash = bursar_auth::TokenHash::of(token).to_text();
+    let cfg = dir.path().join("bursar.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[principal]]\nname = \"p-sched\"\nroles = [\"scheduler\", \"producer\", \"reader\"]\ntokens = [\"{hash}\"]\nevents_per_minute = 4\n"
+        ),
+    )
+    .unwrap();
+    let url = nats.url_as(BUDGET);
+    let flags = ["--config", cfg.to_str().unwrap()];
+    let mut w1 = Instance::start_with(&url, dir.path(), "w1", 0, &flags, None);
+    let mut w2 = Instance::start_with(&url, dir.path(), "w2", 0, &flags, None);
+    let send = |i: &Instance, method: &str, path: &str, body: &str| {
+        let mut c = Conn::connect(i.addr, Some(token)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let r = c.request(method, path, body.as_bytes()).unwrap();
+        (r.status, r.headers.clone(), r.text())
+    };
+    // Every partition served (the view needs `read`; the budget counts only writes).
+    w1.token = Some(token.to_owned());
+    w2.token = Some(token.to_owned());
+    wait_shared(&[&w1, &w2], 1);
+    // The budget is per wall-clock minute: start the counted part with at least 20 s of it left.
+    let second = bursar_model::Timestamp::wall_clock().millis().rem_euclid(60_000) / 1000;
+    if second > 40 {
+        std::thread::sleep(Duration::from_secs(u64::try_from(61 - second).unwrap()));
+    }
+    let project = project_in(0, "budget");
+    for n in 0..6 {
+        let (st, _, body) =
+            send(&w1, "POST", "/v1/admit?test_only=true", &submit(&format!("bp{n}"), "bj0", &project, 1, 1.0));
+        assert_eq!(st, 200, "preview {n}: {body}");
+    }
+    let (st, _, body) = send(&w1, "POST", "/v1/admit", &submit("b1", "bj1", &project, 1, 1.0));
+    assert_eq!(st, 200, "{body}");
+    let three: String = (2..5).map(|n| submit(&format!("b{n}"), &format!("bj{n}"), &project, 1, 1.0) + "\n").collect();
+    let (st, _, body) = send(&w1, "POST", "/v1/events", &three);
+    assert_eq!(st, 200, "{body}");
+    let (st, head, body) = send(&w1, "POST", "/v1/events", &submit("b5", "bj5", &project, 1, 1.0));
+    assert_eq!(st, 429, "{body}");
+    assert!(head.iter().any(|(k, _)| k == "retry-after"), "{head:?}");
+    assert!(body.contains("the principal `p-sched` may write 4 events"), "{body}");
+    let (st, _, body) = send(&w1, "POST", "/v1/admit", &submit("b6", "bj6", &project, 1, 1.0));
+    assert_eq!(st, 429, "{body}");
+    let (st, _, body) = send(&w2, "POST", "/v1/events", &submit("b7", "bj7", &project, 1, 1.0));
+    assert_eq!(st, 200, "w2 keeps its own count: {body}");
+    let refused = "bursar_write_budget_refused_total{kind=\"principal\"}";
+    assert_eq!(metric(&w1, refused), format!("{refused} 2"), "{}", w1.log_text());
+    assert_eq!(metric(&w2, refused), format!("{refused} 0"));
 }

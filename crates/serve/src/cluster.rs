@@ -52,6 +52,8 @@ struct ClusterState {
     reload: mpsc::Sender<crate::reload::ReloadRequest>,
     /// Origins a browser may change things from besides this server's own.
     origins: Arc<[String]>,
+    /// Every caller's writes this minute through this instance ([`crate::budget`]).
+    budgets: Arc<crate::budget::Budgets>,
 }
 
 fn reply(status: StatusCode, v: &impl serde::Serialize) -> Response {
@@ -108,8 +110,8 @@ fn router(state: ClusterState, limits: crate::listen::Limits, counters: Arc<crat
         .merge(need(Power::Admin, Router::new().route("/v1/reload", post(reload))));
     let csrf = crate::csrf::Csrf::api(state.origins.clone(), counters.clone());
     let api = crate::http::guarded(api, state.auth.clone(), csrf);
-    // Budgets are kept per instance only in single-node serve (docs/cluster.md); here nobody is charged.
-    let ctx = crate::listen::BodyContext { limits, counters, budgets: Arc::default() };
+    // Each instance keeps its callers' budgets for what it takes (docs/cluster.md).
+    let ctx = crate::listen::BodyContext { limits, counters, budgets: state.budgets.clone() };
     let routes = Router::new().route("/healthz", get(healthz)).merge(api).fallback(|| async {
         error(
             StatusCode::NOT_FOUND,
@@ -130,6 +132,7 @@ async fn healthz(State(st): State<ClusterState>) -> Response {
 async fn metrics(State(st): State<ClusterState>) -> Response {
     use std::fmt::Write as _;
     let mut text = st.status.render();
+    st.budgets.render(&mut text);
     let m = &st.metrics;
     let _ =
         writeln!(text, "# HELP bursar_reloads_total Policy reloads, by outcome.\n# TYPE bursar_reloads_total counter");
@@ -223,6 +226,11 @@ async fn admit(
         return error(status, r.error);
     }
     let Some(item) = items.pop() else { return error(StatusCode::INTERNAL_SERVER_ERROR, "no admission to forward") };
+    if !q.test_only
+        && let Some(over) = over_budget(&st, &caller, std::slice::from_ref(&item))
+    {
+        return over;
+    }
     let asked = if q.test_only { st.front.preview(&item).await } else { st.front.admit(&item).await };
     match asked {
         Ok(r) => reply(StatusCode::OK, &r),
@@ -230,6 +238,16 @@ async fn admit(
             error(StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE), refusal.error)
         }
     }
+}
+
+/// Charges `caller`'s write budget on this instance for `items` ([`crate::budget`]); over it, the
+/// 429 answer to send instead. Unlike single-node serve, the refusal is not journaled (a cluster's journal is its
+/// partitions' streams, which carry only inputs to apply): the metric and the log line count it.
+fn over_budget(st: &ClusterState, caller: &Caller, items: &[bursar_session::Incoming]) -> Option<Response> {
+    let bytes: usize = items.iter().map(|i| i.raw.len()).sum();
+    let over = st.budgets.charge(caller, items.len() as u64, bytes as u64).err()?;
+    tracing::warn!(principal = caller.name(), events = items.len(), bytes, "request refused: write budget spent");
+    Some(over.response())
 }
 
 /// `POST /v1/events` query: `wait_ms=N` waits up to N ms (at most [`MAX_WAIT_MS`]) for every event
@@ -280,6 +298,9 @@ async fn events(
             applied: None,
         };
         return reply(StatusCode::BAD_REQUEST, &r);
+    }
+    if let Some(over) = over_budget(&st, &caller, &items) {
+        return over;
     }
     match st.front.publish(items).await {
         Ok(published) => {
@@ -476,6 +497,7 @@ pub async fn serve_cluster(
         metrics,
         reload: reload_tx.clone(),
         origins: config.origins.clone().into(),
+        budgets: Arc::default(),
     };
     let counters = Arc::new(crate::listen::ListenCounters::default());
     let tls = config
