@@ -35,7 +35,7 @@
 //! precondition fails with a real `409`).
 
 use std::collections::{BTreeMap, VecDeque};
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -881,26 +881,10 @@ fn serve_conn(shared: &Shared, stream: TcpStream, config: Option<Arc<rustls::Ser
     };
     loop {
         let mut r = BufReader::new(&mut conn);
-        let mut line = String::new();
-        if r.read_line(&mut line)? == 0 {
+        let Some(crate::process::Request { method, target, headers, body }) = crate::process::read_request(&mut r)?
+        else {
             return Ok(());
-        }
-        let mut it = line.split_whitespace();
-        let (method, target) = (it.next().unwrap_or("").to_owned(), it.next().unwrap_or("").to_owned());
-        let mut headers = Vec::new();
-        loop {
-            let mut h = String::new();
-            if r.read_line(&mut h)? == 0 || h.trim_end().is_empty() {
-                break;
-            }
-            if let Some((k, v)) = h.trim_end().split_once(':') {
-                headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
-            }
-        }
-        let len =
-            headers.iter().find(|(k, _)| k == "content-length").and_then(|(_, v)| v.parse::<usize>().ok()).unwrap_or(0);
-        let mut body = vec![0u8; len];
-        r.read_exact(&mut body)?;
+        };
         drop(r);
         let content_type =
             headers.iter().find(|(k, _)| k == "content-type").map(|(_, v)| v.clone()).unwrap_or_default();

@@ -11,7 +11,7 @@
 //! integration tests combine these with the crate under test), and no dependency unless the `tls`
 //! feature asks for TLS: then rcgen, bcrypt and rustls, for [`tls`].
 //!
-//! Exports: [`process`] (`Server`, `TempDir`, `free_port`, `http_get`), [`prometheus`]
+//! Exports: [`process`] (`Server`, `TempDir`, `free_port`, `http_get`, `read_request` for the stand-ins), [`prometheus`]
 //! (`Prometheus`), [`alertmanager`] (`Alertmanager`), [`nats`] (`NatsCluster`: 1 to 5 `nats-server` nodes
 //! with JetStream), [`webhook`] (`WebhookReceiver`: records the POSTs a sink makes, answers with the
 //! status the test sets), [`dcgm`] (`FakeDcgm`, a dcgm-exporter stand-in whose values the test changes
@@ -44,6 +44,6 @@ pub use dcgm::{FakeDcgm, Field};
 pub use munge::Munged;
 pub use nats::NatsCluster;
 pub use node::FakeNode;
-pub use process::{Probe, Server, TempDir, free_port, http_get};
+pub use process::{Probe, Request, Server, TempDir, free_port, http_get, read_request};
 pub use prometheus::Prometheus;
 pub use webhook::{Received, WebhookReceiver};

@@ -20,7 +20,7 @@
 //! party sent. One thread, one connection at a time, `Connection: close`.
 
 use std::collections::HashMap;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -304,25 +304,9 @@ impl Shared {
 fn handle(mut s: TcpStream, shared: &Shared) -> io::Result<()> {
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut r = BufReader::new(s.try_clone()?);
-    let mut line = String::new();
-    r.read_line(&mut line)?;
-    let mut parts = line.split_whitespace();
-    let method = parts.next().unwrap_or("").to_owned();
-    let target = parts.next().unwrap_or("").to_owned();
-    let mut len = 0usize;
-    loop {
-        let mut h = String::new();
-        if r.read_line(&mut h)? == 0 || h.trim_end().is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.trim_end().split_once(':')
-            && k.trim().eq_ignore_ascii_case("content-length")
-        {
-            len = v.trim().parse().unwrap_or(0);
-        }
-    }
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body)?;
+    let Some(crate::process::Request { method, target, body, .. }) = crate::process::read_request(&mut r)? else {
+        return Ok(());
+    };
     let (path, query) = target.split_once('?').unwrap_or((target.as_str(), ""));
     let params = if method == "POST" { form_decode(&String::from_utf8_lossy(&body)) } else { form_decode(query) };
     let reply = match (method.as_str(), path) {

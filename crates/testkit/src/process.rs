@@ -217,6 +217,51 @@ impl Probe {
     }
 }
 
+/// One HTTP/1.1 request as the stand-in servers read it: request line, headers, `content-length` body.
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    /// `GET`, `POST`, …
+    pub method: String,
+    /// The request target: path and query.
+    pub target: String,
+    /// The headers, names lowercased, values trimmed.
+    pub headers: Vec<(String, String)>,
+    /// The body (`content-length` bytes; none without it).
+    pub body: Vec<u8>,
+}
+
+impl Request {
+    /// The first value of header `name` (lowercase).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// Reads one request from `r`; `None` when the connection closed before a request line.
+pub fn read_request(r: &mut impl io::BufRead) -> io::Result<Option<Request>> {
+    let mut line = String::new();
+    if r.read_line(&mut line)? == 0 {
+        return Ok(None);
+    }
+    let mut it = line.split_whitespace();
+    let (method, target) = (it.next().unwrap_or("").to_owned(), it.next().unwrap_or("").to_owned());
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h)? == 0 || h.trim_end().is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.trim_end().split_once(':') {
+            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
+        }
+    }
+    let mut req = Request { method, target, headers, body: Vec::new() };
+    let len = req.header("content-length").and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
+    req.body = vec![0u8; len];
+    r.read_exact(&mut req.body)?;
+    Ok(Some(req))
+}
+
 /// One GET on a fresh connection (HTTP/1.0, so the answer is never chunked): status and body.
 pub fn http_get(addr: SocketAddr, path: &str) -> io::Result<(u16, String)> {
     use std::io::Write;
@@ -234,6 +279,19 @@ pub fn http_get(addr: SocketAddr, path: &str) -> io::Result<(u16, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_is_read_whole_and_a_closed_connection_is_none() {
+        let raw = b"POST /v1/x?y=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nX-Two: b : c\r\n\r\nhelloGET / HTTP/1.1\r\n\r\n";
+        let mut r = io::BufReader::new(&raw[..]);
+        let req = read_request(&mut r).unwrap().unwrap();
+        assert_eq!((req.method.as_str(), req.target.as_str()), ("POST", "/v1/x?y=1"));
+        assert_eq!(req.header("x-two"), Some("b : c"));
+        assert_eq!(req.body, b"hello");
+        let next = read_request(&mut r).unwrap().unwrap();
+        assert_eq!((next.method.as_str(), next.body.len()), ("GET", 0));
+        assert!(read_request(&mut r).unwrap().is_none());
+    }
 
     #[test]
     fn a_server_is_stopped_by_pid_on_drop() {

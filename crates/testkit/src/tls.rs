@@ -6,7 +6,7 @@
 //! Every certificate is made by the test that uses it, in its own folder; nothing is read from or
 //! written to the system's trust store.
 
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
@@ -229,25 +229,10 @@ fn handle(stream: TcpStream, config: Arc<rustls::ServerConfig>, shared: &Shared)
     let conn = rustls::ServerConnection::new(config).map_err(other)?;
     let mut r = BufReader::new(rustls::StreamOwned::new(conn, stream));
     loop {
-        let mut line = String::new();
-        if r.read_line(&mut line)? == 0 {
+        let Some(crate::process::Request { target: path, headers, body, .. }) = crate::process::read_request(&mut r)?
+        else {
             return Ok(());
-        }
-        let path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
-        let mut headers = Vec::new();
-        loop {
-            let mut h = String::new();
-            if r.read_line(&mut h)? == 0 || h.trim_end().is_empty() {
-                break;
-            }
-            if let Some((k, v)) = h.trim_end().split_once(':') {
-                headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
-            }
-        }
-        let len =
-            headers.iter().find(|(k, _)| k == "content-length").and_then(|(_, v)| v.parse::<usize>().ok()).unwrap_or(0);
-        let mut body = vec![0u8; len];
-        r.read_exact(&mut body)?;
+        };
         let status = match shared.status.load(Ordering::Relaxed) {
             0 => 200,
             s => s,

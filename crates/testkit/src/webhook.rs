@@ -2,7 +2,7 @@
 //! gets (path, headers, body) and answers with the status the test sets (200 by default; 503 to
 //! play a sink that is down). One thread, one connection at a time, `Connection: close`.
 
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
@@ -47,23 +47,10 @@ pub struct WebhookReceiver {
 fn handle(mut s: TcpStream, shared: &Shared) -> io::Result<()> {
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut r = BufReader::new(s.try_clone()?);
-    let mut line = String::new();
-    r.read_line(&mut line)?;
-    let path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
-    let mut headers = Vec::new();
-    loop {
-        let mut h = String::new();
-        if r.read_line(&mut h)? == 0 || h.trim_end().is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.trim_end().split_once(':') {
-            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
-        }
-    }
-    let len =
-        headers.iter().find(|(k, _)| k == "content-length").and_then(|(_, v)| v.parse::<usize>().ok()).unwrap_or(0);
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body)?;
+    let Some(crate::process::Request { target: path, headers, body, .. }) = crate::process::read_request(&mut r)?
+    else {
+        return Ok(());
+    };
     let status = match shared.status.load(Ordering::Relaxed) {
         0 => 200,
         s => s,
