@@ -29,7 +29,7 @@ MAX=0; for s in $SIZES; do [ "$s" -gt "$MAX" ] && MAX=$s; done
 
 WORK=$(mktemp -d /tmp/bursar-slurm-bench-queue.XXXXXX); chmod 755 "$WORK"
 LAB=$WORK/lab SERVE_PID=
-alive() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null); [ -n "$st" ] && [ "${st#Z}" = "$st" ]; }
+. "$HERE/lib.sh"
 cleanup() {
   local rc=$?
   set +e

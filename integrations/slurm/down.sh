@@ -3,7 +3,7 @@
 # file (never by name), waiting for it to exit. Safe to run twice, and after a half-finished up.sh.
 LAB=${LAB:?set LAB to the folder of the lab cluster}
 export SLURM_CONF=$LAB/etc/slurm.conf
-alive() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null); [ -n "$st" ] && [ "${st#Z}" = "$st" ]; }  # a zombie is gone
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # alive
 if [ -f "$LAB/run/slurmctld.pid" ] && alive "$(cat "$LAB/run/slurmctld.pid")"; then
   squeue -h -o %i 2>/dev/null | xargs -r scancel 2>/dev/null
   for _ in $(seq 30); do [ -z "$(squeue -h -o %i 2>/dev/null | head -1)" ] && break; sleep 0.2; done

@@ -73,16 +73,7 @@ WORK=$(mktemp -d /tmp/bursar-slurm-e2e.XXXXXX)
 chmod 755 "$WORK"
 LAB=$WORK/lab
 SERVE_PID= WATCH_PID= ENFORCE_PID= DCGM_PID= PROM_PID=
-alive() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null); [ -n "$st" ] && [ "${st#Z}" = "$st" ]; }
-stop_pid() {  # $1 = pid of a child of this shell
-  [ -n "$1" ] || return 0
-  if alive "$1"; then
-    kill "$1" 2>/dev/null || true
-    for _ in $(seq 100); do alive "$1" || break; sleep 0.1; done
-    alive "$1" && kill -9 "$1" 2>/dev/null
-  fi
-  wait "$1" 2>/dev/null || true
-}
+. "$HERE/lib.sh"
 cleanup() {
   local rc=$?
   set +e
