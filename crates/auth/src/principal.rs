@@ -281,8 +281,15 @@ impl Caller {
                     | EventKind::JobQueued { job_id }
                     | EventKind::JobRequeued { job_id }
                     | EventKind::JobSample(bursar_model::Sample { job_id, .. }) => self.for_job(Power::Report, job_id),
-                    EventKind::JobKeepalive { by, .. } => {
-                        self.may(Power::Keepalive)?;
+                    EventKind::JobKeepalive { job_id, by } => {
+                        // A producer's jobs are its patterns': checked here, before the engine
+                        // looks the job up, so one outside them learns nothing of whether the job
+                        // exists (a 404 for an unknown job beside a 403 for a known one told it).
+                        if self.keepalive_scope() == KeepaliveScope::JobsItSpeaksFor {
+                            self.for_job(Power::Keepalive, job_id)?;
+                        } else {
+                            self.may(Power::Keepalive)?;
+                        }
                         self.by_self(by.as_deref(), "a keepalive")
                     }
                     EventKind::BillingCharge(c) => match &c.job_id {

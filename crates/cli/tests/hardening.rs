@@ -370,7 +370,13 @@ fn a_full_disk_is_answered_503_within_the_admission_timeout_and_serve_resumes_on
     let Some(disk) = SmallDisk::mount(&s) else { return };
     s.write_policy("cap.toml", CAP);
     let audit = disk.0.join("audit.db");
-    let server = Server::start_with_audit(&s, &audit, &["--snapshot-every", "1h"]);
+    let sock = s.0.join("events.sock");
+    let admit: std::net::SocketAddr = format!("127.0.0.1:{}", serve_support::free_port()).parse().unwrap();
+    let server = Server::start_with_audit(
+        &s,
+        &audit,
+        &["--snapshot-every", "1h", "--socket", sock.to_str().unwrap(), "--admit-listen", &admit.to_string()],
+    );
     assert_eq!(server.post("/v1/admit", &submit("e0", "j0", "nlp", 1, 1.0)).status, 200);
     disk.fill();
     // The scheduler's hook waits 2 s (job_submit.lua's `timeout`): the answer must come before.
@@ -386,6 +392,26 @@ fn a_full_disk_is_answered_503_within_the_admission_timeout_and_serve_resumes_on
     assert!(health.text().contains("cannot commit") && health.text().contains("retrying"), "{}", health.text());
     let refused = server.post("/v1/events", &format!("{}\n", submit("g1", "jg1", "nlp", 1, 1.0)));
     assert_eq!(refused.status, 503, "{}", refused.text());
+    // Issue 51: every door takes the one road, so every door answers alike, at once. The scheduler's
+    // own listener: 503 with the reason.
+    let mut hook = TcpStream::connect(admit).unwrap();
+    hook.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let body = submit("k1", "jk1", "nlp", 1, 1.0);
+    write!(hook, "POST /v1/admit HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len()).unwrap();
+    let answer = read_all(&mut hook);
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("cannot commit"), "{answer}");
+    // The socket: each line answered with why, within the same bound (it used to wait for space).
+    let mut conn = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    conn.write_all(format!("{}\n", submit("s1", "js1", "nlp", 1, 1.0)).as_bytes()).unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(&conn), &mut line)
+        .unwrap_or_else(|e| panic!("no answer on the socket within 2 s: {e}\n{}", server.log_text()));
+    let v: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["line"], 1, "{v}");
+    assert!(v["error"].as_str().is_some_and(|e| e.contains("cannot commit") && e.contains("resend")), "{v}");
+    drop(conn);
     // Space returns: serve resumes on its own (docs/serve.md says so), and the admission that was
     // waiting was committed: its resend answers the decision made then.
     disk.free();

@@ -994,3 +994,75 @@ fn an_approver_answers_only_the_requests_of_policies_that_name_them() {
         "the admission names who answered which policy: {stream}"
     );
 }
+
+/// Issue 51: authentication is read in one place, once. A request with a good `Authorization`
+/// header and a second, wrong one was served (only the first was read); docs/security.md makes mixed
+/// credentials a 401. So is a repeated proxy or Slurm header, one with a byte that is not visible
+/// ASCII beside a good token (it was ignored), and an oversized one, which is neither echoed nor
+/// logged whole.
+#[test]
+fn repeated_or_unreadable_credentials_are_401() {
+    let s = Scratch::new("security-mixed");
+    let cfg = config(
+        &s,
+        "[auth.proxy]\naddresses = [\"127.0.0.1\"]\nheader = \"X-Forwarded-User\"\n\n[[person]]\nname = \"erin\"\nroles = [\"reader\"]\n",
+    );
+    let server = Server::start(&s, &["--config", cfg.to_str().unwrap()]);
+    let addr = server.addr;
+    let good = bearer(&token_of("reader"));
+    assert_eq!(http(addr, "GET", "/v1/policies", &[("authorization", &good)], "").0, 200);
+    let (st, head, body) =
+        http(addr, "GET", "/v1/policies", &[("authorization", &good), ("authorization", "Bearer wrong")], "");
+    assert_eq!(st, 401, "{body}");
+    assert!(head.contains("www-authenticate"), "{head}");
+    assert!(body.contains("more than once"), "{body}");
+    // The same header twice, both good: still one credential too many.
+    assert_eq!(http(addr, "GET", "/v1/policies", &[("authorization", &good), ("authorization", &good)], "").0, 401);
+    let proxied = [("x-forwarded-user", "erin"), ("x-forwarded-user", "p-admin")];
+    assert_eq!(http(addr, "GET", "/v1/policies", &proxied, "").0, 401);
+    assert_eq!(http(addr, "GET", "/v1/policies", &[("x-forwarded-user", "erin")], "").0, 200);
+    // A Slurm token header that cannot be read beside a good bearer token.
+    let mut raw = TcpStream::connect(addr).unwrap();
+    let mut request = format!(
+        "GET /v1/policies HTTP/1.1\r\nhost: x\r\nconnection: close\r\nauthorization: {good}\r\nx-slurm-user-token: "
+    )
+    .into_bytes();
+    request.extend_from_slice(b"\xc3\xa9t\r\n\r\n");
+    raw.write_all(&request).unwrap();
+    let mut out = Vec::new();
+    raw.read_to_end(&mut out).unwrap();
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 401"), "{text}");
+    // 300 KB of user name in a header is refused unread: the answer and the log stay small.
+    let huge = "a".repeat(300 * 1024);
+    let (st, _, body) =
+        http(addr, "GET", "/v1/policies", &[("authorization", &good), ("x-slurm-user-name", &huge)], "");
+    assert!(st == 401 || st == 431, "{st}");
+    assert!(body.len() < 2048, "the answer echoes {} bytes", body.len());
+    assert!(server.log_text().len() < 200 * 1024, "the log holds {} bytes", server.log_text().len());
+}
+
+/// Issue 51: a producer's `jobs` patterns are checked before the engine looks a job up, so a
+/// producer outside them learns nothing of whether a job exists (a keepalive for an unknown job was
+/// 404, for a known one 403).
+#[test]
+fn a_producer_outside_its_patterns_cannot_probe_for_jobs() {
+    let s = Scratch::new("security-probe");
+    let hash = bursar_auth::TokenHash::of("bursar_test-lab-token").to_text();
+    let cfg = config(
+        &s,
+        &format!("[[principal]]\nname = \"lab\"\nroles = [\"producer\"]\njobs = [\"lab-*\"]\ntokens = [\"{hash}\"]\n"),
+    );
+    let server = Server::start(&s, &["--config", cfg.to_str().unwrap()]);
+    let addr = server.addr;
+    assert_eq!(as_role(addr, "scheduler", "POST", "/v1/admit", &job_line("s1", "other-1", "alice", 1, &now())).0, 200);
+    let keepalive = |id: &str, job: &str| {
+        format!(r#"{{"id":"{id}","time":"{}","type":"job.keepalive","job_id":"{job}","by":"lab"}}"#, now())
+    };
+    let lab = bearer("bursar_test-lab-token");
+    let known = http(addr, "POST", "/v1/events", &[("authorization", &lab)], &keepalive("k1", "other-1"));
+    let unknown = http(addr, "POST", "/v1/events", &[("authorization", &lab)], &keepalive("k2", "other-ghost"));
+    assert_eq!((known.0, unknown.0), (403, 403), "{} / {}", known.2, unknown.2);
+    // Inside its patterns, an unknown job is still told as such.
+    assert_eq!(http(addr, "POST", "/v1/events", &[("authorization", &lab)], &keepalive("k3", "lab-ghost")).0, 404);
+}

@@ -9,7 +9,7 @@
 //! refuses a caller without the route's power with a 403 that names the power and the principal. A
 //! MUNGE credential is verified off the async threads (`unmunge` is a program) and against the
 //! request's method and path; the body's digest it binds is checked once the body is read
-//! ([`crate::listen::read_body`]).
+//! ([`crate::body::read_body`]).
 //!
 //! Authentication reads headers only: a request is authenticated (and its route's power checked)
 //! before a byte of its body is read, so a request that fails is answered without its body ever
@@ -60,8 +60,37 @@ pub fn current(auth: &SharedAuth) -> Arc<Authenticator> {
     }
 }
 
-fn header_str<'h>(h: &'h HeaderMap, name: &str) -> Option<&'h str> {
-    h.get(name).and_then(|v| v.to_str().ok())
+/// The longest credential header read (a JWT with many claims is a few KiB); a longer one is
+/// refused unread, and never echoed or logged.
+pub const MAX_CREDENTIAL: usize = 16 * 1024;
+
+/// The one value of a credential header, or why the request is refused: a header sent twice (which
+/// copy counts would depend on the reader, and `docs/security.md` makes mixed credentials a 401), a
+/// value with a byte that is not visible ASCII (ignoring it let a good credential beside it through),
+/// or one longer than [`MAX_CREDENTIAL`].
+fn credential<'h>(h: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, String> {
+    let mut all = h.get_all(name).iter();
+    let Some(v) = all.next() else { return Ok(None) };
+    if all.next().is_some() {
+        return Err(format!("`{name}` is sent more than once; send one credential"));
+    }
+    if v.len() > MAX_CREDENTIAL {
+        return Err(format!("`{name}` is longer than {MAX_CREDENTIAL} bytes"));
+    }
+    v.to_str().map(Some).map_err(|_| format!("`{name}` holds a byte that is not visible ASCII"))
+}
+
+/// `text` cut to at most `max` bytes (on a character boundary), marked where it was cut: what a
+/// 401 echoes and the log keeps of what a caller sent.
+pub fn bounded(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes in all)", &text[..end], text.len())
 }
 
 /// Authenticates `req` from its headers (its body is not read) and returns the request with its
@@ -73,11 +102,27 @@ pub async fn caller_of(auth: &SharedAuth, req: Request) -> Result<(Caller, Reque
     }
     let (parts, body) = req.into_parts();
     let path = parts.uri.path_and_query().map_or(parts.uri.path(), |p| p.as_str());
+    let read = |name: &str| credential(&parts.headers, name).map(|v| v.map(str::to_owned));
+    let headers = (|| {
+        Ok::<_, String>((
+            read("authorization")?,
+            read("x-slurm-user-token")?,
+            read("x-slurm-user-name")?,
+            a.proxy_header().map(read).transpose()?.flatten(),
+        ))
+    })();
+    let (authorization, slurm_token, slurm_user, proxy_user) = match headers {
+        Ok(h) => h,
+        Err(why) => {
+            tracing::info!(error = %why, "request refused: not authenticated");
+            return Err(unauthorized(why));
+        }
+    };
     let owned = OwnedPresented {
-        authorization: header_str(&parts.headers, "authorization").map(str::to_owned),
-        slurm_token: header_str(&parts.headers, "x-slurm-user-token").map(str::to_owned),
-        slurm_user: header_str(&parts.headers, "x-slurm-user-name").map(str::to_owned),
-        proxy_user: a.proxy_header().and_then(|h| header_str(&parts.headers, h)).map(str::to_owned),
+        authorization,
+        slurm_token,
+        slurm_user,
+        proxy_user,
         peer: parts.extensions.get::<axum::extract::ConnectInfo<SocketAddr>>().map(|p| p.0.ip()),
         cert: parts
             .extensions
@@ -97,8 +142,11 @@ pub async fn caller_of(auth: &SharedAuth, req: Request) -> Result<(Caller, Reque
     match result {
         Ok(caller) => Ok((caller, Request::from_parts(parts, body))),
         Err(e) => {
-            tracing::info!(error = %e, "request refused: not authenticated");
-            Err(unauthorized(e.to_string()))
+            // What the caller sent may be in the message (a user name): bounded in the log and
+            // the answer alike.
+            let why = bounded(&e.to_string(), 512);
+            tracing::info!(error = %why, "request refused: not authenticated");
+            Err(unauthorized(why))
         }
     }
 }

@@ -18,9 +18,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::Response;
 use bursar_auth::Caller;
+
+use crate::respond::Refusal;
 
 /// One caller's use of the current minute.
 #[derive(Debug, Clone, Copy, Default)]
@@ -53,14 +53,9 @@ pub struct Over {
     pub journal: bool,
 }
 
-impl Over {
-    /// The 429 answer.
-    pub fn response(&self) -> Response {
-        let mut r = crate::http::error(StatusCode::TOO_MANY_REQUESTS, self.message.clone());
-        if let Ok(v) = HeaderValue::from_str(&self.retry_after.to_string()) {
-            r.headers_mut().insert(header::RETRY_AFTER, v);
-        }
-        r
+impl From<Over> for Refusal {
+    fn from(over: Over) -> Refusal {
+        Refusal::OverBudget { message: over.message, retry_after: over.retry_after }
     }
 }
 

@@ -24,11 +24,12 @@ use std::time::Instant;
 use bursar_audit::{AuditLog, Writer};
 use bursar_engine::{Engine, EngineConfig, PolicySet};
 use bursar_model::Timestamp;
-use bursar_model::api::{JobView, ProjectView, Sequenced};
+use bursar_model::api::Sequenced;
 use bursar_session::{Applied, Discard, Frame, Incoming, Journal as _, Line, Origin, Receipt, Session};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::metrics::Metrics;
+use crate::respond::Refusal;
 
 /// Most work items taken into one batch (one audit transaction).
 pub const MAX_BATCH: usize = 512;
@@ -36,36 +37,69 @@ pub const MAX_BATCH: usize = 512;
 /// How many engine snapshots the audit log keeps.
 const SNAPSHOTS_KEPT: usize = 2;
 
-/// What became of one input of a request, once durable.
+/// What became of one input of a request, once its backend took it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
     /// 1-based line in the request body (or on the connection).
     pub line: u64,
     /// The input's id.
     pub id: String,
-    /// Its id was seen before: nothing changed.
-    pub duplicate: bool,
-    /// Its decisions, with their stream positions.
-    pub decisions: Vec<Sequenced>,
-    /// Not applied: the caller may not send it, or it names a job bursar does not know
-    /// ([`crate::gate`]); nothing was journaled.
-    pub denied: Option<String>,
-    /// `denied` because the job it names is unknown (404 rather than 403).
-    pub unknown_job: bool,
-    /// Not applied: refused when applied (dated beyond the clock bound, a second submission of a
-    /// known job); the refusal was journaled.
-    pub refused: Option<bursar_session::Refused>,
+    /// What became of it.
+    pub fate: Fate,
 }
 
-impl Outcome {
-    /// An outcome for an input that was not applied.
-    fn not_applied(line: u64, id: String) -> Outcome {
-        Outcome { line, id, duplicate: false, decisions: Vec::new(), denied: None, unknown_job: false, refused: None }
-    }
+/// What became of one input.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fate {
+    /// Applied and durable, with its decisions and their stream positions (none where decisions
+    /// come only on the stream: a cluster's front end).
+    Accepted(Vec<Sequenced>),
+    /// Its id was seen before: nothing changed.
+    Duplicate,
+    /// Not applied and not journaled: the caller may not send it, or it names a job bursar does
+    /// not know ([`crate::gate`]; a [`Refusal::Forbidden`] or [`Refusal::UnknownJob`]).
+    Denied(Refusal),
+    /// Refused when applied (dated beyond the clock bound, a second submission of a known job);
+    /// the refusal is journaled where the backend keeps refusals.
+    Refused(bursar_session::Refused),
+}
+
+/// A read of the engine's state, run on the engine thread between two inputs: it computes its
+/// answer from the [`View`] and returns what sends it, which runs once the batch it was queued in
+/// is durable (a reader never sees what is not).
+pub type Read = Box<dyn FnOnce(View<'_>) -> Box<dyn FnOnce() + Send> + Send>;
+
+/// What a [`Read`] may look at.
+#[derive(Clone, Copy)]
+pub struct View<'a> {
+    /// The engine.
+    pub engine: &'a Engine,
+    /// The utilisation source's job index, when it runs.
+    pub jobs: Option<&'a crate::jobkeys::JobIndex>,
+}
+
+/// Queues `f` on the engine thread as a [`Work::Read`] and awaits its answer (`None`: the engine
+/// thread is gone).
+pub async fn read<T: Send + 'static>(
+    engine: &mpsc::Sender<Work>,
+    f: impl FnOnce(View<'_>) -> T + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = oneshot::channel();
+    engine.send(Work::read(f, tx)).await.ok()?;
+    rx.await.ok()
+}
+
+/// [`read`] from a thread that may block (the utilisation source, the notifier).
+pub fn blocking_read<T: Send + 'static>(
+    engine: &mpsc::Sender<Work>,
+    f: impl FnOnce(View<'_>) -> T + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = oneshot::channel();
+    engine.blocking_send(Work::read(f, tx)).ok()?;
+    rx.blocking_recv().ok()
 }
 
 /// A unit of work for the engine thread.
-#[derive(Debug)]
 pub enum Work {
     /// Apply these inputs (in order) and answer once durable.
     Inputs {
@@ -94,6 +128,9 @@ pub enum Work {
         /// The decisions, or why there are none.
         reply: oneshot::Sender<Result<Vec<bursar_model::Decision>, String>>,
     },
+    /// A read of the state: the job and project views, the pool's, the utilisation source's
+    /// running jobs ([`Read`], [`read`]).
+    Read(Read),
     /// Fire the timers due by this wall-clock instant.
     Tick(Timestamp),
     /// Swap in a new policy set (already compiled) and record the load.
@@ -112,38 +149,6 @@ pub enum Work {
         /// Answered once recorded.
         reply: oneshot::Sender<Result<(), String>>,
     },
-    /// What the engine knows about a job.
-    Job {
-        /// The job id.
-        id: String,
-        /// The answer (`None` for an unknown job).
-        reply: oneshot::Sender<Option<JobView>>,
-    },
-    /// A ledger's usage and held GPUs.
-    Project {
-        /// The project.
-        name: String,
-        /// The answer.
-        reply: oneshot::Sender<ProjectView>,
-    },
-    /// The running jobs by utilisation key, for the Prometheus source.
-    Running {
-        /// The answer.
-        reply: oneshot::Sender<crate::utilisation::Running>,
-    },
-    /// A read for the people-facing routes and the notifier: the pool page, what waits for whom,
-    /// what is known about some jobs ([`crate::pool`]).
-    People {
-        /// The question.
-        ask: crate::pool::Ask,
-        /// The answer.
-        reply: oneshot::Sender<crate::pool::Answer>,
-    },
-    /// Count the live jobs (for `/metrics`; it walks the job table).
-    CountJobs {
-        /// The answer.
-        reply: oneshot::Sender<u64>,
-    },
     /// Persist a snapshot now.
     Snapshot {
         /// Answered with the event seq the snapshot covers.
@@ -159,6 +164,18 @@ pub enum Work {
     },
     /// Finish what is queued, write a snapshot and stop.
     Shutdown,
+}
+
+impl Work {
+    /// The [`Work::Read`] of `f`, answered on `reply`.
+    pub fn read<T: Send + 'static>(f: impl FnOnce(View<'_>) -> T + Send + 'static, reply: oneshot::Sender<T>) -> Work {
+        Work::Read(Box::new(move |view| {
+            let answer = f(view);
+            Box::new(move || {
+                let _ = reply.send(answer);
+            })
+        }))
+    }
 }
 
 /// Why recovery failed.
@@ -297,7 +314,7 @@ enum Handled {
     /// Applied: the index of its receipt.
     Applied(usize),
     Duplicate,
-    Denied(crate::gate::Refusal),
+    Denied(Refusal),
     Refused(bursar_session::Refused),
 }
 
@@ -309,11 +326,8 @@ enum After {
         items: Vec<(u64, String, Handled)>,
     },
     Ack(oneshot::Sender<Result<(), String>>),
-    Job(oneshot::Sender<Option<JobView>>, Box<Option<JobView>>),
-    Running(oneshot::Sender<crate::utilisation::Running>, crate::utilisation::Running),
-    Count(oneshot::Sender<u64>, u64),
-    Project(oneshot::Sender<ProjectView>, Box<ProjectView>),
-    People(oneshot::Sender<crate::pool::Answer>, crate::pool::Answer),
+    /// A [`Work::Read`]'s answer, to send.
+    Read(Box<dyn FnOnce() + Send>),
     Preview(oneshot::Sender<Result<Vec<bursar_model::Decision>, String>>, Result<Vec<bursar_model::Decision>, String>),
 }
 
@@ -327,7 +341,7 @@ pub struct Core {
     /// Input seq covered by the last snapshot.
     snapshot_seq: u64,
     /// The Prometheus source's job index, when it runs.
-    jobs: Option<crate::utilisation::JobIndex>,
+    jobs: Option<crate::jobkeys::JobIndex>,
 }
 
 impl Core {
@@ -337,7 +351,7 @@ impl Core {
         metrics: Arc<Metrics>,
         decisions: broadcast::Sender<Arc<Sequenced>>,
         last_event_seq: u64,
-        jobs: Option<crate::utilisation::JobIndex>,
+        jobs: Option<crate::jobkeys::JobIndex>,
     ) -> Core {
         Core {
             session,
@@ -458,7 +472,7 @@ impl Core {
                             && let Err(d) = crate::gate::check(self.session.engine(), c, &inc.input)
                         {
                             self.metrics.events_denied.fetch_add(1, Ordering::Relaxed);
-                            tracing::info!(principal = c.name(), id, reason = %d.message, "input refused before it was applied");
+                            tracing::info!(principal = c.name(), id, reason = %d, "input refused before it was applied");
                             results.push((inc.line, id, Handled::Denied(d)));
                             continue;
                         }
@@ -519,23 +533,9 @@ impl Core {
                     let answer = self.session.engine_mut().preview(&event, Some(&raw));
                     after.push(After::Preview(reply, answer));
                 }
-                Work::Job { id, reply } => {
-                    let v = crate::views::job(self.session.engine(), &id);
-                    after.push(After::Job(reply, Box::new(v)));
-                }
-                Work::Project { name, reply } => {
-                    let v = crate::views::project(self.session.engine(), &name);
-                    after.push(After::Project(reply, Box::new(v)));
-                }
-                Work::CountJobs { reply } => {
-                    after.push(After::Count(reply, self.session.engine().state().live_jobs() as u64));
-                }
-                Work::Running { reply } => {
-                    let v = self.jobs.as_ref().map(|j| j.running(self.session.engine())).unwrap_or_default();
-                    after.push(After::Running(reply, v));
-                }
-                Work::People { ask, reply } => {
-                    after.push(After::People(reply, crate::pool::answer(self.session.engine(), ask)));
+                Work::Read(read) => {
+                    let view = View { engine: self.session.engine(), jobs: self.jobs.as_ref() };
+                    after.push(After::Read(read(view)));
                 }
                 Work::Prune { before, reply } => self.prune(before, reply)?,
                 Work::Snapshot { .. } | Work::Shutdown => {}
@@ -586,22 +586,18 @@ fn answer(
             After::Inputs { reply, items } => {
                 let outcomes = items
                     .into_iter()
-                    .map(|(line, id, handled)| match handled {
-                        Handled::Applied(i) => {
-                            let receipt = receipts.get_mut(i);
-                            Outcome {
-                                duplicate: receipt.as_ref().is_some_and(|r| r.duplicate),
-                                decisions: receipt.map(|r| std::mem::take(&mut r.decisions)).unwrap_or_default(),
-                                ..Outcome::not_applied(line, id)
-                            }
-                        }
-                        Handled::Duplicate => Outcome { duplicate: true, ..Outcome::not_applied(line, id) },
-                        Handled::Denied(d) => Outcome {
-                            denied: Some(d.message),
-                            unknown_job: d.unknown_job,
-                            ..Outcome::not_applied(line, id)
-                        },
-                        Handled::Refused(r) => Outcome { refused: Some(r), ..Outcome::not_applied(line, id) },
+                    .map(|(line, id, handled)| {
+                        let fate = match handled {
+                            Handled::Applied(i) => match receipts.get_mut(i) {
+                                Some(r) if r.duplicate => Fate::Duplicate,
+                                Some(r) => Fate::Accepted(std::mem::take(&mut r.decisions)),
+                                None => Fate::Accepted(Vec::new()),
+                            },
+                            Handled::Duplicate => Fate::Duplicate,
+                            Handled::Denied(d) => Fate::Denied(d),
+                            Handled::Refused(r) => Fate::Refused(r),
+                        };
+                        Outcome { line, id, fate }
                     })
                     .collect();
                 let _ = reply.send(Ok(outcomes));
@@ -609,22 +605,8 @@ fn answer(
             After::Ack(reply) => {
                 let _ = reply.send(Ok(()));
             }
-            After::Job(reply, v) => {
-                let _ = reply.send(*v);
-            }
+            After::Read(send) => send(),
             After::Preview(reply, v) => {
-                let _ = reply.send(v);
-            }
-            After::Running(reply, v) => {
-                let _ = reply.send(v);
-            }
-            After::Count(reply, n) => {
-                let _ = reply.send(n);
-            }
-            After::Project(reply, v) => {
-                let _ = reply.send(*v);
-            }
-            After::People(reply, v) => {
                 let _ = reply.send(v);
             }
         }

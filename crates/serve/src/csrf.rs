@@ -138,7 +138,7 @@ pub async fn guard(State(csrf): State<Csrf>, req: Request, next: Next) -> Respon
         Err(r) => {
             csrf.counters.cross_site.fetch_add(1, Ordering::Relaxed);
             tracing::info!(reason = %r.message, "request refused: cross-site or not JSON");
-            crate::http::error(r.status, r.message)
+            crate::respond::error(r.status, r.message)
         }
     }
 }

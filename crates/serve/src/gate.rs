@@ -16,20 +16,7 @@ use bursar_auth::Caller;
 use bursar_engine::{Engine, JobPhase};
 use bursar_model::{EventKind, Input};
 
-/// Why an input is refused before it is applied.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    /// For the caller.
-    pub message: String,
-    /// The job it names is unknown (404), rather than not the caller's to name (403).
-    pub unknown_job: bool,
-}
-
-impl Refusal {
-    fn denied(message: String) -> Refusal {
-        Refusal { message, unknown_job: false }
-    }
-}
+use crate::respond::Refusal;
 
 /// Ok when `caller` may send `input` given what `engine` knows now.
 pub fn check(engine: &Engine, caller: &Caller, input: &Input) -> Result<(), Refusal> {
@@ -41,12 +28,9 @@ pub fn check(engine: &Engine, caller: &Caller, input: &Input) -> Result<(), Refu
         _ => return Ok(()),
     };
     let Some(job) = engine.state().job(job_id) else {
-        return Err(Refusal {
-            message: format!(
-                "bursar knows no job `{job_id}` (never submitted, denied, or forgotten after it ended): {what} for it would change nothing, and is not kept"
-            ),
-            unknown_job: true,
-        });
+        return Err(Refusal::UnknownJob(format!(
+            "bursar knows no job `{job_id}` (never submitted, denied, or forgotten after it ended): {what} for it would change nothing, and is not kept"
+        )));
     };
     if caller.is_open() {
         return Ok(());
@@ -70,12 +54,12 @@ pub fn check(engine: &Engine, caller: &Caller, input: &Input) -> Result<(), Refu
                     && (a.approvers.is_empty() || a.approvers.iter().any(|x| &**x == me))
             });
             if may_answer_some && job.user() == me {
-                return Err(Refusal::denied(format!(
+                return Err(Refusal::Forbidden(format!(
                     "`{me}` submitted job `{job_id}` and may not answer its approval (its policies do not set `self_approval = true`){}",
                     if waiting.is_empty() { String::new() } else { format!("; ask {}", named(&waiting)) }
                 )));
             }
-            Err(Refusal::denied(if asks.len() == 1 {
+            Err(Refusal::Forbidden(if asks.len() == 1 {
                 format!(
                     "`{me}` is not an approver of job `{job_id}`: only {} may approve or reject it",
                     named(&asks[0].approvers)
@@ -88,7 +72,7 @@ pub fn check(engine: &Engine, caller: &Caller, input: &Input) -> Result<(), Refu
             }))
         }
         EventKind::JobKeepalive { .. } => {
-            caller.may_keep_alive(job_id, job.user()).map_err(|d| Refusal::denied(d.message))
+            caller.may_keep_alive(job_id, job.user()).map_err(|d| Refusal::Forbidden(d.message))
         }
         _ => Ok(()),
     }

@@ -32,7 +32,8 @@
 //! - [`stream`]: `GET /v1/decisions`, catch-up from the log then live.
 //! - [`reload`]: watcher, debounce, off-thread compile, swap.
 //! - [`socket`]: events as JSON Lines over a Unix socket.
-//! - [`utilisation`]: GPU utilisation from Prometheus (dcgm-exporter) as `job.sample` events.
+//! - [`utilisation`], [`jobkeys`]: GPU utilisation from Prometheus (dcgm-exporter) as `job.sample`
+//!   events, and the index of which running job a sample's key names.
 //! - [`metrics`], [`views`]: `/metrics`; job and project views.
 //! - [`people`], [`pool`], [`page`], [`notices`]: people in the loop (`docs/notifications.md`): the
 //!   pool page, what waits for whom, approvals and keepalives from a terminal or a signed link, and
@@ -40,20 +41,30 @@
 //! - [`systemd`]: `READY=1`, `RELOADING=1`, `STOPPING=1` to a `Type=notify` unit.
 //! - [`cluster`]: `serve --cluster`, one instance of a cluster on NATS JetStream (`bursar-cluster`).
 
+pub mod api;
 pub mod auth;
+pub mod backend;
+pub mod body;
 pub mod budget;
 pub mod cluster;
 pub mod core;
 pub mod csrf;
+pub mod doors;
 pub mod gate;
-pub mod http;
+pub mod jobkeys;
+pub mod layers;
 pub mod listen;
+pub mod local;
+pub mod local_api;
 pub mod metrics;
 pub mod notices;
 pub mod page;
 pub mod people;
 pub mod pool;
 pub mod reload;
+pub mod respond;
+pub mod road;
+pub mod router;
 pub mod socket;
 pub mod stream;
 pub mod systemd;
@@ -487,7 +498,7 @@ pub async fn serve_then(
         reload::Reloader {
             dir: config.policies.clone(),
             loader: config.loader.clone(),
-            engine: engine_tx.clone(),
+            target: reload::Target::Engine(engine_tx.clone()),
             status: status.clone(),
             metrics: metrics.clone(),
             config: config.config_file.clone().map(|p| (p, shared_auth.clone())),
@@ -532,25 +543,6 @@ pub async fn serve_then(
     };
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let budgets = Arc::new(budget::Budgets::default());
-    let socket_task = match &config.socket {
-        Some(path) => Some(
-            socket::listen(
-                path,
-                engine_tx.clone(),
-                shared_auth.clone(),
-                budgets.clone(),
-                config.max_body,
-                config.socket_mode,
-                shutdown_rx.clone(),
-            )
-            .map_err(|e| ServeError::Io {
-                context: format!("listen on the socket `{}`", path.display()),
-                message: e.to_string(),
-            })?,
-        ),
-        None => None,
-    };
     // The Prometheus utilisation source, on its own thread (blocking HTTP to Prometheus).
     let skips: Option<utilisation::SharedSkips> = config.utilisation.as_ref().map(|_| Arc::default());
     let utilisation_thread = match config.utilisation.clone() {
@@ -575,51 +567,25 @@ pub async fn serve_then(
         }
         None => None,
     };
-    let state = http::AppState {
+    let backend = local::Local {
         engine: engine_tx.clone(),
         reload: reload_tx.clone(),
         decisions: decisions_tx.clone(),
         status,
         metrics: metrics.clone(),
         audit: config.audit.clone(),
-        auth: shared_auth.clone(),
-        config_file: config.config_file.clone(),
         shutdown: shutdown_rx.clone(),
-        max_line: config.max_body,
-        people: links,
         journal: journal_health.clone(),
         health_notes: health_notes.into(),
         prices: config.prices.clone().map(Arc::new),
+        links,
         pool_input: Arc::default(),
         build: Arc::new(config.build.clone()),
         skips,
-        budgets,
-        origins: config.origins.clone().into(),
     };
-    let limits = listen::Limits {
-        max_connections: config.max_connections,
-        max_per_address: config.max_connections_per_address,
-        max_unfinished_per_address: config.max_unfinished_per_address,
-        header_timeout: config.header_timeout,
-        body_timeout: config.body_timeout,
-        max_body: config.max_body,
-    };
-    let admit_listener = match config.admit_listen {
-        Some(a) => {
-            check_bind(a, &config.auth)?;
-            Some(tokio::net::TcpListener::bind(a).await.map_err(|e| ServeError::Io {
-                context: format!("listen on `{a}` (--admit-listen)"),
-                message: e.to_string(),
-            })?)
-        }
-        None => None,
-    };
-    let admit_addr = admit_listener.as_ref().and_then(|l| l.local_addr().ok());
-    let admit_task = admit_listener.map(|l| {
-        let app = http::admit_router(state.clone(), limits, metrics.admit_listener.clone());
-        tokio::spawn(listen::serve(l, app, limits, metrics.admit_listener.clone(), tls.clone(), shutdown_rx.clone()))
-    });
-    let app = http::router(state, limits, metrics.listener.clone());
+    let door = doors::door(&config, backend, shared_auth, metrics.clone());
+    let doors = doors::Doors::open(&config, &door, router::local, shutdown_rx.clone()).await?;
+    let admit_addr = doors.admit_addr;
     ready(&Ready { addr, admit: admit_addr })?;
     tracing::info!(%addr, admit = ?admit_addr, policies = set.len(), digest = set.digest(), "listening");
     systemd::notify("READY=1");
@@ -650,10 +616,7 @@ pub async fn serve_then(
         }
     };
     tokio::spawn(drain);
-    listen::serve(listener, app, limits, metrics.listener.clone(), tls, main_shutdown).await;
-    if let Some(t) = admit_task {
-        let _ = t.await;
-    }
+    doors.serve(listener, main_shutdown).await;
 
     // Drain: nothing new arrives now; stop the producers, let the engine finish its queue.
     systemd::notify("STOPPING=1");
@@ -661,9 +624,6 @@ pub async fn serve_then(
     snapshotter.abort();
     triggers.stop();
     drop(reload_tx);
-    if let Some(t) = socket_task {
-        let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
-    }
     if let Some(t) = utilisation_thread {
         // It looks at the shutdown flag at least every 200 ms (a poll in flight ends by its timeout).
         let _ = tokio::task::spawn_blocking(move || t.join()).await;

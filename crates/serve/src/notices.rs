@@ -1,6 +1,6 @@
 //! `serve --notify FILE`: runs `bursar-notify`'s outbox loop on its own thread (blocking SQLite and
-//! HTTP), answering its questions about jobs from the engine thread ([`Work::People`]), and holds the
-//! link key the action routes verify with ([`crate::people`]).
+//! HTTP), answering its questions about jobs from the engine thread (reads, [`crate::core::Work::Read`]),
+//! and loads the link key the action routes verify with ([`crate::people`]).
 //!
 //! The notifier is opened before the engine applies anything new, so on its first start its cursor
 //! is the end of the recovered log and no decision made from then on is missed.
@@ -10,15 +10,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bursar_notify::{EngineGone, EngineView, JobFacts, LinkKey, Notifier, NotifyConfig};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use crate::ServeError;
 use crate::core::Work;
-use crate::people::Links;
-use crate::pool::{Answer, Ask};
 
-/// The notifier's view of the engine: [`Work::People`] over the engine queue (blocking: the notifier
-/// runs on its own thread).
+/// The notifier's view of the engine: reads over the engine queue (blocking: the notifier runs on
+/// its own thread).
 #[derive(Debug, Clone)]
 pub struct EngineQueue(pub mpsc::Sender<Work>);
 
@@ -27,23 +25,13 @@ impl EngineView for EngineQueue {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        let (tx, rx) = oneshot::channel();
-        self.0
-            .blocking_send(Work::People { ask: Ask::Facts { jobs: jobs.to_vec(), seen: None }, reply: tx })
-            .map_err(|_| EngineGone)?;
-        match rx.blocking_recv() {
-            Ok(Answer::Facts(f, _)) => Ok(f),
-            _ => Err(EngineGone),
-        }
+        let jobs = jobs.to_vec();
+        crate::core::blocking_read(&self.0, move |v| jobs.iter().map(|j| crate::pool::facts(v.engine, j)).collect())
+            .ok_or(EngineGone)
     }
 
     fn open_jobs(&self) -> Result<Vec<String>, EngineGone> {
-        let (tx, rx) = oneshot::channel();
-        self.0.blocking_send(Work::People { ask: Ask::OpenJobs, reply: tx }).map_err(|_| EngineGone)?;
-        match rx.blocking_recv() {
-            Ok(Answer::OpenJobs(jobs)) => Ok(jobs),
-            _ => Err(EngineGone),
-        }
+        crate::core::blocking_read(&self.0, |v| crate::pool::open_jobs(v.engine)).ok_or(EngineGone)
     }
 }
 
@@ -66,14 +54,15 @@ fn failed(context: &str, e: impl std::fmt::Display) -> ServeError {
     ServeError::Io { context: context.into(), message: e.to_string() }
 }
 
-/// Loads the link key and starts the notifier, when `cfg` is set.
+/// Loads the link key and starts the notifier, when `cfg` is set: the key the action links are
+/// verified with, and the notifier.
 pub fn start(
     cfg: Option<NotifyConfig>,
     audit: &Path,
     listening: std::net::SocketAddr,
     engine: mpsc::Sender<Work>,
-) -> Result<(Links, Option<Running>), ServeError> {
-    let Some(mut cfg) = cfg else { return Ok((Links::default(), None)) };
+) -> Result<(Option<Arc<LinkKey>>, Option<Running>), ServeError> {
+    let Some(mut cfg) = cfg else { return Ok((None, None)) };
     cfg.listening_on(listening);
     let key =
         Arc::new(LinkKey::load_or_create(&cfg.key_path(audit)).map_err(|e| failed("load the action-link key", e))?);
@@ -85,5 +74,5 @@ pub fn start(
         .name("bursar-notify".into())
         .spawn(move || notifier.run(move || flag.load(Ordering::Relaxed)))
         .map_err(|e| failed("start the notifier thread", e))?;
-    Ok((Links { key: Some(key) }, Some(Running { stop, thread })))
+    Ok((Some(key), Some(Running { stop, thread })))
 }

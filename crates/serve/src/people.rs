@@ -2,7 +2,7 @@
 //! from a terminal (`bursar approve|reject|keepalive`, through the API) or with one click on a
 //! signed link in a notice.
 //!
-//! Routes (merged into [`crate::http::router`]):
+//! Routes (merged into [`crate::router::local`]):
 //! - `GET /` (the pool page, [`crate::page`]), `GET /v1/pool`, `GET /v1/pending` (the `read`
 //!   power), `POST /v1/jobs/{id}/approve|reject|keepalive` ([`ActionRequest`] → [`ActionReply`]; the
 //!   `answer` or `keepalive` power). The answer is the caller's: `by` is the authenticated
@@ -25,40 +25,37 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Extension, Path, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bursar_auth::{Caller, Power, Proof, Role};
 use bursar_model::api::{ActionKind, ActionReply, ActionRequest, DenyLine, ErrorReply, PoolView};
 use bursar_model::{Event, EventKind, RawJson, Timestamp};
-use bursar_notify::{JobFacts, LinkKey, TokenError};
+use bursar_notify::{JobFacts, TokenError};
 use bursar_session::Origin;
-use tokio::sync::oneshot;
 
-use crate::core::Work;
-use crate::http::AppState;
-use crate::pool::{Answer, Ask, PoolInput};
+use crate::backend::Fate;
+use crate::local::Local;
+use crate::pool::PoolInput;
+use crate::respond::{Refusal, html, json};
+use crate::road::Door;
 
-/// The link key, when notices are on (`serve --notify`).
-#[derive(Debug, Clone, Default)]
-pub struct Links {
-    /// The HMAC key the notifier signs links with.
-    pub key: Option<Arc<LinkKey>>,
-}
+/// What the people's routes share: single-node serve's door.
+type AppState = Door<Local>;
 
 /// How many recent denies the page shows.
 const DENIES_SHOWN: usize = 10;
 
 /// The people-facing API routes (authenticated by the router that merges them).
 pub fn api_router() -> Router<AppState> {
-    let read = crate::http::needing(
+    let read = crate::layers::needing(
         Power::Read,
         Router::new().route("/", get(page)).route("/v1/pool", get(pool_json)).route("/v1/pending", get(pending_json)),
     );
     // The action's power is checked in the handler: approve and reject need `answer`, keepalive `keepalive`.
     // What waits for the caller: the `answer` or the `keepalive` power, not `read` (checked in the
     // handlers: either one will do).
-    read.merge(crate::http::with_body(Router::new().route("/v1/jobs/{id}/{action}", axum::routing::post(action_api))))
+    read.merge(crate::layers::with_body(Router::new().route("/v1/jobs/{id}/{action}", axum::routing::post(action_api))))
         .route("/mine", get(mine_page))
         .route("/v1/pending/mine", get(mine_json))
 }
@@ -68,47 +65,10 @@ pub fn link_router() -> Router<AppState> {
     Router::new().route("/act/{token}", get(link_show).post(link_do))
 }
 
-fn json(status: StatusCode, v: &impl serde::Serialize) -> Response {
-    match serde_json::to_string(v) {
-        Ok(body) => {
-            let mut r = (status, body).into_response();
-            r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            r
-        }
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
-    }
-}
-
-fn html(status: StatusCode, body: String) -> Response {
-    let mut r = (status, body).into_response();
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
-    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    r
-}
-
-/// Why an answer was refused, with the status it is given.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    /// 400, 403, 404, 409, 410, 503.
-    pub status: StatusCode,
-    /// For the person.
-    pub message: String,
-}
-
-impl Refusal {
-    fn new(status: StatusCode, message: impl Into<String>) -> Refusal {
-        Refusal { status, message: message.into() }
-    }
-
-    fn engine_gone() -> Refusal {
-        Refusal::new(StatusCode::SERVICE_UNAVAILABLE, "the engine is shutting down; try again in a moment")
-    }
-}
-
-async fn ask(st: &AppState, ask: Ask) -> Result<Answer, Refusal> {
-    let (tx, rx) = oneshot::channel();
-    st.engine.send(Work::People { ask, reply: tx }).await.map_err(|_| Refusal::engine_gone())?;
-    rx.await.map_err(|_| Refusal::engine_gone())
+/// What the engine knows about `job`, and whether input `seen` was applied (a used link).
+async fn facts(st: &AppState, job: &str, seen: String) -> Result<(Option<JobFacts>, bool), Refusal> {
+    let job = job.to_owned();
+    st.backend.read(move |v| (crate::pool::facts(v.engine, &job), v.engine.seen(&seen))).await
 }
 
 /// What a person asks for.
@@ -258,43 +218,32 @@ fn event_of(act: &Act, now: Timestamp, over_budget: bool) -> Event {
 /// Checks `act`, applies it as its v1 event through the one road, and says what it did.
 async fn apply(st: &AppState, act: Act) -> Result<ActionReply, Refusal> {
     let now = crate::wall_time();
-    let Answer::Facts(facts, seen) =
-        ask(st, Ask::Facts { jobs: vec![act.job.clone()], seen: Some(act.kept_id()) }).await?
-    else {
-        return Err(Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "the engine answered another question"));
-    };
-    let facts = facts.into_iter().next().flatten();
+    let (facts, seen) = facts(st, &act.job, act.kept_id()).await?;
     precheck(&act, facts.as_ref(), seen, now)?;
     let over_budget = act.action == ActionKind::ApproveOverBudget;
     let line = event_of(&act, now, over_budget).to_json();
     let (items, rejected) = bursar_session::decode_body(line.as_bytes(), st.max_line, Origin::Producer);
     if let Some(r) = rejected.first() {
-        return Err(Refusal::new(StatusCode::BAD_REQUEST, format!("the answer is not a valid event: {}", r.error)));
+        return Err(Refusal::BadRequest(format!("the answer is not a valid event: {}", r.error)));
     }
-    let (items, denied) = crate::http::admit_lines(&act.caller, items);
-    if let Some(d) = denied.first() {
-        return Err(Refusal::new(StatusCode::FORBIDDEN, d.error.clone()));
+    let (items, denied) = st.lines(&act.caller, items);
+    if let Some(d) = denied.into_iter().next() {
+        return Err(Refusal::Forbidden(d.error));
     }
-    let mut outcome = crate::http::submit(st, items, &act.caller)
-        .await
-        .map_err(|f| Refusal { status: f.status, message: f.message })?;
-    if outcome.is_empty() {
+    let Some(outcome) = st.send(&act.caller, items, None).await?.outcomes.into_iter().next() else {
         return Err(Refusal::engine_gone());
-    }
-    let outcome = outcome.remove(0);
-    if let Some(why) = outcome.denied {
-        let status = if outcome.unknown_job { StatusCode::NOT_FOUND } else { StatusCode::FORBIDDEN };
-        return Err(Refusal::new(status, why));
-    }
-    if let Some(r) = outcome.refused {
-        return Err(Refusal::new(StatusCode::CONFLICT, r.reason));
-    }
-    if outcome.duplicate {
-        return Err(Refusal::new(StatusCode::CONFLICT, "this was already done (the same answer was applied before)"));
-    }
+    };
+    let decisions = match outcome.fate {
+        Fate::Accepted(d) => d,
+        Fate::Denied(r) => return Err(r),
+        Fate::Refused(r) => return Err(Refusal::Conflict(r.reason)),
+        Fate::Duplicate => {
+            return Err(Refusal::Conflict("this was already done (the same answer was applied before)".into()));
+        }
+    };
     let job = &act.job;
     let about: Vec<&bursar_model::Decision> =
-        outcome.decisions.iter().map(|s| &s.decision).filter(|d| d.job_id.as_deref() == Some(job.as_str())).collect();
+        decisions.iter().map(|s| &s.decision).filter(|d| d.job_id.as_deref() == Some(job.as_str())).collect();
     let admission = about.iter().find(|d| d.admission);
     let message = match act.action {
         ActionKind::Approve | ActionKind::ApproveOverBudget => match admission {
@@ -343,7 +292,7 @@ async fn apply(st: &AppState, act: Act) -> Result<ActionReply, Refusal> {
         by: act.by.clone(),
         event_id: act.kept_id(),
         message,
-        decisions: outcome.decisions,
+        decisions,
     })
 }
 
@@ -404,7 +353,7 @@ async fn action_api(
     let act = Act { job, action: kind, by, reason: req.reason, event_id, caller, bound: None };
     match apply(&st, act).await {
         Ok(reply) => json(StatusCode::OK, &reply),
-        Err(r) => json(r.status, &ErrorReply { error: r.message }),
+        Err(r) => r.into_response(),
     }
 }
 
@@ -414,16 +363,13 @@ const POOL_INPUT_REUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What the pool and pending views are built from: a recent copy, or a new one from the engine.
 async fn pool_input(st: &AppState) -> Result<Arc<PoolInput>, Refusal> {
-    let mut cached = st.pool_input.lock().await;
+    let mut cached = st.backend.pool_input.lock().await;
     if let Some((at, input)) = cached.as_ref()
         && at.elapsed() < POOL_INPUT_REUSE
     {
         return Ok(input.clone());
     }
-    let Answer::PoolInput(input) = ask(st, Ask::PoolInput).await? else {
-        return Err(Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "unexpected engine answer"));
-    };
-    let input: Arc<PoolInput> = Arc::from(input);
+    let input: Arc<PoolInput> = Arc::new(st.backend.read(|v| PoolInput::of(v.engine)).await?);
     *cached = Some((std::time::Instant::now(), input.clone()));
     Ok(input)
 }
@@ -461,7 +407,7 @@ async fn mine(st: &AppState, caller: &Caller) -> Result<bursar_model::api::Pendi
             format!("{d}; what waits for a person needs the `answer` or the `keepalive` power"),
         ));
     }
-    let skips = st.skips.clone();
+    let skips = st.backend.skips.clone();
     let all = off_thread(st, move |input| input.pending(skips.as_ref().and_then(|s| s.lock().ok()).as_deref())).await?;
     Ok(pending_for((!caller.is_open()).then(|| caller.name()), all))
 }
@@ -470,7 +416,7 @@ async fn mine(st: &AppState, caller: &Caller) -> Result<bursar_model::api::Pendi
 async fn mine_json(State(st): State<AppState>, Extension(caller): Extension<Arc<Caller>>) -> Response {
     match mine(&st, &caller).await {
         Ok(p) => json(StatusCode::OK, &p),
-        Err(r) => json(r.status, &ErrorReply { error: r.message }),
+        Err(r) => r.into_response(),
     }
 }
 
@@ -480,25 +426,27 @@ async fn mine_json(State(st): State<AppState>, Extension(caller): Extension<Arc<
 async fn mine_page(State(st): State<AppState>, Extension(caller): Extension<Arc<Caller>>) -> Response {
     match mine(&st, &caller).await {
         Ok(p) => html(StatusCode::OK, crate::page::mine(caller.name(), &p, crate::wall_time())),
-        Err(r) => html(r.status, crate::page::message("bursar: waiting for you", "Nothing to show", &r.message, None)),
+        Err(r) => {
+            html(r.status(), crate::page::message("bursar: waiting for you", "Nothing to show", r.message(), None))
+        }
     }
 }
 
 async fn pending_json(State(st): State<AppState>) -> Response {
-    let skips = st.skips.clone();
+    let skips = st.backend.skips.clone();
     match off_thread(&st, move |input| input.pending(skips.as_ref().and_then(|s| s.lock().ok()).as_deref())).await {
         Ok(p) => json(StatusCode::OK, &p),
-        Err(r) => json(r.status, &ErrorReply { error: r.message }),
+        Err(r) => r.into_response(),
     }
 }
 
 /// The pool view with the last denies from the audit log.
 async fn pool_view(st: &AppState) -> Result<PoolView, Refusal> {
     let now = crate::wall_time();
-    let skips = st.skips.clone();
+    let skips = st.backend.skips.clone();
     let mut view =
         off_thread(st, move |input| input.pool(now, skips.as_ref().and_then(|s| s.lock().ok()).as_deref())).await?;
-    let audit = st.audit.clone();
+    let audit = st.backend.audit.clone();
     let denies = tokio::task::spawn_blocking(move || {
         bursar_audit::AuditLog::open_read(&audit)?.latest_decisions("deny", DENIES_SHOWN)
     })
@@ -522,20 +470,20 @@ async fn pool_view(st: &AppState) -> Result<PoolView, Refusal> {
 async fn pool_json(State(st): State<AppState>) -> Response {
     match pool_view(&st).await {
         Ok(v) => json(StatusCode::OK, &v),
-        Err(r) => json(r.status, &ErrorReply { error: r.message }),
+        Err(r) => r.into_response(),
     }
 }
 
 async fn page(State(st): State<AppState>) -> Response {
     match pool_view(&st).await {
         Ok(v) => html(StatusCode::OK, crate::page::pool(&v)),
-        Err(r) => html(r.status, crate::page::message("bursar: the pool", "Cannot show the pool", &r.message, None)),
+        Err(r) => html(r.status(), crate::page::message("bursar: the pool", "Cannot show the pool", r.message(), None)),
     }
 }
 
 /// Verifies a link's token: its claims, or the page that says why it cannot be used.
 fn verify(st: &AppState, token: &str) -> Result<bursar_notify::Claims, Box<Response>> {
-    let Some(key) = &st.people.key else {
+    let Some(key) = &st.backend.links else {
         return Err(Box::new(html(
             StatusCode::NOT_FOUND,
             crate::page::message(
@@ -564,7 +512,7 @@ fn act_of(st: &AppState, claims: &bursar_notify::Claims, token: &str, reason: Op
     // A link is its addressee's: the person it was sent to (an approver a policy names, a job's
     // owner), proved by bursar's own signature, with the power its action needs and no other. The
     // engine's own checks (is this person an approver of the job, is the job theirs) stay behind it.
-    let auth = crate::auth::current(&st.auth);
+    let auth = crate::auth::current(&st.auth.auth);
     let caller = if auth.is_open() {
         Caller::open()
     } else {
@@ -590,15 +538,14 @@ async fn link_show(State(st): State<AppState>, Path(token): Path<String>) -> Res
         Err(page) => return *page,
     };
     let act = act_of(&st, &claims, &token, None);
-    let facts = match ask(&st, Ask::Facts { jobs: vec![act.job.clone()], seen: Some(act.kept_id()) }).await {
-        Ok(Answer::Facts(f, seen)) => (f.into_iter().next().flatten(), seen),
-        Ok(_) => (None, false),
-        Err(r) => return html(r.status, crate::page::message("bursar", "Try again", &r.message, None)),
+    let facts = match facts(&st, &act.job, act.kept_id()).await {
+        Ok(f) => f,
+        Err(r) => return html(r.status(), crate::page::message("bursar", "Try again", r.message(), None)),
     };
     if let Err(r) = precheck(&act, facts.0.as_ref(), facts.1, crate::wall_time()) {
         return html(
-            r.status,
-            crate::page::message("bursar", "Nothing to do", &format!("{}. Nothing was done.", r.message), None),
+            r.status(),
+            crate::page::message("bursar", "Nothing to do", &format!("{}. Nothing was done.", r.message()), None),
         );
     }
     html(StatusCode::OK, crate::page::confirm(&claims, facts.0.as_ref()))
@@ -617,10 +564,10 @@ async fn link_do(State(st): State<AppState>, Path(token): Path<String>, req: axu
         Err(page) => return *page,
     };
     // The link is this route's authority: its form is read only once the link verifies.
-    let Some(ctx) = req.extensions().get::<crate::listen::BodyContext>().cloned() else {
+    let Some(ctx) = req.extensions().get::<crate::body::BodyContext>().cloned() else {
         return html(StatusCode::INTERNAL_SERVER_ERROR, String::new());
     };
-    let body = match crate::listen::read_limited(req.into_body(), &ctx).await {
+    let body = match crate::body::read_limited(req.into_body(), &ctx).await {
         Ok(b) => b,
         Err(r) => return r,
     };
@@ -631,8 +578,8 @@ async fn link_do(State(st): State<AppState>, Path(token): Path<String>, req: axu
             html(StatusCode::OK, crate::page::message("bursar", "Done", &reply.message, Some(&reply.event_id)))
         }
         Err(r) => html(
-            r.status,
-            crate::page::message("bursar", "Nothing was done", &format!("{}. Nothing was done.", r.message), None),
+            r.status(),
+            crate::page::message("bursar", "Nothing was done", &format!("{}. Nothing was done.", r.message()), None),
         ),
     }
 }
@@ -719,12 +666,12 @@ mod tests {
         let now = Timestamp::parse("2026-11-02T10:00:00Z").unwrap();
         let f = held("2026-11-03T09:00:00Z");
         assert_eq!(precheck(&act(ActionKind::Approve, "bob"), Some(&f), false, now), Ok(()));
-        let status = |a: &Act, f: Option<&JobFacts>, seen| precheck(a, f, seen, now).unwrap_err().status;
+        let status = |a: &Act, f: Option<&JobFacts>, seen| precheck(a, f, seen, now).unwrap_err().status();
         assert_eq!(status(&act(ActionKind::Approve, "bob"), Some(&f), true), StatusCode::CONFLICT);
         assert_eq!(status(&act(ActionKind::Approve, "bob"), None, false), StatusCode::NOT_FOUND);
         let r = precheck(&act(ActionKind::Approve, "mallory"), Some(&f), false, now).unwrap_err();
-        assert_eq!(r.status, StatusCode::FORBIDDEN);
-        assert!(r.message.contains("only bob"), "{}", r.message);
+        assert_eq!(r.status(), StatusCode::FORBIDDEN);
+        assert!(r.message().contains("only bob"), "{}", r.message());
         assert_eq!(status(&act(ActionKind::ApproveOverBudget, "bob"), Some(&f), false), StatusCode::CONFLICT);
         assert_eq!(
             status(&act(ActionKind::Reject, "bob"), Some(&held("2026-11-02T09:30:00Z")), false),

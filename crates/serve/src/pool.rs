@@ -1,6 +1,6 @@
 //! The people-facing views of engine state: the pool page and `GET /v1/pool`, `GET /v1/pending`
 //! (`bursar pending`), and what the notifier and the action links need to know about a job
-//! ([`JobFacts`]).
+//! ([`JobFacts`]). Each is computed on the engine thread as a read ([`crate::core::Work::Read`]).
 //!
 //! The engine thread is the only place the state may be read, and it is on the scheduler's critical
 //! path: three `GET /v1/pool` on a busy pool once took admission latency from 22 ms to 2.6 s while
@@ -26,55 +26,19 @@ use bursar_notify::JobFacts;
 
 use crate::utilisation::Skips;
 
-/// A question for the engine thread ([`crate::core::Work::People`]).
-#[derive(Debug)]
-pub enum Ask {
-    /// What the pool and pending views are built from.
-    PoolInput,
-    /// The jobs that wait for a person: held for an approval, or alerted as idle (the notifier's
-    /// first start on an audit log).
-    OpenJobs,
-    /// What the engine knows about these jobs, and whether input `seen` was applied (a used link).
-    Facts {
-        /// The jobs.
-        jobs: Vec<String>,
-        /// An input id to look up.
-        seen: Option<String>,
-    },
-}
-
-/// The answer to an [`Ask`].
-#[derive(Debug)]
-pub enum Answer {
-    /// For [`Ask::PoolInput`].
-    PoolInput(Box<PoolInput>),
-    /// For [`Ask::OpenJobs`].
-    OpenJobs(Vec<String>),
-    /// For [`Ask::Facts`]: one entry per job asked (`None`: unknown), and whether the id was seen.
-    Facts(Vec<Option<JobFacts>>, bool),
-}
-
-/// Answers `ask` from `engine`.
-pub fn answer(engine: &Engine, ask: Ask) -> Answer {
-    match ask {
-        Ask::PoolInput => Answer::PoolInput(Box::new(PoolInput::of(engine))),
-        Ask::OpenJobs => Answer::OpenJobs(
-            engine
-                .state()
-                .jobs()
-                .filter(|(id, j)| match j.phase() {
-                    JobPhase::PendingApproval => true,
-                    JobPhase::Running | JobPhase::Admitted => !idle_waits(engine, id, j).is_empty(),
-                    _ => false,
-                })
-                .map(|(id, _)| id.to_owned())
-                .collect(),
-        ),
-        Ask::Facts { jobs, seen } => {
-            let facts = jobs.iter().map(|j| facts(engine, j)).collect();
-            Answer::Facts(facts, seen.is_some_and(|id| engine.seen(&id)))
-        }
-    }
+/// The jobs that wait for a person: held for an approval, or alerted as idle (the notifier's first
+/// start on an audit log).
+pub fn open_jobs(engine: &Engine) -> Vec<String> {
+    engine
+        .state()
+        .jobs()
+        .filter(|(id, j)| match j.phase() {
+            JobPhase::PendingApproval => true,
+            JobPhase::Running | JobPhase::Admitted => !idle_waits(engine, id, j).is_empty(),
+            _ => false,
+        })
+        .map(|(id, _)| id.to_owned())
+        .collect()
 }
 
 /// The ids of the enforced policies that are quotas (an approval they asked for is "over budget").

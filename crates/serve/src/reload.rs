@@ -55,8 +55,8 @@ pub struct Reloader {
     pub dir: PathBuf,
     /// Compiles it.
     pub loader: Loader,
-    /// The engine thread.
-    pub engine: mpsc::Sender<Work>,
+    /// Where a new set goes.
+    pub target: Target,
     /// Shown by `/v1/policies`.
     pub status: SharedStatus,
     /// Counters.
@@ -66,6 +66,40 @@ pub struct Reloader {
     /// The configuration file as it was at start (or at the last reload that changed nothing that
     /// needs a restart).
     pub site: SharedSite,
+}
+
+/// Where a set that compiled goes.
+pub enum Target {
+    /// The engine thread of this process: swapped in between two batches and recorded in the audit
+    /// log, as a failed reload is.
+    Engine(mpsc::Sender<Work>),
+    /// A cluster instance's partition owners, which take it between two batches (`docs/cluster.md`,
+    /// "Reloading"); a cluster's journal carries only inputs, so a failed reload is logged only.
+    Instances(tokio::sync::watch::Sender<Arc<PolicySet>>),
+}
+
+impl Target {
+    /// Hands `set` over; false when nobody takes it any more (shutting down).
+    async fn swap(&self, set: Arc<PolicySet>, cause: &'static str) -> bool {
+        match self {
+            Target::Engine(engine) => {
+                let (tx, rx) = oneshot::channel();
+                let sent = engine.send(Work::Policies { set, cause, reply: tx }).await;
+                matches!((sent, rx.await), (Ok(()), Ok(Ok(()))))
+            }
+            Target::Instances(w) => w.send(set).is_ok(),
+        }
+    }
+
+    /// Records a failed reload where this target keeps records.
+    async fn failed(&self, text: String) {
+        if let Target::Engine(engine) = self {
+            let (tx, rx) = oneshot::channel();
+            if engine.send(Work::ReloadFailed { error: text, reply: tx }).await.is_ok() {
+                let _ = rx.await;
+            }
+        }
+    }
 }
 
 /// The configuration in force, to tell what a reload cannot take.
@@ -181,10 +215,8 @@ impl Reloader {
             }
             Ok(Ok(set)) => {
                 let set = Arc::new(set);
-                let (tx, rx) = oneshot::channel();
-                let sent = self.engine.send(Work::Policies { set: set.clone(), cause, reply: tx }).await;
-                match (sent, rx.await) {
-                    (Ok(()), Ok(Ok(()))) => {
+                match self.target.swap(set.clone(), cause).await {
+                    true => {
                         outcome.ok = true;
                         outcome.status = "loaded".into();
                         outcome.digest = set.digest().to_owned();
@@ -201,7 +233,7 @@ impl Reloader {
                             st.loaded_at = outcome.at.clone();
                         }
                     }
-                    _ => {
+                    false => {
                         outcome.errors.push("the engine is shutting down; the new set was not swapped in".into());
                         self.metrics.reloads_failed.fetch_add(1, Ordering::Relaxed);
                     }
@@ -228,10 +260,7 @@ impl Reloader {
         for e in &outcome.errors {
             tracing::error!(cause = %outcome.cause, error = %e, "policy reload failed; the previous policies stay in force");
         }
-        let (tx, rx) = oneshot::channel();
-        if self.engine.send(Work::ReloadFailed { error: text, reply: tx }).await.is_ok() {
-            let _ = rx.await;
-        }
+        self.target.failed(text).await;
     }
 }
 

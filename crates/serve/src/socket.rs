@@ -9,15 +9,19 @@
 //! received are sent to the engine together (up to [`MAX_LINES`]), so a fast producer gets group
 //! commit; a producer that waits for each answer gets one commit per line.
 //!
+//! Every line takes the one road ([`crate::road`]) like an HTTP body's: checked against the caller's
+//! powers, charged to its write budget, answered once durable; when the backend cannot take inputs
+//! (the audit log cannot commit, NATS is unreachable), each line is answered with why, at once, as
+//! HTTP answers 503. The socket serves single-node serve and a cluster instance alike.
+//!
 //! Who may connect is decided by the socket file's permissions (`--socket-mode`, `0660` by default:
 //! the user bursar runs as and its group). Who a connection *is* comes from the kernel: the peer's
 //! UID (`SO_PEERCRED`), whose user is a person (the `[auth] people` roles, or a `[[person]]`
 //! table's), or the principal whose `unix_users` lists it, and each line is checked against those
-//! powers like an HTTP body's and counted against the caller's write budget ([`crate::budget`]).
+//! powers.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-
 use std::sync::Arc;
 
 use bursar_auth::Caller;
@@ -25,21 +29,19 @@ use bursar_model::api::{Rejected, SocketAnswer};
 use bursar_session::{Framer, Incoming, Line, Origin, decode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::watch;
 
-use crate::core::Work;
+use crate::backend::{Backend, Fate, Outcome};
+use crate::road::Door;
 
-/// Lines sent to the engine in one request at most.
+/// Lines sent to the backend in one request at most.
 pub const MAX_LINES: usize = 1024;
 
 /// Binds `path` (replacing a stale socket file) with permission bits `mode` and serves connections
-/// until `shutdown` turns true.
-pub fn listen(
+/// over `door` until `shutdown` turns true.
+pub fn listen<B: Backend>(
     path: &Path,
-    engine: mpsc::Sender<Work>,
-    auth: crate::auth::SharedAuth,
-    budgets: Arc<crate::budget::Budgets>,
-    max_line: usize,
+    door: Door<B>,
     mode: u32,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
@@ -55,8 +57,7 @@ pub fn listen(
             tokio::select! {
                 conn = listener.accept() => match conn {
                     Ok((stream, _)) => {
-                        let budgets = budgets.clone();
-                        tokio::spawn(connection(stream, engine.clone(), auth.clone(), budgets, max_line, shutdown.clone()));
+                        tokio::spawn(connection(stream, door.clone(), shutdown.clone()));
                     }
                     Err(e) => tracing::warn!(error = %e, "cannot accept on the event socket"),
                 },
@@ -73,10 +74,10 @@ fn answer_line(out: &mut Vec<u8>, a: &SocketAnswer) {
     }
 }
 
-/// One line's place in the answers: rejected now, or waiting for the engine.
+/// One line's place in the answers: rejected now, or waiting for the backend.
 enum Slot {
     Answer(SocketAnswer),
-    Applied,
+    Sent,
 }
 
 /// The caller a socket peer is, or the error line to send it before closing.
@@ -92,15 +93,22 @@ fn peer_caller(stream: &UnixStream, auth: &crate::auth::SharedAuth) -> Result<Ar
     a.authenticate(&presented, bursar_model::Timestamp::wall_clock()).map(Arc::new).map_err(|e| e.to_string())
 }
 
-async fn connection(
-    stream: UnixStream,
-    engine: mpsc::Sender<Work>,
-    auth: crate::auth::SharedAuth,
-    budgets: Arc<crate::budget::Budgets>,
-    max_line: usize,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let caller = match peer_caller(&stream, &auth) {
+/// The answer line of one outcome.
+fn answer_of(a: Outcome) -> SocketAnswer {
+    match a.fate {
+        Fate::Accepted(decisions) => SocketAnswer::Accepted { line: a.line, id: a.id, accepted: true, decisions },
+        Fate::Duplicate => SocketAnswer::Duplicate { line: a.line, id: a.id, duplicate: true },
+        Fate::Denied(r) => {
+            SocketAnswer::Rejected(Rejected { source: None, line: a.line, error: r.message().to_owned() })
+        }
+        Fate::Refused(r) => {
+            SocketAnswer::Rejected(Rejected { source: None, line: a.line, error: format!("refused: {}", r.reason) })
+        }
+    }
+}
+
+async fn connection<B: Backend>(stream: UnixStream, door: Door<B>, mut shutdown: watch::Receiver<bool>) {
+    let caller = match peer_caller(&stream, &door.auth.auth) {
         Ok(c) => c,
         Err(e) => {
             let (_, mut write) = stream.into_split();
@@ -111,7 +119,7 @@ async fn connection(
         }
     };
     let (mut read, mut write) = stream.into_split();
-    let mut framer = Framer::new(max_line);
+    let mut framer = Framer::new(door.max_line);
     let mut buf = vec![0u8; 64 * 1024];
     let mut eof = false;
     while !eof {
@@ -129,11 +137,10 @@ async fn connection(
             Line::Rejected(r) => order.push(Slot::Answer(SocketAnswer::Rejected(r))),
             Line::Input(d) => {
                 let line = d.line;
-                let (mut ok, denied) =
-                    crate::http::admit_lines(&caller, vec![Incoming::new(line, d.text.to_owned(), d.input)]);
+                let (mut ok, denied) = door.lines(&caller, vec![Incoming::new(line, d.text.to_owned(), d.input)]);
                 match (ok.pop(), denied.into_iter().next()) {
                     (Some(item), _) => {
-                        order.push(Slot::Applied);
+                        order.push(Slot::Sent);
                         items.push(item);
                     }
                     (None, Some(r)) => order.push(Slot::Answer(SocketAnswer::Rejected(r))),
@@ -147,39 +154,19 @@ async fn connection(
         } else {
             framer.push(&buf[..n], &mut take);
         }
-        // Everything this read completed goes to the engine together, MAX_LINES per request.
+        // Everything this read completed goes down the road together, MAX_LINES per request.
         let mut outcomes = Vec::with_capacity(items.len());
         while !items.is_empty() {
             let rest = if items.len() > MAX_LINES { items.split_off(MAX_LINES) } else { Vec::new() };
             let chunk = std::mem::replace(&mut items, rest);
-            // The write budget, like an HTTP request's ([`crate::budget`]): over it, every line of
-            // the chunk is answered with the refusal and nothing of it is applied.
-            let bytes: usize = chunk.iter().map(|i| i.raw.len()).sum();
-            if let Err(over) = budgets.charge(&caller, chunk.len() as u64, bytes as u64) {
-                if over.journal
-                    && let Some(first) = chunk.first()
-                {
-                    let reason = over.message.lines().next().unwrap_or("").to_owned();
-                    let _ = engine.send(Work::Refusal { item: Box::new(first.clone()), reason }).await;
-                }
-                outcomes.extend(chunk.into_iter().map(|i| crate::core::Outcome {
-                    line: i.line,
-                    id: i.input.id().into_owned(),
-                    duplicate: false,
-                    decisions: Vec::new(),
-                    denied: Some(over.message.clone()),
-                    unknown_job: false,
-                    refused: None,
-                }));
-                continue;
-            }
-            let (tx, rx) = oneshot::channel();
-            if engine.send(Work::Inputs { items: chunk, caller: Some(caller.clone()), reply: tx }).await.is_err() {
-                return;
-            }
-            match rx.await {
-                Ok(Ok(a)) => outcomes.extend(a),
-                _ => return,
+            let lines: Vec<(u64, String)> = chunk.iter().map(|i| (i.line, i.input.id().into_owned())).collect();
+            match door.send(&caller, chunk, None).await {
+                Ok(s) => outcomes.extend(s.outcomes.into_iter().map(answer_of)),
+                // Refused whole (a spent budget, a log that cannot commit, a stopping engine): every
+                // line of the chunk is answered with why, and the connection goes on.
+                Err(r) => outcomes.extend(lines.into_iter().map(|(line, _)| {
+                    SocketAnswer::Rejected(Rejected { source: None, line, error: r.message().to_owned() })
+                })),
             }
         }
         let mut outcomes = outcomes.into_iter();
@@ -187,17 +174,9 @@ async fn connection(
         for slot in order {
             match slot {
                 Slot::Answer(a) => answers.push(a),
-                Slot::Applied => {
+                Slot::Sent => {
                     let Some(a) = outcomes.next() else { return };
-                    let refusal =
-                        a.denied.clone().or_else(|| a.refused.as_ref().map(|r| format!("refused: {}", r.reason)));
-                    answers.push(if let Some(error) = refusal {
-                        SocketAnswer::Rejected(Rejected { source: None, line: a.line, error })
-                    } else if a.duplicate {
-                        SocketAnswer::Duplicate { line: a.line, id: a.id, duplicate: true }
-                    } else {
-                        SocketAnswer::Accepted { line: a.line, id: a.id, accepted: true, decisions: a.decisions }
-                    });
+                    answers.push(a);
                 }
             }
         }

@@ -20,30 +20,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
 
-use bursar_engine::{Engine, JobPhase};
 use bursar_model::{Event, Input, Timestamp};
-use bursar_prometheus::{Config as SourceConfig, Counters, Expected, Jobs, KubePods, ResumeFile, SlurmIds, Source};
+use bursar_prometheus::{Config as SourceConfig, Counters, ResumeFile, Source};
 use bursar_session::Incoming;
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::core::Work;
-
-/// How the source's job keys (`attribution.key`) name bursar's jobs.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Keys {
-    /// The key is Slurm's job id (what `integrations/slurm/prolog-dcgm.sh` writes): bursar's id is
-    /// learnt from the `slurm_job_id` of the `job.started` events `bursar slurm watch` sends.
-    #[default]
-    Slurm,
-    /// The key is bursar's job id.
-    Bursar,
-    /// The key is `<namespace>/<pod>`, dcgm-exporter's labels on Kubernetes: bursar's id is learnt
-    /// from the `kube_namespace` and `kube_pods` of the `job.started` events `bursar kube watch`
-    /// sends. The attribution defaults to the `namespace` and `pod` labels.
-    Kubernetes,
-}
+pub use crate::jobkeys::{JobIndex, JobsConfig, Keys, Running};
 
 /// The file given to `--utilisation`.
 #[derive(Debug, Clone, Deserialize)]
@@ -56,22 +40,6 @@ pub struct UtilisationConfig {
     /// How keys name jobs.
     #[serde(default)]
     pub jobs: JobsConfig,
-}
-
-/// `[jobs]` of the utilisation file.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct JobsConfig {
-    /// `slurm` (default) or `bursar`.
-    #[serde(default)]
-    pub keys: Keys,
-    /// With `keys = "slurm"`: the cluster name `bursar slurm watch --cluster` uses.
-    #[serde(default)]
-    pub slurm_cluster: Option<String>,
-    /// With `keys = "kubernetes"`: only the events of this cluster (`bursar kube watch --cluster`);
-    /// default every cluster's.
-    #[serde(default)]
-    pub kube_cluster: Option<String>,
 }
 
 /// Why the utilisation file cannot be used.
@@ -130,130 +98,6 @@ impl UtilisationConfig {
     }
 }
 
-/// The engine's view the source needs at one evaluation time: running jobs by key.
-#[derive(Debug, Default, Clone)]
-pub struct Running {
-    by_key: HashMap<String, Expected>,
-    /// Running jobs with GPUs that no key names (no Slurm id learnt for them), and why.
-    unkeyed: Vec<(String, String)>,
-}
-
-impl Jobs for Running {
-    fn lookup(&self, key: &str) -> Option<Expected> {
-        self.by_key.get(key).cloned()
-    }
-
-    fn for_each_running(&self, f: &mut dyn FnMut(&str, u32)) {
-        let mut all: Vec<&Expected> = self.by_key.values().collect();
-        all.sort_by(|a, b| a.job_id.cmp(&b.job_id));
-        for e in all {
-            f(&e.job_id, e.gpus);
-        }
-    }
-}
-
-/// What the engine thread keeps for the source: the Slurm id index, fed with every applied event.
-#[derive(Debug)]
-pub struct JobIndex {
-    keys: Keys,
-    slurm: SlurmIds,
-    kube: KubePods,
-}
-
-impl JobIndex {
-    /// An index for `cfg`.
-    pub fn new(cfg: &JobsConfig) -> JobIndex {
-        JobIndex {
-            keys: cfg.keys.clone(),
-            slurm: SlurmIds::new(cfg.slurm_cluster.clone().unwrap_or_default()),
-            kube: KubePods::new(cfg.kube_cluster.clone()),
-        }
-    }
-
-    /// Learns from one applied input (journal replay included).
-    pub fn observe(&mut self, input: &Input) {
-        match (&self.keys, input) {
-            (Keys::Slurm, Input::Event(e)) => self.slurm.observe(e),
-            (Keys::Kubernetes, Input::Event(e)) => self.kube.observe(e),
-            _ => {}
-        }
-    }
-
-    /// Learns the keys of every running job from its journaled inputs (after a restore from a
-    /// snapshot, whose earlier inputs were not replayed): one index look-up per running job.
-    pub fn rebuild(&mut self, log: &bursar_audit::AuditLog, engine: &Engine) -> Result<(), bursar_audit::AuditError> {
-        if self.keys == Keys::Bursar {
-            return Ok(());
-        }
-        let running: Vec<String> =
-            engine.state().jobs().filter(|(_, j)| j.phase().is_live()).map(|(id, _)| id.to_owned()).collect();
-        for id in running {
-            for stored in log.events_of_job(&id)? {
-                if let Ok(e) = bursar_model::decode_event(&stored.raw) {
-                    self.observe(&Input::Event(e));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The running jobs by key, from the engine's state.
-    pub fn running(&self, engine: &Engine) -> Running {
-        let state = engine.state();
-        let gpus = |id: &str| state.job(id).filter(|j| j.phase() == JobPhase::Running).map(|j| j.gpus());
-        let mut by_key = HashMap::new();
-        match self.keys {
-            Keys::Bursar => {
-                for (id, j) in state.jobs().filter(|(_, j)| j.phase() == JobPhase::Running) {
-                    by_key.insert(id.to_owned(), Expected { job_id: id.to_owned(), gpus: j.gpus() });
-                }
-            }
-            Keys::Slurm => {
-                for (slurm_id, bursar_id) in self.slurm.pairs() {
-                    if let Some(g) = gpus(bursar_id) {
-                        by_key.insert(slurm_id.to_owned(), Expected { job_id: bursar_id.to_owned(), gpus: g });
-                    }
-                }
-            }
-            Keys::Kubernetes => {
-                for (pod, bursar_id) in self.kube.pairs() {
-                    if let Some(g) = gpus(bursar_id) {
-                        by_key.insert(pod.to_owned(), Expected { job_id: bursar_id.to_owned(), gpus: g });
-                    }
-                }
-            }
-        }
-        let mut unkeyed = Vec::new();
-        if self.keys == Keys::Kubernetes {
-            let keyed: std::collections::HashSet<&str> = by_key.values().map(|e| e.job_id.as_str()).collect();
-            for (id, _) in state.jobs().filter(|(_, j)| j.phase() == JobPhase::Running && j.gpus() > 0) {
-                if !keyed.contains(id) {
-                    unkeyed.push((
-                        id.to_owned(),
-                        "no pod is known for it: its `job.started` named no `kube_pods` (is it sent by `bursar kube watch`?)".to_owned(),
-                    ));
-                }
-            }
-        }
-        if self.keys == Keys::Slurm {
-            let keyed: std::collections::HashSet<&str> = by_key.values().map(|e| e.job_id.as_str()).collect();
-            for (id, _) in state.jobs().filter(|(_, j)| j.phase() == JobPhase::Running && j.gpus() > 0) {
-                if !keyed.contains(id) {
-                    unkeyed.push((
-                        id.to_owned(),
-                        format!(
-                            "no Slurm job id is known for it: its `job.started` carried no `slurm_job_id` with `slurm_cluster = \"{}\"` (is it sent by `bursar slurm watch --cluster {}`?)",
-                            self.slurm.cluster(),
-                            self.slurm.cluster()
-                        ),
-                    ));
-                }
-            }
-        }
-        Running { by_key, unkeyed }
-    }
-}
-
 /// The source's counters, shared with `/metrics`.
 pub type SharedCounters = Arc<Mutex<Counters>>;
 
@@ -267,7 +111,7 @@ pub struct Skips {
     pub by_job: HashMap<String, String>,
 }
 
-/// The skip reasons, shared with the handlers; `None` in [`crate::http::AppState`] when serve runs
+/// The skip reasons, shared with the handlers; `None` in [`crate::local::Local`] when serve runs
 /// no utilisation source.
 pub type SharedSkips = Arc<Mutex<Skips>>;
 
@@ -343,11 +187,11 @@ pub fn run(
         if *shutdown.borrow() {
             return;
         }
-        let (tx, rx) = oneshot::channel();
-        if engine.blocking_send(Work::Running { reply: tx }).is_err() {
+        let Some(running) =
+            crate::core::blocking_read(&engine, |v| v.jobs.map(|j| j.running(v.engine)).unwrap_or_default())
+        else {
             return;
-        }
-        let Ok(running) = rx.blocking_recv() else { return };
+        };
         let catch = source.catch_up(at, Timestamp::wall_clock(), &running);
         if let Ok(mut c) = counters.lock() {
             *c = *source.counters();

@@ -305,6 +305,16 @@ mod tests {
     }
 
     #[test]
+    fn a_producer_body_refuses_reserved_ids_by_line() {
+        // Moved from serve's handler tests: a tick under bursar's own id prefix is refused where it stands.
+        let body = "{\"id\":\"e1\",\"time\":\"2026-11-02T09:00:00Z\",\"type\":\"clock.tick\"}\n\nnot json\n{\"id\":\"bursar-tick-5\",\"time\":\"2026-11-02T09:00:00Z\",\"type\":\"clock.tick\"}\r\n";
+        let (ok, bad) = decode_body(body.as_bytes(), 1024, Origin::Producer);
+        assert_eq!(ok.iter().map(|i| i.line).collect::<Vec<_>>(), [1]);
+        assert_eq!(bad.iter().map(|r| r.line).collect::<Vec<_>>(), [3, 4]);
+        assert!(bad[1].error.contains("reserved"), "{}", bad[1].error);
+    }
+
+    #[test]
     fn bad_lines_say_why_with_their_number() {
         let bad = decode(Frame::Line { line: 3, bytes: b"\xff{}" }, Origin::Producer);
         assert_eq!(
