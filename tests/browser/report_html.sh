@@ -8,7 +8,8 @@
 #   - the screenshot is not blank (more than 2% of its pixels are not white).
 #
 # Needs Debian's `chromium` (apt-get install -y --no-install-recommends chromium). Without it the test
-# SKIPS with a message, unless BURSAR_REQUIRE_BROWSER is set, in which case it FAILS.
+# SKIPS with a message, unless CI is set (to anything but false or 0), in which case it FAILS — the
+# one switch every test that needs an outside tool reads (bursar_testkit::need).
 # Usage: tests/browser/report_html.sh [path/to/bursar]   (default: $BURSAR, else the debug build)
 # Artifacts (report.html, screenshot.png, dom.html, chromium.log) are kept in $BURSAR_BROWSER_OUT if set.
 set -euo pipefail
@@ -17,11 +18,11 @@ bursar="${1:-${BURSAR:-${CARGO_TARGET_DIR:-$root/target}/debug/bursar}}"
 
 chromium="$(command -v chromium || command -v chromium-browser || true)"
 if [ -z "$chromium" ]; then
-  if [ -n "${BURSAR_REQUIRE_BROWSER:-}" ]; then
-    echo "FAIL: chromium is not installed and BURSAR_REQUIRE_BROWSER is set" >&2
+  if [ -n "${CI:-}" ] && [ "${CI}" != false ] && [ "${CI}" != 0 ]; then
+    echo "FAIL: chromium is not installed and CI is set (scripts/setup.sh installs it)" >&2
     exit 1
   fi
-  echo "SKIP: chromium is not installed (apt-get install -y --no-install-recommends chromium); set BURSAR_REQUIRE_BROWSER=1 to fail instead"
+  echo "SKIP: chromium is not installed (apt-get install -y --no-install-recommends chromium); with CI=true this fails instead"
   exit 0
 fi
 if [ ! -x "$bursar" ]; then

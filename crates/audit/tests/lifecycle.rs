@@ -5,15 +5,13 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers: a failure is a test failure")]
 
-mod common;
-
 use std::sync::Arc;
 
+use crate::common::{TempDir, entry, sql};
 use bursar_audit::verify::{ProblemKind, prune, verify};
 use bursar_audit::{AuditLog, Durability, Record};
 use bursar_engine::{Step, Transition};
 use bursar_model::{DecisionKind, FinishStatus, Timestamp};
-use common::{TempDir, entry, sql};
 
 fn with_steps(i: u64, steps: &[(Step, u32)]) -> Record {
     let mut r = entry(i, "nlp", "alice", i as u32, DecisionKind::Allow, "q", "set1");

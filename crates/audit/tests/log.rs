@@ -1,13 +1,11 @@
 //! The audit log's storage API on real SQLite files: append, idempotency, cursors, snapshots, policy
 //! loads, reopen, and the disk-full path.
 
-mod common;
-
 use std::sync::Arc;
 
+use crate::common::{TempDir, decision, entry, submitted_line};
 use bursar_audit::{AuditLog, Durability, Record, SourceFile, Writer, WriterConfig};
 use bursar_model::DecisionKind;
-use common::{TempDir, decision, entry, submitted_line};
 
 #[test]
 fn append_assigns_contiguous_seqs_and_skips_known_event_ids() {
@@ -416,8 +414,8 @@ mod stored_once {
         let dir = TempDir::new("stored-once-verify");
         let db = dir.path("a.db");
         let mut log = AuditLog::open(&db, Durability::Fast).unwrap();
-        let plain = common::decision(1, 0, "nlp", "alice", 2, DecisionKind::Allow, "p/a");
-        let mut hinted = common::decision(2, 0, "nlp", "alice", 2, DecisionKind::Allow, "placement/x");
+        let plain = crate::common::decision(1, 0, "nlp", "alice", 2, DecisionKind::Allow, "p/a");
+        let mut hinted = crate::common::decision(2, 0, "nlp", "alice", 2, DecisionKind::Allow, "placement/x");
         hinted.hints = Some(Hints { queue: Some("short".into()), priority: Some(3), region: None });
         log.append(&[entry(1, "nlp", "alice", 2, DecisionKind::Allow, "p/a", "set1")]).unwrap();
         log.append(&[Record::without_event(vec![plain.clone(), hinted.clone()], "set1".into())]).unwrap();
@@ -428,7 +426,7 @@ mod stored_once {
         drop(log);
         let report = bursar_audit::verify::verify(&AuditLog::open_read(&db).unwrap()).unwrap();
         assert!(report.is_ok(), "{report:?}");
-        common::sql(&db, "UPDATE decisions SET reason = 'edited' WHERE seq = 2");
+        crate::common::sql(&db, "UPDATE decisions SET reason = 'edited' WHERE seq = 2");
         let report = bursar_audit::verify::verify(&AuditLog::open_read(&db).unwrap()).unwrap();
         assert!(!report.is_ok(), "an edited reason must break the chain");
     }

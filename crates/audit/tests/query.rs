@@ -2,17 +2,15 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers: a failure is a test failure")]
 
-mod common;
-
 /// One appended row: (i, project, user, day, kind, policy).
 type Row<'a> = (u64, &'a str, &'a str, u32, DecisionKind, &'a str);
 
 use std::sync::Arc;
 
+use crate::common::{TempDir, decision, entry, submitted_line};
 use bursar_audit::query::{Filter, Step, explain, query, stats};
 use bursar_audit::{AuditLog, Durability, Record};
 use bursar_model::{DecisionKind, Timestamp, decode_event};
-use common::{TempDir, decision, entry, submitted_line};
 
 fn ms(s: &str) -> i64 {
     Timestamp::parse(s).unwrap().millis()

@@ -9,12 +9,10 @@
 
 #![expect(clippy::unwrap_used, clippy::panic, reason = "test helpers: a failure is a test failure")]
 
-mod common;
-
+use crate::common::{TempDir, entry, rehash, sql};
 use bursar_audit::verify::{ProblemKind, Report, prune, verify};
 use bursar_audit::{AuditLog, Durability, Record, SnapshotRejected, SourceFile};
 use bursar_model::DecisionKind;
-use common::{TempDir, entry, rehash, sql};
 
 /// 40 events/decisions over days 1..=20 of Nov 2026, two policy loads, two engine snapshots.
 fn build(dir: &TempDir, name: &str) -> std::path::PathBuf {

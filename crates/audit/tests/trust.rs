@@ -4,13 +4,11 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers: a failure is a test failure")]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
+use crate::common::{TempDir, entry};
 use bursar_audit::{AuditError, AuditLog, Durability, Record, SigningKey, SnapshotRejected, Witness};
 use bursar_model::DecisionKind;
-use common::{TempDir, entry};
 
 fn key_file(dir: &TempDir) -> PathBuf {
     let k = dir.path("audit.key");

@@ -3,12 +3,10 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers: a failure is a test failure")]
 
-mod common;
-
+use crate::common::{TempDir, entry};
 use bursar_audit::verify::{ProblemKind, prune, verify};
 use bursar_audit::{AuditLog, Durability, Record, SourceFile};
 use bursar_model::DecisionKind;
-use common::{TempDir, entry};
 
 /// A log with 40 events/decisions over days 1..=20 of Nov 2026 and two policy loads.
 fn build(dir: &TempDir, name: &str) -> std::path::PathBuf {

@@ -5,14 +5,12 @@
 
 #![expect(clippy::unwrap_used, clippy::panic, reason = "test helpers: a failure is a test failure")]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
+use crate::common::{TempDir, entry, rehash, sql};
 use bursar_audit::verify::{ProblemKind, Report, prune, verify, verify_with_witness};
 use bursar_audit::{AuditLog, Durability, PublicKey, Record, SigningKey, SourceFile, Witness, Writer, WriterConfig};
 use bursar_model::DecisionKind;
-use common::{TempDir, entry, rehash, sql};
 
 fn batch(from: u64, to: u64) -> Vec<Record> {
     (from..=to)

@@ -5,30 +5,9 @@
 #![expect(clippy::unwrap_used, reason = "test helpers: a failure is a test failure")]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
+use crate::serve_support::{Scratch, bursar, repo};
 use bursar_audit::AuditLog;
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("bursar-cli-anchors-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 fn policies(dir: &Path) -> PathBuf {
     let out = dir.join("policies");
@@ -43,16 +22,12 @@ fn policies(dir: &Path) -> PathBuf {
     out
 }
 
-fn bursar(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bursar")).args(args).output().unwrap()
-}
-
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
 /// A log of the example events, with its report facts (eval --audit computes them).
-fn logged(dir: &TempDir) -> PathBuf {
+fn logged(dir: &Scratch) -> PathBuf {
     let pol = policies(&dir.0);
     let db = dir.0.join("a.db");
     let out = bursar(&[
@@ -69,7 +44,7 @@ fn logged(dir: &TempDir) -> PathBuf {
 }
 
 /// A copy of `db` with `sql` applied; `verify` (with `extra`) on it: exit code, stdout, stderr.
-fn tampered(dir: &TempDir, db: &Path, name: &str, sql: &str, extra: &[&str]) -> (Option<i32>, String, String) {
+fn tampered(dir: &Scratch, db: &Path, name: &str, sql: &str, extra: &[&str]) -> (Option<i32>, String, String) {
     let copy = dir.0.join(name);
     std::fs::copy(db, &copy).unwrap();
     if !sql.is_empty() {
@@ -87,7 +62,7 @@ fn tampered(dir: &TempDir, db: &Path, name: &str, sql: &str, extra: &[&str]) -> 
 
 #[test]
 fn deleting_the_decisions_chain_with_its_head_fails_verify() {
-    let dir = TempDir::new("chain");
+    let dir = Scratch::new("chain");
     let db = logged(&dir);
     let (code, out, err) =
         tampered(&dir, &db, "t.db", "DELETE FROM decisions; DELETE FROM chain_heads WHERE chain = 'decisions'", &[]);
@@ -99,7 +74,7 @@ fn deleting_the_decisions_chain_with_its_head_fails_verify() {
 
 #[test]
 fn a_forged_checkpoint_and_an_edited_policy_set_fail_verify() {
-    let dir = TempDir::new("forge");
+    let dir = Scratch::new("forge");
     let db = logged(&dir);
     let (code, _, err) = tampered(
         &dir,
@@ -120,7 +95,7 @@ fn a_forged_checkpoint_and_an_edited_policy_set_fail_verify() {
 
 #[test]
 fn verify_deep_rebuilds_the_report_facts_and_finds_an_edit() {
-    let dir = TempDir::new("deep");
+    let dir = Scratch::new("deep");
     let db = logged(&dir);
     // Untouched: the stored facts match a rebuild.
     let (code, out, err) = tampered(&dir, &db, "ok.db", "", &["--deep"]);

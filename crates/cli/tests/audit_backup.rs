@@ -7,19 +7,14 @@
 
 #![expect(clippy::unwrap_used, reason = "test: a failure stops the test with its message")]
 
-mod serve_support;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use serve_support::{Scratch, Server, submit};
-
-fn bursar(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bursar")).args(args).output().unwrap()
-}
+use crate::serve_support::bursar;
+use crate::serve_support::{Scratch, Server, submit};
 
 fn show(o: &Output) -> String {
     format!(
@@ -63,7 +58,7 @@ fn verify_of_a_live_log_never_reports_false_tampering() {
         .map(|w| {
             let (stop, sent, http) = (stop.clone(), sent.clone(), server.http());
             std::thread::spawn(move || {
-                let mut conn = serve_support::Conn::over(http);
+                let mut conn = crate::serve_support::Conn::over(http);
                 while !stop.load(Ordering::Relaxed) {
                     let n = sent.fetch_add(1, Ordering::Relaxed);
                     let line = submit(&format!("v{w}-{n}"), &format!("v{w}-{n}"), "nlp", 1, 0.01);
@@ -121,7 +116,7 @@ fn an_online_backup_under_a_writing_serve_verifies_and_restores() {
     let writer = {
         let (stop, sent, http) = (stop.clone(), sent.clone(), server.http());
         std::thread::spawn(move || {
-            let mut conn = serve_support::Conn::over(http);
+            let mut conn = crate::serve_support::Conn::over(http);
             while !stop.load(Ordering::Relaxed) {
                 let n = sent.fetch_add(1, Ordering::Relaxed);
                 let r = conn

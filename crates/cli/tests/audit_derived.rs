@@ -7,38 +7,10 @@
 #![expect(clippy::unwrap_used, reason = "test helpers: a failure is a test failure")]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
+use crate::serve_support::{Scratch, bursar, repo};
 use bursar_audit::AuditLog;
 use serde_json::Value;
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("bursar-cli-derived-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn bursar(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bursar")).args(args).output().unwrap()
-}
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
@@ -46,14 +18,14 @@ fn s(p: &Path) -> &str {
 
 /// The example events logged by a signed `eval --audit` (with its report facts), and the key pair.
 struct Logged {
-    dir: TempDir,
+    dir: Scratch,
     db: PathBuf,
     witness: PathBuf,
     public: PathBuf,
 }
 
 fn logged(tag: &str) -> Logged {
-    let dir = TempDir::new(tag);
+    let dir = Scratch::new(tag);
     let pol = dir.path("policies");
     std::fs::create_dir_all(&pol).unwrap();
     for e in std::fs::read_dir(repo().join("policies")).unwrap().flatten() {
@@ -207,7 +179,7 @@ fn dropping_the_job_steps_is_caught_by_verify() {
 /// resubmission now, however the catch-ups fall.
 #[test]
 fn verify_deep_and_the_report_agree_after_a_rejected_job_is_resubmitted() {
-    let dir = TempDir::new("resubmit");
+    let dir = Scratch::new("resubmit");
     let pol = dir.path("policies");
     std::fs::create_dir_all(&pol).unwrap();
     std::fs::write(

@@ -7,30 +7,10 @@
 #![expect(clippy::unwrap_used, reason = "test helpers: a failure is a test failure")]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
+use crate::serve_support::{Scratch, bursar, repo};
 use bursar_audit::AuditLog;
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("bursar-cli-audit-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// The repository's TOML policies (WebAssembly ones need a build with wasm support: left out).
 fn policies(dir: &Path) -> PathBuf {
@@ -48,10 +28,6 @@ fn policies(dir: &Path) -> PathBuf {
     out
 }
 
-fn bursar(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bursar")).args(args).output().unwrap()
-}
-
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -63,7 +39,7 @@ fn stored_json(db: &Path) -> Vec<String> {
 
 #[test]
 fn the_log_holds_exactly_what_eval_printed_and_a_rerun_adds_nothing() {
-    let dir = TempDir::new("exact");
+    let dir = Scratch::new("exact");
     let pol = policies(&dir.0);
     let events = repo().join("examples/events.jsonl");
     let db = dir.0.join("a.db");
@@ -100,7 +76,7 @@ fn the_log_holds_exactly_what_eval_printed_and_a_rerun_adds_nothing() {
 
 #[test]
 fn query_explain_and_stats_answer_in_every_format() {
-    let dir = TempDir::new("query");
+    let dir = Scratch::new("query");
     let pol = policies(&dir.0);
     let events = repo().join("examples/events.jsonl");
     let db = dir.0.join("q.db");
@@ -173,7 +149,7 @@ fn query_explain_and_stats_answer_in_every_format() {
 
 #[test]
 fn sql_edits_fail_verify_naming_the_row_and_prune_keeps_the_chain() {
-    let dir = TempDir::new("verify");
+    let dir = Scratch::new("verify");
     let pol = policies(&dir.0);
     let events = repo().join("examples/events.jsonl");
     let db = dir.0.join("v.db");
@@ -208,7 +184,7 @@ fn sql_edits_fail_verify_naming_the_row_and_prune_keeps_the_chain() {
 
 #[test]
 fn an_unwritable_audit_log_stops_eval_with_the_reason() {
-    let dir = TempDir::new("unwritable");
+    let dir = Scratch::new("unwritable");
     let pol = policies(&dir.0);
     let events = repo().join("examples/events.jsonl");
     let db = dir.0.join("no/such/dir/a.db");

@@ -3,10 +3,8 @@
 //! restart, and `verify` still passed. Now the restarted server refuses the snapshot (loudly, in its
 //! log), replays the log instead and reports the same usage as before; `verify` names the snapshot.
 
-mod serve_support;
-
+use crate::serve_support::*;
 use serde_json::Value;
-use serve_support::*;
 
 fn project(server: &Server) -> Value {
     let mut p = server.get_json("/v1/projects/nlp");

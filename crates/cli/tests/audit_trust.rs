@@ -12,15 +12,13 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers: a failure is a test failure")]
 
-mod serve_support;
-
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
+use crate::serve_support::*;
 use rusqlite::Connection;
 use serde_json::Value;
-use serve_support::*;
 
 /// 100 GPU-hours a month per project.
 const QUOTA: &str = r#"[[policy]]
@@ -29,10 +27,6 @@ description = "100 GPU-hours a month per project"
 kind = "quota"
 gpu_hours = 100
 "#;
-
-fn bursar(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bursar")).args(args).output().unwrap()
-}
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()

@@ -12,12 +12,11 @@
 
 #![expect(clippy::unwrap_used, reason = "test: a failure stops the test with its message")]
 
-mod serve_support;
-
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-use serve_support::{Scratch, Server};
+use crate::serve_support::bursar;
+use crate::serve_support::{Scratch, Server};
 
 /// Every schema version before the one this bursar writes.
 fn earlier() -> std::ops::Range<i64> {
@@ -30,10 +29,6 @@ fn fixtures() -> PathBuf {
 
 fn fixture(n: i64) -> PathBuf {
     fixtures().join(format!("v{n}.db"))
-}
-
-fn bursar(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bursar")).args(args).output().unwrap()
 }
 
 fn text(o: &Output) -> String {
@@ -182,7 +177,7 @@ fn serve_restores_a_log_of_each_earlier_schema_from_its_snapshot() {
         assert_eq!((job["project"].as_str(), job["gpus"].as_u64()), (Some("nlp"), Some(2)), "v{n}: {job}");
         assert!(["running", "reclaimed"].contains(&job["phase"].as_str().unwrap()), "v{n}: {job}");
         // The log takes new writes, and they verify.
-        let r = server.post("/v1/admit", &serve_support::submit("up-sub-1", "up-1", "nlp", 1, 1.0));
+        let r = server.post("/v1/admit", &crate::serve_support::submit("up-sub-1", "up-1", "nlp", 1, 1.0));
         assert_eq!(r.status, 200, "v{n}: {}", r.text());
         let (st, log) = server.terminate();
         assert!(st.success(), "v{n}: {log}");

@@ -6,33 +6,10 @@
 #![expect(clippy::unwrap_used, reason = "test helpers: a failure is a test failure")]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
+use crate::serve_support::{Scratch, bursar, repo};
 use bursar_audit::AuditLog;
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("bursar-cli-witness-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// The repository's TOML policies (WebAssembly ones left out, as in audit_eval.rs).
 fn policies(dir: &Path) -> PathBuf {
@@ -48,10 +25,6 @@ fn policies(dir: &Path) -> PathBuf {
     out
 }
 
-fn bursar(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bursar")).args(args).output().unwrap()
-}
-
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -62,7 +35,7 @@ fn text(o: &Output) -> (String, String) {
 
 /// Key pair, policies, and the example events split in two halves.
 struct Setup {
-    dir: TempDir,
+    dir: Scratch,
     key: PathBuf,
     public: PathBuf,
     pol: PathBuf,
@@ -71,7 +44,7 @@ struct Setup {
 }
 
 fn setup(tag: &str) -> Setup {
-    let dir = TempDir::new(tag);
+    let dir = Scratch::new(tag);
     let out = bursar(&["audit", "keygen", "--out", s(&dir.path("audit"))]);
     assert!(out.status.success(), "{:?}", text(&out));
     assert!(text(&out).0.contains("public key "), "{:?}", text(&out));

@@ -242,8 +242,7 @@ type Scenario = fn(&NatsCluster);
 #[test]
 fn cluster_scenarios_on_one_nats_cluster() {
     if NatsCluster::binary().is_none() {
-        eprintln!("skipped: no nats-server (scripts/setup.sh installs it)");
-        return;
+        return bursar_testkit::need::missing("nats-server", "scripts/setup.sh");
     }
     let nats = NatsCluster::start_with_accounts(3, &[FAILOVER, PAUSED, SHARED, TLS, BUDGET]).unwrap();
     let scenarios: [(&str, Scenario); 5] = [

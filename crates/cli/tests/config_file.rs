@@ -5,16 +5,10 @@
 
 #![expect(clippy::unwrap_used, reason = "integration test")]
 
-mod serve_support;
-
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serve_support::*;
-
-fn bursar(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_bursar")).args(args).output().unwrap()
-}
+use crate::serve_support::*;
 
 fn text(o: &std::process::Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))

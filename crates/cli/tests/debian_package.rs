@@ -27,7 +27,7 @@
 //!
 //! It leaves the machine as it found it, pass or fail: a guard purges the package, stops serve by
 //! PID and removes the `bursar` user it created, whatever happens. Not root, or no cargo-deb: it
-//! skips, saying so (with `BURSAR_REQUIRE_PACKAGE=1`, as CI sets, it fails instead). A machine that
+//! skips, saying so (under `CI=true`, as `.ci/run` sets, it fails instead: `bursar_testkit::need`). A machine that
 //! already has a bursar package, user data in /var/lib/bursar or an /etc/bursar is left alone.
 
 #![expect(clippy::unwrap_used, clippy::panic, reason = "test: a failure stops the test with its message")]
@@ -203,10 +203,10 @@ fn http(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
 }
 
 fn skip(why: &str) {
-    if std::env::var_os("BURSAR_REQUIRE_PACKAGE").is_some_and(|v| v == "1") {
-        panic!("the Debian package test cannot run here: {why} (BURSAR_REQUIRE_PACKAGE=1)");
-    }
-    eprintln!("debian_package: skipped: {why}");
+    bursar_testkit::need::missing(
+        &format!("what the Debian package test needs ({why})"),
+        "scripts/setup.sh, run as root",
+    );
 }
 
 #[test]

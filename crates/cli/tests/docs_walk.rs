@@ -12,15 +12,13 @@
 
 #![expect(clippy::unwrap_used, clippy::panic, reason = "integration test: a failed step fails the test")]
 
-mod serve_support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::serve_support::{Server, free_port, job_event, submit};
 use bursar_testkit::{Alertmanager, FakeDcgm, FakeNode, Prometheus, TempDir, WebhookReceiver};
 use serde_json::Value;
-use serve_support::{Server, free_port, job_event, submit};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -145,8 +143,7 @@ fn skip_without(binary: Option<PathBuf>, what: &str) -> bool {
     if binary.is_some() {
         return false;
     }
-    assert!(std::env::var_os("CI").is_none(), "{what} is missing: scripts/setup.sh installs it");
-    eprintln!("skipping: {what} is not installed (scripts/setup.sh installs it)");
+    bursar_testkit::need::missing(what, "scripts/setup.sh");
     true
 }
 

@@ -5,15 +5,14 @@
 
 #![expect(clippy::unwrap_used, reason = "integration test helpers: a failed step fails the test")]
 
-mod serve_support;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::serve_support::bursar;
+use crate::serve_support::{Scratch, Server, submit};
 use serde_json::Value;
-use serve_support::{Scratch, Server, submit};
 
 const CAP: &str = r#"
 [[policy]]
@@ -22,10 +21,6 @@ description = "No project holds more than 64 GPUs."
 kind = "quota"
 max_gpus = 64
 "#;
-
-fn bursar(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_bursar")).args(args).output().unwrap()
-}
 
 fn line(id: &str, job: &str) -> String {
     format!(
@@ -194,7 +189,7 @@ fn read_all(c: &mut TcpStream) -> String {
 fn http_limits_keep_admissions_answerable() {
     let s = Scratch::new("hard-http");
     s.write_policy("cap.toml", CAP);
-    let admit_port = serve_support::free_port();
+    let admit_port = crate::serve_support::free_port();
     let admit = format!("127.0.0.1:{admit_port}");
     // Every connection here comes from 127.0.0.1: the per-address limits are raised out of the way
     // of the cap this test is about (`half_open_requests_from_one_address_cannot_starve_admissions`
@@ -323,15 +318,13 @@ fn an_empty_policy_set_never_fails_open() {
     );
 }
 
-/// A 2 MiB tmpfs to put an audit log on (root only; `None`, saying so, otherwise), unmounted on drop.
+/// A 2 MiB tmpfs to put an audit log on (root only: `None` outside CI, saying so; a failure under CI),
+/// unmounted on drop.
 struct SmallDisk(std::path::PathBuf);
 
 impl SmallDisk {
     fn mount(s: &Scratch) -> Option<SmallDisk> {
-        if std::env::var("USER").ok().as_deref() != Some("root")
-            && !Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n")
-        {
-            eprintln!("skipping: mounting a tmpfs needs root");
+        if !bursar_testkit::need::root("it mounts a 2 MiB tmpfs to fill") {
             return None;
         }
         let disk = s.0.join("disk");
@@ -371,7 +364,7 @@ fn a_full_disk_is_answered_503_within_the_admission_timeout_and_serve_resumes_on
     s.write_policy("cap.toml", CAP);
     let audit = disk.0.join("audit.db");
     let sock = s.0.join("events.sock");
-    let admit: std::net::SocketAddr = format!("127.0.0.1:{}", serve_support::free_port()).parse().unwrap();
+    let admit: std::net::SocketAddr = format!("127.0.0.1:{}", crate::serve_support::free_port()).parse().unwrap();
     let server = Server::start_with_audit(
         &s,
         &audit,

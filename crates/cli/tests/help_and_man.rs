@@ -1,13 +1,7 @@
 //! `--help`, the man pages and the shell completions come from the same clap definitions: every
 //! option a subcommand's `--help` lists is in its man page, and the completions know it too.
 
-#![expect(clippy::unwrap_used, reason = "integration test")]
-
-use std::process::Command;
-
-fn bursar(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_bursar")).args(args).output().unwrap()
-}
+use crate::serve_support::bursar;
 
 /// The long options a `--help` text lists (the lines of its options section).
 fn options(help: &str) -> Vec<String> {

@@ -14,17 +14,14 @@
 
 #![expect(clippy::unwrap_used, clippy::panic, reason = "integration test helpers: a failed step fails the test")]
 
-mod kube_support;
-mod serve_support;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::kube_support::{Agent, Cluster, principals, token, unix_now};
+use crate::serve_support::{Scratch, Server};
 use bursar_testkit::kubeapi::{JOBS, PODS, rfc3339};
 use bursar_testkit::tls::TestCa;
-use kube_support::{Agent, Cluster, principals, token, unix_now};
 use serde_json::{Value, json};
-use serve_support::{Scratch, Server};
 
 const POLICIES: &str = r#"
 [[policy]]

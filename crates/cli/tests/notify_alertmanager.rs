@@ -6,14 +6,12 @@
 
 #![expect(clippy::unwrap_used, clippy::panic, reason = "test helpers: a failure should stop the test with its message")]
 
-mod serve_support;
-
 use std::time::{Duration, Instant};
 
+use crate::serve_support::*;
 use bursar_model::Timestamp;
 use bursar_testkit::{Alertmanager, WebhookReceiver};
 use serde_json::Value;
-use serve_support::*;
 
 const POLICIES: &str = r#"[[policy]]
 id = "reclaim/idle"
@@ -52,8 +50,7 @@ fn active(am: &Alertmanager) -> Vec<Value> {
 #[test]
 fn an_idle_jobs_owner_keeps_it_with_one_click_and_the_unanswered_one_is_reclaimed_and_resolved() {
     if Alertmanager::binary().is_none() {
-        assert!(std::env::var_os("CI").is_none(), "prometheus-alertmanager is missing: scripts/setup.sh installs it");
-        eprintln!("skipping: /usr/bin/prometheus-alertmanager is not installed (scripts/setup.sh installs it)");
+        bursar_testkit::need::missing("prometheus-alertmanager", "scripts/setup.sh");
         return;
     }
     let hook = WebhookReceiver::start().unwrap();
@@ -171,8 +168,7 @@ fn an_idle_jobs_owner_keeps_it_with_one_click_and_the_unanswered_one_is_reclaime
 #[test]
 fn notices_reach_an_alertmanager_over_https_with_basic_auth() {
     if Alertmanager::binary().is_none() {
-        assert!(std::env::var_os("CI").is_none(), "prometheus-alertmanager is missing: scripts/setup.sh installs it");
-        eprintln!("skipping: /usr/bin/prometheus-alertmanager is not installed (scripts/setup.sh installs it)");
+        bursar_testkit::need::missing("prometheus-alertmanager", "scripts/setup.sh");
         return;
     }
     use bursar_testkit::tls::{TestCa, WebConfig};

@@ -6,17 +6,15 @@
 
 #![expect(clippy::unwrap_used, clippy::panic, reason = "test helpers: a failure should stop the test with its message")]
 
-mod serve_support;
-
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use crate::serve_support::*;
 use bursar_model::Timestamp;
 use bursar_model::api::{ActionKind, NoticeMessage, NoticeStatus};
 use bursar_notify::{Claims, LinkKey};
 use bursar_testkit::WebhookReceiver;
-use serve_support::*;
 
 const POLICIES: &str = r#"[[policy]]
 id = "approval/big"
@@ -34,10 +32,6 @@ gpus_over = 48
 approvers = ["bob"]
 expires = "2s"
 "#;
-
-fn bursar(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bursar")).args(args).output().unwrap()
-}
 
 fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))

@@ -6,13 +6,11 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers: a failure should stop the test with its message")]
 
-mod serve_support;
-
 use std::time::Duration;
 
+use crate::serve_support::*;
 use bursar_model::api::{NoticeMessage, NoticeStatus};
 use bursar_testkit::WebhookReceiver;
-use serve_support::*;
 
 const POLICIES: &str = r#"[[policy]]
 id = "approval/big"

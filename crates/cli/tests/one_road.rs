@@ -16,12 +16,9 @@
 
 #![expect(clippy::unwrap_used, reason = "integration test")]
 
-mod serve_support;
-
-use std::process::Command;
-
+use crate::serve_support::bursar;
+use crate::serve_support::{Conn, Scratch, Server};
 use serde_json::Value;
-use serve_support::{Conn, Scratch, Server};
 
 /// Who sends which line, with the token each presents.
 const PRINCIPALS: [(&str, &str, &str); 5] = [
@@ -168,10 +165,6 @@ fn stream() -> (Vec<String>, Vec<String>) {
     (first, second)
 }
 
-fn bursar(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_bursar")).args(args).output().unwrap()
-}
-
 /// A decision without its stream position, for comparing.
 fn bare(mut v: Value) -> Value {
     if let Some(o) = v.as_object_mut() {
@@ -180,7 +173,7 @@ fn bare(mut v: Value) -> Value {
     v
 }
 
-fn post_as(server: &Server, token: &str, path: &str, body: &str) -> serve_support::Response {
+fn post_as(server: &Server, token: &str, path: &str, body: &str) -> crate::serve_support::Response {
     Conn::connect(server.addr, Some(token)).unwrap().request("POST", path, body.as_bytes()).unwrap()
 }
 

@@ -17,8 +17,6 @@
 
 #![expect(clippy::unwrap_used, clippy::panic, reason = "test: a failure stops the test with its message")]
 
-mod serve_support;
-
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -26,8 +24,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::serve_support::*;
 use bursar_testkit::oidc::{OidcProvider, form_decode};
-use serve_support::*;
 
 const APACHE: &str = "/usr/sbin/apache2";
 const MODULES: &str = "/usr/lib/apache2/modules";
@@ -235,13 +233,7 @@ fn sign_in(apache: &Apache, provider: &OidcProvider, user: &str, path: &str) -> 
 #[test]
 fn an_approver_signs_in_through_apache_and_the_sites_provider_and_answers_without_read() {
     if !installed() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "apache2 or mod_auth_openidc is missing: scripts/setup.sh installs them"
-        );
-        eprintln!(
-            "skipping: apache2 and libapache2-mod-auth-openidc are not installed (scripts/setup.sh installs them)"
-        );
+        bursar_testkit::need::missing("apache2 or mod_auth_openidc", "scripts/setup.sh");
         return;
     }
     let s = Scratch::new("people-sso");
@@ -350,7 +342,7 @@ fn an_approver_signs_in_through_apache_and_the_sites_provider_and_answers_withou
         assert!(dom.contains(">bob</span>") && dom.contains("data-job=\"big-2\""), "chromium saw:\n{dom}");
         assert!(!dom.contains("data-job=\"big-1\""), "the approved job still waits:\n{dom}");
     } else {
-        assert!(std::env::var_os("CI").is_none(), "chromium is missing: scripts/setup.sh installs it");
+        bursar_testkit::need::missing("chromium", "scripts/setup.sh");
     }
     drop(apache);
 }

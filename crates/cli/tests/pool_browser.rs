@@ -9,13 +9,11 @@
 
 #![expect(clippy::panic, reason = "test helpers: a missing row fails the test with the page")]
 
-mod serve_support;
-
 use std::path::PathBuf;
 use std::process::Command;
 
+use crate::serve_support::*;
 use bursar_model::Timestamp;
-use serve_support::*;
 
 const POLICIES: &str = r#"[[policy]]
 id = "quota/monthly"
@@ -65,8 +63,7 @@ fn chromium() -> Option<PathBuf> {
 #[test]
 fn the_pool_page_shows_what_waits_the_idle_countdown_and_the_quota_left() {
     let Some(chromium) = chromium() else {
-        assert!(std::env::var_os("CI").is_none(), "chromium is missing: scripts/setup.sh installs it");
-        eprintln!("skipping: chromium is not installed (scripts/setup.sh installs it)");
+        bursar_testkit::need::missing("chromium", "scripts/setup.sh");
         return;
     };
     let s = Scratch::new("pool-page");

@@ -11,15 +11,13 @@
 
 #![expect(clippy::unwrap_used, reason = "test: a failure stops the test with its message")]
 
-mod serve_support;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::serve_support::{Scratch, Server};
 use bursar_testkit::Prometheus;
-use serve_support::{Scratch, Server};
 
 fn rules() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integrations/prometheus/bursar-alerts.yml")
@@ -33,8 +31,7 @@ fn promtool() -> Option<PathBuf> {
 #[test]
 fn promtool_accepts_the_rules_and_their_unit_tests_pass() {
     let Some(promtool) = promtool() else {
-        eprintln!("prometheus_alerts: skipped: promtool is not installed (the prometheus package; scripts/setup.sh)");
-        return;
+        return bursar_testkit::need::missing("promtool (the prometheus package)", "scripts/setup.sh");
     };
     let check = Command::new(&promtool).args(["check", "rules"]).arg(rules()).output().unwrap();
     let said = String::from_utf8_lossy(&check.stdout).into_owned() + &String::from_utf8_lossy(&check.stderr);
@@ -84,8 +81,7 @@ fn wait<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>, log: impl Fn
 #[test]
 fn a_real_prometheus_loads_the_rules_scrapes_serve_and_fires_on_a_failed_reload() {
     if Prometheus::binary().is_none() {
-        eprintln!("prometheus_alerts: skipped: Prometheus is not installed (scripts/setup.sh installs it)");
-        return;
+        return bursar_testkit::need::missing("prometheus", "scripts/setup.sh");
     }
     let s = Scratch::new("alerts");
     for f in ["quota.toml", "tags.toml"] {

@@ -1,6 +1,7 @@
 //! The HTML report in headless Chromium: runs `tests/browser/report_html.sh` against this build's
-//! `bursar`. The script skips (exit 0, with a message) when Chromium is not installed, unless
-//! `BURSAR_REQUIRE_BROWSER` is set; see the script for what it checks.
+//! `bursar`. The script skips (exit 0, with a message) when Chromium is not installed, and fails
+//! instead under CI (`CI=true`, the switch of `bursar_testkit::need`); see the script for what it
+//! checks.
 
 use std::path::Path;
 use std::process::Command;

@@ -1,9 +1,7 @@
 //! `GET /v1/report` and `GET /report` from a running `bursar serve`: the same JSON as `bursar report`
 //! for the current month, and the self-contained HTML page, over a real socket.
 
-mod serve_support;
-
-use serve_support::*;
+use crate::serve_support::*;
 
 #[test]
 fn serve_answers_the_report_as_json_and_html() {

@@ -5,13 +5,11 @@
 
 #![expect(clippy::unwrap_used, reason = "tests: a failure stops the test")]
 
-mod serve_support;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 
-use serve_support::*;
+use crate::serve_support::*;
 
 fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
@@ -77,8 +75,7 @@ fn explain(s: &Scratch, job: &str) -> String {
 #[test]
 fn munge_authenticates_an_approval() {
     let Some(_) = bursar_testkit::Munged::binary() else {
-        eprintln!("skipped: munged is not installed (scripts/setup.sh installs munge)");
-        return;
+        return bursar_testkit::need::missing("munged (the munge package)", "scripts/setup.sh");
     };
     let munged = bursar_testkit::Munged::start().unwrap();
     let s = Scratch::new("cred-munge");

@@ -1,9 +1,7 @@
 //! Enforcement records are inputs of their own (`action.executed`, `action.failed`), not `clock.tick`s:
 //! a `clock.tick` rule never sees one, and one survives a restart and is queryable with `bursar audit`.
 
-mod serve_support;
-
-use serve_support::{Scratch, Server, job_event, now, submit};
+use crate::serve_support::{Scratch, Server, job_event, now, submit};
 
 /// A rule that alerts on every `clock.tick` it sees.
 const TICK_RULE: &str = r#"

@@ -2,9 +2,7 @@
 //! per-line outcomes, malformed requests refused with a 400 that changes nothing, the job and project
 //! views, `/metrics`, and a clean SIGTERM.
 
-mod serve_support;
-
-use serve_support::*;
+use crate::serve_support::*;
 
 #[test]
 fn admission_round_trip_is_durable_and_idempotent() {

@@ -1,11 +1,9 @@
 //! `bursar serve` listens on loopback by default; any other address needs principals, and with a
 //! token every route but `/healthz` wants it.
 
-mod serve_support;
-
 use std::process::Command;
 
-use serve_support::*;
+use crate::serve_support::*;
 
 #[test]
 fn non_loopback_bind_is_refused_without_principals() {

@@ -1,9 +1,7 @@
 //! Live time: with no further events, the wall-clock ticker fires the idle-reclaim timers, so an idle
 //! job is first alerted and then reclaimed, and the decisions reach a live stream.
 
-mod serve_support;
-
-use serve_support::*;
+use crate::serve_support::*;
 
 const IDLE: &str = r#"[[policy]]
 id = "reclaim/idle"

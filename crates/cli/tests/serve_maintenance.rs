@@ -7,20 +7,11 @@
 //!   none waits a second or more (the max and the 99th percentile are printed), the log verifies
 //!   while serve runs, and a restart resumes from the snapshot serve took before the prune.
 
-#![expect(clippy::unwrap_used, reason = "test: a failure stops the test with its message")]
-
-mod serve_support;
-
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use serve_support::*;
-
-fn bursar(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_bursar")).args(args).output().unwrap()
-}
+use crate::serve_support::*;
 
 fn text(o: &std::process::Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))

@@ -2,10 +2,8 @@
 //! without a restart; a broken edit leaves the previous set in force, is shown by `/v1/policies` with
 //! its `file:line:col`, and is recorded in the audit log. SIGHUP and `POST /v1/reload` reload too.
 
-mod serve_support;
-
+use crate::serve_support::*;
 use serde_json::Value;
-use serve_support::*;
 
 const QUOTA_100: &str = r#"[[policy]]
 id = "quota/q"

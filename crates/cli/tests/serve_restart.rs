@@ -2,10 +2,8 @@
 //! usage, and the decision stream from cursor 0 holds every decision that was answered, once. After a
 //! SIGTERM the server drains, snapshots and exits 0, and resumes from the snapshot.
 
-mod serve_support;
-
+use crate::serve_support::*;
 use serde_json::Value;
-use serve_support::*;
 
 fn project(server: &Server) -> Value {
     let mut p = server.get_json("/v1/projects/nlp");

@@ -1,12 +1,10 @@
 //! Events over the Unix socket: one answer line per input line, in order, malformed lines answered
 //! with their line number and reason without stopping the stream, duplicates recognised.
 
-mod serve_support;
-
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 
-use serve_support::*;
+use crate::serve_support::*;
 
 #[test]
 fn socket_answers_each_line_in_order() {

@@ -1,9 +1,7 @@
 //! `GET /v1/decisions`: a scheduler that disconnects and reconnects with its cursor receives exactly
 //! the decisions it missed (from the audit log), then live ones, in both JSON Lines and SSE.
 
-mod serve_support;
-
-use serve_support::*;
+use crate::serve_support::*;
 
 #[test]
 fn decision_stream_resumes_from_a_cursor_after_a_disconnect() {

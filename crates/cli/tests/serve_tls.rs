@@ -10,11 +10,9 @@
 
 #![expect(clippy::unwrap_used, reason = "integration tests: a failed step fails the test")]
 
-mod serve_support;
-
+use crate::serve_support::{Scratch, Server, submit};
 use bursar_http::{ClientConfig, Identity};
 use bursar_testkit::tls::TestCa;
-use serve_support::{Scratch, Server, submit};
 
 fn client(url: &str, ca: Option<&std::path::Path>, identity: Option<Identity>) -> bursar_client::Client {
     bursar_client::Client::with_config(ClientConfig {
@@ -31,7 +29,7 @@ fn bursar_client_with_the_ca_file_talks_to_serve_over_tls() {
     let ca = TestCa::new("bursar test CA").unwrap();
     let ca_file = ca.write(&s.0, "ca").unwrap();
     let (cert, key) = ca.server().unwrap().write(&s.0, "server").unwrap();
-    let admit = format!("127.0.0.1:{}", serve_support::free_port());
+    let admit = format!("127.0.0.1:{}", crate::serve_support::free_port());
     let flags = ["--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap(), "--admit-listen", &admit];
     let server = Server::start_https(&s, &ca_file, None, &flags);
 

@@ -17,15 +17,13 @@
 
 #![expect(clippy::unwrap_used, reason = "integration test helpers: a failed step fails the test")]
 
-mod serve_support;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::serve_support::{Scratch, Server, job_event, submit};
 use bursar_testkit::tls::{TestCa, WebConfig};
 use bursar_testkit::{FakeDcgm, FakeNode, Field, Prometheus, TempDir};
 use serde_json::Value;
-use serve_support::{Scratch, Server, job_event, submit};
 
 const POLICIES: &str = r#"
 [[policy]]
@@ -72,8 +70,7 @@ fn sample_times(s: &Scratch, job: &str) -> Vec<i64> {
 #[test]
 fn prometheus_feeds_the_idle_rule_with_nothing_for_the_site_to_write() {
     if Prometheus::binary().is_none() {
-        assert!(std::env::var_os("CI").is_none(), "prometheus is missing: scripts/setup.sh installs it");
-        eprintln!("skipping: /usr/bin/prometheus is not installed (scripts/setup.sh installs it)");
+        bursar_testkit::need::missing("prometheus", "scripts/setup.sh");
         return;
     }
     let tmp = TempDir::new("serve-utilisation").unwrap();
@@ -216,8 +213,7 @@ fn prometheus_feeds_the_idle_rule_with_nothing_for_the_site_to_write() {
 #[test]
 fn prometheus_over_tls_with_basic_auth_feeds_the_idle_rule() {
     if Prometheus::binary().is_none() {
-        assert!(std::env::var_os("CI").is_none(), "prometheus is missing: scripts/setup.sh installs it");
-        eprintln!("skipping: /usr/bin/prometheus is not installed (scripts/setup.sh installs it)");
+        bursar_testkit::need::missing("prometheus", "scripts/setup.sh");
         return;
     }
     let tmp = TempDir::new("serve-utilisation-tls").unwrap();

@@ -9,13 +9,9 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers: a failed unwrap is the test failing, with its message")]
 
-mod serve_support;
-
-use std::process::Command;
-
+use crate::serve_support::*;
 use bursar_audit::AuditLog;
 use serde_json::Value;
-use serve_support::*;
 
 const RECLAIM: &str = r#"[[policy]]
 id = "reclaim/finished"
@@ -23,10 +19,6 @@ description = "release GPUs when the job ends"
 kind = "reclaim"
 on_finish = true
 "#;
-
-fn bursar(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_bursar")).args(args).output().unwrap()
-}
 
 fn enforcement_records(s: &Scratch) -> Vec<Value> {
     let log = AuditLog::open_read(s.audit()).unwrap();

@@ -6,12 +6,10 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers: a failed setup step aborts the test with its error")]
 
-mod serve_support;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serve_support::{Scratch, Server};
+use crate::serve_support::{Scratch, Server};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -160,7 +158,7 @@ fn a_replaced_guest_is_a_new_policy_set_named_by_the_log() {
     let not_ready = |n: u32| {
         format!(
             r#"{{"id":"e{n}","time":"{}","type":"job.submitted","job":{{"id":"j{n}","project":"nlp","user":"alice","gpus":1,"requested_hours":1.0,"ready":{{"image":true,"data":false,"script":true}}}}}}"#,
-            serve_support::now()
+            crate::serve_support::now()
         )
     };
     let d = server.post("/v1/admit", &not_ready(1)).json().unwrap();

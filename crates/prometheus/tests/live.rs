@@ -446,7 +446,7 @@ fn main() {
     ];
     let have = Prometheus::binary().is_some();
     if !have {
-        eprintln!("live: /usr/bin/prometheus not found; every test ignored (scripts/setup.sh installs it)");
+        bursar_testkit::need::missing("prometheus (every test here is ignored without it)", "scripts/setup.sh");
     }
     let wanted = tests.iter().any(|(name, _)| args.filter.as_deref().is_none_or(|f| name.contains(f)));
     let world: Option<Arc<World>> = if have && wanted && !args.list {

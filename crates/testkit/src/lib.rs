@@ -3,9 +3,9 @@
 //! Each launcher starts the real binary Debian ships (Prometheus, Alertmanager and a NATS JetStream
 //! cluster) on a loopback port it picks, with a generated configuration in a temporary
 //! folder, and stops it by PID on `Drop`, pass, fail or panic ([`process::Server`], which also
-//! leaves a sentinel that stops the server if the test process is killed outright). Tests check
-//! [`prometheus::Prometheus::binary`] and skip, saying so, when the package is not installed
-//! (`scripts/setup.sh` installs it).
+//! leaves a sentinel that stops the server if the test process is killed outright). A test whose
+//! program is not installed goes through [`need`]: it fails under CI and is skipped, saying so,
+//! elsewhere (`scripts/setup.sh` installs every package a test needs).
 //!
 //! Boundaries: test support only (`publish = false`), nothing of bursar's own (a crate's
 //! integration tests combine these with the crate under test), and no dependency unless the `tls`
@@ -30,6 +30,7 @@ pub mod dcgm;
 pub mod kubeapi;
 pub mod munge;
 pub mod nats;
+pub mod need;
 pub mod node;
 #[cfg(feature = "oidc")]
 pub mod oidc;

@@ -3,12 +3,10 @@
 //! through the real engine and must make identical decisions: same kind, job, policies and reason, in
 //! the same order, whether the host reuses instances or starts a fresh one per call.
 
-mod common;
-
 use std::path::Path;
 
+use crate::common::*;
 use bursar_wasm::{HostConfig, Strategy, WasmHost};
-use common::*;
 
 fn decisions(dir: &Path, host: &WasmHost, events: &str) -> Vec<(String, Option<String>, Vec<String>, String)> {
     let policies = load_dir(dir, host);

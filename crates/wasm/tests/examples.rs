@@ -1,14 +1,12 @@
 //! The example policies under `policies/`, built from source and loaded through their manifests by the
 //! real loader, run over event streams that exercise each branch.
 
-mod common;
-
 use std::sync::Arc;
 
+use crate::common::*;
 use bursar_engine::Policy;
 use bursar_model::DecisionKind;
 use bursar_wasm::{HostConfig, WasmHost};
-use common::*;
 
 fn manifest_policy(name: &str, host: &WasmHost) -> Arc<dyn Policy> {
     ensure_built();

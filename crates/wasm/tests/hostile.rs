@@ -5,15 +5,13 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers: a failed setup step aborts the test with its error")]
 
-mod common;
-
 use std::sync::Arc;
 
+use crate::common::*;
 use bursar_engine::Policy;
 use bursar_lang::{OnError, WasmLimits};
 use bursar_model::DecisionKind;
 use bursar_wasm::{Failure, HostConfig, WasmHost};
-use common::*;
 
 fn host() -> WasmHost {
     WasmHost::new(HostConfig::default()).unwrap()

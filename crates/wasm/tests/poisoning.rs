@@ -8,15 +8,13 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers: a failed setup step aborts the test with its error")]
 
-mod common;
-
 use std::sync::Arc;
 
+use crate::common::*;
 use bursar_engine::Policy;
 use bursar_lang::{OnError, WasmLimits};
 use bursar_model::DecisionKind;
 use bursar_wasm::{Failure, HostConfig, WasmHost, WasmPolicy};
-use common::*;
 
 /// A `job.submitted` like [`submit`] with an unknown field `blob` of `size` bytes (kept in `raw`).
 fn submit_with_blob(n: u32, id: &str, project: &str, size: usize) -> String {

@@ -3,12 +3,10 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers: a failed setup step aborts the test with its error")]
 
-mod common;
-
+use crate::common::*;
 use bursar_lang::{OnError, WasmLimits};
 use bursar_model::DecisionKind;
 use bursar_wasm::{HostConfig, WasmHost};
-use common::*;
 
 /// `evaluate` returns `ok([verdict { kind: <case>, reason: "no from wat", gpu-hours: some(12.5) }])`.
 fn answering_with_hours(case: u8) -> Vec<u8> {

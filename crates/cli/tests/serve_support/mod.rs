@@ -1,4 +1,5 @@
-//! Shared helpers of the `serve_*` integration tests: start the real `bursar serve` binary on
+//! Shared helpers of the CLI's integration tests (`bursar` and the repository's root for any of them;
+//! the rest for the `serve_*` ones): start the real `bursar serve` binary on
 //! `127.0.0.1:0` with a real policy directory and a real SQLite audit file, talk to it over real
 //! sockets, stop it with SIGTERM or SIGKILL.
 
@@ -13,6 +14,16 @@ use std::time::{Duration, Instant};
 pub use bursar_client::{Conn, LineStream, Response};
 use serde_json::Value;
 
+/// The repository's root (the example policies, `tests/`, `docs/`).
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `bursar args…`, run to its end.
+pub fn bursar(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_bursar")).args(args).output().unwrap()
+}
+
 /// A scratch directory removed on drop.
 pub struct Scratch(pub PathBuf);
 
@@ -26,6 +37,11 @@ impl Scratch {
 
     pub fn policies(&self) -> PathBuf {
         self.0.join("policies")
+    }
+
+    /// A file of the scratch directory.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
     }
 
     pub fn audit(&self) -> PathBuf {

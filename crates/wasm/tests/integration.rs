@@ -1,0 +1,14 @@
+//! The integration tests of `bursar-wasm`, in one test binary (as ripgrep's `tests/tests.rs`): each file
+//! of this folder is a module of it, so the workspace is linked once for this crate's tests, not
+//! once per file. One file's tests: `cargo test -p bursar-wasm --test integration <file>::`.
+//!
+//! Shared set-up is in `common`, declared once here.
+
+mod common;
+
+mod differential;
+mod examples;
+mod hostile;
+mod js;
+mod poisoning;
+mod verdict_hours;
