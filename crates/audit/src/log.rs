@@ -1187,6 +1187,26 @@ impl AuditLog {
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(AuditError::sqlite("read events"))
     }
 
+    /// The events a server authenticated (those with a sender) dated at or after `from_ms`, newest
+    /// first, reading back from the newest row and stopping at the first older than `from_ms` or
+    /// after `limit` rows: what a start needs of the last dedupe window without a scan of the log.
+    pub fn recent_sent_events(&self, from_ms: i64, limit: usize) -> Result<Vec<StoredEvent>> {
+        let sql = format!("SELECT {EVENT_COLUMNS} FROM events ORDER BY seq DESC LIMIT ?1");
+        let mut st = self.conn.prepare_cached(&sql).map_err(AuditError::sqlite("prepare an event read"))?;
+        let mut rows = st.query(params![limit_i64(limit)]).map_err(AuditError::sqlite("read events"))?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next().map_err(AuditError::sqlite("read events"))? {
+            let e = event_from_row(row).map_err(AuditError::sqlite("read events"))?;
+            if e.time < from_ms {
+                break;
+            }
+            if e.sender.is_some() {
+                out.push(e);
+            }
+        }
+        Ok(out)
+    }
+
     /// Up to `limit` job steps of events with a sequence number above `after_event_seq`, in order.
     pub fn steps_since(&self, after_event_seq: i64, limit: usize) -> Result<Vec<StoredStep>> {
         self.read_steps(

@@ -268,6 +268,7 @@ impl Authenticator {
                 roles: d.roles,
                 jobs: d.jobs.clone(),
                 declared: true,
+                named: true,
                 budget: d.budget.unwrap_or(settings.budget.principal),
             });
             if by_name.insert(d.name.clone(), p.clone()).is_some() {
@@ -300,6 +301,7 @@ impl Authenticator {
                 roles: d.roles,
                 jobs: Vec::new(),
                 declared: false,
+                named: true,
                 budget: d.budget.unwrap_or(settings.budget.person),
             });
             if persons.insert(d.name.clone(), p).is_some() {
@@ -368,6 +370,7 @@ impl Authenticator {
                 roles: self.people,
                 jobs: Vec::new(),
                 declared: false,
+                named: false,
                 budget: self.budget.person,
             })
         })
@@ -418,6 +421,14 @@ impl Authenticator {
             None => person(name, Proof::Unix { uid: *uid }),
         });
         if let Some(c) = authorization.or(slurm).or(cert).or(proxy).or(unix) {
+            if !c.principal.declared && c.principal.name.contains(crate::ID_SEPARATOR) {
+                // `~a:b` + `c` and `~a` + `b:c` would be the same kept id (issue 56).
+                return Err(AuthError::NotAccepted(format!(
+                    "the person `{}` has a name holding `{}`, which bursar keeps event ids under; it is not accepted",
+                    c.principal.name,
+                    crate::ID_SEPARATOR
+                )));
+            }
             return Ok(c);
         }
         Err(AuthError::Missing(if self.accepted.is_empty() {
@@ -493,19 +504,24 @@ impl Authenticator {
     }
 }
 
-/// The user name of `uid`, from `/etc/passwd` (`uid-N` when it has none): how a socket peer is
-/// named.
-pub fn user_of_uid(uid: u32) -> String {
-    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-    passwd
-        .lines()
-        .find_map(|l| {
-            let mut f = l.split(':');
-            let name = f.next()?;
-            let _ = f.next();
-            (f.next()?.parse::<u32>().ok()? == uid).then(|| name.to_owned())
-        })
-        .unwrap_or_else(|| format!("uid-{uid}"))
+/// The user name of `uid` as this host's name service knows it (`getpwuid_r`: `/etc/passwd`, and
+/// LDAP or SSSD where the site configured them): how a socket peer is named. `None` when the host
+/// has no user for it: bursar does not make a name up (`uid-54321` could be a real login's).
+pub fn user_of_uid(uid: u32) -> Option<String> {
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    // SAFETY: `pwd` and `buf` outlive the call; `getpwuid_r` writes only within `buf.len()` bytes of
+    // `buf` and sets `result` to `&pwd` or null; `pw_name` then points into `buf`, NUL-terminated.
+    #[expect(unsafe_code, reason = "getpwuid_r is the name service's only interface (NSS: LDAP, SSSD, files)")]
+    let name = unsafe {
+        let mut pwd: libc::passwd = std::mem::zeroed();
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        let rc = libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut result);
+        if rc != 0 || result.is_null() || pwd.pw_name.is_null() {
+            return None;
+        }
+        std::ffi::CStr::from_ptr(pwd.pw_name).to_string_lossy().into_owned()
+    };
+    Some(name).filter(|n| bursar_model::names::check_name("user", n).is_ok())
 }
 
 #[cfg(test)]

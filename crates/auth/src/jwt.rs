@@ -171,6 +171,7 @@ impl JwtVerifier {
     /// Verifies `token`: signature, `exp`, `aud` (when configured), and the user claim.
     pub fn verify(&self, token: &str) -> Result<JwtIdentity, JwtError> {
         let header = jsonwebtoken::decode_header(token).map_err(|e| JwtError::Invalid(e.to_string()))?;
+        refuse_critical_extensions(token)?;
         let (key, alg) = match header.alg {
             Algorithm::HS256 => (self.hs256.clone().ok_or_else(|| JwtError::Algorithm("HS256".into()))?, "HS256"),
             Algorithm::RS256 => {
@@ -222,8 +223,30 @@ impl JwtVerifier {
             .and_then(|v| v.as_str())
             .filter(|u| bursar_model::names::check_name(claim, u).is_ok())
             .ok_or_else(|| JwtError::NoUser(claim.clone()))?;
-        let expires = data.claims.get("exp").and_then(serde_json::Value::as_i64).unwrap_or(0);
-        self.check_lifetime(expires, data.claims.get("iat").and_then(serde_json::Value::as_i64), now_secs())?;
+        // The library reads the time claims as unsigned numbers and passes over one that is not a
+        // number: each is read again here as a time bursar can compare (an `exp` of 2^63 read as 0
+        // passed `max_lifetime`; a text `nbf` was ignored).
+        let time = |name: &str| -> Result<Option<i64>, JwtError> {
+            match data.claims.get(name) {
+                None => Ok(None),
+                Some(v) => v.as_i64().filter(|t| (0..=MAX_TIME).contains(t)).map(Some).ok_or_else(|| {
+                    JwtError::Invalid(format!("its `{name}` is not a time in seconds since 1970 (got `{v}`)"))
+                }),
+            }
+        };
+        let expires = time("exp")?.ok_or_else(|| JwtError::Invalid("it has no `exp`".into()))?;
+        let now = now_secs();
+        time("nbf")?;
+        let issued = time("iat")?;
+        if let Some(iat) = issued
+            && iat > now.saturating_add(i64::try_from(self.settings.leeway_secs).unwrap_or(i64::MAX))
+        {
+            return Err(JwtError::Invalid(format!(
+                "it was issued in the future (`iat` {iat}, {} s from now): check the issuer's clock",
+                iat - now
+            )));
+        }
+        self.check_lifetime(expires, issued, now)?;
         Ok(JwtIdentity { user: user.to_owned(), alg, kid: header.kid, expires })
     }
 
@@ -245,6 +268,48 @@ impl JwtVerifier {
     }
 }
 
+/// The latest time claim read (year 9999): later ones are not times but attempts at overflow.
+const MAX_TIME: i64 = 253_402_300_799;
+
+/// Refuses a token whose header lists critical extensions (`crit`, RFC 7515 §4.1.11): bursar
+/// understands none, so it may not accept a token that says it must be understood differently.
+fn refuse_critical_extensions(token: &str) -> Result<(), JwtError> {
+    let head = token.split('.').next().unwrap_or_default();
+    let bytes = base64url(head).ok_or_else(|| JwtError::Invalid("its header is not base64url".into()))?;
+    let header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&bytes).map_err(|e| JwtError::Invalid(format!("its header is not JSON: {e}")))?;
+    match header.get("crit") {
+        None => Ok(()),
+        Some(c) => Err(JwtError::Invalid(format!(
+            "its header lists critical extensions (`crit`: {c}), which this server does not understand"
+        ))),
+    }
+}
+
+/// Decodes unpadded base64url (a JWT's parts).
+fn base64url(text: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in text.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'-' => 62,
+            b'_' => 63,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
 /// The wall clock in seconds since the epoch.
 fn now_secs() -> i64 {
     bursar_model::Timestamp::wall_clock().millis() / 1000
@@ -260,6 +325,72 @@ mod tests {
             jwks: None,
             settings: JwtSettings { max_lifetime_secs: max, leeway_secs: 60, ..JwtSettings::default() },
         }
+    }
+
+    const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
+
+    /// An HS256 token with `header` (JSON, signed as given) and `claims`.
+    fn token(header: &str, claims: &serde_json::Value) -> String {
+        use sha2::Digest as _;
+        fn b64(bytes: &[u8]) -> String {
+            const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+            let mut out = String::new();
+            for chunk in bytes.chunks(3) {
+                let n = chunk.iter().enumerate().fold(0u32, |acc, (i, b)| acc | u32::from(*b) << (16 - 8 * i));
+                for i in 0..=chunk.len() {
+                    out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+                }
+            }
+            out
+        }
+        let signing = format!("{}.{}", b64(header.as_bytes()), b64(claims.to_string().as_bytes()));
+        // HMAC-SHA256, written out: the key is one block long.
+        let mut ipad = [0x36u8; 64];
+        let mut opad = [0x5cu8; 64];
+        for (i, k) in SECRET.iter().enumerate() {
+            ipad[i] ^= k;
+            opad[i] ^= k;
+        }
+        let inner = sha2::Sha256::new().chain_update(ipad).chain_update(signing.as_bytes()).finalize();
+        let mac = sha2::Sha256::new().chain_update(opad).chain_update(inner).finalize();
+        format!("{signing}.{}", b64(&mac))
+    }
+
+    fn hs256() -> JwtVerifier {
+        JwtVerifier {
+            hs256: Some(DecodingKey::from_secret(SECRET)),
+            jwks: None,
+            settings: JwtSettings { max_lifetime_secs: 3600, leeway_secs: 60, ..JwtSettings::default() },
+        }
+    }
+
+    const HEADER: &str = r#"{"alg":"HS256","typ":"JWT"}"#;
+
+    #[test]
+    fn a_good_token_verifies() {
+        let now = now_secs();
+        let t = token(HEADER, &serde_json::json!({"sun": "alice", "exp": now + 600, "iat": now}));
+        assert_eq!(hs256().verify(&t).map(|i| i.user), Ok("alice".to_owned()));
+    }
+
+    /// Issue 56: the time claims and the header's `crit`, each refused where it was let through.
+    #[test]
+    fn unreadable_times_future_issue_and_critical_extensions_are_refused() {
+        let now = now_secs();
+        let v = hs256();
+        let refused = |header: &str, claims: serde_json::Value, says: &str| {
+            let e = v.verify(&token(header, &claims)).expect_err("accepted");
+            assert!(e.to_string().contains(says), "{e}");
+        };
+        // An `exp` of 2^63 was read as 0 and passed `max_lifetime`.
+        refused(HEADER, serde_json::json!({"sun": "alice", "exp": 9_223_372_036_854_775_808u64}), "`exp`");
+        refused(HEADER, serde_json::json!({"sun": "alice", "exp": now + 600, "nbf": "tomorrow"}), "`nbf`");
+        refused(HEADER, serde_json::json!({"sun": "alice", "exp": now + 600, "iat": now + 3000}), "future");
+        refused(
+            r#"{"alg":"HS256","typ":"JWT","crit":["exp-ext"],"exp-ext":true}"#,
+            serde_json::json!({"sun": "alice", "exp": now + 600}),
+            "critical",
+        );
     }
 
     #[test]

@@ -35,6 +35,6 @@ pub use authn::{
 pub use budget::{Budget, BudgetSettings};
 pub use jwt::{JwtError, JwtSettings};
 pub use munge::{MungeError, MungeSettings};
-pub use principal::{Caller, Denied, KeepaliveScope, Principal, Proof};
+pub use principal::{Caller, Denied, ID_SEPARATOR, KeepaliveScope, PERSON_MARK, Principal, Proof};
 pub use role::{Power, Role, Roles};
 pub use token::TokenHash;

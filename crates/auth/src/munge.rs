@@ -70,6 +70,11 @@ pub enum MungeError {
     /// The credential was made for another request.
     #[error("the MUNGE credential was made for another request (its payload does not match this one)")]
     WrongRequest,
+    /// The credential's UID has no user on this host.
+    #[error(
+        "the MUNGE credential's UID {0} has no user name on this host; bursar does not make one up\n  help: the user must exist in this host's passwd or directory (LDAP, SSSD), as on the login node"
+    )]
+    NoUser(u32),
     /// `unmunge` could not be run or said something unexpected.
     #[error("cannot check the MUNGE credential: {0}")]
     Unavailable(String),
@@ -118,15 +123,14 @@ pub fn verify(settings: &MungeSettings, credential: &str, expect: &str) -> Resul
         Some(d) if d.len() == 64 && d.bytes().all(|b| b.is_ascii_hexdigit()) => d.to_owned(),
         _ => return Err(MungeError::WrongRequest),
     };
-    // munged prints `???` for a UID its host has no user for.
-    let user = if bursar_model::names::check_name("user", &user).is_err()
+    // munged prints `???` for a UID its host has no user for: refused rather than named `uid-N`,
+    // a name a real login could have (issue 56).
+    if bursar_model::names::check_name("user", &user).is_err()
         || user.contains('?')
         || user.chars().all(|c| c.is_ascii_digit())
     {
-        format!("uid-{uid}")
-    } else {
-        user
-    };
+        return Err(MungeError::NoUser(uid));
+    }
     Ok(MungeIdentity { uid, user, body_sha256 })
 }
 

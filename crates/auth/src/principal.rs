@@ -7,6 +7,13 @@ use bursar_model::{EventKind, Input, Sender};
 use crate::budget::Budget;
 use crate::role::{Power, Role, Roles};
 
+/// The separator between a sender's namespace and its own id in the event ids bursar keeps
+/// (`<principal>:<id>`, `~<person>:<id>`): no principal's or person's name may hold it.
+pub const ID_SEPARATOR: char = ':';
+
+/// What a person's namespace begins with (`~alice:e1`): no principal's name may begin with it.
+pub const PERSON_MARK: char = '~';
+
 /// A name a server knows, with its roles.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
@@ -22,6 +29,10 @@ pub struct Principal {
     /// roles or those of a `[[person]]` table. The two are separate namespaces: a person named like
     /// a principal never gets its powers.
     pub declared: bool,
+    /// Its roles were given to its name: a `[[principal]]`, or a `[[person]]` table (not the
+    /// `[auth] people` roles every person a credential names gets). Only such an approver, or an
+    /// admin, answers the request of a policy that names no `approvers` (issue 56).
+    pub named: bool,
     /// How much it may write per minute.
     pub budget: Budget,
 }
@@ -160,6 +171,7 @@ impl Caller {
                 roles: Roles::all(),
                 jobs: Vec::new(),
                 declared: false,
+                named: false,
                 budget: Budget::PRINCIPAL,
             }),
             proof: Proof::Open,
@@ -185,6 +197,32 @@ impl Caller {
     /// The principal's name.
     pub fn name(&self) -> &str {
         &self.principal.name
+    }
+
+    /// The namespace of the event ids this caller sends: a declared principal's ids are kept as
+    /// `<name>:<id>` (what the agents read back), a person's as `~<name>:<id>`. People and principals
+    /// are separate namespaces for ids as for powers: a person named like a principal (a local user
+    /// `agents`) cannot send the principal's next id and have its real event dropped as a duplicate
+    /// (issue 56). Neither kind of name may hold the separator, and no principal's begins with
+    /// [`PERSON_MARK`], so a kept id names its sender unambiguously. `None` without principals
+    /// (ids are kept as sent).
+    pub fn id_namespace(&self) -> Option<String> {
+        if self.is_open() {
+            None
+        } else if self.principal.declared {
+            Some(self.principal.name.to_string())
+        } else {
+            Some(format!("{PERSON_MARK}{}", self.principal.name))
+        }
+    }
+
+    /// Whether this caller may answer the request of a policy that names no `approvers`: an
+    /// approver or an admin whose roles were given to its name (a `[[principal]]` or a `[[person]]`
+    /// table), not a person with the `[auth] people` roles every local user gets.
+    pub fn answers_unnamed(&self) -> bool {
+        self.is_open()
+            || (self.principal.named
+                && (self.principal.roles.has(Role::Approver) || self.principal.roles.has(Role::Admin)))
     }
 
     /// Whether the server has no principals (every caller is [`Caller::open`]).
@@ -363,6 +401,7 @@ mod tests {
                 roles: roles.iter().copied().collect(),
                 jobs: jobs.iter().map(|s| (*s).to_owned()).collect(),
                 declared: true,
+                named: true,
                 budget: Budget::PRINCIPAL,
             }),
             proof: Proof::Token { label: "abcd1234".into() },

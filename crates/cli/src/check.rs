@@ -15,6 +15,15 @@ pub fn run(dir: &Path, cluster: bool, format: ErrorFormat) -> Result<ExitCode, C
                     eprintln!("note: {s}");
                 }
             }
+            // Issue 56: which holds any approver may answer is a question of the configuration, so
+            // the policy author is told where it is answered.
+            for p in set.policies().iter().filter(|p| p.unnamed_approval()) {
+                eprintln!(
+                    "note: `{}` ({}) names no `approvers`: its holds are answered by any approver or admin the configuration names (a `[[principal]]` or `[[person]]` with the role), not by every person `[auth] people` makes an approver; name them in `approvers` to narrow it",
+                    p.meta().id,
+                    p.meta().source
+                );
+            }
             // Policy files; the components WebAssembly policies run are listed among the set's files too.
             let files = set.files().iter().filter(|f| !set.guests().iter().any(|g| g.path == f.path)).count();
             eprintln!(

@@ -8,13 +8,11 @@
 
 #![expect(clippy::unwrap_used, reason = "tests: a failure stops the test")]
 
-mod serve_support;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 
-use serve_support::*;
+use crate::serve_support::*;
 
 const ROLES: [&str; 7] = ["scheduler", "producer", "billing", "approver", "user", "reader", "admin"];
 
@@ -173,10 +171,6 @@ fn every_route_by_every_role_and_credential() {
 
 fn server_audit(s: &Scratch) -> std::path::PathBuf {
     s.audit()
-}
-
-fn repo() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// A request that names another answerer than its credential (`bursar approve --as bob` with
@@ -725,8 +719,12 @@ fn write_budgets_keep_any_one_caller_from_filling_the_disk() {
     assert_eq!(http(addr, "POST", "/v1/events", &erin, &many).0, 429);
     assert_eq!(http(addr, "POST", "/v1/jobs/lab-1/keepalive", &erin, "{}").0, 429);
     assert_eq!(journaled(&s.audit()), before, "nothing over the budget was applied");
+    // The refusal is kept by the engine's next commit, after the 429 is answered.
     let log = bursar_audit::AuditLog::open_read(s.audit()).unwrap();
-    let refused = log.refusals(0, None, 100).unwrap();
+    let refused = server
+        .wait_for(10, "the refusal journaled", || Some(log.refusals(0, None, 100).unwrap()).filter(|r| !r.is_empty()));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let refused = log.refusals(0, None, 100).unwrap_or(refused);
     assert_eq!(refused.len(), 1, "one refusal journaled for the minute, not one per request: {refused:?}");
     assert!(refused[0].reason.contains("write budget spent"), "{:?}", refused[0]);
     assert!(refused[0].sender.as_deref().unwrap_or("").contains("erin"), "{:?}", refused[0]);
@@ -1065,4 +1063,230 @@ fn a_producer_outside_its_patterns_cannot_probe_for_jobs() {
     assert_eq!((known.0, unknown.0), (403, 403), "{} / {}", known.2, unknown.2);
     // Inside its patterns, an unknown job is still told as such.
     assert_eq!(http(addr, "POST", "/v1/events", &[("authorization", &lab)], &keepalive("k3", "lab-ghost")).0, 404);
+}
+
+/// A configuration for issue 56's people: the role principals of [`config`] and a proxy on
+/// loopback, with `[auth] people` as given (the roles every person a credential names gets).
+fn people_config(s: &Scratch, people: &str, extra: &str) -> std::path::PathBuf {
+    let path =
+        config(s, &format!("[auth.proxy]\naddresses = [\"127.0.0.1\"]\nheader = \"X-Forwarded-User\"\n\n{extra}"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("[auth]\npeople = []\n", &format!("[auth]\npeople = {people}\n"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Issue 56 (high): people and service principals shared one id space, so a person named like a
+/// principal (a local user `p-producer`) sent a keepalive whose id was the producer's next one, and
+/// the producer's real `job.finished` was answered `duplicates` and dropped: the job stayed
+/// running. Ids are now kept per kind of sender: `~<person>:<id>` beside `<principal>:<id>`.
+#[test]
+fn a_person_named_like_a_principal_cannot_take_its_event_ids() {
+    let s = Scratch::new("security-id-space");
+    let cfg = people_config(&s, "[\"user\"]", "");
+    let server = Server::start(&s, &["--config", cfg.to_str().unwrap()]);
+    let addr = server.addr;
+    let sub = job_line("s1", "lab-1", "p-producer", 1, &now());
+    assert_eq!(as_role(addr, "scheduler", "POST", "/v1/admit", &sub).0, 200);
+    let started = format!(r#"{{"id":"lab-1-start","time":"{}","type":"job.started","job_id":"lab-1"}}"#, now());
+    assert_eq!(as_role(addr, "producer", "POST", "/v1/events", &started).0, 200);
+    // The person `p-producer` (through the proxy) sends the producer's next id first.
+    let keepalive = format!(
+        r#"{{"id":"lab-1-finished","time":"{}","type":"job.keepalive","job_id":"lab-1","by":"p-producer"}}"#,
+        now()
+    );
+    let json = ("content-type", "application/json");
+    let (st, _, body) = http(addr, "POST", "/v1/events", &[("x-forwarded-user", "p-producer"), json], &keepalive);
+    assert_eq!(st, 200, "{body}");
+    let finished = format!(
+        r#"{{"id":"lab-1-finished","time":"{}","type":"job.finished","job_id":"lab-1","status":"succeeded"}}"#,
+        now()
+    );
+    let (st, _, body) = as_role(addr, "producer", "POST", "/v1/events", &finished);
+    assert_eq!(st, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["accepted"], 1, "the producer's event was dropped as a duplicate: {v}");
+    let (_, _, job) = as_role(addr, "reader", "GET", "/v1/jobs/lab-1", "");
+    assert!(job.contains("\"phase\":\"finished\""), "{job}");
+    drop(server);
+    let log = bursar_audit::AuditLog::open_read(s.audit()).unwrap();
+    assert!(log.event_by_id("~p-producer:lab-1-finished").unwrap().is_some(), "the person's id has its own namespace");
+    assert!(log.event_by_id("p-producer:lab-1-finished").unwrap().is_some());
+    // A person whose name holds the separator would make two senders' ids one: refused.
+    let server = Server::start(&s, &["--config", cfg.to_str().unwrap()]);
+    let (st, _, body) = http(server.addr, "GET", "/v1/pending/mine", &[("x-forwarded-user", "agents:lab")], "");
+    assert_eq!(st, 401, "{body}");
+}
+
+/// Issue 56 (medium): an approval policy with no `approvers` let every person the `[auth] people`
+/// roles make an approver (every local user, through MUNGE) approve. Such a request is answered by
+/// the approvers and admins the configuration names; `bursar check` says which policies those are.
+#[test]
+fn a_policy_naming_no_approvers_is_answered_by_named_approvers_only() {
+    let s = Scratch::new("security-unnamed");
+    approval_policy(&s, "[]");
+    let cfg = people_config(&s, "[\"approver\", \"user\"]", "[[person]]\nname = \"erin\"\nroles = [\"approver\"]\n");
+    let check = bursar(&["check", s.policies().to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&check.stderr);
+    assert!(
+        check.status.success() && said.contains("`approval/big`") && said.contains("names no `approvers`"),
+        "{said}"
+    );
+    let server = Server::start(&s, &["--config", cfg.to_str().unwrap()]);
+    let addr = server.addr;
+    assert_eq!(as_role(addr, "scheduler", "POST", "/v1/admit", &job_line("s1", "big-1", "alice", 32, &now())).0, 200);
+    let (st, _, body) = http(
+        addr,
+        "POST",
+        "/v1/jobs/big-1/approve",
+        &[("x-forwarded-user", "frank"), ("content-type", "application/json")],
+        "{}",
+    );
+    assert_eq!(st, 403, "a person with the default roles approved: {body}");
+    assert!(body.contains("name no approvers"), "{body}");
+    let (st, _, body) = http(
+        addr,
+        "POST",
+        "/v1/jobs/big-1/approve",
+        &[("x-forwarded-user", "erin"), ("content-type", "application/json")],
+        "{}",
+    );
+    assert_eq!(st, 200, "{body}");
+}
+
+/// Issue 56 (medium): `"requested_hours": -0.0` made `audit verify` report an edited decision row
+/// from then on (the JSON kept `-0.0`, the SQLite column `0.0`), and every prune was refused.
+/// Numbers are normalised once, at decode.
+#[test]
+fn a_negative_zero_leaves_the_audit_log_verifiable() {
+    let s = Scratch::new("security-negzero");
+    approval_policy(&s, "[\"p-approver\"]");
+    let server = Server::start(&s, &[]);
+    let line = submit("z1", "zero-1", "nlp", 2, 1.0).replace("\"requested_hours\":1", "\"requested_hours\":-0.0");
+    assert!(line.contains("-0.0"), "{line}");
+    let r = server.post("/v1/admit", &line);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("\"gpu_hours\":0.0") && !r.text().contains("-0.0"), "{}", r.text());
+    drop(server);
+    let out = bursar(&["audit", "--db", s.audit().to_str().unwrap(), "verify"]);
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}
+
+/// Issue 56 (medium): the event socket had no connection cap (256 connections of 8 MiB without a
+/// newline took serve from 116 MB to 2.38 GB). It has the listeners' caps, per peer UID.
+#[test]
+fn the_event_socket_caps_connections_and_unfinished_lines_per_uid() {
+    let s = Scratch::new("security-socket-cap");
+    let sock = s.0.join("events.sock");
+    let server = Server::start(
+        &s,
+        &[
+            "--socket",
+            sock.to_str().unwrap(),
+            "--max-connections-per-address",
+            "4",
+            "--max-unfinished-per-address",
+            "2",
+        ],
+    );
+    let read_line = |c: &std::os::unix::net::UnixStream| {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(c), &mut line).unwrap();
+        line
+    };
+    // Two connections each holding half a line: the third is closed with why.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut c = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        c.write_all(b"{\"id\":\"half").unwrap();
+        held.push(c);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut third = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    third.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    third.write_all(b"{\"id\":\"half").unwrap();
+    let why = read_line(&third);
+    assert!(why.contains("not yet ended") && why.contains("--max-unfinished-per-address"), "{why}");
+    // The third is gone; two more make 4 open, the cap: the next is refused at once.
+    let _fourth = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    let _fifth = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let sixth = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    sixth.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    let why = read_line(&sixth);
+    assert!(why.contains("--max-connections-per-address"), "{why}");
+    // Once the peers go, their places are free again.
+    drop(held);
+    drop(sixth);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut ok = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    ok.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    ok.write_all(format!("{}\n", submit("c1", "cap-1", "nlp", 1, 1.0)).as_bytes()).unwrap();
+    let answer = read_line(&ok);
+    assert!(answer.contains("\"accepted\":true"), "{answer}");
+    drop(server);
+}
+
+/// Issue 56 (medium-low): 401s were free, and echoed and logged what the caller sent whole. Each
+/// address may fail authentication 120 times a minute; then it is answered 429 before anything is
+/// checked or logged.
+#[test]
+fn failed_authentications_are_budgeted_per_address() {
+    let s = Scratch::new("security-401-budget");
+    let cfg = config(&s, "");
+    let server = Server::start(&s, &["--config", cfg.to_str().unwrap()]);
+    let addr = server.addr;
+    let wrong = bearer("bursar_wrong");
+    let statuses: Vec<u16> =
+        (0..125).map(|_| http(addr, "GET", "/v1/policies", &[("authorization", &wrong)], "").0).collect();
+    // (Starting the server may have cost one: its readiness probe asks without a credential.)
+    let failed = statuses.iter().take_while(|s| **s == 401).count();
+    assert!((119..=120).contains(&failed), "{statuses:?}");
+    assert!(statuses[failed..].iter().all(|s| *s == 429), "{statuses:?}");
+    let (st, head, _) = http(addr, "GET", "/v1/policies", &[("authorization", &bearer(&token_of("reader")))], "");
+    assert_eq!(st, 429, "the address is refused whatever it sends until the minute ends");
+    assert!(head.contains("retry-after"), "{head}");
+}
+
+/// Issue 56 (low): a reader of serve's report saw the audit log's path on the server.
+#[test]
+fn the_served_report_does_not_show_the_audit_path() {
+    let s = Scratch::new("security-report-path");
+    let cfg = config(&s, "");
+    let server = Server::start(&s, &["--config", cfg.to_str().unwrap()]);
+    let (st, _, body) = as_role(server.addr, "reader", "GET", "/v1/report", "");
+    assert_eq!(st, 200, "{body}");
+    assert!(!body.contains(s.audit().to_str().unwrap()), "{body}");
+    assert!(body.contains("the server's audit log"), "{body}");
+}
+
+/// Issue 56 (low): a socket peer whose UID has no user on the host was named `uid-54321`, a name a
+/// real login could have. It is refused with why.
+#[test]
+fn a_socket_peer_without_a_user_is_refused_not_named() {
+    if !bursar_testkit::need::root("it connects as a UID with no user, through setpriv") {
+        return;
+    }
+    let s = Scratch::new("security-uid");
+    let cfg = config(&s, "");
+    let sock = s.0.join("events.sock");
+    let server = Server::start(
+        &s,
+        &["--config", cfg.to_str().unwrap(), "--socket", sock.to_str().unwrap(), "--socket-mode", "0666"],
+    );
+    // The scratch folder must be reachable by that UID.
+    std::fs::set_permissions(&s.0, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // Perl's IO::Socket::UNIX is in Debian's perl-base: on every machine, reachable by any UID.
+    // A refused peer is answered at once and closed: the client must not die of SIGPIPE writing.
+    let client = "$SIG{PIPE} = 'IGNORE'; use IO::Socket::UNIX; my $c = IO::Socket::UNIX->new(Peer => $ARGV[0]) or die $!; print $c \"$ARGV[1]\\n\"; print scalar <$c>;";
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid", "54321", "--regid", "54321", "--clear-groups", "perl", "-e", client])
+        .arg(&sock)
+        .arg(submit("u1", "uid-1", "nlp", 1, 1.0))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("uid 54321 has no user name"), "{said}{}", String::from_utf8_lossy(&out.stderr));
+    drop(server);
 }

@@ -552,6 +552,19 @@ impl Engine {
         self.dedupe.contains(id)
     }
 
+    /// Remembers `id` as applied at `time`, as if an input with that id had been: a start that
+    /// learns an input's id under another name it must answer to (issue 56: a person's ids kept
+    /// before people had a namespace of their own) makes a resend of it a duplicate. False when it
+    /// was remembered already.
+    pub fn remember_id(&mut self, id: &str, time: Timestamp) -> bool {
+        self.dedupe.insert(id, time.max(self.state.now))
+    }
+
+    /// How long an id is remembered after it was applied (`EngineConfig::dedupe_window`).
+    pub fn dedupe_window(&self) -> Duration {
+        self.config.dedupe_window
+    }
+
     /// The steps the enforced policies that apply to job `job_id` will take on it by themselves unless
     /// a person answers first ([`Policy::deadline`]: the idle rule's reclaim), with each policy's id,
     /// in policy order. Empty for an unknown job.

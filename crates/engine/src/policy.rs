@@ -529,6 +529,13 @@ pub trait Policy: Send + Sync + fmt::Debug {
     /// `Later` (the default) writes nothing.
     fn render(&self, _verdict: &Verdict, _later: &Later, _job: Option<&JobSpec>, _now: Timestamp, _out: &mut String) {}
 
+    /// Whether this policy can hold a job for an approval that names no `approvers` (answered by
+    /// the approvers and admins the configuration names: `bursar check` says which policies).
+    /// A WebAssembly policy decides its approvers per job: `false`.
+    fn unnamed_approval(&self) -> bool {
+        false
+    }
+
     /// Times this policy failed (a trapped guest, a timeout), for reports. TOML policies never fail.
     fn failures(&self) -> u64 {
         0

@@ -438,6 +438,19 @@ impl Policy for TomlPolicy {
         &self.meta
     }
 
+    fn unnamed_approval(&self) -> bool {
+        let unnamed = |a: &Action| matches!(a, Action::RequireApproval { approvers, .. } if approvers.is_empty());
+        match &self.family {
+            Family::Approval(a) => a.approvers.is_empty(),
+            Family::Quota(q) => unnamed(&q.on_exhaust),
+            Family::Trial(t) => unnamed(&t.action),
+            Family::Rule(r) => {
+                matches!(&r.decision, RuleDecision::RequireApproval { approvers, .. } if approvers.is_empty())
+            }
+            _ => false,
+        }
+    }
+
     fn evaluate(&self, cx: &Context<'_>, out: &mut Output) {
         match &self.family {
             Family::Reclaim(r) => r.on_event(cx, out),

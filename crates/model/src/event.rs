@@ -605,7 +605,15 @@ impl<'de> Deserialize<'de> for Time {
     }
 }
 
+/// `v` with a negative zero made positive: the one number JSON can write two ways that compare
+/// equal, which the audit log's SQLite columns would give back as `0.0` while the hashed JSON kept
+/// `-0.0` (issue 56). Every number of an event is read through here, once, at decode.
+fn normal(v: f64) -> f64 {
+    if v == 0.0 { 0.0 } else { v }
+}
+
 fn fraction<E: de::Error>(field: &str, v: f64) -> Result<f64, E> {
+    let v = normal(v);
     if (0.0..=1.0).contains(&v) {
         Ok(v)
     } else if (0.0..=100.0).contains(&v) {
@@ -616,6 +624,7 @@ fn fraction<E: de::Error>(field: &str, v: f64) -> Result<f64, E> {
 }
 
 fn non_negative<E: de::Error>(field: &str, v: f64) -> Result<f64, E> {
+    let v = normal(v);
     if v.is_finite() && v >= 0.0 {
         Ok(v)
     } else {
@@ -784,7 +793,7 @@ impl<'de> Visitor<'de> for InputVisitor {
                         .next_value::<Option<f64>>()?
                         .map(|v| {
                             if v.is_finite() && v.abs() <= limits::CHARGE_AMOUNT {
-                                Ok(v)
+                                Ok(normal(v))
                             } else {
                                 Err(de::Error::custom(format!(
                                     "`amount` is {v}, beyond what bursar accepts (±{})",

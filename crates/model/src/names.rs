@@ -17,7 +17,9 @@
 //! key, a rejection's reason, an action's detail) at most [`TEXT_MAX`] bytes of printable
 //! characters. Printable means none of: C0 and C1 control characters (newline, tab, escape, NUL
 //! included), DEL, the bidirectional controls (U+061C, U+200E, U+200F, U+202A–U+202E,
-//! U+2066–U+2069) and the invisible joiners and spaces (U+200B–U+200D, U+2060, U+FEFF).
+//! U+2066–U+2069), the invisible joiners and spaces (U+200B–U+200D, U+2060, U+FEFF) and the rest of
+//! Unicode's default-ignorable code points (the soft hyphen U+00AD, U+034F, the Hangul fillers
+//! U+115F, U+1160, U+3164 and U+FFA0, variation selectors, tag characters, …).
 //!
 //! The fields a producer adds that v1 does not define (a keepalive's `note`, a site's `x-rack`) are
 //! kept as they came, so they are bounded as a whole: each at most [`TEXT_MAX`] bytes of JSON (its
@@ -94,6 +96,24 @@ pub fn hidden(c: char) -> Option<&'static str> {
             "a bidirectional control (it reorders what is shown)"
         }
         '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{feff}' => "an invisible character (zero width)",
+        // The rest of Unicode's default-ignorable code points: shown as nothing, so `bob\u{ad}`
+        // reads as `bob` (issue 56).
+        '\u{ad}' => "a soft hyphen (invisible)",
+        '\u{34f}'
+        | '\u{115f}'
+        | '\u{1160}'
+        | '\u{17b4}'
+        | '\u{17b5}'
+        | '\u{180b}'..='\u{180f}'
+        | '\u{2061}'..='\u{2064}'
+        | '\u{206a}'..='\u{206f}'
+        | '\u{3164}'
+        | '\u{ffa0}'
+        | '\u{fff0}'..='\u{fff8}'
+        | '\u{1bca0}'..='\u{1bca3}'
+        | '\u{1d173}'..='\u{1d17a}' => "an invisible character (default-ignorable)",
+        '\u{fe00}'..='\u{fe0f}' | '\u{e0100}'..='\u{e01ef}' => "a variation selector (invisible)",
+        '\u{e0000}'..='\u{e0fff}' => "a tag character (invisible)",
         _ => return None,
     })
 }
@@ -301,6 +321,19 @@ mod tests {
         assert!(m.contains("`job.tags.team`") && m.contains("NUL"), "{m}");
         let m = refused(&sub("j 1", "nlp", "x"));
         assert!(m.contains("may not hold spaces"), "{m}");
+    }
+
+    #[test]
+    fn default_ignorable_characters_are_refused() {
+        // Issue 56: each of these passed, so `bob\u{ad}` showed as `bob`.
+        for c in ["\\u00ad", "\\u034f", "\\u3164", "\\ufe0f", "\\udb40\\udc41", "\\u115f", "\\uffa0"] {
+            let m = refused(&sub(&format!("bob{c}"), "nlp", "x"));
+            assert!(m.contains("`job.id`") && m.contains("invisible"), "{c}: {m}");
+            assert!(
+                check_name("by", &format!("bob{}", serde_json::from_str::<String>(&format!("\"{c}\"")).unwrap()))
+                    .is_err()
+            );
+        }
     }
 
     #[test]

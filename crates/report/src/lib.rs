@@ -113,8 +113,14 @@ pub fn serve_report(
         }
     };
     let by = GroupBy::parse(query.by.unwrap_or("project"))?;
-    build(&store, &Options { span, by, prices: prices.cloned(), cost_per_unit: query.cost_per_unit })
+    let mut report = build(&store, &Options { span, by, prices: prices.cloned(), cost_per_unit: query.cost_per_unit })?;
+    // A reader of serve's report learns nothing of the server's file system (issue 56).
+    report.db = SERVED_DB.to_owned();
+    Ok(report)
 }
+
+/// What a report served by `bursar serve` names as its audit log, in place of the file's path.
+pub const SERVED_DB: &str = "the server's audit log";
 
 /// `GET /v1/report[?period=2026-11&by=project&cost_per_unit=true]` for `serve`: [`serve_report`] as JSON.
 pub fn current_json(

@@ -154,6 +154,7 @@ mod tests {
                 roles: Roles::all(),
                 jobs: Vec::new(),
                 declared,
+                named: true,
                 budget,
             }),
             proof: Proof::Token { label: "x".into() },

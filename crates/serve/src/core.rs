@@ -220,6 +220,40 @@ impl Recovered {
     }
 }
 
+/// Issue 56's migration of a log written before people had an id namespace of their own: the ids a
+/// person sent in the last dedupe window were kept as `<name>:<id>` and are now `~<name>:<id>`, so
+/// each is remembered under its new name too, and a person's resend across the upgrade is still a
+/// duplicate. A sender is a person when its credential can only name one (a JWT, MUNGE, a proxy's
+/// header) or when no declared principal of `auth` has its name. Reads back from the newest event
+/// to the window's start (at most [`MIGRATION_ROWS`] rows); returns how many ids it remembered.
+pub fn remember_person_ids(
+    log: &AuditLog,
+    engine: &mut Engine,
+    auth: &bursar_auth::Authenticator,
+) -> Result<usize, bursar_audit::AuditError> {
+    if auth.is_open() {
+        return Ok(0);
+    }
+    let from = engine.state().now().millis() - engine.dedupe_window().millis();
+    let mut added = 0;
+    for e in log.recent_sent_events(from, MIGRATION_ROWS)? {
+        let Some(sender) = e.sender() else { continue };
+        let person = matches!(sender.via.as_str(), "jwt" | "munge" | "proxy")
+            || (matches!(sender.via.as_str(), "cert" | "unix") && auth.principal(&sender.principal).is_none());
+        let prefix = format!("{}{}", sender.principal, bursar_session::NAMESPACE_SEPARATOR);
+        if person && e.event_id.starts_with(&prefix) {
+            let aliased = format!("{}{}", bursar_auth::PERSON_MARK, e.event_id);
+            if engine.remember_id(&aliased, Timestamp(e.time)) {
+                added += 1;
+            }
+        }
+    }
+    Ok(added)
+}
+
+/// The most events [`remember_person_ids`] reads back.
+pub const MIGRATION_ROWS: usize = 2_000_000;
+
 /// Rebuilds the engine from the audit log: the newest snapshot it trusts, then every journaled input
 /// after it, replayed through a session of the journal's origin.
 ///

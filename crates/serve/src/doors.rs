@@ -19,11 +19,20 @@ use crate::{Config, ServeError};
 pub fn door<B: Backend>(config: &Config, backend: B, auth: crate::auth::SharedAuth, metrics: Arc<Metrics>) -> Door<B> {
     Door {
         backend: Arc::new(backend),
-        auth: crate::auth::AuthState { auth, metrics: metrics.clone() },
+        auth: crate::auth::AuthState { auth, metrics: metrics.clone(), failures: Arc::default() },
         budgets: Arc::default(),
         metrics,
         max_line: config.max_body,
         origins: config.origins.clone().into(),
+    }
+}
+
+/// The event socket's caps under `config`: the listeners', per peer UID.
+pub fn socket_limits(config: &Config) -> crate::socket::SocketLimits {
+    crate::socket::SocketLimits {
+        max_connections: config.max_connections,
+        max_per_uid: config.max_connections_per_address,
+        max_unfinished_per_uid: config.max_unfinished_per_address,
     }
 }
 
@@ -82,9 +91,14 @@ impl Doors {
         };
         let admit_addr = admit.as_ref().and_then(|(l, _)| l.local_addr().ok());
         let socket = match &config.socket {
-            Some(path) => Some(crate::socket::listen(path, door.clone(), config.socket_mode, stop).map_err(|e| {
-                ServeError::Io { context: format!("listen on the socket `{}`", path.display()), message: e.to_string() }
-            })?),
+            Some(path) => Some(
+                crate::socket::listen(path, door.clone(), config.socket_mode, socket_limits(config), stop).map_err(
+                    |e| ServeError::Io {
+                        context: format!("listen on the socket `{}`", path.display()),
+                        message: e.to_string(),
+                    },
+                )?,
+            ),
             None => None,
         };
         Ok(Doors {

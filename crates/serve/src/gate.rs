@@ -42,13 +42,21 @@ pub fn check(engine: &Engine, caller: &Caller, input: &Input) -> Result<(), Refu
             };
             let me = caller.name();
             let granting = matches!(e.kind, EventKind::ApprovalGranted { .. });
-            if pending.answers(me, job.user(), granting).is_ok() {
+            let asks = pending.asks();
+            // A policy that names no approvers is answered by the approvers and admins the
+            // configuration names, not by every person the `[auth] people` roles make an approver
+            // (issue 56): such a caller must be named by a request still waiting.
+            let named_by_one = asks.iter().any(|a| {
+                (!granting || a.granted_by.is_none())
+                    && a.approvers.iter().any(|x| &**x == me)
+                    && (job.user() != me || a.self_approval)
+            });
+            if pending.answers(me, job.user(), granting).is_ok() && (named_by_one || caller.answers_unnamed()) {
                 return Ok(());
             }
             let named =
                 |list: &[std::sync::Arc<str>]| list.iter().map(|a| format!("`{a}`")).collect::<Vec<_>>().join(", ");
             let waiting = pending.waiting_approvers();
-            let asks = pending.asks();
             let may_answer_some = asks.iter().any(|a| {
                 (!granting || a.granted_by.is_none())
                     && (a.approvers.is_empty() || a.approvers.iter().any(|x| &**x == me))
@@ -57,6 +65,11 @@ pub fn check(engine: &Engine, caller: &Caller, input: &Input) -> Result<(), Refu
                 return Err(Refusal::Forbidden(format!(
                     "`{me}` submitted job `{job_id}` and may not answer its approval (its policies do not set `self_approval = true`){}",
                     if waiting.is_empty() { String::new() } else { format!("; ask {}", named(&waiting)) }
+                )));
+            }
+            if asks.iter().all(|a| a.approvers.is_empty()) {
+                return Err(Refusal::Forbidden(format!(
+                    "`{me}` may not answer job `{job_id}`: its policies name no approvers, so only an approver or admin the configuration names (a `[[principal]]` or `[[person]]` with the role) may answer, not every person the `[auth] people` roles make an approver"
                 )));
             }
             Err(Refusal::Forbidden(if asks.len() == 1 {

@@ -409,6 +409,7 @@ pub async fn serve_then(
         let witness = config.witness.clone();
         let adopt_unsigned = config.adopt_unsigned;
         let replay_after_prune = config.replay_after_prune;
+        let auth = config.auth.clone();
         let max_skew = config.max_skew;
         tokio::task::spawn_blocking(
             move || -> Result<(core::Core, Arc<bursar_audit::Health>, Vec<String>), ServeError> {
@@ -435,7 +436,15 @@ pub async fn serve_then(
                 .map_err(|e| ServeError::Audit(e.0))?;
                 let health_notes = recovered.health_notes();
                 metrics.restore_refused.store(recovered.refused.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                let core::Recovered { engine, seq, replayed, .. } = recovered;
+                let core::Recovered { mut engine, seq, replayed, .. } = recovered;
+                let aliased = core::remember_person_ids(&log, &mut engine, &auth)
+                    .map_err(|e| ServeError::Audit(e.to_string()))?;
+                if aliased > 0 {
+                    tracing::info!(
+                        ids = aliased,
+                        "ids people sent before this version are remembered under their new name (~person:id) too"
+                    );
+                }
                 if let Some(j) = jobs.as_mut() {
                     // Inputs before the snapshot were not replayed: learn the running jobs' keys from theirs.
                     j.rebuild(&log, &engine).map_err(|e| ServeError::Audit(e.to_string()))?;

@@ -89,10 +89,9 @@ struct Act {
 impl Act {
     /// The event id bursar keeps.
     fn kept_id(&self) -> String {
-        if self.caller.is_open() {
-            self.event_id.clone()
-        } else {
-            bursar_session::namespaced(self.caller.name(), &self.event_id)
+        match self.caller.id_namespace() {
+            Some(ns) => bursar_session::namespaced(&ns, &self.event_id),
+            None => self.event_id.clone(),
         }
     }
 }

@@ -62,13 +62,14 @@ pub fn lines(caller: &Caller, items: Vec<Incoming>) -> (Vec<Incoming>, Vec<Rejec
     let mut ok = Vec::with_capacity(items.len());
     let mut denied = Vec::new();
     let sender = Arc::new(caller.sender());
+    let namespace = caller.id_namespace();
     for mut item in items {
         if let Err(d) = caller.check_input(&item.input) {
             denied.push(Rejected { source: None, line: item.line, error: d.message });
             continue;
         }
-        if !caller.is_open() {
-            item.namespace(caller.name());
+        if let Some(ns) = &namespace {
+            item.namespace(ns);
         }
         item.sender = Some(sender.clone());
         ok.push(item);

@@ -105,8 +105,8 @@ pub struct Incoming {
     pub sender: Option<Arc<Sender>>,
 }
 
-/// The separator between a principal's name and its own id in the ids bursar keeps
-/// ([`Incoming::namespace`]).
+/// The separator between a sender's namespace and its own id in the ids bursar keeps
+/// ([`Incoming::namespace`]; `bursar_auth::ID_SEPARATOR`).
 pub const NAMESPACE_SEPARATOR: char = ':';
 
 impl Incoming {
@@ -115,12 +115,13 @@ impl Incoming {
         Incoming { line, raw, input, sender: None }
     }
 
-    /// Puts the input's id in `principal`'s namespace: `<principal>:<id>`, and its line as bursar
-    /// keeps it is then the canonical line of the renamed input. So two principals never share an
-    /// id: a producer that posts another's predictable id first (`lab-17-finished`) makes nothing a
-    /// duplicate but its own. The engine, the audit log and every decision see the kept id.
-    pub fn namespace(&mut self, principal: &str) {
-        let kept = namespaced(principal, &self.input.id());
+    /// Puts the input's id in its sender's namespace (`<principal>:<id>`, `~<person>:<id>`:
+    /// `bursar_auth::Caller::id_namespace`), and its line as bursar keeps it is then the canonical
+    /// line of the renamed input. So two senders never share an id: a producer, or a person, that
+    /// posts another's predictable id first (`lab-17-finished`) makes nothing a duplicate but its
+    /// own. The engine, the audit log and every decision see the kept id.
+    pub fn namespace(&mut self, namespace: &str) {
+        let kept = namespaced(namespace, &self.input.id());
         match &mut self.input {
             Input::Event(e) => e.id = kept,
             Input::Action(a) => a.id = kept,
@@ -130,7 +131,7 @@ impl Incoming {
     }
 }
 
-/// `<principal>:<id>`: the id bursar keeps for `principal`'s id `id`.
+/// `<namespace>:<id>`: the id bursar keeps for id `id` of the sender whose namespace is `namespace`.
 pub fn namespaced(principal: &str, id: &str) -> String {
     let mut kept = String::with_capacity(principal.len() + 1 + id.len());
     kept.push_str(principal);

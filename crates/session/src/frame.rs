@@ -53,6 +53,14 @@ impl Framer {
         self.line
     }
 
+    /// Gives back the memory a long line grew the buffer to, once no line is held (a connection
+    /// that sent one 8 MiB line keeps 64 KiB, not 8 MiB).
+    pub fn shrink(&mut self) {
+        if self.buf.is_empty() && self.buf.capacity() > 64 * 1024 {
+            self.buf = Vec::new();
+        }
+    }
+
     /// Bytes of an unfinished line held back (never more than the limit).
     pub fn pending(&self) -> usize {
         self.buf.len()
