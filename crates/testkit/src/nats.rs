@@ -24,6 +24,8 @@ pub struct NatsCluster {
 struct Node {
     server: Option<Server>,
     client: SocketAddr,
+    /// The HTTP monitoring port (`/varz`, `/connz`, …).
+    monitor: SocketAddr,
     conf: PathBuf,
     log: PathBuf,
 }
@@ -66,6 +68,7 @@ impl NatsCluster {
     fn try_start(bin: &Path, dir: &TempDir, n: usize, accounts: &[&str]) -> io::Result<Vec<Node>> {
         let clients: Vec<u16> = (0..n).map(|_| free_port()).collect::<io::Result<_>>()?;
         let routes: Vec<u16> = (0..n).map(|_| free_port()).collect::<io::Result<_>>()?;
+        let monitors: Vec<u16> = (0..n).map(|_| free_port()).collect::<io::Result<_>>()?;
         let route_list: Vec<String> = routes.iter().map(|p| format!("nats-route://127.0.0.1:{p}")).collect();
         let accounts = if accounts.is_empty() {
             String::new()
@@ -89,8 +92,9 @@ impl NatsCluster {
                 String::new()
             };
             let conf = format!(
-                "server_name: n{i}\nlisten: 127.0.0.1:{}\njetstream {{\n  store_dir: \"{}\"\n  max_memory_store: 64MB\n  max_file_store: 1GB\n}}\n{cluster}{accounts}",
+                "server_name: n{i}\nlisten: 127.0.0.1:{}\nhttp: 127.0.0.1:{}\njetstream {{\n  store_dir: \"{}\"\n  max_memory_store: 64MB\n  max_file_store: 1GB\n}}\n{cluster}{accounts}",
                 clients[i],
+                monitors[i],
                 store.display()
             );
             let path = dir.path().join(format!("n{i}.conf"));
@@ -100,6 +104,7 @@ impl NatsCluster {
             nodes.push(Node {
                 server: Some(server),
                 client: SocketAddr::from(([127, 0, 0, 1], clients[i])),
+                monitor: SocketAddr::from(([127, 0, 0, 1], monitors[i])),
                 conf: path,
                 log,
             });
@@ -141,6 +146,12 @@ impl NatsCluster {
     /// The client address of node `i`.
     pub fn addr(&self, i: usize) -> Option<SocketAddr> {
         self.nodes.get(i).map(|n| n.client)
+    }
+
+    /// The HTTP monitoring address of node `i` (`/varz`, `/connz`: what a node and its clients sent
+    /// and received).
+    pub fn monitor(&self, i: usize) -> Option<SocketAddr> {
+        self.nodes.get(i).map(|n| n.monitor)
     }
 
     /// The PIDs of the running nodes.

@@ -15,36 +15,16 @@
 //! Usage: `bursar-serve-bench [--requests N] [--concurrency C] [--reloads K]`. Every loop is bounded
 //! by count; only 127.0.0.1 is ever contacted.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bursar_client::Conn;
-use bursar_model::{Event, EventKind, JobSpec, Ready};
-
-const POLICIES: &str = r#"[[policy]]
-id = "quota/monthly"
-description = "monthly GPU-hours per project"
-kind = "quota"
-gpu_hours = 100000000
-
-[[policy]]
-id = "readiness/ready"
-description = "GPUs only when image, data and script are ready"
-kind = "readiness"
-
-[[policy]]
-id = "reclaim/idle"
-description = "release idle GPUs"
-kind = "reclaim"
-max_runtime = "72h"
-[policy.idle]
-below = 0.1
-window = "1h"
-grace = "15m"
-"#;
+use common::{POLICIES, Run, get, load, metric, submit_line};
 
 struct Opts {
     requests: usize,
@@ -52,21 +32,18 @@ struct Opts {
     reloads: usize,
 }
 
+const USAGE: &str = "usage: bursar-serve-bench [--requests N] [--concurrency C] [--reloads K]";
+
 fn parse_opts() -> Result<Opts, String> {
     let mut o = Opts { requests: 20_000, concurrency: 32, reloads: 20 };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut num = |name: &str| -> Result<usize, String> {
-            args.next().and_then(|v| v.parse().ok()).ok_or_else(|| format!("`{name}` needs a number"))
-        };
+    let mut args = common::Args::new(USAGE);
+    while let Some(a) = args.flag() {
         match a.as_str() {
-            "--requests" => o.requests = num("--requests")?.clamp(1, 2_000_000),
-            "--concurrency" => o.concurrency = num("--concurrency")?.clamp(1, 512),
-            "--reloads" => o.reloads = num("--reloads")?.clamp(1, 1000),
-            "-h" | "--help" => {
-                return Err("usage: bursar-serve-bench [--requests N] [--concurrency C] [--reloads K]".into());
-            }
-            other => return Err(format!("unknown argument `{other}`")),
+            "--requests" => o.requests = args.number("--requests", 1..=2_000_000)?,
+            "--concurrency" => o.concurrency = args.number("--concurrency", 1..=512)?,
+            "--reloads" => o.reloads = args.number("--reloads", 1..=1000)?,
+            "-h" | "--help" => return Err(USAGE.into()),
+            other => return Err(args.unknown(other)),
         }
     }
     Ok(o)
@@ -126,108 +103,24 @@ impl Running {
     }
 }
 
-fn submit_line(tag: &str, n: usize) -> String {
-    let job = JobSpec {
-        id: format!("{tag}-j{n}"),
-        project: format!("p{}", n % 20),
-        user: format!("u{}", n % 97),
-        queue: Some("batch".into()),
-        gpus: 1 + (n % 8) as u32,
-        gpu_type: Some("H100".into()),
-        gpu_mem_gb: Some(80.0),
-        nodes: 1,
-        requested_hours: 2.0,
-        stage: Some("finetune".into()),
-        model_params_b: Some(7.0),
-        ready: Ready::all(),
-        ..JobSpec::default()
-    };
-    Event {
-        id: format!("{tag}-e{n}"),
-        time: bursar_serve::wall_time(),
-        kind: EventKind::JobSubmitted(Box::new(job)),
-        extra: Vec::new(),
-    }
-    .to_json()
+/// One line of the results table.
+fn row(run: &Run, name: &str) -> String {
+    format!(
+        "| {name} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {} |",
+        run.micros.len(),
+        run.rate(),
+        run.pct(0.50),
+        run.pct(0.90),
+        run.pct(0.99),
+        run.pct(0.999),
+        run.pct(1.0),
+        run.errors
+    )
 }
 
-/// Latencies in microseconds, sorted.
-struct Run {
-    micros: Vec<u64>,
-    wall: Duration,
-    errors: u64,
-}
-
-impl Run {
-    fn pct(&self, p: f64) -> f64 {
-        if self.micros.is_empty() {
-            return 0.0;
-        }
-        let i = ((self.micros.len() as f64 - 1.0) * p).round() as usize;
-        self.micros[i.min(self.micros.len() - 1)] as f64 / 1000.0
-    }
-
-    fn rate(&self) -> f64 {
-        self.micros.len() as f64 / self.wall.as_secs_f64()
-    }
-
-    fn row(&self, name: &str) -> String {
-        format!(
-            "| {name} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {} |",
-            self.micros.len(),
-            self.rate(),
-            self.pct(0.50),
-            self.pct(0.90),
-            self.pct(0.99),
-            self.pct(0.999),
-            self.pct(1.0),
-            self.errors
-        )
-    }
-}
-
-/// `concurrency` clients on keep-alive connections send `requests` requests in all.
-fn load(
-    addr: SocketAddr,
-    requests: usize,
-    concurrency: usize,
-    make: impl Fn(usize) -> (&'static str, &'static str, Vec<u8>) + Send + Sync + 'static,
-) -> Result<Run, String> {
-    let make = Arc::new(make);
-    let next = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let mut handles = Vec::new();
-    for _ in 0..concurrency {
-        let make = make.clone();
-        let next = next.clone();
-        let errors = errors.clone();
-        handles.push(std::thread::spawn(move || -> Result<Vec<u64>, String> {
-            let mut conn = Conn::connect(addr, None).map_err(|e| e.to_string())?;
-            let mut lat = Vec::with_capacity(requests / concurrency + 1);
-            loop {
-                let n = next.fetch_add(1, Ordering::Relaxed) as usize;
-                if n >= requests {
-                    break;
-                }
-                let (method, path, body) = make(n);
-                let t = Instant::now();
-                let r = conn.request(method, path, &body).map_err(|e| e.to_string())?;
-                lat.push(t.elapsed().as_micros() as u64);
-                if r.status != 200 {
-                    errors.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            Ok(lat)
-        }));
-    }
-    let mut micros = Vec::with_capacity(requests);
-    for h in handles {
-        micros.extend(h.join().map_err(|_| "a client thread panicked".to_owned())??);
-    }
-    let wall = started.elapsed();
-    micros.sort_unstable();
-    Ok(Run { micros, wall, errors: errors.load(Ordering::Relaxed) })
+/// A submission of this bench (20 projects).
+fn admit(tag: &'static str) -> impl Fn(usize) -> (&'static str, String, Vec<u8>) + Send + Sync + 'static {
+    move |n| ("POST", "/v1/admit".to_owned(), submit_line(tag, n, 20).into_bytes())
 }
 
 /// Sums and counts of the server's histograms, from `/metrics`.
@@ -244,13 +137,8 @@ struct Scrape {
 }
 
 fn scrape(addr: SocketAddr) -> Result<Scrape, String> {
-    let r = Conn::connect(addr, None).and_then(|mut c| c.request("GET", "/metrics", b"")).map_err(|e| e.to_string())?;
-    let text = r.text();
-    let get = |name: &str| -> f64 {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
-            .unwrap_or(0.0)
-    };
+    let (_, text) = get(addr, "/metrics")?;
+    let get = |name: &str| metric(&text, name);
     Ok(Scrape {
         at: Instant::now(),
         transactions: get("bursar_audit_transactions_total"),
@@ -285,9 +173,8 @@ fn breakdown(name: &str, before: Scrape, after: Scrape) -> String {
 }
 
 fn digest(addr: SocketAddr) -> Result<String, String> {
-    let r =
-        Conn::connect(addr, None).and_then(|mut c| c.request("GET", "/v1/policies", b"")).map_err(|e| e.to_string())?;
-    let v = r.json().map_err(|e| e.to_string())?;
+    let (_, text) = get(addr, "/v1/policies")?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
     Ok(v["digest"].as_str().unwrap_or_default().to_owned())
 }
 
@@ -322,17 +209,17 @@ fn run() -> Result<(), String> {
 
     // 1 and 2: FULL durability.
     let server = Running::start(&policies, &scratch.join("full.db"), true)?;
-    let floor = load(server.addr, o.requests, o.concurrency, |_| ("GET", "/healthz", Vec::new()))?;
-    println!("{}", floor.row("GET /healthz (HTTP floor)"));
+    let floor = load(&[server.addr], o.requests, o.concurrency, |_| ("GET", "/healthz".to_owned(), Vec::new()))?;
+    println!("{}", row(&floor, "GET /healthz (HTTP floor)"));
     let m0 = scrape(server.addr)?;
     let full =
-        load(server.addr, o.requests, o.concurrency, |n| ("POST", "/v1/admit", submit_line("full", n).into_bytes()))?;
+        load(&[server.addr], o.requests, o.concurrency, admit("full"))?;
     let m1 = scrape(server.addr)?;
-    println!("{}", full.row("POST /v1/admit, audit synchronous=FULL"));
+    println!("{}", row(&full, "POST /v1/admit, audit synchronous=FULL"));
     let single =
-        load(server.addr, o.requests.min(5000), 1, |n| ("POST", "/v1/admit", submit_line("single", n).into_bytes()))?;
+        load(&[server.addr], o.requests.min(5000), 1, admit("single"))?;
     let m2 = scrape(server.addr)?;
-    println!("{}", single.row("POST /v1/admit, FULL, 1 client"));
+    println!("{}", row(&single, "POST /v1/admit, FULL, 1 client"));
 
     // 2c: the same one client while three others read `GET /v1/pool` back to back, with every job
     // admitted so far in the view (issue 34: the view was built on the engine thread, and three
@@ -359,12 +246,12 @@ fn run() -> Result<(), String> {
         .collect();
     let pool_started = Instant::now();
     let beside_pool =
-        load(server.addr, o.requests.min(5000), 1, |n| ("POST", "/v1/admit", submit_line("pooled", n).into_bytes()))?;
+        load(&[server.addr], o.requests.min(5000), 1, admit("pooled"))?;
     stop_pool.store(true, Ordering::Relaxed);
     let pool_secs = pool_started.elapsed().as_secs_f64();
     let (pool_reads, pool_bytes) =
         readers.into_iter().map(|h| h.join().unwrap_or((0, 0))).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-    println!("{}", beside_pool.row("POST /v1/admit, FULL, 1 client, 3 clients reading GET /v1/pool"));
+    println!("{}", row(&beside_pool, "POST /v1/admit, FULL, 1 client, 3 clients reading GET /v1/pool"));
 
     // 3: reload latency, watcher path and explicit path.
     let mut watch_ms = Vec::new();
@@ -405,9 +292,9 @@ fn run() -> Result<(), String> {
     let server = Running::start(&policies, &scratch.join("normal.db"), false)?;
     let m3 = scrape(server.addr)?;
     let normal =
-        load(server.addr, o.requests, o.concurrency, |n| ("POST", "/v1/admit", submit_line("normal", n).into_bytes()))?;
+        load(&[server.addr], o.requests, o.concurrency, admit("normal"))?;
     let m4 = scrape(server.addr)?;
-    println!("{}", normal.row("POST /v1/admit, audit synchronous=NORMAL"));
+    println!("{}", row(&normal, "POST /v1/admit, audit synchronous=NORMAL"));
 
     // 4: admissions while the policy file is rewritten every 50 ms.
     let stop = Arc::new(AtomicBool::new(false));
@@ -425,10 +312,10 @@ fn run() -> Result<(), String> {
         })
     };
     let under =
-        load(server.addr, o.requests, o.concurrency, |n| ("POST", "/v1/admit", submit_line("reload", n).into_bytes()))?;
+        load(&[server.addr], o.requests, o.concurrency, admit("reload"))?;
     stop.store(true, Ordering::Relaxed);
     let rewrites = rewriter.join().unwrap_or(0);
-    println!("{}", under.row("POST /v1/admit, NORMAL, policy rewritten every 50 ms"));
+    println!("{}", row(&under, "POST /v1/admit, NORMAL, policy rewritten every 50 ms"));
     server.stop()?;
 
     // Check: one admission decision per admitted event across all those reloads.
