@@ -12,8 +12,8 @@
 //!   the lease time plus one second (measured and printed); every admission that got an answer is in the decisions stream once,
 //!   with the answered decision; no project's quota is overshot; every instance's audit log verifies.
 //! - `a_paused_owner_writes_nothing_after_the_takeover`: SIGSTOP an owner past its lease, let another
-//!   take over and write, SIGCONT it: no journal message or snapshot chunk of an older epoch follows
-//!   the new owner's fence on any subject. Before the pause, on the same instances: a trial run in a project of one instance's partition lets a scale-up of the same
+//!   take over and write, SIGCONT it: no journal batch of its partitions and no snapshot chunk of an
+//!   older epoch follows the new owner's fence, anywhere in the journal or on the snapshot subjects. Before the pause, on the same instances: a trial run in a project of one instance's partition lets a scale-up of the same
 //!   configuration in a project of the other instance's partition through trial-before-scale.
 //! - `shared_budgets_decide_as_one_engine`: user and team budgets across projects
 //!   (`tests/data/shared-ledgers`), a stream of submissions, starts, finishes, approvals,
@@ -28,6 +28,12 @@
 //!   instances: previews are free, the fifth event through one instance is refused whole (429,
 //!   `Retry-After`), an admission too, the other instance keeps its own count, `/metrics` counts
 //!   the refusals.
+//! - `an_owner_killed_in_the_middle_of_a_batch`: an owner SIGKILLed while its instance's journal
+//!   writer holds a message of at least six admissions applied together, stalled there for the test
+//!   (`BURSAR_TEST_JOURNAL_STALL`): first before the message is published — every admission of the
+//!   batch is either answered and in the decisions stream once, as answered, or unanswered and not
+//!   decided (and decided once when sent again); then after it is stored and before anything is
+//!   answered — unanswered but stored, and a resend gets exactly the stored decision.
 
 #![expect(clippy::unwrap_used, clippy::panic, reason = "a test")]
 
@@ -82,6 +88,19 @@ impl Instance {
 
     /// `start`, with `extra` flags; `ca`: the instance speaks https with a certificate of this CA.
     fn start_with(url: &str, dir: &Path, name: &str, run: u32, extra: &[&str], ca: Option<&Path>) -> Instance {
+        Instance::start_env(url, dir, name, run, extra, ca, &[])
+    }
+
+    /// `start_with`, with `env` set in the instance's environment.
+    fn start_env(
+        url: &str,
+        dir: &Path,
+        name: &str,
+        run: u32,
+        extra: &[&str],
+        ca: Option<&Path>,
+        env: &[(&str, &str)],
+    ) -> Instance {
         let port_file = dir.join(format!("{name}.port"));
         let _ = std::fs::remove_file(&port_file);
         let log = dir.join(format!("{name}-{run}.log"));
@@ -96,6 +115,7 @@ impl Instance {
             .args(["--cluster", url, "--instance", name, "--partitions", &PARTITIONS.to_string()])
             .args(["--lease-ttl", "2s", "--snapshot-every", "1s", "--fast-commit", "--log-level", "info"])
             .args(extra)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -235,6 +255,7 @@ const PAUSED: &str = "paused";
 const SHARED: &str = "shared";
 const TLS: &str = "tls";
 const BUDGET: &str = "budget";
+const MIDBATCH: &str = "midbatch";
 
 /// One scenario, run on the shared cluster.
 type Scenario = fn(&NatsCluster);
@@ -244,8 +265,8 @@ fn cluster_scenarios_on_one_nats_cluster() {
     if NatsCluster::binary().is_none() {
         return bursar_testkit::need::missing("nats-server", "scripts/setup.sh");
     }
-    let nats = NatsCluster::start_with_accounts(3, &[FAILOVER, PAUSED, SHARED, TLS, BUDGET]).unwrap();
-    let scenarios: [(&str, Scenario); 5] = [
+    let nats = NatsCluster::start_with_accounts(3, &[FAILOVER, PAUSED, SHARED, TLS, BUDGET, MIDBATCH]).unwrap();
+    let scenarios: [(&str, Scenario); 6] = [
         (
             "failover_loses_nothing_decides_nothing_twice_and_never_overshoots",
             failover_loses_nothing_decides_nothing_twice_and_never_overshoots,
@@ -254,6 +275,7 @@ fn cluster_scenarios_on_one_nats_cluster() {
         ("shared_budgets_decide_as_one_engine", shared_budgets_decide_as_one_engine),
         ("a_cluster_instance_speaks_tls", a_cluster_instance_speaks_tls),
         ("write_budgets_hold_on_each_instance", write_budgets_hold_on_each_instance),
+        ("an_owner_killed_in_the_middle_of_a_batch", an_owner_killed_in_the_middle_of_a_batch),
     ];
     // Every scenario runs, whatever the one before it did; the first failure is re-raised after the
     // cluster is stopped (its instances were stopped as the failure unwound).
@@ -598,46 +620,72 @@ fn a_paused_owner_writes_nothing_after_the_takeover(nats: &NatsCluster) {
         tail(&log, 12)
     );
 
-    // Read every subject of the partitions b1 had: nothing of b1's epoch after b2's fence.
+    // Read the whole journal (every instance's writer puts its partitions' batches, one line each,
+    // into its messages) and every snapshot subject of the partitions b1 had: nothing of b1's epoch
+    // for them after b2's fence.
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     rt.block_on(async {
         let mut config = bursar_cluster::ClusterConfig::new(url, "reader", d.join("reader.db"));
         config.partitions = PARTITIONS;
         let n = bursar_cluster::nats::Nats::connect(&config).await.unwrap();
+        let last = n.journal.get_info().await.unwrap().state.last_sequence;
+        let mut fenced_at: HashMap<u32, u64> = HashMap::new();
+        let mut after_fence: HashMap<u32, u64> = HashMap::new();
+        bursar_cluster::snapshot::read_subject(&n.journal, "bursar.journal.>", 1, |seq, m| {
+            for b in bursar_cluster::wire::batches(&m.payload) {
+                let b = b.unwrap();
+                let Some(new) = new_epochs.get(&b.partition).filter(|_| paused.contains(&b.partition)) else {
+                    continue;
+                };
+                if b.epoch >= *new {
+                    fenced_at.entry(b.partition).or_insert(seq);
+                }
+                if let Some(f) = fenced_at.get(&b.partition) {
+                    assert!(
+                        b.epoch >= *new,
+                        "partition {}: journal message {seq} holds a batch of epoch {} after the fence of epoch {new} at {f}",
+                        b.partition,
+                        b.epoch
+                    );
+                    *after_fence.entry(b.partition).or_default() += 1;
+                }
+            }
+            Ok(seq < last)
+        })
+        .await
+        .unwrap();
         for p in &paused {
             let (old, new) = (old_epochs[p], new_epochs[p]);
             assert!(new > old, "partition {p}: epoch {new} after {old}");
-            for (stream, subject) in [
-                (&n.journal, bursar_cluster::partition::journal_subject(*p)),
-                (&n.snapshots, bursar_cluster::partition::snapshot_subject(*p)),
-            ] {
-                let last = bursar_cluster::snapshot::last_on_subject(stream, &subject).await.unwrap();
-                let mut fenced_at = None;
-                let mut after_fence = 0;
-                bursar_cluster::snapshot::read_subject(stream, &subject, 1, |seq, m| {
-                    let epoch: u64 = m
-                        .headers
-                        .as_ref()
-                        .and_then(|h| h.get(bursar_cluster::wire::EPOCH_HEADER))
-                        .and_then(|v| v.as_str().parse().ok())
-                        .unwrap();
-                    if epoch >= new && fenced_at.is_none() {
-                        fenced_at = Some(seq);
-                    }
-                    if let Some(f) = fenced_at {
-                        assert!(
-                            epoch >= new,
-                            "{subject}: message {seq} of epoch {epoch} after the fence of epoch {new} at {f}"
-                        );
-                        after_fence += 1;
-                    }
-                    Ok(seq < last)
-                })
-                .await
-                .unwrap();
-                assert!(fenced_at.is_some(), "{subject}: no message of the new owner");
-                eprintln!("{subject}: {after_fence} messages from the fence on, none of the old epoch {old}");
-            }
+            assert!(fenced_at.contains_key(p), "partition {p}: no batch or fence of the new owner in the journal");
+            eprintln!(
+                "partition {p}: {} journal batches from the fence on, none of the old epoch {old}",
+                after_fence.get(p).copied().unwrap_or(0)
+            );
+            let subject = bursar_cluster::partition::snapshot_subject(*p);
+            let last = bursar_cluster::snapshot::last_on_subject(&n.snapshots, &subject).await.unwrap();
+            let mut fenced_at = None;
+            let mut after_fence = 0;
+            bursar_cluster::snapshot::read_subject(&n.snapshots, &subject, 1, |seq, m| {
+                let epoch: u64 = m
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get(bursar_cluster::wire::EPOCH_HEADER))
+                    .and_then(|v| v.as_str().parse().ok())
+                    .unwrap();
+                if epoch >= new && fenced_at.is_none() {
+                    fenced_at = Some(seq);
+                }
+                if let Some(f) = fenced_at {
+                    assert!(epoch >= new, "{subject}: message {seq} of epoch {epoch} after the fence of epoch {new} at {f}");
+                    after_fence += 1;
+                }
+                Ok(seq < last)
+            })
+            .await
+            .unwrap();
+            assert!(fenced_at.is_some(), "{subject}: no message of the new owner");
+            eprintln!("{subject}: {after_fence} messages from the fence on, none of the old epoch {old}");
             // The snapshot pointer is the new owner's.
             let e = n.pointers.entry(bursar_cluster::partition::partition_key(*p)).await.unwrap().unwrap();
             let ptr: bursar_cluster::wire::SnapshotPointer = serde_json::from_slice(&e.value).unwrap();
@@ -1091,4 +1139,151 @@ fn write_budgets_hold_on_each_instance(nats: &NatsCluster) {
     let refused = "bursar_write_budget_refused_total{kind=\"principal\"}";
     assert_eq!(metric(&w1, refused), format!("{refused} 2"), "{}", w1.log_text());
     assert_eq!(metric(&w2, refused), format!("{refused} 0"));
+}
+
+/// What one admission of [`waves`] got: its event id, and the decision when it was answered.
+type Sent = Vec<(String, Option<String>)>;
+
+/// Waves of `wave` admissions sent together through `front` for `project`, until `owner`'s journal
+/// writer says it stalled (at most 40 waves); every admission with what it got.
+fn waves(front: SocketAddr, owner: &Instance, project: &str, tag: &str, wave: usize) -> Sent {
+    let mut sent = Vec::new();
+    for w in 0..40 {
+        let threads: Vec<_> = (0..wave)
+            .map(|k| {
+                let (id, project) = (format!("{tag}-{w}-{k}"), project.to_owned());
+                std::thread::spawn(move || {
+                    let answer = match post(front, "/v1/admit", &submit(&id, &id, &project, 1, 0.01)) {
+                        Some((200, v)) => v["decision"].as_str().map(str::to_owned),
+                        _ => None,
+                    };
+                    (id, answer)
+                })
+            })
+            .collect();
+        sent.extend(threads.into_iter().map(|t| t.join().unwrap()));
+        if owner.log_text().contains("test stall: the journal writer stops here") {
+            return sent;
+        }
+    }
+    panic!("{}'s journal writer never stalled:\n{}", owner.name, tail(&owner.log_text(), 20));
+}
+
+/// Every admission decision of the decisions stream, by event id.
+fn admissions_in_stream(reader: SocketAddr) -> HashMap<String, Vec<Value>> {
+    let mut c = Conn::connect(reader, None).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let r = c.request("GET", "/v1/decisions?after=0&follow=false", b"").unwrap();
+    assert_eq!(r.status, 200);
+    let mut out: HashMap<String, Vec<Value>> = HashMap::new();
+    for line in r.text().lines().filter(|l| !l.trim().is_empty()) {
+        let v: Value = serde_json::from_str(line).unwrap();
+        if v["admission"] == true {
+            out.entry(v["event_id"].as_str().unwrap().to_owned()).or_default().push(v);
+        }
+    }
+    out
+}
+
+/// Waits until `survivor` owns every partition (the killed instance's taken over).
+fn wait_took_all(survivor: &Instance) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while survivor.live().len() != PARTITIONS as usize + 1 {
+        assert!(Instant::now() < deadline, "{} did not take over: {:?}", survivor.name, survivor.live());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A partition `owner` owns now (a project partition).
+fn owned_by(owner: &Instance) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(p) = owner.live().into_iter().find(|p| *p < PARTITIONS) {
+            return p;
+        }
+        assert!(Instant::now() < deadline, "{} owns no project partition", owner.name);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn an_owner_killed_in_the_middle_of_a_batch(nats: &NatsCluster) {
+    let dir = scratch("cluster-midbatch");
+    let url = nats.url_as(MIDBATCH);
+    let url = url.as_str();
+    let d = dir.path();
+    // The front end gives up on an admission after 1 s, before the 2 s lease of a killed owner can
+    // lapse: what it did not get answered is not sent to the next owner behind the test's back.
+    let flags = ["--admit-timeout", "1s"];
+    let stall = bursar_cluster::journal::STALL_VAR;
+
+    // 1. Killed with a batch applied and not yet stored: its writer stops before publishing the
+    // first message of at least 6 entries (admissions that queued while the one before was being
+    // stored), and the test kills it there.
+    let mut b1 = Instance::start_env(url, d, "b1", 1, &flags, None, &[(stall, "before-publish:6")]);
+    let b2 = Instance::start_with(url, d, "b2", 1, &flags, None);
+    wait_shared(&[&b1, &b2], 4);
+    let p = owned_by(&b1);
+    let sent = waves(b2.addr, &b1, &project_in(p, "mid"), "before", 12);
+    b1.kill9();
+    wait_took_all(&b2);
+    let stream = admissions_in_stream(b2.addr);
+    let (answered, unanswered): (Sent, Sent) = sent.into_iter().partition(|(_, a)| a.is_some());
+    for (id, a) in &answered {
+        let found = stream.get(id).unwrap_or_else(|| panic!("answered admission {id} is not in the decisions stream"));
+        assert_eq!(found.len(), 1, "{id} decided {} times", found.len());
+        assert_eq!(found[0]["decision"].as_str(), a.as_deref(), "{id}: answered otherwise than journaled");
+    }
+    assert!(unanswered.len() >= 5, "the batch killed held {} unanswered admissions", unanswered.len());
+    for (id, _) in &unanswered {
+        assert!(!stream.contains_key(id), "unanswered admission {id} was decided: {:?}", stream[id]);
+    }
+    // Sent again, each is decided now, once.
+    for (id, _) in &unanswered {
+        let (s, v) = post(b2.addr, "/v1/admit", &submit(id, id, &project_in(p, "mid"), 1, 0.01)).unwrap();
+        assert_eq!(s, 200, "{id}: {v}");
+        assert_eq!(v["duplicate"], Value::Null, "{id} was decided before: {v}");
+    }
+    let stream = admissions_in_stream(b2.addr);
+    for (id, _) in &unanswered {
+        assert_eq!(stream.get(id).map(Vec::len), Some(1), "{id}: decided once when sent again");
+    }
+    eprintln!(
+        "killed before its batch was stored: {} admissions answered (each in the stream once, as answered), {} unanswered and not decided; sent again, each decided once",
+        answered.len(),
+        unanswered.len()
+    );
+
+    // 2. Killed with a batch stored and nobody answered yet: unanswered but durable, and a resend
+    // gets exactly the decision the journal holds (the window no crash-safe design closes: between
+    // the replicated log's acknowledgement and the answer).
+    let b1 = Instance::start_env(url, d, "b1", 2, &flags, None, &[(stall, "after-ack:6")]);
+    wait_shared(&[&b1, &b2], 4);
+    let mut b1 = b1;
+    let p = owned_by(&b1);
+    let sent = waves(b2.addr, &b1, &project_in(p, "mid"), "after", 12);
+    b1.kill9();
+    wait_took_all(&b2);
+    let stream = admissions_in_stream(b2.addr);
+    let (answered, unanswered): (Sent, Sent) = sent.into_iter().partition(|(_, a)| a.is_some());
+    for (id, a) in &answered {
+        let found = stream.get(id).unwrap_or_else(|| panic!("answered admission {id} is not in the decisions stream"));
+        assert_eq!(found.len(), 1, "{id} decided {} times", found.len());
+        assert_eq!(found[0]["decision"].as_str(), a.as_deref(), "{id}: answered otherwise than journaled");
+    }
+    let durable: Vec<&String> = unanswered.iter().map(|(id, _)| id).filter(|id| stream.contains_key(*id)).collect();
+    assert!(durable.len() >= 5, "the stored batch held {} unanswered admissions", durable.len());
+    for id in &durable {
+        assert_eq!(stream[*id].len(), 1, "{id} decided {} times", stream[*id].len());
+        let (s, v) = post(b2.addr, "/v1/admit", &submit(id, id, &project_in(p, "mid"), 1, 0.01)).unwrap();
+        assert_eq!(s, 200, "{id}: {v}");
+        assert_eq!(v["duplicate"], true, "{id}: a resend of a stored admission is answered from the journal: {v}");
+        assert_eq!(v["decision"], stream[*id][0]["decision"], "{id}: the resend got another decision");
+    }
+    eprintln!(
+        "killed after its batch was stored: {} answered, {} unanswered of which {} stored (a resend gets each one's stored decision)",
+        answered.len(),
+        unanswered.len(),
+        durable.len()
+    );
+    drop((b1, b2));
 }

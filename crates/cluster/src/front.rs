@@ -4,16 +4,20 @@
 //! - [`Front::publish`]: each decoded input goes to its partition's subject with `Nats-Msg-Id` = its
 //!   id (JetStream drops a resend within the stream's duplicate window; the engine's own dedupe drops
 //!   a later one: the same id, the same answer, two windows). An event that names only a job is
-//!   routed by the job → partition index (`bursar_jobs`, written when the submission passes through
-//!   any front end, cached here); an `asset.registered` or a producer's `clock.tick` goes to every
-//!   partition, each copy with the id `<id>@p<n>` so each partition's copy is its own input.
-//! - [`Front::admit`]: NATS request-reply to `bursar.admit.<p>`, retried while no owner answers, within
-//!   the admission timeout (below the Slurm hook's 2 s); then a 503 that names the partition and why.
+//!   routed by the job's partition as [`crate::jobs`] finds it (the journal, read by this instance's
+//!   projection; the `bursar_jobs` bucket, written when a submission is published here; the owners);
+//!   an `asset.registered` or a producer's `clock.tick` goes to every partition, each copy with the
+//!   id `<id>@p<n>` so each partition's copy is its own input.
+//! - [`Front::admit`]: to the partition's owner, retried while no owner answers, within the admission
+//!   timeout (below the Slurm hook's 2 s); then a 503 that names the partition and why. When this
+//!   instance owns the partition, the submission goes straight to the owner's thread (no NATS
+//!   request: issue 54); otherwise by NATS request-reply to `bursar.admit.<p>`. Either way it is
+//!   answered once its decision is in the journal.
 //! - [`Front::decisions`]: the journal stream from a cursor, as sequenced decisions.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bursar_model::api::{AdmitReply, Sequenced};
@@ -22,13 +26,12 @@ use bursar_session::Incoming;
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
+use crate::jobs::JobIndex;
 use crate::nats::Nats;
-use crate::partition::{admit_subject, cursor, events_subject, job_key, journal_subject, partition_of, split_cursor};
+use crate::owner::{Item, LocalOwner, LocalOwners, Reply};
+use crate::partition::{admit_subject, cursor, events_subject, job_key, partition_of, split_cursor};
 use crate::status::Status;
-use crate::wire::{JournalBatch, OwnerAnswer};
-
-/// Jobs remembered per front end before the cache is cleared.
-const JOB_CACHE: usize = 1_000_000;
+use crate::wire::OwnerAnswer;
 
 /// Longest wait for one admission attempt (a paused owner may still hold the subscription: the next
 /// attempt reaches the new one).
@@ -80,13 +83,22 @@ pub struct Front {
     nats: Nats,
     status: Arc<Status>,
     admit_timeout: Duration,
-    jobs: Mutex<HashMap<String, u32>>,
+    /// This instance's live owners (a submission for one of them goes straight to its thread).
+    local: Arc<LocalOwners>,
+    /// Where jobs are.
+    jobs: Arc<JobIndex>,
 }
 
 impl Front {
-    /// A front end over `nats`.
-    pub fn new(nats: Nats, status: Arc<Status>, admit_timeout: Duration) -> Front {
-        Front { nats, status, admit_timeout, jobs: Mutex::new(HashMap::new()) }
+    /// A front end over `nats`, beside this instance's owners `local` and its job index `jobs`.
+    pub fn new(
+        nats: Nats,
+        status: Arc<Status>,
+        admit_timeout: Duration,
+        local: Arc<LocalOwners>,
+        jobs: Arc<JobIndex>,
+    ) -> Front {
+        Front { nats, status, admit_timeout, local, jobs }
     }
 
     /// The partition count.
@@ -99,32 +111,36 @@ impl Front {
         self.nats.client.connection_state() == async_nats::connection::State::Connected
     }
 
-    fn remember(&self, job: &str, p: u32) {
-        if let Ok(mut m) = self.jobs.lock() {
-            if m.len() >= JOB_CACHE {
-                m.clear();
-            }
-            m.insert(job.to_owned(), p);
-        }
-    }
-
+    /// A submission about to be published to the events stream: its job's partition goes into the
+    /// `bursar_jobs` bucket first (no journal has it until its owner applies it).
     async fn index(&self, job: &str, p: u32) {
-        self.remember(job, p);
+        self.jobs.remember(job, p);
         if let Err(e) = self.nats.jobs.put(job_key(job), p.to_string().into()).await {
             tracing::warn!(job, error = %e, "cannot index the job's partition; its later events may miss it");
         }
     }
 
-    /// The partition of job `job`: the index, else the job id's own hash (an unknown job's events
-    /// still reach one partition, which counts them as unknown, as a single engine does).
+    /// The partition of job `job`, as [`crate::jobs`] finds it; else the job id's own hash (an
+    /// unknown job's events still reach one partition, which counts them as unknown, as a single
+    /// engine does).
     pub async fn partition_of_job(&self, job: &str) -> u32 {
-        if let Some(p) = self.jobs.lock().ok().and_then(|m| m.get(job).copied()) {
+        if let Some(p) = self.jobs.get(job) {
             return p;
         }
         if let Ok(Some(v)) = self.nats.jobs.get(job_key(job)).await
             && let Some(p) = std::str::from_utf8(&v).ok().and_then(|s| s.parse().ok())
         {
-            self.remember(job, p);
+            self.jobs.remember(job, p);
+            return p;
+        }
+        if self.jobs.catch_up(&self.nats.journal).await
+            && let Some(p) = self.jobs.get(job)
+        {
+            return p;
+        }
+        self.status.counters.jobs_asked.fetch_add(1, Ordering::Relaxed);
+        if let Some(p) = crate::jobs::ask_owners(&self.nats, job, Instant::now() + self.admit_timeout).await {
+            self.jobs.remember(job, p);
             return p;
         }
         partition_of(job, self.nats.partitions)
@@ -233,11 +249,10 @@ impl Front {
         true
     }
 
-    /// The events-stream sequence partition `p`'s journal says its owner has applied through.
+    /// The events-stream sequence partition `p`'s journal says its owner has applied through, as far
+    /// as this instance has read the journal.
     async fn journaled_through(&self, p: u32) -> Option<u64> {
-        let m = self.nats.journal.get_last_raw_message_by_subject(&journal_subject(p)).await.ok()?;
-        let batch: JournalBatch = serde_json::from_slice(&m.payload).ok()?;
-        Some(batch.events_through)
+        Some(self.jobs.events_through(p))
     }
 
     /// Asks the owner of the submission's partition for its admission decision.
@@ -260,28 +275,16 @@ impl Front {
             return Err(Refusal { status: 400, error: "expected a `job.submitted` event".into() });
         };
         let p = partition_of(&spec.project, self.nats.partitions);
-        // The job's index is written while the owner decides, not before: the answer waits for both,
-        // so a later event naming only the job finds its partition, without a replicated write in
-        // series with every admission.
+        // No index is written: the owner journals the submission before it answers, and the journal
+        // is where front ends find the job (crate::jobs). This front end knows it at once. A preview
+        // records nothing, so its job is not remembered either.
+        if !test_only {
+            self.jobs.remember(&spec.id, p);
+        }
         let c = &self.status.counters;
-        let since = |t: Instant| u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX);
-        let (indexing, (decided, asking)) = tokio::join!(
-            async {
-                let t = Instant::now();
-                // A preview records nothing, so its job is not indexed either.
-                if !test_only {
-                    self.index(&spec.id, p).await;
-                }
-                since(t)
-            },
-            async {
-                let t = Instant::now();
-                let out = self.ask_owner(p, item, deadline, test_only).await;
-                (out, since(t))
-            }
-        );
-        c.index_micros.fetch_add(indexing, Ordering::Relaxed);
-        c.ask_micros.fetch_add(asking, Ordering::Relaxed);
+        let t = Instant::now();
+        let decided = self.ask_owner(p, item, deadline, test_only).await;
+        c.ask_micros.fetch_add(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
         match decided {
             Ok(reply) => Ok(reply),
             Err(AskError::Refused(r)) => Err(r),
@@ -321,34 +324,76 @@ impl Front {
                 break;
             }
             let attempt = left.min(ATTEMPT);
-            let request = self.nats.client.request_with_headers(subject.clone(), headers.clone(), payload.clone());
-            match tokio::time::timeout(attempt, request).await {
-                Err(_) => cause = format!("the owner did not answer within {} ms", attempt.as_millis()),
-                Ok(Err(e)) if e.kind() == async_nats::client::RequestErrorKind::NoResponders => {
-                    cause = "no instance holds its lease (no responders)".into();
-                    tokio::time::sleep(RETRY_UNOWNED.min(left)).await;
+            let answer = match self.local.get(p) {
+                // This instance owns the partition: straight to the owner's thread.
+                Some(owner) => self.ask_local(&owner, item, test_only, attempt).await,
+                None => {
+                    let request =
+                        self.nats.client.request_with_headers(subject.clone(), headers.clone(), payload.clone());
+                    match tokio::time::timeout(attempt, request).await {
+                        Err(_) => Err((format!("the owner did not answer within {} ms", attempt.as_millis()), false)),
+                        Ok(Err(e)) if e.kind() == async_nats::client::RequestErrorKind::NoResponders => {
+                            Err(("no instance holds its lease (no responders)".into(), true))
+                        }
+                        Ok(Err(e)) => Err((e.to_string(), true)),
+                        Ok(Ok(msg)) => serde_json::from_slice::<OwnerAnswer>(&msg.payload)
+                            .map_err(|e| (format!("the owner's answer is unreadable: {e}"), false)),
+                    }
                 }
-                Ok(Err(e)) => {
-                    cause = e.to_string();
-                    tokio::time::sleep(RETRY_UNOWNED.min(left)).await;
+            };
+            match answer {
+                Ok(OwnerAnswer::Decided { reply }) => {
+                    c.admissions_decided.fetch_add(1, Ordering::Relaxed);
+                    return Ok(*reply);
                 }
-                Ok(Ok(msg)) => match serde_json::from_slice::<OwnerAnswer>(&msg.payload) {
-                    Ok(OwnerAnswer::Decided { reply }) => {
-                        c.admissions_decided.fetch_add(1, Ordering::Relaxed);
-                        return Ok(*reply);
+                Ok(OwnerAnswer::Refused { status, error, retry: false }) => {
+                    return Err(AskError::Refused(Refusal { status, error }));
+                }
+                Ok(OwnerAnswer::Refused { error, .. }) => {
+                    cause = error;
+                    tokio::time::sleep(RETRY_REFUSED.min(left)).await;
+                }
+                Err((why, wait)) => {
+                    cause = why;
+                    if wait {
+                        tokio::time::sleep(RETRY_UNOWNED.min(left)).await;
                     }
-                    Ok(OwnerAnswer::Refused { status, error, retry: false }) => {
-                        return Err(AskError::Refused(Refusal { status, error }));
-                    }
-                    Ok(OwnerAnswer::Refused { error, .. }) => {
-                        cause = error;
-                        tokio::time::sleep(RETRY_REFUSED.min(left)).await;
-                    }
-                    Err(e) => cause = format!("the owner's answer is unreadable: {e}"),
-                },
+                }
             }
         }
         Err(AskError::Unanswered(cause))
+    }
+
+    /// One attempt at this instance's own owner of the partition: the submission handed to its
+    /// thread, answered once its decision is in the journal (or refused, as over NATS). An error is
+    /// the cause and whether to wait before the next attempt.
+    async fn ask_local(
+        &self,
+        owner: &LocalOwner,
+        item: &Incoming,
+        test_only: bool,
+        attempt: Duration,
+    ) -> Result<OwnerAnswer, (String, bool)> {
+        // As the NATS subscriber does: a lapsed lease takes no admission.
+        if !owner.lease.valid() {
+            return Err(("the partition's lease lapsed on this instance".into(), true));
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let line = bytes::Bytes::from(item.raw.clone());
+        let sent = if test_only {
+            Item::Preview { line, reply: Reply::Local(tx) }
+        } else {
+            Item::Admit { id: item.input.id().into_owned(), line, reply: Reply::Local(tx), sender: item.sender.clone() }
+        };
+        if owner.tx.send(sent).await.is_err() {
+            return Err(("the partition's owner is stepping down".into(), true));
+        }
+        self.status.counters.admissions_local.fetch_add(1, Ordering::Relaxed);
+        match tokio::time::timeout(attempt, rx).await {
+            Err(_) => Err((format!("the owner did not answer within {} ms", attempt.as_millis()), false)),
+            Ok(Err(_)) => Err(("the partition's owner stopped before answering".into(), true)),
+            Ok(Ok(answer)) => Ok(answer),
+        }
     }
 
     /// The decisions after cursor `after`, in stream order, on a channel; with `follow` the channel
@@ -385,8 +430,8 @@ impl Front {
                         return;
                     }
                 };
-                if let Ok(batch) = serde_json::from_slice::<JournalBatch>(&m.message.payload) {
-                    let mut index = 0;
+                let mut index = 0;
+                for batch in crate::wire::batches(&m.message.payload).flatten() {
                     for entry in batch.entries {
                         for d in entry.decisions {
                             let at = index;

@@ -22,7 +22,9 @@
 //! - [`ledger`]: the way between project partitions and the ledger partition, which keeps the user
 //!   and tag budgets spanning projects (`bursar_engine::shared` has the design).
 //! - [`snapshot`]: chunked, fenced snapshots and their pointer.
-//! - [`front`]: events in, admissions forwarded, decisions out.
+//! - [`front`]: events in, admissions forwarded (straight to the owner thread when the owner is
+//!   this instance), decisions out.
+//! - [`jobs`]: where each job lives, for the events that name only a job: the journal as the index.
 //! - [`projection`]: the audit log as a projection of the decisions stream.
 //! - [`status`]: what `/v1/cluster` and `/metrics` report.
 //!
@@ -30,6 +32,7 @@
 //! `PolicySet`), no SQL (the audit crate writes its log).
 
 pub mod front;
+pub mod jobs;
 pub mod journal;
 pub mod ledger;
 pub mod manager;
@@ -202,6 +205,7 @@ pub struct Cluster {
     pub status: Arc<Status>,
     shutdown: watch::Sender<bool>,
     manager: tokio::task::JoinHandle<()>,
+    whereis: tokio::task::JoinHandle<()>,
     projection: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -219,8 +223,21 @@ impl Cluster {
         let rt = tokio::runtime::Handle::current();
         let durability =
             if config.durable { bursar_audit::Durability::Durable } else { bursar_audit::Durability::Fast };
-        let projection = projection::spawn(nats.clone(), rt, config.audit.clone(), durability, status.clone())?;
+        let jobs = Arc::new(jobs::JobIndex::default());
+        let projection =
+            projection::spawn(nats.clone(), rt, config.audit.clone(), durability, status.clone(), jobs.clone())?;
         let (shutdown, shutdown_rx) = watch::channel(false);
+        let local = Arc::new(owner::LocalOwners::default());
+        let whereis = tokio::spawn(jobs::answer_whereis(nats.clone(), local.clone()));
+        let max_message = max_payload - max_payload / 8;
+        let writer = journal::Writer::start(
+            &tokio::runtime::Handle::current(),
+            nats.js.clone(),
+            nats.journal.clone(),
+            &config.instance,
+            max_message,
+            status.clone(),
+        );
         let manager = tokio::spawn(manager::run(
             manager::ManagerCtx {
                 nats: nats.clone(),
@@ -230,22 +247,25 @@ impl Cluster {
                 settings: owner::OwnerSettings {
                     tick: config.tick,
                     snapshot_every: config.snapshot_every,
-                    max_message: max_payload - max_payload / 8,
+                    max_message,
                     engine: config.engine,
                     shared_ledgers: true,
                 },
                 status: status.clone(),
+                local: local.clone(),
+                writer,
             },
             shutdown_rx,
         ));
-        let front = Arc::new(Front::new(nats, status.clone(), config.admit_timeout));
-        Ok(Cluster { front, status, shutdown, manager, projection: Some(projection) })
+        let front = Arc::new(Front::new(nats, status.clone(), config.admit_timeout, local, jobs));
+        Ok(Cluster { front, status, shutdown, manager, whereis, projection: Some(projection) })
     }
 
     /// Hands every partition over (a final snapshot each, leases deleted) and stops.
     pub async fn shutdown(mut self) {
         let _ = self.shutdown.send(true);
         let _ = (&mut self.manager).await;
+        self.whereis.abort();
         // The projection thread ends with the runtime (its consumer task is dropped then).
         drop(self.projection.take());
     }

@@ -56,6 +56,10 @@ pub struct ManagerCtx {
     pub settings: OwnerSettings,
     /// Shared status.
     pub status: Arc<Status>,
+    /// This instance's live owners, for its front end.
+    pub local: Arc<owner::LocalOwners>,
+    /// This instance's journal writer, which every owner journals through.
+    pub writer: crate::journal::Writer,
 }
 
 struct Owned {
@@ -294,6 +298,8 @@ impl Manager {
             settings: self.ctx.settings.clone(),
             status: self.ctx.status.clone(),
             lease: lease.clone(),
+            local: self.ctx.local.clone(),
+            writer: self.ctx.writer.clone(),
         };
         let tx2 = tx.clone();
         let ended = self.ended_tx.clone();

@@ -42,16 +42,16 @@ use bursar_model::{EventKind, Input, RunFact, Timestamp};
 use bursar_session::{Applied, Discard, Frame, Line, LineOutcome, Origin, Session};
 use bytes::Bytes;
 use futures_util::StreamExt;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::ClusterError;
-use crate::journal::{StreamJournal, Writer, publish_fenced};
+use crate::journal::{Owner, StreamJournal, Writer};
 use crate::ledger::{LedgerReply, Link};
 use crate::nats::Nats;
-use crate::partition::{admit_subject, cursor, events_subject, journal_subject, ledger_partition};
+use crate::partition::{admit_subject, cursor, events_subject, ledger_partition};
 use crate::snapshot::{Snapshots, last_on_subject, read_subject};
 use crate::status::{Counters, OwnedState, Status};
-use crate::wire::{JournalBatch, JournalBatchOut, OwnerAnswer, PartitionSnapshot};
+use crate::wire::{OwnerAnswer, PartitionSnapshot};
 
 /// Most items applied in one batch (one journal message).
 pub const MAX_BATCH: usize = 512;
@@ -124,7 +124,7 @@ pub enum Item {
         /// The line.
         data: Bytes,
         /// Who sent it (the front end's authentication, from the message's headers).
-        sender: Option<bursar_model::Sender>,
+        sender: Option<Arc<bursar_model::Sender>>,
     },
     /// A submission a front end forwarded (already decoded under the producer's rules there): apply
     /// it and answer `reply` once its decision is in the journal.
@@ -134,16 +134,16 @@ pub enum Item {
         /// Its line.
         line: Bytes,
         /// Where to answer.
-        reply: Subject,
+        reply: Reply,
         /// Who sent it.
-        sender: Option<bursar_model::Sender>,
+        sender: Option<Arc<bursar_model::Sender>>,
     },
     /// A forwarded submission to preview (`test_only`): answer what it would get, apply nothing.
     Preview {
         /// Its line.
         line: Bytes,
         /// Where to answer.
-        reply: Subject,
+        reply: Reply,
     },
     /// An op for the ledger partition's engine (only its owner gets these): apply it and answer
     /// `reply` once it is journaled.
@@ -152,6 +152,14 @@ pub enum Item {
         line: Bytes,
         /// Where to answer.
         reply: Subject,
+    },
+    /// Whether the partition's engine tracks job `job` (a front end looking for the job's
+    /// partition, [`crate::jobs`]): answered at once, nothing applied.
+    Has {
+        /// The job id.
+        job: String,
+        /// Where to answer.
+        reply: oneshot::Sender<bool>,
     },
     /// Fire the timers due.
     Tick,
@@ -165,6 +173,61 @@ pub enum Item {
         /// Handover rather than failure.
         release: bool,
     },
+}
+
+/// Where an admission's answer goes: the reply subject of a request that came over NATS, or the
+/// front end of this instance, which handed the submission to its own owner thread directly.
+#[derive(Debug)]
+pub enum Reply {
+    /// A NATS reply subject.
+    Nats(Subject),
+    /// This instance's front end.
+    Local(oneshot::Sender<OwnerAnswer>),
+}
+
+/// The owners of this instance that take admissions now, by partition: the front end hands a
+/// submission for one of them straight to its thread, without a NATS request (an owner registers
+/// once live, and unregisters as soon as it stops taking admissions).
+#[derive(Debug, Default)]
+pub struct LocalOwners {
+    owners: std::sync::RwLock<HashMap<u32, LocalOwner>>,
+}
+
+/// One live owner of this instance.
+#[derive(Debug, Clone)]
+pub struct LocalOwner {
+    /// Its thread's queue.
+    pub tx: mpsc::Sender<Item>,
+    /// Its lease, checked before each admission as the NATS subscriber checks it.
+    pub lease: Arc<LeaseClock>,
+    /// Its epoch (an owner unregisters only itself).
+    epoch: u64,
+}
+
+impl LocalOwners {
+    /// The live owner of `p` on this instance, if any.
+    pub fn get(&self, p: u32) -> Option<LocalOwner> {
+        self.owners.read().ok().and_then(|m| m.get(&p).cloned())
+    }
+
+    /// Every live owner of this instance, by partition.
+    pub fn all(&self) -> Vec<(u32, LocalOwner)> {
+        self.owners.read().map(|m| m.iter().map(|(p, o)| (*p, o.clone())).collect()).unwrap_or_default()
+    }
+
+    fn register(&self, p: u32, owner: LocalOwner) {
+        if let Ok(mut m) = self.owners.write() {
+            m.insert(p, owner);
+        }
+    }
+
+    fn unregister(&self, p: u32, epoch: u64) {
+        if let Ok(mut m) = self.owners.write()
+            && m.get(&p).is_some_and(|o| o.epoch == epoch)
+        {
+            m.remove(&p);
+        }
+    }
 }
 
 /// How the owner thread ended.
@@ -196,6 +259,10 @@ pub struct OwnerCtx {
     pub status: Arc<Status>,
     /// The lease clock.
     pub lease: Arc<LeaseClock>,
+    /// This instance's live owners, for its front end.
+    pub local: Arc<LocalOwners>,
+    /// This instance's journal writer.
+    pub writer: Writer,
 }
 
 struct Recent {
@@ -244,56 +311,13 @@ fn nerr(what: impl Into<String>, e: impl std::fmt::Display) -> ClusterError {
     ClusterError::Nats { what: what.into(), error: e.to_string() }
 }
 
-/// The last sequence on journal subject `subject` (0 when it has none) and the events-stream
-/// sequence that message says was applied.
-async fn journal_head(
-    stream: &async_nats::jetstream::stream::Stream,
-    subject: &str,
-) -> Result<(u64, u64), ClusterError> {
-    use async_nats::jetstream::stream::LastRawMessageErrorKind;
-    match stream.get_last_raw_message_by_subject(subject).await {
-        Ok(m) => {
-            let through = serde_json::from_slice::<JournalBatch>(&m.payload).map(|b| b.events_through).unwrap_or(0);
-            Ok((m.sequence, through))
-        }
-        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok((0, 0)),
-        Err(e) => Err(nerr(format!("read the last message of `{subject}`"), e)),
-    }
-}
-
 async fn take_over(ctx: &OwnerCtx) -> Result<Restored, ClusterError> {
     let p = ctx.partition;
-    let subject = journal_subject(p);
-    // 1. The journal fence.
-    let mut marker = None;
-    for _ in 0..20 {
-        // The marker repeats how far the journal before it has applied the events stream, so a
-        // front end waiting for an event to be applied (`Front::wait_applied`) reads the journal's
-        // head right across a takeover.
-        let (last, through) = journal_head(&ctx.nats.journal, &subject).await?;
-        let payload = serde_json::to_vec(&JournalBatchOut {
-            partition: p,
-            epoch: ctx.epoch,
-            instance: &ctx.instance,
-            events_through: through,
-            takeover: true,
-            policy_sets: &[],
-            reload_failures: &[],
-            entries: &[],
-        })
-        .map_err(|e| nerr("encode a takeover marker", e))?;
-        match publish_fenced(&ctx.nats.js, subject.clone(), last, ctx.epoch, &[], payload).await {
-            Ok(seq) => {
-                marker = Some(seq);
-                break;
-            }
-            Err(e) if e.starts_with("fenced") => continue,
-            Err(e) => return Err(nerr(format!("write the takeover marker of partition {p}"), e)),
-        }
-    }
-    let marker = marker.ok_or_else(|| nerr(format!("fence `{subject}`"), "the subject kept moving"))?;
-    // 2. The snapshot fence, and the snapshot.
-    let snapshots = Snapshots::take_over(&ctx.nats, p, ctx.epoch).await?;
+    // 1 and 2. The snapshot fence, the journal fence on the subject of the previous writer, and the
+    // pointer naming this instance's writer; then the snapshot.
+    let (snapshots, fenced) =
+        Snapshots::take_over(&ctx.nats, p, ctx.epoch, &ctx.instance, ctx.writer.subject()).await?;
+    let marker = fenced.end;
     let set = ctx.policies.borrow().clone();
     let mut recent = Recent::new();
     let (engine, mut journal_seq, mut events_through) = match snapshots.read(&ctx.nats).await? {
@@ -305,57 +329,68 @@ async fn take_over(ctx: &OwnerCtx) -> Result<Restored, ClusterError> {
         }
         None => (Engine::with_config(set, ctx.settings.engine), 0, 0),
     };
-    // 3. Replay the journal after the snapshot, up to the marker. A submission the ledger partition
-    // checked replays with the answer journaled beside it.
+    // 3. Replay the partition's batches after the snapshot, up to the fence: on the previous
+    // writer's subject when it wrote the partition since before the snapshot, else on every
+    // subject. A submission the ledger partition checked replays with the answer journaled beside
+    // it.
     let replay = crate::ledger::Replay::default();
     let mut engine = engine;
     engine.set_ledger_client(Box::new(replay.clone()));
     let mut session = Session::new(engine, Discard, Origin::Journal);
     let mut replayed = 0u64;
     let mut failed: Option<ClusterError> = None;
-    read_subject(&ctx.nats.journal, &subject, journal_seq + 1, |seq, m| {
-        if seq >= marker {
-            return Ok(false);
-        }
-        let batch: JournalBatch = match serde_json::from_slice(&m.payload) {
-            Ok(b) => b,
-            Err(e) => {
-                failed = Some(nerr(format!("decode journal message {seq} of partition {p}"), e));
+    if marker > journal_seq {
+        let subject = fenced.only_subject(journal_seq).unwrap_or("bursar.journal.>").to_owned();
+        read_subject(&ctx.nats.journal, &subject, journal_seq + 1, |seq, m| {
+            if seq > marker {
                 return Ok(false);
             }
-        };
-        events_through = events_through.max(batch.events_through);
-        journal_seq = seq;
-        let mut index = 0;
-        for entry in batch.entries {
-            if let Ok(mut a) = replay.0.lock() {
-                *a = entry.ledger;
-            }
-            let frame = Frame::Line { line: seq, bytes: entry.raw.as_bytes() };
-            if let Line::Input(d) = bursar_session::decode(frame, Origin::Journal)
-                && let Err(e) = session.apply(&d.input, d.text)
-            {
-                failed = Some(nerr("replay the journal", e));
-                return Ok(false);
-            }
-            replayed += 1;
-            for d in entry.decisions {
-                if d.admission {
-                    let id = d.event_id.clone();
-                    recent.insert(id, first_reply(Sequenced { seq: cursor(seq, index), decision: d }));
+            let mut index = 0;
+            for batch in crate::wire::batches(&m.payload) {
+                let batch = match batch {
+                    Ok(b) => b,
+                    Err(e) => {
+                        failed = Some(nerr(format!("decode journal message {seq}"), e));
+                        return Ok(false);
+                    }
+                };
+                if batch.partition != p || batch.takeover {
+                    index += batch.entries.iter().map(|e| e.decisions.len()).sum::<usize>();
+                    continue;
                 }
-                index += 1;
+                events_through = events_through.max(batch.events_through);
+                journal_seq = seq;
+                for entry in batch.entries {
+                    if let Ok(mut a) = replay.0.lock() {
+                        *a = entry.ledger;
+                    }
+                    let frame = Frame::Line { line: seq, bytes: entry.raw.as_bytes() };
+                    if let Line::Input(d) = bursar_session::decode(frame, Origin::Journal)
+                        && let Err(e) = session.apply(&d.input, d.text)
+                    {
+                        failed = Some(nerr("replay the journal", e));
+                        return Ok(false);
+                    }
+                    replayed += 1;
+                    for d in entry.decisions {
+                        if d.admission {
+                            let id = d.event_id.clone();
+                            recent.insert(id, first_reply(Sequenced { seq: cursor(seq, index), decision: d }));
+                        }
+                        index += 1;
+                    }
+                }
             }
-        }
-        Ok(true)
-    })
-    .await?;
+            Ok(seq < marker)
+        })
+        .await?;
+    }
     if let Some(e) = failed {
         return Err(e);
     }
     let (mut engine, _) = session.into_parts();
     engine.take_ledger_client();
-    Ok(Restored { engine, marker, events_through, journal_seq, recent, snapshots, replayed })
+    Ok(Restored { engine, marker, events_through, journal_seq: journal_seq.max(marker), recent, snapshots, replayed })
 }
 
 /// The events consumer: every event of the partition after `from`, in stream order, to the thread.
@@ -374,7 +409,7 @@ async fn consume(nats: Nats, partition: u32, from: u64, tx: mpsc::Sender<Item>) 
                 Ok(info) => Item::Event {
                     seq: info.stream_sequence,
                     data: m.message.payload.clone(),
-                    sender: crate::wire::sender_of(m.message.headers.as_ref()),
+                    sender: crate::wire::sender_of(m.message.headers.as_ref()).map(Arc::new),
                 },
                 Err(e) => Item::Failed(format!("consume `{subject}`: {e}")),
             },
@@ -411,9 +446,16 @@ async fn send_runs(nats: &Nats, from: u32, runs: &[RunFact]) -> Result<(), Strin
     Ok(())
 }
 
-async fn answer(client: &async_nats::Client, reply: Subject, a: &OwnerAnswer) {
-    if let Ok(body) = serde_json::to_vec(a) {
-        let _ = client.publish(reply, body.into()).await;
+async fn answer(client: &async_nats::Client, reply: Reply, a: OwnerAnswer) {
+    match reply {
+        Reply::Nats(subject) => {
+            if let Ok(body) = serde_json::to_vec(&a) {
+                let _ = client.publish(subject, body.into()).await;
+            }
+        }
+        Reply::Local(tx) => {
+            let _ = tx.send(a);
+        }
     }
 }
 
@@ -440,26 +482,28 @@ async fn admissions(nats: Nats, partition: u32, lease: Arc<LeaseClock>, tx: mpsc
             Line::Input(d) => match &d.input {
                 Input::Event(e) if matches!(e.kind, EventKind::JobSubmitted(_)) => e.id.clone(),
                 _ => {
-                    answer(&nats.client, reply, &refused(400, "expected a `job.submitted` event", false)).await;
+                    answer(&nats.client, Reply::Nats(reply), refused(400, "expected a `job.submitted` event", false)).await;
                     continue;
                 }
             },
             Line::Rejected(r) => {
-                answer(&nats.client, reply, &refused(400, format!("malformed event: {}", r.error), false)).await;
+                let why = format!("malformed event: {}", r.error);
+                answer(&nats.client, Reply::Nats(reply), refused(400, why, false)).await;
                 continue;
             }
             Line::Blank => {
-                answer(&nats.client, reply, &refused(400, "the body holds no event", false)).await;
+                answer(&nats.client, Reply::Nats(reply), refused(400, "the body holds no event", false)).await;
                 continue;
             }
         };
         if !lease.valid() {
             let why = format!("partition {partition}'s lease lapsed on this instance");
-            answer(&nats.client, reply, &refused(503, why, true)).await;
+            answer(&nats.client, Reply::Nats(reply), refused(503, why, true)).await;
             continue;
         }
-        let sender = crate::wire::sender_of(msg.headers.as_ref());
+        let sender = crate::wire::sender_of(msg.headers.as_ref()).map(Arc::new);
         let test_only = msg.headers.as_ref().is_some_and(|h| h.get(crate::wire::TEST_ONLY_HEADER).is_some());
+        let reply = Reply::Nats(reply);
         let item = if test_only {
             Item::Preview { line: msg.payload, reply }
         } else {
@@ -467,7 +511,7 @@ async fn admissions(nats: Nats, partition: u32, lease: Arc<LeaseClock>, tx: mpsc
         };
         if let Err(mpsc::error::SendError(item)) = tx.send(item).await {
             if let Item::Admit { reply, .. } | Item::Preview { reply, .. } = item {
-                answer(&nats.client, reply, &refused(503, "the partition's owner is stepping down", true)).await;
+                answer(&nats.client, reply, refused(503, "the partition's owner is stepping down", true)).await;
             }
             return;
         }
@@ -482,17 +526,17 @@ fn micros(d: Duration) -> u64 {
 #[derive(Default)]
 struct Batch {
     /// Inputs applied: event id, receipt index, and where to answer for a forwarded admission.
-    applied: Vec<(String, usize, Option<Subject>)>,
+    applied: Vec<(String, usize, Option<Reply>)>,
     /// Forwarded admissions that were not applied (decided before, or refused): whom to answer.
-    again: Vec<(String, Subject)>,
+    again: Vec<(String, Reply)>,
     /// Why the engine refused an input (a second submission of a job it knows), by event id.
     refusals: HashMap<String, String>,
     /// Forwarded lines that were not a valid input after all: whom to tell, and why.
-    rejected: Vec<(Subject, String)>,
+    rejected: Vec<(Reply, String)>,
     /// Ledger ops applied (or applied before): whom to answer, and an admission's answer.
     ledger: Vec<(Subject, LedgerReply)>,
     /// Previews (`test_only`) answered: nothing of them is journaled.
-    previews: Vec<(Subject, OwnerAnswer)>,
+    previews: Vec<(Reply, OwnerAnswer)>,
     /// The runs the batch saw finish.
     runs: Vec<RunFact>,
     /// A snapshot was asked for.
@@ -505,13 +549,13 @@ struct Batch {
 
 impl Batch {
     /// Every request of the batch still waiting for an answer (when the batch is not journaled).
-    fn replies(self) -> impl Iterator<Item = Subject> {
+    fn replies(self) -> impl Iterator<Item = Reply> {
         self.applied
             .into_iter()
             .filter_map(|(_, _, r)| r)
             .chain(self.again.into_iter().map(|(_, r)| r))
             .chain(self.rejected.into_iter().map(|(r, _)| r))
-            .chain(self.ledger.into_iter().map(|(r, _)| r))
+            .chain(self.ledger.into_iter().map(|(r, _)| Reply::Nats(r)))
             .chain(self.previews.into_iter().map(|(r, _)| r))
     }
 }
@@ -539,7 +583,7 @@ fn take_one(session: &mut Session<StreamJournal>, item: Item, b: &mut Batch, at:
     match item {
         Item::Event { seq, data, sender } => {
             at.consumed = at.consumed.max(seq);
-            let outcome = session.line_from(Frame::Line { line: seq, bytes: &data }, sender.as_ref());
+            let outcome = session.line_from(Frame::Line { line: seq, bytes: &data }, sender.as_deref());
             session.journal_mut().set_events_through(seq);
             match outcome {
                 Ok(LineOutcome::Input { id, applied: Applied::Applied { entry, .. }, .. }) => {
@@ -560,7 +604,7 @@ fn take_one(session: &mut Session<StreamJournal>, item: Item, b: &mut Batch, at:
             }
         }
         Item::Admit { id, line, reply, sender } => {
-            match session.line_from(Frame::Line { line: 1, bytes: &line }, sender.as_ref()) {
+            match session.line_from(Frame::Line { line: 1, bytes: &line }, sender.as_deref()) {
                 Ok(LineOutcome::Input { id, applied: Applied::Applied { entry, .. }, .. }) => {
                     counters.events_applied.fetch_add(1, Ordering::Relaxed);
                     b.applied.push((id, entry, Some(reply)));
@@ -637,6 +681,9 @@ fn take_one(session: &mut Session<StreamJournal>, item: Item, b: &mut Batch, at:
                 b.error = Some(e.to_string());
             }
         }
+        Item::Has { job, reply } => {
+            let _ = reply.send(session.engine().state().job(&job).is_some());
+        }
         Item::Snapshot => b.snapshot = true,
         Item::Failed(e) => b.error = Some(e),
         Item::Stop { release } => {
@@ -687,8 +734,8 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
     let keeps_ledgers = p == ledger_partition(ctx.nats.partitions);
     let mut journal = StreamJournal::new(
         ctx.rt.clone(),
-        ctx.nats.js.clone(),
-        Writer { partition: p, epoch: ctx.epoch, instance: ctx.instance.clone() },
+        ctx.writer.clone(),
+        Owner { partition: p, epoch: ctx.epoch, instance: ctx.instance.clone() },
         marker,
         events_through,
         max_message,
@@ -747,13 +794,17 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
     let mut last_snapshot = Instant::now();
     let mut snapshot_journal_seq = snapshots.current().map(|r| r.journal_seq).unwrap_or(0);
     let mut items: Vec<Item> = Vec::with_capacity(MAX_BATCH);
-    let mut unanswered: Vec<Subject> = Vec::new();
+    let mut unanswered: Vec<Reply> = Vec::new();
     let mut seen_mismatches = 0u64;
     let exit = loop {
         if admitting.is_none() && at.consumed >= head {
             admitting = Some(if keeps_ledgers {
                 ctx.rt.spawn(crate::ledger::ops(ctx.nats.clone(), ctx.lease.clone(), tx.clone()))
             } else {
+                // This instance's front end hands its submissions for the partition straight to
+                // this thread; the others' come through the subscriber.
+                let local = LocalOwner { tx: tx.clone(), lease: ctx.lease.clone(), epoch: ctx.epoch };
+                ctx.local.register(p, local);
                 ctx.rt.spawn(admissions(ctx.nats.clone(), p, ctx.lease.clone(), tx.clone()))
             });
             let ms = started.elapsed().as_secs_f64() * 1e3;
@@ -799,6 +850,7 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
             // A handover: no new admissions (the front ends retry theirs at the receiver), no new
             // events (the receiver consumes from where the final snapshot ends); what is queued
             // already is applied and answered here.
+            ctx.local.unregister(p, ctx.epoch);
             if let Some(t) = admitting.take() {
                 t.abort();
             }
@@ -872,7 +924,7 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
         };
         journal_seq = journal_seq.max(session.journal().last_seq());
         // What the batch decided, then the answers.
-        let mut answers: Vec<(Subject, OwnerAnswer)> = Vec::new();
+        let mut answers: Vec<(Reply, OwnerAnswer)> = Vec::new();
         for (id, entry, reply) in b.applied {
             let admission = receipts.get_mut(entry).and_then(|r| {
                 let mut ds = std::mem::take(&mut r.decisions);
@@ -911,7 +963,7 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
             let client = ctx.nats.client.clone();
             ctx.rt.spawn(async move {
                 for (reply, a) in answers {
-                    answer(&client, reply, &a).await;
+                    answer(&client, reply, a).await;
                 }
             });
         }
@@ -947,6 +999,7 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
         }
     };
     ctx.lease.revoke();
+    ctx.local.unregister(p, ctx.epoch);
     for t in [Some(consumer), Some(ticker), admitting].into_iter().flatten() {
         t.abort();
     }
@@ -960,7 +1013,7 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
     let client = ctx.nats.client.clone();
     ctx.rt.block_on(async move {
         for reply in unanswered {
-            answer(&client, reply, &refused(503, format!("partition {p}'s owner stepped down"), true)).await;
+            answer(&client, reply, refused(503, format!("partition {p}'s owner stepped down"), true)).await;
         }
     });
     ctx.status.remove_owned(p);

@@ -59,9 +59,16 @@ pub fn events_subject(p: u32) -> String {
     format!("bursar.events.{p}")
 }
 
-/// Subject of partition `p`'s journal batches.
+/// Subject of partition `p`'s journal batches before issue 54 (each instance now writes its own
+/// subject, [`writer_subject`]; a partition taken over from such an owner is fenced here).
 pub fn journal_subject(p: u32) -> String {
     format!("bursar.journal.{p}")
+}
+
+/// Subject an instance's journal writer publishes its messages on (`incarnation`: the instance's
+/// name and start time, so a restarted instance writes a subject of its own).
+pub fn writer_subject(incarnation: &str) -> String {
+    format!("bursar.journal.w.{incarnation}")
 }
 
 /// Subject of partition `p`'s snapshot chunks.

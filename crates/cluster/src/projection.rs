@@ -7,6 +7,10 @@
 //! in the same order, its hash chains are over that order, and `bursar audit verify` checks each one
 //! on its own; `bursar audit query`/`explain` and the report read it as they read a single server's.
 //!
+//! It also feeds the instance's job index ([`crate::jobs::JobIndex`]) with every submission it
+//! reads, and keeps doing so if the audit log can no longer be written: the journal is where front
+//! ends find a job's partition.
+//!
 //! Where it stopped is a small file beside the database (`<audit>.journal-seq`), written after each
 //! commit. After a crash between the commit and that write, the messages are projected again and
 //! the log skips every input it already holds (its ids are unique), so nothing is doubled.
@@ -16,11 +20,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use bursar_audit::{AuditLog, Durability, Record};
+use bursar_model::{EventKind, Input};
 use bursar_session::{Entry, Frame, Line, Origin};
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
 use crate::ClusterError;
+use crate::jobs::JobIndex;
 use crate::nats::Nats;
 use crate::status::Status;
 use crate::wire::JournalBatch;
@@ -50,16 +56,19 @@ pub fn spawn(
     audit: PathBuf,
     durability: Durability,
     status: Arc<Status>,
+    jobs: Arc<JobIndex>,
 ) -> Result<std::thread::JoinHandle<()>, ClusterError> {
     let mut log = AuditLog::open(&audit, durability).map_err(|e| ClusterError::Audit(e.to_string()))?;
     let pos_file = position_path(&audit);
     let from = read_position(&pos_file);
     status.counters.projected_seq.store(from, Ordering::Relaxed);
+    jobs.seen(from);
+    // Each journal message.
     let (tx, mut rx) = mpsc::channel::<(u64, bytes::Bytes)>(4096);
     let journal = nats.journal.clone();
-    // The ledger partition's journal holds bursar's own ledger ops, not inputs of the pool: it is
+    // The ledger partition's batches hold bursar's own ledger ops, not inputs of the pool: they are
     // not projected, so every instance's log holds what one engine's would.
-    let ledger = crate::partition::journal_subject(crate::partition::ledger_partition(nats.partitions));
+    let ledger = crate::partition::ledger_partition(nats.partitions);
     rt.spawn(async move {
         let mut messages = match crate::nats::read_from(&journal, "bursar.journal.>", from + 1).await {
             Ok(m) => m,
@@ -69,9 +78,6 @@ pub fn spawn(
             match m {
                 Ok(m) => {
                     let Ok(info) = m.info() else { continue };
-                    if m.message.subject.as_str() == ledger {
-                        continue;
-                    }
                     if tx.send((info.stream_sequence, m.message.payload.clone())).await.is_err() {
                         return;
                     }
@@ -84,6 +90,7 @@ pub fn spawn(
         .name("bursar-projection".into())
         .spawn(move || {
             let mut group: Vec<(u64, bytes::Bytes)> = Vec::new();
+            let mut writing = true;
             while let Some(first) = rx.blocking_recv() {
                 group.push(first);
                 while group.len() < 256 {
@@ -93,14 +100,23 @@ pub fn spawn(
                     }
                 }
                 let last = group.last().map(|(s, _)| *s).unwrap_or(0);
-                if let Err(e) = project(&mut log, &group) {
-                    tracing::error!(error = %e, "the audit projection stopped: cannot write the audit log");
-                    return;
+                let batches = decode(&group, ledger, &jobs);
+                let projected = group.len() as u64;
+                for read in &batches {
+                    index(&jobs, read);
                 }
-                status.counters.projected.fetch_add(group.len() as u64, Ordering::Relaxed);
-                status.counters.projected_seq.store(last, Ordering::Relaxed);
-                if let Err(e) = write_position(&pos_file, last) {
-                    tracing::warn!(error = %e, "cannot record the projection's position");
+                jobs.seen(last);
+                if writing {
+                    if let Err(e) = project(&mut log, batches) {
+                        tracing::error!(error = %e, "the audit projection stopped: cannot write the audit log");
+                        writing = false;
+                    } else {
+                        status.counters.projected.fetch_add(projected, Ordering::Relaxed);
+                        status.counters.projected_seq.store(last, Ordering::Relaxed);
+                        if let Err(e) = write_position(&pos_file, last) {
+                            tracing::warn!(error = %e, "cannot record the projection's position");
+                        }
+                    }
                 }
                 group.clear();
             }
@@ -108,17 +124,63 @@ pub fn spawn(
         .map_err(|e| ClusterError::Audit(format!("cannot start the projection thread: {e}")))
 }
 
-/// Appends a group of journal messages to the log.
-fn project(log: &mut AuditLog, group: &[(u64, bytes::Bytes)]) -> Result<(), String> {
-    let mut records: Vec<Record> = Vec::new();
+/// A journal batch, read, with its message's stream sequence and its entries' inputs decoded.
+type Read = (u64, JournalBatch, Vec<Option<Input>>);
+
+/// Reads a group of journal messages: every batch's position in the events stream goes to `jobs`;
+/// the batches to project (not fences, not the ledger partition's) come back in order, each entry's
+/// input decoded once.
+fn decode(group: &[(u64, bytes::Bytes)], ledger: u32, jobs: &JobIndex) -> Vec<Read> {
+    let mut out = Vec::with_capacity(group.len());
     for (seq, payload) in group {
-        let batch: JournalBatch = match serde_json::from_slice(payload) {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::warn!(seq, error = %e, "a journal message cannot be read; not projected");
+        for batch in crate::wire::batches(payload) {
+            let batch = match batch {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::warn!(seq, error = %e, "a journal batch cannot be read; not projected");
+                    continue;
+                }
+            };
+            jobs.applied(batch.partition, batch.events_through);
+            if batch.takeover || batch.partition == ledger {
                 continue;
             }
-        };
+            out.push(read(*seq, batch));
+        }
+    }
+    out
+}
+
+/// A batch with its entries' inputs decoded.
+fn read(seq: u64, batch: JournalBatch) -> Read {
+    let inputs = batch
+        .entries
+        .iter()
+        .map(|entry| {
+            match bursar_session::decode(Frame::Line { line: seq, bytes: entry.raw.as_bytes() }, Origin::Journal) {
+                Line::Input(d) => Some(d.input),
+                _ => None,
+            }
+        })
+        .collect();
+    (seq, batch, inputs)
+}
+
+/// Every submission of a journal batch goes into the job index.
+fn index(jobs: &JobIndex, (_, batch, inputs): &Read) {
+    for input in inputs.iter().flatten() {
+        if let Input::Event(e) = input
+            && let EventKind::JobSubmitted(spec) = &e.kind
+        {
+            jobs.remember(&spec.id, batch.partition);
+        }
+    }
+}
+
+/// Appends a group of journal messages to the log.
+fn project(log: &mut AuditLog, batches: Vec<Read>) -> Result<(), String> {
+    let mut records: Vec<Record> = Vec::new();
+    for (seq, batch, inputs) in batches {
         if !batch.policy_sets.is_empty() || !batch.reload_failures.is_empty() {
             // Loads are recorded in order with the entries around them.
             if !records.is_empty() {
@@ -132,16 +194,15 @@ fn project(log: &mut AuditLog, group: &[(u64, bytes::Bytes)]) -> Result<(), Stri
                 log.record_policy_failure(&f.error, Some(&f.in_force)).map_err(|e| e.to_string())?;
             }
         }
-        for mut entry in batch.entries {
-            let frame = Frame::Line { line: *seq, bytes: entry.raw.as_bytes() };
-            let Line::Input(d) = bursar_session::decode(frame, Origin::Journal) else {
+        for (mut entry, input) in batch.entries.into_iter().zip(inputs) {
+            let Some(input) = input else {
                 tracing::warn!(seq, "a journaled input cannot be decoded; not projected");
                 continue;
             };
             let digest: Arc<str> = Arc::from(entry.policy_set.as_str());
             records.push(Record::of(Entry {
-                input: &d.input,
-                raw: d.text,
+                input: &input,
+                raw: &entry.raw,
                 sender: entry.sender.as_ref(),
                 decisions: &mut entry.decisions,
                 steps: &entry.steps,

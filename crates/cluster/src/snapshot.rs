@@ -1,7 +1,9 @@
-//! Snapshots of a partition: written in chunks on `bursar.snapshots.<p>` (each chunk fenced like a
-//! journal message, with `Nats-Expected-Last-Subject-Sequence`), found through the partition's
-//! pointer in the `bursar_snapshots` bucket (written with `update` on the expected revision), read
-//! back in order by a new owner.
+//! Snapshots of a partition: written in chunks on `bursar.snapshots.<p>` (each chunk fenced with
+//! `Nats-Expected-Last-Subject-Sequence`), found through the partition's pointer in the
+//! `bursar_snapshots` bucket (written with `update` on the expected revision), read back in order by
+//! a new owner. The pointer also names the journal subject the partition's owner writes on: a new
+//! owner fences that subject before it rewrites the pointer to name its own ([`Snapshots::take_over`],
+//! [`crate::journal`]).
 //!
 //! A snapshot is a pure function of a prefix of the partition's journal: the owner writes one only
 //! between batches, after a flush, and it records the journal sequence it covers. So whichever
@@ -17,7 +19,7 @@ use futures_util::StreamExt;
 use crate::ClusterError;
 use crate::journal::publish_fenced;
 use crate::nats::Nats;
-use crate::partition::{partition_key, snapshot_subject};
+use crate::partition::{journal_subject, partition_key, snapshot_subject};
 use crate::wire::{CHUNK_HEADER, PartitionSnapshot, SnapshotPointer, SnapshotRef};
 
 /// Bytes per chunk (well under NATS's default 1 MiB payload).
@@ -68,6 +70,29 @@ pub async fn last_on_subject(stream: &Stream, subject: &str) -> Result<u64, Clus
     }
 }
 
+/// The journal fences a takeover wrote.
+#[derive(Debug, Clone, Default)]
+pub struct Fenced {
+    /// Each journal subject fenced, with the stream sequence its writer's batches of the partition
+    /// follow (a previous owner's takeover fence; 0 when not known).
+    pub subjects: Vec<(String, u64)>,
+    /// The stream sequence of the last fence written (0: none, the partition never had a writer):
+    /// every batch of the partition in the journal is before it.
+    pub end: u64,
+}
+
+impl Fenced {
+    /// The one subject that holds every batch of the partition after stream sequence `after`
+    /// (`None`: read the whole journal): the one writer fenced, when it wrote the partition since
+    /// before `after`.
+    pub fn only_subject(&self, after: u64) -> Option<&str> {
+        match self.subjects.as_slice() {
+            [(subject, since)] if *since <= after => Some(subject),
+            _ => None,
+        }
+    }
+}
+
 /// An owner's handle on its partition's snapshots: the fence positions it holds.
 #[derive(Debug, Clone)]
 pub struct Snapshots {
@@ -82,15 +107,25 @@ pub struct Snapshots {
 }
 
 impl Snapshots {
-    /// Takes over partition `partition`'s snapshots with fencing `epoch`: a marker on the snapshot
-    /// subject (so an old owner's chunks are refused) and the pointer rewritten under the new epoch
-    /// (so an old owner's pointer update is refused). Returns the handle and the pointer found.
-    pub async fn take_over(nats: &Nats, partition: u32, epoch: u64) -> Result<Snapshots, ClusterError> {
+    /// Takes over partition `partition` with fencing `epoch` for `instance`, whose journal writer
+    /// publishes on `writer`: a marker on the snapshot subject (so an old owner's chunks are
+    /// refused), a fence on the journal subject the pointer names (so an old owner's batches are
+    /// refused, [`crate::journal::fence`]), and the pointer rewritten under the new epoch, naming
+    /// `writer` (so an old owner's pointer update is refused). A pointer that moved in between is
+    /// read again, and the writer it names fenced too; one of a newer epoch ends the takeover.
+    /// Returns the handle (with the pointer found) and the fences written.
+    pub async fn take_over(
+        nats: &Nats,
+        partition: u32,
+        epoch: u64,
+        instance: &str,
+        writer: &str,
+    ) -> Result<(Snapshots, Fenced), ClusterError> {
         let subject = snapshot_subject(partition);
         let mut marker = None;
         for _ in 0..20 {
             let last = last_on_subject(&nats.snapshots, &subject).await?;
-            match publish_fenced(&nats.js, subject.clone(), last, epoch, &[(CHUNK_HEADER, "fence".into())], Vec::new())
+            match publish_fenced(&nats.js, subject.clone(), last, Some(epoch), &[(CHUNK_HEADER, "fence".into())], Vec::new())
                 .await
             {
                 Ok(seq) => {
@@ -106,6 +141,7 @@ impl Snapshots {
             error: "another writer kept moving the subject".into(),
         })?;
         let key = partition_key(partition);
+        let mut fenced = Fenced::default();
         for _ in 0..20 {
             let entry = nats.pointers.entry(key.as_str()).await.map_err(|e| err("read a snapshot pointer")(&e))?;
             let (found, rev) = match &entry {
@@ -115,14 +151,38 @@ impl Snapshots {
                 Some(e) => (SnapshotPointer::default(), Some(e.revision)),
                 None => (SnapshotPointer::default(), None),
             };
-            let pointer = SnapshotPointer { epoch, snapshot: found.snapshot.clone() };
+            if found.epoch > epoch {
+                return Err(ClusterError::Fenced {
+                    partition,
+                    why: format!("a newer owner (epoch {}) took the partition over first", found.epoch),
+                });
+            }
+            // The journal subject the pointer names (an owner from before issue 54 wrote the
+            // partition's own subject), fenced once: from here its writer stores nothing more of
+            // the partition. A partition that never had a pointer never had a writer.
+            if rev.is_some() {
+                let previous = found.journal.clone().unwrap_or_else(|| journal_subject(partition));
+                if !fenced.subjects.iter().any(|(s, _)| *s == previous) {
+                    let seq = crate::journal::fence(&nats.js, &previous, partition, epoch, instance).await?;
+                    fenced.end = fenced.end.max(seq);
+                    fenced.subjects.push((previous, found.since));
+                }
+            }
+            let pointer = SnapshotPointer {
+                epoch,
+                snapshot: found.snapshot.clone(),
+                journal: Some(writer.to_owned()),
+                since: fenced.end,
+            };
             let value: bytes::Bytes = serde_json::to_vec(&pointer).map_err(|e| err("encode a pointer")(&e))?.into();
             let written = match rev {
                 Some(r) => nats.pointers.update(key.as_str(), value, r).await.map_err(|e| e.to_string()),
                 None => nats.pointers.create(key.as_str(), value).await.map_err(|e| e.to_string()),
             };
             match written {
-                Ok(pointer_rev) => return Ok(Snapshots { partition, epoch, last_seq, pointer_rev, pointer }),
+                Ok(pointer_rev) => {
+                    return Ok((Snapshots { partition, epoch, last_seq, pointer_rev, pointer }, fenced));
+                }
                 Err(e) => tracing::debug!(partition, error = %e, "the snapshot pointer moved; reading it again"),
             }
         }
@@ -177,7 +237,7 @@ impl Snapshots {
                 &nats.js,
                 subject.clone(),
                 self.last_seq,
-                self.epoch,
+                Some(self.epoch),
                 &[(CHUNK_HEADER, format!("{i}/{n}"))],
                 c.to_vec(),
             )
@@ -195,7 +255,7 @@ impl Snapshots {
             journal_seq: snap.journal_seq,
             events_through: snap.events_through,
         };
-        let pointer = SnapshotPointer { epoch: self.epoch, snapshot: Some(r.clone()) };
+        let pointer = SnapshotPointer { epoch: self.epoch, snapshot: Some(r.clone()), ..self.pointer.clone() };
         let value = serde_json::to_vec(&pointer).map_err(|e| err("encode a pointer")(&e))?;
         let rev =
             nats.pointers.update(partition_key(self.partition), value.into(), self.pointer_rev).await.map_err(|e| {

@@ -41,14 +41,21 @@ pub struct Counters {
     pub flushes: AtomicU64,
     /// Entries journaled.
     pub flushed_entries: AtomicU64,
+    /// Journal messages this instance's writer published (each holding the commits of several
+    /// partitions), and the entries they held.
+    pub journal_messages: AtomicU64,
+    /// Entries in those messages.
+    pub journal_message_entries: AtomicU64,
     /// Microseconds in journal publishes (waiting for the replicated ack).
     pub flush_micros: AtomicU64,
     /// Microseconds applying batches (engine and session).
     pub apply_micros: AtomicU64,
     /// Microseconds this front end waited for owners' answers to admissions.
     pub ask_micros: AtomicU64,
-    /// Microseconds this front end spent writing job indexes (concurrently with asking).
-    pub index_micros: AtomicU64,
+    /// Admissions this front end handed straight to its own instance's owner threads.
+    pub admissions_local: AtomicU64,
+    /// Lookups of a job's partition that had to ask the owners ([`crate::jobs`]).
+    pub jobs_asked: AtomicU64,
     /// Ops this instance's project partitions sent to the ledger partition, the exchanges they went
     /// in, and the microseconds those took.
     pub ledger_ops: AtomicU64,
@@ -307,6 +314,26 @@ impl Status {
             ("bursar_cluster_journal_flushes_total", "Journal group commits of this instance's owners.", &c.flushes),
             ("bursar_cluster_journal_entries_total", "Entries those commits journaled.", &c.flushed_entries),
             (
+                "bursar_cluster_journal_messages_total",
+                "Journal messages this instance's writer published, each holding the commits of every partition ready at the time.",
+                &c.journal_messages,
+            ),
+            (
+                "bursar_cluster_journal_message_entries_total",
+                "Entries those journal messages held.",
+                &c.journal_message_entries,
+            ),
+            (
+                "bursar_cluster_admissions_local_total",
+                "Admissions this front end handed straight to an owner thread of this instance (no NATS request).",
+                &c.admissions_local,
+            ),
+            (
+                "bursar_cluster_job_lookups_asked_total",
+                "Look-ups of a job's partition that neither this instance's index, the bucket nor the journal answered, so the owners were asked.",
+                &c.jobs_asked,
+            ),
+            (
                 "bursar_cluster_ledger_ops_total",
                 "Ops (admissions and changes to jobs admitted through it) this instance's project partitions sent to the ledger partition.",
                 &c.ledger_ops,
@@ -345,11 +372,6 @@ impl Status {
                 "bursar_cluster_ledger_wait_seconds_total",
                 "Seconds this instance's project partitions waited for the ledger partition.",
                 &c.ledger_micros,
-            ),
-            (
-                "bursar_cluster_admit_index_seconds_total",
-                "Seconds this front end spent writing job indexes, concurrently with asking.",
-                &c.index_micros,
             ),
         ] {
             s.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n", load(v) as f64 / 1e6));

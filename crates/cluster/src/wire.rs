@@ -1,6 +1,10 @@
 //! What bursar instances write on NATS, as types: journal batches, leases, snapshot pointers and
 //! chunks, the owner's answer to an admission. Every message is serialised from these and read back
 //! into them; nothing is built or picked apart by hand.
+//!
+//! A journal message holds one [`JournalBatch`] per line (JSON Lines): an instance's writer puts the
+//! group commits of all its partitions that are ready together into one message
+//! ([`crate::journal`]); a message written before issue 54 holds one batch, without a newline.
 
 use bursar_engine::{Snapshot, SourceFile, Transition};
 use bursar_model::Decision;
@@ -8,8 +12,12 @@ use bursar_model::api::{AdmitReply, Sequenced};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-/// Header: the fencing epoch (the lease revision at acquisition) of the owner that wrote a message.
+/// Header: the fencing epoch (the lease revision at acquisition) of the owner that wrote a snapshot
+/// chunk or a fence (journal batches carry theirs in each line).
 pub const EPOCH_HEADER: &str = "Bursar-Epoch";
+/// Header: which publish of which writer a journal message is (`<writer>/<n>`), so a writer that lost
+/// an acknowledgement can tell whether its message was stored.
+pub const COMMIT_HEADER: &str = "Bursar-Commit";
 /// Header: which chunk of a snapshot a message is, `i/n`.
 pub const CHUNK_HEADER: &str = "Bursar-Chunk";
 
@@ -54,8 +62,8 @@ pub struct ReloadFailure {
     pub in_force: String,
 }
 
-/// One message on `bursar.journal.<p>`: a group commit of a partition owner, or the marker a new
-/// owner writes when it takes over (which fences the old owner out of the subject).
+/// One line of a journal message: a group commit of a partition owner, or the fence a new owner
+/// writes on its predecessor's subject when it takes over (`takeover`: it holds no entries).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct JournalBatch {
     /// The partition.
@@ -66,7 +74,8 @@ pub struct JournalBatch {
     pub instance: String,
     /// The events-stream sequence of the last event of the partition the writer had consumed.
     pub events_through: u64,
-    /// True for a takeover marker (it holds no entries).
+    /// True for a fence (a takeover marker: it holds no entries): from here on, the partition's
+    /// batches of an older epoch on this subject are refused.
     #[serde(default)]
     pub takeover: bool,
     /// Policy sets that came into force before the entries.
@@ -78,6 +87,12 @@ pub struct JournalBatch {
     /// The applied inputs, in order.
     #[serde(default)]
     pub entries: Vec<JournalEntry>,
+}
+
+/// The batches of a journal message, in order (its lines; a message written before issue 54 is one
+/// batch). A line that cannot be read is an error.
+pub fn batches(payload: &[u8]) -> impl Iterator<Item = Result<JournalBatch, serde_json::Error>> + '_ {
+    payload.split(|b| *b == b'\n').filter(|l| !l.iter().all(u8::is_ascii_whitespace)).map(serde_json::from_slice)
 }
 
 /// The writing side of [`JournalBatch`]: entries already serialised (so a batch can be split by size
@@ -127,8 +142,9 @@ pub struct MemberValue {
     pub at_ms: i64,
 }
 
-/// Where a partition's newest snapshot is: the value of its key in the pointer bucket, written with
-/// compare-and-set on the revision so a fenced owner cannot move it.
+/// Where a partition's newest snapshot is, and which journal subject its owner writes: the value
+/// of its key in the pointer bucket, written with compare-and-set on the revision so a fenced owner
+/// cannot move it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct SnapshotPointer {
     /// The epoch of the owner that last wrote the pointer.
@@ -136,6 +152,17 @@ pub struct SnapshotPointer {
     /// The snapshot, if one was written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<SnapshotRef>,
+    /// The journal subject the partition's owner writes its batches on (its instance's writer); a
+    /// pointer written before issue 54 has none, and its owner wrote `bursar.journal.<p>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub journal: Option<String>,
+    /// The stream sequence after which that owner's batches follow (its takeover's last fence).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub since: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A snapshot's chunks on `bursar.snapshots.<p>` and what it covers.

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use bursar_testkit::{NatsCluster, Server, TempDir};
 use common::{Run, get, load, metric, submit_line};
 
-const USAGE: &str = "usage: bursar-cluster-bench [--admissions N] [--events N] [--concurrency C] [--batch B] [--lifecycle] [--instances 1,2] [--partitions P] [--cores-per-process N] [--rounds R] [--bursar PATH] [--before PATH]";
+const USAGE: &str = "usage: bursar-cluster-bench [--admissions N] [--events N] [--concurrency C] [--batch B] [--lifecycle] [--instances 1,2] [--partitions P] [--warmup N] [--idle-ms MS] [--cores-per-process N] [--rounds R] [--bursar PATH] [--before PATH]";
 
 /// Projects the submissions spread over.
 const PROJECTS: usize = 40;
@@ -47,6 +47,7 @@ const PROJECTS: usize = 40;
 struct Opts {
     admissions: usize,
     warmup: usize,
+    idle: Duration,
     events: usize,
     concurrency: usize,
     batch: usize,
@@ -64,6 +65,7 @@ fn parse_opts() -> Result<Opts, String> {
     let mut o = Opts {
         admissions: 3000,
         warmup: 300,
+        idle: Duration::from_millis(1000),
         events: 20_000,
         concurrency: 8,
         batch: 100,
@@ -80,6 +82,7 @@ fn parse_opts() -> Result<Opts, String> {
         match a.as_str() {
             "--admissions" => o.admissions = args.number("--admissions", 10..=1_000_000)?,
             "--warmup" => o.warmup = args.number("--warmup", 0..=100_000)?,
+            "--idle-ms" => o.idle = Duration::from_millis(args.number("--idle-ms", 0..=60_000)? as u64),
             "--events" => o.events = args.number("--events", 0..=10_000_000)?,
             "--concurrency" => o.concurrency = args.number("--concurrency", 1..=256)?,
             "--batch" => o.batch = args.number("--batch", 1..=10_000)?,
@@ -260,12 +263,16 @@ struct Sample {
     counters: Vec<f64>,
 }
 
-const COUNTERS: [&str; 5] = [
+const COUNTERS: [&str; 7] = [
     "bursar_cluster_admissions_decided_total",
     "bursar_cluster_admit_ask_seconds_total",
     "bursar_cluster_journal_flushes_total",
     "bursar_cluster_journal_entries_total",
     "bursar_cluster_events_applied_total",
+    // Since issue 54 an instance's partitions share its journal messages (before, a flush was a
+    // message).
+    "bursar_cluster_journal_messages_total",
+    "bursar_cluster_journal_message_entries_total",
 ];
 
 /// The servers of one configuration.
@@ -323,8 +330,19 @@ struct Row {
     msgs: f64,
     entries_per_commit: f64,
     ask_ms: f64,
+    /// CPU ms per second with no load, of the bursar processes and of the NATS servers.
+    idle_bursar: f64,
+    idle_nats: f64,
     events_per_s: f64,
     cluster: bool,
+}
+
+impl Row {
+    /// CPU ms per 1,000 admissions less what the processes spend with no load over as long.
+    fn busy_cpu_ms(&self) -> f64 {
+        let idle = (self.idle_bursar + self.idle_nats) * self.admit.wall.as_secs_f64();
+        (self.cpu_ms - idle * 1000.0 / self.admit.micros.len().max(1) as f64).max(0.0)
+    }
 }
 
 /// The submissions of the run `tag`, each allowed job started and finished through the next
@@ -377,6 +395,15 @@ fn measure(name: &str, tag: &str, setup: &Setup<'_>, o: &Opts) -> Result<Row, St
             return Err(format!("{name}: {} warm-up admissions failed", warm.errors));
         }
     }
+    // What the processes spend with no load (lease renewals, heartbeats, ticks, NATS's own).
+    let (idle_bursar, idle_nats) = if o.idle.is_zero() {
+        (0.0, 0.0)
+    } else {
+        let (a, t) = (setup.sample(), Instant::now());
+        std::thread::sleep(o.idle);
+        let (b, secs) = (setup.sample(), t.elapsed().as_secs_f64());
+        ((b.bursar_cpu - a.bursar_cpu) * 1e3 / secs, (b.nats_cpu - a.nats_cpu) * 1e3 / secs)
+    };
     let before = setup.sample();
     let admit = load(&addrs, o.admissions, o.concurrency, admission_load(o, tag))?;
     let after = setup.sample();
@@ -394,8 +421,10 @@ fn measure(name: &str, tag: &str, setup: &Setup<'_>, o: &Opts) -> Result<Row, St
         nats_cpu_ms: nats_cpu * 1e6 / n,
         bytes: d(|s| s.published_bytes) / n,
         msgs: d(|s| s.published_msgs) / n,
-        entries_per_commit: c(3) / c(2).max(1.0),
+        entries_per_commit: if c(5) > 0.0 { c(6) / c(5) } else { c(3) / c(2).max(1.0) },
         ask_ms: c(1) * 1e3 / c(0).max(1.0),
+        idle_bursar,
+        idle_nats,
         admit,
         events_per_s: 0.0,
         cluster,
@@ -539,17 +568,26 @@ fn table(o: &Opts, rows: &[Row]) {
     }
     println!();
     println!(
-        "| configuration | CPU ms per 1,000: bursar processes | NATS servers | bytes published per admission | NATS messages published per admission | journal entries per commit | front waits for the owner ms |"
+        "| configuration | CPU ms per 1,000: bursar processes | NATS servers | less idle | × single | idle CPU ms/s: bursar | NATS | bytes published per admission | NATS messages published per admission | journal entries per message | front waits for the owner ms |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for r in rows {
+        let busy = format!("{:.0} | {:.2}", r.busy_cpu_ms(), x(r.busy_cpu_ms(), base.busy_cpu_ms()));
         if r.cluster {
             println!(
-                "| {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.1} | {:.2} |",
-                r.name, r.bursar_cpu_ms, r.nats_cpu_ms, r.bytes, r.msgs, r.entries_per_commit, r.ask_ms
+                "| {} | {:.0} | {:.0} | {busy} | {:.0} | {:.0} | {:.0} | {:.2} | {:.1} | {:.2} |",
+                r.name,
+                r.bursar_cpu_ms,
+                r.nats_cpu_ms,
+                r.idle_bursar,
+                r.idle_nats,
+                r.bytes,
+                r.msgs,
+                r.entries_per_commit,
+                r.ask_ms
             );
         } else {
-            println!("| {} | {:.0} | – | – | – | – | – |", r.name, r.bursar_cpu_ms);
+            println!("| {} | {:.0} | – | {busy} | {:.0} | – | – | – | – | – |", r.name, r.bursar_cpu_ms, r.idle_bursar);
         }
     }
 }
