@@ -11,8 +11,9 @@
 //! - [`Front::admit`]: to the partition's owner, retried while no owner answers, within the admission
 //!   timeout (below the Slurm hook's 2 s); then a 503 that names the partition and why. When this
 //!   instance owns the partition, the submission goes straight to the owner's thread (no NATS
-//!   request: issue 54); otherwise by NATS request-reply to `bursar.admit.<p>`. Either way it is
-//!   answered once its decision is in the journal.
+//!   request: issue 54); when another does, to that instance with the other submissions waiting for
+//!   it ([`crate::forward`]); else (or when that instance says to) by NATS request-reply to
+//!   `bursar.admit.<p>`. Either way it is answered once its decision is in the journal.
 //! - [`Front::decisions`]: the journal stream from a cursor, as sequenced decisions.
 
 use std::collections::HashMap;
@@ -35,7 +36,7 @@ use crate::wire::OwnerAnswer;
 
 /// Longest wait for one admission attempt (a paused owner may still hold the subscription: the next
 /// attempt reaches the new one).
-const ATTEMPT: Duration = Duration::from_millis(700);
+pub const ATTEMPT: Duration = Duration::from_millis(700);
 
 /// How long to wait before asking again when no owner holds the partition (a takeover or a
 /// handover under way).
@@ -87,6 +88,8 @@ pub struct Front {
     local: Arc<LocalOwners>,
     /// Where jobs are.
     jobs: Arc<JobIndex>,
+    /// The queues to the other instances.
+    forward: crate::forward::Forwarders,
 }
 
 impl Front {
@@ -98,7 +101,8 @@ impl Front {
         local: Arc<LocalOwners>,
         jobs: Arc<JobIndex>,
     ) -> Front {
-        Front { nats, status, admit_timeout, local, jobs }
+        let forward = crate::forward::Forwarders::new(nats.clone());
+        Front { nats, status, admit_timeout, local, jobs, forward }
     }
 
     /// The partition count.
@@ -318,16 +322,34 @@ impl Front {
         }
         let mut cause = String::from("no instance answered");
         let c = &self.status.counters;
+        // Through the instance the lease watch names, until it fails or says to ask again; then
+        // through the partition's subject, whoever owns it.
+        let mut batched = true;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
             }
             let attempt = left.min(ATTEMPT);
-            let answer = match self.local.get(p) {
+            let other = self.status.owner_of(p).filter(|o| batched && *o != self.status.instance);
+            let answer = match (self.local.get(p), other) {
                 // This instance owns the partition: straight to the owner's thread.
-                Some(owner) => self.ask_local(&owner, item, test_only, attempt).await,
-                None => {
+                (Some(owner), _) => self.ask_local(&owner, item, test_only, attempt).await,
+                (None, Some(instance)) => {
+                    let f = crate::forward::Forwarded {
+                        partition: p,
+                        line: item.raw.clone(),
+                        sender: item.sender.as_deref().cloned(),
+                        test_only,
+                    };
+                    let a = self.forward.ask(&instance, f, attempt).await;
+                    c.admissions_forwarded.fetch_add(1, Ordering::Relaxed);
+                    if matches!(a, Err(_) | Ok(OwnerAnswer::Refused { retry: true, .. })) {
+                        batched = false;
+                    }
+                    a.map_err(|why| (why, false))
+                }
+                (None, None) => {
                     let request =
                         self.nats.client.request_with_headers(subject.clone(), headers.clone(), payload.clone());
                     match tokio::time::timeout(attempt, request).await {

@@ -24,6 +24,7 @@
 //! - [`snapshot`]: chunked, fenced snapshots and their pointer.
 //! - [`front`]: events in, admissions forwarded (straight to the owner thread when the owner is
 //!   this instance), decisions out.
+//! - [`forward`]: admissions forwarded to the instance that owns their partition, in batches.
 //! - [`jobs`]: where each job lives, for the events that name only a job: the journal as the index.
 //! - [`projection`]: the audit log as a projection of the decisions stream.
 //! - [`status`]: what `/v1/cluster` and `/metrics` report.
@@ -31,6 +32,7 @@
 //! Boundaries: no HTTP (serve's `cluster` module routes), no policy parsing (it is handed a
 //! `PolicySet`), no SQL (the audit crate writes its log).
 
+pub mod forward;
 pub mod front;
 pub mod jobs;
 pub mod journal;
@@ -206,6 +208,7 @@ pub struct Cluster {
     shutdown: watch::Sender<bool>,
     manager: tokio::task::JoinHandle<()>,
     whereis: tokio::task::JoinHandle<()>,
+    forwarded: tokio::task::JoinHandle<()>,
     projection: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -229,6 +232,7 @@ impl Cluster {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let local = Arc::new(owner::LocalOwners::default());
         let whereis = tokio::spawn(jobs::answer_whereis(nats.clone(), local.clone()));
+        let forwarded = tokio::spawn(forward::serve(nats.clone(), config.instance.clone(), local.clone()));
         let max_message = max_payload - max_payload / 8;
         let writer = journal::Writer::start(
             &tokio::runtime::Handle::current(),
@@ -258,7 +262,7 @@ impl Cluster {
             shutdown_rx,
         ));
         let front = Arc::new(Front::new(nats, status.clone(), config.admit_timeout, local, jobs));
-        Ok(Cluster { front, status, shutdown, manager, whereis, projection: Some(projection) })
+        Ok(Cluster { front, status, shutdown, manager, whereis, forwarded, projection: Some(projection) })
     }
 
     /// Hands every partition over (a final snapshot each, leases deleted) and stops.
@@ -266,6 +270,7 @@ impl Cluster {
         let _ = self.shutdown.send(true);
         let _ = (&mut self.manager).await;
         self.whereis.abort();
+        self.forwarded.abort();
         // The projection thread ends with the runtime (its consumer task is dropped then).
         drop(self.projection.take());
     }

@@ -459,7 +459,7 @@ async fn answer(client: &async_nats::Client, reply: Reply, a: OwnerAnswer) {
     }
 }
 
-fn refused(status: u16, error: impl Into<String>, retry: bool) -> OwnerAnswer {
+pub(crate) fn refused(status: u16, error: impl Into<String>, retry: bool) -> OwnerAnswer {
     OwnerAnswer::Refused { status, error: error.into(), retry }
 }
 
@@ -477,30 +477,13 @@ async fn admissions(nats: Nats, partition: u32, lease: Arc<LeaseClock>, tx: mpsc
     };
     while let Some(msg) = sub.next().await {
         let Some(reply) = msg.reply.clone() else { continue };
-        let frame = Frame::Line { line: 1, bytes: &msg.payload };
-        let id = match bursar_session::decode(frame, Origin::Producer) {
-            Line::Input(d) => match &d.input {
-                Input::Event(e) if matches!(e.kind, EventKind::JobSubmitted(_)) => e.id.clone(),
-                _ => {
-                    answer(&nats.client, Reply::Nats(reply), refused(400, "expected a `job.submitted` event", false)).await;
-                    continue;
-                }
-            },
-            Line::Rejected(r) => {
-                let why = format!("malformed event: {}", r.error);
-                answer(&nats.client, Reply::Nats(reply), refused(400, why, false)).await;
-                continue;
-            }
-            Line::Blank => {
-                answer(&nats.client, Reply::Nats(reply), refused(400, "the body holds no event", false)).await;
+        let id = match submission_id(&msg.payload, partition, &lease) {
+            Ok(id) => id,
+            Err(refusal) => {
+                answer(&nats.client, Reply::Nats(reply), refusal).await;
                 continue;
             }
         };
-        if !lease.valid() {
-            let why = format!("partition {partition}'s lease lapsed on this instance");
-            answer(&nats.client, Reply::Nats(reply), refused(503, why, true)).await;
-            continue;
-        }
         let sender = crate::wire::sender_of(msg.headers.as_ref()).map(Arc::new);
         let test_only = msg.headers.as_ref().is_some_and(|h| h.get(crate::wire::TEST_ONLY_HEADER).is_some());
         let reply = Reply::Nats(reply);
@@ -516,6 +499,24 @@ async fn admissions(nats: Nats, partition: u32, lease: Arc<LeaseClock>, tx: mpsc
             return;
         }
     }
+}
+
+/// The event id of a forwarded submission for `partition`, or the refusal to answer: it must be
+/// one `job.submitted` (under the producer's rules), and the partition's lease must still be held
+/// here by `lease`'s clock.
+pub(crate) fn submission_id(line: &[u8], partition: u32, lease: &LeaseClock) -> Result<String, OwnerAnswer> {
+    let id = match bursar_session::decode(Frame::Line { line: 1, bytes: line }, Origin::Producer) {
+        Line::Input(d) => match &d.input {
+            Input::Event(e) if matches!(e.kind, EventKind::JobSubmitted(_)) => e.id.clone(),
+            _ => return Err(refused(400, "expected a `job.submitted` event", false)),
+        },
+        Line::Rejected(r) => return Err(refused(400, format!("malformed event: {}", r.error), false)),
+        Line::Blank => return Err(refused(400, "the body holds no event", false)),
+    };
+    if !lease.valid() {
+        return Err(refused(503, format!("partition {partition}'s lease lapsed on this instance"), true));
+    }
+    Ok(id)
 }
 
 fn micros(d: Duration) -> u64 {
@@ -960,12 +961,24 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
         }
         if !answers.is_empty() {
             counters.admissions_answered.fetch_add(answers.len() as u64, Ordering::Relaxed);
-            let client = ctx.nats.client.clone();
-            ctx.rt.spawn(async move {
-                for (reply, a) in answers {
-                    answer(&client, reply, a).await;
+            // This instance's front end is answered from here; NATS requesters by a task.
+            let mut remote = Vec::new();
+            for (reply, a) in answers {
+                match reply {
+                    Reply::Local(tx) => {
+                        let _ = tx.send(a);
+                    }
+                    nats => remote.push((nats, a)),
                 }
-            });
+            }
+            if !remote.is_empty() {
+                let client = ctx.nats.client.clone();
+                ctx.rt.spawn(async move {
+                    for (reply, a) in remote {
+                        answer(&client, reply, a).await;
+                    }
+                });
+            }
         }
         let changed = journal_seq > snapshot_journal_seq;
         let forced = last_snapshot.elapsed() >= FORCED_SNAPSHOT;

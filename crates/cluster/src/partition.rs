@@ -81,6 +81,11 @@ pub fn admit_subject(p: u32) -> String {
     format!("bursar.admit.{p}")
 }
 
+/// Subject an instance takes admissions forwarded to it in batches on ([`crate::forward`]).
+pub fn instance_subject(instance: &str) -> String {
+    format!("bursar.admit.i.{instance}")
+}
+
 /// Key of partition `p` in the lease and pointer buckets.
 pub fn partition_key(p: u32) -> String {
     format!("p{p}")

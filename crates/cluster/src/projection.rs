@@ -11,9 +11,10 @@
 //! reads, and keeps doing so if the audit log can no longer be written: the journal is where front
 //! ends find a job's partition.
 //!
-//! Where it stopped is a small file beside the database (`<audit>.journal-seq`), written after each
-//! commit. After a crash between the commit and that write, the messages are projected again and
-//! the log skips every input it already holds (its ids are unique), so nothing is doubled.
+//! Where it stopped is a small file beside the database (`<audit>.journal-seq`), written after a
+//! commit at most every [`POSITION_EVERY`] and when the projection stops. After a crash, the
+//! messages since the position written last are projected again and the log skips every input it
+//! already holds (its ids are unique), so nothing is doubled.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -40,6 +41,18 @@ pub fn position_path(audit: &Path) -> PathBuf {
 
 fn read_position(path: &Path) -> u64 {
     std::fs::read_to_string(path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
+}
+
+/// How often, at most, the position file is written (each write is a file written and renamed: at
+/// every group of a busy journal it was a tenth of an instance's CPU, issue 54); and once more when
+/// the projection stops.
+const POSITION_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+fn record(path: &Path, seq: u64, recorded: &mut (u64, std::time::Instant)) {
+    match write_position(path, seq) {
+        Ok(()) => *recorded = (seq, std::time::Instant::now()),
+        Err(e) => tracing::warn!(error = %e, "cannot record the projection's position"),
+    }
 }
 
 fn write_position(path: &Path, seq: u64) -> std::io::Result<()> {
@@ -91,6 +104,8 @@ pub fn spawn(
         .spawn(move || {
             let mut group: Vec<(u64, bytes::Bytes)> = Vec::new();
             let mut writing = true;
+            // The position as last written to its file, and when.
+            let mut recorded = (from, std::time::Instant::now());
             while let Some(first) = rx.blocking_recv() {
                 group.push(first);
                 while group.len() < 256 {
@@ -113,12 +128,17 @@ pub fn spawn(
                     } else {
                         status.counters.projected.fetch_add(projected, Ordering::Relaxed);
                         status.counters.projected_seq.store(last, Ordering::Relaxed);
-                        if let Err(e) = write_position(&pos_file, last) {
-                            tracing::warn!(error = %e, "cannot record the projection's position");
+                        if recorded.1.elapsed() >= POSITION_EVERY {
+                            record(&pos_file, last, &mut recorded);
                         }
                     }
                 }
                 group.clear();
+            }
+            // The journal's reader stopped (the instance is stopping): where the log stands.
+            let projected = status.counters.projected_seq.load(Ordering::Relaxed);
+            if writing && recorded.0 < projected {
+                record(&pos_file, projected, &mut recorded);
             }
         })
         .map_err(|e| ClusterError::Audit(format!("cannot start the projection thread: {e}")))

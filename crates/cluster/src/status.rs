@@ -54,6 +54,8 @@ pub struct Counters {
     pub ask_micros: AtomicU64,
     /// Admissions this front end handed straight to its own instance's owner threads.
     pub admissions_local: AtomicU64,
+    /// Admissions this front end forwarded to the instance owning their partition, in batches.
+    pub admissions_forwarded: AtomicU64,
     /// Lookups of a job's partition that had to ask the owners ([`crate::jobs`]).
     pub jobs_asked: AtomicU64,
     /// Ops this instance's project partitions sent to the ledger partition, the exchanges they went
@@ -175,6 +177,11 @@ impl Status {
     /// The partitions owned and live.
     pub fn live(&self) -> Vec<u32> {
         self.owned.lock().map(|m| m.iter().filter(|(_, s)| s.live).map(|(p, _)| *p).collect()).unwrap_or_default()
+    }
+
+    /// The instance holding partition `p`'s lease, as this instance last saw it.
+    pub fn owner_of(&self, p: u32) -> Option<String> {
+        self.owners.lock().ok()?.get(usize::try_from(p).ok()?)?.clone()
     }
 
     /// Records who holds each lease.
@@ -327,6 +334,11 @@ impl Status {
                 "bursar_cluster_admissions_local_total",
                 "Admissions this front end handed straight to an owner thread of this instance (no NATS request).",
                 &c.admissions_local,
+            ),
+            (
+                "bursar_cluster_admissions_forwarded_total",
+                "Admissions this front end forwarded to the instance owning their partition, with the others waiting for it (one request each batch).",
+                &c.admissions_forwarded,
             ),
             (
                 "bursar_cluster_job_lookups_asked_total",
