@@ -4,12 +4,12 @@
 //! | name | kind | subjects / keys | what |
 //! |---|---|---|---|
 //! | `BURSAR_EVENTS` | stream | `bursar.events.<p>` | producers' events, de-duplicated by `Nats-Msg-Id` = event id |
-//! | `BURSAR_JOURNAL` | stream | `bursar.journal.<p>` | owners' group commits: the decisions stream |
+//! | `BURSAR_JOURNAL` | stream | `bursar.journal.w.<writer>` | each instance's messages, its partitions' group commits (`bursar.journal.<p>` before issue 54): the decisions stream |
 //! | `BURSAR_SNAPSHOTS` | stream | `bursar.snapshots.<p>` | snapshot chunks |
 //! | `bursar_meta` | bucket | `partitions` | the partition count, written once |
 //! | `bursar_leases` | bucket | `p<n>` | who owns partition n (compare-and-set by revision) |
-//! | `bursar_snapshots` | bucket | `p<n>` | where partition n's newest snapshot is |
-//! | `bursar_jobs` | bucket | job id | the partition of a job, for events that name only the job |
+//! | `bursar_snapshots` | bucket | `p<n>` | where partition n's newest snapshot is, and the journal subject its owner writes |
+//! | `bursar_jobs` | bucket | job id | the partition of a job submitted through the events stream, for events that name only the job |
 //! | `bursar_members` | bucket | instance | heartbeats, to share the partitions fairly |
 //!
 //! The buckets are made here rather than with `create_key_value` so that reads go to the stream

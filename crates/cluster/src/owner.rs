@@ -3,19 +3,21 @@
 //! the journal.
 //!
 //! Taking over (before anything is answered):
-//! 1. write a takeover marker on `bursar.journal.<p>` with the expected last subject sequence: from
-//!    now on the previous owner's journal publishes are refused;
-//! 2. fence the snapshot subject and rewrite the snapshot pointer under the new epoch
-//!    ([`Snapshots::take_over`]);
-//! 3. restore the snapshot the pointer names and replay every journal message after the sequence it
-//!    covers up to the marker, through a session of the journal's origin (decisions discarded: they
-//!    are in the journal already), rebuilding the recent admissions;
-//! 4. consume `bursar.events.<p>` from the sequence after the last one the journal says was
-//!    consumed, and only then subscribe to `bursar.admit.<p>`.
+//! 1. fence the snapshot subject, write a takeover marker for the partition on the journal subject
+//!    the snapshot pointer names (the previous owner's writer's: from now on its batches of the
+//!    partition are refused), and rewrite the pointer under the new epoch, naming this instance's
+//!    writer ([`Snapshots::take_over`], [`crate::journal`]);
+//! 2. restore the snapshot the pointer names and replay the partition's journal lines after the
+//!    sequence it covers up to the marker, through a session of the journal's origin (decisions
+//!    discarded: they are in the journal already), rebuilding the recent admissions;
+//! 3. consume `bursar.events.<p>` from the sequence after the last one the journal says was
+//!    consumed, and only then take admissions: `bursar.admit.<p>`, and this instance's own front end
+//!    and those forwarding to it ([`LocalOwners`]).
 //!
-//! Running: the thread takes what is queued (events from the stream, admissions forwarded by the
-//! front ends, ticks, snapshot requests; at most [`MAX_BATCH`]), applies it through the session,
-//! flushes the journal once (one fenced message) and only then answers the admissions. An admission
+//! Running: the thread takes what is queued (events from the stream, admissions from the front
+//! ends, ticks, snapshot requests; at most [`MAX_BATCH`]), applies it through the session,
+//! flushes the journal once (one commit, which the instance's writer puts in one message with the
+//! other partitions' commits ready at the time) and only then answers the admissions. An admission
 //! is applied straight from its request, not published to the events stream first: the journal is
 //! the partition's record, so an admission is durable exactly when it is answered, and one the owner
 //! applied but could not journal (it died, or was fenced) was never answered and is decided afresh

@@ -125,8 +125,15 @@ impl Snapshots {
         let mut marker = None;
         for _ in 0..20 {
             let last = last_on_subject(&nats.snapshots, &subject).await?;
-            match publish_fenced(&nats.js, subject.clone(), last, Some(epoch), &[(CHUNK_HEADER, "fence".into())], Vec::new())
-                .await
+            match publish_fenced(
+                &nats.js,
+                subject.clone(),
+                last,
+                Some(epoch),
+                &[(CHUNK_HEADER, "fence".into())],
+                Vec::new(),
+            )
+            .await
             {
                 Ok(seq) => {
                     marker = Some(seq);

@@ -1,6 +1,7 @@
 //! A real NATS cluster with JetStream (Debian's `nats-server` package, 2.9, `/usr/sbin/nats-server`)
-//! on loopback ports it picks: one generated configuration file and one JetStream store folder per
-//! node in a temporary folder, every node stopped by PID on `Drop` (pass, fail or panic).
+//! on loopback ports it picks (clients, routes, and the HTTP monitoring port `/varz`, `/connz`):
+//! one generated configuration file and one JetStream store folder per node in a temporary folder,
+//! every node stopped by PID on `Drop` (pass, fail or panic).
 //!
 //! `$BURSAR_NATS_SERVER` names another binary. Tests call [`NatsCluster::binary`] first and skip,
 //! saying so, when it is missing; `scripts/setup.sh` installs it.

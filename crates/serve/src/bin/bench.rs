@@ -212,12 +212,10 @@ fn run() -> Result<(), String> {
     let floor = load(&[server.addr], o.requests, o.concurrency, |_| ("GET", "/healthz".to_owned(), Vec::new()))?;
     println!("{}", row(&floor, "GET /healthz (HTTP floor)"));
     let m0 = scrape(server.addr)?;
-    let full =
-        load(&[server.addr], o.requests, o.concurrency, admit("full"))?;
+    let full = load(&[server.addr], o.requests, o.concurrency, admit("full"))?;
     let m1 = scrape(server.addr)?;
     println!("{}", row(&full, "POST /v1/admit, audit synchronous=FULL"));
-    let single =
-        load(&[server.addr], o.requests.min(5000), 1, admit("single"))?;
+    let single = load(&[server.addr], o.requests.min(5000), 1, admit("single"))?;
     let m2 = scrape(server.addr)?;
     println!("{}", row(&single, "POST /v1/admit, FULL, 1 client"));
 
@@ -245,8 +243,7 @@ fn run() -> Result<(), String> {
         })
         .collect();
     let pool_started = Instant::now();
-    let beside_pool =
-        load(&[server.addr], o.requests.min(5000), 1, admit("pooled"))?;
+    let beside_pool = load(&[server.addr], o.requests.min(5000), 1, admit("pooled"))?;
     stop_pool.store(true, Ordering::Relaxed);
     let pool_secs = pool_started.elapsed().as_secs_f64();
     let (pool_reads, pool_bytes) =
@@ -291,8 +288,7 @@ fn run() -> Result<(), String> {
     // 2b: NORMAL durability, same load.
     let server = Running::start(&policies, &scratch.join("normal.db"), false)?;
     let m3 = scrape(server.addr)?;
-    let normal =
-        load(&[server.addr], o.requests, o.concurrency, admit("normal"))?;
+    let normal = load(&[server.addr], o.requests, o.concurrency, admit("normal"))?;
     let m4 = scrape(server.addr)?;
     println!("{}", row(&normal, "POST /v1/admit, audit synchronous=NORMAL"));
 
@@ -311,8 +307,7 @@ fn run() -> Result<(), String> {
             i
         })
     };
-    let under =
-        load(&[server.addr], o.requests, o.concurrency, admit("reload"))?;
+    let under = load(&[server.addr], o.requests, o.concurrency, admit("reload"))?;
     stop.store(true, Ordering::Relaxed);
     let rewrites = rewriter.join().unwrap_or(0);
     println!("{}", row(&under, "POST /v1/admit, NORMAL, policy rewritten every 50 ms"));
@@ -392,11 +387,5 @@ fn run() -> Result<(), String> {
 }
 
 fn main() -> std::process::ExitCode {
-    match run() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bursar-serve-bench: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    common::exit("bursar-serve-bench", run())
 }

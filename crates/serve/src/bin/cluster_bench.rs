@@ -28,6 +28,12 @@
 //! the cluster rows a second time with another `bursar` binary (an older build) in the same run,
 //! and `--rounds R` repeats everything R times and gives each ratio's range.
 //!
+//! `--floor` measures instead what the journal costs the NATS servers whatever bursar does: a
+//! fresh 3-node cluster, an R3 stream, and messages of 1, 3, 8, 12 and 32 journal entries' size
+//! (1 KiB each) published one at a time as a writer does (each acknowledged before the next), with
+//! the NATS servers' CPU ms per message and per entry: a replicated message costs about the same
+//! whatever it holds, so an admission costs the servers their cost per message over the entries a
+//! message holds.
 //! Every loop is bounded by count or deadline; only 127.0.0.1 is contacted.
 
 mod common;
@@ -39,7 +45,7 @@ use std::time::{Duration, Instant};
 use bursar_testkit::{NatsCluster, Server, TempDir};
 use common::{Run, get, load, metric, submit_line};
 
-const USAGE: &str = "usage: bursar-cluster-bench [--admissions N] [--events N] [--concurrency C] [--batch B] [--lifecycle] [--instances 1,2] [--partitions P] [--warmup N] [--idle-ms MS] [--cores-per-process N] [--rounds R] [--bursar PATH] [--before PATH]";
+const USAGE: &str = "usage: bursar-cluster-bench [--admissions N] [--events N] [--concurrency C] [--batch B] [--lifecycle] [--instances 1,2] [--partitions P] [--warmup N] [--idle-ms MS] [--cores-per-process N] [--rounds R] [--bursar PATH] [--before PATH] [--floor]";
 
 /// Projects the submissions spread over.
 const PROJECTS: usize = 40;
@@ -58,6 +64,7 @@ struct Opts {
     rounds: usize,
     bursar: PathBuf,
     before: Option<PathBuf>,
+    floor: bool,
 }
 
 fn parse_opts() -> Result<Opts, String> {
@@ -76,6 +83,7 @@ fn parse_opts() -> Result<Opts, String> {
         rounds: 1,
         bursar: beside,
         before: None,
+        floor: false,
     };
     let mut args = common::Args::new(USAGE);
     while let Some(a) = args.flag() {
@@ -87,6 +95,7 @@ fn parse_opts() -> Result<Opts, String> {
             "--concurrency" => o.concurrency = args.number("--concurrency", 1..=256)?,
             "--batch" => o.batch = args.number("--batch", 1..=10_000)?,
             "--lifecycle" => o.lifecycle = true,
+            "--floor" => o.floor = true,
             "--partitions" => o.partitions = args.number("--partitions", 1..=4096)? as u32,
             "--cores-per-process" => o.cores_per_process = Some(args.number("--cores-per-process", 1..=1024)?),
             "--rounds" => o.rounds = args.number("--rounds", 1..=20)?,
@@ -105,7 +114,7 @@ fn parse_opts() -> Result<Opts, String> {
         }
     }
     for b in std::iter::once(&o.bursar).chain(&o.before) {
-        if !b.is_file() {
+        if !o.floor && !b.is_file() {
             return Err(format!(
                 "no `bursar` binary at {} (build it: cargo build --release -p bursar --bin bursar; or give --bursar PATH)",
                 b.display()
@@ -218,7 +227,14 @@ struct Bursar {
 }
 
 impl Bursar {
-    fn start(bin: &Path, dir: &Path, name: &str, cores: &Cores, slot: usize, cluster: &[String]) -> Result<Bursar, String> {
+    fn start(
+        bin: &Path,
+        dir: &Path,
+        name: &str,
+        cores: &Cores,
+        slot: usize,
+        cluster: &[String],
+    ) -> Result<Bursar, String> {
         let policies = dir.join("policies");
         let port_file = dir.join(format!("{name}.port"));
         let _ = std::fs::remove_file(&port_file);
@@ -473,7 +489,16 @@ fn live(addrs: &[SocketAddr]) -> Vec<usize> {
 }
 
 /// Single-node serve on instance 0's cores.
-fn single(o: &Opts, dir: &Path, cores: &Cores, ticks: f64, round: usize) -> Result<Row, String> {
+/// What every configuration of a run shares: the options, the scratch folder, the cores, the clock.
+struct Bench<'a> {
+    o: &'a Opts,
+    dir: &'a Path,
+    cores: &'a Cores,
+    ticks: f64,
+}
+
+fn single(b: &Bench<'_>, round: usize) -> Result<Row, String> {
+    let (o, dir, cores, ticks) = (b.o, b.dir, b.cores, b.ticks);
     let b = Bursar::start(&o.bursar, dir, &format!("single-{round}"), cores, NATS_SLOTS, &[])?;
     let setup = Setup { bursar: vec![b], nats: None, ticks };
     let row = measure("single-node serve", &format!("sn{round}"), &setup, o);
@@ -482,16 +507,8 @@ fn single(o: &Opts, dir: &Path, cores: &Cores, ticks: f64, round: usize) -> Resu
 }
 
 /// `n` cluster instances of `bin` on a fresh NATS cluster.
-fn cluster(
-    o: &Opts,
-    dir: &Path,
-    cores: &Cores,
-    ticks: f64,
-    n: usize,
-    bin: &Path,
-    label: &str,
-    tag: &str,
-) -> Result<Row, String> {
+fn cluster(b: &Bench<'_>, n: usize, bin: &Path, label: &str, tag: &str) -> Result<Row, String> {
+    let (o, dir, cores, ticks) = (b.o, b.dir, b.cores, b.ticks);
     let mut nats = NatsCluster::start(NATS_SLOTS).map_err(|e| e.to_string())?;
     let pids = nats.pids();
     for (i, pid) in pids.iter().enumerate() {
@@ -501,8 +518,8 @@ fn cluster(
     let mut bursar = Vec::new();
     for i in 0..n {
         let name = format!("{tag}-{i}");
-        let flags = ["--cluster", &url, "--instance", &name, "--partitions", &o.partitions.to_string()]
-            .map(str::to_owned);
+        let flags =
+            ["--cluster", &url, "--instance", &name, "--partitions", &o.partitions.to_string()].map(str::to_owned);
         bursar.push(Bursar::start(bin, dir, &name, cores, NATS_SLOTS + i, &flags)?);
     }
     let setup = Setup { bursar, nats: Some((&mut nats, pids)), ticks };
@@ -527,13 +544,14 @@ fn cluster(
     row
 }
 
-fn round(o: &Opts, dir: &Path, cores: &Cores, ticks: f64, r: usize) -> Result<Vec<Row>, String> {
-    let mut rows = vec![single(o, dir, cores, ticks, r)?];
+fn round(b: &Bench<'_>, r: usize) -> Result<Vec<Row>, String> {
+    let o = b.o;
+    let mut rows = vec![single(b, r)?];
     for &n in &o.instances {
         let label = if n == 1 { "cluster, 1 instance".to_owned() } else { format!("cluster, {n} instances") };
-        rows.push(cluster(o, dir, cores, ticks, n, &o.bursar, &label, &format!("c{n}r{r}"))?);
+        rows.push(cluster(b, n, &o.bursar, &label, &format!("c{n}r{r}"))?);
         if let Some(before) = &o.before {
-            rows.push(cluster(o, dir, cores, ticks, n, before, &format!("{label}, before"), &format!("b{n}r{r}"))?);
+            rows.push(cluster(b, n, before, &format!("{label}, before"), &format!("b{n}r{r}"))?);
         }
     }
     Ok(rows)
@@ -595,7 +613,9 @@ fn table(o: &Opts, rows: &[Row]) {
 /// Each ratio's range over the rounds.
 fn summary(rounds: &[Vec<Row>]) {
     println!("\nover {} rounds (min–max of each round's ratio):\n", rounds.len());
-    println!("| configuration | admissions/s × single | CPU per admission × single | p50 × single | admissions/s × 1 instance |");
+    println!(
+        "| configuration | admissions/s × single | CPU per admission × single | p50 × single | admissions/s × 1 instance |"
+    );
     println!("|---|---|---|---|---|");
     let names: Vec<String> = rounds[0].iter().skip(1).map(|r| r.name.clone()).collect();
     for name in names {
@@ -620,12 +640,72 @@ fn summary(rounds: &[Vec<Row>]) {
     }
 }
 
+/// `--floor`: the NATS servers' CPU per replicated message, by the entries it holds.
+fn floor(o: &Opts, cores: &Cores, ticks: f64) -> Result<(), String> {
+    let mut nats = NatsCluster::start(NATS_SLOTS).map_err(|e| e.to_string())?;
+    let pids = nats.pids();
+    for (i, pid) in pids.iter().enumerate() {
+        cores.pin(*pid, cores.slot(i))?;
+    }
+    let url = nats.url();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let messages = o.admissions.min(5000);
+    let rows = rt.block_on(async {
+        let client = async_nats::connect(url.split(',').next().unwrap_or_default()).await.map_err(|e| e.to_string())?;
+        let js = async_nats::jetstream::new(client);
+        let config = async_nats::jetstream::stream::Config {
+            name: "FLOOR".into(),
+            subjects: vec!["floor.>".into()],
+            num_replicas: 3,
+            ..Default::default()
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match js.get_or_create_stream(config.clone()).await {
+                Ok(_) => break,
+                Err(e) if Instant::now() > deadline => return Err(e.to_string()),
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+        let mut rows = Vec::new();
+        for entries in [1usize, 3, 8, 12, 32] {
+            let payload = axum::body::Bytes::from(vec![b'x'; entries * 1024]);
+            let cpu = || pids.iter().map(|p| cpu_seconds(*p, ticks)).sum::<f64>();
+            let (before, started) = (cpu(), Instant::now());
+            for n in 0..messages {
+                let ack = js.publish(format!("floor.w.{}", n % 2), payload.clone()).await.map_err(|e| e.to_string())?;
+                ack.await.map_err(|e| e.to_string())?;
+            }
+            let (secs, ms) = (started.elapsed().as_secs_f64(), (cpu() - before) * 1e3);
+            rows.push((entries, messages as f64 / secs, ms / messages as f64, ms / (messages * entries) as f64));
+        }
+        Ok::<_, String>(rows)
+    })?;
+    println!(
+        "{messages} replicated (R3) messages per size, published one at a time, each acknowledged before the next\n"
+    );
+    println!("| entries per message (1 KiB each) | messages/s | NATS CPU ms per message | NATS CPU ms per entry |");
+    println!("|---|---|---|---|");
+    for (entries, rate, per_message, per_entry) in rows {
+        println!("| {entries} | {rate:.0} | {per_message:.3} | {per_entry:.3} |");
+    }
+    drop(nats);
+    Ok(())
+}
+
 fn run() -> Result<(), String> {
     let o = parse_opts()?;
     if NatsCluster::binary().is_none() {
         return Err("no nats-server binary (scripts/setup.sh installs it)".into());
     }
     let cores = Cores::new(o.cores_per_process);
+    if o.floor {
+        return floor(&o, &cores, clock_ticks());
+    }
     let slots = NATS_SLOTS + o.instances.iter().copied().max().unwrap_or(1);
     cores.pin(std::process::id(), cores.left_over(slots))?;
     let dir = TempDir::new("cluster-bench").map_err(|e| e.to_string())?;
@@ -661,7 +741,7 @@ fn run() -> Result<(), String> {
     );
     let mut rounds = Vec::new();
     for r in 0..o.rounds {
-        let rows = round(&o, dir.path(), &cores, ticks, r)?;
+        let rows = round(&Bench { o: &o, dir: dir.path(), cores: &cores, ticks }, r)?;
         println!("\nround {}:\n", r + 1);
         table(&o, &rows);
         rounds.push(rows);
@@ -673,11 +753,5 @@ fn run() -> Result<(), String> {
 }
 
 fn main() -> std::process::ExitCode {
-    match run() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bursar-cluster-bench: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    common::exit("bursar-cluster-bench", run())
 }

@@ -176,6 +176,17 @@ pub fn metric(text: &str, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The exit status of bench `name` that ended with `result`; an error goes to stderr first.
+pub fn exit(name: &str, result: Result<(), String>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// Command-line arguments, read one flag at a time.
 pub struct Args {
     args: std::iter::Skip<std::env::Args>,
