@@ -3,12 +3,13 @@
 //! A front end asks the owner of a partition that another instance owns (as the lease watch shows
 //! it, [`crate::status::Status::owner_of`]) through that instance's subject
 //! `bursar.admit.i.<instance>`: the submissions that wait for the same instance while
-//! [`IN_FLIGHT`] requests to it are under way go together as the next request, one message with one
-//! reply holding every answer, instead of a request and a reply per admission (a submission that
-//! finds fewer under way goes at once: batching costs no latency when nothing waits). The receiving instance ([`serve`]) hands each to
-//! its own owner thread of the partition, as its own front end does, and answers once every one is
-//! answered (its journal writer stores them together). A submission for a partition it does not own
-//! (any more), or whose lease lapsed here, is answered "retry", and the front end asks again through
+//! [`IN_FLIGHT`] requests to it are under way go together as the next request, one message instead
+//! of one each (a submission that finds fewer under way goes at once: batching costs no latency
+//! when nothing waits). The receiving instance ([`serve`]) hands each to its own owner thread of the
+//! partition, as its own front end does, and replies as answers come: each reply holds the answers
+//! ready when it is sent (those its journal writer stored together come together), so no admission
+//! waits for a slower one of its request. A submission for a partition it does not own (any more),
+//! or whose lease lapsed here, is answered "retry", and the front end asks again through
 //! `bursar.admit.<p>`, which whoever owns the partition now answers.
 //!
 //! Boundaries: no decisions here (the owners decide), no retries (the front end's loop retries).
@@ -18,7 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
@@ -54,6 +56,23 @@ pub struct Forwarded {
 }
 
 type Waiting = (Forwarded, oneshot::Sender<Result<OwnerAnswer, String>>);
+
+/// Where one submission's answer goes.
+type Answer = oneshot::Sender<Result<OwnerAnswer, String>>;
+
+/// What one reply message of the receiving instance holds: answers by the submission's index in
+/// its request. A request gets as many replies as it takes for every submission to be answered: an
+/// answer goes as soon as its owner gives it (with the others ready then), so no admission waits for
+/// a slower one of the same request.
+type Answers = Vec<(usize, OwnerAnswer)>;
+
+/// The requests to one instance still waiting for answers.
+#[derive(Debug, Default)]
+struct Open {
+    /// Request number → each submission's answer slot (taken once answered) and the request's
+    /// "all answered" signal.
+    requests: HashMap<u64, (Vec<Option<Answer>>, Option<oneshot::Sender<()>>)>,
+}
 
 /// This front end's queues to the other instances, one task each.
 #[derive(Debug)]
@@ -93,11 +112,26 @@ impl Forwarders {
     }
 }
 
-/// One instance's queue: whatever waits goes as one request, [`IN_FLIGHT`] requests under way at most.
+/// One instance's queue: whatever waits goes as one request, [`IN_FLIGHT`] requests under way at
+/// most; the replies of every request come to one inbox of this queue (`<inbox>.<request>`).
 async fn send(nats: Nats, subject: String, mut rx: mpsc::Receiver<Waiting>) {
+    let inbox = nats.client.new_inbox();
+    let replies = match nats.client.subscribe(format!("{inbox}.*")).await {
+        Ok(s) => s,
+        Err(e) => {
+            let why = format!("cannot take answers from `{subject}`: {e}");
+            while let Some((_, reply)) = rx.recv().await {
+                let _ = reply.send(Err(why.clone()));
+            }
+            return;
+        }
+    };
+    let open = Arc::new(Mutex::new(Open::default()));
+    let router = tokio::spawn(route(replies, open.clone()));
     let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+    let mut next = 0u64;
     while let Some(first) = rx.recv().await {
-        let Ok(slot) = slots.clone().acquire_owned().await else { return };
+        let Ok(slot) = slots.clone().acquire_owned().await else { break };
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
@@ -105,54 +139,85 @@ async fn send(nats: Nats, subject: String, mut rx: mpsc::Receiver<Waiting>) {
                 Err(_) => break,
             }
         }
-        let (nats, subject) = (nats.clone(), subject.clone());
+        next += 1;
+        let (nats, subject, reply, open) = (nats.clone(), subject.clone(), format!("{inbox}.{next}"), open.clone());
         tokio::spawn(async move {
-            request(&nats, &subject, batch).await;
+            request(&nats, &subject, reply, next, batch, &open).await;
             drop(slot);
         });
     }
+    router.abort();
 }
 
-/// One request with the submissions of `batch`; each gets its answer, or why there is none.
-async fn request(nats: &Nats, subject: &str, batch: Vec<Waiting>) {
-    let items: Vec<&Forwarded> = batch.iter().map(|(f, _)| f).collect();
-    let answers = match serde_json::to_vec(&items) {
-        Ok(payload) => {
-            let request = nats.client.request(subject.to_owned(), payload.into());
-            match tokio::time::timeout(crate::front::ATTEMPT, request).await {
-                Err(_) => Err(format!("`{subject}` did not answer within {} ms", crate::front::ATTEMPT.as_millis())),
-                Ok(Err(e)) => Err(e.to_string()),
-                Ok(Ok(m)) => match serde_json::from_slice::<Vec<OwnerAnswer>>(&m.payload) {
-                    Ok(a) if a.len() == batch.len() => Ok(a),
-                    Ok(a) => Err(format!("{} answers to {} submissions", a.len(), batch.len())),
-                    Err(e) => Err(format!("the answers are unreadable: {e}")),
-                },
+/// Hands the answers that arrive on the queue's inbox to whoever waits for them.
+async fn route(mut replies: async_nats::Subscriber, open: Arc<Mutex<Open>>) {
+    while let Some(m) = replies.next().await {
+        let Some(n) = m.subject.rsplit('.').next().and_then(|n| n.parse::<u64>().ok()) else { continue };
+        let answers: Result<Answers, String> = if m.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
+            Err("no instance takes admissions there (no responders)".into())
+        } else {
+            serde_json::from_slice(&m.payload).map_err(|e| format!("the answers are unreadable: {e}"))
+        };
+        let Ok(mut open) = open.lock() else { return };
+        let Some((slots, done)) = open.requests.get_mut(&n) else { continue };
+        match answers {
+            Ok(answers) => {
+                for (i, a) in answers {
+                    if let Some(tx) = slots.get_mut(i).and_then(Option::take) {
+                        let _ = tx.send(Ok(a));
+                    }
+                }
+            }
+            Err(why) => {
+                for tx in slots.iter_mut().filter_map(Option::take) {
+                    let _ = tx.send(Err(why.clone()));
+                }
             }
         }
-        Err(e) => Err(format!("cannot encode the submissions: {e}")),
-    };
-    match answers {
-        Ok(answers) => {
-            for ((_, reply), a) in batch.into_iter().zip(answers) {
-                let _ = reply.send(Ok(a));
+        if slots.iter().all(Option::is_none) {
+            if let Some(done) = done.take() {
+                let _ = done.send(());
             }
-        }
-        Err(why) => {
-            for (_, reply) in batch {
-                let _ = reply.send(Err(why.clone()));
-            }
+            open.requests.remove(&n);
         }
     }
 }
 
-/// What a forwarded submission waits on at the receiving instance.
-enum Pending {
-    Answered(OwnerAnswer),
-    Owner(oneshot::Receiver<OwnerAnswer>),
+/// Request `n` with the submissions of `batch`, answered on `reply`; whatever is not answered within
+/// an attempt is told so.
+async fn request(nats: &Nats, subject: &str, reply: String, n: u64, batch: Vec<Waiting>, open: &Mutex<Open>) {
+    let items: Vec<&Forwarded> = batch.iter().map(|(f, _)| f).collect();
+    let payload = match serde_json::to_vec(&items) {
+        Ok(p) => p,
+        Err(e) => {
+            for (_, tx) in batch {
+                let _ = tx.send(Err(format!("cannot encode the submissions: {e}")));
+            }
+            return;
+        }
+    };
+    let (done_tx, done) = oneshot::channel();
+    if let Ok(mut open) = open.lock() {
+        let slots = batch.into_iter().map(|(_, tx)| Some(tx)).collect();
+        open.requests.insert(n, (slots, Some(done_tx)));
+    }
+    let sent = nats.client.publish_with_reply(subject.to_owned(), reply, payload.into()).await;
+    let why = match sent {
+        Err(e) => format!("cannot forward to `{subject}`: {e}"),
+        Ok(()) => match tokio::time::timeout(crate::front::ATTEMPT, done).await {
+            Ok(_) => return,
+            Err(_) => format!("`{subject}` did not answer within {} ms", crate::front::ATTEMPT.as_millis()),
+        },
+    };
+    let left = open.lock().ok().and_then(|mut o| o.requests.remove(&n));
+    for tx in left.into_iter().flat_map(|(slots, _)| slots).flatten() {
+        let _ = tx.send(Err(why.clone()));
+    }
 }
 
 /// Answers the submissions other front ends forward to this instance (`instance`), through its own
-/// owners `local`, until the connection closes.
+/// owners `local`, until the connection closes: each reply holds the answers ready at the time it is
+/// sent, until every submission of the request has one.
 pub async fn serve(nats: Nats, instance: String, local: Arc<LocalOwners>) {
     let subject = instance_subject(&instance);
     let mut sub = match nats.client.subscribe(subject.clone()).await {
@@ -165,27 +230,34 @@ pub async fn serve(nats: Nats, instance: String, local: Arc<LocalOwners>) {
             tracing::warn!(error = %e, "forwarded admissions that cannot be read");
             Vec::new()
         });
-        let mut pending = Vec::with_capacity(items.len());
-        for f in items {
-            pending.push(match hand(&local, f).await {
-                Ok(rx) => Pending::Owner(rx),
-                Err(a) => Pending::Answered(a),
-            });
+        let mut ready: Answers = Vec::new();
+        let waiting = FuturesUnordered::new();
+        for (i, f) in items.into_iter().enumerate() {
+            match hand(&local, f).await {
+                Ok(rx) => waiting.push(async move {
+                    let a = match tokio::time::timeout(OWNER_WAIT, rx).await {
+                        Ok(Ok(a)) => a,
+                        _ => refused(503, "the partition's owner did not answer in time", true),
+                    };
+                    (i, a)
+                }),
+                Err(a) => ready.push((i, a)),
+            }
         }
         let client = nats.client.clone();
         tokio::spawn(async move {
-            let mut answers = Vec::with_capacity(pending.len());
-            for p in pending {
-                answers.push(match p {
-                    Pending::Answered(a) => a,
-                    Pending::Owner(rx) => match tokio::time::timeout(OWNER_WAIT, rx).await {
-                        Ok(Ok(a)) => a,
-                        _ => refused(503, "the partition's owner did not answer in time", true),
-                    },
-                });
-            }
-            if let Ok(body) = serde_json::to_vec(&answers) {
-                let _ = client.publish(reply, body.into()).await;
+            let mut waiting = waiting;
+            loop {
+                if !ready.is_empty()
+                    && let Ok(body) = serde_json::to_vec(&ready)
+                {
+                    let _ = client.publish(reply.clone(), body.into()).await;
+                }
+                let Some(first) = waiting.next().await else { return };
+                ready = vec![first];
+                while let Some(Some(a)) = waiting.next().now_or_never() {
+                    ready.push(a);
+                }
             }
         });
     }

@@ -43,6 +43,12 @@ fn read_position(path: &Path) -> u64 {
     std::fs::read_to_string(path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
 }
 
+/// How long the projection waits, when a journal message comes alone, for others to share its audit
+/// transaction (at 8 clients one message came at a time, and the commits of a transaction each were a
+/// tenth of an instance's CPU, issue 54). A look-up waiting for the journal to be read (the job index,
+/// `wait_ms`) waits that much longer.
+const COALESCE: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// How often, at most, the position file is written (each write is a file written and renamed: at
 /// every group of a busy journal it was a tenth of an instance's CPU, issue 54); and once more when
 /// the projection stops.
@@ -102,25 +108,30 @@ pub fn spawn(
     std::thread::Builder::new()
         .name("bursar-projection".into())
         .spawn(move || {
-            let mut group: Vec<(u64, bytes::Bytes)> = Vec::new();
             let mut writing = true;
             // The position as last written to its file, and when.
             let mut recorded = (from, std::time::Instant::now());
             while let Some(first) = rx.blocking_recv() {
-                group.push(first);
-                while group.len() < 256 {
-                    match rx.try_recv() {
-                        Ok(m) => group.push(m),
-                        Err(_) => break,
+                // The messages that came with the first, or within a few milliseconds of it, share
+                // one audit transaction; the job index reads each as soon as it is taken.
+                let mut batches = Vec::new();
+                let mut take = |(seq, payload): (u64, bytes::Bytes)| {
+                    for read in decode(seq, &payload, ledger, &jobs) {
+                        index(&jobs, &read);
+                        batches.push(read);
                     }
+                    jobs.seen(seq);
+                    seq
+                };
+                let (mut last, mut projected) = (take(first), 1u64);
+                if rx.is_empty() {
+                    std::thread::sleep(COALESCE);
                 }
-                let last = group.last().map(|(s, _)| *s).unwrap_or(0);
-                let batches = decode(&group, ledger, &jobs);
-                let projected = group.len() as u64;
-                for read in &batches {
-                    index(&jobs, read);
+                while projected < 256 {
+                    let Ok(m) = rx.try_recv() else { break };
+                    last = take(m);
+                    projected += 1;
                 }
-                jobs.seen(last);
                 if writing {
                     if let Err(e) = project(&mut log, batches) {
                         tracing::error!(error = %e, "the audit projection stopped: cannot write the audit log");
@@ -133,7 +144,6 @@ pub fn spawn(
                         }
                     }
                 }
-                group.clear();
             }
             // The journal's reader stopped (the instance is stopping): where the log stands.
             let projected = status.counters.projected_seq.load(Ordering::Relaxed);
@@ -147,26 +157,24 @@ pub fn spawn(
 /// A journal batch, read, with its message's stream sequence and its entries' inputs decoded.
 type Read = (u64, JournalBatch, Vec<Option<Input>>);
 
-/// Reads a group of journal messages: every batch's position in the events stream goes to `jobs`;
+/// Reads the journal message at `seq`: every batch's position in the events stream goes to `jobs`;
 /// the batches to project (not fences, not the ledger partition's) come back in order, each entry's
 /// input decoded once.
-fn decode(group: &[(u64, bytes::Bytes)], ledger: u32, jobs: &JobIndex) -> Vec<Read> {
-    let mut out = Vec::with_capacity(group.len());
-    for (seq, payload) in group {
-        for batch in crate::wire::batches(payload) {
-            let batch = match batch {
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::warn!(seq, error = %e, "a journal batch cannot be read; not projected");
-                    continue;
-                }
-            };
-            jobs.applied(batch.partition, batch.events_through);
-            if batch.takeover || batch.partition == ledger {
+fn decode(seq: u64, payload: &[u8], ledger: u32, jobs: &JobIndex) -> Vec<Read> {
+    let mut out = Vec::new();
+    for batch in crate::wire::batches(payload) {
+        let batch = match batch {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(seq, error = %e, "a journal batch cannot be read; not projected");
                 continue;
             }
-            out.push(read(*seq, batch));
+        };
+        jobs.applied(batch.partition, batch.events_through);
+        if batch.takeover || batch.partition == ledger {
+            continue;
         }
+        out.push(read(seq, batch));
     }
     out
 }
