@@ -25,7 +25,8 @@
 //!
 //! Layout: [`kueue`] Kueue's v1beta1 types; [`kinds`] the object kinds as JSON; [`submit`] object →
 //! `job.submitted`; [`lifecycle`] what to send when (pure); [`events`] the v1 events; [`reflect`]
-//! list + watch; [`client`] connecting to the API server; then the four agents.
+//! list + watch; [`serve`] serve from async code; [`client`] connecting to the API server; then the
+//! four agents.
 
 pub mod checks;
 pub mod client;
@@ -36,6 +37,7 @@ pub mod kueue;
 pub mod lifecycle;
 pub mod reflect;
 pub mod review;
+pub mod serve;
 pub mod submit;
 pub mod watch;
 pub mod webhook;
@@ -68,6 +70,15 @@ pub enum Error {
     /// serve or a state file (the parts every agent shares).
     #[error(transparent)]
     Agent(#[from] bursar_agent::Error),
+    /// A call to serve on tokio's blocking pool did not finish (it panicked, or the runtime is
+    /// shutting down).
+    #[error("{what} to serve did not finish: {source}")]
+    Interrupted {
+        /// The call.
+        what: &'static str,
+        /// tokio's error.
+        source: tokio::task::JoinError,
+    },
 }
 
 impl Error {
