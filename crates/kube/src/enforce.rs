@@ -342,28 +342,14 @@ mod tests {
 
     #[test]
     fn a_submission_is_known_under_the_admission_agents_principal() {
-        let mut d = bursar_model::Decision {
-            decision_id: "x".into(),
-            event_id: "kube-checks:kube-1-submitted".into(),
-            time: bursar_model::Timestamp(0),
-            job_id: Some("kube-1".into()),
-            project: None,
-            decision: bursar_model::DecisionKind::Deny,
-            until: None,
-            policies: vec![],
-            reason: "r".into(),
-            dry_run: false,
-            admission: true,
-            user: None,
-            gpus: None,
-            gpu_hours: None,
-            hints: None,
+        let deny = |event_id: &str| -> bursar_model::Decision {
+            let line = json!({"decision_id": "x", "event_id": event_id, "time": "2026-11-02T09:00:00Z",
+                "job_id": "kube-1", "decision": "deny", "policies": [], "reason": "r", "admission": true});
+            serde_json::from_value(line).unwrap()
         };
-        assert_eq!(follow::ask(&d, submitted_id), None, "applied by the admission check already");
-        d.event_id = "kube-1-submitted".into();
-        assert_eq!(follow::ask(&d, submitted_id), None, "and without a principal");
-        d.event_id = "bob:e-reject".into();
-        assert_eq!(follow::ask(&d, submitted_id), Some((Ask::Reject, "kube-1")));
+        assert_eq!(follow::ask(&deny("kube-checks:kube-1-submitted"), submitted_id), None, "applied by the check");
+        assert_eq!(follow::ask(&deny("kube-1-submitted"), submitted_id), None, "and without a principal");
+        assert_eq!(follow::ask(&deny("bob:e-reject"), submitted_id), Some((Ask::Reject, "kube-1")));
     }
 
     #[test]

@@ -326,34 +326,20 @@ pub fn run(cfg: &EnforceConfig, once: bool) -> Result<FollowReport> {
 mod tests {
     use super::*;
     use crate::queue::parse_rows;
-    use bursar_model::Timestamp;
 
     const ROWS: &str = include_str!("../tests/data/squeue-O-22.05.txt");
 
     #[test]
     fn a_submission_is_known_under_the_hooks_principal() {
+        let allow = |event_id: &str| -> bursar_model::Decision {
+            let line = serde_json::json!({"decision_id": "x", "event_id": event_id, "time": "2026-11-02T09:00:00Z",
+                "job_id": "lab-1", "decision": "allow", "policies": [], "reason": "r", "admission": true});
+            serde_json::from_value(line).unwrap()
+        };
         // Regression: with principals serve keeps the hook's ids under its name; such an admission was
         // taken for an approval and cost a lookup of the whole queue per submission.
-        let mut d = bursar_model::Decision {
-            decision_id: "x".into(),
-            event_id: "slurmctld:sub-lab-1".into(),
-            time: Timestamp(0),
-            job_id: Some("lab-1".into()),
-            project: None,
-            decision: bursar_model::DecisionKind::Allow,
-            until: None,
-            policies: vec![],
-            reason: "r".into(),
-            dry_run: false,
-            admission: true,
-            user: None,
-            gpus: None,
-            gpu_hours: None,
-            hints: None,
-        };
-        assert_eq!(follow::ask(&d, submitted_id), None, "applied by job_submit.lua already");
-        d.event_id = "bob:cli-approve-sub-lab-1".into();
-        assert_eq!(follow::ask(&d, submitted_id), Some((Ask::Approve, "lab-1")));
+        assert_eq!(follow::ask(&allow("slurmctld:sub-lab-1"), submitted_id), None, "applied by job_submit.lua");
+        assert_eq!(follow::ask(&allow("bob:cli-approve-sub-lab-1"), submitted_id), Some((Ask::Approve, "lab-1")));
     }
 
     fn rows_of(all: &[Row], pred: impl Fn(&Row) -> bool) -> Vec<Row> {
