@@ -381,35 +381,15 @@ pub async fn run(client: Client, cfg: ChecksConfig) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bursar_model::Timestamp;
     use bursar_model::api::Sequenced;
-    use bursar_model::{Decision, Timestamp};
 
     fn reply(kind: DecisionKind, until: Option<Timestamp>) -> AdmitReply {
-        AdmitReply {
-            admission: Sequenced {
-                seq: 1,
-                decision: Decision {
-                    decision_id: "e/0".into(),
-                    event_id: "e".into(),
-                    time: Timestamp(0),
-                    job_id: Some("kube-1".into()),
-                    project: None,
-                    decision: kind,
-                    until,
-                    policies: vec![],
-                    reason: "needs bob".into(),
-                    dry_run: false,
-                    admission: true,
-                    user: None,
-                    gpus: None,
-                    gpu_hours: None,
-                    hints: None,
-                },
-            },
-            duplicate: false,
-            test_only: false,
-            other_decisions: vec![],
-        }
+        let decision = json!({"decision_id": "e/0", "event_id": "e", "time": "2026-11-02T09:00:00Z", "job_id": "kube-1",
+            "decision": kind.as_str(), "until": until.map(|t| t.to_string()), "policies": [], "reason": "needs bob",
+            "admission": true});
+        let admission = Sequenced { seq: 1, decision: serde_json::from_value(decision).unwrap() };
+        AdmitReply { admission, duplicate: false, test_only: false, other_decisions: vec![] }
     }
 
     #[test]
