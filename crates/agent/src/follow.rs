@@ -7,7 +7,7 @@
 //! refuses it. An admission decision made on the job's own submission event was applied at
 //! admission already (by Slurm's hook, Kueue's admission check or the webhook) and asks nothing;
 //! each executor names that event ([`Executor::submitted_id`]) and [`ask`] recognises it under any
-//! principal ([`crate::ids`]).
+//! sender ([`crate::ids`]).
 //!
 //! After a crash the agent therefore redoes at most the decisions whose record was not yet durable;
 //! the executor looks at the job's current state first (so repeating an action does nothing twice)

@@ -1,19 +1,20 @@
-//! The ids serve keeps: every input a principal posts is kept under the principal's name,
-//! `<principal>:<id>` (`bursar_session::namespaced`, which serve calls on every authenticated
-//! input), so two principals never share an id. A principal's name holds no `:` (the configuration
-//! refuses one); the id after it may. An id read without a principal (`bursar eval`, a replayed
-//! file) is kept as it was posted.
+//! The ids serve keeps: every input a sender posts is kept in the sender's namespace,
+//! `<namespace>:<id>` (`bursar_session::namespaced`, called on every authenticated input; the
+//! namespace is a principal's name, or `~<name>` for a person: `bursar_auth::Caller::id_namespace`),
+//! so two senders never share an id. A namespace holds no `:` (neither a principal's nor a
+//! person's name may); the id after it may. An id read without a sender (`bursar eval`, a replayed
+//! file, serve without authentication) is kept as it was posted.
 //!
 //! An agent that recognises its own events in the decision stream (the submission its admission
 //! agent posted) asks [`posted_as`] rather than parsing the kept id itself.
 
-/// What separates a principal's name from the id it posted.
+/// What separates a sender's namespace from the id it posted (`bursar_auth::ID_SEPARATOR`).
 pub const SEPARATOR: char = ':';
 
-/// Whether `kept`, an id as serve keeps it, is the id `posted` as some principal posted it
-/// (`<principal>:<posted>`), or `posted` itself (read without a principal). Pure.
+/// Whether `kept`, an id as serve keeps it, is the id `posted` as some sender posted it
+/// (`<namespace>:<posted>`), or `posted` itself (read without a sender). Pure.
 pub fn posted_as(kept: &str, posted: &str) -> bool {
-    kept == posted || kept.split_once(SEPARATOR).is_some_and(|(principal, id)| !principal.is_empty() && id == posted)
+    kept == posted || kept.split_once(SEPARATOR).is_some_and(|(namespace, id)| !namespace.is_empty() && id == posted)
 }
 
 #[cfg(test)]
@@ -25,12 +26,13 @@ mod tests {
         assert!(posted_as("sub-lab-1", "sub-lab-1"), "read without a principal");
         assert!(posted_as("slurmctld:sub-lab-1", "sub-lab-1"));
         assert!(posted_as("kube-checks:gpu-a-1-submitted", "gpu-a-1-submitted"));
-        // The principal is everything before the first `:`; the posted id may hold one.
+        assert!(posted_as("~alice:sub-lab-1", "sub-lab-1"), "a person's namespace");
+        // The namespace is everything before the first `:`; the posted id may hold one.
         assert!(posted_as("p:a:b", "a:b"));
         assert!(!posted_as("p:a:b", "b"), "`a:b` posted by `p` is not `b`");
         assert!(posted_as("a:b", "a:b"), "an id with a `:` read without a principal");
         assert!(!posted_as("bob:cli-approve-sub-lab-1", "sub-lab-1"));
         assert!(!posted_as("xsub-lab-1", "sub-lab-1"));
-        assert!(!posted_as(":sub-lab-1", "sub-lab-1"), "no principal has an empty name");
+        assert!(!posted_as(":sub-lab-1", "sub-lab-1"), "no namespace is empty");
     }
 }

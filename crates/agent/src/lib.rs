@@ -12,7 +12,8 @@
 //! - [`follow`]: the enforcer's loop: follow the decision stream from a persisted cursor, find what
 //!   each decision asks of the scheduler ([`follow::ask`]), hand that to the scheduler's executor,
 //!   record each action before the cursor moves past it, and reconnect with a back-off.
-//! - [`ids`]: the `<principal>:<id>` form in which serve keeps every id a principal posts.
+//! - [`ids`]: the `<namespace>:<id>` form in which serve keeps every id a sender posts
+//!   (`<principal>:<id>`, `~<person>:<id>`).
 //!
 //! Boundaries: no scheduler commands or API clients (those stay in the scheduler crates), no policy
 //! semantics (serve decides), no HTTP server.
