@@ -91,9 +91,12 @@ enum KubeCommand {
         common: Common,
         #[command(flatten)]
         mapping: MappingArgs,
-        /// How often deferred Workloads and failed asks are looked at again.
+        /// How long after a failed ask (serve down) or status write a Workload is looked at again.
         #[arg(long, default_value = "10s", value_parser = parse_duration)]
         resync: Duration,
+        /// How many Workloads are judged at once (each waits for serve's answer on its own).
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
+        concurrency: u16,
     },
     /// The admission webhook (AdmissionReview v1 over TLS) for clusters without Kueue.
     ///
@@ -218,17 +221,18 @@ fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
 pub fn run(args: &KubeArgs) -> Result<ExitCode, CliError> {
     let rt = runtime()?;
     match &args.command {
-        KubeCommand::Checks { common, mapping, resync } => {
+        KubeCommand::Checks { common, mapping, resync, concurrency } => {
             crate::values::init_agent_logging(common.log_level);
             let cfg = ChecksConfig {
                 server: common.server()?,
                 mapping: common.mapping(Some(mapping)),
                 resync: std_duration(*resync),
                 watch_timeout: 290,
+                concurrency: *concurrency,
             };
             rt.block_on(async {
                 let client = common.client().await?;
-                bursar_kube::checks::run(client, cfg, Default::default()).await.map_err(fail)
+                bursar_kube::checks::run(client, cfg).await.map_err(fail)
             })?;
             Ok(ExitCode::Ok)
         }
@@ -288,8 +292,7 @@ pub fn run(args: &KubeArgs) -> Result<ExitCode, CliError> {
             };
             rt.block_on(async {
                 let client = common.client().await?;
-                let counters = (0..5).map(|_| Default::default()).collect();
-                bursar_kube::watch::run(client, cfg, counters).await.map_err(fail)
+                bursar_kube::watch::run(client, cfg).await.map_err(fail)
             })?;
             Ok(ExitCode::Ok)
         }
