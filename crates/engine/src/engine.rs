@@ -605,6 +605,8 @@ impl Engine {
     /// - An [`Input::Run`] is deduplicated by id and joins its configuration's run history (as a
     ///   finish seen here would, but idempotently: a fact applied twice changes nothing); it reaches
     ///   no policy, makes no decision and does not move the clock.
+    /// - An [`Input::Inventory`] is deduplicated by id and replaces the capacity rows it names; it
+    ///   reaches no policy, makes no decision and does not move the clock.
     pub fn apply(&mut self, input: &Input, raw: Option<&str>, out: &mut Vec<Decision>) -> Outcome {
         self.ledger_failure = None;
         let outcome = self.apply_input(input, raw, out);
@@ -645,6 +647,13 @@ impl Engine {
                 }
                 self.stats.runs_from_elsewhere += 1;
                 self.state.record_run_fact(r.config, r.gpus, r.status, r.time);
+                Outcome::Applied
+            }
+            Input::Inventory(inv) => {
+                if !self.first_fact(&inv.id, inv.time) {
+                    return Outcome::Duplicate;
+                }
+                self.state.take_inventory(inv);
                 Outcome::Applied
             }
         }
