@@ -180,11 +180,7 @@ fn three(
         oracle.enqueue(k, jobs[k].job.gpus, jobs[k].job.limit, jobs[k].runtime);
     }
     let o = oracle.run_until_started(now);
-    Some(Estimates {
-        limits: mine.latest? - now,
-        history: mine.start? - now,
-        oracle: o.get(&new).copied()? - now,
-    })
+    Some(Estimates { limits: mine.latest? - now, history: mine.start? - now, oracle: o.get(&new).copied()? - now })
 }
 
 #[derive(Default)]
@@ -268,12 +264,8 @@ fn recorded(jobs: &[BenchJob], caps: &HashMap<String, u32>) -> Vec<Outcome> {
             .filter(|(o, b)| *o != k && same(b) && b.recorded_start <= now && now < b.recorded_start + b.runtime)
             .map(|(o, b)| (o, b.recorded_start))
             .collect();
-        let waiting: Vec<usize> = jobs[..k]
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| same(b) && b.recorded_start > now)
-            .map(|(o, _)| o)
-            .collect();
+        let waiting: Vec<usize> =
+            jobs[..k].iter().enumerate().filter(|(_, b)| same(b) && b.recorded_start > now).map(|(o, _)| o).collect();
         let cap = i64::from(caps.get(&j.queue).copied().unwrap_or(j.job.gpus));
         let held: i64 = running.iter().map(|&(o, _)| i64::from(jobs[o].job.gpus)).sum();
         let free = u32::try_from((cap - held).max(0)).unwrap_or(0);

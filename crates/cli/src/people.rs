@@ -237,16 +237,11 @@ pub fn pending(args: &PendingArgs) -> Result<ExitCode, CliError> {
 /// `bursar estimate`.
 pub fn estimate(args: &EstimateArgs) -> Result<ExitCode, CliError> {
     let client = args.server.client()?;
-    let reply = match client.estimate(
-        args.gpus,
-        &args.gpu_type,
-        args.hours,
-        args.region.as_deref(),
-        args.queue.as_deref(),
-    ) {
-        Ok(r) => r,
-        Err(e) => return failure(e, &args.server.connect.server),
-    };
+    let reply =
+        match client.estimate(args.gpus, &args.gpu_type, args.hours, args.region.as_deref(), args.queue.as_deref()) {
+            Ok(r) => r,
+            Err(e) => return failure(e, &args.server.connect.server),
+        };
     let text = match args.format {
         Format::Json => format!("{}\n", serde_json::to_string(&reply).unwrap_or_default()),
         Format::Human => render_estimate(&reply),

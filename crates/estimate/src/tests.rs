@@ -111,7 +111,11 @@ fn a_running_job_ends_as_predicted_then_halfway_to_its_limit_then_now() {
     // (now, started, limit, runtime) → expected end, hours
     let table = [(1, 0, 8, 3, 3 * H), (5, 0, 8, 3, 13 * H / 2), (9, 0, 8, 3, 9 * H), (1, 0, 8, 20, 8 * H)];
     for (now, started, limit, runtime, want) in table {
-        assert_eq!(expected_end(now * H, started * H, limit * H, runtime * H), want, "{now} {started} {limit} {runtime}");
+        assert_eq!(
+            expected_end(now * H, started * H, limit * H, runtime * H),
+            want,
+            "{now} {started} {limit} {runtime}"
+        );
     }
 }
 
@@ -142,7 +146,8 @@ fn the_queue_ahead_is_simulated_with_its_own_predictions() {
     // request for 4 GPUs: it starts when carol's ends, at 1 h expected, 4 h at the latest.
     let mut h = History::new();
     h.record("carol", None, 4 * H, H);
-    let p = Partition { free: 4, running: vec![], waiting: vec![job("c", "carol", None, 4, 4)], backfill: Backfill::Easy };
+    let p =
+        Partition { free: 4, running: vec![], waiting: vec![job("c", "carol", None, 4, 4)], backfill: Backfill::Easy };
     let e = estimate(0, &p, &h, Some(&job("req", "dave", None, 4, 2)));
     assert_eq!(e[0], Estimate { start: Some(0), earliest: Some(0), latest: Some(0) });
     assert_eq!(e[1], Estimate { start: Some(H), earliest: Some(H), latest: Some(4 * H) });

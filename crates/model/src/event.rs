@@ -876,7 +876,8 @@ impl<'de> Visitor<'de> for InputVisitor {
             keep(&mut extra, "attempts", attempts.take());
         }
         if ty == crate::input::INVENTORY_TYPE {
-            let take = |extra: &mut Extra, key: &str| extra.iter().position(|(k, _)| k == key).map(|i| extra.remove(i).1);
+            let take =
+                |extra: &mut Extra, key: &str| extra.iter().position(|(k, _)| k == key).map(|i| extra.remove(i).1);
             let rows = take(&mut extra, "capacity").ok_or_else(|| de::Error::missing_field("capacity"))?;
             let capacity = serde_json::from_str::<Vec<crate::input::CapacityRow>>(rows.get())
                 .map_err(|e| de::Error::custom(format!("`capacity`: {e}")))?;
@@ -888,9 +889,12 @@ impl<'de> Visitor<'de> for InputVisitor {
                 )));
             }
             for row in &capacity {
-                for (field, v) in
-                    [("in_service", row.in_service), ("allocated", row.allocated), ("free", row.free), ("drained", row.drained)]
-                {
+                for (field, v) in [
+                    ("in_service", row.in_service),
+                    ("allocated", row.allocated),
+                    ("free", row.free),
+                    ("drained", row.drained),
+                ] {
                     bounded_int(field, v, limits::GPUS)?;
                 }
                 if let Some(b) = &row.backfill

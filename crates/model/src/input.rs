@@ -478,9 +478,18 @@ mod tests {
         assert_eq!((inv.capacity[0].queue.as_str(), inv.capacity[0].drained), ("", 0));
         for (bad, says) in [
             (r#"{"id":"i","time":"2026-11-02T09:00:00Z","type":"pool.inventory"}"#, "capacity"),
-            (r#"{"id":"i","time":"2026-11-02T09:00:00Z","type":"pool.inventory","capacity":[{"region":"r","gpu_type":"A","in_service":-1,"allocated":0,"free":0}]}"#, "`capacity`: invalid value: integer `-1`"),
-            (r#"{"id":"i","time":"2026-11-02T09:00:00Z","type":"pool.inventory","capacity":[{"region":"r","gpu_type":"A","in_service":2000000,"allocated":0,"free":0}]}"#, "in_service"),
-            (r#"{"id":"i","time":"2026-11-02T09:00:00Z","type":"pool.inventory","capacity":[{"region":"r","gpu_type":"A","in_service":1,"allocated":0,"free":0,"backfill":"lifo"}]}"#, "backfill"),
+            (
+                r#"{"id":"i","time":"2026-11-02T09:00:00Z","type":"pool.inventory","capacity":[{"region":"r","gpu_type":"A","in_service":-1,"allocated":0,"free":0}]}"#,
+                "`capacity`: invalid value: integer `-1`",
+            ),
+            (
+                r#"{"id":"i","time":"2026-11-02T09:00:00Z","type":"pool.inventory","capacity":[{"region":"r","gpu_type":"A","in_service":2000000,"allocated":0,"free":0}]}"#,
+                "in_service",
+            ),
+            (
+                r#"{"id":"i","time":"2026-11-02T09:00:00Z","type":"pool.inventory","capacity":[{"region":"r","gpu_type":"A","in_service":1,"allocated":0,"free":0,"backfill":"lifo"}]}"#,
+                "backfill",
+            ),
         ] {
             let err = decode_input(bad).map(|_| ()).unwrap_err().to_string();
             assert!(err.contains(says), "{bad}: {err}");

@@ -213,7 +213,9 @@ impl EstimateQuery {
             .filter(|h| h.is_finite() && *h > 0.0 && *h <= bursar_model::limits::REQUESTED_HOURS)
             .ok_or("`hours` is a number of hours above 0, at most 1000000")?;
         let gpu_type = self.gpu_type.filter(|t| !t.is_empty()).ok_or("`gpu_type` is required (e.g. `H100`)")?;
-        for (field, v) in [("gpu_type", Some(&gpu_type)), ("region", self.region.as_ref()), ("queue", self.queue.as_ref())] {
+        for (field, v) in
+            [("gpu_type", Some(&gpu_type)), ("region", self.region.as_ref()), ("queue", self.queue.as_ref())]
+        {
             if let Some(v) = v {
                 bursar_model::names::check_name(field, v).map_err(|e| e.message)?;
             }

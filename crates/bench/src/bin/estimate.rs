@@ -126,7 +126,10 @@ fn report(name: &str, path: &Path, traces: &[JobTrace], scale: f64, truth: Truth
         jobs.len(),
         caps.len()
     );
-    println!("  {:<40} {:>6} {:>14} {:>12} {:>10}", "jobs: estimate", "jobs", "median |err|", "mean |err|", "within 2×");
+    println!(
+        "  {:<40} {:>6} {:>14} {:>12} {:>10}",
+        "jobs: estimate", "jobs", "median |err|", "mean |err|", "within 2×"
+    );
     let all: Vec<&Outcome> = outcomes.iter().collect();
     let waited: Vec<&Outcome> = outcomes.iter().filter(|o| o.truth > 60_000).collect();
     for (label, set) in [("all", &all), ("waited > 1 min", &waited)] {
