@@ -112,6 +112,9 @@ struct UserHistory {
     by_config: HashMap<String, ConfigHistory>,
 }
 
+/// One rung of the fallback: the runs it reads and the basis it names.
+type Tier<'a> = (Option<&'a Recent>, fn(usize) -> Basis);
+
 /// Finished runs' runtimes against their limits, by user, configuration and limit.
 #[derive(Debug, Clone, Default)]
 pub struct History {
@@ -148,7 +151,7 @@ impl History {
             let low = same.runs.iter().map(|&(rt, _)| rt).min().unwrap_or(mean);
             return Prediction { runtime: mean.min(limit), low: low.min(limit), limit, basis: Basis::SameRequest(n) };
         }
-        let tiers: [(Option<&Recent>, fn(usize) -> Basis); 3] = [
+        let tiers: [Tier<'_>; 3] = [
             (config.map(|c| &c.all), Basis::SameConfig),
             (user.map(|u| &u.all), Basis::SameUser),
             (Some(&self.pool), Basis::Pool),
