@@ -599,6 +599,22 @@ impl Quota {
                 objections.push_str(" (");
                 bursar_model::push_int(&mut objections, i64::from(held));
                 objections.push_str(" held now)");
+                // An array without a throttle holds every task's GPUs; one that may run fewer at
+                // once may fit (issue 55: the denial gave no hint that `%N` would admit it).
+                if let Some(a) = job.array.filter(|a| a.max_running.is_none() && job.gpus > 0) {
+                    let fits = max.saturating_sub(held) / job.gpus;
+                    if fits >= 1 && fits < a.tasks {
+                        objections.push_str("; throttled to at most ");
+                        bursar_model::push_int(&mut objections, i64::from(fits));
+                        objections.push_str(" tasks at once (`%");
+                        bursar_model::push_int(&mut objections, i64::from(fits));
+                        objections.push_str("`, e.g. `--array=0-");
+                        bursar_model::push_int(&mut objections, i64::from(a.tasks.saturating_sub(1)));
+                        objections.push('%');
+                        bursar_model::push_int(&mut objections, i64::from(fits));
+                        objections.push_str("`) it would fit this cap");
+                    }
+                }
             }
         }
         if let Some(q) = &job.queue

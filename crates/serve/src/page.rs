@@ -508,6 +508,16 @@ fn phase_cell(j: &bursar_model::api::JobLine) -> String {
         if let Some(who) = &r.released_by {
             let _ = write!(s, " <span class=\"muted\">(released outside bursar by {})</span>", esc(who));
         }
+        if r.requeued {
+            s.push_str(" <span class=\"muted\">(requeued: waiting to run again, holding no GPUs)</span>");
+        }
+        if let Some(at) = &r.reclaim_failed {
+            let _ = write!(
+                s,
+                " <strong class=\"warn\">(reclaimed at {} but still running: the scheduler did not stop it)</strong>",
+                esc(at)
+            );
+        }
     }
     s
 }

@@ -191,6 +191,13 @@ pub struct RunsView {
     /// The scheduler has until then to confirm it created the job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirm_by: Option<String>,
+    /// bursar reclaimed the job then and the scheduler did not carry it out (`action.failed`): it
+    /// still runs and counts, until it ends or someone stops it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim_failed: Option<String>,
+    /// Requeued, and waiting to run again (holding no GPUs meanwhile).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requeued: bool,
 }
 
 fn is_zero(v: &u32) -> bool {
