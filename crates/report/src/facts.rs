@@ -81,7 +81,9 @@ use crate::policy::PolicyHints;
 /// the lifecycle from the engine's steps, and `facts_prevented`. Version 3: each job's GPU type and
 /// measured throughput (`facts_jobs.gpu_type`, `unit`, `throughput`, `throughput_samples`). Version 4:
 /// the hours of a job without samples are `unmeasured`, no longer productive (issue 45).
-pub const FACTS_VERSION: i64 = 4;
+/// Version 5: a charge per day of its charge period with what its bill line says (attribution, GPU
+/// type, category, correction, unused capacity, billed / effective / list money in micro-units).
+pub const FACTS_VERSION: i64 = 5;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS facts_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -115,6 +117,15 @@ CREATE TABLE IF NOT EXISTS facts_job_day (
     failure    INTEGER NOT NULL,
     held       INTEGER NOT NULL,
     unmeasured INTEGER NOT NULL DEFAULT 0,
+    g_effective    INTEGER NOT NULL DEFAULT 0,
+    g_low_util     INTEGER NOT NULL DEFAULT 0,
+    g_data_wait    INTEGER NOT NULL DEFAULT 0,
+    g_setup        INTEGER NOT NULL DEFAULT 0,
+    g_idle         INTEGER NOT NULL DEFAULT 0,
+    g_held         INTEGER NOT NULL DEFAULT 0,
+    g_interruption INTEGER NOT NULL DEFAULT 0,
+    g_unmeasured   INTEGER NOT NULL DEFAULT 0,
+    g_sm_active    INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (job, day)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS facts_job_day_day ON facts_job_day(day);
@@ -131,15 +142,26 @@ CREATE TABLE IF NOT EXISTS facts_configs (
     PRIMARY KEY (project, config)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS facts_charges (
-    event_seq INTEGER PRIMARY KEY,
-    day       INTEGER NOT NULL,
-    project   TEXT NOT NULL,
-    job       TEXT,
-    gpu_ms    INTEGER NOT NULL,
-    amount    REAL,
-    currency  TEXT,
-    mode      TEXT
-);
+    event_seq   INTEGER NOT NULL,
+    day         INTEGER NOT NULL,
+    project     TEXT,
+    job         TEXT,
+    user        TEXT,
+    tags        TEXT,
+    gpu_type    TEXT,
+    attribution TEXT NOT NULL,
+    category    TEXT,
+    correction  INTEGER NOT NULL DEFAULT 0,
+    unused      INTEGER NOT NULL DEFAULT 0,
+    gpu_ms      INTEGER NOT NULL,
+    billed      INTEGER,
+    effective   INTEGER,
+    list        INTEGER,
+    currency    TEXT,
+    mode        TEXT,
+    PRIMARY KEY (event_seq, day)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS facts_charges_day ON facts_charges(day);
 CREATE TABLE IF NOT EXISTS facts_prevented (
     decision_seq INTEGER PRIMARY KEY,
     decision_id  TEXT NOT NULL,
@@ -164,7 +186,105 @@ fn drop_facts(conn: &Connection, context: &'static str) -> Result<()> {
     Ok(())
 }
 
-/// How a job's GPU-milliseconds split. `productive + idle + failure + held + unmeasured == nominal`.
+/// The gap between nominal and effective GPU-milliseconds in the brief's causes (issue 52); with
+/// `effective` they add up to the nominal hours held: `effective + low_util + data_wait + setup + idle
+/// + held + interruption + unmeasured == nominal`. docs/reports.md has each formula.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gap {
+    /// Weighted by use: each productive stretch × its measured use (SM activity where the sample
+    /// carries it, else GPU utilisation), rounded down to whole GPU-ms.
+    pub effective: i64,
+    /// The rest of the productive stretches: held, productive, below full use.
+    pub low_util: i64,
+    /// Stretches (or their part) the job's own input-wait counter (`input_wait`) attributes to input.
+    pub data_wait: i64,
+    /// Below the idle threshold from a run's start to its first productive stretch.
+    pub setup: i64,
+    /// Below the threshold between productive stretches, or in a run that never became productive.
+    pub idle: i64,
+    /// Below the threshold after a finished job's last productive stretch.
+    pub held: i64,
+    /// Every hour of a run that was requeued or preempted, of a failed job, of a rerun that did not
+    /// succeed: the work was lost or run again.
+    pub interruption: i64,
+    /// No sample: not known.
+    pub unmeasured: i64,
+    /// Of the productive stretches, the GPU-ms whose use was measured as SM activity (not a part: says
+    /// which measure weighted `effective`).
+    #[serde(default)]
+    pub sm_active: i64,
+}
+
+impl Gap {
+    /// Adds `o` field by field.
+    pub fn add(&mut self, o: &Gap) {
+        self.effective += o.effective;
+        self.low_util += o.low_util;
+        self.data_wait += o.data_wait;
+        self.setup += o.setup;
+        self.idle += o.idle;
+        self.held += o.held;
+        self.interruption += o.interruption;
+        self.unmeasured += o.unmeasured;
+        self.sm_active += o.sm_active;
+    }
+
+    /// The sum of the parts (everything but `sm_active`).
+    pub fn total(&self) -> i64 {
+        self.effective
+            + self.low_util
+            + self.data_wait
+            + self.setup
+            + self.idle
+            + self.held
+            + self.interruption
+            + self.unmeasured
+    }
+
+    /// Moves every part into `interruption`.
+    fn interrupt(&mut self) {
+        self.interruption = self.total();
+        *self = Gap { interruption: self.interruption, ..Gap::default() };
+    }
+
+    fn sub(&mut self, o: &Gap) {
+        self.effective -= o.effective;
+        self.low_util -= o.low_util;
+        self.data_wait -= o.data_wait;
+        self.setup -= o.setup;
+        self.idle -= o.idle;
+        self.held -= o.held;
+        self.interruption -= o.interruption;
+        self.unmeasured -= o.unmeasured;
+        self.sm_active -= o.sm_active;
+    }
+}
+
+/// What a sample measured, beside `gpu_util`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Measure {
+    /// GPU utilisation.
+    pub util: f64,
+    /// DCGM SM activity, when sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm: Option<f64>,
+    /// The share of the interval the job waited for input, when sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<f64>,
+}
+
+/// A fraction as parts per million, clamped to [0, 1].
+fn ppm(f: f64) -> i64 {
+    if f.is_finite() { (f.clamp(0.0, 1.0) * 1e6).round() as i64 } else { 0 }
+}
+
+/// `ms × f`, rounded down, in whole GPU-ms.
+fn part(ms: i64, f: f64) -> i64 {
+    (i128::from(ms) * i128::from(ppm(f)) / 1_000_000) as i64
+}
+
+/// How a job's GPU-milliseconds split. `productive + idle + failure + held + unmeasured == nominal`,
+/// and the [`Gap`] adds up to `nominal` too.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Split {
     /// From start to release.
@@ -180,11 +300,15 @@ pub struct Split {
     /// Of a job without any utilisation sample: not known to be productive or idle.
     #[serde(default)]
     pub unmeasured: i64,
+    /// The same hours in the gap's causes.
+    #[serde(default)]
+    pub gap: Gap,
 }
 
 impl Split {
     /// Adds `o` field by field.
     pub fn add(&mut self, o: &Split) {
+        self.gap.add(&o.gap);
         self.nominal += o.nominal;
         self.productive += o.productive;
         self.idle += o.idle;
@@ -204,9 +328,10 @@ impl Split {
         (m > 0).then(|| self.productive as f64 / m as f64)
     }
 
-    /// Whether the parts add up to the whole.
+    /// Whether the parts add up to the whole, in both splits.
     pub fn adds_up(&self) -> bool {
         self.productive + self.idle + self.failure + self.held + self.unmeasured == self.nominal
+            && self.gap.total() == self.nominal
     }
 }
 
@@ -243,6 +368,22 @@ pub struct JobFacts {
     /// Latest sample: time and utilisation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     last: Option<(i64, f64)>,
+    /// The latest sample's other measures (SM activity, input wait).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    last_more: Option<(Option<f64>, Option<f64>)>,
+    /// The current run had a productive stretch (the gap's setup ends there).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    run_productive: bool,
+    /// Below-threshold GPU-ms per day of the current run before its first productive stretch
+    /// (setup once it has one; idle if it never does).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pre: BTreeMap<i64, i64>,
+    /// Below-threshold GPU-ms per day since the current run's last productive stretch.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    gtail: BTreeMap<i64, i64>,
+    /// The gap of the current run per day (all of it is interruption if the run is requeued).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    run_gap: BTreeMap<i64, Gap>,
     /// Start of the current run, when it is not the first (after a requeue or a rerun).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     run_start: Option<i64>,
@@ -324,6 +465,10 @@ impl JobFacts {
         } else {
             self.started = Some(t);
         }
+        self.run_productive = false;
+        self.pre.clear();
+        self.gtail.clear();
+        self.run_gap.clear();
         if let Some(g) = gpus {
             self.gpus = g;
         }
@@ -342,9 +487,21 @@ impl JobFacts {
             None => (from, None),
             Some((lt, lu)) => (lt, Some(lu)),
         };
-        self.accrue(from, t, value, threshold);
+        let more = self.last_more.unwrap_or_default();
+        self.accrue(from, t, value.map(|util| Measure { util, sm: more.0, wait: more.1 }), threshold);
         self.last = None;
+        self.last_more = None;
         self.paused = true;
+        // The run is lost or run again: every hour of it is interruption.
+        for (day, g) in std::mem::take(&mut self.run_gap) {
+            if let Some(d) = self.days.get_mut(&day) {
+                d.gap.sub(&g);
+                d.gap.interruption += g.total();
+            }
+        }
+        self.pre.clear();
+        self.gtail.clear();
+        self.run_productive = false;
         true
     }
 
@@ -378,19 +535,29 @@ impl JobFacts {
     /// A utilisation sample at `t`. Ignored unless the job has started and is not yet released: only
     /// the engine's steps start a job.
     pub fn sample(&mut self, t: i64, util: f64, threshold: f64) -> bool {
+        self.sample_with(t, Measure { util, sm: None, wait: None }, threshold)
+    }
+
+    /// A sample at `t` with its SM activity and input wait, when it carries them.
+    pub fn sample_with(&mut self, t: i64, m: Measure, threshold: f64) -> bool {
+        let util = m.util;
         let Some(started) = self.run_from() else { return false };
         if self.released.is_some() || self.paused {
             return false;
         }
         let (from, value) = match self.last {
-            None => (started, util),
-            Some((lt, lu)) => (lt, lu),
+            None => (started, m),
+            Some((lt, lu)) => {
+                let more = self.last_more.unwrap_or_default();
+                (lt, Measure { util: lu, sm: more.0, wait: more.1 })
+            }
         };
         if t < from {
             return false; // out of order: the stretch it would describe is already counted
         }
         self.accrue(from, t, Some(value), threshold);
         self.last = Some((t, util));
+        self.last_more = Some((m.sm, m.wait));
         true
     }
 
@@ -415,36 +582,59 @@ impl JobFacts {
             return true;
         };
         let t = t.max(started);
+        let more = self.last_more.unwrap_or_default();
         let (from, value) = match self.last {
             None => (started, None),
-            Some((lt, lu)) => (lt, Some(lu)),
+            Some((lt, lu)) => (lt, Some(Measure { util: lu, sm: more.0, wait: more.1 })),
         };
         self.accrue(from, t, value, threshold);
         self.released = Some(t);
         self.last = None;
+        self.last_more = None;
         if status == "failed" || (self.rerun && status != "succeeded") {
             for d in self.days.values_mut() {
+                d.gap.interrupt();
                 d.failure += d.productive + d.idle + d.held + d.unmeasured;
                 d.productive = 0;
                 d.idle = 0;
                 d.held = 0;
                 d.unmeasured = 0;
             }
-        } else if self.had_productive {
-            for (day, ms) in std::mem::take(&mut self.tail) {
-                if let Some(d) = self.days.get_mut(&day) {
-                    d.idle -= ms;
-                    d.held += ms;
+        } else {
+            if self.had_productive {
+                for (day, ms) in std::mem::take(&mut self.tail) {
+                    if let Some(d) = self.days.get_mut(&day) {
+                        d.idle -= ms;
+                        d.held += ms;
+                    }
+                }
+            }
+            if self.run_productive {
+                for (day, ms) in std::mem::take(&mut self.gtail) {
+                    if let Some(d) = self.days.get_mut(&day) {
+                        d.gap.idle -= ms;
+                        d.gap.held += ms;
+                    }
                 }
             }
         }
         self.tail.clear();
+        self.gtail.clear();
+        self.pre.clear();
+        self.run_gap.clear();
         self.days_dirty = true;
         true
     }
 
-    /// Counts `[a, b)` at utilisation `util` (None: no sample, productive), split by hour and day.
-    fn accrue(&mut self, a: i64, b: i64, util: Option<f64>, threshold: f64) {
+    /// Adds to the gap of `day`, and of the current run.
+    fn gap_add(&mut self, day: i64, f: impl Fn(&mut Gap)) {
+        f(&mut self.days.entry(day).or_default().gap);
+        f(self.run_gap.entry(day).or_default());
+    }
+
+    /// Counts `[a, b)` at measure `m` (None: no sample, not measured), split by hour and day.
+    fn accrue(&mut self, a: i64, b: i64, m: Option<Measure>, threshold: f64) {
+        let util = m.map(|m| m.util);
         let g = i64::from(self.gpus);
         let mut t = a;
         while t < b {
@@ -469,12 +659,61 @@ impl JobFacts {
                     *self.tail.entry(day).or_insert(0) += ms;
                 }
             }
+            match m {
+                None => self.gap_add(day, |g| g.unmeasured += ms),
+                Some(m) if m.util >= threshold => {
+                    let eff = part(ms, m.sm.unwrap_or(m.util));
+                    let data = part(ms, m.wait.unwrap_or(0.0)).min(ms - eff);
+                    let sm = if m.sm.is_some() { ms } else { 0 };
+                    self.gap_add(day, |g| {
+                        g.effective += eff;
+                        g.data_wait += data;
+                        g.low_util += ms - eff - data;
+                        g.sm_active += sm;
+                    });
+                    if !self.run_productive {
+                        self.run_productive = true;
+                        for (pd, v) in std::mem::take(&mut self.pre) {
+                            self.gap_add(pd, |g| {
+                                g.idle -= v;
+                                g.setup += v;
+                            });
+                        }
+                    }
+                    self.gtail.clear();
+                }
+                Some(m) => {
+                    let data = part(ms, m.wait.unwrap_or(0.0));
+                    let rest = ms - data;
+                    self.gap_add(day, |g| {
+                        g.data_wait += data;
+                        g.idle += rest;
+                    });
+                    let to = if self.run_productive { &mut self.gtail } else { &mut self.pre };
+                    *to.entry(day).or_insert(0) += rest;
+                }
+            }
             t = end;
         }
         if b > a {
             self.days_dirty = true;
         }
     }
+}
+
+/// Reads a [`Gap`] from nine columns starting at `i` (`g_effective` … `g_sm_active`).
+pub fn gap_at(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Gap> {
+    Ok(Gap {
+        effective: r.get(i)?,
+        low_util: r.get(i + 1)?,
+        data_wait: r.get(i + 2)?,
+        setup: r.get(i + 3)?,
+        idle: r.get(i + 4)?,
+        held: r.get(i + 5)?,
+        interruption: r.get(i + 6)?,
+        unmeasured: r.get(i + 7)?,
+        sm_active: r.get(i + 8)?,
+    })
 }
 
 /// What one [`FactsStore::catch_up`] did.
@@ -683,7 +922,8 @@ fn catch_up_batch(tx: &Transaction<'_>, log: &AuditLog, threshold: f64, total: &
                 if let EventKind::JobSample(sample) = &e.kind {
                     let work = sample.work();
                     batch.with(&sample.job_id, total, |j| {
-                        let util = j.sample(ev.time, sample.gpu_util, threshold);
+                        let m = Measure { util: sample.gpu_util, sm: sample.sm_active, wait: sample.input_wait };
+                        let util = j.sample_with(ev.time, m, threshold);
                         let work = work.is_some_and(|w| j.work(ev.time, &w));
                         util || work
                     })?;
@@ -692,28 +932,7 @@ fn catch_up_batch(tx: &Transaction<'_>, log: &AuditLog, threshold: f64, total: &
             "billing.charge" => {
                 let Ok(e) = decode_event(&ev.raw) else { continue };
                 if let EventKind::BillingCharge(c) = &e.kind {
-                    let gpu_ms = (c.gpu_hours * HOUR_MS as f64).round() as i64;
-                    tx.prepare_cached(
-                        "INSERT OR IGNORE INTO facts_charges(event_seq, day, project, job, gpu_ms, amount, currency, mode)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                    )
-                    .and_then(|mut st| {
-                        st.execute(params![
-                            ev.seq,
-                            ev.time.div_euclid(DAY_MS),
-                            c.project,
-                            c.job_id,
-                            gpu_ms,
-                            c.amount,
-                            c.currency,
-                            c.mode.map(|m| match m {
-                                bursar_model::BillingMode::OnDemand => "on_demand",
-                                bursar_model::BillingMode::Reserved => "reserved",
-                                bursar_model::BillingMode::PerTask => "per_task",
-                            })
-                        ])
-                    })
-                    .map_err(ReportError::sqlite("store a billing charge"))?;
+                    store_charge(tx, ev.seq, ev.time, c)?;
                 }
             }
             _ => {}
@@ -729,6 +948,102 @@ fn catch_up_batch(tx: &Transaction<'_>, log: &AuditLog, threshold: f64, total: &
     total.decisions += ndec;
     total.event_cursor = emax;
     Ok(nev + ndec)
+}
+
+/// Money in micro-units (10⁻⁶ of the currency): the report's integer unit for money, as GPU-ms is for
+/// card-hours. Rounded once, here; exact for amounts below 9×10⁹.
+pub fn micros(amount: f64) -> i64 {
+    (amount * 1e6).round() as i64
+}
+
+/// Splits `total` over the days of `[start, end)` in proportion to the milliseconds of each, in whole
+/// units: each day gets the floor of its share, and what the floors leave goes one unit at a time to
+/// the days with the largest remainders (the earlier on a tie). The parts add up to `total` exactly.
+pub fn split_by_day(total: i64, start: i64, end: i64) -> Vec<(i64, i64)> {
+    let len = i128::from(end - start);
+    if len <= 0 {
+        return vec![(start.div_euclid(DAY_MS), total)];
+    }
+    let mut parts: Vec<(i64, i64, i128)> = Vec::new();
+    let mut t = start;
+    let sign = total.signum();
+    let abs = i128::from(total).abs();
+    while t < end {
+        let day = t.div_euclid(DAY_MS);
+        let next = ((day + 1) * DAY_MS).min(end);
+        let num = abs * i128::from(next - t);
+        parts.push((day, (num / len) as i64, num % len));
+        t = next;
+    }
+    let given: i64 = parts.iter().map(|p| p.1).sum();
+    let mut left = (abs as i64) - given;
+    let mut order: Vec<usize> = (0..parts.len()).collect();
+    order.sort_by(|a, b| parts[*b].2.cmp(&parts[*a].2).then(a.cmp(b)));
+    for i in order {
+        if left <= 0 {
+            break;
+        }
+        parts[i].1 += 1;
+        left -= 1;
+    }
+    parts.into_iter().map(|(d, v, _)| (d, v * sign)).collect()
+}
+
+/// Stores a `billing.charge`: one row per day of its charge period (a charge without a bill line: its
+/// event's day), with card-ms and money split by [`split_by_day`].
+fn store_charge(tx: &Transaction<'_>, seq: i64, time: i64, c: &bursar_model::BillingCharge) -> Result<()> {
+    use bursar_model::Attribution;
+    let gpu_ms = (c.gpu_hours * HOUR_MS as f64).round() as i64;
+    let bill = c.bill.as_deref();
+    let (start, end) = bill.map_or((time, time), |b| (b.period_start.0, b.period_end.0));
+    let attribution = match (c.attribution, &c.job_id) {
+        (Some(a), _) => a.as_str(),
+        (None, Some(_)) => Attribution::Job.as_str(),
+        (None, None) => "named",
+    };
+    let money = |v: Option<f64>| v.map(micros);
+    let (billed, effective) = (money(c.amount), money(bill.and_then(|b| b.effective_cost).or(c.amount)));
+    let list = money(bill.and_then(|b| b.list_cost));
+    let tags = bill.filter(|b| !b.tags.is_empty()).and_then(|b| serde_json::to_string(&b.tags).ok());
+    let user = bill.and_then(|b| b.tags.get("user").cloned());
+    let days = split_by_day(gpu_ms, start, end);
+    let split = |v: Option<i64>| v.map(|v| split_by_day(v, start, end));
+    let (b, e, l) = (split(billed), split(effective), split(list));
+    let mut st = tx
+        .prepare_cached(
+            "INSERT OR IGNORE INTO facts_charges(event_seq, day, project, job, user, tags, gpu_type, attribution,
+               category, correction, unused, gpu_ms, billed, effective, list, currency, mode)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+        )
+        .map_err(ReportError::sqlite("store a billing charge"))?;
+    for (i, (day, ms)) in days.iter().enumerate() {
+        let at = |v: &Option<Vec<(i64, i64)>>| v.as_ref().and_then(|v| v.get(i)).map(|x| x.1);
+        st.execute(params![
+            seq,
+            day,
+            c.project,
+            c.job_id,
+            user,
+            tags,
+            bill.and_then(|b| b.gpu_type.clone()),
+            attribution,
+            bill.map(|b| b.category.as_str()),
+            bill.is_some_and(|b| b.correction),
+            bill.is_some_and(|b| b.unused()),
+            ms,
+            at(&b),
+            at(&e),
+            at(&l),
+            c.currency,
+            c.mode.map(|m| match m {
+                bursar_model::BillingMode::OnDemand => "on_demand",
+                bursar_model::BillingMode::Reserved => "reserved",
+                bursar_model::BillingMode::PerTask => "per_task",
+            })
+        ])
+        .map_err(ReportError::sqlite("store a billing charge"))?;
+    }
+    Ok(())
 }
 
 /// Stores the decisions that name GPU-hours a policy kept from being used (`deny`, `defer`,
@@ -908,7 +1223,8 @@ impl Batch<'_, '_> {
         let mut st = self
             .tx
             .prepare_cached(
-                "SELECT day, nominal, productive, idle, failure, held, unmeasured FROM facts_job_day WHERE job = ?1",
+                "SELECT day, nominal, productive, idle, failure, held, unmeasured, g_effective, g_low_util, g_data_wait,
+                   g_setup, g_idle, g_held, g_interruption, g_unmeasured, g_sm_active FROM facts_job_day WHERE job = ?1",
             )
             .map_err(ReportError::sqlite("read a job's days"))?;
         let rows = st
@@ -922,6 +1238,7 @@ impl Batch<'_, '_> {
                         failure: r.get(4)?,
                         held: r.get(5)?,
                         unmeasured: r.get(6)?,
+                        gap: gap_at(r, 7)?,
                     },
                 ))
             })
@@ -971,8 +1288,9 @@ impl Batch<'_, '_> {
         let mut up_day = self
             .tx
             .prepare_cached(
-                "INSERT OR REPLACE INTO facts_job_day(job, day, nominal, productive, idle, failure, held, unmeasured)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT OR REPLACE INTO facts_job_day(job, day, nominal, productive, idle, failure, held, unmeasured,
+                   g_effective, g_low_util, g_data_wait, g_setup, g_idle, g_held, g_interruption, g_unmeasured, g_sm_active)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
             )
             .map_err(e())?;
         let mut dirty: Vec<String> = self.dirty.drain().collect();
@@ -985,7 +1303,25 @@ impl Batch<'_, '_> {
             if j.days_dirty {
                 for (day, s) in &j.days {
                     up_day
-                        .execute(params![id, day, s.nominal, s.productive, s.idle, s.failure, s.held, s.unmeasured])
+                        .execute(params![
+                            id,
+                            day,
+                            s.nominal,
+                            s.productive,
+                            s.idle,
+                            s.failure,
+                            s.held,
+                            s.unmeasured,
+                            s.gap.effective,
+                            s.gap.low_util,
+                            s.gap.data_wait,
+                            s.gap.setup,
+                            s.gap.idle,
+                            s.gap.held,
+                            s.gap.interruption,
+                            s.gap.unmeasured,
+                            s.gap.sm_active
+                        ])
                         .map_err(e())?;
                 }
                 j.days_dirty = false;

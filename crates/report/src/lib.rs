@@ -51,6 +51,7 @@
 //! # Layout
 //! - [`facts`] — [`FactsStore`]: the facts tables, the accounting rules, incremental catch-up.
 //! - [`report`] — [`Report`] and [`build`]: the grouped queries.
+//! - [`reconcile`] — [`Reconciliation`]: the imported bill beside the hours jobs held.
 //! - [`billing`] — the price file and the billing-mode arithmetic.
 //! - [`cost`] — cost per unit of work from measured throughput.
 //! - [`policy`] — [`PolicyHints`]: idle threshold and monthly budgets from a loaded policy set.
@@ -64,6 +65,7 @@ pub mod error;
 pub mod facts;
 pub mod period;
 pub mod policy;
+pub mod reconcile;
 pub mod render;
 pub mod report;
 
@@ -74,9 +76,10 @@ use bursar_engine::PolicySet;
 pub use billing::{Comparison, Prices, TypeRates};
 pub use cost::CostPerUnit;
 pub use error::{ReportError, Result};
-pub use facts::{CatchUp, FactsStore, JobFacts, Split};
+pub use facts::{CatchUp, FactsStore, Gap, JobFacts, Split};
 pub use period::Span;
 pub use policy::PolicyHints;
+pub use reconcile::Reconciliation;
 pub use report::{GroupBy, Options, Report, build};
 
 /// What a `serve` report request asks for: its query string (`?period=2026-11&by=config&cost_per_unit=true`).

@@ -52,8 +52,29 @@ impl GroupBy {
         }
     }
 
+    /// SQL for the group key of a job row under alias `j`.
+    pub(crate) fn job_sql(&self) -> String {
+        self.sql(None)
+    }
+
+    /// SQL for the group key of a charge under alias `c`, its job's facts under `j` (left-joined):
+    /// a charge naming a job the facts know is the job's; else its own project, user or tags (from its
+    /// bill line); else [`UNATTRIBUTED`] by project, `(none)` otherwise.
+    pub(crate) fn charge_sql(&self) -> String {
+        match self {
+            GroupBy::Project => {
+                format!("CASE WHEN j.job IS NOT NULL THEN j.project ELSE COALESCE(c.project, '{UNATTRIBUTED}') END")
+            }
+            GroupBy::User => "COALESCE(NULLIF(j.user, ''), c.user, '(none)')".into(),
+            GroupBy::Tag(k) => {
+                format!("COALESCE(json_extract(j.tags, '$.\"{k}\"'), json_extract(c.tags, '$.\"{k}\"'), '(none)')")
+            }
+            GroupBy::Config => "COALESCE(j.config, '(none)')".into(),
+        }
+    }
+
     /// SQL for the group key of a row with job columns under alias `j`; `fallback` names a column used
-    /// first (a charge's or decision's own project/user).
+    /// first (a decision's own project/user).
     fn sql(&self, fallback: Option<&str>) -> String {
         match (self, fallback) {
             (GroupBy::Project, Some(f)) => format!("COALESCE({f}.project, j.project, '(none)')"),
@@ -65,6 +86,10 @@ impl GroupBy {
         }
     }
 }
+
+/// The group of charges nobody owns: unattributed bill lines (reserved capacity, untagged lines).
+/// No quota limits it.
+pub const UNATTRIBUTED: &str = "(unattributed)";
 
 /// GPU-hours split the report's way.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -81,6 +106,31 @@ pub struct Hours {
     pub held: f64,
     /// Of jobs without any utilisation sample: not known to be productive or idle.
     pub unmeasured: f64,
+    /// The same hours in the gap's causes ([`crate::Gap`]).
+    pub gap: GapHours,
+}
+
+/// [`crate::Gap`] in GPU-hours.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct GapHours {
+    /// Effective, weighted by measured use.
+    pub effective: f64,
+    /// Productive stretches below full use.
+    pub low_util: f64,
+    /// Waiting for input, by the job's own counters.
+    pub data_wait: f64,
+    /// Start of a run to its first productive stretch.
+    pub setup: f64,
+    /// Idle between productive stretches, or in runs never productive.
+    pub idle: f64,
+    /// After the last productive stretch of a finished job.
+    pub held: f64,
+    /// Requeued, preempted or failed runs, and reruns that did not succeed.
+    pub interruption: f64,
+    /// Without samples.
+    pub unmeasured: f64,
+    /// Of the productive stretches, the hours measured as SM activity (the rest: GPU utilisation).
+    pub measured_by_sm_active: f64,
 }
 
 impl From<Split> for Hours {
@@ -92,6 +142,17 @@ impl From<Split> for Hours {
             failure: hours(s.failure),
             held: hours(s.held),
             unmeasured: hours(s.unmeasured),
+            gap: GapHours {
+                effective: hours(s.gap.effective),
+                low_util: hours(s.gap.low_util),
+                data_wait: hours(s.gap.data_wait),
+                setup: hours(s.gap.setup),
+                idle: hours(s.gap.idle),
+                held: hours(s.gap.held),
+                interruption: hours(s.gap.interruption),
+                unmeasured: hours(s.gap.unmeasured),
+                measured_by_sm_active: hours(s.gap.sm_active),
+            },
         }
     }
 }
@@ -103,6 +164,8 @@ pub struct Charged {
     pub currency: String,
     /// Sum of `amount`.
     pub amount: f64,
+    /// The same in micro-units (10⁻⁶ of the currency), exact.
+    pub amount_micros: i64,
     /// Sum of `gpu_hours` charged.
     pub gpu_hours: f64,
     /// Charges.
@@ -214,7 +277,8 @@ impl Group {
         for c in &o.charged {
             match self.charged.iter_mut().find(|x| x.currency == c.currency) {
                 Some(x) => {
-                    x.amount += c.amount;
+                    x.amount_micros += c.amount_micros;
+                    x.amount = x.amount_micros as f64 / 1e6;
                     x.gpu_hours += c.gpu_hours;
                     x.charges += c.charges;
                 }
@@ -313,6 +377,9 @@ pub struct Report {
     /// Cost per unit of work by configuration and GPU type, with `--cost-per-unit`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost_per_unit: Option<CostPerUnit>,
+    /// The bill beside the hours held, when the period has charges.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reconciliation: Option<crate::reconcile::Reconciliation>,
 }
 
 /// What to report.
@@ -350,7 +417,7 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
 
     // The split.
     let sql = format!(
-        "SELECT {k} AS k, count(DISTINCT d.job), sum(d.nominal), sum(d.productive), sum(d.idle), sum(d.failure), sum(d.held), sum(d.unmeasured)
+        "SELECT {k} AS k, count(DISTINCT d.job), sum(d.nominal), sum(d.productive), sum(d.idle), sum(d.failure), sum(d.held), sum(d.unmeasured), sum(d.g_effective), sum(d.g_low_util), sum(d.g_data_wait), sum(d.g_setup), sum(d.g_idle), sum(d.g_held), sum(d.g_interruption), sum(d.g_unmeasured), sum(d.g_sm_active)
          FROM facts_job_day d JOIN facts_jobs j ON j.job = d.job WHERE d.day >= ?1 AND d.day < ?2 GROUP BY k",
         k = by.sql(None)
     );
@@ -383,11 +450,12 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
         g.unsampled_jobs = unsampled as u64;
     }
 
-    // Money.
+    // Money: billed (micro-units), by currency; a charge is the job's when it names one.
     let sql = format!(
-        "SELECT {k} AS k, COALESCE(c.currency, ''), sum(c.amount), sum(c.gpu_ms), count(*) FROM facts_charges c
-         LEFT JOIN facts_jobs j ON j.job = c.job WHERE c.day >= ?1 AND c.day < ?2 GROUP BY k, 2 ORDER BY k, 2",
-        k = by.sql(Some("c")).replace("c.user", "NULL")
+        "SELECT {k} AS k, COALESCE(c.currency, ''), sum(c.billed), sum(c.gpu_ms), count(DISTINCT c.event_seq)
+         FROM facts_charges c LEFT JOIN facts_jobs j ON j.job = c.job WHERE c.day >= ?1 AND c.day < ?2
+         GROUP BY k, 2 ORDER BY k, 2",
+        k = by.charge_sql()
     );
     let mut st = conn.prepare(&sql).map_err(e("query charges"))?;
     let rows = st
@@ -395,7 +463,7 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
             Ok((
                 r.get::<_, String>(0)?,
                 r.get::<_, String>(1)?,
-                r.get::<_, Option<f64>>(2)?,
+                r.get::<_, Option<i64>>(2)?,
                 r.get::<_, i64>(3)?,
                 r.get::<_, i64>(4)?,
             ))
@@ -406,7 +474,8 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
         let g = groups.entry(k.clone()).or_insert_with(|| Group::new(k));
         g.charged.push(Charged {
             currency,
-            amount: amount.unwrap_or(0.0),
+            amount: amount.unwrap_or(0) as f64 / 1e6,
+            amount_micros: amount.unwrap_or(0),
             gpu_hours: hours(gpu_ms),
             charges: n as u64,
         });
@@ -499,6 +568,7 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
     };
     let cost_per_unit =
         if opts.cost_per_unit { Some(crate::cost::build(conn, tlo, thi, opts.prices.as_ref())?) } else { None };
+    let reconciliation = crate::reconcile::build(conn, by, lo, hi)?;
     let events_covered = conn
         .query_row("SELECT value FROM facts_meta WHERE key = 'event_cursor'", [], |r| r.get::<_, String>(0))
         .ok()
@@ -520,6 +590,7 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
         burndown,
         billing,
         cost_per_unit,
+        reconciliation,
     })
 }
 
@@ -534,7 +605,7 @@ fn daily_series(conn: &Connection, days: &[i64]) -> Result<DailySeries> {
     let mut st = conn
         .prepare(
             "SELECT j.project, d.day, sum(d.nominal), sum(d.productive), sum(d.idle), sum(d.failure), sum(d.held),
-               sum(d.unmeasured)
+               sum(d.unmeasured), sum(d.g_effective), sum(d.g_low_util), sum(d.g_data_wait), sum(d.g_setup), sum(d.g_idle), sum(d.g_held), sum(d.g_interruption), sum(d.g_unmeasured), sum(d.g_sm_active)
              FROM facts_job_day d JOIN facts_jobs j ON j.job = d.job WHERE d.day >= ?1 AND d.day <= ?2
              GROUP BY j.project, d.day",
         )
@@ -650,8 +721,8 @@ fn billing(conn: &Connection, days: &[i64], prices: &Prices) -> Result<Billing> 
     })
 }
 
-/// Reads a `(key, count, nominal, productive, idle, failure, held, unmeasured)` row, the shape of
-/// every split query.
+/// Reads a `(key, count, nominal, productive, idle, failure, held, unmeasured, g_… ×9)` row, the shape
+/// of every split query.
 fn key_count_split(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, i64, Split)> {
     Ok((
         r.get(0)?,
@@ -663,6 +734,7 @@ fn key_count_split(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, i64, Spli
             failure: r.get(5)?,
             held: r.get(6)?,
             unmeasured: r.get(7)?,
+            gap: crate::facts::gap_at(r, 8)?,
         },
     ))
 }

@@ -158,6 +158,146 @@ fn cost_section(o: &mut String, c: &crate::cost::CostPerUnit) {
     o.push_str("<p class=\"note\">Cost per 1k units = rate per GPU-hour &divide; (throughput per GPU &times; 3600) &times; 1000, with the GPU type's rates from the price file. Rank: by on-demand cost at each GPU count; &ldquo;overlaps&rdquo; when the cheapest type's slowest run is not cheaper than the next type's fastest. Scaling: throughput per GPU against the smallest GPU count of the same type. Rules: docs/reports.md.</p>");
 }
 
+/// The gap between nominal and effective by cause: stacked bars per group, and the table.
+fn gap_section(o: &mut String, r: &Report) {
+    let groups: Vec<_> = r.groups.iter().take(25).collect();
+    let labels: Vec<String> = groups.iter().map(|g| g.key.clone()).collect();
+    let h = |ms: i64| crate::period::hours(ms);
+    let parts: [(&str, &str, fn(&crate::facts::Gap) -> i64); 8] = [
+        ("effective (by use)", PRODUCTIVE, |g| g.effective),
+        ("low utilisation", "#9ccc65", |g| g.low_util),
+        ("waiting for data", "#4fc3f7", |g| g.data_wait),
+        ("setup", "#ffb74d", |g| g.setup),
+        ("idle", IDLE, |g| g.idle),
+        ("held after the work", HELD, |g| g.held),
+        ("interruption", FAILURE, |g| g.interruption),
+        ("not measured", UNMEASURED, |g| g.unmeasured),
+    ];
+    let bars: Vec<Series> = parts
+        .iter()
+        .map(|(name, color, f)| Series {
+            name: (*name).into(),
+            color: (*color).into(),
+            values: groups.iter().map(|g| Some(h(f(&g.exact_gpu_ms.gap)))).collect(),
+        })
+        .collect();
+    let _ = write!(o, "<h2>The gap between nominal and effective, by cause</h2>");
+    o.push_str(&svg::stacked_bars(
+        "gap",
+        &format!("Nominal GPU-hours by {}: effective weighted by use, and the gap by cause", r.by),
+        &labels,
+        &bars,
+        "GPU-h",
+    ));
+    let _ = write!(
+        o,
+        "<table><tr><th>{}</th><th>nominal</th><th>effective</th><th>low util</th><th>data wait</th><th>setup</th><th>idle</th><th>held</th><th>interruption</th><th>not measured</th><th>effective %</th></tr>",
+        esc(&r.by)
+    );
+    for (g, cls) in r.groups.iter().map(|g| (g, "")).chain(std::iter::once((&r.total, " class=\"total\""))) {
+        let x = &g.exact_gpu_ms.gap;
+        let measured = g.exact_gpu_ms.nominal - x.unmeasured;
+        let _ = write!(
+            o,
+            "<tr{cls}><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td></tr>",
+            esc(&g.key),
+            h(g.exact_gpu_ms.nominal),
+            h(x.effective),
+            h(x.low_util),
+            h(x.data_wait),
+            h(x.setup),
+            h(x.idle),
+            h(x.held),
+            h(x.interruption),
+            h(x.unmeasured),
+            if measured > 0 { pct(x.effective as f64 / measured as f64) } else { "not measured".into() }
+        );
+    }
+    let sm = r.total.exact_gpu_ms.gap.sm_active;
+    let _ = write!(
+        o,
+        "</table><p class=\"note\">Effective = each productive stretch &times; its measured use ({}). The parts are counted in whole GPU-milliseconds and add up to nominal for every job, day and group. Waiting for data only where the job's own input-wait counter says so; interruption = every hour of requeued, preempted or failed runs and of reruns that did not succeed. docs/reports.md has the formulas.</p>",
+        if sm > 0 {
+            format!("DCGM SM activity for {:.1} GPU-h of them, GPU utilisation for the rest", h(sm))
+        } else {
+            "GPU utilisation: no sample carried SM activity".to_owned()
+        }
+    );
+}
+
+/// The bill against the hours held: grouped bars per GPU type, the table, the attribution.
+fn reconciliation_section(o: &mut String, r: &Report) {
+    let Some(rec) = &r.reconciliation else { return };
+    let h = |ms: i64| crate::period::hours(ms);
+    o.push_str("<h2>The bill against the hours held</h2>");
+    let types: Vec<&crate::reconcile::RecRow> = rec.by_gpu_type.iter().take(10).collect();
+    let cats: Vec<String> = types.iter().map(|t| t.gpu_type.clone()).collect();
+    let series = |name: &str, color: &str, f: &dyn Fn(&crate::reconcile::RecRow) -> i64| Series {
+        name: name.into(),
+        color: color.into(),
+        values: types.iter().map(|t| Some(h(f(t)))).collect(),
+    };
+    o.push_str(&svg::grouped_bars(
+        "reconciliation",
+        "Card-hours by GPU type: billed, of which reserved and unused, held by jobs, effective",
+        &cats,
+        &[
+            series("billed", "#1565c0", &|t| t.billed_gpu_ms),
+            series("reserved, unused", "#ef6c00", &|t| t.unused_gpu_ms),
+            series("held by jobs", "#6d4c41", &|t| t.held_gpu_ms),
+            series("effective (by use)", PRODUCTIVE, &|t| t.effective_gpu_ms),
+        ],
+        "GPU-h",
+    ));
+    let _ = write!(
+        o,
+        "<table><tr><th>{}</th><th>GPU type</th><th>lines</th><th>billed GPU-h</th><th>unused reserved</th><th>held</th><th>effective</th><th>billed not held</th><th>held not billed</th><th>billed cost</th><th>effective cost</th><th>paid /GPU-h</th><th>list /GPU-h</th></tr>",
+        esc(&r.by)
+    );
+    for (x, cls) in rec.rows.iter().map(|x| (x, "")).chain(std::iter::once((&rec.total, " class=\"total\""))) {
+        let m = |f: &dyn Fn(&crate::reconcile::Money) -> String| {
+            if x.money.is_empty() { "-".to_owned() } else { x.money.iter().map(f).collect::<Vec<_>>().join(" + ") }
+        };
+        let cur = |c: &str| if c.is_empty() { String::new() } else { format!(" {c}") };
+        let _ = write!(
+            o,
+            "<tr{cls}><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&x.key),
+            esc(&x.gpu_type),
+            x.lines,
+            h(x.billed_gpu_ms),
+            h(x.unused_gpu_ms),
+            h(x.held_gpu_ms),
+            h(x.effective_gpu_ms),
+            h(x.billed_not_held_gpu_ms),
+            h(x.held_not_billed_gpu_ms),
+            esc(&m(&|c| format!("{}{}", super::money2(c.billed), cur(&c.currency)))),
+            esc(&m(&|c| format!("{}{}", super::money2(c.effective), cur(&c.currency)))),
+            m(&|c| c.paid_per_gpu_hour(x.billed_gpu_ms).map_or("-".into(), |v| format!("{v:.2}"))),
+            m(&|c| c.list_per_gpu_hour().map_or("-".into(), |v| format!("{v:.2}")))
+        );
+    }
+    o.push_str("</table><p>");
+    let _ = write!(
+        o,
+        "Attributed: <b>{}</b> of the billed money is charged to a {} other than (unattributed). ",
+        rec.attributed_share.map_or("-".into(), pct),
+        esc(&r.by)
+    );
+    for a in &rec.attribution {
+        let money = a
+            .billed
+            .iter()
+            .map(|(c, v)| {
+                format!("{}{}", super::money2(*v), if c.is_empty() { String::new() } else { format!(" {c}") })
+            })
+            .collect::<Vec<_>>()
+            .join(" + ");
+        let _ = write!(o, "By {}: {} lines, {:.1} GPU-h, {}. ", esc(&a.how), a.lines, h(a.gpu_ms), esc(&money));
+    }
+    o.push_str("</p><p class=\"note\">Billed: the card-hours of the bill's lines, corrections counted in the period they correct. Unused reserved: the unused part of commitments and capacity reservations. Billed not held = max(0, billed &minus; unused &minus; held) and held not billed = max(0, held &minus; (billed &minus; unused)), per row. Paid per GPU-hour: the effective cost of the GPU lines over their card-hours; list: their list cost over theirs. docs/reports.md has the rules.</p>");
+}
+
 /// Renders the whole report as one HTML page.
 pub fn html(r: &Report) -> String {
     html_page(r, false)
@@ -276,6 +416,11 @@ pub fn html_page(r: &Report, served: bool) -> String {
         );
     }
     o.push_str("</table><p class=\"note\">GPU-hours; nominal = productive + idle + failure + held + not measured (the hours of jobs without utilisation samples; the parts are counted in whole GPU-milliseconds, so they always add up to the total); effective = productive / measured hours. Prevented: GPU-hours that enforced deny, defer and reclaim decisions kept from running (a reclaim only when it ended the job, not the unused reservation of a job that ended on its own); dry-run: what dry-run policies would have stopped. docs/reports.md has the rules (installed as /usr/share/doc/bursar/reports.md).</p>");
+
+    // 1b. The gap by cause.
+    gap_section(&mut o, r);
+    // 1c. The bill against the hours held.
+    reconciliation_section(&mut o, r);
 
     // 2. Utilisation over time.
     let days: Vec<String> = r.daily.iter().map(|d| d.day.get(5..).unwrap_or(&d.day).to_owned()).collect();

@@ -37,6 +37,173 @@ fn money(g: &Group) -> String {
         .join(" + ")
 }
 
+/// Micro-units as an exact decimal (`48947.12`, `-0.000001`): no float noise, no unit inside.
+pub fn decimal(micros: i64) -> String {
+    let neg = micros < 0;
+    let a = micros.unsigned_abs();
+    let (int, frac) = (a / 1_000_000, a % 1_000_000);
+    let mut s = if neg { format!("-{int}") } else { int.to_string() };
+    if frac != 0 {
+        s.push('.');
+        s.push_str(format!("{frac:06}").trim_end_matches('0'));
+    }
+    s
+}
+
+/// Micro-units for a table: two decimals, thousands separated (`48,947.12`).
+pub fn money2(micros: i64) -> String {
+    let cents = (i128::from(micros) + if micros >= 0 { 5_000 } else { -5_000 }) / 10_000;
+    let neg = cents < 0;
+    let a = cents.unsigned_abs();
+    let int = thousands((a / 100) as f64);
+    format!("{}{int}.{:02}", if neg { "-" } else { "" }, a % 100)
+}
+
+fn ms_h(ms: i64) -> String {
+    h(crate::period::hours(ms))
+}
+
+/// The gap of every group and the total, as table rows.
+fn gap_table(out: &mut String, r: &Report) {
+    let _ = writeln!(out, "\nWhere the nominal GPU-hours went, by cause (effective weighted by measured use):");
+    let header = [
+        r.by.as_str(),
+        "nominal",
+        "effective",
+        "low util",
+        "data wait",
+        "setup",
+        "idle",
+        "held",
+        "interruption",
+        "unmeasured",
+        "effective %",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| (*s).to_owned()).collect()];
+    for g in r.groups.iter().chain(std::iter::once(&r.total)) {
+        let x = &g.exact_gpu_ms.gap;
+        let measured = g.exact_gpu_ms.nominal - x.unmeasured;
+        rows.push(vec![
+            g.key.clone(),
+            ms_h(g.exact_gpu_ms.nominal),
+            ms_h(x.effective),
+            ms_h(x.low_util),
+            ms_h(x.data_wait),
+            ms_h(x.setup),
+            ms_h(x.idle),
+            ms_h(x.held),
+            ms_h(x.interruption),
+            ms_h(x.unmeasured),
+            if measured > 0 { pct(x.effective as f64 / measured as f64) } else { "not measured".into() },
+        ]);
+    }
+    aligned(out, &rows, true);
+    let sm = r.total.exact_gpu_ms.gap.sm_active;
+    let _ = writeln!(
+        out,
+        "effective = productive stretches x their use ({}); the parts add up to nominal in whole GPU-milliseconds.",
+        if sm > 0 {
+            format!("DCGM SM activity for {} GPU-h of them, GPU utilisation for the rest", ms_h(sm))
+        } else {
+            "GPU utilisation: no sample carried SM activity".to_owned()
+        }
+    );
+}
+
+/// Rows of cells, left-aligned first column, a rule before the last row when `total`.
+fn aligned(out: &mut String, rows: &[Vec<String>], total: bool) {
+    let n = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> =
+        (0..n).map(|c| rows.iter().map(|r| r.get(c).map_or(0, |v| v.chars().count())).max().unwrap_or(0)).collect();
+    let last = rows.len().saturating_sub(1);
+    for (i, row) in rows.iter().enumerate() {
+        if total && i == last && i > 0 {
+            let _ = writeln!(out, "{}", widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("  "));
+        }
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(c, (v, w))| if c == 0 { format!("{v:<w$}") } else { format!("{v:>w$}") })
+            .collect();
+        let _ = writeln!(out, "{}", cells.join("  ").trim_end());
+    }
+}
+
+/// The reconciliation as tables.
+fn reconciliation_table(out: &mut String, r: &Report) {
+    let Some(rec) = &r.reconciliation else { return };
+    let _ = writeln!(out, "\nThe bill against the hours held (card-hours = GPU-hours):");
+    let header = [
+        r.by.as_str(),
+        "GPU type",
+        "lines",
+        "billed",
+        "unused reserved",
+        "held",
+        "effective",
+        "billed not held",
+        "held not billed",
+        "billed cost",
+        "effective cost",
+        "paid /GPU-h",
+        "list /GPU-h",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| (*s).to_owned()).collect()];
+    let cell = |x: &crate::reconcile::RecRow| -> Vec<String> {
+        let m = |f: &dyn Fn(&crate::reconcile::Money) -> String| {
+            if x.money.is_empty() { "-".to_owned() } else { x.money.iter().map(f).collect::<Vec<_>>().join(" + ") }
+        };
+        let cur = |c: &str| if c.is_empty() { String::new() } else { format!(" {c}") };
+        vec![
+            x.key.clone(),
+            x.gpu_type.clone(),
+            x.lines.to_string(),
+            ms_h(x.billed_gpu_ms),
+            ms_h(x.unused_gpu_ms),
+            ms_h(x.held_gpu_ms),
+            ms_h(x.effective_gpu_ms),
+            ms_h(x.billed_not_held_gpu_ms),
+            ms_h(x.held_not_billed_gpu_ms),
+            m(&|c| format!("{}{}", money2(c.billed), cur(&c.currency))),
+            m(&|c| format!("{}{}", money2(c.effective), cur(&c.currency))),
+            m(&|c| c.paid_per_gpu_hour(x.billed_gpu_ms).map_or("-".into(), |v| format!("{v:.2}"))),
+            m(&|c| c.list_per_gpu_hour().map_or("-".into(), |v| format!("{v:.2}"))),
+        ]
+    };
+    for x in rec.rows.iter().chain(std::iter::once(&rec.total)) {
+        rows.push(cell(x));
+    }
+    aligned(out, &rows, true);
+    if rec.by_gpu_type.len() > 1 {
+        let _ = writeln!(out, "\n  by GPU type:");
+        let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| (*s).to_owned()).collect()];
+        for x in &rec.by_gpu_type {
+            rows.push(cell(x));
+        }
+        aligned(out, &rows, false);
+    }
+    let share = rec.attributed_share.map_or("-".into(), pct);
+    let _ =
+        writeln!(out, "\nAttributed: {share} of the billed money is charged to a {} other than (unattributed):", r.by);
+    for a in &rec.attribution {
+        let money = a
+            .billed
+            .iter()
+            .map(|(c, v)| format!("{}{}", money2(*v), if c.is_empty() { String::new() } else { format!(" {c}") }))
+            .collect::<Vec<_>>()
+            .join(" + ");
+        let _ = writeln!(out, "  by {:<14} {:>8} lines  {:>12} GPU-h  {money}", a.how, a.lines, ms_h(a.gpu_ms));
+    }
+    let _ = writeln!(
+        out,
+        "billed = the lines' card-hours (corrections counted in the period they correct); unused reserved = the unused\n\
+         part of commitments and capacity reservations; billed not held = max(0, billed - unused - held) and held not\n\
+         billed = max(0, held - (billed - unused)), per row; paid /GPU-h = effective cost of the GPU lines / billed\n\
+         card-hours; list /GPU-h = their list cost / their card-hours. docs/reports.md has the rules."
+    );
+}
+
 /// Rounds for display: one decimal.
 fn h(v: f64) -> String {
     format!("{v:.1}")
@@ -132,6 +299,8 @@ pub fn table(r: &Report) -> String {
             );
         }
     }
+    gap_table(&mut out, r);
+    reconciliation_table(&mut out, r);
     if let Some(b) = &r.billing {
         let cur = b.currency.clone().unwrap_or_default();
         let _ = writeln!(out, "\nBilling modes ({cur}, {} month(s)):", b.months);
@@ -331,17 +500,18 @@ pub fn csv(r: &Report) -> String {
         "period,group_by,key,jobs,nominal_gpu_h,productive_gpu_h,idle_gpu_h,failure_gpu_h,held_gpu_h,effective_ratio,\
          nominal_gpu_ms,productive_gpu_ms,idle_gpu_ms,failure_gpu_ms,held_gpu_ms,started_jobs,queue_wait_h,\
          charged,prevented_denied_gpu_h,prevented_deferred_gpu_h,prevented_reclaimed_gpu_h,dry_run_denied_gpu_h,\
-         dry_run_deferred_gpu_h,dry_run_reclaimed_gpu_h,unmeasured_gpu_h,unmeasured_gpu_ms\r\n",
+         dry_run_deferred_gpu_h,dry_run_reclaimed_gpu_h,unmeasured_gpu_h,unmeasured_gpu_ms,currency,\
+         effective_gpu_ms,low_util_gpu_ms,data_wait_gpu_ms,setup_gpu_ms,gap_idle_gpu_ms,gap_held_gpu_ms,interruption_gpu_ms,\
+         gap_unmeasured_gpu_ms\r\n",
     );
     for g in r.groups.iter().chain(std::iter::once(&r.total)) {
         let x = &g.gpu_hours;
         let s = &g.exact_gpu_ms;
-        let charged = g
-            .charged
-            .iter()
-            .map(|c| format!("{} {}", c.amount, c.currency).trim().to_owned())
-            .collect::<Vec<_>>()
-            .join("; ");
+        // One currency per row: a group charged in two currencies has a row per currency (the hours
+        // repeated), so every amount cell is a plain decimal number.
+        let charged = g.charged.first();
+        let more: Vec<&crate::report::Charged> = g.charged.iter().skip(1).collect();
+
         let fields = [
             csv_field(&r.period),
             csv_field(&r.by),
@@ -360,7 +530,7 @@ pub fn csv(r: &Report) -> String {
             s.held.to_string(),
             g.started_jobs.to_string(),
             g.queue_wait_hours.to_string(),
-            csv_field(&charged),
+            charged.map_or(String::new(), |c| decimal(c.amount_micros)),
             g.prevented.denied.to_string(),
             g.prevented.deferred.to_string(),
             g.prevented.reclaimed.to_string(),
@@ -369,9 +539,26 @@ pub fn csv(r: &Report) -> String {
             g.dry_run_would_save.reclaimed.to_string(),
             x.unmeasured.to_string(),
             s.unmeasured.to_string(),
+            csv_field(charged.map_or("", |c| c.currency.as_str())),
+            s.gap.effective.to_string(),
+            s.gap.low_util.to_string(),
+            s.gap.data_wait.to_string(),
+            s.gap.setup.to_string(),
+            s.gap.idle.to_string(),
+            s.gap.held.to_string(),
+            s.gap.interruption.to_string(),
+            s.gap.unmeasured.to_string(),
         ];
         out.push_str(&fields.join(","));
         out.push_str("\r\n");
+        for c in more {
+            let mut f = fields.clone();
+            let n = f.len();
+            f[17] = decimal(c.amount_micros);
+            f[n - 9] = csv_field(&c.currency);
+            out.push_str(&f.join(","));
+            out.push_str("\r\n");
+        }
     }
     out
 }
