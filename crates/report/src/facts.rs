@@ -1524,3 +1524,131 @@ mod tests {
         assert!(config_of(&spec).is_some());
     }
 }
+
+#[cfg(test)]
+mod gap_tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const H: i64 = HOUR_MS;
+
+    fn job(gpus: u32) -> JobFacts {
+        let spec = JobSpec { id: "j".into(), project: "p".into(), gpus, ..JobSpec::default() };
+        JobFacts::submitted(&spec, 0, false)
+    }
+
+    fn m(util: f64, sm: Option<f64>, wait: Option<f64>) -> Measure {
+        Measure { util, sm, wait }
+    }
+
+    #[test]
+    fn the_gap_by_hand() {
+        // 4 GPUs from 0h. [0,1h) 2 % (setup: before the first productive stretch); [1h,3h) 80 % with
+        // SM activity 0.5 and 10 % input wait; [3h,4h) 1 % (idle: work resumes); [4h,5h) 90 %;
+        // [5h,7h) 2 % then the job succeeds (held after the work).
+        let mut j = job(4);
+        j.start(0, None);
+        j.sample_with(0, m(0.02, None, None), 0.05);
+        j.sample_with(H, m(0.8, Some(0.5), Some(0.1)), 0.05);
+        j.sample_with(3 * H, m(0.01, None, None), 0.05);
+        j.sample_with(4 * H, m(0.9, None, None), 0.05);
+        j.sample_with(5 * H, m(0.02, None, None), 0.05);
+        j.release(7 * H, "succeeded", 0.05);
+        let g = j.total().gap;
+        assert_eq!(g.setup, 4 * H);
+        // [1h,3h): 8 GPU-h × 0.5 SM = 4 effective; 8 × 0.1 = 0.8 data wait; 3.2 low use.
+        // [4h,5h): 4 GPU-h × 0.9 = 3.6 effective, 0.4 low use.
+        assert_eq!(g.effective, 4 * H + 36 * H / 10);
+        assert_eq!(g.data_wait, 8 * H / 10);
+        assert_eq!(g.low_util, 32 * H / 10 + 4 * H / 10);
+        assert_eq!((g.idle, g.held, g.interruption, g.unmeasured), (4 * H, 8 * H, 0, 0));
+        assert_eq!(g.sm_active, 8 * H);
+        assert!(j.total().adds_up());
+    }
+
+    #[test]
+    fn a_requeued_run_is_interruption_and_a_run_never_productive_is_idle() {
+        let mut j = job(2);
+        j.start(0, None);
+        j.sample(0, 0.9, 0.05);
+        j.requeue(3 * H, 0.05); // run 1: 6 GPU-h lost
+        j.start(4 * H, None);
+        j.sample(4 * H, 0.01, 0.05);
+        j.release(6 * H, "cancelled", 0.05); // run 2 never productive: idle, not setup
+        let g = j.total().gap;
+        assert_eq!((g.interruption, g.idle, g.setup, g.effective), (6 * H, 4 * H, 0, 0));
+        assert!(j.total().adds_up());
+        let mut f = job(1);
+        f.start(0, None);
+        f.sample(0, 0.9, 0.05);
+        f.release(2 * H, "failed", 0.05);
+        assert_eq!(f.total().gap.interruption, 2 * H);
+    }
+
+    #[test]
+    fn split_by_day_adds_up_and_is_proportional() {
+        // 100 units over 36 hours from noon: 12 h, 24 h → 33.3 and 66.7 → 33 and 67.
+        assert_eq!(split_by_day(100, DAY_MS / 2, 2 * DAY_MS), vec![(0, 33), (1, 67)]);
+        assert_eq!(split_by_day(-100, DAY_MS / 2, 2 * DAY_MS), vec![(0, -33), (1, -67)]);
+        assert_eq!(split_by_day(7, 5, 5), vec![(0, 7)]);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Sample(i64, f64, Option<f64>, Option<f64>),
+        Requeue(i64),
+        Start(i64, Option<u32>),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let frac = prop_oneof![Just(0.0), Just(0.04), Just(0.05), Just(0.5), Just(1.0), 0.0..=1.0f64];
+        prop_oneof![
+            6 => (1..30 * H, frac.clone(), proptest::option::of(frac.clone()), proptest::option::of(frac.clone()))
+                .prop_map(|(d, u, s, w)| Op::Sample(d, u, s, w)),
+            1 => (1..10 * H).prop_map(Op::Requeue),
+            1 => (1..10 * H, proptest::option::of(1u32..16)).prop_map(|(d, g)| Op::Start(d, g)),
+        ]
+    }
+
+    proptest! {
+        /// The parts add up to nominal, in both splits, for every job and every day, whatever the
+        /// stream: samples of any measure, requeues, later runs on other GPU counts, any end.
+        #[test]
+        fn the_parts_add_up_for_every_job_and_day(
+            gpus in 1u32..64,
+            start in 0..3 * DAY_MS,
+            ops in proptest::collection::vec(op(), 0..40),
+            end in 1..5 * DAY_MS,
+            status in prop_oneof![Just("succeeded"), Just("failed"), Just("cancelled"), Just("reclaimed")],
+            rerun in any::<bool>(),
+            threshold in prop_oneof![Just(0.05), 0.0..1.0f64],
+        ) {
+            let spec = JobSpec { id: "j".into(), project: "p".into(), gpus, config: Some("c".into()), ..JobSpec::default() };
+            let mut j = JobFacts::submitted(&spec, 0, rerun);
+            j.start(start, None);
+            let mut t = start;
+            for o in ops {
+                match o {
+                    Op::Sample(d, u, s, w) => { t += d; j.sample_with(t, Measure { util: u, sm: s, wait: w }, threshold); }
+                    Op::Requeue(d) => { t += d; j.requeue(t, threshold); }
+                    Op::Start(d, g) => { t += d; j.start(t, g); }
+                }
+            }
+            j.release(t + end, status, threshold);
+            for (day, s) in &j.days {
+                prop_assert!(s.adds_up(), "day {day}: {s:?}");
+                prop_assert!(s.gap.effective >= 0 && s.gap.low_util >= 0 && s.gap.setup >= 0 && s.gap.idle >= 0 && s.gap.held >= 0, "{s:?}");
+            }
+            prop_assert!(j.total().adds_up());
+            // Every charge's days add up to the charge, any period, either sign.
+        }
+
+        #[test]
+        fn a_charge_split_by_day_adds_up(total in -1_000_000_000_000i64..1_000_000_000_000, a in 0..100 * DAY_MS, len in 0..40 * DAY_MS) {
+            let parts = split_by_day(total, a, a + len);
+            prop_assert_eq!(parts.iter().map(|p| p.1).sum::<i64>(), total);
+            prop_assert!(parts.iter().all(|p| p.1.signum() * total.signum() >= 0));
+        }
+    }
+}
