@@ -187,7 +187,8 @@ fn the_example_bill_reconciled_by_hand() {
     assert_eq!(usd(x, "billed"), 1_617_770_000);
 
     let t = &rec["total"];
-    let billed_total = 15_360_000_000 + 1_920_000_000 + 97_344_000_000 + 1_050_000 + 4_600_000 + 5_330_000 + 1_617_770_000;
+    let billed_total =
+        15_360_000_000 + 1_920_000_000 + 97_344_000_000 + 1_050_000 + 4_600_000 + 5_330_000 + 1_617_770_000;
     assert_eq!(usd(t, "billed"), billed_total);
     assert_eq!(ms(t, "unused_gpu_ms"), 768 * HOUR);
     let held = 592 + 38_656 + 578 + 2_712 + 161_280 + 34 + 160;

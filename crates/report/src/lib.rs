@@ -108,14 +108,20 @@ pub fn serve_report(
     let hints = policies.map(PolicyHints::from_set);
     let mut store = FactsStore::open(db, hints.as_ref())?;
     store.catch_up()?;
+    // The page's own parameters, not the CLI's flags (issue 52: `/report?period=2026-13` answered
+    // with `--period`).
+    let web = |e: ReportError| match e {
+        ReportError::Invalid(m) => ReportError::Invalid(m.replace("`--period ", "`period=").replace("`--by ", "`by=")),
+        other => other,
+    };
     let span = match query.period {
-        Some(p) => Span::parse(p)?,
+        Some(p) => Span::parse(p).map_err(web)?,
         None => {
             let newest = store.audit().newest_event_time()?;
             Span::month_of(newest.unwrap_or(now_ms).div_euclid(period::DAY_MS))
         }
     };
-    let by = GroupBy::parse(query.by.unwrap_or("project"))?;
+    let by = GroupBy::parse(query.by.unwrap_or("project")).map_err(web)?;
     build(&store, &Options { span, by, prices: prices.cloned(), cost_per_unit: query.cost_per_unit })
 }
 

@@ -163,7 +163,8 @@ fn gap_section(o: &mut String, r: &Report) {
     let groups: Vec<_> = r.groups.iter().take(25).collect();
     let labels: Vec<String> = groups.iter().map(|g| g.key.clone()).collect();
     let h = |ms: i64| crate::period::hours(ms);
-    let parts: [(&str, &str, fn(&crate::facts::Gap) -> i64); 8] = [
+    type Part = (&'static str, &'static str, fn(&crate::facts::Gap) -> i64);
+    let parts: [Part; 8] = [
         ("effective (by use)", PRODUCTIVE, |g| g.effective),
         ("low utilisation", "#9ccc65", |g| g.low_util),
         ("waiting for data", "#4fc3f7", |g| g.data_wait),

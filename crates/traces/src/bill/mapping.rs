@@ -197,7 +197,7 @@ impl Mapping {
                 e.message().trim_end()
             ))
         })?;
-        for (focus, _) in &m.columns {
+        for focus in m.columns.keys() {
             if !FOCUS_COLUMNS.iter().any(|c| c.eq_ignore_ascii_case(focus)) {
                 return Err(ImportError::Format(format!(
                     "{path}: mapping file: `[columns] {focus}` is not a FOCUS column bursar reads\n  help: the keys of [columns] are FOCUS names: {}",
