@@ -19,6 +19,18 @@
 //! j1: 09:01-12:10 at 0.85 is 189 min × 8 = 1,512 GPU-min productive, of which 0.85 is effective
 //! (1,285.2) and 226.8 low use; 12:10-14:40 at 0.02 is 1,200 GPU-min held after the work. j5 failed:
 //! all interruption. The rest has no sample: not measured.
+//!
+//! Queueing, per GPU type and hour (docs/reports.md): the bill's lines spread evenly over their
+//! charge periods — H100 (8 GPUs an instance): the unused reservation 768 card-h over the day = 32 an
+//! hour, j4's line 8 an hour in 09-11, j5's 64 an hour in 10-21, nlp's 8 an hour in 11-17. The waits:
+//! j4 09:15-09:16 on 8 GPUs (8 GPU-min, hour 9: billed 40 card-h, held 44 min × 8: free), j5 10:35-10:41
+//! on 64 (384 GPU-min, hour 10: billed 104, held 30 × 8 + 19 × 64 GPU-min: free), j12 11:55-11:56 on 2
+//! (2 GPU-min, hour 11: billed 104, held 64 + 8 GPU-min: free): 394 GPU-min of queueing, all of the
+//! wait. H200: j1 waited 8 GPU-min in hour 9 (billed 8 card-h, held 59 × 8 GPU-min: 8 free), j15
+//! 12:05-12:30 on 16 = 400 GPU-min in hour 12 (billed 8 + 2,704 / 169 = 24, held 480 + 480 GPU-min: 480
+//! free): 408. T4: j6 1 GPU-min in hour 10 (the untagged instance billed 1 an hour, j6 held 14 min): 1.
+//! L4: j8 waited 20 GPU-min in hour 14, before its line's hour: 0. The queue wait is 40 min, all for
+//! capacity (no policy holds or defers anything).
 
 #![expect(clippy::unwrap_used, clippy::panic, reason = "test helpers: a failure stops the test with its message")]
 
@@ -214,6 +226,24 @@ fn the_example_bill_reconciled_by_hand() {
         .map(|f| ms(g, f))
         .sum();
     assert_eq!(parts, ms(&r["total"]["exact_gpu_ms"], "nominal"));
+
+    // Queueing, by hand above; the bill adds up: billed + held over bill = held + queueing + spare.
+    let q = |ty: &str| {
+        rec["queueing"].as_array().unwrap().iter().find(|x| x["gpu_type"] == ty).unwrap_or_else(|| panic!("{ty}"))
+    };
+    assert_eq!((ms(q("H100"), "waiting_gpu_ms"), ms(q("H100"), "queueing_gpu_ms")), (394 * MIN, 394 * MIN));
+    assert_eq!((ms(q("H200"), "waiting_gpu_ms"), ms(q("H200"), "queueing_gpu_ms")), (408 * MIN, 408 * MIN));
+    assert_eq!(ms(q("T4"), "queueing_gpu_ms"), MIN);
+    assert_eq!((ms(q("L4"), "waiting_gpu_ms"), ms(q("L4"), "queueing_gpu_ms")), (20 * MIN, 0));
+    let qt = &rec["queueing_total"];
+    assert_eq!(ms(qt, "queueing_gpu_ms"), 803 * MIN);
+    assert_eq!(
+        ms(qt, "billed_gpu_ms") + ms(qt, "over_gpu_ms"),
+        ms(qt, "held_gpu_ms") + ms(qt, "queueing_gpu_ms") + ms(qt, "spare_gpu_ms")
+    );
+    let w = &r["total"]["queue_wait_by_reason"];
+    assert_eq!((ms(&w["capacity"], "ms"), ms(&w["capacity"], "jobs")), (40 * MIN, 7));
+    assert_eq!(ms(&w["approval"], "ms") + ms(&w["off_peak"], "ms") + ms(&w["readiness"], "ms"), 0);
 
     // By user: a line's own user tag groups it when it names no job (henry's H100 instance).
     let u = report(&d, "user");

@@ -83,7 +83,10 @@ use crate::policy::PolicyHints;
 /// the hours of a job without samples are `unmeasured`, no longer productive (issue 45).
 /// Version 5: a charge per day of its charge period with what its bill line says (attribution, GPU
 /// type, category, correction, unused capacity, billed / effective / list money in micro-units).
-pub const FACTS_VERSION: i64 = 5;
+/// Version 6: the queue wait by why the job waited (`facts_jobs.wait_*_ms`), the usage curve per GPU
+/// type (`facts_usage_hour.gpu_type`), the waiting and billed card-ms per GPU type and hour
+/// (`facts_wait_hour`, `facts_bill_hour`) for queueing.
+pub const FACTS_VERSION: i64 = 6;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS facts_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -105,7 +108,11 @@ CREATE TABLE IF NOT EXISTS facts_jobs (
     gpu_type      TEXT,
     unit          TEXT,
     throughput    REAL,
-    throughput_samples INTEGER NOT NULL DEFAULT 0
+    throughput_samples INTEGER NOT NULL DEFAULT 0,
+    wait_approval_ms  INTEGER NOT NULL DEFAULT 0,
+    wait_off_peak_ms  INTEGER NOT NULL DEFAULT 0,
+    wait_capacity_ms  INTEGER NOT NULL DEFAULT 0,
+    wait_readiness_ms INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS facts_jobs_project ON facts_jobs(project);
 CREATE TABLE IF NOT EXISTS facts_job_day (
@@ -130,10 +137,23 @@ CREATE TABLE IF NOT EXISTS facts_job_day (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS facts_job_day_day ON facts_job_day(day);
 CREATE TABLE IF NOT EXISTS facts_usage_hour (
-    project TEXT NOT NULL,
-    hour    INTEGER NOT NULL,
-    gpu_ms  INTEGER NOT NULL,
-    PRIMARY KEY (project, hour)
+    project  TEXT NOT NULL,
+    gpu_type TEXT NOT NULL,
+    hour     INTEGER NOT NULL,
+    gpu_ms   INTEGER NOT NULL,
+    PRIMARY KEY (project, gpu_type, hour)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS facts_wait_hour (
+    gpu_type TEXT NOT NULL,
+    hour     INTEGER NOT NULL,
+    gpu_ms   INTEGER NOT NULL,
+    PRIMARY KEY (gpu_type, hour)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS facts_bill_hour (
+    gpu_type TEXT NOT NULL,
+    hour     INTEGER NOT NULL,
+    gpu_ms   INTEGER NOT NULL,
+    PRIMARY KEY (gpu_type, hour)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS facts_configs (
     project TEXT NOT NULL,
@@ -260,6 +280,53 @@ impl Gap {
     }
 }
 
+/// Why a job waited between its submission and its first start (issue 52): the engine's step that
+/// began each stretch of the wait says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitReason {
+    /// Held for a person's approval (the `held` step, until the `admitted` one).
+    Approval,
+    /// Deferred by a `defer` decision, e.g. deferrable work sent to off-peak hours (the `deferred`
+    /// step, until the deferral ends).
+    OffPeak,
+    /// Admitted and waiting for the scheduler to place it: for GPUs.
+    Capacity,
+    /// Admitted while its submission declared its image, data or script not ready (`false`): the
+    /// scheduler cannot start it before they are.
+    Readiness,
+}
+
+/// A job's queue wait by [`WaitReason`], in ms of time; the parts add up to the queue wait.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Waits {
+    /// Waiting for approval.
+    pub approval: i64,
+    /// Deferred (off-peak).
+    pub off_peak: i64,
+    /// Waiting for GPUs.
+    pub capacity: i64,
+    /// Waiting for its image, data or script.
+    pub readiness: i64,
+}
+
+impl Waits {
+    /// Adds `ms` to the part of `reason`.
+    pub fn add(&mut self, reason: WaitReason, ms: i64) {
+        match reason {
+            WaitReason::Approval => self.approval += ms,
+            WaitReason::OffPeak => self.off_peak += ms,
+            WaitReason::Capacity => self.capacity += ms,
+            WaitReason::Readiness => self.readiness += ms,
+        }
+    }
+
+    /// The sum of the parts.
+    pub fn total(&self) -> i64 {
+        self.approval + self.off_peak + self.capacity + self.readiness
+    }
+}
+
 /// What a sample measured, beside `gpu_util`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Measure {
@@ -365,6 +432,15 @@ pub struct JobFacts {
     pub status: Option<String>,
     /// Submitted while its configuration's last finished run had failed.
     pub rerun: bool,
+    /// Its submission declared the image, data or script not ready (`false`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    not_ready: bool,
+    /// Before the first start: why it waits now, and since when (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    waiting: Option<(WaitReason, i64)>,
+    /// The queue wait by why the job waited, once started.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub waits: Waits,
     /// Latest sample: time and utilisation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     last: Option<(i64, f64)>,
@@ -404,6 +480,10 @@ pub struct JobFacts {
     /// GPU-ms per hour added since the last flush.
     #[serde(skip)]
     usage: BTreeMap<i64, i64>,
+    /// GPU-ms (requested GPUs × ms waited) per hour of a wait that ended in a start, since the last
+    /// flush: the demand queueing sets against the capacity billed.
+    #[serde(skip)]
+    wait_usage: BTreeMap<i64, i64>,
     /// Days changed since the last flush.
     #[serde(skip)]
     days_dirty: bool,
@@ -431,7 +511,52 @@ impl JobFacts {
             gpu_type: spec.gpu_type.clone(),
             submitted: Some(at),
             rerun,
+            not_ready: [spec.ready.image, spec.ready.data, spec.ready.script].contains(&Some(false)),
             ..JobFacts::default()
+        }
+    }
+
+    /// An admission step at `t` before the first start: the job now waits for `reason` (for an
+    /// `admitted` step, [`WaitReason::Capacity`], or [`WaitReason::Readiness`] when its submission
+    /// declared something not ready). The first stretch of the wait begins at the submission, so the
+    /// stretches add up to the queue wait. Returns whether anything changed.
+    pub fn wait(&mut self, t: i64, step: Step) -> bool {
+        if self.started.is_some() || self.released.is_some() || self.status.is_some() {
+            return false;
+        }
+        let reason = match step {
+            Step::Held => WaitReason::Approval,
+            Step::Deferred => WaitReason::OffPeak,
+            Step::Admitted if self.not_ready => WaitReason::Readiness,
+            Step::Admitted => WaitReason::Capacity,
+            _ => return false,
+        };
+        let from = match self.waiting {
+            Some((r, since)) => {
+                let t = t.max(since);
+                self.waits.add(r, t - since);
+                t
+            }
+            None => self.submitted.map_or(t, |s| s.min(t)),
+        };
+        self.waiting = Some((reason, from));
+        true
+    }
+
+    /// Closes the wait at the first start `t`: its last stretch counts for its reason (a start with
+    /// no admission step on record: capacity), and the whole wait, × the requested GPUs, joins the
+    /// waiting curve.
+    fn end_wait(&mut self, t: i64) {
+        let (reason, since) = self.waiting.take().unwrap_or((WaitReason::Capacity, self.submitted.unwrap_or(t)));
+        let since = since.min(t);
+        self.waits.add(reason, t - since);
+        let Some(from) = self.submitted.filter(|s| *s < t) else { return };
+        let g = i64::from(self.gpus);
+        let mut x = from;
+        while x < t {
+            let end = t.min((x.div_euclid(HOUR_MS) + 1) * HOUR_MS);
+            *self.wait_usage.entry(x.div_euclid(HOUR_MS)).or_insert(0) += (end - x) * g;
+            x = end;
         }
     }
 
@@ -463,6 +588,7 @@ impl JobFacts {
             self.run_start = Some(t);
             self.last = None;
         } else {
+            self.end_wait(t);
             self.started = Some(t);
         }
         self.run_productive = false;
@@ -529,6 +655,7 @@ impl JobFacts {
             return false;
         }
         self.status = Some("denied".to_owned());
+        self.waiting = None;
         true
     }
 
@@ -576,6 +703,7 @@ impl JobFacts {
             return false;
         }
         self.status = Some(status.to_owned());
+        self.waiting = None;
         let Some(started) = self.run_from().filter(|_| !self.paused) else {
             self.released = Some(t);
             self.paused = false;
@@ -906,8 +1034,14 @@ fn catch_up_batch(tx: &Transaction<'_>, log: &AuditLog, threshold: f64, total: &
         return Ok(0);
     }
 
-    let mut batch =
-        Batch { tx, jobs: HashMap::new(), dirty: HashSet::new(), configs: HashMap::new(), usage: HashMap::new() };
+    let mut batch = Batch {
+        tx,
+        jobs: HashMap::new(),
+        dirty: HashSet::new(),
+        configs: HashMap::new(),
+        usage: HashMap::new(),
+        waiting: HashMap::new(),
+    };
     let mut steps = steps.iter().peekable();
     for ev in &events {
         // The engine's steps for this input, in the order it took them (timers that fell due first).
@@ -960,17 +1094,22 @@ pub fn micros(amount: f64) -> i64 {
 /// units: each day gets the floor of its share, and what the floors leave goes one unit at a time to
 /// the days with the largest remainders (the earlier on a tie). The parts add up to `total` exactly.
 pub fn split_by_day(total: i64, start: i64, end: i64) -> Vec<(i64, i64)> {
+    split_by(total, start, end, DAY_MS)
+}
+
+/// [`split_by_day`] over slots of `unit` ms (days, hours), numbered `t.div_euclid(unit)`.
+pub fn split_by(total: i64, start: i64, end: i64, unit: i64) -> Vec<(i64, i64)> {
     let len = i128::from(end - start);
     if len <= 0 {
-        return vec![(start.div_euclid(DAY_MS), total)];
+        return vec![(start.div_euclid(unit), total)];
     }
     let mut parts: Vec<(i64, i64, i128)> = Vec::new();
     let mut t = start;
     let sign = total.signum();
     let abs = i128::from(total).abs();
     while t < end {
-        let day = t.div_euclid(DAY_MS);
-        let next = ((day + 1) * DAY_MS).min(end);
+        let day = t.div_euclid(unit);
+        let next = ((day + 1) * unit).min(end);
         let num = abs * i128::from(next - t);
         parts.push((day, (num / len) as i64, num % len));
         t = next;
@@ -1043,6 +1182,20 @@ fn store_charge(tx: &Transaction<'_>, seq: i64, time: i64, c: &bursar_model::Bil
         ])
         .map_err(ReportError::sqlite("store a billing charge"))?;
     }
+    // The capacity billed per GPU type and hour, for queueing: the card-ms spread evenly over the
+    // charge period (a bill line says no more), by the largest remainder like the days.
+    if gpu_ms != 0 {
+        let mut up = tx
+            .prepare_cached(
+                "INSERT INTO facts_bill_hour(gpu_type, hour, gpu_ms) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(gpu_type, hour) DO UPDATE SET gpu_ms = gpu_ms + excluded.gpu_ms",
+            )
+            .map_err(ReportError::sqlite("store a billing charge"))?;
+        let gpu_type = bill.and_then(|b| b.gpu_type.clone()).unwrap_or_default();
+        for (hour, ms) in split_by(gpu_ms, start, end, HOUR_MS) {
+            up.execute(params![gpu_type, hour, ms]).map_err(ReportError::sqlite("store a billing charge"))?;
+        }
+    }
     Ok(())
 }
 
@@ -1070,7 +1223,10 @@ struct Batch<'a, 'c> {
     jobs: HashMap<String, Option<JobFacts>>,
     dirty: HashSet<String>,
     configs: HashMap<(String, String), bool>,
-    usage: HashMap<(String, i64), i64>,
+    /// (project, GPU type or `""`, hour) → GPU-ms held.
+    usage: HashMap<(String, String, i64), i64>,
+    /// (GPU type or `""`, hour) → GPU-ms waited.
+    waiting: HashMap<(String, i64), i64>,
 }
 
 impl Batch<'_, '_> {
@@ -1120,6 +1276,8 @@ impl Batch<'_, '_> {
                     let mut facts = JobFacts::submitted(spec, ev.time, rerun);
                     if st.step == Step::Denied {
                         facts.deny();
+                    } else {
+                        facts.wait(t, st.step);
                     }
                     self.jobs.insert(st.job.clone(), Some(facts));
                     self.dirty.insert(st.job.clone());
@@ -1134,6 +1292,10 @@ impl Batch<'_, '_> {
                     self.admitted_by_run(st, ev, total)?;
                 } else if self.job(&st.job)?.is_none() {
                     total.unattributed += 1;
+                } else {
+                    // An approval, the end of a deferral: the wait goes on for another reason.
+                    let step = st.step;
+                    self.with(&st.job, total, |j| j.wait(t, step))?;
                 }
             }
             Step::Started => {
@@ -1274,15 +1436,19 @@ impl Batch<'_, '_> {
             .tx
             .prepare_cached(
                 "INSERT INTO facts_jobs(job, project, user, tags, config, gpus, submitted, started, released, status, rerun,
-                   queue_wait_ms, unsampled, state, gpu_type, unit, throughput, throughput_samples)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
+                   queue_wait_ms, unsampled, state, gpu_type, unit, throughput, throughput_samples,
+                   wait_approval_ms, wait_off_peak_ms, wait_capacity_ms, wait_readiness_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,
+                   ?21, ?22)
                  ON CONFLICT(job) DO UPDATE SET project = excluded.project, user = excluded.user,
                    tags = excluded.tags, config = excluded.config, gpus = excluded.gpus,
                    submitted = excluded.submitted, started = excluded.started, released = excluded.released,
                    status = excluded.status, rerun = excluded.rerun, queue_wait_ms = excluded.queue_wait_ms,
                    unsampled = excluded.unsampled, state = excluded.state, gpu_type = excluded.gpu_type,
                    unit = excluded.unit, throughput = excluded.throughput,
-                   throughput_samples = excluded.throughput_samples",
+                   throughput_samples = excluded.throughput_samples, wait_approval_ms = excluded.wait_approval_ms,
+                   wait_off_peak_ms = excluded.wait_off_peak_ms, wait_capacity_ms = excluded.wait_capacity_ms,
+                   wait_readiness_ms = excluded.wait_readiness_ms",
             )
             .map_err(e())?;
         let mut up_day = self
@@ -1297,8 +1463,12 @@ impl Batch<'_, '_> {
         dirty.sort();
         for id in dirty {
             let Some(Some(j)) = self.jobs.get_mut(&id) else { continue };
+            let gpu_type = j.gpu_type.clone().unwrap_or_default();
             for (hour, ms) in std::mem::take(&mut j.usage) {
-                *self.usage.entry((j.project.clone(), hour)).or_insert(0) += ms;
+                *self.usage.entry((j.project.clone(), gpu_type.clone(), hour)).or_insert(0) += ms;
+            }
+            for (hour, ms) in std::mem::take(&mut j.wait_usage) {
+                *self.waiting.entry((gpu_type.clone(), hour)).or_insert(0) += ms;
             }
             if j.days_dirty {
                 for (day, s) in &j.days {
@@ -1351,19 +1521,33 @@ impl Batch<'_, '_> {
                     j.gpu_type,
                     j.run.rate().map(|_| j.run.unit()),
                     j.run.rate(),
-                    j.run.samples()
+                    j.run.samples(),
+                    j.waits.approval,
+                    j.waits.off_peak,
+                    j.waits.capacity,
+                    j.waits.readiness
                 ])
                 .map_err(e())?;
         }
         let mut up_usage = self
             .tx
             .prepare_cached(
-                "INSERT INTO facts_usage_hour(project, hour, gpu_ms) VALUES (?1, ?2, ?3)
-                 ON CONFLICT(project, hour) DO UPDATE SET gpu_ms = gpu_ms + excluded.gpu_ms",
+                "INSERT INTO facts_usage_hour(project, gpu_type, hour, gpu_ms) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT(project, gpu_type, hour) DO UPDATE SET gpu_ms = gpu_ms + excluded.gpu_ms",
             )
             .map_err(e())?;
-        for ((project, hour), ms) in &self.usage {
-            up_usage.execute(params![project, hour, ms]).map_err(e())?;
+        for ((project, gpu_type, hour), ms) in &self.usage {
+            up_usage.execute(params![project, gpu_type, hour, ms]).map_err(e())?;
+        }
+        let mut up_wait = self
+            .tx
+            .prepare_cached(
+                "INSERT INTO facts_wait_hour(gpu_type, hour, gpu_ms) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(gpu_type, hour) DO UPDATE SET gpu_ms = gpu_ms + excluded.gpu_ms",
+            )
+            .map_err(e())?;
+        for ((gpu_type, hour), ms) in &self.waiting {
+            up_wait.execute(params![gpu_type, hour, ms]).map_err(e())?;
         }
         let mut up_cfg = self
             .tx
@@ -1587,6 +1771,53 @@ mod gap_tests {
     }
 
     #[test]
+    fn the_queue_wait_by_reason_by_hand() {
+        // Submitted at 0 on 4 GPUs, held for approval until 2h, admitted (capacity) until the start at
+        // 3h30: 2 h approval, 1.5 h capacity; 3.5 h × 4 GPUs waiting, by hour: 4,4,4,2 GPU-h.
+        let mut j = job(4);
+        assert!(j.wait(0, Step::Held));
+        assert!(j.wait(2 * H, Step::Admitted));
+        j.start(3 * H + H / 2, None);
+        assert_eq!(j.waits, Waits { approval: 2 * H, capacity: 3 * H / 2, ..Waits::default() });
+        assert_eq!(Some(j.waits.total()), j.queue_wait());
+        assert_eq!(j.wait_usage.values().copied().collect::<Vec<_>>(), vec![4 * H, 4 * H, 4 * H, 2 * H]);
+        assert!(!j.wait(4 * H, Step::Admitted), "a running job no longer waits");
+        // Deferred to off-peak at submission (1h), admitted at 5h, started at 6h; and one that declared
+        // its data not ready waits for readiness once admitted.
+        let spec = JobSpec { id: "d".into(), project: "p".into(), gpus: 1, ..JobSpec::default() };
+        let mut d = JobFacts::submitted(&spec, H, false);
+        d.wait(H, Step::Deferred);
+        d.wait(5 * H, Step::Admitted);
+        d.start(6 * H, None);
+        assert_eq!(d.waits, Waits { off_peak: 4 * H, capacity: H, ..Waits::default() });
+        let mut spec = spec;
+        spec.ready.data = Some(false);
+        let mut r = JobFacts::submitted(&spec, 0, false);
+        r.wait(0, Step::Admitted);
+        r.start(2 * H, None);
+        assert_eq!(r.waits, Waits { readiness: 2 * H, ..Waits::default() });
+        // A denied job's wait is no queue wait.
+        let mut x = JobFacts::submitted(&spec, 0, false);
+        x.wait(0, Step::Held);
+        x.deny();
+        assert_eq!((x.waits, x.wait_usage.len()), (Waits::default(), 0));
+    }
+
+    #[test]
+    fn queueing_by_hand() {
+        // H100, three hours: billed 8, 8, 8 GPU-h; held 6, 8, 2; waiting 4, 3, 1.
+        // Hour 1: 2 free, 4 waiting: 2 queueing. Hour 2: none free. Hour 3: 6 free, 1 waiting: 1
+        // queueing, 5 spare. And an hour held over its bill: billed 2, held 3 → 1 over.
+        let mut q = crate::reconcile::QueueRow::default();
+        for (b, u, w) in [(8, 6, 4), (8, 8, 3), (8, 2, 1), (2, 3, 5)] {
+            q.hour(b * H, u * H, w * H);
+        }
+        assert_eq!((q.queueing_gpu_ms, q.spare_gpu_ms, q.over_gpu_ms), (3 * H, 5 * H, H));
+        assert_eq!((q.billed_gpu_ms, q.held_gpu_ms, q.waiting_gpu_ms), (26 * H, 19 * H, 13 * H));
+        assert!(q.adds_up());
+    }
+
+    #[test]
     fn split_by_day_adds_up_and_is_proportional() {
         // 100 units over 36 hours from noon: 12 h, 24 h → 33.3 and 66.7 → 33 and 67.
         assert_eq!(split_by_day(100, DAY_MS / 2, 2 * DAY_MS), vec![(0, 33), (1, 67)]);
@@ -1596,6 +1827,7 @@ mod gap_tests {
 
     #[derive(Debug, Clone)]
     enum Op {
+        Wait(i64, u8),
         Sample(i64, f64, Option<f64>, Option<f64>),
         Requeue(i64),
         Start(i64, Option<u32>),
@@ -1607,6 +1839,7 @@ mod gap_tests {
             6 => (1..30 * H, frac.clone(), proptest::option::of(frac.clone()), proptest::option::of(frac.clone()))
                 .prop_map(|(d, u, s, w)| Op::Sample(d, u, s, w)),
             1 => (1..10 * H).prop_map(Op::Requeue),
+            1 => (0..10 * H, 0u8..4).prop_map(|(d, s)| Op::Wait(d, s)),
             1 => (1..10 * H, proptest::option::of(1u32..16)).prop_map(|(d, g)| Op::Start(d, g)),
         ]
     }
@@ -1626,10 +1859,25 @@ mod gap_tests {
         ) {
             let spec = JobSpec { id: "j".into(), project: "p".into(), gpus, config: Some("c".into()), ..JobSpec::default() };
             let mut j = JobFacts::submitted(&spec, 0, rerun);
+            // Before the start: the admission steps (held, deferred, admitted) at any times.
+            let mut w = 0;
+            for o in &ops {
+                if let Op::Wait(d, s) = o {
+                    w = (w + d).min(start);
+                    let step = [Step::Held, Step::Deferred, Step::Admitted, Step::Denied][usize::from(*s)];
+                    if step != Step::Denied {
+                        j.wait(w, step);
+                    }
+                }
+            }
             j.start(start, None);
+            // The wait's parts add up to the queue wait, and its GPU-ms by hour to GPUs × the wait.
+            prop_assert_eq!(Some(j.waits.total()), j.queue_wait());
+            prop_assert_eq!(j.wait_usage.values().sum::<i64>(), i64::from(gpus) * start);
             let mut t = start;
             for o in ops {
                 match o {
+                    Op::Wait(..) => {}
                     Op::Sample(d, u, s, w) => { t += d; j.sample_with(t, Measure { util: u, sm: s, wait: w }, threshold); }
                     Op::Requeue(d) => { t += d; j.requeue(t, threshold); }
                     Op::Start(d, g) => { t += d; j.start(t, g); }
@@ -1642,6 +1890,18 @@ mod gap_tests {
             }
             prop_assert!(j.total().adds_up());
             // Every charge's days add up to the charge, any period, either sign.
+        }
+
+        /// Queueing: the bill's card-hours add up, hour by hour and so for any period, whatever is
+        /// billed (corrections below zero included), held and waiting.
+        #[test]
+        fn the_bill_adds_up_with_queueing(hours in proptest::collection::vec((-50i64..500, 0i64..500, 0i64..500), 0..200)) {
+            let mut q = crate::reconcile::QueueRow::default();
+            for (b, u, w) in &hours {
+                q.hour(b * 60_000, u * 60_000, w * 60_000);
+            }
+            prop_assert!(q.adds_up(), "{q:?}");
+            prop_assert!(q.queueing_gpu_ms <= q.waiting_gpu_ms && q.queueing_gpu_ms >= 0 && q.spare_gpu_ms >= 0);
         }
 
         #[test]

@@ -2,7 +2,9 @@
 //! and GPU type, for the period: billed card-hours and money, card-hours the scheduler allocated
 //! (held), effective card-hours, and what does not meet: capacity billed as reserved and unused,
 //! capacity billed and used but held by no job, hours held with no bill line, and the price paid per
-//! card-hour against the list price. With how much of the bill was attributed, and how.
+//! card-hour against the list price. With how much of the bill was attributed, and how. And
+//! **queueing**: per GPU type, the capacity billed but held by no job while jobs of that type waited
+//! to start ([`QueueRow`]).
 //!
 //! Every amount is an integer — card-hours in GPU-milliseconds, money in micro-units — summed from
 //! the facts (`facts_charges`: a charge per day of its charge period; `facts_job_day`), so the rows
@@ -120,9 +122,104 @@ pub struct AttributionLine {
     pub billed: BTreeMap<String, i64>,
 }
 
+/// Queueing for one GPU type over the period (issue 52): capacity billed while jobs waited for it.
+///
+/// Per clock hour `h`, with `b` the card-ms billed for the type (each bill line spread evenly over its
+/// charge period), `u` the card-ms jobs of the type held (nominal) and `w` the card-ms jobs of the type
+/// waited (requested GPUs × the time from submission to first start):
+///
+/// - `queueing = min(max(0, b − u), w)`: billed, not held, while that much demand waited;
+/// - `spare = max(0, b − u) − queueing`: billed, not held, and nobody waiting for it;
+/// - `over = max(0, u − b)`: held beyond what the bill covers that hour.
+///
+/// Summed over the hours they add up exactly: `billed + over = held + queueing + spare`, and `held`
+/// is the nominal the gap splits, so the bill's card-hours are split all the way down.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct QueueRow {
+    /// GPU type (`(none)` for lines and jobs that name none); `(all)` for the total.
+    pub gpu_type: String,
+    /// Card-ms billed.
+    pub billed_gpu_ms: i64,
+    /// Card-ms held by jobs (nominal).
+    pub held_gpu_ms: i64,
+    /// Card-ms jobs waited to start (requested GPUs × wait).
+    pub waiting_gpu_ms: i64,
+    /// Billed and not held while jobs waited.
+    pub queueing_gpu_ms: i64,
+    /// Billed and not held with nobody waiting.
+    pub spare_gpu_ms: i64,
+    /// Held beyond the hour's bill.
+    pub over_gpu_ms: i64,
+}
+
+impl QueueRow {
+    /// Adds one hour: `b` billed, `u` held, `w` waiting (GPU-ms).
+    pub fn hour(&mut self, b: i64, u: i64, w: i64) {
+        let free = (b - u).max(0);
+        let q = free.min(w.max(0));
+        self.billed_gpu_ms += b;
+        self.held_gpu_ms += u;
+        self.waiting_gpu_ms += w;
+        self.queueing_gpu_ms += q;
+        self.spare_gpu_ms += free - q;
+        self.over_gpu_ms += (u - b).max(0);
+    }
+
+    fn absorb(&mut self, o: &QueueRow) {
+        self.billed_gpu_ms += o.billed_gpu_ms;
+        self.held_gpu_ms += o.held_gpu_ms;
+        self.waiting_gpu_ms += o.waiting_gpu_ms;
+        self.queueing_gpu_ms += o.queueing_gpu_ms;
+        self.spare_gpu_ms += o.spare_gpu_ms;
+        self.over_gpu_ms += o.over_gpu_ms;
+    }
+
+    /// `billed + over == held + queueing + spare`.
+    pub fn adds_up(&self) -> bool {
+        self.billed_gpu_ms + self.over_gpu_ms == self.held_gpu_ms + self.queueing_gpu_ms + self.spare_gpu_ms
+    }
+}
+
+/// Queueing per GPU type for the hours of days `[lo, hi)`, and the pool's total.
+pub fn queueing(conn: &Connection, lo: i64, hi: i64) -> Result<(Vec<QueueRow>, QueueRow)> {
+    let (hlo, hhi) = (lo.saturating_mul(24), hi.saturating_mul(24));
+    // (type, hour) → [billed, held, waiting]
+    let mut hours: BTreeMap<(String, i64), [i64; 3]> = BTreeMap::new();
+    for (i, sql) in [
+        "SELECT gpu_type, hour, sum(gpu_ms) FROM facts_bill_hour WHERE hour >= ?1 AND hour < ?2 GROUP BY 1, 2",
+        "SELECT gpu_type, hour, sum(gpu_ms) FROM facts_usage_hour WHERE hour >= ?1 AND hour < ?2 GROUP BY 1, 2",
+        "SELECT gpu_type, hour, sum(gpu_ms) FROM facts_wait_hour WHERE hour >= ?1 AND hour < ?2 GROUP BY 1, 2",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut st = conn.prepare(sql).map_err(e("query the hourly capacity"))?;
+        let mut q = st.query(params![hlo, hhi]).map_err(e("query the hourly capacity"))?;
+        while let Some(r) = q.next().map_err(e("read the hourly capacity"))? {
+            let read = || -> rusqlite::Result<(String, i64, i64)> { Ok((r.get(0)?, r.get(1)?, r.get(2)?)) };
+            let (t, h, ms) = read().map_err(e("read the hourly capacity"))?;
+            hours.entry((t, h)).or_default()[i] += ms;
+        }
+    }
+    let mut types: BTreeMap<String, QueueRow> = BTreeMap::new();
+    for ((t, _), [b, u, w]) in hours {
+        let name = if t.is_empty() { "(none)".to_owned() } else { t };
+        types.entry(name.clone()).or_insert_with(|| QueueRow { gpu_type: name, ..QueueRow::default() }).hour(b, u, w);
+    }
+    let mut total = QueueRow { gpu_type: "(all)".into(), ..QueueRow::default() };
+    for r in types.values() {
+        total.absorb(r);
+    }
+    Ok((types.into_values().collect(), total))
+}
+
 /// The reconciliation of one report.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Reconciliation {
+    /// Queueing per GPU type: capacity billed while jobs waited ([`QueueRow`]).
+    pub queueing: Vec<QueueRow>,
+    /// The pool's queueing, all types.
+    pub queueing_total: QueueRow,
     /// One row per group and GPU type, largest billed first.
     pub rows: Vec<RecRow>,
     /// The sum of the rows, per GPU type.
@@ -294,5 +391,6 @@ pub fn build(conn: &Connection, by: &GroupBy, lo: i64, hi: i64) -> Result<Option
         .map(|m| m.billed.abs())
         .sum();
     out.attributed_share = (all > 0).then(|| owned as f64 / all as f64);
+    (out.queueing, out.queueing_total) = queueing(conn, lo, hi)?;
     Ok(Some(out))
 }

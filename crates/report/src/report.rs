@@ -224,6 +224,8 @@ pub struct Group {
     pub queue_wait_hours: f64,
     /// Their mean queue wait, hours.
     pub mean_queue_wait_hours: f64,
+    /// The queue wait by why the jobs waited; the parts add up to `queue_wait_hours`.
+    pub queue_wait_by_reason: QueueWaitByReason,
     /// Money charged.
     pub charged: Vec<Charged>,
     /// What enforced policies prevented.
@@ -246,6 +248,7 @@ impl Group {
             started_jobs: 0,
             queue_wait_hours: 0.0,
             mean_queue_wait_hours: 0.0,
+            queue_wait_by_reason: QueueWaitByReason::default(),
             charged: Vec::new(),
             prevented: Prevented::default(),
             dry_run_would_save: Prevented::default(),
@@ -258,6 +261,7 @@ impl Group {
         self.effective_ratio = self.exact_gpu_ms.effective_ratio();
         self.mean_queue_wait_hours =
             if self.started_jobs > 0 { self.queue_wait_hours / self.started_jobs as f64 } else { 0.0 };
+        self.queue_wait_by_reason.finish();
         let h = self.gpu_hours;
         let mut leaks: Vec<Leak> = [("idle", h.idle), ("failure", h.failure), ("held", h.held)]
             .into_iter()
@@ -274,6 +278,7 @@ impl Group {
         self.unsampled_jobs += o.unsampled_jobs;
         self.started_jobs += o.started_jobs;
         self.queue_wait_hours += o.queue_wait_hours;
+        self.queue_wait_by_reason.absorb(&o.queue_wait_by_reason);
         for c in &o.charged {
             match self.charged.iter_mut().find(|x| x.currency == c.currency) {
                 Some(x) => {
@@ -290,6 +295,72 @@ impl Group {
             a.deferred += b.deferred;
             a.reclaimed += b.reclaimed;
         }
+    }
+}
+
+/// The queue wait of one reason: a total and a mean.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct WaitPart {
+    /// Hours of time the jobs waited for this reason.
+    pub hours: f64,
+    /// The same in ms, exact.
+    pub ms: i64,
+    /// Started jobs that waited for this reason at all.
+    pub jobs: u64,
+    /// `hours ÷ jobs`: how long a job that waited for this reason waited for it (0 with no job).
+    pub mean_hours: f64,
+}
+
+impl WaitPart {
+    fn absorb(&mut self, o: &WaitPart) {
+        self.ms += o.ms;
+        self.jobs += o.jobs;
+    }
+
+    fn finish(&mut self) {
+        self.hours = hours(self.ms);
+        self.mean_hours = if self.jobs > 0 { self.hours / self.jobs as f64 } else { 0.0 };
+    }
+}
+
+/// The queue wait (submission to first start) by why the job waited, from the engine's steps:
+/// `held` → approval, `deferred` → off-peak, `admitted` → capacity, or readiness when the submission
+/// declared its image, data or script not ready. The parts add up to the queue wait.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct QueueWaitByReason {
+    /// Held for approval.
+    pub approval: WaitPart,
+    /// Deferred (off-peak).
+    pub off_peak: WaitPart,
+    /// Waiting for GPUs.
+    pub capacity: WaitPart,
+    /// Waiting for image, data or script.
+    pub readiness: WaitPart,
+}
+
+impl QueueWaitByReason {
+    /// The parts with their names, in the order tables show them.
+    pub fn parts(&self) -> [(&'static str, &WaitPart); 4] {
+        [
+            ("approval", &self.approval),
+            ("off-peak", &self.off_peak),
+            ("capacity", &self.capacity),
+            ("readiness", &self.readiness),
+        ]
+    }
+
+    fn absorb(&mut self, o: &QueueWaitByReason) {
+        self.approval.absorb(&o.approval);
+        self.off_peak.absorb(&o.off_peak);
+        self.capacity.absorb(&o.capacity);
+        self.readiness.absorb(&o.readiness);
+    }
+
+    fn finish(&mut self) {
+        self.approval.finish();
+        self.off_peak.finish();
+        self.capacity.finish();
+        self.readiness.finish();
     }
 }
 
@@ -432,22 +503,40 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
 
     // Unsampled jobs and queue waits, by the day the job started.
     let sql = format!(
-        "SELECT {k} AS k, count(*), sum(queue_wait_ms), sum(unsampled > 0) FROM facts_jobs j
-         WHERE started IS NOT NULL AND started >= ?1 AND started < ?2 GROUP BY k",
+        "SELECT {k} AS k, count(*), sum(queue_wait_ms), sum(unsampled > 0),
+           sum(wait_approval_ms), sum(wait_approval_ms > 0), sum(wait_off_peak_ms), sum(wait_off_peak_ms > 0),
+           sum(wait_capacity_ms), sum(wait_capacity_ms > 0), sum(wait_readiness_ms), sum(wait_readiness_ms > 0)
+         FROM facts_jobs j WHERE started IS NOT NULL AND started >= ?1 AND started < ?2 GROUP BY k",
         k = by.sql(None)
     );
     let mut st = conn.prepare(&sql).map_err(e("query queue waits"))?;
     let rows = st
         .query_map(params![tlo, thi], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, Option<i64>>(2)?, r.get::<_, i64>(3)?))
+            let part = |i: usize| -> rusqlite::Result<WaitPart> {
+                Ok(WaitPart { ms: r.get(i)?, jobs: r.get::<_, i64>(i + 1)? as u64, ..WaitPart::default() })
+            };
+            let by_reason = QueueWaitByReason {
+                approval: part(4)?,
+                off_peak: part(6)?,
+                capacity: part(8)?,
+                readiness: part(10)?,
+            };
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, Option<i64>>(2)?,
+                r.get::<_, i64>(3)?,
+                by_reason,
+            ))
         })
         .map_err(e("query queue waits"))?;
     for row in rows {
-        let (k, n, wait, unsampled) = row.map_err(e("read queue waits"))?;
+        let (k, n, wait, unsampled, by_reason) = row.map_err(e("read queue waits"))?;
         let g = groups.entry(k.clone()).or_insert_with(|| Group::new(k));
         g.started_jobs = n as u64;
         g.queue_wait_hours = hours(wait.unwrap_or(0));
         g.unsampled_jobs = unsampled as u64;
+        g.queue_wait_by_reason = by_reason;
     }
 
     // Money: billed (micro-units), by currency; a charge is the job's when it names one.
@@ -677,7 +766,9 @@ fn billing(conn: &Connection, days: &[i64], prices: &Prices) -> Result<Billing> 
     if let (Some(a), Some(b)) = (days.first(), days.last()) {
         let (hlo, hhi) = (a * 24, (b + 1) * 24);
         let mut st = conn
-            .prepare("SELECT project, gpu_ms FROM facts_usage_hour WHERE hour >= ?1 AND hour < ?2")
+            .prepare(
+                "SELECT project, sum(gpu_ms) FROM facts_usage_hour WHERE hour >= ?1 AND hour < ?2 GROUP BY project, hour",
+            )
             .map_err(e("query the usage curve"))?;
         let rows = st
             .query_map(params![hlo, hhi], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))

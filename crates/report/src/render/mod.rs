@@ -110,6 +110,63 @@ fn gap_table(out: &mut String, r: &Report) {
     );
 }
 
+/// The queue wait of every group and the total by why the jobs waited: total hours, jobs, mean.
+fn queue_wait_table(out: &mut String, r: &Report) {
+    if r.total.started_jobs == 0 {
+        return;
+    }
+    let _ = writeln!(out, "\nQueue wait by why the job waited (hours of time, submission to first start):");
+    let mut header = vec![r.by.clone(), "started".into(), "queue wait".into(), "mean".into()];
+    for (name, _) in r.total.queue_wait_by_reason.parts() {
+        header.extend([format!("{name} h"), "jobs".into(), "mean".into()]);
+    }
+    let mut rows: Vec<Vec<String>> = vec![header];
+    for g in r.groups.iter().chain(std::iter::once(&r.total)) {
+        if g.started_jobs == 0 {
+            continue;
+        }
+        let mut row = vec![g.key.clone(), g.started_jobs.to_string(), h(g.queue_wait_hours), h(g.mean_queue_wait_hours)];
+        for (_, p) in g.queue_wait_by_reason.parts() {
+            row.extend([h(p.hours), p.jobs.to_string(), h(p.mean_hours)]);
+        }
+        rows.push(row);
+    }
+    aligned(out, &rows, true);
+    let _ = writeln!(
+        out,
+        "approval = held for a person's yes; off-peak = deferred by a `defer` decision; capacity = admitted, waiting\n\
+         for GPUs; readiness = admitted while the submission declared its image, data or script not ready. The\n\
+         parts add up to the queue wait; each mean is over the jobs that waited for that reason."
+    );
+}
+
+/// Queueing per GPU type: the capacity billed while jobs waited.
+fn queueing_table(out: &mut String, rec: &crate::reconcile::Reconciliation) {
+    if rec.queueing.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nQueueing: capacity billed, not held, while jobs waited to start (per GPU type and hour):");
+    let header = ["GPU type", "billed", "held", "waiting", "queueing", "spare", "held over bill"];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| (*s).to_owned()).collect()];
+    for q in rec.queueing.iter().chain(std::iter::once(&rec.queueing_total)) {
+        rows.push(vec![
+            q.gpu_type.clone(),
+            ms_h(q.billed_gpu_ms),
+            ms_h(q.held_gpu_ms),
+            ms_h(q.waiting_gpu_ms),
+            ms_h(q.queueing_gpu_ms),
+            ms_h(q.spare_gpu_ms),
+            ms_h(q.over_gpu_ms),
+        ]);
+    }
+    aligned(out, &rows, true);
+    let _ = writeln!(
+        out,
+        "per hour: queueing = min(max(0, billed - held), waiting), spare = the rest of max(0, billed - held),\n\
+         held over bill = max(0, held - billed); billed + held over bill = held + queueing + spare, exactly."
+    );
+}
+
 /// Rows of cells, left-aligned first column, a rule before the last row when `total`.
 fn aligned(out: &mut String, rows: &[Vec<String>], total: bool) {
     let n = rows.first().map_or(0, Vec::len);
@@ -175,6 +232,7 @@ fn reconciliation_table(out: &mut String, r: &Report) {
         rows.push(cell(x));
     }
     aligned(out, &rows, true);
+    queueing_table(out, rec);
     if rec.by_gpu_type.len() > 1 {
         let _ = writeln!(out, "\n  by GPU type:");
         let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| (*s).to_owned()).collect()];
@@ -299,6 +357,7 @@ pub fn table(r: &Report) -> String {
             );
         }
     }
+    queue_wait_table(&mut out, r);
     gap_table(&mut out, r);
     reconciliation_table(&mut out, r);
     if let Some(b) = &r.billing {
@@ -502,7 +561,7 @@ pub fn csv(r: &Report) -> String {
          charged,prevented_denied_gpu_h,prevented_deferred_gpu_h,prevented_reclaimed_gpu_h,dry_run_denied_gpu_h,\
          dry_run_deferred_gpu_h,dry_run_reclaimed_gpu_h,unmeasured_gpu_h,unmeasured_gpu_ms,currency,\
          effective_gpu_ms,low_util_gpu_ms,data_wait_gpu_ms,setup_gpu_ms,gap_idle_gpu_ms,gap_held_gpu_ms,interruption_gpu_ms,\
-         gap_unmeasured_gpu_ms\r\n",
+         gap_unmeasured_gpu_ms,wait_approval_h,wait_off_peak_h,wait_capacity_h,wait_readiness_h\r\n",
     );
     for g in r.groups.iter().chain(std::iter::once(&r.total)) {
         let x = &g.gpu_hours;
@@ -548,6 +607,10 @@ pub fn csv(r: &Report) -> String {
             s.gap.held.to_string(),
             s.gap.interruption.to_string(),
             s.gap.unmeasured.to_string(),
+            g.queue_wait_by_reason.approval.hours.to_string(),
+            g.queue_wait_by_reason.off_peak.hours.to_string(),
+            g.queue_wait_by_reason.capacity.hours.to_string(),
+            g.queue_wait_by_reason.readiness.hours.to_string(),
         ];
         out.push_str(&fields.join(","));
         out.push_str("\r\n");
@@ -555,7 +618,7 @@ pub fn csv(r: &Report) -> String {
             let mut f = fields.clone();
             let n = f.len();
             f[17] = decimal(c.amount_micros);
-            f[n - 9] = csv_field(&c.currency);
+            f[n - 13] = csv_field(&c.currency);
             out.push_str(&f.join(","));
             out.push_str("\r\n");
         }
