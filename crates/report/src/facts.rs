@@ -114,7 +114,7 @@ CREATE TABLE IF NOT EXISTS facts_jobs (
     wait_capacity_ms  INTEGER NOT NULL DEFAULT 0,
     wait_readiness_ms INTEGER NOT NULL DEFAULT 0
 );
-CREATE INDEX IF NOT EXISTS facts_jobs_project ON facts_jobs(project);
+CREATE INDEX IF NOT EXISTS facts_jobs_project ON facts_jobs(project, started);
 CREATE TABLE IF NOT EXISTS facts_job_day (
     job        TEXT NOT NULL,
     day        INTEGER NOT NULL,

@@ -172,22 +172,39 @@ pub struct Charged {
     pub charges: u64,
 }
 
+/// How long after an enforced denial or deferral the same work may run and still count as *delayed*,
+/// not prevented: 7 days (docs/reports.md, "Prevented and delayed").
+pub const DELAY_WINDOW_MS: i64 = 7 * DAY_MS;
+
 /// GPU-hours named by deny, defer and reclaim decisions (each job counted once per kind).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Prevented {
-    /// Denied admissions (requested GPU-hours).
+    /// Denied admissions (requested GPU-hours) whose work did not run later.
     pub denied: f64,
-    /// Deferred admissions.
+    /// Deferred admissions whose work did not run later.
     pub deferred: f64,
+    /// Denied admissions whose work ran within [`DELAY_WINDOW_MS`] after the denial: the job itself
+    /// (submitted again under its id), a job of the same project and configuration, or the same
+    /// user's same request (project, GPUs, GPU type). Delayed, not prevented; not in `total`.
+    #[serde(default)]
+    pub delayed_denied: f64,
+    /// Deferred admissions whose work ran later the same way (most do: a deferral delays).
+    #[serde(default)]
+    pub delayed_deferred: f64,
     /// Reclaimed: GPU-hours still reserved when a reclaim ended the job (not the unused reservation of
     /// a job that ended on its own).
     pub reclaimed: f64,
 }
 
 impl Prevented {
-    /// The sum.
+    /// The sum of what was truly prevented (delayed work left out).
     pub fn total(&self) -> f64 {
         self.denied + self.deferred + self.reclaimed
+    }
+
+    /// What was delayed: denied or deferred work that ran later.
+    pub fn delayed(&self) -> f64 {
+        self.delayed_denied + self.delayed_deferred
     }
 }
 
@@ -294,6 +311,8 @@ impl Group {
             a.denied += b.denied;
             a.deferred += b.deferred;
             a.reclaimed += b.reclaimed;
+            a.delayed_denied += b.delayed_denied;
+            a.delayed_deferred += b.delayed_deferred;
         }
     }
 }
@@ -576,33 +595,51 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
     // job gave back by ending, not a policy (issue 45). A dry-run reclaim would have saved only
     // while the job went on running after it, and at most what it then ran. A job without facts (a
     // log from before the job steps) cannot tell and is counted as the decision says.
+    // An enforced denial or deferral whose work ran within the delay window after it (the job itself,
+    // the same project's configuration, or the same user's same request) delayed the work, it did not
+    // prevent it (issue 52): counted apart as delayed.
     let sql = format!(
-        "SELECT k, decision, dry_run, sum(gh) FROM (
+        "SELECT k, decision, dry_run, delayed, sum(gh) FROM (
            SELECT {k} AS k, d.decision AS decision, d.dry_run AS dry_run,
              max(CASE WHEN d.decision = 'reclaim' AND d.dry_run AND j.released IS NOT NULL
-                 THEN min(d.gpu_hours, j.gpus * (j.released - d.time) / 3600000.0) ELSE d.gpu_hours END) AS gh
+                 THEN min(d.gpu_hours, j.gpus * (j.released - d.time) / 3600000.0) ELSE d.gpu_hours END) AS gh,
+             max(CASE WHEN NOT d.dry_run AND d.decision IN ('deny', 'defer') AND j.job IS NOT NULL AND (
+                   (j.started >= d.time AND j.started < d.time + ?3)
+                   OR EXISTS (SELECT 1 FROM facts_jobs o WHERE o.project = j.project AND o.job != j.job
+                        AND o.started >= d.time AND o.started < d.time + ?3
+                        AND ((j.config IS NOT NULL AND o.config = j.config)
+                             OR (o.user = j.user AND o.gpus = j.gpus AND o.gpu_type IS j.gpu_type))))
+                 THEN 1 ELSE 0 END) AS delayed
            FROM facts_prevented d LEFT JOIN facts_jobs j ON j.job = d.job
            WHERE d.time >= ?1 AND d.time < ?2
              AND (d.decision != 'reclaim' OR j.job IS NULL
                   OR (NOT d.dry_run AND j.status = 'reclaimed')
                   OR (d.dry_run AND (j.released IS NULL OR j.released > d.time)))
            GROUP BY COALESCE(d.job, d.decision_id), d.decision, d.dry_run
-         ) GROUP BY k, decision, dry_run",
+         ) GROUP BY k, decision, dry_run, delayed",
         k = by.sql(Some("d"))
     );
     let mut st = conn.prepare(&sql).map_err(e("query decisions"))?;
     let rows = st
-        .query_map(params![tlo, thi], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, bool>(2)?, r.get::<_, f64>(3)?))
+        .query_map(params![tlo, thi, DELAY_WINDOW_MS], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, bool>(2)?,
+                r.get::<_, bool>(3)?,
+                r.get::<_, f64>(4)?,
+            ))
         })
         .map_err(e("query decisions"))?;
     for row in rows {
-        let (k, kind, dry, gh) = row.map_err(e("read decisions"))?;
+        let (k, kind, dry, delayed, gh) = row.map_err(e("read decisions"))?;
         let g = groups.entry(k.clone()).or_insert_with(|| Group::new(k));
         let p = if dry { &mut g.dry_run_would_save } else { &mut g.prevented };
-        match kind.as_str() {
-            "deny" => p.denied += gh,
-            "defer" => p.deferred += gh,
+        match (kind.as_str(), delayed) {
+            ("deny", false) => p.denied += gh,
+            ("deny", true) => p.delayed_denied += gh,
+            ("defer", false) => p.deferred += gh,
+            ("defer", true) => p.delayed_deferred += gh,
             _ => p.reclaimed += gh,
         }
     }

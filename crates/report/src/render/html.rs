@@ -406,7 +406,7 @@ pub fn html_page(r: &Report, served: bool) -> String {
     // The table.
     let _ = write!(
         o,
-        "<table><tr><th>{}</th><th>jobs</th><th>nominal</th><th>productive</th><th>idle</th><th>failure</th><th>held</th><th>not measured</th><th>effective</th><th>queue wait h</th><th>charged</th><th>prevented</th><th>dry-run would save</th><th>top leak</th></tr>",
+        "<table><tr><th>{}</th><th>jobs</th><th>nominal</th><th>productive</th><th>idle</th><th>failure</th><th>held</th><th>not measured</th><th>effective</th><th>queue wait h</th><th>charged</th><th>prevented</th><th>delayed</th><th>dry-run would save</th><th>top leak</th></tr>",
         esc(&r.by)
     );
     for (g, cls) in r.groups.iter().map(|g| (g, "")).chain(std::iter::once((&r.total, " class=\"total\""))) {
@@ -419,7 +419,7 @@ pub fn html_page(r: &Report, served: bool) -> String {
         let leak = g.top_leaks.first().map_or("-".to_owned(), |l| format!("{} {}", l.leak, pct(l.share)));
         let _ = write!(
             o,
-            "<tr{cls}><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td></tr>",
+            "<tr{cls}><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td></tr>",
             esc(&g.key),
             g.jobs,
             h.nominal,
@@ -432,11 +432,12 @@ pub fn html_page(r: &Report, served: bool) -> String {
             g.queue_wait_hours,
             esc(&charged),
             g.prevented.total(),
+            g.prevented.delayed(),
             g.dry_run_would_save.total(),
             esc(&leak)
         );
     }
-    o.push_str("</table><p class=\"note\">GPU-hours; nominal = productive + idle + failure + held + not measured (the hours of jobs without utilisation samples; the parts are counted in whole GPU-milliseconds, so they always add up to the total); effective = productive / measured hours. Prevented: GPU-hours that enforced deny, defer and reclaim decisions kept from running (a reclaim only when it ended the job, not the unused reservation of a job that ended on its own); dry-run: what dry-run policies would have stopped. docs/reports.md has the rules (installed as /usr/share/doc/bursar/reports.md).</p>");
+    o.push_str("</table><p class=\"note\">GPU-hours; nominal = productive + idle + failure + held + not measured (the hours of jobs without utilisation samples; the parts are counted in whole GPU-milliseconds, so they always add up to the total); effective = productive / measured hours. Prevented: GPU-hours that enforced deny, defer and reclaim decisions kept from running (a reclaim only when it ended the job, not the unused reservation of a job that ended on its own), not counting work that ran within 7 days after all; delayed: that work (the denied job itself, its configuration, or the same user's same request ran); dry-run: what dry-run policies would have stopped. docs/reports.md has the rules (installed as /usr/share/doc/bursar/reports.md).</p>");
 
     queue_wait_section(&mut o, r);
 

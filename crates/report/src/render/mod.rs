@@ -303,6 +303,7 @@ pub fn table(r: &Report) -> String {
         "queue wait h",
         "charged",
         "prevented",
+        "delayed",
         "dry-run would save",
     ];
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| (*s).to_owned()).collect()];
@@ -321,6 +322,7 @@ pub fn table(r: &Report) -> String {
             h(g.queue_wait_hours),
             money(g),
             h(g.prevented.total()),
+            h(g.prevented.delayed()),
             h(g.dry_run_would_save.total()),
         ]);
     }
@@ -343,7 +345,9 @@ pub fn table(r: &Report) -> String {
         out,
         "\nGPU-hours; nominal = productive + idle + failure + held + unmeasured (jobs without utilisation samples);\n\
          effective = productive / (nominal - unmeasured), `not measured` when no hour had a sample. Prevented:\n\
-         what enforced deny, defer and reclaim decisions kept from running (a reclaim only when it ended the job)."
+         what enforced deny, defer and reclaim decisions kept from running (a reclaim only when it ended the job);\n\
+         delayed: denied or deferred work that ran within 7 days after all (the job, its configuration, or the\n\
+         same user's same request), so it was not prevented."
     );
     if !r.top_leaks.is_empty() {
         let _ = writeln!(out, "\nTop leaks:");
@@ -561,7 +565,8 @@ pub fn csv(r: &Report) -> String {
          charged,prevented_denied_gpu_h,prevented_deferred_gpu_h,prevented_reclaimed_gpu_h,dry_run_denied_gpu_h,\
          dry_run_deferred_gpu_h,dry_run_reclaimed_gpu_h,unmeasured_gpu_h,unmeasured_gpu_ms,currency,\
          effective_gpu_ms,low_util_gpu_ms,data_wait_gpu_ms,setup_gpu_ms,gap_idle_gpu_ms,gap_held_gpu_ms,interruption_gpu_ms,\
-         gap_unmeasured_gpu_ms,wait_approval_h,wait_off_peak_h,wait_capacity_h,wait_readiness_h\r\n",
+         gap_unmeasured_gpu_ms,wait_approval_h,wait_off_peak_h,wait_capacity_h,wait_readiness_h,\
+         delayed_denied_gpu_h,delayed_deferred_gpu_h\r\n",
     );
     for g in r.groups.iter().chain(std::iter::once(&r.total)) {
         let x = &g.gpu_hours;
@@ -611,6 +616,8 @@ pub fn csv(r: &Report) -> String {
             g.queue_wait_by_reason.off_peak.hours.to_string(),
             g.queue_wait_by_reason.capacity.hours.to_string(),
             g.queue_wait_by_reason.readiness.hours.to_string(),
+            g.prevented.delayed_denied.to_string(),
+            g.prevented.delayed_deferred.to_string(),
         ];
         out.push_str(&fields.join(","));
         out.push_str("\r\n");
@@ -618,7 +625,7 @@ pub fn csv(r: &Report) -> String {
             let mut f = fields.clone();
             let n = f.len();
             f[17] = decimal(c.amount_micros);
-            f[n - 13] = csv_field(&c.currency);
+            f[n - 15] = csv_field(&c.currency);
             out.push_str(&f.join(","));
             out.push_str("\r\n");
         }
