@@ -85,8 +85,10 @@ use crate::policy::PolicyHints;
 /// type, category, correction, unused capacity, billed / effective / list money in micro-units).
 /// Version 6: the queue wait by why the job waited (`facts_jobs.wait_*_ms`), the usage curve per GPU
 /// type (`facts_usage_hour.gpu_type`), the waiting and billed card-ms per GPU type and hour
-/// (`facts_wait_hour`, `facts_bill_hour`) for queueing.
-pub const FACTS_VERSION: i64 = 6;
+/// (`facts_wait_hour`, `facts_bill_hour`) for queueing. Version 7: each job's and bill line's region
+/// (`facts_jobs.region`, `facts_charges.region`, `facts_usage_hour.region`) for the pool's prices by
+/// region.
+pub const FACTS_VERSION: i64 = 7;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS facts_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -112,7 +114,8 @@ CREATE TABLE IF NOT EXISTS facts_jobs (
     wait_approval_ms  INTEGER NOT NULL DEFAULT 0,
     wait_off_peak_ms  INTEGER NOT NULL DEFAULT 0,
     wait_capacity_ms  INTEGER NOT NULL DEFAULT 0,
-    wait_readiness_ms INTEGER NOT NULL DEFAULT 0
+    wait_readiness_ms INTEGER NOT NULL DEFAULT 0,
+    region        TEXT
 );
 CREATE INDEX IF NOT EXISTS facts_jobs_project ON facts_jobs(project, started);
 CREATE TABLE IF NOT EXISTS facts_job_day (
@@ -139,9 +142,10 @@ CREATE INDEX IF NOT EXISTS facts_job_day_day ON facts_job_day(day);
 CREATE TABLE IF NOT EXISTS facts_usage_hour (
     project  TEXT NOT NULL,
     gpu_type TEXT NOT NULL,
+    region   TEXT NOT NULL,
     hour     INTEGER NOT NULL,
     gpu_ms   INTEGER NOT NULL,
-    PRIMARY KEY (project, gpu_type, hour)
+    PRIMARY KEY (project, gpu_type, region, hour)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS facts_wait_hour (
     gpu_type TEXT NOT NULL,
@@ -179,6 +183,7 @@ CREATE TABLE IF NOT EXISTS facts_charges (
     list        INTEGER,
     currency    TEXT,
     mode        TEXT,
+    region      TEXT,
     PRIMARY KEY (event_seq, day)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS facts_charges_day ON facts_charges(day);
@@ -418,6 +423,9 @@ pub struct JobFacts {
     /// GPU type, when the submission names one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_type: Option<String>,
+    /// Region, when the submission names one (v1.x `region`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
     /// The rate of work measured so far from the job's samples.
     #[serde(default, skip_serializing_if = "is_default")]
     pub run: RunRate,
@@ -509,6 +517,7 @@ impl JobFacts {
             config: config_of(spec),
             gpus: spec.gpus,
             gpu_type: spec.gpu_type.clone(),
+            region: spec.region.clone(),
             submitted: Some(at),
             rerun,
             not_ready: [spec.ready.image, spec.ready.data, spec.ready.script].contains(&Some(false)),
@@ -1151,8 +1160,8 @@ fn store_charge(tx: &Transaction<'_>, seq: i64, time: i64, c: &bursar_model::Bil
     let mut st = tx
         .prepare_cached(
             "INSERT OR IGNORE INTO facts_charges(event_seq, day, project, job, user, tags, gpu_type, attribution,
-               category, correction, unused, gpu_ms, billed, effective, list, currency, mode)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+               category, correction, unused, gpu_ms, billed, effective, list, currency, mode, region)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
         )
         .map_err(ReportError::sqlite("store a billing charge"))?;
     for (i, (day, ms)) in days.iter().enumerate() {
@@ -1178,7 +1187,8 @@ fn store_charge(tx: &Transaction<'_>, seq: i64, time: i64, c: &bursar_model::Bil
                 bursar_model::BillingMode::OnDemand => "on_demand",
                 bursar_model::BillingMode::Reserved => "reserved",
                 bursar_model::BillingMode::PerTask => "per_task",
-            })
+            }),
+            bill.and_then(|b| b.region.clone())
         ])
         .map_err(ReportError::sqlite("store a billing charge"))?;
     }
@@ -1223,8 +1233,8 @@ struct Batch<'a, 'c> {
     jobs: HashMap<String, Option<JobFacts>>,
     dirty: HashSet<String>,
     configs: HashMap<(String, String), bool>,
-    /// (project, GPU type or `""`, hour) → GPU-ms held.
-    usage: HashMap<(String, String, i64), i64>,
+    /// (project, GPU type or `""`, region or `""`, hour) → GPU-ms held.
+    usage: HashMap<(String, String, String, i64), i64>,
     /// (GPU type or `""`, hour) → GPU-ms waited.
     waiting: HashMap<(String, i64), i64>,
 }
@@ -1371,6 +1381,7 @@ impl Batch<'_, '_> {
             config: p.config.clone(),
             gpus: p.gpus,
             gpu_type: p.gpu_type.clone(),
+            region: p.region.clone(),
             submitted: p.submitted,
             rerun: p.rerun,
             ..JobFacts::default()
@@ -1437,9 +1448,9 @@ impl Batch<'_, '_> {
             .prepare_cached(
                 "INSERT INTO facts_jobs(job, project, user, tags, config, gpus, submitted, started, released, status, rerun,
                    queue_wait_ms, unsampled, state, gpu_type, unit, throughput, throughput_samples,
-                   wait_approval_ms, wait_off_peak_ms, wait_capacity_ms, wait_readiness_ms)
+                   wait_approval_ms, wait_off_peak_ms, wait_capacity_ms, wait_readiness_ms, region)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,
-                   ?21, ?22)
+                   ?21, ?22, ?23)
                  ON CONFLICT(job) DO UPDATE SET project = excluded.project, user = excluded.user,
                    tags = excluded.tags, config = excluded.config, gpus = excluded.gpus,
                    submitted = excluded.submitted, started = excluded.started, released = excluded.released,
@@ -1448,7 +1459,7 @@ impl Batch<'_, '_> {
                    unit = excluded.unit, throughput = excluded.throughput,
                    throughput_samples = excluded.throughput_samples, wait_approval_ms = excluded.wait_approval_ms,
                    wait_off_peak_ms = excluded.wait_off_peak_ms, wait_capacity_ms = excluded.wait_capacity_ms,
-                   wait_readiness_ms = excluded.wait_readiness_ms",
+                   wait_readiness_ms = excluded.wait_readiness_ms, region = excluded.region",
             )
             .map_err(e())?;
         let mut up_day = self
@@ -1464,8 +1475,9 @@ impl Batch<'_, '_> {
         for id in dirty {
             let Some(Some(j)) = self.jobs.get_mut(&id) else { continue };
             let gpu_type = j.gpu_type.clone().unwrap_or_default();
+            let region = j.region.clone().unwrap_or_default();
             for (hour, ms) in std::mem::take(&mut j.usage) {
-                *self.usage.entry((j.project.clone(), gpu_type.clone(), hour)).or_insert(0) += ms;
+                *self.usage.entry((j.project.clone(), gpu_type.clone(), region.clone(), hour)).or_insert(0) += ms;
             }
             for (hour, ms) in std::mem::take(&mut j.wait_usage) {
                 *self.waiting.entry((gpu_type.clone(), hour)).or_insert(0) += ms;
@@ -1525,19 +1537,20 @@ impl Batch<'_, '_> {
                     j.waits.approval,
                     j.waits.off_peak,
                     j.waits.capacity,
-                    j.waits.readiness
+                    j.waits.readiness,
+                    j.region
                 ])
                 .map_err(e())?;
         }
         let mut up_usage = self
             .tx
             .prepare_cached(
-                "INSERT INTO facts_usage_hour(project, gpu_type, hour, gpu_ms) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT(project, gpu_type, hour) DO UPDATE SET gpu_ms = gpu_ms + excluded.gpu_ms",
+                "INSERT INTO facts_usage_hour(project, gpu_type, region, hour, gpu_ms) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT(project, gpu_type, region, hour) DO UPDATE SET gpu_ms = gpu_ms + excluded.gpu_ms",
             )
             .map_err(e())?;
-        for ((project, gpu_type, hour), ms) in &self.usage {
-            up_usage.execute(params![project, gpu_type, hour, ms]).map_err(e())?;
+        for ((project, gpu_type, region, hour), ms) in &self.usage {
+            up_usage.execute(params![project, gpu_type, region, hour, ms]).map_err(e())?;
         }
         let mut up_wait = self
             .tx

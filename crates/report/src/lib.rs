@@ -65,6 +65,7 @@ pub mod error;
 pub mod facts;
 pub mod period;
 pub mod policy;
+pub mod pool;
 pub mod reconcile;
 pub mod render;
 pub mod report;

@@ -421,8 +421,9 @@ pub struct ProjectBilling {
 pub struct Billing {
     /// Currency of the price file.
     pub currency: Option<String>,
-    /// Calendar months the period covers (the block is paid for each).
-    pub months: u32,
+    /// Months the period covers, pro rata by days (a whole calendar month is 1; the block is paid for
+    /// each).
+    pub months: f64,
     /// The rates used.
     pub prices: Prices,
     /// Per project, largest use first.
@@ -464,6 +465,9 @@ pub struct Report {
     pub burndown: Vec<Burndown>,
     /// The billing comparison, with `--prices`.
     pub billing: Option<Billing>,
+    /// The billing modes for the pool, per GPU type (and region), with `--prices`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool_billing: Option<crate::pool::PoolBilling>,
     /// Cost per unit of work by configuration and GPU type, with `--cost-per-unit`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost_per_unit: Option<CostPerUnit>,
@@ -692,6 +696,10 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
         Some(p) => Some(billing(conn, &days, p)?),
         None => None,
     };
+    let pool_billing = match &opts.prices {
+        Some(p) => crate::pool::build(conn, &days, p, months_in(&days))?,
+        None => None,
+    };
     let cost_per_unit =
         if opts.cost_per_unit { Some(crate::cost::build(conn, tlo, thi, opts.prices.as_ref())?) } else { None };
     let reconciliation = crate::reconcile::build(conn, by, lo, hi)?;
@@ -715,6 +723,7 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
         daily_ratio_by_project: ratio,
         burndown,
         billing,
+        pool_billing,
         cost_per_unit,
         reconciliation,
     })
@@ -758,12 +767,26 @@ fn daily_series(conn: &Connection, days: &[i64]) -> Result<DailySeries> {
     Ok((daily, ratio, per))
 }
 
-fn months_in(days: &[i64]) -> u32 {
-    let (Some(a), Some(b)) = (days.first(), days.last()) else { return 1 };
-    let (ya, ma, _) = civil_from_days(*a);
-    let (yb, mb, _) = civil_from_days(*b);
-    let n = (yb - ya) * 12 + i64::from(mb) - i64::from(ma) + 1;
-    u32::try_from(n.max(1)).unwrap_or(1)
+/// The months `days` cover, pro rata: each calendar month counts the share of its days among `days`
+/// (a whole month is exactly 1, the first half of November 0.5). It used to count every calendar month
+/// touched as a whole one, so a month of events from the 15th to the 14th paid two months of reserved
+/// block, and the 72 days of the Philly excerpt three: the block never paid off (issue 52).
+pub(crate) fn months_in(days: &[i64]) -> f64 {
+    if days.is_empty() {
+        return 1.0;
+    }
+    let mut per: BTreeMap<(i64, u32), u32> = BTreeMap::new();
+    for d in days {
+        let (y, m, _) = civil_from_days(*d);
+        *per.entry((y, m)).or_insert(0) += 1;
+    }
+    per.iter()
+        .map(|(&(y, m), &n)| {
+            let next = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+            let len = bursar_model::time::days_from_civil(next.0, next.1, 1) - bursar_model::time::days_from_civil(y, m, 1);
+            f64::from(n) / len as f64
+        })
+        .sum()
 }
 
 fn burndown(store: &FactsStore, _opts: &Options, days: &[i64], per: &PerProjectDay) -> Vec<Burndown> {
@@ -865,4 +888,20 @@ fn key_count_split(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, i64, Spli
             gap: crate::facts::gap_at(r, 8)?,
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use bursar_model::time::days_from_civil;
+
+    #[test]
+    fn months_are_pro_rata_by_day() {
+        let nov: Vec<i64> = (days_from_civil(2026, 11, 1)..days_from_civil(2026, 12, 1)).collect();
+        assert_eq!(super::months_in(&nov), 1.0, "a whole month is exactly one");
+        // A month of events from the 15th to the 14th: 16/30 + 14/31, not two months.
+        let shifted: Vec<i64> = (days_from_civil(2026, 11, 15)..days_from_civil(2026, 12, 15)).collect();
+        let m = super::months_in(&shifted);
+        assert!((m - (16.0 / 30.0 + 14.0 / 31.0)).abs() < 1e-12, "{m}");
+        assert_eq!(super::months_in(&[]), 1.0);
+    }
 }

@@ -571,13 +571,16 @@ pub fn html_page(r: &Report, served: bool) -> String {
             }
             let _ = write!(
                 o,
-                "</table><p>Each project on its cheapest mode: <b>{:.2} {}</b>, against {:.2} on demand ({} month(s) of reserved block).</p>",
+                "</table><p>Each project on its cheapest mode: <b>{:.2} {}</b>, against {:.2} on demand ({:.2} month(s) of reserved block).</p>",
                 b.total_cheapest,
                 esc(&cur),
                 b.total_on_demand,
                 b.months
             );
         }
+    }
+    if let Some(p) = &r.pool_billing {
+        pool_section(&mut o, p);
     }
     if let Some(c) = &r.cost_per_unit {
         cost_section(&mut o, c);
@@ -618,4 +621,47 @@ fn queue_wait_section(o: &mut String, r: &Report) {
         o.push_str("</tr>");
     }
     o.push_str("</table><p class=\"note\">Hours of time from submission to first start: approval = held for a person's yes; off-peak = deferred by a <code>defer</code> decision; capacity = admitted and waiting for GPUs; readiness = admitted while the submission declared its image, data or script not ready. The parts add up to the queue wait; each mean is over the jobs that waited for that reason.</p>");
+}
+
+/// The billing modes for the pool per GPU type, the recommendation and its assumptions.
+fn pool_section(o: &mut String, p: &crate::pool::PoolBilling) {
+    let cur = esc(p.currency.as_deref().unwrap_or(""));
+    let _ = write!(
+        o,
+        "<h2>Billing modes for the pool</h2><p>Per GPU type (and region), {:.2} month(s) of {} hours, {cur}.</p>\
+         <table><tr><th>pool</th><th>GPU-h</th><th>peak GPUs</th><th>on demand</th><th>per task</th><th>pool block</th><th>block GPUs</th><th>unused reserved GPU-h</th><th>unused cost</th><th>mixed</th><th>mixed block GPUs</th><th>per project best</th><th>recommended</th></tr>",
+        p.months, p.hours
+    );
+    let opt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}"));
+    for r in &p.pools {
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.2}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.2}</td><td>{:.2}</td><td>{}</td><td>{:.2}</td><td>{}</td></tr>",
+            esc(&r.pool),
+            r.gpu_hours,
+            r.peak_gpus,
+            r.on_demand,
+            opt(r.per_task),
+            opt(r.block_cost),
+            r.block_gpus.map_or("-".into(), |b| b.to_string()),
+            r.unused_gpu_hours,
+            r.unused_cost,
+            r.mix_cost,
+            r.mix_block_gpus,
+            r.per_project_best,
+            r.recommended
+        );
+    }
+    o.push_str("</table><h3>Recommendation</h3><ul>");
+    for s in &p.recommendation {
+        let _ = write!(o, "<li>{}</li>", esc(s));
+    }
+    let _ = write!(
+        o,
+        "</ul><p>In all <b>{:.2} {cur}</b>: saves {:.2} against everything on demand ({:.2}) and {:.2} against each project on its own cheapest mode ({:.2}).</p><p class=\"note\">Assumptions: ",
+        p.total_recommended, p.saving_vs_on_demand, p.total_on_demand, p.saving_vs_per_project, p.total_per_project_best
+    );
+    let items: Vec<String> = p.assumptions.iter().map(|a| esc(a)).collect();
+    o.push_str(&items.join("; "));
+    o.push_str(".</p>");
 }

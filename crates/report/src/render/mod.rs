@@ -366,7 +366,7 @@ pub fn table(r: &Report) -> String {
     reconciliation_table(&mut out, r);
     if let Some(b) = &r.billing {
         let cur = b.currency.clone().unwrap_or_default();
-        let _ = writeln!(out, "\nBilling modes ({cur}, {} month(s)):", b.months);
+        let _ = writeln!(out, "\nBilling modes per project ({cur}, {:.2} month(s)):", b.months);
         let _ = writeln!(
             out,
             "  {:<20} {:>12} {:>12} {:>20} {:>12}  {:<10} {:>12}",
@@ -394,10 +394,71 @@ pub fn table(r: &Report) -> String {
             b.total_cheapest, b.total_on_demand
         );
     }
+    if let Some(p) = &r.pool_billing {
+        pool_table(&mut out, p);
+    }
     if let Some(c) = &r.cost_per_unit {
         cost_table(&mut out, c);
     }
     out
+}
+
+/// The billing modes for the pool, the recommendation and its assumptions.
+fn pool_table(out: &mut String, p: &crate::pool::PoolBilling) {
+    let cur = p.currency.clone().unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "\nBilling modes for the pool, per GPU type ({cur}, {:.2} month(s), {} hours):",
+        p.months, p.hours
+    );
+    let header = [
+        "pool",
+        "GPU-h",
+        "peak",
+        "on demand",
+        "per task",
+        "pool block",
+        "GPUs",
+        "unused GPU-h",
+        "unused cost",
+        "mixed",
+        "GPUs",
+        "per project",
+        "recommended",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| (*s).to_owned()).collect()];
+    let o = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}"));
+    for r in &p.pools {
+        rows.push(vec![
+            r.pool.clone(),
+            h(r.gpu_hours),
+            h(r.peak_gpus),
+            format!("{:.2}", r.on_demand),
+            o(r.per_task),
+            o(r.block_cost),
+            r.block_gpus.map_or("-".into(), |b| b.to_string()),
+            h(r.unused_gpu_hours),
+            format!("{:.2}", r.unused_cost),
+            format!("{:.2}", r.mix_cost),
+            r.mix_block_gpus.to_string(),
+            format!("{:.2}", r.per_project_best),
+            r.recommended.to_owned(),
+        ]);
+    }
+    aligned(out, &rows, false);
+    let _ = writeln!(out, "Recommendation:");
+    for s in &p.recommendation {
+        let _ = writeln!(out, "  - {s}");
+    }
+    let _ = writeln!(
+        out,
+        "  in all {:.2} {cur}: saves {:.2} against everything on demand ({:.2}) and {:.2} against each project on its\n  own cheapest mode ({:.2}).",
+        p.total_recommended, p.saving_vs_on_demand, p.total_on_demand, p.saving_vs_per_project, p.total_per_project_best
+    );
+    let _ = writeln!(out, "Assumptions:");
+    for a in &p.assumptions {
+        let _ = writeln!(out, "  - {a}");
+    }
 }
 
 /// Three significant digits (`0.00278`, `4.17`, `1,234`): costs per unit are small numbers.
