@@ -502,20 +502,28 @@ pub fn html_page(r: &Report, served: bool) -> String {
         o.push_str(&svg::lines("burndown", "No project had a job in this period", &[], &[], None, short, (440, 200)));
     }
     for (i, b) in r.burndown.iter().take(12).enumerate() {
-        let (title, values, max) = match b.budget_gpu_hours {
-            Some(budget) => (
-                format!("{}: budget left of {} GPU-h", b.project, short(budget)),
-                b.cumulative_gpu_hours.iter().map(|c| Some((budget - c).max(0.0))).collect::<Vec<_>>(),
-                Some(budget),
-            ),
+        // Budget left goes below zero when the project spent past it (issue 52: it used to stop at 0,
+        // so 8,023 of 6,000 read as a flat zero); the dashed line at 0 marks the budget.
+        let (title, values, max, mark) = match b.budget_gpu_hours {
+            Some(budget) => {
+                let last = b.cumulative_gpu_hours.last().copied().unwrap_or(0.0);
+                let over = if last > budget { format!(", over by {}", short(last - budget)) } else { String::new() };
+                (
+                    format!("{}: budget left of {} GPU-h{over}", b.project, short(budget)),
+                    b.cumulative_gpu_hours.iter().map(|c| Some(budget - c)).collect::<Vec<_>>(),
+                    Some(budget),
+                    Some((0.0, "budget spent")),
+                )
+            }
             None => (
                 format!("{}: GPU-h used (no enforced monthly quota)", b.project),
                 b.cumulative_gpu_hours.iter().map(|c| Some(*c)).collect(),
                 None,
+                None,
             ),
         };
         let s = Series { name: b.project.clone(), color: PALETTE[i % PALETTE.len()].into(), values };
-        o.push_str(&svg::lines(&format!("burndown-{i}"), &title, &days, &[s], max, short, (440, 200)));
+        o.push_str(&svg::lines_marked(&format!("burndown-{i}"), &title, &days, &[s], max, mark, short, (440, 200)));
     }
     o.push_str("</div>");
     if !r.burndown.is_empty() && r.burndown.iter().all(|b| b.budget_gpu_hours.is_none()) {

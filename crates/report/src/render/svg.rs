@@ -186,27 +186,59 @@ pub fn lines(
     y_fmt: fn(f64) -> String,
     size: (u32, u32),
 ) -> String {
+    lines_marked(name, title, x_labels, series, y_max, None, y_fmt, size)
+}
+
+/// [`lines`] whose axis goes below zero when a value does (a budget overspent), with an optional
+/// dashed horizontal `mark` at a value and its label (the budget line).
+#[expect(clippy::too_many_arguments, reason = "a chart's knobs, each named at the call")]
+pub fn lines_marked(
+    name: &str,
+    title: &str,
+    x_labels: &[String],
+    series: &[Series],
+    y_max: Option<f64>,
+    mark: Option<(f64, &str)>,
+    y_fmt: fn(f64) -> String,
+    size: (u32, u32),
+) -> String {
     let (w, h) = size;
     let (left, right, top, bottom_pad) = (56.0, 16.0, 48.0, 28.0);
     let mut out = String::new();
     open(&mut out, name, title, w, h);
-    let max =
-        y_max.unwrap_or_else(|| series.iter().flat_map(|s| s.values.iter().flatten().copied()).fold(0.0, f64::max));
+    let data = || series.iter().flat_map(|s| s.values.iter().flatten().copied());
+    let max = y_max.unwrap_or_else(|| data().fold(0.0, f64::max)).max(data().fold(0.0, f64::max));
+    let min = data().fold(0.0, f64::min);
     let any = series.iter().any(|s| s.values.iter().flatten().count() > 0);
     if x_labels.is_empty() || !any {
         no_data(&mut out, w, h);
         return out;
     }
-    let (axis, step) = nice(max);
+    // The axis covers [lo, hi]: 0 to the maximum, and below 0 in whole steps when a value is.
+    let (_, step) = nice(max - min);
+    let hi = if max > 0.0 { (max / step - 1e-9).ceil() * step } else { step };
+    let lo = if min < 0.0 { (min / step + 1e-9).floor() * step } else { 0.0 };
     let plot_w = f64::from(w) - left - right;
     let bottom = f64::from(h) - bottom_pad;
     let plot_h = bottom - top;
     let n = x_labels.len();
     let xp = |i: usize| if n <= 1 { left + plot_w / 2.0 } else { left + i as f64 / (n - 1) as f64 * plot_w };
-    let yp = |v: f64| bottom - (v / axis).clamp(0.0, 1.0) * plot_h;
+    let yp = |v: f64| bottom - ((v - lo) / (hi - lo)).clamp(0.0, 1.0) * plot_h;
     let names: Vec<(&str, &str)> = series.iter().map(|s| (s.name.as_str(), s.color.as_str())).collect();
     legend(&mut out, &names, left, 36.0);
-    let mut t = 0.0;
+    if let Some((v, label)) = mark {
+        let y = yp(v);
+        let _ = write!(
+            out,
+            r##"<line class="mark" x1="{left:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#c62828" stroke-dasharray="5,3"/><text class="tick" x="{:.1}" y="{:.1}" text-anchor="end" fill="#c62828">{}</text>"##,
+            left + plot_w,
+            left + plot_w,
+            y - 4.0,
+            esc(label)
+        );
+    }
+    let axis = hi;
+    let mut t = lo;
     while t <= axis + 1e-9 {
         let y = yp(t);
         let _ = write!(
@@ -336,6 +368,33 @@ pub fn grouped_bars(name: &str, title: &str, categories: &[String], series: &[Se
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_burn_down_goes_below_zero_and_marks_the_budget() {
+        // 6,000 budgeted, 8,023 spent: the line ends at -2,023, under the dashed budget line at 0.
+        let s = Series { name: "p".into(), color: "#123".into(), values: vec![Some(6000.0), Some(1000.0), Some(-2023.0)] };
+        let svg = lines_marked(
+            "b",
+            "t",
+            &["d1".into(), "d2".into(), "d3".into()],
+            &[s],
+            Some(6000.0),
+            Some((0.0, "budget spent")),
+            short,
+            (440, 200),
+        );
+        assert!(svg.contains(">-2.5k<") || svg.contains(">-4.0k<"), "a tick below zero: {svg}");
+        assert!(svg.contains("class=\"mark\"") && svg.contains(">budget spent<"), "{svg}");
+        // The last point is below the budget line's y.
+        let y_of = |needle: &str| -> f64 {
+            let i = svg.find(needle).unwrap() + needle.len();
+            svg[i..].split('"').next().unwrap().parse().unwrap()
+        };
+        let mark_y = y_of("class=\"mark\" x1=\"56.0\" y1=\"");
+        let pts = svg.split("points=\"").nth(1).unwrap().split('"').next().unwrap();
+        let last_y: f64 = pts.split(' ').next_back().unwrap().split(',').nth(1).unwrap().parse().unwrap();
+        assert!(last_y > mark_y, "{last_y} below {mark_y} on screen");
+    }
 
     #[test]
     fn nice_axes() {
