@@ -33,7 +33,8 @@ on_exhaust = "deny"
 "#;
 
 fn submit(t: &str, job: &str, user: &str, hours: u32, config: Option<&str>, ty: Option<&str>) -> String {
-    let config = config.map_or(String::new(), |c| format!(r#","config":"{c}""#));
+    // A job without `config` has a script of its own (a trace with a hash per job).
+    let config = config.map_or(format!(r#","script_hash":"sha256:{job}""#), |c| format!(r#","config":"{c}""#));
     let ty = ty.map_or(String::new(), |t| format!(r#","gpu_type":"{t}""#));
     format!(
         r#"{{"id":"s-{job}","time":"{t}","type":"job.submitted","job":{{"id":"{job}","project":"p","user":"{user}","gpus":8,"requested_hours":{hours}{config}{ty}}}}}"#
@@ -76,13 +77,18 @@ fn run(args: &[&str]) -> Vec<u8> {
     out.stdout
 }
 
-#[test]
-fn prevented_counts_only_work_that_did_not_run_later() {
-    let dir = std::env::temp_dir().join(format!("bursar-report-savings-{}", std::process::id()));
+fn setup(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("bursar-report-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("policies")).unwrap();
     std::fs::write(dir.join("policies/cap.toml"), POLICY).unwrap();
     std::fs::write(dir.join("events.jsonl"), events()).unwrap();
+    dir
+}
+
+#[test]
+fn prevented_counts_only_work_that_did_not_run_later() {
+    let dir = setup("savings");
     let p = |rel: &str| dir.join(rel).to_str().unwrap().to_owned();
     let out = run(&["eval", "--policies", &p("policies"), "--events", &p("events.jsonl"), "--audit", &p("r.db")]);
     let denied: Vec<String> = String::from_utf8(out)
@@ -107,5 +113,27 @@ fn prevented_counts_only_work_that_did_not_run_later() {
     assert!(head.contains("prevented") && head.contains("delayed"), "{table}");
     let total = table.lines().find(|l| l.starts_with("(total)")).unwrap();
     assert!(total.contains("40.0") && total.contains("56.0"), "{total}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 52: `--by config` made one row per job for jobs without a `config` (their key derived from a
+/// script hash of their own). They group under `(no config)`.
+#[test]
+fn jobs_without_a_config_group_under_no_config() {
+    let dir = setup("by-config");
+    let p = |rel: &str| dir.join(rel).to_str().unwrap().to_owned();
+    run(&["eval", "--policies", &p("policies"), "--events", &p("events.jsonl"), "--audit", &p("r.db")]);
+    let r: Value = serde_json::from_slice(&run(&[
+        "report", "--db", &p("r.db"), "--period", "2026-11", "--by", "config", "--format", "json",
+    ]))
+    .unwrap();
+    let keys: Vec<&str> = r["groups"].as_array().unwrap().iter().map(|g| g["key"].as_str().unwrap()).collect();
+    // A ran 10 h, B 5 h, D 1 h on 8 GPUs; bob's j5 (no config, 3 h) is the one row of its kind; the
+    // denied j4, j6 and j7 hold no hours but keep their rows for what they prevented.
+    let mut sorted = keys.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, ["(no config)", "A", "B", "C", "D"], "{keys:?}");
+    let g = r["groups"].as_array().unwrap().iter().find(|g| g["key"] == "(no config)").unwrap();
+    assert_eq!(g["exact_gpu_ms"]["nominal"].as_i64(), Some(8 * 3 * 3_600_000));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -87,8 +87,9 @@ use crate::policy::PolicyHints;
 /// type (`facts_usage_hour.gpu_type`), the waiting and billed card-ms per GPU type and hour
 /// (`facts_wait_hour`, `facts_bill_hour`) for queueing. Version 7: each job's and bill line's region
 /// (`facts_jobs.region`, `facts_charges.region`, `facts_usage_hour.region`) for the pool's prices by
-/// region.
-pub const FACTS_VERSION: i64 = 7;
+/// region. Version 8: the submission's own `config` (`facts_jobs.named_config`), what `--by config`
+/// groups by.
+pub const FACTS_VERSION: i64 = 8;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS facts_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -115,7 +116,8 @@ CREATE TABLE IF NOT EXISTS facts_jobs (
     wait_off_peak_ms  INTEGER NOT NULL DEFAULT 0,
     wait_capacity_ms  INTEGER NOT NULL DEFAULT 0,
     wait_readiness_ms INTEGER NOT NULL DEFAULT 0,
-    region        TEXT
+    region        TEXT,
+    named_config  TEXT
 );
 CREATE INDEX IF NOT EXISTS facts_jobs_project ON facts_jobs(project, started);
 CREATE TABLE IF NOT EXISTS facts_job_day (
@@ -418,6 +420,9 @@ pub struct JobFacts {
     pub tags: Vec<(String, String)>,
     /// Configuration key, when the job has one (see the module docs).
     pub config: Option<String>,
+    /// The submission's own `config` field, when it names one: what `--by config` groups by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub named_config: Option<String>,
     /// GPUs.
     pub gpus: u32,
     /// GPU type, when the submission names one.
@@ -515,6 +520,7 @@ impl JobFacts {
             user: spec.user.clone(),
             tags: spec.tags.clone(),
             config: config_of(spec),
+            named_config: spec.config.clone(),
             gpus: spec.gpus,
             gpu_type: spec.gpu_type.clone(),
             region: spec.region.clone(),
@@ -1379,6 +1385,7 @@ impl Batch<'_, '_> {
             user: p.user.clone(),
             tags: p.tags.clone(),
             config: p.config.clone(),
+            named_config: p.named_config.clone(),
             gpus: p.gpus,
             gpu_type: p.gpu_type.clone(),
             region: p.region.clone(),
@@ -1448,9 +1455,9 @@ impl Batch<'_, '_> {
             .prepare_cached(
                 "INSERT INTO facts_jobs(job, project, user, tags, config, gpus, submitted, started, released, status, rerun,
                    queue_wait_ms, unsampled, state, gpu_type, unit, throughput, throughput_samples,
-                   wait_approval_ms, wait_off_peak_ms, wait_capacity_ms, wait_readiness_ms, region)
+                   wait_approval_ms, wait_off_peak_ms, wait_capacity_ms, wait_readiness_ms, region, named_config)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,
-                   ?21, ?22, ?23)
+                   ?21, ?22, ?23, ?24)
                  ON CONFLICT(job) DO UPDATE SET project = excluded.project, user = excluded.user,
                    tags = excluded.tags, config = excluded.config, gpus = excluded.gpus,
                    submitted = excluded.submitted, started = excluded.started, released = excluded.released,
@@ -1459,7 +1466,8 @@ impl Batch<'_, '_> {
                    unit = excluded.unit, throughput = excluded.throughput,
                    throughput_samples = excluded.throughput_samples, wait_approval_ms = excluded.wait_approval_ms,
                    wait_off_peak_ms = excluded.wait_off_peak_ms, wait_capacity_ms = excluded.wait_capacity_ms,
-                   wait_readiness_ms = excluded.wait_readiness_ms, region = excluded.region",
+                   wait_readiness_ms = excluded.wait_readiness_ms, region = excluded.region,
+                   named_config = excluded.named_config",
             )
             .map_err(e())?;
         let mut up_day = self
@@ -1538,7 +1546,8 @@ impl Batch<'_, '_> {
                     j.waits.off_peak,
                     j.waits.capacity,
                     j.waits.readiness,
-                    j.region
+                    j.region,
+                    j.named_config
                 ])
                 .map_err(e())?;
         }
