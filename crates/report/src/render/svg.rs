@@ -59,6 +59,11 @@ fn no_data(out: &mut String, w: u32, h: u32) {
     );
 }
 
+/// Width of a tick label's character, px (the page's 11 px sans-serif, a little generous).
+const CHAR_W: f64 = 6.5;
+/// The longest category label drawn whole.
+const LABEL_MAX: usize = 40;
+
 /// A "nice" axis maximum and tick step for values up to `max`.
 pub fn nice(max: f64) -> (f64, f64) {
     if !max.is_finite() || max <= 0.0 {
@@ -305,8 +310,16 @@ pub fn lines_marked(
 /// Grouped vertical bars: one group per category, one bar per series.
 pub fn grouped_bars(name: &str, title: &str, categories: &[String], series: &[Series], unit: &str) -> String {
     let w = 900u32;
-    let h = 340u32;
-    let (left, right, top, bottom_pad) = (64.0, 16.0, 52.0, 56.0);
+    let (left, right, top) = (64.0, 16.0, 52.0);
+    // Labels fit: horizontal when the longest fits its group, else turned 40° with room made below
+    // the axis for the longest (up to LABEL_MAX characters; a longer one ends in `…`, whole in its
+    // tooltip). They used to be cut at 14 characters.
+    let group_w = (f64::from(w) - left - right) / categories.len().max(1) as f64;
+    let longest = categories.iter().map(|c| c.chars().count()).max().unwrap_or(0).min(LABEL_MAX);
+    let turned = longest as f64 * CHAR_W > group_w;
+    let below = if turned { longest as f64 * CHAR_W * 0.643 + 24.0 } else { 0.0 };
+    let bottom_pad = 56.0 + below;
+    let h = 284 + bottom_pad.ceil() as u32;
     let mut out = String::new();
     open(&mut out, name, title, w, h);
     let max = series.iter().flat_map(|s| s.values.iter().flatten().copied()).fold(0.0, f64::max);
@@ -351,16 +364,30 @@ pub fn grouped_bars(name: &str, title: &str, categories: &[String], series: &[Se
                 esc(unit)
             );
         }
-        let shown: String = cat.chars().take(14).collect();
-        let _ = write!(
-            out,
-            r#"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-            left + (c as f64 + 0.5) * group_w,
-            bottom + 16.0,
-            esc(&shown)
-        );
+        let shown: String = if cat.chars().count() > LABEL_MAX {
+            cat.chars().take(LABEL_MAX - 1).chain(std::iter::once('…')).collect()
+        } else {
+            cat.clone()
+        };
+        let x = left + (c as f64 + 0.5) * group_w;
+        if turned {
+            let y = bottom + 12.0;
+            let _ = write!(
+                out,
+                r#"<text class="tick" x="{x:.1}" y="{y:.1}" text-anchor="end" transform="rotate(-40 {x:.1} {y:.1})"><title>{}</title>{}</text>"#,
+                esc(cat),
+                esc(&shown)
+            );
+        } else {
+            let _ = write!(
+                out,
+                r#"<text class="tick" x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+                bottom + 16.0,
+                esc(&shown)
+            );
+        }
     }
-    let _ = write!(out, r#"<text class="tick" x="{left:.1}" y="{:.1}">{}</text>"#, bottom + 36.0, esc(unit));
+    let _ = write!(out, r#"<text class="tick" x="{left:.1}" y="{:.1}">{}</text>"#, bottom + 36.0 + below, esc(unit));
     out.push_str("</svg>");
     out
 }
@@ -394,6 +421,21 @@ mod tests {
         let pts = svg.split("points=\"").nth(1).unwrap().split('"').next().unwrap();
         let last_y: f64 = pts.split(' ').next_back().unwrap().split(',').nth(1).unwrap().parse().unwrap();
         assert!(last_y > mark_y, "{last_y} below {mark_y} on screen");
+    }
+
+    #[test]
+    fn bar_labels_fit_their_group_or_turn() {
+        let s = Series { name: "on demand".into(), color: "#123".into(), values: vec![Some(1.0); 6] };
+        let cats: Vec<String> = (0..6).map(|i| format!("llm-7b-sft-long-context × 8 H100 #{i}")).collect();
+        let g = grouped_bars("g", "t", &cats, std::slice::from_ref(&s), "CNY");
+        // Six 33-character labels cannot sit side by side in 900 px: turned, whole, with room below.
+        assert_eq!(g.matches("rotate(-40").count(), 6, "{g}");
+        assert!(g.contains(">llm-7b-sft-long-context × 8 H100 #5</text>"), "{g}");
+        let h: f64 = g.split("height=\"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap();
+        assert!(h > 340.0, "taller for the labels: {h}");
+        // Short ones stay flat and whole.
+        let g = grouped_bars("g", "t", &["nlp".into(), "vision".into()], &[s], "CNY");
+        assert!(!g.contains("rotate(") && g.contains(">vision</text>"), "{g}");
     }
 
     #[test]
