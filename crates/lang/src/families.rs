@@ -360,6 +360,20 @@ pub struct Rule {
     pub decision: RuleDecision,
     /// The reason.
     pub reason: Template,
+    /// How often it may fire for one job (`once = "job"`, `cooldown = "1h"`); None: every time.
+    pub once: Option<Once>,
+    /// The job mark that remembers when it last fired for a job.
+    pub once_key: u64,
+}
+
+/// How often a rule fires for one job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Once {
+    /// Once per job (`once = "job"`): its first matching event, then never again for that job's run.
+    Job,
+    /// At most once per job per window (`cooldown = "1h"`): again only when the window has passed
+    /// since it last fired.
+    Window(Duration),
 }
 
 /// What a rule decides.
@@ -1412,6 +1426,20 @@ impl Rule {
                 allow(out, String::new(), 1);
             }
             return;
+        }
+        // Once per job, or per job per window: the job's mark says when the rule last fired for it.
+        // An event without a job record (a submission, a tick) has nothing to remember it by.
+        if let (Some(once), Some(job), Some(id)) = (self.once, cx.job, cx.event.kind.job_id()) {
+            if let Some(last) = job.mark(self.once_key) {
+                let again = match once {
+                    Once::Job => false,
+                    Once::Window(w) => Timestamp(last).plus(w) <= cx.now,
+                };
+                if !again {
+                    return;
+                }
+            }
+            out.effect(Effect::Mark { job_id: Arc::from(id), key: self.once_key, value: Some(cx.now.millis()) });
         }
         let reason = self.reason.render(&env);
         let kind = match &self.decision {
