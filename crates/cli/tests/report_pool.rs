@@ -19,8 +19,6 @@
 //! block. Recommended: the pool block, 400, saving 304 against on demand and 140 against per project.
 //! A100: on demand 40, nothing else priced. In all: 440 against 744 on demand and 580 per project.
 
-#![expect(clippy::unwrap_used, reason = "test helpers: a failure stops the test with its message")]
-
 use std::io::Write;
 use std::process::{Command, Stdio};
 

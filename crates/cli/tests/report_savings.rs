@@ -101,7 +101,8 @@ fn prevented_counts_only_work_that_did_not_run_later() {
     assert_eq!(denied, ["j2", "j4", "j6", "j7"], "the cap denies the four submitted while j1 runs");
 
     let r: Value =
-        serde_json::from_slice(&run(&["report", "--db", &p("r.db"), "--period", "2026-11", "--format", "json"])).unwrap();
+        serde_json::from_slice(&run(&["report", "--db", &p("r.db"), "--period", "2026-11", "--format", "json"]))
+            .unwrap();
     let pr = &r["total"]["prevented"];
     assert_eq!(pr["denied"].as_f64(), Some(40.0), "{pr}");
     assert_eq!(pr["delayed_denied"].as_f64(), Some(56.0), "{pr}");
@@ -124,7 +125,15 @@ fn jobs_without_a_config_group_under_no_config() {
     let p = |rel: &str| dir.join(rel).to_str().unwrap().to_owned();
     run(&["eval", "--policies", &p("policies"), "--events", &p("events.jsonl"), "--audit", &p("r.db")]);
     let r: Value = serde_json::from_slice(&run(&[
-        "report", "--db", &p("r.db"), "--period", "2026-11", "--by", "config", "--format", "json",
+        "report",
+        "--db",
+        &p("r.db"),
+        "--period",
+        "2026-11",
+        "--by",
+        "config",
+        "--format",
+        "json",
     ]))
     .unwrap();
     let keys: Vec<&str> = r["groups"].as_array().unwrap().iter().map(|g| g["key"].as_str().unwrap()).collect();

@@ -286,11 +286,6 @@ impl Prices {
         }
     }
 
-    /// The row of `gpu_type` in `region` (`H100@us-east-1`), else of the type, if the file has one.
-    pub fn row(&self, gpu_type: &str, region: Option<&str>) -> Option<TypeRates> {
-        region.and_then(|r| self.gpu_types.get(&format!("{gpu_type}@{r}"))).or_else(|| self.gpu_types.get(gpu_type)).copied()
-    }
-
     /// Reads and parses a price file.
     pub fn from_file(path: &Path) -> Result<Prices> {
         let shown = path.display().to_string();
@@ -412,7 +407,10 @@ pub fn compare(usage: &Usage, prices: &Prices) -> Comparison {
     let peak_gpus = usage.hourly.iter().copied().fold(0.0, f64::max);
     let od = prices.on_demand.per_gpu_hour;
     let on_demand = od * gpu_hours;
-    let reserved = prices.reserved.as_ref().map(|r| best_block(&usage.hourly, if usage.months > 0.0 { usage.months } else { 1.0 }, r, od));
+    let reserved = prices
+        .reserved
+        .as_ref()
+        .map(|r| best_block(&usage.hourly, if usage.months > 0.0 { usage.months } else { 1.0 }, r, od));
     let per_task =
         prices.per_task.as_ref().map(|t| usage.jobs.iter().map(|h| t.per_task + t.per_gpu_hour * h).sum::<f64>());
     let mut ranking = vec![ModeCost { mode: "on_demand", cost: on_demand }];
@@ -532,7 +530,10 @@ per_gpu_hour = 9.0
     fn rates_per_gpu_type_with_a_default_row() {
         let text = "currency = \"CNY\"\n[on_demand]\nper_gpu_hour = 15.0\n[per_task]\nper_gpu_hour = 13.5\n";
         let flat = Prices::parse(text, "p.toml").unwrap();
-        assert_eq!(flat.rates("H100"), TypeRates { on_demand: 15.0, reserved: None, per_task: Some(13.5), per_gpu_month: None });
+        assert_eq!(
+            flat.rates("H100"),
+            TypeRates { on_demand: 15.0, reserved: None, per_task: Some(13.5), per_gpu_month: None }
+        );
         let rows = format!(
             "{text}[gpu_types]\ndefault = {{ on_demand = 14.0 }}\nH100 = {{ on_demand = 30.0, reserved = 18.0, per_task = 27.0 }}\n"
         );

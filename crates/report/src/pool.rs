@@ -185,7 +185,12 @@ fn bill_rates(conn: &Connection, lo: i64, hi: i64) -> Result<BTreeMap<String, Ty
 }
 
 /// The rates of a pool and where they came from.
-fn resolve(prices: &Prices, bill: &BTreeMap<String, TypeRates>, t: &str, region: Option<&str>) -> (TypeRates, RateSource) {
+fn resolve(
+    prices: &Prices,
+    bill: &BTreeMap<String, TypeRates>,
+    t: &str,
+    region: Option<&str>,
+) -> (TypeRates, RateSource) {
     if let Some(r) = region.and_then(|r| prices.gpu_types.get(&format!("{t}@{r}"))) {
         return (*r, RateSource::TypeInRegion);
     }

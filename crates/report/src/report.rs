@@ -543,12 +543,8 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
             let part = |i: usize| -> rusqlite::Result<WaitPart> {
                 Ok(WaitPart { ms: r.get(i)?, jobs: r.get::<_, i64>(i + 1)? as u64, ..WaitPart::default() })
             };
-            let by_reason = QueueWaitByReason {
-                approval: part(4)?,
-                off_peak: part(6)?,
-                capacity: part(8)?,
-                readiness: part(10)?,
-            };
+            let by_reason =
+                QueueWaitByReason { approval: part(4)?, off_peak: part(6)?, capacity: part(8)?, readiness: part(10)? };
             Ok((
                 r.get::<_, String>(0)?,
                 r.get::<_, i64>(1)?,
@@ -788,7 +784,8 @@ pub(crate) fn months_in(days: &[i64]) -> f64 {
     per.iter()
         .map(|(&(y, m), &n)| {
             let next = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
-            let len = bursar_model::time::days_from_civil(next.0, next.1, 1) - bursar_model::time::days_from_civil(y, m, 1);
+            let len =
+                bursar_model::time::days_from_civil(next.0, next.1, 1) - bursar_model::time::days_from_civil(y, m, 1);
             f64::from(n) / len as f64
         })
         .sum()

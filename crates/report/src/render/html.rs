@@ -667,7 +667,11 @@ fn pool_section(o: &mut String, p: &crate::pool::PoolBilling) {
     let _ = write!(
         o,
         "</ul><p>In all <b>{:.2} {cur}</b>: saves {:.2} against everything on demand ({:.2}) and {:.2} against each project on its own cheapest mode ({:.2}).</p><p class=\"note\">Assumptions: ",
-        p.total_recommended, p.saving_vs_on_demand, p.total_on_demand, p.saving_vs_per_project, p.total_per_project_best
+        p.total_recommended,
+        p.saving_vs_on_demand,
+        p.total_on_demand,
+        p.saving_vs_per_project,
+        p.total_per_project_best
     );
     let items: Vec<String> = p.assumptions.iter().map(|a| esc(a)).collect();
     o.push_str(&items.join("; "));

@@ -125,7 +125,8 @@ fn queue_wait_table(out: &mut String, r: &Report) {
         if g.started_jobs == 0 {
             continue;
         }
-        let mut row = vec![g.key.clone(), g.started_jobs.to_string(), h(g.queue_wait_hours), h(g.mean_queue_wait_hours)];
+        let mut row =
+            vec![g.key.clone(), g.started_jobs.to_string(), h(g.queue_wait_hours), h(g.mean_queue_wait_hours)];
         for (_, p) in g.queue_wait_by_reason.parts() {
             row.extend([h(p.hours), p.jobs.to_string(), h(p.mean_hours)]);
         }
@@ -453,7 +454,11 @@ fn pool_table(out: &mut String, p: &crate::pool::PoolBilling) {
     let _ = writeln!(
         out,
         "  in all {:.2} {cur}: saves {:.2} against everything on demand ({:.2}) and {:.2} against each project on its\n  own cheapest mode ({:.2}).",
-        p.total_recommended, p.saving_vs_on_demand, p.total_on_demand, p.saving_vs_per_project, p.total_per_project_best
+        p.total_recommended,
+        p.saving_vs_on_demand,
+        p.total_on_demand,
+        p.saving_vs_per_project,
+        p.total_per_project_best
     );
     let _ = writeln!(out, "Assumptions:");
     for a in &p.assumptions {

@@ -399,7 +399,8 @@ mod tests {
     #[test]
     fn a_burn_down_goes_below_zero_and_marks_the_budget() {
         // 6,000 budgeted, 8,023 spent: the line ends at -2,023, under the dashed budget line at 0.
-        let s = Series { name: "p".into(), color: "#123".into(), values: vec![Some(6000.0), Some(1000.0), Some(-2023.0)] };
+        let s =
+            Series { name: "p".into(), color: "#123".into(), values: vec![Some(6000.0), Some(1000.0), Some(-2023.0)] };
         let svg = lines_marked(
             "b",
             "t",
