@@ -1370,7 +1370,7 @@ impl Engine {
             LedgerChange::Charge { job_id, gpu_hours } => {
                 if let Some(j) = self.state.jobs.get(job_id.as_str()) {
                     let project = j.project().to_owned();
-                    self.state.charge(&project, Some(job_id), *gpu_hours, time);
+                    self.state.charge(Some(&project), Some(job_id), *gpu_hours, time);
                 }
             }
             LedgerChange::Drop { job_id } => {
@@ -1545,7 +1545,7 @@ impl Engine {
                 }
             }
             EventKind::BillingCharge(c) => {
-                state.charge(&c.project, c.job_id.as_deref(), c.gpu_hours, event.time);
+                state.charge(c.project.as_deref(), c.job_id.as_deref(), c.gpu_hours, event.time);
                 if let Some(j) = c.job_id.as_deref().filter(|j| state.jobs.get(j).is_some()) {
                     let change = LedgerChange::Charge { job_id: j.to_owned(), gpu_hours: c.gpu_hours };
                     state.share(em.cause, event.time, j, change);

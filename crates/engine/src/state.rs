@@ -1367,7 +1367,7 @@ impl State {
     }
 
     /// Counts a billing charge; when it names a known job, that job's runtime usage counts as billed.
-    pub(crate) fn charge(&mut self, project: &str, job_id: Option<&str>, gpu_hours: f64, at: Timestamp) {
+    pub(crate) fn charge(&mut self, project: Option<&str>, job_id: Option<&str>, gpu_hours: f64, at: Timestamp) {
         let job = job_id.and_then(|id| self.jobs.remove_entry(id));
         match job {
             Some((id, mut job)) => {
@@ -1380,7 +1380,10 @@ impl State {
                 job.unbilled = 0.0;
                 self.jobs.insert(id, job);
             }
+            // A charge for a job the engine does not know, without a project (v1.x: an unattributed
+            // line, or one naming a job from before this log) settles no ledger: no quota counts it.
             None => {
+                let Some(project) = project else { return };
                 let name = self.intern(project);
                 let l = self.ledgers.project.named(&name);
                 l.bucket(at.day()).charged += gpu_hours;

@@ -32,12 +32,28 @@ pub struct ApprovalWait {
     pub policies: Vec<String>,
     /// Why.
     pub reason: String,
-    /// A quota asked (the project, user or tag is out of budget): approving it runs the job over
-    /// that budget.
+    /// A quota's GPU-hour budget held it (the project, user or tag is out of budget): approving it
+    /// runs the job over that budget. A concurrent-GPU or queue cap is not a budget: see `held_by`.
     pub over_budget: bool,
+    /// Which limits held it, for people: `over budget`, `over the concurrent-GPU cap`, `over the
+    /// queue cap` (empty: no quota asked; a person's approval policy did).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_by: Vec<String>,
     /// The job's own user may answer (every policy that asked sets `self_approval = true`).
     #[serde(default)]
     pub self_approval: bool,
+}
+
+impl ApprovalWait {
+    /// What held it, for a label: `over budget`, `over the concurrent-GPU cap`, both joined by `and`;
+    /// None when no quota held it.
+    pub fn hold_label(&self) -> Option<String> {
+        if !self.held_by.is_empty() {
+            Some(self.held_by.join(" and "))
+        } else {
+            self.over_budget.then(|| "over budget".to_owned())
+        }
+    }
 }
 
 /// A job its idle rule alerted about, reclaimed at `reclaim_at` unless its owner sends a keepalive.
