@@ -57,7 +57,7 @@ pub struct EventRow {
 fn project_user(e: &Event) -> (Option<String>, Option<String>) {
     match &e.kind {
         EventKind::JobSubmitted(j) => (Some(j.project.clone()), Some(j.user.clone()).filter(|u| !u.is_empty())),
-        EventKind::BillingCharge(c) => (Some(c.project.clone()), None),
+        EventKind::BillingCharge(c) => (c.project.clone(), None),
         EventKind::AssetRegistered { project, .. } => (Some(project.clone()), None),
         _ => (None, None),
     }

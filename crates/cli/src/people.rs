@@ -184,7 +184,10 @@ pub fn render(p: &PendingReply, now: Timestamp) -> String {
         for a in &p.approvals {
             let who = if a.approvers.is_empty() { "anyone".to_owned() } else { a.approvers.join(",") };
             let ask = format!("{}×{}", a.gpus, bursar_lang::families::fmt_num(a.requested_hours));
-            let why = if a.over_budget { format!("[over budget] {}", a.reason) } else { a.reason.clone() };
+            let why = match a.hold_label() {
+                Some(l) => format!("[{l}] {}", a.reason),
+                None => a.reason.clone(),
+            };
             o.push_str(&format!(
                 "  {:<20} {:<12} {:<10} {:>12} {:>9} {:>10}  {:<16} {why}\n",
                 a.job_id,
@@ -352,6 +355,7 @@ mod tests {
                 policies: vec!["approval/big".into()],
                 reason: "job j1 needs approval".into(),
                 over_budget: false,
+                held_by: Vec::new(),
                 self_approval: false,
             }],
             idle: vec![IdleWait {

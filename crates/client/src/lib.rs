@@ -249,6 +249,12 @@ impl Client {
         self.call("GET", &path, b"")
     }
 
+    /// `GET /v1/unconfirmed?prefix=…`: the admissions of jobs whose id starts with `prefix` that the
+    /// scheduler has yet to confirm.
+    pub fn unconfirmed(&self, prefix: &str) -> Result<bursar_model::api::UnconfirmedView> {
+        self.call("GET", &format!("/v1/unconfirmed?prefix={}", path_segment(prefix)), b"")
+    }
+
     /// `GET /v1/pool`: what the pool page shows.
     pub fn pool(&self) -> Result<PoolView> {
         self.call("GET", "/v1/pool", b"")

@@ -141,7 +141,13 @@ impl Front {
                     self.index(&spec.id, p).await;
                     one(p)
                 }
-                EventKind::BillingCharge(c) => one(partition_of(&c.project, n)),
+                // A charge that names only its job goes where the job is; an unattributed one
+                // settles no ledger, so any partition keeps it (the first).
+                EventKind::BillingCharge(c) => match (&c.project, &c.job_id) {
+                    (Some(p), _) => one(partition_of(p, n)),
+                    (None, Some(job)) => one(self.partition_of_job(job).await),
+                    (None, None) => one(0),
+                },
                 EventKind::AssetRegistered { .. } | EventKind::ClockTick => (0..n)
                     .map(|p| {
                         let mut copy = e.clone();

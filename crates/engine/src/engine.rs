@@ -19,7 +19,7 @@ use crate::dedupe::Dedupe;
 use crate::policy::{Context, Effect, EventMask, Mode, Output, Policy, Reason, TimerContext, Verdict, VerdictKind};
 use crate::set::PolicySet;
 use crate::shared::{LedgerAnswer, LedgerClient, SharedVerdicts, of_rank, rank};
-use crate::state::{JobPhase, JobRecord, Pending, State};
+use crate::state::{JobPhase, JobRecord, Pending, ScopeKind, State};
 use crate::timers::{Timer, TimerKind, TimerQueue};
 
 /// The policy id the engine itself uses for the decisions it makes without a policy.
@@ -36,6 +36,10 @@ pub const OVERRIDE_POLICY: &str = "bursar/override";
 
 /// The engine's own policy id for an admission the scheduler never confirmed.
 pub const UNCONFIRMED_POLICY: &str = "bursar/unconfirmed";
+
+/// The policy named by the alert that a reclaim was not carried out by the scheduler (its agent
+/// recorded `action.failed`), and the job counts again.
+pub const RECLAIM_FAILED_POLICY: &str = "bursar/reclaim-failed";
 
 /// Engine settings.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -639,6 +643,9 @@ impl Engine {
                     return Outcome::Duplicate;
                 }
                 self.stats.actions += 1;
+                if a.outcome == bursar_model::ActionOutcome::Failed && a.decision_kind().as_deref() == Some("reclaim") {
+                    self.reclaim_failed(a, out);
+                }
                 Outcome::Applied
             }
             Input::Run(r) => {
@@ -657,6 +664,54 @@ impl Engine {
                 Outcome::Applied
             }
         }
+    }
+
+    /// A reclaim the scheduler did not carry out (`action.failed` of a reclaim decision): the job still
+    /// runs, so it counts again — held, reserved and charged from the reclaim on ([`State::unreclaim`])
+    /// — and an alert from [`RECLAIM_FAILED_POLICY`] says so, until it ends or someone acts. The
+    /// agent's retries happened before it recorded the failure; a later reclaim decision (the idle
+    /// rule's next window) asks again.
+    fn reclaim_failed(&mut self, a: &bursar_model::Action, out: &mut Vec<Decision>) {
+        let Some((id, mut j)) = a.job_id.as_deref().and_then(|id| self.state.jobs.remove_entry(id)) else {
+            return;
+        };
+        let Some(at) = j.ended.get().filter(|_| j.phase == JobPhase::Reclaimed) else {
+            self.state.jobs.insert(id, j);
+            return;
+        };
+        let restored = self.state.unreclaim(&mut j, at);
+        let time = self.state.now.max(a.time);
+        let mut em = Emitter {
+            cause: &a.id,
+            n: 0,
+            out,
+            steps: &mut self.transitions,
+            runs: &mut self.runs,
+            stats: &mut self.stats,
+            coverage: self.coverage.as_mut(),
+        };
+        if restored {
+            self.state.share(&a.id, a.time, &id, LedgerChange::Unreclaim { job_id: id.to_string(), at });
+            if j.phase == JobPhase::Running {
+                em.step(&id, at, Step::Started);
+            }
+        }
+        let mut d = Draft::about(&id, Some(&j), time, DecisionKind::Alert);
+        d.policies = vec![Arc::from(RECLAIM_FAILED_POLICY)];
+        d.reason = if restored {
+            format!(
+                "the scheduler did not carry out the reclaim of job {id} at {at} ({}): it still runs, so it is held, reserved and charged again from {at} until it ends or someone stops it",
+                a.detail.as_deref().unwrap_or("no detail")
+            )
+        } else {
+            format!(
+                "the scheduler did not carry out the reclaim of array {id} at {at} ({}): its tasks still running are not counted again; stop them by hand",
+                a.detail.as_deref().unwrap_or("no detail")
+            )
+        };
+        d.gpu_hours = restored.then_some(j.reserved);
+        em.emit(d);
+        self.state.jobs.insert(id, j);
     }
 
     /// The runs the last [`Engine::apply`] recorded from a `job.finished` (for trial-before-scale):
@@ -1295,6 +1350,12 @@ impl Engine {
                     self.state.jobs.insert(Arc::from(job_id.as_str()), j);
                 }
             }
+            LedgerChange::Unreclaim { job_id, at } => {
+                if let Some(mut j) = self.state.jobs.remove(job_id.as_str()) {
+                    self.state.unreclaim(&mut j, *at);
+                    self.state.jobs.insert(Arc::from(job_id.as_str()), j);
+                }
+            }
             LedgerChange::Reopen { job_id } => {
                 if let Some(mut j) = self.state.jobs.remove(job_id.as_str()) {
                     self.state.reopen(&mut j, time);
@@ -1318,7 +1379,7 @@ impl Engine {
             LedgerChange::Charge { job_id, gpu_hours } => {
                 if let Some(j) = self.state.jobs.get(job_id.as_str()) {
                     let project = j.project().to_owned();
-                    self.state.charge(&project, Some(job_id), *gpu_hours, time);
+                    self.state.charge(Some(&project), Some(job_id), *gpu_hours, time);
                 }
             }
             LedgerChange::Drop { job_id } => {
@@ -1456,7 +1517,7 @@ impl Engine {
         match &event.kind {
             EventKind::JobStarted { info, .. } => {
                 if let Some(id) = &job_id {
-                    Self::on_start(state, event, id, info, em);
+                    Self::on_start(state, policies, event, id, info, em);
                 }
             }
             EventKind::JobQueued { .. } => {
@@ -1493,7 +1554,7 @@ impl Engine {
                 }
             }
             EventKind::BillingCharge(c) => {
-                state.charge(&c.project, c.job_id.as_deref(), c.gpu_hours, event.time);
+                state.charge(c.project.as_deref(), c.job_id.as_deref(), c.gpu_hours, event.time);
                 if let Some(j) = c.job_id.as_deref().filter(|j| state.jobs.get(j).is_some()) {
                     let change = LedgerChange::Charge { job_id: j.to_owned(), gpu_hours: c.gpu_hours };
                     state.share(em.cause, event.time, j, change);
@@ -1583,12 +1644,21 @@ impl Engine {
     /// The engine's bookkeeping of a `job.started`: a job released outside bursar while it waited for
     /// approval (an override) or a finished job started again (a rerun) is admitted again first; the
     /// allocation, when the scheduler names it, replaces the admission's estimate; then the run starts.
-    fn on_start(state: &mut State, event: &Event, id: &Arc<str>, info: &StartInfo, em: &mut Emitter<'_>) {
+    fn on_start(
+        state: &mut State,
+        policies: &PolicySet,
+        event: &Event,
+        id: &Arc<str>,
+        info: &StartInfo,
+        em: &mut Emitter<'_>,
+    ) {
         if state.job(id).is_some_and(late_confirmation) {
             Self::confirmed_late(state, event, id, em);
         }
         let Some(mut j) = state.jobs.remove(id) else { return };
         let t = event.time;
+        // A run after a requeue holds its GPUs again from this start (they were freed meanwhile).
+        let after_requeue = j.runs().is_some_and(|r| r.requeued);
         State::confirm(&mut j);
         match j.phase {
             JobPhase::PendingApproval => {
@@ -1635,6 +1705,22 @@ impl Engine {
         }
         if matches!(j.phase, JobPhase::Running) {
             state.share(em.cause, t, id, LedgerChange::Start { job_id: id.to_string(), gpus: info.gpus });
+        }
+        if after_requeue && j.phase == JobPhase::Running {
+            // Its GPUs were free while it waited, and others may have been admitted into them: the
+            // start is checked against the concurrent caps, and going over is on record.
+            let over = over_caps(state, policies, &j);
+            if !over.is_empty() {
+                let mut d = Draft::about(id, Some(&j), t, DecisionKind::Alert);
+                d.policies = over.iter().map(|(p, _)| p.clone()).collect();
+                d.policies.dedup();
+                d.reason = format!(
+                    "job {id} runs again after its requeue and holds its {} again: {}",
+                    crate::runs::gpus_text(j.gpus),
+                    over.iter().map(|(_, s)| s.as_str()).collect::<Vec<_>>().join("; ")
+                );
+                em.emit(d);
+            }
         }
         state.jobs.insert(id.clone(), j);
     }
@@ -1969,6 +2055,42 @@ impl Engine {
 /// Convenience for tests and tools: a verdict about the current job.
 pub fn verdict(kind: VerdictKind, reason: impl Into<Reason>) -> Verdict {
     Verdict::new(kind, reason)
+}
+
+/// The concurrent-GPU caps (`max_gpus` of the enforced quotas whose selector takes `job`) that one of
+/// the job's ledgers is over now, each with its policy and a sentence.
+fn over_caps(state: &State, policies: &PolicySet, job: &JobRecord) -> Vec<(Arc<str>, String)> {
+    use crate::policy::QuotaScope;
+    let p = &job.profile;
+    let mut out = Vec::new();
+    for pl in policies.limits().enforced().filter(|pl| pl.selector.matches(job)) {
+        for q in &pl.limits.quotas {
+            let Some(max) = q.max_gpus else { continue };
+            let names: Vec<&str> = match &q.scope {
+                QuotaScope::Project => vec![&*p.project],
+                QuotaScope::User => vec![&*p.user],
+                QuotaScope::Tag(key) => p.tags.iter().filter(|t| &*t.key == key.as_str()).map(|t| &*t.ledger).collect(),
+            };
+            for name in names {
+                let kind = q.scope.kind();
+                if let Some(l) = state.ledger(kind, name).filter(|l| l.held_gpus > max) {
+                    out.push((
+                        Arc::from(pl.policy.as_str()),
+                        format!(
+                            "{} {name} now holds {} GPUs, over its cap of {max}",
+                            match kind {
+                                ScopeKind::Project => "project",
+                                ScopeKind::User => "user",
+                                ScopeKind::Tag => "tag",
+                            },
+                            l.held_gpus
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

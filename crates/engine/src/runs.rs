@@ -69,7 +69,7 @@ fn worse(a: Option<FinishStatus>, b: FinishStatus) -> FinishStatus {
 
 impl State {
     /// Moves the job's held GPUs (and its queue's) from `before` to what it holds now.
-    fn rehold(&mut self, job: &JobRecord, before: u32) {
+    pub(crate) fn rehold(&mut self, job: &JobRecord, before: u32) {
         let after = job.held_gpus();
         if after == before {
             return;
@@ -128,8 +128,10 @@ impl State {
     }
 
     /// The job's run ended at `at` and the job waits to run again: the run is settled (runtime × its
-    /// GPUs into `used` and `unbilled`) and leaves the running count; the reservation and held GPUs
-    /// stay for the next run. Returns the run's GPU-hours (0 when it was not running).
+    /// GPUs into `used` and `unbilled`) and leaves the running count, and its GPUs leave the held
+    /// count (the scheduler freed them: a requeued job waiting in its queue must not keep the
+    /// project's other submissions out, issue 55); the reservation stays for the next run, whose
+    /// start holds them again. Returns the run's GPU-hours (0 when it was not running).
     pub(crate) fn requeue(&mut self, job: &mut JobRecord, at: Timestamp) -> f64 {
         if job.phase != JobPhase::Running || job.started.is_none() {
             return 0.0;
@@ -146,13 +148,44 @@ impl State {
         job.started = crate::state::OptTime::NONE;
         job.ended = crate::state::OptTime::NONE;
         job.phase = JobPhase::Admitted;
+        let held = job.held_gpus();
         job.with_runs(|r| {
             r.reruns = r.reruns.saturating_add(1);
             r.earlier_gpu_hours += used;
+            r.requeued = true;
         });
+        self.rehold(job, held);
         // A policy's marks describe the run they were made in (an idle window, an alert).
         job.clear_marks();
         used
+    }
+
+    /// A reclaim the scheduler did not carry out (its agent recorded `action.failed`): the job still
+    /// holds what it held, so it is held, reserved and charged again as if it had not been released —
+    /// its run up to the reclaim (`at`) stays settled, and a run that was going continues from `at`, so
+    /// the time since is charged too. Its reservation is what is left of its request. False when the
+    /// job was not released by a reclaim, or is an array (its tasks are restored one by one).
+    pub(crate) fn unreclaim(&mut self, job: &mut JobRecord, at: Timestamp) -> bool {
+        if job.phase != JobPhase::Reclaimed || job.array().is_some() {
+            return false;
+        }
+        let was_running = job.started.is_some();
+        let last_run = job.runtime_gpu_hours(at);
+        job.status = None;
+        job.started = crate::state::OptTime::NONE;
+        job.ended = crate::state::OptTime::NONE;
+        if last_run > 0.0 {
+            job.with_runs(|r| r.earlier_gpu_hours += last_run);
+        }
+        job.phase = JobPhase::Admitted;
+        self.reserve(job);
+        let spent = job.runs().map_or(0.0, |r| r.earlier_gpu_hours);
+        self.rereserve(job, -spent.min(job.reserved));
+        if was_running {
+            self.start(job, at);
+        }
+        job.with_runs(|r| r.reclaim_failed = Some(at).into());
+        true
     }
 
     /// A finished job the scheduler runs again without an admission: admitted again as it was,
@@ -359,10 +392,11 @@ mod tests {
         let mut st = State::default();
         admit(&mut st, &spec("j", 4, 10.0), t(0));
         with(&mut st, "j", |st, j| st.start(j, t(0)));
-        // Preempted after an hour: 4 GPU-hours settled, no longer running, still admitted.
+        // Preempted after an hour: 4 GPU-hours settled, no longer running, still admitted, and its
+        // GPUs free while it waits (issue 55: they counted as held, keeping others out).
         let used = with(&mut st, "j", |st, j| st.requeue(j, t(60)));
         assert_eq!(used, 4.0);
-        assert_eq!(ledger(&st), (4, 0, 4, 40.0, 4.0));
+        assert_eq!(ledger(&st), (0, 0, 0, 40.0, 4.0));
         assert_eq!(st.job("j").unwrap().phase(), JobPhase::Admitted);
         // Waits two hours (not charged), runs again on 2 GPUs for 30 minutes, finishes.
         with(&mut st, "j", |st, j| {

@@ -544,6 +544,14 @@ pub struct RunNotes {
     /// confirmation (the scheduler's agent was down) admits it again, and is not a rerun.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub released_unconfirmed: bool,
+    /// A reclaim of the job was not carried out by the scheduler (recorded `action.failed`) at this
+    /// time: it still runs, counted as before, until it ends or someone acts (shown on the pool page).
+    #[serde(default, skip_serializing_if = "unset")]
+    pub reclaim_failed: OptTime,
+    /// The job was requeued and waits to run again: the scheduler freed its GPUs, so it holds none
+    /// until its next run starts (its admission, and what is left of its reservation, carry over).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requeued: bool,
 }
 
 fn is_zero(v: &u32) -> bool {
@@ -568,6 +576,8 @@ impl RunNotes {
             && self.confirm_by.is_none()
             && self.released_by.is_none()
             && !self.released_unconfirmed
+            && !self.requeued
+            && self.reclaim_failed.is_none()
     }
 }
 
@@ -814,6 +824,9 @@ impl JobRecord {
     /// GPUs the job counts as held now (the ledgers' `held_gpus`): its GPUs, or for an array the
     /// GPUs of the tasks not started that may run beside its live ones (the live tasks hold their own).
     pub fn held_gpus(&self) -> u32 {
+        if self.runs().is_some_and(|r| r.requeued) {
+            return 0;
+        }
         match self.array() {
             Some(a) => self.gpus.saturating_mul(a.held_tasks()),
             None => self.gpus,
@@ -1351,8 +1364,13 @@ impl State {
         });
     }
 
-    /// Marks a held job as started.
+    /// Marks a held job as started; a job that waited after a requeue holds its GPUs again.
     pub(crate) fn start(&mut self, job: &mut JobRecord, at: Timestamp) {
+        if job.runs().is_some_and(|r| r.requeued) {
+            let before = job.held_gpus();
+            job.with_runs(|r| r.requeued = false);
+            self.rehold(job, before);
+        }
         if job.started.is_none() {
             job.started = at.into();
             let gpus = job.gpus;
@@ -1417,7 +1435,7 @@ impl State {
     }
 
     /// Counts a billing charge; when it names a known job, that job's runtime usage counts as billed.
-    pub(crate) fn charge(&mut self, project: &str, job_id: Option<&str>, gpu_hours: f64, at: Timestamp) {
+    pub(crate) fn charge(&mut self, project: Option<&str>, job_id: Option<&str>, gpu_hours: f64, at: Timestamp) {
         let job = job_id.and_then(|id| self.jobs.remove_entry(id));
         match job {
             Some((id, mut job)) => {
@@ -1430,7 +1448,10 @@ impl State {
                 job.unbilled = 0.0;
                 self.jobs.insert(id, job);
             }
+            // A charge for a job the engine does not know, without a project (v1.x: an unattributed
+            // line, or one naming a job from before this log) settles no ledger: no quota counts it.
             None => {
+                let Some(project) = project else { return };
                 let name = self.intern(project);
                 let l = self.ledgers.project.named(&name);
                 l.bucket(at.day()).charged += gpu_hours;

@@ -469,6 +469,28 @@ pub struct OwnedPartition {
     pub replayed: u64,
 }
 
+/// `GET /v1/unconfirmed?prefix=…`: the admissions the scheduler has yet to confirm it created (a
+/// `job.queued` or `job.started` not seen since the `job.submitted` that promised one with
+/// `confirm_within_s`). The Slurm watcher releases those it does not find in two polls (issue 55).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UnconfirmedView {
+    /// The engine's clock.
+    pub engine_time: String,
+    /// The admissions, oldest first.
+    pub jobs: Vec<UnconfirmedJob>,
+}
+
+/// One admission waiting for its confirmation, in [`UnconfirmedView`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UnconfirmedJob {
+    /// The job.
+    pub job_id: String,
+    /// When it was admitted (its submission's event time).
+    pub admitted: String,
+    /// When it is released unless confirmed.
+    pub confirm_by: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -174,6 +174,14 @@ pub enum LedgerChange {
         /// By a reclaim rather than its own end.
         reclaimed: bool,
     },
+    /// A reclaim the scheduler did not carry out: the job, still running, is held, reserved and
+    /// charged again from the reclaim (`at`) on.
+    Unreclaim {
+        /// The job.
+        job_id: String,
+        /// When the reclaim released it.
+        at: crate::Timestamp,
+    },
     /// A billing charge for the job.
     Charge {
         /// The job.
@@ -199,6 +207,7 @@ impl LedgerChange {
             | LedgerChange::Reopen { job_id }
             | LedgerChange::Task { job_id, .. }
             | LedgerChange::Release { job_id, .. }
+            | LedgerChange::Unreclaim { job_id, .. }
             | LedgerChange::Charge { job_id, .. }
             | LedgerChange::Drop { job_id } => job_id,
         }
@@ -328,8 +337,18 @@ pub struct Action {
     pub detail: Option<String>,
     /// How many times it was tried.
     pub attempts: Option<u32>,
-    /// Fields the agent added (`slurm_job_id`, `slurm_cluster`, …), kept verbatim.
+    /// Fields the agent added (`slurm_job_id`, `slurm_cluster`, …, and `decision`: the kind of the
+    /// decision carried out), kept verbatim.
     pub extra: Extra,
+}
+
+impl Action {
+    /// The kind of the decision carried out (`reclaim`, `allow`, …), when the agent said it (its
+    /// `decision` field: `bursar-agent` writes it on every record).
+    pub fn decision_kind(&self) -> Option<String> {
+        let (_, v) = self.extra.iter().find(|(k, _)| k == "decision")?;
+        serde_json::from_str::<String>(v.get()).ok()
+    }
 }
 
 impl Serialize for Action {

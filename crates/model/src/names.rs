@@ -244,9 +244,22 @@ pub fn check(input: &Input) -> Result<(), NameError> {
                     opt("reason", extra_str(&e.extra, "reason").as_deref(), Kind::Text)?;
                 }
                 EventKind::BillingCharge(c) => {
-                    check_str("project", &c.project, Kind::Name)?;
+                    opt("project", c.project.as_deref(), Kind::Name)?;
                     opt("job_id", c.job_id.as_deref(), Kind::Id)?;
                     opt("currency", c.currency.as_deref(), Kind::Name)?;
+                    if let Some(b) = &c.bill {
+                        opt("bill.resource", b.resource.as_deref(), Kind::Text)?;
+                        opt("bill.sku", b.sku.as_deref(), Kind::Text)?;
+                        opt("bill.region", b.region.as_deref(), Kind::Name)?;
+                        opt("bill.gpu_type", b.gpu_type.as_deref(), Kind::Name)?;
+                        for c in [&b.commitment, &b.capacity_reservation].into_iter().flatten() {
+                            check_str("bill commitment id", &c.id, Kind::Text)?;
+                        }
+                        for (k, v) in &b.tags {
+                            check_str("bill.tags key", k, Kind::Name)?;
+                            check_str("bill.tags value", v, Kind::Text)?;
+                        }
+                    }
                 }
                 EventKind::AssetRegistered { project, asset } => {
                     check_str("project", project, Kind::Name)?;

@@ -265,13 +265,29 @@ impl Backend for Local {
         // The live jobs are counted by walking the job table: on the engine thread, once per scrape.
         let counted = tokio::time::timeout(
             Duration::from_secs(5),
-            crate::core::read(&self.engine, |v| v.engine.state().live_jobs() as u64),
+            crate::core::read(&self.engine, |v| {
+                let state = v.engine.state();
+                let unstopped = state
+                    .jobs()
+                    .filter(|(_, j)| j.phase().is_live() && j.runs().is_some_and(|r| r.reclaim_failed.get().is_some()))
+                    .count() as u64;
+                (state.live_jobs() as u64, unstopped)
+            }),
         )
         .await;
-        if let Ok(Some(live)) = counted {
+        let mut unstopped = None;
+        if let Ok(Some((live, u))) = counted {
             self.metrics.live_jobs.store(live, Ordering::Relaxed);
+            unstopped = Some(u);
         }
         let mut text = self.metrics.render();
+        if let Some(u) = unstopped {
+            let _ = write!(
+                text,
+                "# HELP bursar_reclaims_not_carried_out Live jobs bursar reclaimed and the scheduler did not stop (action.failed): they still run and count.\n\
+                 # TYPE bursar_reclaims_not_carried_out gauge\nbursar_reclaims_not_carried_out {u}\n"
+            );
+        }
         // The audit writer's own totals: a transaction holds every batch that was queued when it began,
         // so these (not `bursar_audit_commit_seconds`, which is per batch) say how many fsyncs there are.
         let t = self.journal.totals();

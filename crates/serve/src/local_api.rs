@@ -36,6 +36,22 @@ pub async fn job(State(door): State<Door<Local>>, Path(id): Path<String>) -> Res
     }
 }
 
+/// `?prefix=lab-` of `GET /v1/unconfirmed`.
+#[derive(Debug, Deserialize)]
+pub struct UnconfirmedQuery {
+    /// Only jobs whose id starts with it (a scheduler agent's own: `<cluster>-`).
+    #[serde(default)]
+    pub prefix: String,
+}
+
+/// `GET /v1/unconfirmed?prefix=…`: the admissions the scheduler has yet to confirm it created.
+pub async fn unconfirmed(State(door): State<Door<Local>>, Query(q): Query<UnconfirmedQuery>) -> Response {
+    match door.backend.read(move |v| crate::views::unconfirmed(v.engine, &q.prefix)).await {
+        Ok(view) => json(StatusCode::OK, &view),
+        Err(r) => r.into_response(),
+    }
+}
+
 /// `GET /v1/projects/{name}`: a ledger's usage and held GPUs.
 pub async fn project(State(door): State<Door<Local>>, Path(name): Path<String>) -> Response {
     match door.backend.read(move |v| crate::views::project(v.engine, &name)).await {

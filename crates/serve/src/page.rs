@@ -185,7 +185,7 @@ pub fn mine(who: &str, p: &bursar_model::api::PendingReply, now: Timestamp) -> S
                 esc(&w.user),
                 gpus(w.gpus),
                 gpu_hours(w.requested_hours),
-                if w.over_budget { " <span class=\"over\">over budget</span>" } else { "" },
+                w.hold_label().map_or(String::new(), |l| format!(" <span class=\"over\">{}</span>", esc(&l))),
                 esc(&w.reason),
                 until(now, &w.expires),
             );
@@ -249,7 +249,7 @@ pub fn pool(v: &PoolView) -> String {
                 esc(&a.user),
                 gpus(a.gpus),
                 gpu_hours(a.requested_hours),
-                if a.over_budget { " <span class=\"over\">over budget</span>" } else { "" },
+                a.hold_label().map_or(String::new(), |l| format!(" <span class=\"over\">{}</span>", esc(&l))),
                 ago(now, &a.submitted),
                 until(now, &a.expires),
                 esc(&approvers),
@@ -507,6 +507,16 @@ fn phase_cell(j: &bursar_model::api::JobLine) -> String {
         }
         if let Some(who) = &r.released_by {
             let _ = write!(s, " <span class=\"muted\">(released outside bursar by {})</span>", esc(who));
+        }
+        if r.requeued {
+            s.push_str(" <span class=\"muted\">(requeued: waiting to run again, holding no GPUs)</span>");
+        }
+        if let Some(at) = &r.reclaim_failed {
+            let _ = write!(
+                s,
+                " <strong class=\"warn\">(reclaimed at {} but still running: the scheduler did not stop it)</strong>",
+                esc(at)
+            );
         }
     }
     s

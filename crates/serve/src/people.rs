@@ -654,6 +654,7 @@ mod tests {
                 policies: vec!["approval/big".into()],
                 reason: "big".into(),
                 over_budget: false,
+                held_by: Vec::new(),
                 self_approval: false,
             }),
             idle: Vec::new(),

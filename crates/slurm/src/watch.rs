@@ -29,6 +29,15 @@
 //! `MinJobAge`) is finished as `cancelled` with `slurm_state: "unknown"`: its GPUs are released in
 //! bursar's books, and the audit log says the end was not observed.
 //!
+//! An admission Slurm never created — a job it refused after the hook (`-p nosuch`), the admitted
+//! component of a heterogeneous job whose other component was denied, a `--test-only` submission
+//! from a client without `cli_filter.lua` — is released within two polls while the watcher runs:
+//! each poll asks serve which admissions of this cluster are still unconfirmed (`GET
+//! /v1/unconfirmed`), and one admitted before the previous poll began, that neither poll found in
+//! Slurm's queue, is finished as `cancelled` with `slurm_state: "never created"` and the reason
+//! (issue 55: these held GPUs for `confirm_within_s`, 15 minutes by default). `confirm_within_s`
+//! stays the bound while the watcher is down.
+//!
 //! Why polling rather than `jobcomp/lua`: a jobcomp hook runs inside slurmctld (serialised with every
 //! other RPC, like `job_submit.lua`), sees only ends, and must never block; a poller sees every state,
 //! cannot stall the scheduler when bursar is slow or down, and catches up after its own restart from
@@ -523,8 +532,9 @@ pub struct PollReport {
     pub took_ms: u64,
 }
 
-/// One poll: list, read what is new, plan, send, persist.
-pub fn poll_once(cfg: &WatchConfig, state: &mut WatchState) -> Result<PollReport> {
+/// One poll: list, read what is new, plan, send, persist; then release the admissions Slurm never
+/// created ([`never_created`]), when a poll began at `previous` (Unix seconds) before this one.
+pub fn poll_once(cfg: &WatchConfig, state: &mut WatchState, previous: Option<i64>) -> Result<PollReport> {
     let t0 = Instant::now();
     let rows = cfg.slurm.queue()?;
     let read = cfg.slurm.details(&asks(state, &rows), rows.len())?;
@@ -541,14 +551,76 @@ pub fn poll_once(cfg: &WatchConfig, state: &mut WatchState) -> Result<PollReport
         plan.apply(state);
         state::save(&cfg.state, state)?;
     }
+    let mut released = 0;
+    if let Some(previous) = previous {
+        match cfg.server.client.unconfirmed(&format!("{}-", cfg.cluster)) {
+            Ok(view) => {
+                let phantoms = never_created(state, &view, previous, &cfg.cluster, unix_now());
+                for e in &phantoms {
+                    tracing::info!(job = e.kind.job_id().unwrap_or(""), "released an admission Slurm never created");
+                }
+                let inputs: Vec<Input> = phantoms.into_iter().map(Input::Event).collect();
+                released = cfg.server.post(&inputs)?.accepted;
+            }
+            Err(e) => tracing::warn!(
+                error = %e,
+                "cannot list the unconfirmed admissions (the watcher's principal needs `read`): admissions Slurm never created are released only after confirm_within_s"
+            ),
+        }
+    }
     Ok(PollReport {
         listed: rows.len(),
-        sent: events.len(),
+        sent: events.len() + usize::try_from(released).unwrap_or(0),
         duplicates: posted.duplicates,
         scontrol_calls: read.scontrol_calls,
         dumped: read.dumped.is_some(),
         took_ms: u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX),
     })
+}
+
+/// The admissions of `view` (serve's unconfirmed ones of this cluster) that Slurm never created: admitted
+/// before the poll that began at `previous` (a second of margin for the two clocks), and found by
+/// neither that poll nor this one (`state` is what this poll saw). Each becomes a `job.finished`
+/// (`cancelled`, `slurm_state: "never created"`, with the reason), under an id derived from the job,
+/// so a resend is a duplicate.
+pub fn never_created(
+    state: &WatchState,
+    view: &bursar_model::api::UnconfirmedView,
+    previous: i64,
+    cluster: &str,
+    now: i64,
+) -> Vec<bursar_model::Event> {
+    let seen: BTreeSet<&str> = state.jobs.values().map(|m| m.bursar.as_str()).filter(|b| !b.is_empty()).collect();
+    view.jobs
+        .iter()
+        .filter(|j| !seen.contains(j.job_id.as_str()))
+        .filter_map(|j| {
+            let admitted = bursar_model::Timestamp::parse(&j.admitted).ok()?.millis().div_euclid(1000);
+            (admitted + 1 < previous).then_some(j)
+        })
+        .map(|j| {
+            let mut extra = bursar_model::Extra::new();
+            crate::events::field(&mut extra, "slurm_cluster", cluster);
+            crate::events::field(&mut extra, "slurm_state", "never created");
+            crate::events::field(
+                &mut extra,
+                "reason",
+                format!(
+                    "admitted at {} and not in Slurm's queue in two polls since: Slurm never created it (a refused partition, a denied heterogeneous component, a --test-only without cli_filter.lua)",
+                    j.admitted
+                ),
+            );
+            bursar_model::Event {
+                id: format!("slurm-{cluster}-never-created-{}", j.job_id),
+                time: bursar_model::Timestamp(now.saturating_mul(1000)),
+                kind: bursar_model::EventKind::JobFinished {
+                    job_id: j.job_id.clone(),
+                    status: bursar_model::FinishStatus::Cancelled,
+                },
+                extra,
+            }
+        })
+        .collect()
 }
 
 /// The wait before the next poll: the configured interval, stretched so the watcher spends at most
@@ -570,10 +642,14 @@ fn unix_now() -> i64 {
 pub fn run(cfg: &WatchConfig, once: bool) -> Result<PollReport> {
     let mut state = state::load(&cfg.state)?;
     tracing::info!(state = %cfg.state.display(), known = state.jobs.len(), "slurm watch starting");
+    // When the last poll that went through began: the next one may release what neither found.
+    let mut previous: Option<i64> = None;
     loop {
         let t0 = Instant::now();
-        match poll_once(cfg, &mut state) {
+        let began = unix_now();
+        match poll_once(cfg, &mut state, previous) {
             Ok(r) => {
+                previous = Some(began);
                 if r.sent > 0 || r.dumped {
                     tracing::info!(
                         listed = r.listed,
@@ -810,5 +886,32 @@ mod tests {
         let s = Duration::from_secs;
         assert_eq!(next_interval(s(2), Duration::from_millis(300)), s(2));
         assert_eq!(next_interval(s(2), s(3)), s(9));
+    }
+
+    /// Issue 55: an admission Slurm never created is released once two polls have not found it —
+    /// not one that either poll found, and not one admitted after the earlier poll began.
+    #[test]
+    fn admissions_slurm_never_created_are_released_after_two_polls() {
+        let mut state = WatchState::default();
+        state.jobs.insert("17".into(), Memo::new(Kind::Job, "lab-seen", 17));
+        let at = |secs: i64| bursar_model::Timestamp(secs * 1000).to_string();
+        let job = |id: &str, admitted: i64| bursar_model::api::UnconfirmedJob {
+            job_id: id.into(),
+            admitted: at(admitted),
+            confirm_by: at(admitted + 900),
+        };
+        let view = bursar_model::api::UnconfirmedView {
+            engine_time: at(T),
+            jobs: vec![job("lab-seen", T - 60), job("lab-phantom", T - 60), job("lab-new", T - 1)],
+        };
+        let out = never_created(&state, &view, T, "lab", T + 2);
+        assert_eq!(out.len(), 1, "{out:?}");
+        let e = &out[0];
+        assert_eq!(e.id, "slurm-lab-never-created-lab-phantom");
+        assert!(
+            matches!(&e.kind, bursar_model::EventKind::JobFinished { job_id, status } if job_id == "lab-phantom" && *status == bursar_model::FinishStatus::Cancelled)
+        );
+        assert!(e.to_json().contains("never created") && e.to_json().contains("two polls"), "{}", e.to_json());
+        assert_eq!(bursar_model::decode_event(&e.to_json()).unwrap(), *e, "a v1 event");
     }
 }

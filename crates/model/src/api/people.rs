@@ -32,12 +32,28 @@ pub struct ApprovalWait {
     pub policies: Vec<String>,
     /// Why.
     pub reason: String,
-    /// A quota asked (the project, user or tag is out of budget): approving it runs the job over
-    /// that budget.
+    /// A quota's GPU-hour budget held it (the project, user or tag is out of budget): approving it
+    /// runs the job over that budget. A concurrent-GPU or queue cap is not a budget: see `held_by`.
     pub over_budget: bool,
+    /// Which limits held it, for people: `over budget`, `over the concurrent-GPU cap`, `over the
+    /// queue cap` (empty: no quota asked; a person's approval policy did).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_by: Vec<String>,
     /// The job's own user may answer (every policy that asked sets `self_approval = true`).
     #[serde(default)]
     pub self_approval: bool,
+}
+
+impl ApprovalWait {
+    /// What held it, for a label: `over budget`, `over the concurrent-GPU cap`, both joined by `and`;
+    /// None when no quota held it.
+    pub fn hold_label(&self) -> Option<String> {
+        if !self.held_by.is_empty() {
+            Some(self.held_by.join(" and "))
+        } else {
+            self.over_budget.then(|| "over budget".to_owned())
+        }
+    }
 }
 
 /// A job its idle rule alerted about, reclaimed at `reclaim_at` unless its owner sends a keepalive.
@@ -191,6 +207,13 @@ pub struct RunsView {
     /// The scheduler has until then to confirm it created the job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirm_by: Option<String>,
+    /// bursar reclaimed the job then and the scheduler did not carry it out (`action.failed`): it
+    /// still runs and counts, until it ends or someone stops it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim_failed: Option<String>,
+    /// Requeued, and waiting to run again (holding no GPUs meanwhile).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requeued: bool,
 }
 
 fn is_zero(v: &u32) -> bool {
