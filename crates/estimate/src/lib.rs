@@ -94,16 +94,9 @@ pub fn estimate(now: Millis, partition: &Partition, history: &History, request: 
     let predictions: Vec<Prediction> = waiting.iter().map(|j| history.predict(j)).collect();
     let running: Vec<(Prediction, &RunningJob)> =
         partition.running.iter().map(|r| (history.predict(&r.job), r)).collect();
+    let base = running.len();
     let run = |pick: fn(&Prediction) -> Millis| -> Vec<Option<Millis>> {
-        let mut s = Scheduler::new(partition.free, partition.backfill);
-        for (i, (p, r)) in running.iter().enumerate() {
-            let end = expected_end(now, r.started, r.job.limit, pick(p));
-            s.hold(i, r.job.gpus, r.started.saturating_add(r.job.limit), end);
-        }
-        let base = running.len();
-        for (i, (j, p)) in waiting.iter().zip(&predictions).enumerate() {
-            s.enqueue(base + i, j.gpus, j.limit, pick(p));
-        }
+        let mut s = scheduler(now, partition.free, partition.backfill, &running, &waiting, &predictions, pick);
         let starts = s.run_until_started(now);
         (0..waiting.len()).map(|i| starts.get(&(base + i)).copied()).collect()
     };
@@ -121,6 +114,52 @@ pub fn estimate(now: Millis, partition: &Partition, history: &History, request: 
             latest: max_opt(latest, start),
         })
         .collect()
+}
+
+/// The partition's scheduler at `now`: the running jobs held until their expected ends, the waiting
+/// jobs queued in order (keys: running jobs first, then the waiting ones), every duration `pick`ed
+/// from its prediction.
+fn scheduler(
+    now: Millis,
+    free: u32,
+    backfill: Backfill,
+    running: &[(Prediction, &RunningJob)],
+    waiting: &[&Job],
+    predictions: &[Prediction],
+    pick: fn(&Prediction) -> Millis,
+) -> Scheduler {
+    let mut s = Scheduler::new(free, backfill);
+    for (i, (p, r)) in running.iter().enumerate() {
+        let end = expected_end(now, r.started, r.job.limit, pick(p));
+        s.hold(i, r.job.gpus, r.started.saturating_add(r.job.limit), end);
+    }
+    for (i, (j, p)) in waiting.iter().zip(predictions).enumerate() {
+        s.enqueue(running.len() + i, j.gpus, j.limit, pick(p));
+    }
+    s
+}
+
+/// GPUs expected free at `at` (no earlier than `now`): the simulation of [`estimate`] with every
+/// duration predicted from history, run to `at`, so the waiting jobs that start by then have taken
+/// their GPUs. What a job submitted at `at` would find free (the pool page's "free in an hour").
+/// Never more than the partition's free GPUs plus what the running jobs hold; GPUs held by jobs
+/// bursar does not know are not counted as coming back.
+pub fn free_at(now: Millis, at: Millis, partition: &Partition, history: &History) -> u32 {
+    let waiting: Vec<&Job> = partition.waiting.iter().collect();
+    let predictions: Vec<Prediction> = waiting.iter().map(|j| history.predict(j)).collect();
+    let running: Vec<(Prediction, &RunningJob)> =
+        partition.running.iter().map(|r| (history.predict(&r.job), r)).collect();
+    let mut s = scheduler(now, partition.free, partition.backfill, &running, &waiting, &predictions, |p| p.runtime);
+    let mut t = now;
+    loop {
+        s.end_until(t);
+        s.pass(t);
+        match s.next_end() {
+            Some(end) if end <= at => t = end.max(t),
+            _ => break,
+        }
+    }
+    u32::try_from(s.free().max(0)).unwrap_or(u32::MAX)
 }
 
 /// When a running job is expected to end, given when it started, its limit and its predicted

@@ -155,3 +155,36 @@ fn the_queue_ahead_is_simulated_with_its_own_predictions() {
     let e = estimate(0, &p, &h, Some(&job("req", "dave", None, 8, 2)));
     assert_eq!(e[1], Estimate { start: None, earliest: None, latest: None });
 }
+
+#[test]
+fn free_in_an_hour_counts_the_ends_expected_by_then_and_the_queue_that_takes_them() {
+    // Now is 0. 2 GPUs free. Running, no history (each ends at its limit): A holds 4 since −30 min
+    // with a 2 h limit (ends at 90 min), B holds 2 since −30 min with a 1 h limit (ends at 30 min).
+    // Waiting: C, 3 GPUs for 1 h. At 0, C does not fit the 2 free. At 30 min B ends: 4 free, C
+    // starts (1 free) and ends at 90 min. At 60 min: 1 free. At 100 min A and C have ended: 8 free.
+    let m = H / 60;
+    let p = Partition {
+        free: 2,
+        running: vec![
+            RunningJob { job: job("a", "ann", None, 4, 2), started: -30 * m },
+            RunningJob { job: job("b", "ben", None, 2, 1), started: -30 * m },
+        ],
+        waiting: vec![job("c", "cat", None, 3, 1)],
+        backfill: Backfill::Easy,
+    };
+    let h = History::new();
+    assert_eq!(free_at(0, 0, &p, &h), 2);
+    assert_eq!(free_at(0, 30 * m, &p, &h), 1);
+    assert_eq!(free_at(0, 60 * m, &p, &h), 1);
+    assert_eq!(free_at(0, 100 * m, &p, &h), 8);
+    // With history: ben's 1 h runs took 10 min, and that ratio (1/6) is the pool's for everyone.
+    // B (same request) was expected to end at −20 min, so halfway from now to its limit's end:
+    // 15 min. A (2 h × 1/6 = 20 min) at −10 min, so halfway to 90 min: 45 min. C (1 h × 1/6):
+    // 10 min. At 15 min B ends, C starts (1 free) and ends at 25 min (4 free); A ends at 45 (8).
+    let mut h = History::new();
+    h.record("ben", None, H, 10 * m);
+    assert_eq!(estimate(0, &p, &h, None)[0].start, Some(15 * m));
+    assert_eq!(free_at(0, 20 * m, &p, &h), 1);
+    assert_eq!(free_at(0, 30 * m, &p, &h), 4);
+    assert_eq!(free_at(0, 60 * m, &p, &h), 8);
+}
