@@ -163,6 +163,7 @@ fn show(site: &bursar_config::SiteConfig, r: &crate::serve::Resolved) -> String 
     let _ = writeln!(out, "queue = {}", c.queue);
     let _ = writeln!(out, "fast_commit = {}", !c.durable);
     let _ = writeln!(out, "dedupe_window = \"{}\"", c.engine.dedupe_window);
+    let _ = writeln!(out, "stale_after = \"{}\"", c.engine.stale_after);
     let _ = writeln!(out, "\n[clock]\nmax_skew = \"{}\"", c.max_skew);
     if let Some(t) = &c.tls {
         let _ = writeln!(out, "\n[tls]\ncert = {}\nkey = {}", q(&t.cert_file), q(&t.key_file));

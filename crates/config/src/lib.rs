@@ -115,6 +115,9 @@ pub struct ServeSection {
     pub fast_commit: Option<bool>,
     /// `dedupe_window`.
     pub dedupe_window: Option<Duration>,
+    /// `stale_after`: how long an admitted job may wait to start before its reservation is released
+    /// (`0s`: never).
+    pub stale_after: Option<Duration>,
 }
 
 /// `[tls]`: serve terminates TLS.
@@ -504,6 +507,7 @@ fn serve_section(r: &mut Reader<'_>, mut fields: Fields<'_, '_>, base: &Path) ->
         queue: size(r, f, "queue"),
         fast_commit: f.bool(r, "fast_commit"),
         dedupe_window: f.duration(r, "dedupe_window"),
+        stale_after: f.duration(r, "stale_after"),
     };
     fields.finish(r, SERVE_KEYS);
     s
@@ -536,6 +540,7 @@ pub const SERVE_KEYS: &[&str] = &[
     "queue",
     "fast_commit",
     "dedupe_window",
+    "stale_after",
 ];
 
 /// An origin as a browser sends it (`scheme://host[:port]`, lowercased, no path), if `text` is one.

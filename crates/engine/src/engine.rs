@@ -37,6 +37,10 @@ pub const OVERRIDE_POLICY: &str = "bursar/override";
 /// The engine's own policy id for an admission the scheduler never confirmed.
 pub const UNCONFIRMED_POLICY: &str = "bursar/unconfirmed";
 
+/// The engine's own policy id for a reservation released as stale (an admitted job that did not
+/// start within [`EngineConfig::stale_after`]), and for the alert when such a job starts after all.
+pub const STALE_POLICY: &str = "bursar/stale";
+
 /// The policy named by the alert that a reclaim was not carried out by the scheduler (its agent
 /// recorded `action.failed`), and the job counts again.
 pub const RECLAIM_FAILED_POLICY: &str = "bursar/reclaim-failed";
@@ -50,6 +54,21 @@ pub struct EngineConfig {
     pub dedupe_capacity: usize,
     /// How long a finished job's record is kept (for late billing charges) before it is dropped.
     pub finished_retention: Duration,
+    /// How long an admitted job may wait without starting before its reservation is released as
+    /// stale, with an alert from [`STALE_POLICY`] (counted from its admission, or its requeue);
+    /// zero: never. Default [`STALE_AFTER`]. A snapshot written before the setting existed reads
+    /// as the default.
+    #[serde(default = "default_stale_after")]
+    pub stale_after: Duration,
+}
+
+/// The default of [`EngineConfig::stale_after`]: 7 days. Longer than a busy queue's waits (a job
+/// that starts later is admitted again, with an alert), short enough that a job the scheduler lost
+/// does not hold its reservation for weeks.
+pub const STALE_AFTER: Duration = Duration::hours(7 * 24);
+
+fn default_stale_after() -> Duration {
+    STALE_AFTER
 }
 
 impl Default for EngineConfig {
@@ -58,6 +77,7 @@ impl Default for EngineConfig {
             dedupe_window: Duration::hours(24),
             dedupe_capacity: 4_000_000,
             finished_retention: Duration::hours(24),
+            stale_after: STALE_AFTER,
         }
     }
 }
@@ -569,6 +589,12 @@ impl Engine {
         self.config.dedupe_window
     }
 
+    /// How long an admitted job may wait to start before its reservation is released as stale
+    /// (`EngineConfig::stale_after`; zero: never).
+    pub fn stale_after(&self) -> Duration {
+        self.config.stale_after
+    }
+
     /// The steps the enforced policies that apply to job `job_id` will take on it by themselves unless
     /// a person answers first ([`Policy::deadline`]: the idle rule's reclaim), with each policy's id,
     /// in policy order. Empty for an unknown job.
@@ -614,8 +640,31 @@ impl Engine {
     pub fn apply(&mut self, input: &Input, raw: Option<&str>, out: &mut Vec<Decision>) -> Outcome {
         self.ledger_failure = None;
         let outcome = self.apply_input(input, raw, out);
+        self.note_queue_entries();
         self.send_ledger_ops();
         outcome
+    }
+
+    /// For each job the last input admitted or requeued that now waits to start: when it entered
+    /// the queue (kept when it differs from its submission) and the timer that releases its
+    /// reservation if it is still waiting [`EngineConfig::stale_after`] later.
+    fn note_queue_entries(&mut self) {
+        for t in &self.transitions {
+            if !matches!(t.step, Step::Admitted | Step::Requeued) {
+                continue;
+            }
+            let Some(j) = self.state.jobs.get_mut(&t.job) else { continue };
+            if j.phase != JobPhase::Admitted || j.started.is_some() {
+                continue;
+            }
+            let at = (t.at != j.submitted).then_some(t.at);
+            if at.is_some() || j.runs().is_some_and(|r| r.queued_since.is_some()) {
+                j.with_runs(|r| r.queued_since = at.into());
+            }
+            if self.config.stale_after.millis() > 0 {
+                self.timers.set(t.at.plus(self.config.stale_after), t.job.clone(), TimerKind::StaleReservation);
+            }
+        }
     }
 
     fn apply_input(&mut self, input: &Input, raw: Option<&str>, out: &mut Vec<Decision>) -> Outcome {
@@ -947,6 +996,7 @@ impl Engine {
                     em.step(&job_id, at, Step::Admitted);
                 }
                 TimerKind::ConfirmDeadline => Self::unconfirmed(state, timers, config, at, &job_id, em),
+                TimerKind::StaleReservation => Self::stale(state, timers, config, at, &job_id, em),
                 TimerKind::Forget => {
                     if state
                         .jobs
@@ -1654,6 +1704,8 @@ impl Engine {
     ) {
         if state.job(id).is_some_and(late_confirmation) {
             Self::confirmed_late(state, event, id, em);
+        } else if state.job(id).is_some_and(|j| j.phase == JobPhase::Finished && j.runs().is_some_and(|r| r.released_stale)) {
+            Self::started_after_stale(state, event, id, em);
         }
         let Some(mut j) = state.jobs.remove(id) else { return };
         let t = event.time;
@@ -1803,6 +1855,66 @@ impl Engine {
             em.step(&parent, at, Step::Finished(end));
             timers.set(at.plus(config.finished_retention), parent, TimerKind::Forget);
         }
+    }
+
+    /// An admitted job still waiting to start [`EngineConfig::stale_after`] after it entered the
+    /// queue: its reservation is released, with an alert from [`STALE_POLICY`]. A timer of an
+    /// earlier wait (the job started and was requeued since, or was admitted again) finds it younger
+    /// and does nothing. A later start admits it again ([`Engine::started_after_stale`]).
+    fn stale(
+        state: &mut State,
+        timers: &mut TimerQueue,
+        config: EngineConfig,
+        at: Timestamp,
+        id: &Arc<str>,
+        em: &mut Emitter<'_>,
+    ) {
+        let bound = config.stale_after;
+        let due = state.jobs.get(id).is_some_and(|j| {
+            j.phase == JobPhase::Admitted && j.started.is_none() && bound.millis() > 0 && j.queued_since().plus(bound) <= at
+        });
+        if !due {
+            return;
+        }
+        let Some(mut j) = state.jobs.remove(id) else { return };
+        let since = j.queued_since();
+        let mut d = Draft::about(id, Some(&j), at, DecisionKind::Alert);
+        d.policies = vec![Arc::from(STALE_POLICY)];
+        d.gpu_hours = Some(j.reserved);
+        d.reason = format!(
+            "job {id} was admitted at {since} and has not started in {} (the bound, stale_after): its reservation of {} GPU-hours and {} is released; if the scheduler starts it after all, it is admitted again",
+            at.since(since),
+            crate::runs::hours_text(j.reserved),
+            crate::runs::gpus_text(j.held_gpus())
+        );
+        state.release(&mut j, at, JobPhase::Finished);
+        state.share(em.cause, at, id, LedgerChange::Release { job_id: id.to_string(), reclaimed: false });
+        j.phase = JobPhase::Finished;
+        j.status = Some(FinishStatus::Cancelled);
+        j.with_runs(|r| r.released_stale = true);
+        em.emit(d);
+        em.step(id, at, Step::Finished(FinishStatus::Cancelled));
+        state.jobs.insert(id.clone(), j);
+        timers.set(at.plus(config.finished_retention), id.clone(), TimerKind::Forget);
+    }
+
+    /// A job whose reservation was released as stale and that the scheduler started after all:
+    /// admitted again (its first run, not a rerun), with an alert from [`STALE_POLICY`].
+    fn started_after_stale(state: &mut State, event: &Event, id: &Arc<str>, em: &mut Emitter<'_>) {
+        let Some(mut j) = state.jobs.remove(id) else { return };
+        let t = event.time;
+        state.reopen(&mut j, t);
+        state.share(em.cause, t, id, LedgerChange::Reopen { job_id: id.to_string() });
+        let mut d = Draft::about(id, Some(&j), t, DecisionKind::Alert);
+        d.policies = vec![Arc::from(STALE_POLICY)];
+        d.reason = format!(
+            "job {id} had its reservation released as stale, and the scheduler started it at {t} after all: it is reserved again ({} GPU-hours)",
+            crate::runs::hours_text(j.reserved)
+        );
+        d.gpu_hours = Some(j.reserved);
+        em.emit(d);
+        em.step(id, t, Step::Admitted);
+        state.jobs.insert(id.clone(), j);
     }
 
     /// An admission the scheduler did not confirm by its deadline: released (or, held for approval,

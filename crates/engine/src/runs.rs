@@ -211,8 +211,11 @@ impl State {
             a.worst = None;
         }
         job.with_runs(|r| {
-            // A late confirmation of a job released as unconfirmed is its first run, not a rerun.
-            if !std::mem::take(&mut r.released_unconfirmed) {
+            // A late confirmation of a job released as unconfirmed, or a late start of one released as
+            // stale, is its first run, not a rerun.
+            let unconfirmed = std::mem::take(&mut r.released_unconfirmed);
+            let stale = std::mem::take(&mut r.released_stale);
+            if !(unconfirmed || stale) {
                 r.reruns = r.reruns.saturating_add(1);
             }
         });

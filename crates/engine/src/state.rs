@@ -552,6 +552,14 @@ pub struct RunNotes {
     /// until its next run starts (its admission, and what is left of its reservation, carry over).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub requeued: bool,
+    /// When it last entered the queue (admitted or requeued), when that was not its submission: a
+    /// stale reservation's age counts from it ([`crate::EngineConfig::stale_after`]).
+    #[serde(default, skip_serializing_if = "unset")]
+    pub queued_since: OptTime,
+    /// Its reservation was released as stale (admitted, never started in time): a later start admits
+    /// it again, as its first run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub released_stale: bool,
 }
 
 fn is_zero(v: &u32) -> bool {
@@ -578,6 +586,8 @@ impl RunNotes {
             && !self.released_unconfirmed
             && !self.requeued
             && self.reclaim_failed.is_none()
+            && self.queued_since.is_none()
+            && !self.released_stale
     }
 }
 
@@ -747,6 +757,12 @@ impl JobRecord {
     /// When it was submitted (event time).
     pub fn submitted(&self) -> Timestamp {
         self.submitted
+    }
+
+    /// Since when it has waited in the queue: when it was last admitted or requeued (its submission
+    /// unless that was later). Meaningful for an admitted job that has not started.
+    pub fn queued_since(&self) -> Timestamp {
+        self.runs().and_then(|r| r.queued_since.get()).unwrap_or(self.submitted)
     }
 
     /// GPU-hours reserved and not yet settled.
