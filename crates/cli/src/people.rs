@@ -168,13 +168,85 @@ fn ago(now: Timestamp, t: &str) -> String {
     Timestamp::parse(t).map(|t| bursar_serve::page::span(now.since(t))).unwrap_or_else(|_| t.to_owned())
 }
 
-/// The table `bursar pending` prints.
+/// The table `bursar pending` prints: the approvals and idle warnings, then the queue (admitted jobs
+/// not started, per queue in order) and the pool's capacity.
 pub fn render(p: &PendingReply, now: Timestamp) -> String {
     let mut o = String::new();
-    if p.approvals.is_empty() && p.idle.is_empty() {
-        o.push_str("nothing waits for anyone\n");
-        return o;
+    if let Some(who) = &p.for_user {
+        o.push_str(&format!("what waits for {who} (without the read power, only what you may answer):\n"));
     }
+    if p.approvals.is_empty() && p.idle.is_empty() {
+        o.push_str(if p.for_user.is_some() { "nothing waits for you\n" } else { "nothing waits for anyone\n" });
+    }
+    render_people(p, now, &mut o);
+    render_queue(p, now, &mut o);
+    o
+}
+
+/// The queue and the capacity, as `bursar pending` prints them after what waits for people.
+fn render_queue(p: &PendingReply, now: Timestamp, o: &mut String) {
+    if !p.queue.is_empty() {
+        o.push_str(&format!("queue, admitted and not started ({}):\n", p.queue.len()));
+        o.push_str(&format!(
+            "  {:<10} {:>3} {:<20} {:<12} {:<10} {:>14} {:>9} {:<22}  why it waits\n",
+            "QUEUE", "#", "JOB", "PROJECT", "USER", "GPUS×HOURS", "WAITING", "EXPECTED START"
+        ));
+        for q in &p.queue {
+            let ask = format!(
+                "{}{}×{}",
+                q.gpu_type.as_deref().map(|t| format!("{t} ")).unwrap_or_default(),
+                q.gpus,
+                bursar_lang::families::fmt_num(q.requested_hours)
+            );
+            let start = match &q.start {
+                Some(s) => format!(
+                    "{}{}",
+                    bursar_serve::page::starts_in(now, s),
+                    q.region.as_deref().map(|r| format!(" in {r}")).unwrap_or_default()
+                ),
+                None => "unknown".to_owned(),
+            };
+            o.push_str(&format!(
+                "  {:<10} {:>3} {:<20} {:<12} {:<10} {:>14} {:>9} {:<22}  {}\n",
+                if q.queue.is_empty() { "-" } else { &q.queue },
+                q.position,
+                q.job_id,
+                q.project,
+                q.user,
+                ask,
+                ago(now, &q.since),
+                start,
+                q.reason
+            ));
+        }
+    }
+    if !p.capacity.is_empty() {
+        o.push_str("capacity (GPUs):\n");
+        o.push_str(&format!(
+            "  {:<12} {:<10} {:<10} {:>5} {:>12} {:>10} {:>9} {:>7} {:>8}  reported\n",
+            "REGION", "TYPE", "QUEUE", "FREE", "FREE IN 1H", "IN SERVICE", "ALLOCATED", "DRAINED", "WAITING"
+        ));
+        for c in &p.capacity {
+            o.push_str(&format!(
+                "  {:<12} {:<10} {:<10} {:>5} {:>12} {:>10} {:>9} {:>7} {:>8}  {} ago{}\n",
+                c.region,
+                c.gpu_type,
+                if c.queue.is_empty() { "-" } else { &c.queue },
+                c.free,
+                c.free_in_hour,
+                c.in_service,
+                c.allocated,
+                c.drained,
+                c.waiting_jobs,
+                ago(now, &c.reported),
+                c.source.as_deref().map(|s| format!(" by {s}")).unwrap_or_default()
+            ));
+        }
+    }
+}
+
+/// The approvals and idle warnings.
+fn render_people(p: &PendingReply, now: Timestamp, o: &mut String) {
     if !p.approvals.is_empty() {
         o.push_str(&format!("waiting for approval ({}):\n", p.approvals.len()));
         o.push_str(&format!(
@@ -219,7 +291,6 @@ pub fn render(p: &PendingReply, now: Timestamp) -> String {
             ));
         }
     }
-    o
 }
 
 /// `bursar pending`.
@@ -372,6 +443,9 @@ mod tests {
                 last_sample: None,
                 no_sample: None,
             }],
+            capacity: vec![],
+            queue: vec![],
+            for_user: None,
         };
         let t = render(&p, now);
         assert!(
@@ -386,7 +460,17 @@ mod tests {
             "{t}"
         );
         assert_eq!(
-            render(&PendingReply { engine_time: String::new(), approvals: vec![], idle: vec![] }, now),
+            render(
+                &PendingReply {
+                    engine_time: String::new(),
+                    approvals: vec![],
+                    idle: vec![],
+                    capacity: vec![],
+                    queue: vec![],
+                    for_user: None
+                },
+                now
+            ),
             "nothing waits for anyone\n"
         );
     }

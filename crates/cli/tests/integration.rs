@@ -39,6 +39,7 @@ mod policytest_replay;
 mod policytest_test;
 mod pool_browser;
 mod prometheus_alerts;
+mod queue;
 mod report_bill;
 mod report_browser;
 mod report_cli;

@@ -1704,7 +1704,10 @@ impl Engine {
     ) {
         if state.job(id).is_some_and(late_confirmation) {
             Self::confirmed_late(state, event, id, em);
-        } else if state.job(id).is_some_and(|j| j.phase == JobPhase::Finished && j.runs().is_some_and(|r| r.released_stale)) {
+        } else if state
+            .job(id)
+            .is_some_and(|j| j.phase == JobPhase::Finished && j.runs().is_some_and(|r| r.released_stale))
+        {
             Self::started_after_stale(state, event, id, em);
         }
         let Some(mut j) = state.jobs.remove(id) else { return };
@@ -1871,7 +1874,10 @@ impl Engine {
     ) {
         let bound = config.stale_after;
         let due = state.jobs.get(id).is_some_and(|j| {
-            j.phase == JobPhase::Admitted && j.started.is_none() && bound.millis() > 0 && j.queued_since().plus(bound) <= at
+            j.phase == JobPhase::Admitted
+                && j.started.is_none()
+                && bound.millis() > 0
+                && j.queued_since().plus(bound) <= at
         });
         if !due {
             return;

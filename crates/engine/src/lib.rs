@@ -52,8 +52,8 @@ pub mod state;
 pub mod timers;
 
 pub use engine::{
-    Coverage, ENGINE_POLICY, Engine, EngineConfig, Outcome, RecordedRun, STALE_AFTER, STALE_POLICY, Snapshot, Stats, Step,
-    Transition,
+    Coverage, ENGINE_POLICY, Engine, EngineConfig, Outcome, RecordedRun, STALE_AFTER, STALE_POLICY, Snapshot, Stats,
+    Step, Transition,
 };
 pub use intern::Sym;
 pub use policy::{

@@ -15,8 +15,9 @@ use crate::event::FinishStatus;
 
 mod people;
 pub use people::{
-    ActionKind, ActionReply, ActionRequest, ApprovalWait, ArrayView, DeferredWait, DenyLine, IdleWait, JobLine,
-    NoticeKind, NoticeLink, NoticeMessage, NoticeStatus, PendingReply, PoolView, ProjectLine, QuotaLine, RunsView,
+    ActionKind, ActionReply, ActionRequest, ApprovalWait, ArrayView, CapacityLine, DeferredWait, DenyLine, IdleWait,
+    JobLine, NoticeKind, NoticeLink, NoticeMessage, NoticeStatus, PendingReply, PoolView, ProjectLine, QueueLine,
+    QuotaLine, RunsView,
 };
 
 /// A line that was not applied, and why: the one shape of a rejected line everywhere (the `rejected`

@@ -1,5 +1,6 @@
 //! `GET /v1/estimate`: when a request not yet submitted would start, in each partition of the pool
-//! (a region's GPU type in one queue) that could run it.
+//! (a region's GPU type in one queue) that could run it; and the pool's capacity and queue as the
+//! pool page and `bursar pending` show them ([`queue`]).
 //!
 //! The engine thread copies what the estimator needs ([`gather`]: the inventory's rows, the live
 //! jobs' sizes and starts, the recent runs' runtimes) and the estimate is computed off it
@@ -11,7 +12,7 @@
 use bursar_engine::{Engine, InventoryRow, JobPhase, RunSample};
 use bursar_estimate::{Backfill, History, Job, Partition, RunningJob, estimate};
 use bursar_model::Timestamp;
-use bursar_model::api::{EstimateReply, PartitionEstimate};
+use bursar_model::api::{CapacityLine, EstimateReply, PartitionEstimate, QueueLine};
 
 /// A live job, as the estimator needs it.
 #[derive(Debug, Clone)]
@@ -25,6 +26,9 @@ pub struct LiveJob {
     queue: Option<String>,
     submitted: Timestamp,
     started: Option<Timestamp>,
+    project: String,
+    /// When it entered the queue (admitted or requeued).
+    since: Timestamp,
 }
 
 /// What the engine thread copies for an estimate.
@@ -34,6 +38,8 @@ pub struct EstimateInput {
     rows: Vec<InventoryRow>,
     jobs: Vec<LiveJob>,
     runs: Vec<RunSample>,
+    /// The engine's `stale_after` (zero: never).
+    stale_after: bursar_model::Duration,
 }
 
 /// [`gather`] of a read's view.
@@ -57,6 +63,8 @@ pub fn gather(engine: &Engine) -> EstimateInput {
             queue: j.queue().map(str::to_owned),
             submitted: j.submitted(),
             started: if j.phase() == JobPhase::Running { j.started() } else { None },
+            project: j.project().to_owned(),
+            since: j.queued_since(),
         })
         .collect();
     EstimateInput {
@@ -64,6 +72,7 @@ pub fn gather(engine: &Engine) -> EstimateInput {
         rows: state.inventory().cloned().collect(),
         jobs,
         runs: state.recent_runs().cloned().collect(),
+        stale_after: engine.stale_after(),
     }
 }
 
@@ -90,12 +99,170 @@ pub struct Request {
     pub queue: Option<String>,
 }
 
-/// The estimate of `req` in every partition that could run it, soonest first.
-pub fn answer(input: &EstimateInput, req: &Request) -> EstimateReply {
+fn history(input: &EstimateInput) -> History {
     let mut history = History::new();
     for r in &input.runs {
         history.record(&r.user, config_key(r.config).as_deref(), r.limit_ms, r.runtime_ms);
     }
+    history
+}
+
+/// Whether job `j` counts in the partition of inventory row `row`: its GPU type, and its queue
+/// unless the row names none.
+fn counts_in(row: &bursar_model::CapacityRow, j: &LiveJob) -> bool {
+    j.gpu_type.as_deref() == Some(row.gpu_type.as_str())
+        && (row.queue.is_empty() || j.queue.as_deref() == Some(row.queue.as_str()))
+}
+
+/// The partition of `row` as the estimator sees it, with its waiting jobs (admitted, not started)
+/// in the order the scheduler takes them: submission.
+fn partition<'a>(input: &'a EstimateInput, row: &bursar_model::CapacityRow) -> (Partition, Vec<&'a LiveJob>) {
+    let mut waiting: Vec<&LiveJob> = input.jobs.iter().filter(|j| counts_in(row, j) && j.started.is_none()).collect();
+    waiting.sort_by(|a, b| a.submitted.cmp(&b.submitted).then_with(|| a.id.cmp(&b.id)));
+    let running: Vec<RunningJob> = input
+        .jobs
+        .iter()
+        .filter(|j| counts_in(row, j))
+        .filter_map(|j| j.started.map(|s| RunningJob { job: as_job(j), started: s.millis() }))
+        .collect();
+    let p = Partition {
+        free: row.free,
+        running,
+        waiting: waiting.iter().map(|j| as_job(j)).collect(),
+        backfill: row.backfill.as_deref().and_then(Backfill::parse).unwrap_or_default(),
+    };
+    (p, waiting)
+}
+
+fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// The pool's capacity per partition (with the GPUs expected free in an hour) and its queue: every
+/// admitted job not started, per queue in submission order, with its place, its age, its
+/// estimated start in the partition that starts it soonest, and why it waits.
+pub fn queue(input: &EstimateInput) -> (Vec<CapacityLine>, Vec<QueueLine>) {
+    let history = history(input);
+    let now = input.now.millis();
+    let in_hour = now.saturating_add(3_600_000);
+    let mut capacity = Vec::new();
+    // Per job: the soonest (start, earliest, latest, region) over the partitions that could run it,
+    // and whether any partition of its type and queue was seen.
+    let mut best: std::collections::HashMap<&str, (Option<i64>, Option<i64>, Option<i64>, &str)> =
+        std::collections::HashMap::new();
+    let mut short: std::collections::HashMap<&str, String> = std::collections::HashMap::new();
+    for inv in &input.rows {
+        let row = &inv.row;
+        let (p, waiting) = partition(input, row);
+        let estimates = estimate(now, &p, &history, None);
+        for (j, e) in waiting.iter().zip(&estimates) {
+            let entry = best.entry(j.id.as_str()).or_insert((None, None, None, ""));
+            let sooner = match (e.start, entry.0) {
+                (Some(s), Some(b)) => s < b,
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+            if sooner || entry.3.is_empty() {
+                *entry = (e.start, e.earliest, e.latest, row.region.as_str());
+            }
+            if e.start.is_none() {
+                short.entry(j.id.as_str()).or_insert_with(|| {
+                    format!(
+                        "asks {} GPUs, more than {} / {} has ({} in service)",
+                        j.gpus, row.region, row.gpu_type, row.in_service
+                    )
+                });
+            }
+        }
+        capacity.push(CapacityLine {
+            region: row.region.clone(),
+            gpu_type: row.gpu_type.clone(),
+            queue: row.queue.clone(),
+            in_service: row.in_service,
+            allocated: row.allocated,
+            free: row.free,
+            drained: row.drained,
+            free_in_hour: bursar_estimate::free_at(now, in_hour, &p, &history),
+            reserved: waiting.iter().map(|j| j.gpus).fold(0u32, u32::saturating_add),
+            running_jobs: count(p.running.len()),
+            waiting_jobs: count(p.waiting.len()),
+            backfill: p.backfill.name().to_owned(),
+            reported: inv.time.to_string(),
+            source: inv.source.clone(),
+        });
+    }
+    capacity.sort_by(|a, b| (&a.region, &a.gpu_type, &a.queue).cmp(&(&b.region, &b.gpu_type, &b.queue)));
+
+    let mut waiting: Vec<&LiveJob> = input.jobs.iter().filter(|j| j.started.is_none()).collect();
+    waiting.sort_by(|a, b| {
+        (a.queue.as_deref().unwrap_or_default(), a.submitted, &a.id).cmp(&(
+            b.queue.as_deref().unwrap_or_default(),
+            b.submitted,
+            &b.id,
+        ))
+    });
+    let text = |t: Option<i64>| t.map(|ms| Timestamp(ms).to_string());
+    let mut lines: Vec<QueueLine> = Vec::with_capacity(waiting.len());
+    let mut position = 0u32;
+    let mut last_queue: Option<&str> = None;
+    for j in waiting {
+        let queue = j.queue.as_deref().unwrap_or_default();
+        if last_queue != Some(queue) {
+            position = 0;
+            last_queue = Some(queue);
+        }
+        position = position.saturating_add(1);
+        let found = best.get(j.id.as_str()).copied();
+        let (start, earliest, latest, region) = found.unwrap_or((None, None, None, ""));
+        let reason = match (&j.gpu_type, found, start) {
+            (None, _, _) => "names no GPU type: bursar cannot tell which partition it waits for".to_owned(),
+            (Some(t), None, _) => format!(
+                "no inventory of {t}{}: bursar does not know what it waits for",
+                j.queue.as_deref().map(|q| format!(" in queue {q}")).unwrap_or_default()
+            ),
+            (Some(_), Some(_), None) => short.get(j.id.as_str()).cloned().unwrap_or_default(),
+            (Some(_), Some(_), Some(s)) if s <= now => {
+                "its GPUs are free: waiting for the scheduler to start it".to_owned()
+            }
+            (Some(_), Some(_), Some(_)) if position > 1 => {
+                format!("waits for {}: {} ahead of it in the queue", gpus_text(j.gpus), jobs_text(position - 1))
+            }
+            (Some(_), Some(_), Some(_)) => format!("waits for {} to be free", gpus_text(j.gpus)),
+        };
+        let stale = input.stale_after.millis() > 0;
+        lines.push(QueueLine {
+            queue: queue.to_owned(),
+            position,
+            job_id: j.id.clone(),
+            project: j.project.clone(),
+            user: j.user.clone(),
+            gpus: j.gpus,
+            gpu_type: j.gpu_type.clone(),
+            requested_hours: j.limit_ms as f64 / 3_600_000.0,
+            since: j.since.to_string(),
+            stale_at: stale.then(|| j.since.plus(input.stale_after).to_string()),
+            region: (!region.is_empty()).then(|| region.to_owned()),
+            start: text(start),
+            earliest: text(earliest),
+            latest: text(latest),
+            reason,
+            scheduler_reason: false,
+        });
+    }
+    (capacity, lines)
+}
+
+fn gpus_text(n: u32) -> String {
+    bursar_model::counted(u64::from(n), "GPU", "GPUs")
+}
+
+fn jobs_text(n: u32) -> String {
+    bursar_model::counted(u64::from(n), "job", "jobs")
+}
+
+/// The estimate of `req` in every partition that could run it, soonest first.
+pub fn answer(input: &EstimateInput, req: &Request) -> EstimateReply {
+    let history = history(input);
     let now = input.now.millis();
     let request = Job {
         id: "request".to_owned(),
@@ -113,24 +280,7 @@ pub fn answer(input: &EstimateInput, req: &Request) -> EstimateReply {
         {
             continue;
         }
-        let here = |j: &&LiveJob| {
-            j.gpu_type.as_deref() == Some(row.gpu_type.as_str())
-                && (row.queue.is_empty() || j.queue.as_deref() == Some(row.queue.as_str()))
-        };
-        let mut waiting: Vec<&LiveJob> = input.jobs.iter().filter(here).filter(|j| j.started.is_none()).collect();
-        waiting.sort_by(|a, b| a.submitted.cmp(&b.submitted).then_with(|| a.id.cmp(&b.id)));
-        let running: Vec<RunningJob> = input
-            .jobs
-            .iter()
-            .filter(here)
-            .filter_map(|j| j.started.map(|s| RunningJob { job: as_job(j), started: s.millis() }))
-            .collect();
-        let partition = Partition {
-            free: row.free,
-            running,
-            waiting: waiting.iter().map(|j| as_job(j)).collect(),
-            backfill: row.backfill.as_deref().and_then(Backfill::parse).unwrap_or_default(),
-        };
+        let (partition, _) = partition(input, row);
         let e = estimate(now, &partition, &history, Some(&request)).last().copied();
         let text = |t: Option<i64>| t.map(|ms| Timestamp(ms).to_string());
         let start = e.and_then(|e| e.start);

@@ -1,5 +1,5 @@
 //! The people-facing views of engine state: the pool page and `GET /v1/pool`, `GET /v1/pending`
-//! (`bursar pending`), and what the notifier and the action links need to know about a job
+//! (`bursar pending`) — each with the pool's capacity and queue — and what the notifier and the action links need to know about a job
 //! ([`JobFacts`]). Each is computed on the engine thread as a read ([`crate::core::Work::Read`]).
 //!
 //! The engine thread is the only place the state may be read, and it is on the scheduler's critical
@@ -247,6 +247,8 @@ pub struct PoolInput {
     /// Every project ledger: name, held GPUs, running GPUs.
     ledgers: Vec<(String, u32, u32)>,
     quota_lines: Vec<Line>,
+    /// The capacity and the queue's inputs (the inventory, the live jobs, the recent runs).
+    estimate: crate::estimate::EstimateInput,
 }
 
 impl PoolInput {
@@ -267,11 +269,13 @@ impl PoolInput {
             jobs,
             ledgers,
             quota_lines: quota_lines(engine),
+            estimate: crate::estimate::gather(engine),
         }
     }
 
-    /// Every job waiting for an approval and every job alerted as idle, oldest first; `skips` (the
-    /// utilisation source's, if serve runs one) says why an idle job has no fresh sample.
+    /// Every job waiting for an approval and every job alerted as idle, oldest first, with the
+    /// pool's capacity and queue ([`crate::estimate::queue`]); `skips` (the utilisation source's, if
+    /// serve runs one) says why an idle job has no fresh sample.
     pub fn pending(&self, skips: Option<&Skips>) -> PendingReply {
         let mut approvals = Vec::new();
         let mut idle = Vec::new();
@@ -289,7 +293,8 @@ impl PoolInput {
                 w.no_sample = board.by_job.get(&w.job_id).cloned();
             }
         }
-        PendingReply { engine_time: self.engine_time.to_string(), approvals, idle }
+        let (capacity, queue) = crate::estimate::queue(&self.estimate);
+        PendingReply { engine_time: self.engine_time.to_string(), approvals, idle, capacity, queue, for_user: None }
     }
 
     /// The pool page's view at wall time `now` (the denies are left for the caller to read from the
@@ -370,6 +375,8 @@ impl PoolInput {
             idle: pending.idle,
             deferred,
             denies: Vec::new(),
+            capacity: pending.capacity,
+            queue: pending.queue,
         }
     }
 }
