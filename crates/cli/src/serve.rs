@@ -422,6 +422,20 @@ pub fn settings(
     };
     if let Some(s) = site {
         config.max_skew = s.clock.max_skew;
+        config.capacity = s
+            .capacity
+            .iter()
+            .map(|c| bursar_model::CapacityRow {
+                region: c.region.clone(),
+                gpu_type: c.gpu_type.clone(),
+                queue: c.queue.clone(),
+                in_service: c.gpus,
+                allocated: 0,
+                free: c.gpus,
+                drained: c.drained,
+                backfill: c.backfill.clone(),
+            })
+            .collect();
     }
     let allow_empty = args.allow_empty || file.allow_empty.unwrap_or(false);
     let cluster_file = site.and_then(|s| s.cluster.as_ref());

@@ -114,3 +114,63 @@ fn the_queue_shows_each_jobs_place_its_start_and_why_it_waits() {
     let reply: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap_or_default();
     assert_eq!(reply["queue"], v["queue"], "one view model for the page, the API and the CLI");
 }
+
+/// Item 1: where no scheduler's agent reports, the site's `[[capacity]]` says what is in service;
+/// bursar counts its own running jobs there as allocated. An inventory of the same partition takes
+/// its place.
+#[test]
+fn capacity_from_the_site_configuration_until_an_agent_reports() {
+    let s = Scratch::new("queue-capacity-config");
+    let cfg = s.path("bursar.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[serve]\npolicies = {:?}\naudit = {:?}\n\n[[capacity]]\nregion = \"cn-east\"\ngpu_type = \"H100\"\nqueue = \"gpu\"\ngpus = 16\ndrained = 2\n",
+            s.policies(),
+            s.audit()
+        ),
+    )
+    .unwrap();
+    let check = bursar(&["config", "check", cfg.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        check.status.success() && said.contains("1 capacity row(s), 16 GPUs"),
+        "{said}{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+
+    let server = Server::start(&s, &["--config", cfg.to_str().unwrap(), "--tick", "1h"]);
+    let t0 = Timestamp(Timestamp::wall_clock().millis() / 1000 * 1000);
+    let t = t0.to_string();
+    let r = server.post("/v1/admit", &submit(&t, "e1", "j1", "alice", 8, Some("H100"), "gpu", 4.0));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let started = format!(r#"{{"id":"e2","time":"{t}","type":"job.started","job_id":"j1"}}"#);
+    assert_eq!(server.post("/v1/events", &format!("{started}\n")).status, 200);
+
+    let v = server.get_json("/v1/pool");
+    let c = &v["capacity"][0];
+    assert_eq!(c["source"], "config", "{v}");
+    assert_eq!(
+        (c["in_service"].as_u64(), c["allocated"].as_u64(), c["free"].as_u64()),
+        (Some(16), Some(8), Some(8)),
+        "{v}"
+    );
+    assert_eq!(c["drained"], 2, "{v}");
+    let e = server.get_json("/v1/estimate?gpus=8&gpu_type=H100&hours=1");
+    assert_eq!(
+        (e["partitions"][0]["region"].as_str(), e["partitions"][0]["wait_s"].as_i64()),
+        (Some("cn-east"), Some(0)),
+        "{e}"
+    );
+
+    let inventory = format!(
+        r#"{{"id":"inv-1","time":"{t}","type":"pool.inventory","source":"slurm:east","capacity":[{{"region":"cn-east","gpu_type":"H100","queue":"gpu","in_service":16,"allocated":16,"free":0}}]}}"#
+    );
+    assert_eq!(server.post("/v1/events", &format!("{inventory}\n")).status, 200);
+    let v = server.wait_for(5, "the agent's row", || {
+        let v = server.get_json("/v1/pool");
+        (v["capacity"][0]["source"] == "slurm:east").then_some(v)
+    });
+    assert_eq!(v["capacity"].as_array().map(Vec::len), Some(1), "one row per partition: {v}");
+    assert_eq!(v["capacity"][0]["free"], 0, "{v}");
+}

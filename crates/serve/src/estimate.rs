@@ -42,6 +42,31 @@ pub struct EstimateInput {
     stale_after: bursar_model::Duration,
 }
 
+impl EstimateInput {
+    /// With the site's configured rows (`[[capacity]]`) for the partitions no `pool.inventory`
+    /// names: dated now, from `config`, with the GPUs of bursar's own running jobs there counted as
+    /// allocated and the rest of those in service as free.
+    pub fn configured(mut self, rows: &[bursar_model::CapacityRow]) -> EstimateInput {
+        for c in rows {
+            let key = (&c.region, &c.gpu_type, &c.queue);
+            if self.rows.iter().any(|r| (&r.row.region, &r.row.gpu_type, &r.row.queue) == key) {
+                continue;
+            }
+            let allocated = self
+                .jobs
+                .iter()
+                .filter(|j| j.started.is_some() && counts_in(c, j))
+                .map(|j| j.gpus)
+                .fold(0u32, u32::saturating_add);
+            let mut row = c.clone();
+            row.allocated = allocated.min(row.in_service);
+            row.free = row.in_service.saturating_sub(allocated);
+            self.rows.push(InventoryRow { row, time: self.now, source: Some("config".to_owned()) });
+        }
+        self
+    }
+}
+
 /// [`gather`] of a read's view.
 pub fn gather_view(view: crate::core::View<'_>) -> EstimateInput {
     gather(view.engine)

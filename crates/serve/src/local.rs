@@ -54,6 +54,8 @@ pub struct Local {
     pub health_notes: Arc<[String]>,
     /// Rates for the report routes (`--prices`): the billing comparison and the cost per unit.
     pub prices: Option<Arc<bursar_report::Prices>>,
+    /// The site's `[[capacity]]` rows (where no scheduler's agent reports).
+    pub capacity: Arc<[bursar_model::CapacityRow]>,
     /// The action links' key, when notices are on (`serve --notify`).
     pub links: Option<Arc<bursar_notify::LinkKey>>,
     /// The last copy of the engine's state for the pool views, and when it was taken

@@ -247,7 +247,7 @@ pub async fn estimate(State(door): State<Door<Local>>, Query(q): Query<EstimateQ
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
     match door.backend.read(crate::estimate::gather_view).await {
-        Ok(input) => json(StatusCode::OK, &crate::estimate::answer(&input, &req)),
+        Ok(input) => json(StatusCode::OK, &crate::estimate::answer(&input.configured(&door.backend.capacity), &req)),
         Err(r) => r.into_response(),
     }
 }

@@ -371,7 +371,8 @@ async fn pool_input(st: &AppState) -> Result<Arc<PoolInput>, Refusal> {
     {
         return Ok(input.clone());
     }
-    let input: Arc<PoolInput> = Arc::new(st.backend.read(|v| PoolInput::of(v.engine)).await?);
+    let input = st.backend.read(|v| PoolInput::of(v.engine)).await?;
+    let input: Arc<PoolInput> = Arc::new(input.configured(&st.backend.capacity));
     *cached = Some((std::time::Instant::now(), input.clone()));
     Ok(input)
 }

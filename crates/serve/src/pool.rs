@@ -273,6 +273,13 @@ impl PoolInput {
         }
     }
 
+    /// With the site's `[[capacity]]` rows for the partitions no inventory names
+    /// ([`crate::estimate::EstimateInput::configured`]).
+    pub fn configured(mut self, rows: &[bursar_model::CapacityRow]) -> PoolInput {
+        self.estimate = self.estimate.configured(rows);
+        self
+    }
+
     /// Every job waiting for an approval and every job alerted as idle, oldest first, with the
     /// pool's capacity and queue ([`crate::estimate::queue`]); `skips` (the utilisation source's, if
     /// serve runs one) says why an idle job has no fresh sample.
