@@ -5,6 +5,7 @@
 //! | [`Slurm::queue`] | `squeue -h --states=all -O <16 fields>` | every watcher poll: ~25 bytes a job |
 //! | [`Slurm::details`] | `scontrol show job -d -o ID` per job | a job first seen; a run starting (GPUs) |
 //! | [`Slurm::dump`] | `squeue --json --states=all` | more jobs new at once than [`bulk_threshold`]; a reading user text made ambiguous; the enforcer's last resort |
+//! | [`Slurm::nodes`] | `scontrol -d show node -o` | every `--nodes-every` polls (default 10): the inventory |
 //! | [`Slurm::rows_of`] | `squeue -h --states=all -j ID -O …` | the enforcer: one job's state before and after it acts |
 //! | [`Slurm::cancel`], [`Slurm::release`] | `scancel`, `scontrol update` + `scontrol release` | the enforcer |
 //!
@@ -225,6 +226,12 @@ impl Slurm {
             read.dumped = Some(why);
         }
         Ok(read)
+    }
+
+    /// The nodes (`scontrol -d show node -o`: one line a node, `-d` for `GresUsed`), for the
+    /// inventory ([`crate::nodes`]).
+    pub fn nodes(&self) -> Result<Vec<crate::nodes::Node>> {
+        run(&self.scontrol, &["-d", "show", "node", "-o"]).map(|out| crate::nodes::parse_nodes(&out))
     }
 
     /// `scancel <target>`: exits 0 even when Slurm refused (22.05), so the caller checks the job.

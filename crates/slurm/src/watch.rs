@@ -38,6 +38,10 @@
 //! (issue 55: these held GPUs for `confirm_within_s`, 15 minutes by default). `confirm_within_s`
 //! stays the bound while the watcher is down.
 //!
+//! Every `nodes_every` polls (10 by default, and at the first) it also reads the nodes (`scontrol -d
+//! show node -o`, one call) and sends `pool.inventory` — GPUs in service, allocated, free and drained
+//! per GPU type and partition ([`crate::nodes`]) — when the rows changed since it last sent them.
+//!
 //! Why polling rather than `jobcomp/lua`: a jobcomp hook runs inside slurmctld (serialised with every
 //! other RPC, like `job_submit.lua`), sees only ends, and must never block; a poller sees every state,
 //! cannot stall the scheduler when bursar is slow or down, and catches up after its own restart from
@@ -513,6 +517,56 @@ pub struct WatchConfig {
     pub state: PathBuf,
     /// Time between two polls (at least; see [`next_interval`]).
     pub interval: Duration,
+    /// Read the nodes every this many polls (and at the first) and send `pool.inventory` when the
+    /// rows changed; 0: never.
+    pub nodes_every: u32,
+    /// The region the inventory's rows name (a pool or cluster).
+    pub region: String,
+    /// GRES types to GPU types (`h100` → `H100-SXM`), as the submit hook's `gpu_types`.
+    pub gpu_types: BTreeMap<String, String>,
+}
+
+/// The inventory last sent, so an unchanged one is not sent again.
+#[derive(Debug, Clone, Default)]
+pub struct Sent {
+    rows: Option<Vec<bursar_model::CapacityRow>>,
+    polls: u32,
+}
+
+/// Every [`WatchConfig::nodes_every`] polls: reads the nodes and sends `pool.inventory` when the rows
+/// differ from the last sent. Returns whether one was sent. A failed read is logged, not fatal: the
+/// queue matters more than the inventory.
+pub fn inventory_once(cfg: &WatchConfig, sent: &mut Sent) -> Result<bool> {
+    if cfg.nodes_every == 0 {
+        return Ok(false);
+    }
+    let due = sent.polls % cfg.nodes_every == 0;
+    sent.polls = sent.polls.wrapping_add(1);
+    if !due {
+        return Ok(false);
+    }
+    let nodes = match cfg.slurm.nodes() {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the nodes for the inventory; the queue is still watched");
+            return Ok(false);
+        }
+    };
+    let rows = crate::nodes::inventory(&nodes, &cfg.region, &cfg.gpu_types);
+    if sent.rows.as_ref() == Some(&rows) || rows.is_empty() {
+        return Ok(false);
+    }
+    let now_ms = unix_now().saturating_mul(1000);
+    let inv = bursar_model::Inventory {
+        id: format!("slurm-{}-inventory-{now_ms}", cfg.cluster),
+        time: bursar_model::Timestamp(now_ms),
+        source: Some(format!("slurm:{}", cfg.cluster)),
+        capacity: rows.clone(),
+    };
+    cfg.server.post(&[Input::Inventory(inv)])?;
+    tracing::info!(rows = rows.len(), "sent the inventory");
+    sent.rows = Some(rows);
+    Ok(true)
 }
 
 /// What one poll did and cost.
@@ -644,9 +698,13 @@ pub fn run(cfg: &WatchConfig, once: bool) -> Result<PollReport> {
     tracing::info!(state = %cfg.state.display(), known = state.jobs.len(), "slurm watch starting");
     // When the last poll that went through began: the next one may release what neither found.
     let mut previous: Option<i64> = None;
+    let mut sent = Sent::default();
     loop {
         let t0 = Instant::now();
         let began = unix_now();
+        if let Err(e) = inventory_once(cfg, &mut sent) {
+            tracing::warn!(error = %e, "could not send the inventory; retrying at the next read");
+        }
         match poll_once(cfg, &mut state, previous) {
             Ok(r) => {
                 previous = Some(began);
