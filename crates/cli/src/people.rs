@@ -216,7 +216,10 @@ fn render_queue(p: &PendingReply, now: Timestamp, o: &mut String) {
                 ask,
                 ago(now, &q.since),
                 start,
-                q.reason
+                match (&q.reason_since, &q.estimate_note) {
+                    (Some(t), Some(n)) => format!("{} (scheduler, for {}; {n})", q.reason, ago(now, t)),
+                    _ => q.reason.clone(),
+                }
             ));
         }
     }

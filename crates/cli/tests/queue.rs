@@ -113,6 +113,17 @@ fn the_queue_shows_each_jobs_place_its_start_and_why_it_waits() {
     let json = bursar(&["pending", "--server", &addr, "--format", "json"]);
     let reply: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap_or_default();
     assert_eq!(reply["queue"], v["queue"], "one view model for the page, the API and the CLI");
+
+    // The scheduler's own reason (job.queued's `reason`, v1.x) comes first, the estimate's beside it.
+    let queued = format!(r#"{{"id":"e7","time":"{t}","type":"job.queued","job_id":"j3","reason":"Priority"}}"#);
+    assert_eq!(server.post("/v1/events", &format!("{queued}\n")).status, 200);
+    let v = server.wait_for(5, "the scheduler's reason", || {
+        let v = server.get_json("/v1/pool");
+        let q = v["queue"].as_array()?.iter().find(|q| q["job_id"] == "j3")?.clone();
+        (q["reason"] == "Priority").then_some(q)
+    });
+    assert_eq!((v["scheduler_reason"].as_bool(), v["reason_since"].as_str()), (Some(true), Some(t)), "{v}");
+    assert_eq!(v["estimate_note"], "waits for 4 GPUs: 1 job ahead of it in the queue", "{v}");
 }
 
 /// Item 1: where no scheduler's agent reports, the site's `[[capacity]]` says what is in service;

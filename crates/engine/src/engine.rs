@@ -419,6 +419,33 @@ fn settle_reasons(policy: &dyn Policy, out: &mut Output, job: Option<&JobSpec>, 
     }
 }
 
+/// The scheduler's reason a waiting job waits (`job.queued`'s `reason`, v1.x): kept, with when it
+/// was first given, while the job is admitted and not running; an empty reason clears it.
+fn note_wait_reason(j: &mut JobRecord, event: &Event) {
+    if j.phase != JobPhase::Admitted || j.started.is_some() {
+        return;
+    }
+    let Some(reason) =
+        event.extra.iter().find(|(k, _)| k == "reason").and_then(|(_, v)| serde_json::from_str::<String>(v.get()).ok())
+    else {
+        return;
+    };
+    let reason: String = reason.trim().chars().take(crate::state::WAIT_REASON_MAX).collect();
+    if j.waits().map(|(r, _)| r) == Some(reason.as_str()) {
+        return;
+    }
+    let at = event.time;
+    j.with_runs(|r| {
+        if reason.is_empty() {
+            r.waits = None;
+            r.waits_since = crate::state::OptTime::NONE;
+        } else {
+            r.waits = Some(Arc::from(reason.as_str()));
+            r.waits_since = at.into();
+        }
+    });
+}
+
 /// A job released as never confirmed by the scheduler (its late confirmation admits it again).
 fn late_confirmation(j: &JobRecord) -> bool {
     j.phase == JobPhase::Finished && j.runs().is_some_and(|r| r.released_unconfirmed)
@@ -1577,6 +1604,9 @@ impl Engine {
                     } else if let Some(j) = state.jobs.get_mut(id) {
                         State::confirm(j);
                     }
+                    if let Some(j) = state.jobs.get_mut(id) {
+                        note_wait_reason(j, event);
+                    }
                 }
             }
             EventKind::JobRequeued { .. } => {
@@ -1715,6 +1745,12 @@ impl Engine {
         // A run after a requeue holds its GPUs again from this start (they were freed meanwhile).
         let after_requeue = j.runs().is_some_and(|r| r.requeued);
         State::confirm(&mut j);
+        if j.waits().is_some() {
+            j.with_runs(|r| {
+                r.waits = None;
+                r.waits_since = crate::state::OptTime::NONE;
+            });
+        }
         match j.phase {
             JobPhase::PendingApproval => {
                 let pending = j.take_pending();

@@ -560,7 +560,17 @@ pub struct RunNotes {
     /// it again, as its first run.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub released_stale: bool,
+    /// Why the scheduler says it waits (`job.queued`'s `reason`: Slurm's `Reason`, Kueue's pending
+    /// condition), while it waits; cleared when a run starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waits: Option<Arc<str>>,
+    /// Since when the scheduler has given that reason.
+    #[serde(default, skip_serializing_if = "unset")]
+    pub waits_since: OptTime,
 }
+
+/// The longest scheduler's reason a job keeps (characters); a longer one is cut.
+pub const WAIT_REASON_MAX: usize = 200;
 
 fn is_zero(v: &u32) -> bool {
     *v == 0
@@ -588,6 +598,8 @@ impl RunNotes {
             && self.reclaim_failed.is_none()
             && self.queued_since.is_none()
             && !self.released_stale
+            && self.waits.is_none()
+            && self.waits_since.is_none()
     }
 }
 
@@ -757,6 +769,12 @@ impl JobRecord {
     /// When it was submitted (event time).
     pub fn submitted(&self) -> Timestamp {
         self.submitted
+    }
+
+    /// Why the scheduler says it waits, and since when (`job.queued`'s `reason`), while it waits.
+    pub fn waits(&self) -> Option<(&str, Timestamp)> {
+        let r = self.runs()?;
+        Some((r.waits.as_deref()?, r.waits_since.get().unwrap_or(self.submitted)))
     }
 
     /// Since when it has waited in the queue: when it was last admitted or requeued (its submission

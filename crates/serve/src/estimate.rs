@@ -29,6 +29,8 @@ pub struct LiveJob {
     project: String,
     /// When it entered the queue (admitted or requeued).
     since: Timestamp,
+    /// The scheduler's reason it waits, and since when.
+    waits: Option<(String, Timestamp)>,
 }
 
 /// What the engine thread copies for an estimate.
@@ -90,6 +92,7 @@ pub fn gather(engine: &Engine) -> EstimateInput {
             started: if j.phase() == JobPhase::Running { j.started() } else { None },
             project: j.project().to_owned(),
             since: j.queued_since(),
+            waits: j.waits().map(|(r, t)| (r.to_owned(), t)),
         })
         .collect();
     EstimateInput {
@@ -255,6 +258,10 @@ pub fn queue(input: &EstimateInput) -> (Vec<CapacityLine>, Vec<QueueLine>) {
             (Some(_), Some(_), Some(_)) => format!("waits for {} to be free", gpus_text(j.gpus)),
         };
         let stale = input.stale_after.millis() > 0;
+        let (reason, scheduler_reason, reason_since, estimate_note) = match &j.waits {
+            Some((why, at)) => (why.clone(), true, Some(at.to_string()), Some(reason)),
+            None => (reason, false, None, None),
+        };
         lines.push(QueueLine {
             queue: queue.to_owned(),
             position,
@@ -271,7 +278,9 @@ pub fn queue(input: &EstimateInput) -> (Vec<CapacityLine>, Vec<QueueLine>) {
             earliest: text(earliest),
             latest: text(latest),
             reason,
-            scheduler_reason: false,
+            scheduler_reason,
+            reason_since,
+            estimate_note,
         });
     }
     (capacity, lines)

@@ -316,10 +316,27 @@ fn queue_section(o: &mut String, now: Timestamp, lines: &[QueueLine]) {
             gpu_hours(q.requested_hours),
             esc(&q.since),
             ago(now, &q.since),
-            esc(&q.reason),
+            why_cell(now, q),
         );
     }
     o.push_str("</table>");
+}
+
+/// Why a queued job waits: the scheduler's reason (and for how long it has said so) with what the
+/// estimate shows, or the estimate's reason alone.
+fn why_cell(now: Timestamp, q: &QueueLine) -> String {
+    let mut o = if q.scheduler_reason {
+        format!("<span class=\"scheduler-reason\">{}</span>", esc(&q.reason))
+    } else {
+        esc(&q.reason)
+    };
+    if let Some(t) = &q.reason_since {
+        let _ = write!(o, " <span class=\"muted\">(scheduler, for {})</span>", ago(now, t));
+    }
+    if let Some(n) = &q.estimate_note {
+        let _ = write!(o, "<br><span class=\"muted\">{}</span>", esc(n));
+    }
+    o
 }
 
 /// An estimated start for people: `now`, `in 40m 00s`.

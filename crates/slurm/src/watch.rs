@@ -19,6 +19,7 @@
 //! | a finished job pending or running again (its owner's `scontrol requeue`) | `job.requeued` (a rerun), then `job.started` |
 //! | the last task of an array ended (no task pending or running) | `job.finished` of the array's parent |
 //! | partition changed, the hook re-admitted it | `job.finished` of the old id (`replaced_by`), `job.queued` of the new |
+//! | pending, its `Reason` changed (`Resources`, `Priority`, `QOSMaxGRESPerUser`, …) | `reason` on that poll's `job.queued`, else another `job.queued` with it |
 //!
 //! Times: a pending job's StartTime and EndTime are Slurm's *expectations* and are never sent; a
 //! start is the run's StartTime, an end the final EndTime, a requeue the poll that saw it (or the next
@@ -206,7 +207,33 @@ impl Planner<'_> {
             at,
             what,
             het: m.het,
+            reason: None,
         });
+    }
+
+    /// A pending job whose Slurm `Reason` differs from the one last sent: the reason rides on this
+    /// poll's `job.queued` of the job if there is one, else on another (`What::Waits`). `None`
+    /// (Slurm's word for a job not yet considered) is no reason.
+    fn waits(&mut self, key: Key, m: &mut Memo, r: &Row) {
+        if !matches!(r.phase(), Phase::Pending) || !matches!(m.last, Last::Queued | Last::Requeued) {
+            return;
+        }
+        let why = r.reason.trim();
+        if why.is_empty() || why == "None" || why == m.waits {
+            return;
+        }
+        let queued = self.plan.reports.iter_mut().rev().find(|x| x.key == key && matches!(x.what, What::Queued));
+        match queued {
+            Some(q) => q.reason = Some(why.to_owned()),
+            None => {
+                m.waits_sent = m.waits_sent.saturating_add(1);
+                self.report(key, m, m.restarts, self.now, What::Waits { n: m.waits_sent });
+                if let Some(q) = self.plan.reports.last_mut() {
+                    q.reason = Some(why.to_owned());
+                }
+            }
+        }
+        m.waits = why.to_owned();
     }
 
     /// A first sight: the memo the record's markers make, and `job.queued` for bursar's jobs.
@@ -314,6 +341,8 @@ impl Planner<'_> {
     }
 
     fn start(&mut self, key: Key, m: &mut Memo, r: &Row) {
+        // A run starts: bursar forgets why it waited, so the next wait's reason is sent again.
+        m.waits.clear();
         let d = self.details.get(&r.job_id);
         let gpus = r.tres_gpus().or_else(|| d.and_then(|d| d.gpus));
         let mut released_by = d.and_then(|d| d.markers.released_by.clone());
@@ -420,7 +449,8 @@ pub fn plan(state: &WatchState, rows: &[Row], details: &BTreeMap<u64, Details>, 
                     continue;
                 }
                 let m = readmitted(&mut p, key, m, r);
-                let m = p.step(key, m, r);
+                let mut m = p.step(key, m, r);
+                p.waits(key, &mut m, r);
                 p.put(&key, m);
             }
             Key::Task(a, t) => {
@@ -781,12 +811,48 @@ mod tests {
                     What::Rerun => "rerun".to_owned(),
                     What::Finished { status, .. } => format!("finished {}", status.as_str()),
                     What::Replaced { by } => format!("replaced {by}"),
+                    What::Waits { n } => format!("waits {n}"),
                 };
                 out.push(format!("{w} r{} @{}", rep.run, rep.at - T));
             }
             p.apply(&mut state);
         }
         out
+    }
+
+    /// Issue 53: Slurm's reason a pending job waits rides on its first `job.queued`; a changed
+    /// reason is another `job.queued` (`waits N`); an unchanged one, or `None`, sends nothing.
+    #[test]
+    fn a_pending_jobs_reason_is_sent_when_it_changes() {
+        let pend = |why: &str| {
+            let mut r = row("PENDING", 0, None, None, false);
+            r.reason = why.into();
+            r
+        };
+        let mut state = WatchState::default();
+        let d = details(admitted("lab-33"), None);
+        let mut sent = Vec::new();
+        for (r, now) in [(pend("None"), 1), (pend("Priority"), 2), (pend("Priority"), 3), (pend("Resources"), 4)] {
+            let p = plan(&state, std::slice::from_ref(&r), &d, T + now);
+            for rep in &p.reports {
+                let e = rep.to_event("lab");
+                let why = e.extra.iter().find(|(k, _)| k == "reason").map(|(_, v)| v.get().to_owned());
+                sent.push(format!("{} {}", e.id, why.unwrap_or_default()));
+            }
+            p.apply(&mut state);
+        }
+        assert_eq!(
+            sent,
+            [
+                "slurm-lab-33-queued ",
+                "slurm-lab-33-waits-1 \"Priority\"",
+                "slurm-lab-33-waits-2 \"Resources\"",
+            ]
+        );
+        // First seen already waiting for a reason: on the job.queued itself.
+        let p = plan(&WatchState::default(), &[pend("Resources")], &d, T);
+        assert_eq!(p.reports.len(), 1);
+        assert_eq!(p.reports[0].reason.as_deref(), Some("Resources"));
     }
 
     #[test]

@@ -194,6 +194,12 @@ pub struct QueueLine {
     /// Whether `reason` is the scheduler's own.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub scheduler_reason: bool,
+    /// Since when the scheduler has given that reason (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason_since: Option<String>,
+    /// What the estimate shows, when `reason` is the scheduler's (GPUs short, jobs ahead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate_note: Option<String>,
 }
 
 /// A deferred job, in [`PoolView`].
