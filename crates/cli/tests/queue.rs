@@ -20,16 +20,10 @@ use crate::serve_support::{Scratch, Server, bursar};
 
 use bursar_model::{Duration, Timestamp};
 
-fn submit(
-    t: &str,
-    id: &str,
-    job: &str,
-    user: &str,
-    gpus: u32,
-    gpu_type: Option<&str>,
-    queue: &str,
-    hours: f64,
-) -> String {
+/// A job: id, user, GPUs, GPU type, queue, hours.
+type Ask<'a> = (&'a str, &'a str, u32, Option<&'a str>, &'a str, f64);
+
+fn submit(t: &str, id: &str, (job, user, gpus, gpu_type, queue, hours): Ask<'_>) -> String {
     let ty = gpu_type.map(|t| format!(r#","gpu_type":"{t}""#)).unwrap_or_default();
     format!(
         r#"{{"id":"{id}","time":"{t}","type":"job.submitted","job":{{"id":"{job}","project":"nlp","user":"{user}","gpus":{gpus}{ty},"queue":"{queue}","requested_hours":{hours}}}}}"#
@@ -49,11 +43,11 @@ fn the_queue_shows_each_jobs_place_its_start_and_why_it_waits() {
     );
     assert_eq!(server.post("/v1/events", &format!("{inventory}\n")).status, 200);
     for line in [
-        submit(t, "e1", "j1", "alice", 8, Some("H100"), "gpu", 2.0),
-        submit(t, "e2", "j2", "bob", 4, Some("H100"), "gpu", 1.0),
-        submit(t, "e3", "j3", "carol", 4, Some("H100"), "gpu", 1.0),
-        submit(t, "e4", "j4", "dan", 2, Some("A100"), "gpu", 1.0),
-        submit(t, "e5", "j5", "erin", 1, None, "cpu", 1.0),
+        submit(t, "e1", ("j1", "alice", 8, Some("H100"), "gpu", 2.0)),
+        submit(t, "e2", ("j2", "bob", 4, Some("H100"), "gpu", 1.0)),
+        submit(t, "e3", ("j3", "carol", 4, Some("H100"), "gpu", 1.0)),
+        submit(t, "e4", ("j4", "dan", 2, Some("A100"), "gpu", 1.0)),
+        submit(t, "e5", ("j5", "erin", 1, None, "cpu", 1.0)),
     ] {
         let r = server.post("/v1/admit", &line);
         assert_eq!(r.status, 200, "{}", r.text());
@@ -153,7 +147,7 @@ fn capacity_from_the_site_configuration_until_an_agent_reports() {
     let server = Server::start(&s, &["--config", cfg.to_str().unwrap(), "--tick", "1h"]);
     let t0 = Timestamp(Timestamp::wall_clock().millis() / 1000 * 1000);
     let t = t0.to_string();
-    let r = server.post("/v1/admit", &submit(&t, "e1", "j1", "alice", 8, Some("H100"), "gpu", 4.0));
+    let r = server.post("/v1/admit", &submit(&t, "e1", ("j1", "alice", 8, Some("H100"), "gpu", 4.0)));
     assert_eq!(r.status, 200, "{}", r.text());
     let started = format!(r#"{{"id":"e2","time":"{t}","type":"job.started","job_id":"j1"}}"#);
     assert_eq!(server.post("/v1/events", &format!("{started}\n")).status, 200);

@@ -166,6 +166,10 @@ fn count(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
+/// A job's soonest estimate over the partitions that could run it: start, earliest, latest (ms),
+/// and the partition's region.
+type Soonest<'a> = (Option<i64>, Option<i64>, Option<i64>, &'a str);
+
 /// The pool's capacity per partition (with the GPUs expected free in an hour) and its queue: every
 /// admitted job not started, per queue in submission order, with its place, its age, its
 /// estimated start in the partition that starts it soonest, and why it waits.
@@ -176,8 +180,7 @@ pub fn queue(input: &EstimateInput) -> (Vec<CapacityLine>, Vec<QueueLine>) {
     let mut capacity = Vec::new();
     // Per job: the soonest (start, earliest, latest, region) over the partitions that could run it,
     // and whether any partition of its type and queue was seen.
-    let mut best: std::collections::HashMap<&str, (Option<i64>, Option<i64>, Option<i64>, &str)> =
-        std::collections::HashMap::new();
+    let mut best: std::collections::HashMap<&str, Soonest<'_>> = std::collections::HashMap::new();
     let mut short: std::collections::HashMap<&str, String> = std::collections::HashMap::new();
     for inv in &input.rows {
         let row = &inv.row;

@@ -570,7 +570,7 @@ pub fn inventory_once(cfg: &WatchConfig, sent: &mut Sent) -> Result<bool> {
     if cfg.nodes_every == 0 {
         return Ok(false);
     }
-    let due = sent.polls % cfg.nodes_every == 0;
+    let due = sent.polls.is_multiple_of(cfg.nodes_every);
     sent.polls = sent.polls.wrapping_add(1);
     if !due {
         return Ok(false);
@@ -843,11 +843,7 @@ mod tests {
         }
         assert_eq!(
             sent,
-            [
-                "slurm-lab-33-queued ",
-                "slurm-lab-33-waits-1 \"Priority\"",
-                "slurm-lab-33-waits-2 \"Resources\"",
-            ]
+            ["slurm-lab-33-queued ", "slurm-lab-33-waits-1 \"Priority\"", "slurm-lab-33-waits-2 \"Resources\"",]
         );
         // First seen already waiting for a reason: on the job.queued itself.
         let p = plan(&WatchState::default(), &[pend("Resources")], &d, T);
