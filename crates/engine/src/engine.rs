@@ -673,9 +673,12 @@ impl Engine {
     }
 
     /// For each job the last input admitted or requeued that now waits to start: when it entered
-    /// the queue (kept when it differs from its submission) and the timer that releases its
-    /// reservation if it is still waiting [`EngineConfig::stale_after`] later.
+    /// the queue on the engine's clock (the step's time, or the clock when the event came in late:
+    /// a backfilled log's old admission has not waited since its old date) — kept when it differs
+    /// from its submission — and the timer that releases its reservation if it is still waiting
+    /// [`EngineConfig::stale_after`] later.
     fn note_queue_entries(&mut self) {
+        let now = self.state.now;
         for t in &self.transitions {
             if !matches!(t.step, Step::Admitted | Step::Requeued) {
                 continue;
@@ -684,12 +687,13 @@ impl Engine {
             if j.phase != JobPhase::Admitted || j.started.is_some() {
                 continue;
             }
-            let at = (t.at != j.submitted).then_some(t.at);
+            let entered = t.at.max(now);
+            let at = (entered != j.submitted).then_some(entered);
             if at.is_some() || j.runs().is_some_and(|r| r.queued_since.is_some()) {
                 j.with_runs(|r| r.queued_since = at.into());
             }
             if self.config.stale_after.millis() > 0 {
-                self.timers.set(t.at.plus(self.config.stale_after), t.job.clone(), TimerKind::StaleReservation);
+                self.timers.set(entered.plus(self.config.stale_after), t.job.clone(), TimerKind::StaleReservation);
             }
         }
     }
