@@ -152,6 +152,13 @@ enum KubeCommand {
         /// A label selector for the pods followed with Kueue (default: every pod).
         #[arg(long, value_name = "SELECTOR")]
         pod_selector: Option<String>,
+        /// With Kueue: read the ClusterQueues, ResourceFlavors and Nodes every this many resyncs
+        /// (and at the first) and send the pool's inventory when it changed; 0: never.
+        #[arg(long, default_value_t = 6, value_name = "RESYNCS")]
+        inventory_every: u32,
+        /// The region the inventory names [default: the cluster name].
+        #[arg(long)]
+        region: Option<String>,
     },
     /// Follow the decision stream: reclaim (deactivate, suspend), approve, reject, each recorded.
     ///
@@ -278,11 +285,14 @@ pub fn run(args: &KubeArgs) -> Result<ExitCode, CliError> {
             })?;
             Ok(ExitCode::Ok)
         }
-        KubeCommand::Watch { common, mode, state, settle, resync, pod_selector } => {
+        KubeCommand::Watch { common, mode, state, settle, resync, pod_selector, inventory_every, region } => {
             crate::values::init_agent_logging(common.log_level);
+            let mapping = common.mapping(None);
             let cfg = WatchConfig {
+                inventory_every: *inventory_every,
+                region: region.clone().unwrap_or_else(|| mapping.cluster.clone()),
                 server: common.server()?,
-                mapping: common.mapping(None),
+                mapping,
                 mode: mode.mode(),
                 state: state.clone(),
                 settle: *settle,

@@ -27,6 +27,7 @@ mod hardening;
 mod help_and_man;
 mod import;
 mod kube_e2e;
+mod kube_inventory;
 mod kube_webhook;
 mod notify_alertmanager;
 mod notify_links;

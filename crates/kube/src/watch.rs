@@ -23,6 +23,9 @@
 //! a pod's last state when it was deleted, when it was seen gone, when it was first seen ended —
 //! for up to an hour after it went.
 //!
+//! With Kueue it also reads, every `inventory_every` resyncs, the ClusterQueues, ResourceFlavors and
+//! Nodes (three lists) and sends `pool.inventory` when the rows changed ([`crate::inventory`]).
+//!
 //! Style: async throughout (kube-runtime on tokio; every watcher's stream is polled by the one
 //! loop that plans); serve is posted to through [`crate::serve`].
 
@@ -79,6 +82,58 @@ pub struct WatchConfig {
     pub pod_selector: Option<String>,
     /// Server-side timeout of each watch, seconds.
     pub watch_timeout: u32,
+    /// With Kueue: read the ClusterQueues, ResourceFlavors and Nodes every this many resyncs (and
+    /// at the first) and send `pool.inventory` when the rows changed ([`crate::inventory`]); 0:
+    /// never.
+    pub inventory_every: u32,
+    /// The region the inventory names (default: the cluster name).
+    pub region: String,
+}
+
+/// Kueue's ClusterQueues.
+fn cluster_queues() -> kube::api::ApiResource {
+    kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta1", "ClusterQueue"),
+        "clusterqueues",
+    )
+}
+
+/// Kueue's ResourceFlavors.
+fn resource_flavors() -> kube::api::ApiResource {
+    kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta1", "ResourceFlavor"),
+        "resourceflavors",
+    )
+}
+
+/// Reads the ClusterQueues, ResourceFlavors and Nodes (three lists) into inventory rows.
+async fn read_inventory(client: &Client, cfg: &WatchConfig) -> Result<Vec<bursar_model::CapacityRow>> {
+    let lp = kube::api::ListParams::default();
+    let as_json = |o: &DynamicObject| serde_json::to_value(o).unwrap_or_default();
+    let cqs = Api::<DynamicObject>::all_with(client.clone(), &cluster_queues())
+        .list(&lp)
+        .await
+        .map_err(|e| Error::kube("list the ClusterQueues", e))?;
+    let flavors = Api::<DynamicObject>::all_with(client.clone(), &resource_flavors())
+        .list(&lp)
+        .await
+        .map_err(|e| Error::kube("list the ResourceFlavors", e))?;
+    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .list(&lp)
+        .await
+        .map_err(|e| Error::kube("list the nodes", e))?;
+    let cqs: Vec<serde_json::Value> = cqs.items.iter().map(as_json).collect();
+    let flavors: Vec<serde_json::Value> = flavors.items.iter().map(as_json).collect();
+    let nodes: Vec<serde_json::Value> =
+        nodes.items.iter().map(|n| serde_json::to_value(n).unwrap_or_default()).collect();
+    Ok(crate::inventory::inventory(
+        &cqs,
+        &flavors,
+        &nodes,
+        &cfg.mapping.gpu_resource,
+        &cfg.mapping.gpu_type_label,
+        &cfg.region,
+    ))
 }
 
 /// The watcher's state file: per unit uid, what was sent.
@@ -350,6 +405,35 @@ impl Watcher {
         out
     }
 
+    /// Reads the inventory and sends it when it differs from `last` (the rows last sent); a failed
+    /// read or post is logged and retried at the next read: the jobs matter more.
+    async fn send_inventory(&self, client: &Client, last: &mut Option<Vec<bursar_model::CapacityRow>>) {
+        let rows = match read_inventory(client, &self.cfg).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the ClusterQueues and nodes for the inventory");
+                return;
+            }
+        };
+        if rows.is_empty() || last.as_ref() == Some(&rows) {
+            return;
+        }
+        let now = Timestamp::wall_clock();
+        let inv = bursar_model::Inventory {
+            id: format!("kube-{}-inventory-{}", self.cfg.mapping.cluster, now.millis()),
+            time: now,
+            source: Some(format!("kube:{}", self.cfg.mapping.cluster)),
+            capacity: rows.clone(),
+        };
+        match self.serve.post(vec![Input::Inventory(inv)]).await {
+            Ok(_) => {
+                tracing::info!(rows = rows.len(), "sent the inventory");
+                *last = Some(rows);
+            }
+            Err(e) => tracing::warn!(error = %e, "could not send the inventory; retrying at the next read"),
+        }
+    }
+
     /// Plans, posts and saves; a failed post leaves the state as it was (retried later).
     async fn sync(&mut self) -> Result<()> {
         if self.synced.len() < self.stores || !self.pods_synced {
@@ -440,6 +524,7 @@ pub async fn run(client: Client, cfg: WatchConfig) -> Result<()> {
         }
     };
     let stores = streams.len();
+    let client_for_inventory = client.clone();
     let pods = watcher(Api::<Pod>::all(client), wc(pod_labels.as_deref())).default_backoff().map(|item| match item {
         Ok(e) => Msg::Pod(Box::new(e)),
         Err(e) => {
@@ -461,6 +546,9 @@ pub async fn run(client: Client, cfg: WatchConfig) -> Result<()> {
         pods_synced: false,
     };
     let mut tick = tokio::time::interval(cfg.resync);
+    let inventory_client = (cfg.mode == Mode::Kueue && cfg.inventory_every > 0).then(|| client_for_inventory.clone());
+    let mut ticks: u32 = 0;
+    let mut last_rows: Option<Vec<bursar_model::CapacityRow>> = None;
     loop {
         tokio::select! {
             msg = events.next() => {
@@ -471,7 +559,14 @@ pub async fn run(client: Client, cfg: WatchConfig) -> Result<()> {
                     w.on(m);
                 }
             }
-            _ = tick.tick() => {}
+            _ = tick.tick() => {
+                if let Some(c) = &inventory_client {
+                    if ticks.is_multiple_of(cfg.inventory_every) {
+                        w.send_inventory(c, &mut last_rows).await;
+                    }
+                    ticks = ticks.wrapping_add(1);
+                }
+            }
         }
         match w.sync().await {
             Ok(()) => {}

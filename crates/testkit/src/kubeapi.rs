@@ -99,7 +99,20 @@ pub const RESOURCE_FLAVORS: Resource = Resource {
     custom: true,
 };
 
-const RESOURCES: [Resource; 5] = [PODS, JOBS, WORKLOADS, ADMISSION_CHECKS, RESOURCE_FLAVORS];
+/// Kueue ClusterQueues (their `status` is written by the test, playing Kueue).
+pub const CLUSTER_QUEUES: Resource = Resource {
+    group: "kueue.x-k8s.io",
+    version: "v1beta1",
+    plural: "clusterqueues",
+    kind: "ClusterQueue",
+    namespaced: false,
+    custom: true,
+};
+/// `v1` Nodes (cluster-scoped; their `status` is written by the test, playing the kubelet).
+pub const NODES: Resource =
+    Resource { group: "", version: "v1", plural: "nodes", kind: "Node", namespaced: false, custom: false };
+
+const RESOURCES: [Resource; 7] = [PODS, JOBS, WORKLOADS, ADMISSION_CHECKS, RESOURCE_FLAVORS, CLUSTER_QUEUES, NODES];
 
 impl Resource {
     /// `apiVersion` of its objects.
