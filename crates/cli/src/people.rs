@@ -187,6 +187,9 @@ pub fn render(p: &PendingReply, now: Timestamp) -> String {
 fn render_queue(p: &PendingReply, now: Timestamp, o: &mut String) {
     if !p.queue.is_empty() {
         o.push_str(&format!("queue, admitted and not started ({}):\n", p.queue.len()));
+        if p.queue.iter().any(|q| q.reservation_released) {
+            o.push_str("  (! after WAITING: its reservation was released as stale; a start reserves it again)\n");
+        }
         o.push_str(&format!(
             "  {:<10} {:>3} {:<20} {:<12} {:<10} {:>14} {:>9} {:<22}  why it waits\n",
             "QUEUE", "#", "JOB", "PROJECT", "USER", "GPUS×HOURS", "WAITING", "EXPECTED START"
@@ -214,7 +217,7 @@ fn render_queue(p: &PendingReply, now: Timestamp, o: &mut String) {
                 q.project,
                 q.user,
                 ask,
-                ago(now, &q.since),
+                if q.reservation_released { format!("{}!", ago(now, &q.since)) } else { ago(now, &q.since) },
                 start,
                 match (&q.reason_since, &q.estimate_note) {
                     (Some(t), Some(n)) => format!("{} (scheduler, for {}; {n})", q.reason, ago(now, t)),

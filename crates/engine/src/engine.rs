@@ -1027,7 +1027,7 @@ impl Engine {
                     em.step(&job_id, at, Step::Admitted);
                 }
                 TimerKind::ConfirmDeadline => Self::unconfirmed(state, timers, config, at, &job_id, em),
-                TimerKind::StaleReservation => Self::stale(state, timers, config, at, &job_id, em),
+                TimerKind::StaleReservation => Self::stale(state, config, at, &job_id, em),
                 TimerKind::Forget => {
                     if state
                         .jobs
@@ -1738,10 +1738,7 @@ impl Engine {
     ) {
         if state.job(id).is_some_and(late_confirmation) {
             Self::confirmed_late(state, event, id, em);
-        } else if state
-            .job(id)
-            .is_some_and(|j| j.phase == JobPhase::Finished && j.runs().is_some_and(|r| r.released_stale))
-        {
+        } else if state.job(id).is_some_and(|j| j.runs().is_some_and(|r| r.released_stale)) {
             Self::started_after_stale(state, event, id, em);
         }
         let Some(mut j) = state.jobs.remove(id) else { return };
@@ -1901,22 +1898,17 @@ impl Engine {
     }
 
     /// An admitted job still waiting to start [`EngineConfig::stale_after`] after it entered the
-    /// queue: its reservation is released, with an alert from [`STALE_POLICY`]. A timer of an
-    /// earlier wait (the job started and was requeued since, or was admitted again) finds it younger
-    /// and does nothing. A later start admits it again ([`Engine::started_after_stale`]).
-    fn stale(
-        state: &mut State,
-        timers: &mut TimerQueue,
-        config: EngineConfig,
-        at: Timestamp,
-        id: &Arc<str>,
-        em: &mut Emitter<'_>,
-    ) {
+    /// queue: its reservation and hold are released, with an alert from [`STALE_POLICY`]; the job
+    /// stays admitted (the queue shows it), and a start reserves it again
+    /// ([`Engine::started_after_stale`]). A timer of an earlier wait (the job started and was
+    /// requeued since) finds it younger and does nothing.
+    fn stale(state: &mut State, config: EngineConfig, at: Timestamp, id: &Arc<str>, em: &mut Emitter<'_>) {
         let bound = config.stale_after;
         let due = state.jobs.get(id).is_some_and(|j| {
             j.phase == JobPhase::Admitted
                 && j.started.is_none()
                 && bound.millis() > 0
+                && !j.runs().is_some_and(|r| r.released_stale)
                 && j.queued_since().plus(bound) <= at
         });
         if !due {
@@ -1924,42 +1916,37 @@ impl Engine {
         }
         let Some(mut j) = state.jobs.remove(id) else { return };
         let since = j.queued_since();
+        let (hours, gpus) = state.unreserve_stale(&mut j);
+        state.share(em.cause, at, id, LedgerChange::Release { job_id: id.to_string(), reclaimed: false });
         let mut d = Draft::about(id, Some(&j), at, DecisionKind::Alert);
         d.policies = vec![Arc::from(STALE_POLICY)];
-        d.gpu_hours = Some(j.reserved);
+        d.gpu_hours = Some(hours);
         d.reason = format!(
-            "job {id} was admitted at {since} and has not started in {} (the bound, stale_after): its reservation of {} GPU-hours and {} is released; if the scheduler starts it after all, it is admitted again",
+            "job {id} was admitted at {since} and has not started in {} (the bound, stale_after): its reservation of {} GPU-hours and {} is released; it stays in the queue, and if the scheduler starts it, it is reserved again",
             at.since(since),
-            crate::runs::hours_text(j.reserved),
-            crate::runs::gpus_text(j.held_gpus())
+            crate::runs::hours_text(hours),
+            crate::runs::gpus_text(gpus)
         );
-        state.release(&mut j, at, JobPhase::Finished);
-        state.share(em.cause, at, id, LedgerChange::Release { job_id: id.to_string(), reclaimed: false });
-        j.phase = JobPhase::Finished;
-        j.status = Some(FinishStatus::Cancelled);
-        j.with_runs(|r| r.released_stale = true);
         em.emit(d);
-        em.step(id, at, Step::Finished(FinishStatus::Cancelled));
         state.jobs.insert(id.clone(), j);
-        timers.set(at.plus(config.finished_retention), id.clone(), TimerKind::Forget);
     }
 
     /// A job whose reservation was released as stale and that the scheduler started after all:
-    /// admitted again (its first run, not a rerun), with an alert from [`STALE_POLICY`].
+    /// reserved and held again, with an alert from [`STALE_POLICY`]; its run starts as any other.
     fn started_after_stale(state: &mut State, event: &Event, id: &Arc<str>, em: &mut Emitter<'_>) {
         let Some(mut j) = state.jobs.remove(id) else { return };
         let t = event.time;
-        state.reopen(&mut j, t);
-        state.share(em.cause, t, id, LedgerChange::Reopen { job_id: id.to_string() });
-        let mut d = Draft::about(id, Some(&j), t, DecisionKind::Alert);
-        d.policies = vec![Arc::from(STALE_POLICY)];
-        d.reason = format!(
-            "job {id} had its reservation released as stale, and the scheduler started it at {t} after all: it is reserved again ({} GPU-hours)",
-            crate::runs::hours_text(j.reserved)
-        );
-        d.gpu_hours = Some(j.reserved);
-        em.emit(d);
-        em.step(id, t, Step::Admitted);
+        if state.rereserve_stale(&mut j) {
+            state.share(em.cause, t, id, LedgerChange::Reopen { job_id: id.to_string() });
+            let mut d = Draft::about(id, Some(&j), t, DecisionKind::Alert);
+            d.policies = vec![Arc::from(STALE_POLICY)];
+            d.reason = format!(
+                "job {id} had its reservation released as stale, and the scheduler started it at {t}: it is reserved again ({} GPU-hours)",
+                crate::runs::hours_text(j.reserved)
+            );
+            d.gpu_hours = Some(j.reserved);
+            em.emit(d);
+        }
         state.jobs.insert(id.clone(), j);
     }
 

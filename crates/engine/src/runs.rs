@@ -85,6 +85,38 @@ impl State {
     }
 
     /// Adds `hours` (either sign) to the job's reservation, in its ledgers too.
+    /// Releases the reservation and the hold of an admitted job that has not started, keeping the
+    /// job admitted (a stale reservation, [`crate::EngineConfig::stale_after`]); returns the GPU-hours
+    /// and GPUs released. [`State::rereserve_stale`] undoes it when the job starts after all.
+    pub(crate) fn unreserve_stale(&mut self, job: &mut JobRecord) -> (f64, u32) {
+        let (day, held, queue, reserved) =
+            (job.submitted.day(), job.held_gpus(), job.profile.queue.clone(), job.reserved);
+        self.for_each_ledger(job, |l| {
+            let b = l.bucket(day);
+            b.reserved = (b.reserved - reserved).max(0.0);
+            l.held_gpus = l.held_gpus.saturating_sub(held);
+            if let Some(q) = &queue {
+                l.add_queue(q, -i64::from(held));
+            }
+        });
+        job.reserved = 0.0;
+        job.with_runs(|r| r.released_stale = true);
+        (reserved, held)
+    }
+
+    /// A job whose reservation was released as stale starts after all: reserved and held again as
+    /// admitted (what is left of its request, after runs before a requeue). False when it was not.
+    pub(crate) fn rereserve_stale(&mut self, job: &mut JobRecord) -> bool {
+        if !job.runs().is_some_and(|r| r.released_stale) {
+            return false;
+        }
+        job.with_runs(|r| r.released_stale = false);
+        self.reserve(job);
+        let spent = job.runs().map_or(0.0, |r| r.earlier_gpu_hours);
+        self.rereserve(job, -spent.min(job.reserved));
+        true
+    }
+
     fn rereserve(&mut self, job: &mut JobRecord, hours: f64) {
         if hours == 0.0 {
             return;
@@ -211,11 +243,8 @@ impl State {
             a.worst = None;
         }
         job.with_runs(|r| {
-            // A late confirmation of a job released as unconfirmed, or a late start of one released as
-            // stale, is its first run, not a rerun.
-            let unconfirmed = std::mem::take(&mut r.released_unconfirmed);
-            let stale = std::mem::take(&mut r.released_stale);
-            if !(unconfirmed || stale) {
+            // A late confirmation of a job released as unconfirmed is its first run, not a rerun.
+            if !std::mem::take(&mut r.released_unconfirmed) {
                 r.reruns = r.reruns.saturating_add(1);
             }
         });

@@ -556,8 +556,8 @@ pub struct RunNotes {
     /// stale reservation's age counts from it ([`crate::EngineConfig::stale_after`]).
     #[serde(default, skip_serializing_if = "unset")]
     pub queued_since: OptTime,
-    /// Its reservation was released as stale (admitted, never started in time): a later start admits
-    /// it again, as its first run.
+    /// Its reservation and hold were released as stale (admitted, not started in time): it stays
+    /// admitted, holding nothing, until a start reserves it again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub released_stale: bool,
     /// Why the scheduler says it waits (`job.queued`'s `reason`: Slurm's `Reason`, Kueue's pending
@@ -858,7 +858,7 @@ impl JobRecord {
     /// GPUs the job counts as held now (the ledgers' `held_gpus`): its GPUs, or for an array the
     /// GPUs of the tasks not started that may run beside its live ones (the live tasks hold their own).
     pub fn held_gpus(&self) -> u32 {
-        if self.runs().is_some_and(|r| r.requeued) {
+        if self.runs().is_some_and(|r| r.requeued || r.released_stale) {
             return 0;
         }
         match self.array() {

@@ -31,6 +31,8 @@ pub struct LiveJob {
     since: Timestamp,
     /// The scheduler's reason it waits, and since when.
     waits: Option<(String, Timestamp)>,
+    /// Its reservation was released as stale: it holds nothing.
+    released: bool,
 }
 
 /// What the engine thread copies for an estimate.
@@ -93,6 +95,7 @@ pub fn gather(engine: &Engine) -> EstimateInput {
             project: j.project().to_owned(),
             since: j.queued_since(),
             waits: j.waits().map(|(r, t)| (r.to_owned(), t)),
+            released: j.runs().is_some_and(|r| r.released_stale),
         })
         .collect();
     EstimateInput {
@@ -214,7 +217,7 @@ pub fn queue(input: &EstimateInput) -> (Vec<CapacityLine>, Vec<QueueLine>) {
             free: row.free,
             drained: row.drained,
             free_in_hour: bursar_estimate::free_at(now, in_hour, &p, &history),
-            reserved: waiting.iter().map(|j| j.gpus).fold(0u32, u32::saturating_add),
+            reserved: waiting.iter().filter(|j| !j.released).map(|j| j.gpus).fold(0u32, u32::saturating_add),
             running_jobs: count(p.running.len()),
             waiting_jobs: count(p.waiting.len()),
             backfill: p.backfill.name().to_owned(),
@@ -275,7 +278,8 @@ pub fn queue(input: &EstimateInput) -> (Vec<CapacityLine>, Vec<QueueLine>) {
             gpu_type: j.gpu_type.clone(),
             requested_hours: j.limit_ms as f64 / 3_600_000.0,
             since: j.since.to_string(),
-            stale_at: stale.then(|| j.since.plus(input.stale_after).to_string()),
+            stale_at: (stale && !j.released).then(|| j.since.plus(input.stale_after).to_string()),
+            reservation_released: j.released,
             region: (!region.is_empty()).then(|| region.to_owned()),
             start: text(start),
             earliest: text(earliest),

@@ -296,11 +296,14 @@ fn queue_section(o: &mut String, now: Timestamp, lines: &[QueueLine]) {
             }
             None => "<span class=\"muted\">unknown</span>".to_owned(),
         };
-        let stale = q
-            .stale_at
-            .as_deref()
-            .map(|t| format!(" <span class=\"muted\">(released in {})</span>", until(now, t)))
-            .unwrap_or_default();
+        let stale = if q.reservation_released {
+            " <span class=\"warn\">(reservation released as stale)</span>".to_owned()
+        } else {
+            q.stale_at
+                .as_deref()
+                .map(|t| format!(" <span class=\"muted\">(reservation released in {})</span>", until(now, t)))
+                .unwrap_or_default()
+        };
         let _ = write!(
             o,
             "<tr data-job=\"{}\"><td>{}</td><td class=\"n pos\">{}</td><td>{}</td><td>{} / {}</td><td>{}{} for {} h</td>\

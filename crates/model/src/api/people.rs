@@ -134,7 +134,8 @@ pub struct CapacityLine {
     pub drained: u32,
     /// GPUs expected free an hour from the engine's clock.
     pub free_in_hour: u32,
-    /// GPUs bursar holds for admitted jobs of this GPU type and queue that have not started.
+    /// GPUs bursar holds for admitted jobs of this GPU type and queue that have not started (a job
+    /// whose reservation was released as stale holds none).
     pub reserved: u32,
     /// Jobs bursar knows running in it.
     pub running_jobs: u32,
@@ -176,6 +177,9 @@ pub struct QueueLine {
     /// `stale_after`); absent when no bound applies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stale_at: Option<String>,
+    /// Its reservation was released as stale (it holds nothing; a start reserves it again).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reservation_released: bool,
     /// The region of the partition where it is expected to start soonest, if any can run it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
