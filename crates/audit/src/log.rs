@@ -68,7 +68,9 @@ impl EventRow {
     pub fn new(raw: &str, input: &Input) -> EventRow {
         let (project, user) = match input {
             Input::Event(e) => project_user(e),
-            Input::WallTick(_) | Input::Action(_) | Input::Run(_) | Input::Ledger(_) => (None, None),
+            Input::WallTick(_) | Input::Action(_) | Input::Run(_) | Input::Ledger(_) | Input::Inventory(_) => {
+                (None, None)
+            }
         };
         EventRow {
             id: input.id().into_owned(),

@@ -188,6 +188,12 @@ enum Command {
     ///
     /// Example: bursar pending --server 127.0.0.1:7878
     Pending(bursar::people::PendingArgs),
+    /// When a job would start, before submitting it: per region and queue of that GPU type,
+    /// simulated from the running jobs' ends (predicted from their owners' history) and the queue
+    /// ahead, with a range (docs/estimate.md). Needs serve's `read` power.
+    ///
+    /// Example: bursar estimate --gpus 8 --gpu-type H100 --hours 12 --region cn-north
+    Estimate(bursar::people::EstimateArgs),
     /// Approve a job held for approval (as `--as NAME`, default $USER; only its approvers may).
     ///
     /// Example: bursar approve j42 --as bob
@@ -243,6 +249,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Man { out } => write_man_pages(&out),
         Command::Report(args) => bursar::report::run(&args, cli.error_format),
         Command::Pending(args) => bursar::people::pending(&args),
+        Command::Estimate(args) => bursar::people::estimate(&args),
         Command::Approve(args) => bursar::people::approve(&args),
         Command::Reject(args) => bursar::people::reject(&args),
         Command::Keepalive(args) => bursar::people::keepalive(&args),

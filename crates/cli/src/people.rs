@@ -78,6 +78,31 @@ pub struct PendingArgs {
     format: Format,
 }
 
+/// `bursar estimate`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EstimateArgs {
+    /// GPUs the job would ask for.
+    #[arg(long)]
+    gpus: u32,
+    /// The GPU type (as the inventory names it, e.g. H100).
+    #[arg(long = "gpu-type", value_name = "TYPE")]
+    gpu_type: String,
+    /// The time limit the job would ask for, in hours.
+    #[arg(long)]
+    hours: f64,
+    /// Only this region.
+    #[arg(long)]
+    region: Option<String>,
+    /// Only this queue or partition.
+    #[arg(long)]
+    queue: Option<String>,
+    #[command(flatten)]
+    server: ServerArgs,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    format: Format,
+}
+
 /// `bursar approve JOB`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ApproveArgs {
@@ -210,6 +235,63 @@ pub fn pending(args: &PendingArgs) -> Result<ExitCode, CliError> {
     };
     std::io::stdout().lock().write_all(text.as_bytes()).map_err(|e| CliError::io("write to stdout", e))?;
     Ok(ExitCode::Ok)
+}
+
+/// `bursar estimate`.
+pub fn estimate(args: &EstimateArgs) -> Result<ExitCode, CliError> {
+    let client = args.server.client()?;
+    let reply =
+        match client.estimate(args.gpus, &args.gpu_type, args.hours, args.region.as_deref(), args.queue.as_deref()) {
+            Ok(r) => r,
+            Err(e) => return failure(e, &args.server.connect.server),
+        };
+    let text = match args.format {
+        Format::Json => format!("{}\n", serde_json::to_string(&reply).unwrap_or_default()),
+        Format::Human => render_estimate(&reply),
+    };
+    std::io::stdout().lock().write_all(text.as_bytes()).map_err(|e| CliError::io("write to stdout", e))?;
+    Ok(ExitCode::Ok)
+}
+
+/// `in about 40 min`, `now`, `in about 3 h 10 min`.
+fn about(wait_s: i64) -> String {
+    if wait_s < 60 {
+        return "now".to_owned();
+    }
+    let m = (wait_s + 30) / 60;
+    if m < 60 {
+        format!("in about {m} min")
+    } else if m < 48 * 60 {
+        format!("in about {} h {} min", m / 60, m % 60)
+    } else {
+        format!("in about {} days", (m + 720) / 1440)
+    }
+}
+
+/// The human table of `bursar estimate`: one line per partition, soonest first.
+pub fn render_estimate(r: &bursar_model::api::EstimateReply) -> String {
+    let mut out = format!("{} × {} for {} h, estimated at {}:\n", r.gpus, r.gpu_type, r.hours, r.now);
+    if let Some(note) = &r.note {
+        out.push_str(&format!("  {note}\n"));
+    }
+    for p in &r.partitions {
+        let place = if p.queue.is_empty() { p.region.clone() } else { format!("{} / {}", p.region, p.queue) };
+        let when = match (&p.start, p.wait_s) {
+            (Some(start), Some(w)) => {
+                let range = match (&p.earliest, &p.latest) {
+                    (Some(e), Some(l)) => format!(" (between {e} and {l})"),
+                    _ => String::new(),
+                };
+                format!("{} — {start}{range}", about(w))
+            }
+            _ => format!("cannot start: {}", p.reason.as_deref().unwrap_or("no room")),
+        };
+        out.push_str(&format!(
+            "  {place}: {when}\n    {} free of {} in service ({} allocated, {} drained; reported {}), {} running, {} waiting ahead\n",
+            p.free, p.in_service, p.allocated, p.drained, p.reported, p.running_jobs, p.waiting_jobs
+        ));
+    }
+    out
 }
 
 fn act(

@@ -22,6 +22,7 @@ mod config_file;
 mod debian_package;
 mod docs_walk;
 mod doctor;
+mod estimate;
 mod hardening;
 mod help_and_man;
 mod import;

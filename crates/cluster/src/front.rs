@@ -165,6 +165,15 @@ impl Front {
                 Some(job) => one(self.partition_of_job(job).await),
                 None => one(0),
             },
+            // Every partition estimates starts, so each keeps the whole inventory.
+            Input::Inventory(inv) => (0..n)
+                .map(|p| {
+                    let mut copy = inv.clone();
+                    copy.id = format!("{}@p{p}", inv.id);
+                    let line = Input::Inventory(copy).to_json();
+                    (p, format!("{}@p{p}", inv.id), line)
+                })
+                .collect(),
             // Producers cannot send wall ticks or run facts (the session's decoder refuses them at
             // the edge); run facts are published by the partitions' owners themselves.
             Input::WallTick(_) | Input::Run(_) | Input::Ledger(_) => Vec::new(),

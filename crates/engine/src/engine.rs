@@ -609,6 +609,8 @@ impl Engine {
     /// - An [`Input::Run`] is deduplicated by id and joins its configuration's run history (as a
     ///   finish seen here would, but idempotently: a fact applied twice changes nothing); it reaches
     ///   no policy, makes no decision and does not move the clock.
+    /// - An [`Input::Inventory`] is deduplicated by id and replaces the capacity rows it names; it
+    ///   reaches no policy, makes no decision and does not move the clock.
     pub fn apply(&mut self, input: &Input, raw: Option<&str>, out: &mut Vec<Decision>) -> Outcome {
         self.ledger_failure = None;
         let outcome = self.apply_input(input, raw, out);
@@ -652,6 +654,13 @@ impl Engine {
                 }
                 self.stats.runs_from_elsewhere += 1;
                 self.state.record_run_fact(r.config, r.gpus, r.status, r.time);
+                Outcome::Applied
+            }
+            Input::Inventory(inv) => {
+                if !self.first_fact(&inv.id, inv.time) {
+                    return Outcome::Duplicate;
+                }
+                self.state.take_inventory(inv);
                 Outcome::Applied
             }
         }
@@ -2145,5 +2154,41 @@ mod tests {
         assert_eq!(m.len(), 1);
         assert_eq!((&*m[0].gpu_type, m[0].gpus, &*m[0].unit, m[0].runs, m[0].mean), ("A100", 8, "tokens", 1, 1125.0));
         assert!(e.state().run_rate("a").is_none(), "released: the run is folded and dropped");
+    }
+
+    #[test]
+    fn an_inventory_keeps_the_latest_row_per_partition_and_runs_are_kept_for_the_estimator() {
+        let mut e = Engine::new(Arc::new(PolicySet::empty()));
+        let inv = |id: &str, min: u32, free: u32| {
+            let line = ev(
+                id,
+                min,
+                &format!(
+                    r#""type":"pool.inventory","capacity":[{{"region":"r","gpu_type":"H100","queue":"q","in_service":8,"allocated":{},"free":{free}}}]"#,
+                    8 - free
+                ),
+            );
+            bursar_model::decode_input(&line).unwrap()
+        };
+        let mut out = Vec::new();
+        assert_eq!(e.apply(&inv("i1", 0, 8), None, &mut out), Outcome::Applied);
+        assert_eq!(e.apply(&inv("i2", 5, 2), None, &mut out), Outcome::Applied);
+        assert_eq!(e.apply(&inv("i2", 5, 2), None, &mut out), Outcome::Duplicate);
+        let rows: Vec<_> = e.state().inventory().collect();
+        assert_eq!((rows.len(), rows[0].row.free), (1, 2), "the later row replaced the first");
+        assert!(out.is_empty(), "an inventory makes no decision");
+        run(
+            &mut e,
+            &[
+                ev("s1", 10, &job("a", 8, "H100", Some("cfg"))),
+                ev("t1", 10, r#""type":"job.started","job_id":"a""#),
+                ev("f1", 40, r#""type":"job.finished","job_id":"a","status":"succeeded""#),
+            ],
+        );
+        let runs: Vec<_> = e.state().recent_runs().cloned().collect();
+        assert_eq!(runs.len(), 1);
+        assert_eq!((runs[0].limit_ms, runs[0].runtime_ms), (2 * 3_600_000, 30 * 60_000));
+        let e = Engine::restore(Arc::new(PolicySet::empty()), e.snapshot());
+        assert_eq!((e.state().inventory().count(), e.state().recent_runs().count()), (1, 1), "both in the snapshot");
     }
 }

@@ -61,4 +61,7 @@ pub use policy::{
 };
 pub use set::{Guest, PolicyLimits, PolicySet, PoolLimits, SetError, SourceFile, TagFrom, TagSource};
 pub use shared::{LedgerAnswer, LedgerClient};
-pub use state::{ArrayState, JobFacts, JobPhase, JobRecord, Ledger, RunNotes, ScopeKind, State, Usage, mark_key};
+pub use state::{
+    ArrayState, InventoryRow, JobFacts, JobPhase, JobRecord, Ledger, RECENT_RUNS, RunNotes, RunSample, ScopeKind,
+    State, Usage, mark_key,
+};

@@ -1143,12 +1143,66 @@ pub struct State {
     /// Scratch space for building keys without allocating.
     #[serde(skip)]
     buf: String,
+    /// The pool's latest capacity per (region, GPU type, queue), from `pool.inventory` inputs.
+    #[serde(default)]
+    pub(crate) inventory: std::collections::BTreeMap<(String, String, String), InventoryRow>,
+    /// The last [`RECENT_RUNS`] finished runs' runtimes against their requested limits, for the
+    /// start estimator's history (`bursar-estimate`).
+    #[serde(default)]
+    pub(crate) recent_runs: VecDeque<RunSample>,
+}
+
+/// How many finished runs [`State::recent_runs`] keeps.
+pub const RECENT_RUNS: usize = 10_000;
+
+/// One partition's capacity as last reported, and when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InventoryRow {
+    /// The row.
+    pub row: bursar_model::CapacityRow,
+    /// When it was read.
+    pub time: Timestamp,
+    /// Who reported it.
+    pub source: Option<String>,
+}
+
+/// A finished run: whose, which configuration, the limit asked for and the runtime (ms).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunSample {
+    /// The user.
+    pub user: String,
+    /// The configuration's hash (0: none named).
+    pub config: u64,
+    /// The requested limit, in milliseconds.
+    pub limit_ms: i64,
+    /// The runtime, in milliseconds.
+    pub runtime_ms: i64,
+    /// When it ended.
+    pub ended: Timestamp,
 }
 
 impl State {
     /// The engine's clock: the newest event time it has seen.
     pub fn now(&self) -> Timestamp {
         self.now
+    }
+
+    /// The pool's latest capacity rows, by (region, GPU type, queue).
+    pub fn inventory(&self) -> impl Iterator<Item = &InventoryRow> {
+        self.inventory.values()
+    }
+
+    /// Replaces the rows an inventory names.
+    pub(crate) fn take_inventory(&mut self, inv: &bursar_model::Inventory) {
+        for row in &inv.capacity {
+            let key = (row.region.clone(), row.gpu_type.clone(), row.queue.clone());
+            self.inventory.insert(key, InventoryRow { row: row.clone(), time: inv.time, source: inv.source.clone() });
+        }
+    }
+
+    /// The finished runs kept for the start estimator, oldest first.
+    pub fn recent_runs(&self) -> impl Iterator<Item = &RunSample> {
+        self.recent_runs.iter()
     }
 
     /// A job's record.
@@ -1333,6 +1387,20 @@ impl State {
         }
         if job.started.is_some() && job.ended.is_none() {
             job.ended = at.into();
+        }
+        if let Some(started) = job.started()
+            && job.requested_hours > 0.0
+        {
+            if self.recent_runs.len() >= RECENT_RUNS {
+                self.recent_runs.pop_front();
+            }
+            self.recent_runs.push_back(RunSample {
+                user: job.user().to_owned(),
+                config: job.config,
+                limit_ms: (job.requested_hours * 3_600_000.0).round() as i64,
+                runtime_ms: at.millis().saturating_sub(started.millis()).max(0),
+                ended: at,
+            });
         }
         let used = job.runtime_gpu_hours(at);
         let (day, held, gpus, queue, reserved, running) = (

@@ -567,3 +567,65 @@ mod tests {
         }
     }
 }
+
+/// `GET /v1/estimate?gpus=8&gpu_type=H100&hours=12[&region=R][&queue=Q]`: when a request not yet
+/// submitted would start, in each partition of the pool that could run it, soonest first
+/// (`docs/estimate.md`). What `bursar estimate` prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EstimateReply {
+    /// The engine's clock when estimated (RFC 3339).
+    pub now: String,
+    /// GPUs asked for.
+    pub gpus: u32,
+    /// GPU type asked for.
+    pub gpu_type: String,
+    /// Hours asked for (the limit).
+    pub hours: f64,
+    /// One line per partition of that GPU type (in the region, if one was asked), soonest first;
+    /// those where it cannot start last.
+    pub partitions: Vec<PartitionEstimate>,
+    /// Why there is nothing to estimate, when `partitions` is empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// A request's estimated start in one partition (a region's GPU type in one queue).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartitionEstimate {
+    /// The region.
+    pub region: String,
+    /// The queue or partition (empty: any).
+    pub queue: String,
+    /// GPUs in service, allocated, free and drained, as last reported.
+    pub in_service: u32,
+    /// GPUs allocated.
+    pub allocated: u32,
+    /// GPUs free.
+    pub free: u32,
+    /// GPUs drained or down.
+    pub drained: u32,
+    /// When the figures were read (RFC 3339), and by whom.
+    pub reported: String,
+    /// The inventory's source, if it named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Jobs bursar knows running in it.
+    pub running_jobs: u32,
+    /// Jobs bursar knows waiting for it (admitted, not started), which go first.
+    pub waiting_jobs: u32,
+    /// The estimated start (RFC 3339); absent when it cannot start here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<String>,
+    /// Seconds from now to the estimated start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_s: Option<i64>,
+    /// The early end of the range (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub earliest: Option<String>,
+    /// The late end of the range: every job running to its limit (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest: Option<String>,
+    /// Why it cannot start here, when it cannot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}

@@ -915,6 +915,45 @@ impl<'de> Visitor<'de> for InputVisitor {
             keep(&mut extra, "detail", detail.take());
             keep(&mut extra, "attempts", attempts.take());
         }
+        if ty == crate::input::INVENTORY_TYPE {
+            let take =
+                |extra: &mut Extra, key: &str| extra.iter().position(|(k, _)| k == key).map(|i| extra.remove(i).1);
+            let rows = take(&mut extra, "capacity").ok_or_else(|| de::Error::missing_field("capacity"))?;
+            let capacity = serde_json::from_str::<Vec<crate::input::CapacityRow>>(rows.get())
+                .map_err(|e| de::Error::custom(format!("`capacity`: {e}")))?;
+            if capacity.len() > crate::input::INVENTORY_ROWS {
+                return Err(de::Error::custom(format!(
+                    "`capacity` has {} rows, above the {} one inventory may carry",
+                    capacity.len(),
+                    crate::input::INVENTORY_ROWS
+                )));
+            }
+            for row in &capacity {
+                for (field, v) in [
+                    ("in_service", row.in_service),
+                    ("allocated", row.allocated),
+                    ("free", row.free),
+                    ("drained", row.drained),
+                ] {
+                    bounded_int(field, v, limits::GPUS)?;
+                }
+                if let Some(b) = &row.backfill
+                    && !matches!(b.as_str(), "easy" | "strict" | "best_effort")
+                {
+                    return Err(de::Error::custom(format!(
+                        "`backfill` is `easy`, `strict` or `best_effort`, not `{b}`"
+                    )));
+                }
+            }
+            let source = match take(&mut extra, "source") {
+                Some(raw) => Some(
+                    serde_json::from_str::<String>(raw.get())
+                        .map_err(|_| de::Error::custom("`source` must be a string"))?,
+                ),
+                None => None,
+            };
+            return Ok(Input::Inventory(crate::input::Inventory { id, time, source, capacity }));
+        }
         if matches!(ty, "job.submitted" | "asset.registered" | "clock.tick" | crate::input::WALL_TICK_TYPE) {
             keep(&mut extra, "job_id", job_id.take());
         }

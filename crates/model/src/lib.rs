@@ -33,8 +33,8 @@ pub use event::{
     JobSpec, RawJson, Ready, Sample, StartInfo, decode_event, decode_input, limits,
 };
 pub use input::{
-    Action, ActionOutcome, Input, LEDGER_TYPE, LedgerChange, LedgerOp, RUN_TYPE, RunFact, WALL_TICK_PREFIX,
-    WALL_TICK_TYPE, WallTick,
+    Action, ActionOutcome, CapacityRow, INVENTORY_TYPE, Input, Inventory, LEDGER_TYPE, LedgerChange, LedgerOp,
+    RUN_TYPE, RunFact, WALL_TICK_PREFIX, WALL_TICK_TYPE, WallTick,
 };
 pub use names::NameError;
 pub use sender::Sender;

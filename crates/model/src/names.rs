@@ -280,6 +280,18 @@ pub fn check(input: &Input) -> Result<(), NameError> {
         }
         Input::WallTick(_) => Ok(()),
         Input::Run(r) => check_str("id", &r.id, Kind::Id),
+        Input::Inventory(i) => {
+            check_str("id", &i.id, Kind::Id)?;
+            opt("source", i.source.as_deref(), Kind::Name)?;
+            for row in &i.capacity {
+                check_str("capacity.region", &row.region, Kind::Name)?;
+                check_str("capacity.gpu_type", &row.gpu_type, Kind::Name)?;
+                if !row.queue.is_empty() {
+                    check_str("capacity.queue", &row.queue, Kind::Name)?;
+                }
+            }
+            Ok(())
+        }
         // Written by bursar from inputs already checked (its id joins their ids, so it may be longer
         // than one id may be).
         Input::Ledger(_) => Ok(()),

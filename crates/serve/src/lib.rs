@@ -50,6 +50,7 @@ pub mod cluster;
 pub mod core;
 pub mod csrf;
 pub mod doors;
+pub mod estimate;
 pub mod gate;
 pub mod jobkeys;
 pub mod layers;

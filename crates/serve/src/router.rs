@@ -76,6 +76,7 @@ pub fn local(door: Door<Local>, limits: Limits, counters: Arc<ListenCounters>) -
             .route("/v1/unconfirmed", get(local_api::unconfirmed))
             .route("/v1/projects/{name}", get(local_api::project))
             .route("/v1/report", get(local_api::report_json))
+            .route("/v1/estimate", get(local_api::estimate))
             .route("/report", get(local_api::report_html)),
     );
     let admin = needing(
