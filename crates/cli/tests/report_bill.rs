@@ -35,7 +35,7 @@
 #![expect(clippy::unwrap_used, clippy::panic, reason = "test helpers: a failure stops the test with its message")]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::Value;
 
@@ -100,22 +100,6 @@ fn dir() -> PathBuf {
     d
 }
 
-fn eval(dir: &Path, events: &[u8]) {
-    let mut child = Command::new(bin())
-        .args(["eval", "--policies"])
-        .arg(dir.join("policies"))
-        .args(["--allow-empty", "--events", "-", "--audit"])
-        .arg(dir.join("r.db"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(child.stdin.as_mut().unwrap(), events).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-}
-
 fn import_bill() -> Vec<u8> {
     let out = Command::new(bin())
         .current_dir(root())
@@ -159,11 +143,11 @@ fn usd(v: &Value, field: &str) -> i64 {
 #[test]
 fn the_example_bill_reconciled_by_hand() {
     let d = dir();
-    eval(&d, events().as_bytes());
+    crate::serve_support::eval_into(&d, events().as_bytes());
     let bill = import_bill();
-    eval(&d, &bill);
+    crate::serve_support::eval_into(&d, &bill);
     // Importing the same bill again changes nothing: the same ids, ignored.
-    eval(&d, &bill);
+    crate::serve_support::eval_into(&d, &bill);
     let r = report(&d, "project");
     let rec = &r["reconciliation"];
 

@@ -19,8 +19,7 @@
 //! block. Recommended: the pool block, 400, saving 304 against on demand and 140 against per project.
 //! A100: on demand 40, nothing else priced. In all: 440 against 744 on demand and 580 per project.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::Value;
 
@@ -62,20 +61,8 @@ fn the_pool_priced_per_gpu_type_with_one_reserved_block() {
     // Time order for the engine.
     let mut lines: Vec<&str> = events.lines().collect();
     lines.sort_by_key(|l| l.split("\"time\":\"").nth(1).map(|t| t[..20].to_owned()));
+    crate::serve_support::eval_into(&dir, (lines.join("\n") + "\n").as_bytes());
     let bin = env!("CARGO_BIN_EXE_bursar");
-    let mut child = Command::new(bin)
-        .args(["eval", "--policies"])
-        .arg(dir.join("policies"))
-        .args(["--allow-empty", "--events", "-", "--audit"])
-        .arg(dir.join("r.db"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.as_mut().unwrap().write_all((lines.join("\n") + "\n").as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     let out = Command::new(bin)
         .args(["report", "--db"])

@@ -327,21 +327,7 @@ pub fn table(r: &Report) -> String {
             h(g.dry_run_would_save.total()),
         ]);
     }
-    let widths: Vec<usize> =
-        (0..header.len()).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
-    let last = rows.len() - 1;
-    for (i, row) in rows.iter().enumerate() {
-        if i == last {
-            let _ = writeln!(out, "{}", widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("  "));
-        }
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .enumerate()
-            .map(|(c, (v, w))| if c == 0 { format!("{v:<w$}") } else { format!("{v:>w$}") })
-            .collect();
-        let _ = writeln!(out, "{}", cells.join("  ").trim_end());
-    }
+    aligned(&mut out, &rows, true);
     let _ = writeln!(
         out,
         "\nGPU-hours; nominal = productive + idle + failure + held + unmeasured (jobs without utilisation samples);\n\
