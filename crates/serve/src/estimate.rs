@@ -201,10 +201,17 @@ pub fn queue(input: &EstimateInput) -> (Vec<CapacityLine>, Vec<QueueLine>) {
             }
             if e.start.is_none() {
                 short.entry(j.id.as_str()).or_insert_with(|| {
-                    format!(
-                        "asks {} GPUs, more than {} / {} has ({} in service)",
-                        j.gpus, row.region, row.gpu_type, row.in_service
-                    )
+                    if j.gpus > row.in_service {
+                        format!(
+                            "asks {} GPUs, more than {} / {} has ({} in service)",
+                            j.gpus, row.region, row.gpu_type, row.in_service
+                        )
+                    } else {
+                        format!(
+                            "{} / {} has {} free of {} in service, the rest held by jobs bursar does not know of: no estimate",
+                            row.region, row.gpu_type, row.free, row.in_service
+                        )
+                    }
                 });
             }
         }

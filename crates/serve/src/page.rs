@@ -285,12 +285,11 @@ fn queue_section(o: &mut String, now: Timestamp, lines: &[QueueLine]) {
     for q in lines {
         let start = match &q.start {
             Some(s) => {
-                let range = match (&q.earliest, &q.latest) {
-                    (Some(e), Some(l)) if e != l => {
-                        format!(" <span class=\"muted\">({} – {})</span>", until(now, e), until(now, l))
-                    }
-                    _ => String::new(),
-                };
+                let range =
+                    match (q.earliest.as_deref().map(|e| until(now, e)), q.latest.as_deref().map(|l| until(now, l))) {
+                        (Some(e), Some(l)) if e != l => format!(" <span class=\"muted\">({e} – {l})</span>"),
+                        _ => String::new(),
+                    };
                 let region = q.region.as_deref().map(|r| format!(" in {}", esc(r))).unwrap_or_default();
                 format!("<span data-start=\"{}\">{}</span>{region}{range}", esc(s), starts_in(now, s))
             }
@@ -306,7 +305,7 @@ fn queue_section(o: &mut String, now: Timestamp, lines: &[QueueLine]) {
         };
         let _ = write!(
             o,
-            "<tr data-job=\"{}\"><td>{}</td><td class=\"n pos\">{}</td><td>{}</td><td>{} / {}</td><td>{}{} for {} h</td>\
+            "<tr data-job=\"{}\"><td>{}</td><td class=\"n pos\">{}</td><td>{}</td><td>{} / {}</td><td>{} for {} h</td>\
              <td data-since=\"{}\">{}{stale}</td><td>{start}</td><td>{}</td></tr>",
             esc(&q.job_id),
             if q.queue.is_empty() { "<span class=\"muted\">none</span>".to_owned() } else { esc(&q.queue) },
@@ -314,8 +313,7 @@ fn queue_section(o: &mut String, now: Timestamp, lines: &[QueueLine]) {
             esc(&q.job_id),
             esc(&q.project),
             esc(&q.user),
-            gpus(q.gpus),
-            q.gpu_type.as_deref().map(|t| format!(" {}", esc(t))).unwrap_or_default(),
+            q.gpu_type.as_deref().map_or_else(|| gpus(q.gpus), |t| format!("{} × {}", q.gpus, esc(t))),
             gpu_hours(q.requested_hours),
             esc(&q.since),
             ago(now, &q.since),
