@@ -67,6 +67,8 @@ local CONFIG = {
   curl = "curl",            -- the curl binary
   socket = nil,             -- serve's event socket (`bursar serve --socket PATH`): one kept connection, no
                             -- process per submission (needs Debian's lua-socket); nil: HTTP through curl
+  estimate = true,          -- tell the user when an admitted job is expected to start (asks ?estimate=true
+                            -- over HTTP and for --test-only; the socket answers without an estimate)
 }
 
 local NO_VAL = 4294967294
@@ -636,6 +638,24 @@ local function ask(body, query)
   return reply
 end
 
+-- `in about 40 min`, `now`, `in about 3 h 10 min`, `in about 3 days` (bursar_model::api::about's words).
+local function about(wait_s)
+  if wait_s < 60 then return "now" end
+  local m = math.floor((wait_s + 30) / 60)
+  if m < 60 then return "in about " .. m .. " min" end
+  if m < 48 * 60 then return "in about " .. math.floor(m / 60) .. " h " .. (m % 60) .. " min" end
+  return "in about " .. math.floor((m + 720) / 1440) .. " days"
+end
+
+-- `expected start in about 40 min in cn-north / gpu` from an answer's `estimate`, or nil.
+local function expected(reply)
+  local e = reply.estimate
+  if type(e) ~= "table" or type(e.wait_s) ~= "number" then return nil end
+  local place = tostring(e.region or "?")
+  if type(e.queue) == "string" and e.queue ~= "" then place = place .. " / " .. e.queue end
+  return "expected start " .. about(e.wait_s) .. " in " .. place
+end
+
 local function policies_of(reply)
   local names = {}
   for _, p in ipairs(type(reply.policies) == "table" and reply.policies or {}) do names[#names + 1] = tostring(p) end
@@ -683,7 +703,14 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   local ok, body, gpus = pcall(build_event, job_desc, submit_uid, job_id, extra)
   if not ok then return unavailable("cannot describe the job: " .. tostring(body), job_id, job_desc) end
 
-  local reply, why = ask(body, test_only and "?test_only=true" or nil)
+  -- Over HTTP the answer can say when the job is expected to start; the socket stays as fast as it is.
+  local query = nil
+  if test_only then
+    query = "?test_only=true" .. (CONFIG.estimate and "&estimate=true" or "")
+  elseif CONFIG.estimate and not CONFIG.socket then
+    query = "?estimate=true"
+  end
+  local reply, why = ask(body, query)
   if not reply then return unavailable(why, job_id, job_desc) end
   local decision = reply.decision
   local reason = type(reply.reason) == "string" and reply.reason or ""
@@ -698,8 +725,9 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
       slurm.log_user("bursar would deny this job: %s [%s]", reason, policies)
       return slurm.ESLURM_ACCESS_DENIED
     end
-    slurm.log_user("bursar would answer %s%s (test only: nothing reserved)", tostring(decision),
-      reason ~= "" and (": " .. reason) or "")
+    local when = expected(reply)
+    slurm.log_user("bursar would answer %s%s (test only: nothing reserved)%s", tostring(decision),
+      reason ~= "" and (": " .. reason) or "", when and ("; " .. when) or "")
     job_desc.priority = 0
     job_desc.admin_comment = TEST_ONLY
     return slurm.SUCCESS
@@ -710,6 +738,8 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 
   if decision == "allow" then
     job_desc.admin_comment = tag
+    local when = expected(reply)
+    if when then slurm.log_user("bursar: job %s admitted; %s", job_id, when) end
     return slurm.SUCCESS
   elseif decision == "deny" then
     slurm.log_user("bursar denied job %s: %s [%s]", job_id, reason, policies)

@@ -330,20 +330,7 @@ pub fn estimate(args: &EstimateArgs) -> Result<ExitCode, CliError> {
     Ok(ExitCode::Ok)
 }
 
-/// `in about 40 min`, `now`, `in about 3 h 10 min`.
-fn about(wait_s: i64) -> String {
-    if wait_s < 60 {
-        return "now".to_owned();
-    }
-    let m = (wait_s + 30) / 60;
-    if m < 60 {
-        format!("in about {m} min")
-    } else if m < 48 * 60 {
-        format!("in about {} h {} min", m / 60, m % 60)
-    } else {
-        format!("in about {} days", (m + 720) / 1440)
-    }
-}
+use bursar_model::api::about;
 
 /// The human table of `bursar estimate`: one line per partition, soonest first.
 pub fn render_estimate(r: &bursar_model::api::EstimateReply) -> String {

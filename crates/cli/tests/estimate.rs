@@ -52,4 +52,27 @@ fn an_estimate_names_the_region_that_starts_it_soonest() {
     let east = text.find("cn-east / gpu: now").unwrap_or_else(|| panic!("{text}"));
     let north = text.find("cn-north / gpu: in about 4 h").unwrap_or_else(|| panic!("{text}"));
     assert!(east < north, "soonest first: {text}");
+
+    // Issue 53, item 5: an admission asked with `?estimate=true` says when the job is expected to
+    // start (what the Slurm hook and the Kubernetes check tell the user), itself not counted ahead of
+    // itself: in cn-east, now.
+    let second = format!(
+        r#"{{"id":"e3","time":"{}","type":"job.submitted","job":{{"id":"j2","project":"nlp","user":"bob","gpus":8,"gpu_type":"H100","queue":"gpu","requested_hours":2.0}}}}"#,
+        now()
+    );
+    let r = server.post("/v1/admit?estimate=true", &second);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json().unwrap();
+    assert_eq!(v["decision"], "allow", "{v}");
+    assert_eq!((v["estimate"]["region"].as_str(), v["estimate"]["wait_s"].as_i64()), (Some("cn-east"), Some(0)), "{v}");
+    // Without the parameter, the answer is as before; a preview estimates too.
+    let third = second.replace("\"e3\"", "\"e4\"").replace("\"j2\"", "\"j3\"");
+    let plain = server.post("/v1/admit", &third).json().unwrap();
+    assert!(plain.get("estimate").is_none(), "{plain}");
+    let fourth = second.replace("\"e3\"", "\"e5\"").replace("\"j2\"", "\"j4\"");
+    let preview = server.post("/v1/admit?test_only=true&estimate=true", &fourth).json().unwrap();
+    assert!(preview["estimate"]["start"].is_string(), "{preview}");
+    let bad = server.post("/v1/admit?estimat=true", &fourth);
+    assert_eq!(bad.status, 400);
+    assert!(bad.text().contains("`estimate=true`"), "{}", bad.text());
 }

@@ -8,8 +8,6 @@
 //! 24 in service, 6 used by admitted Workloads, 18 free. Then n3 is cordoned: 16 in service, 8
 //! drained, 10 free.
 
-#![expect(clippy::unwrap_used, reason = "integration test helpers: a failed step fails the test")]
-
 use crate::kube_support::{Agent, Cluster, principals, token};
 use crate::serve_support::{Scratch, Server};
 use bursar_testkit::kubeapi::{CLUSTER_QUEUES, NODES, RESOURCE_FLAVORS};

@@ -200,6 +200,12 @@ impl Client {
         self.call("POST", "/v1/admit", event.to_json().as_bytes())
     }
 
+    /// `POST /v1/admit?estimate=true`: [`Client::admit`], and for an allowed job naming its GPU type
+    /// when it is expected to start (`estimate`).
+    pub fn admit_with_estimate(&self, event: &Event) -> Result<AdmitReply> {
+        self.call("POST", "/v1/admit?estimate=true", event.to_json().as_bytes())
+    }
+
     /// `POST /v1/admit?test_only=true`: what the submission would be answered now; serve records
     /// nothing (a dry run, `sbatch --test-only`).
     pub fn preview(&self, event: &Event) -> Result<AdmitReply> {

@@ -7,7 +7,7 @@
 //!
 //! | decision           | check state | message                                   |
 //! |--------------------|-------------|-------------------------------------------|
-//! | `allow`            | `Ready`     | `bursar: allowed: <reason>`               |
+//! | `allow`            | `Ready`     | `bursar: allowed: <reason>` (and `; expected start in about 40 min in <region> / <queue>` when serve can estimate it) |
 //! | `deny`             | `Rejected`  | `bursar: <reason>` (Kueue deactivates it) |
 //! | `require_approval` | `Pending`   | `bursar: waiting for approval: <reason>`; `bursar kube enforce` sets `Ready` or `Rejected` when the answer comes |
 //! | `defer`            | `Pending`   | `bursar: deferred until <time>: <reason>`; `Ready` at that time |
@@ -172,7 +172,10 @@ fn answer(reply: &AdmitReply, at: Timestamp) -> Option<Answer> {
     let d = &reply.admission.decision;
     let reason = &d.reason;
     let (state, message, until) = match d.decision {
-        DecisionKind::Allow => (CheckState::Ready, format!("bursar: allowed: {reason}"), None),
+        DecisionKind::Allow => {
+            let when = reply.estimate.as_ref().and_then(|e| e.sentence()).map(|s| format!("; {s}")).unwrap_or_default();
+            (CheckState::Ready, format!("bursar: allowed: {reason}{when}"), None)
+        }
         DecisionKind::Deny => (CheckState::Rejected, format!("bursar: {reason}"), None),
         DecisionKind::RequireApproval => (CheckState::Pending, format!("bursar: waiting for approval: {reason}"), None),
         DecisionKind::Defer => match d.until {
@@ -389,7 +392,7 @@ mod tests {
             "decision": kind.as_str(), "until": until.map(|t| t.to_string()), "policies": [], "reason": "needs bob",
             "admission": true});
         let admission = Sequenced { seq: 1, decision: serde_json::from_value(decision).unwrap() };
-        AdmitReply { admission, duplicate: false, test_only: false, other_decisions: vec![] }
+        AdmitReply { admission, duplicate: false, test_only: false, other_decisions: vec![], estimate: None }
     }
 
     #[test]
@@ -418,6 +421,20 @@ mod tests {
         assert_eq!((due.state, due.until), (CheckState::Ready, None), "already due");
         assert!(due.message.starts_with("bursar: deferred until 1970-01-01T00:16:40Z, now due: "), "{due:?}");
         assert!(answer(&reply(DecisionKind::Alert, None), at).is_none());
+    }
+
+    /// Issue 53: an allow says when the job is expected to start, when serve could estimate it.
+    #[test]
+    fn an_allow_carries_the_expected_start() {
+        let mut r = reply(DecisionKind::Allow, None);
+        r.estimate = Some(
+            serde_json::from_value(json!({"region": "gpu-a", "queue": "team-nlp", "in_service": 8,
+            "allocated": 8, "free": 0, "drained": 0, "reported": "2026-11-02T09:00:00Z", "running_jobs": 1,
+            "waiting_jobs": 0, "start": "2026-11-02T09:40:00Z", "wait_s": 2400}))
+            .unwrap(),
+        );
+        let a = answer(&r, Timestamp(0)).unwrap();
+        assert_eq!(a.message, "bursar: allowed: needs bob; expected start in about 40 min in gpu-a / team-nlp");
     }
 
     #[test]

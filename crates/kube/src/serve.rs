@@ -28,7 +28,7 @@ impl Serve {
     /// The admission decision of one `job.submitted` ([`Server::admit`]).
     pub async fn admit(&self, submitted: Event) -> Result<AdmitReply> {
         let server = self.server.clone();
-        off_runtime("an admission", move || server.admit(&submitted)).await
+        off_runtime("an admission", move || server.admit_with_estimate(&submitted)).await
     }
 
     /// What a submission would be answered now, recorded nowhere ([`Server::preview`]).

@@ -115,6 +115,9 @@ pub struct AdmitReply {
     /// A preview (`POST /v1/admit?test_only=true`): what the submission would be answered now;
     /// nothing was recorded or reserved, and the decisions have no stream position (`seq` 0).
     pub test_only: bool,
+    /// With `?estimate=true`, for an allow or a preview of a job naming its GPU type: when it is
+    /// expected to start, in the partition that starts it soonest (`docs/estimate.md`).
+    pub estimate: Option<PartitionEstimate>,
 }
 
 impl Serialize for AdmitReply {
@@ -131,6 +134,9 @@ impl Serialize for AdmitReply {
         if !self.other_decisions.is_empty() {
             m.serialize_entry("other_decisions", &self.other_decisions)?;
         }
+        if let Some(e) = &self.estimate {
+            m.serialize_entry("estimate", e)?;
+        }
         m.end()
     }
 }
@@ -146,6 +152,8 @@ impl<'de> Deserialize<'de> for AdmitReply {
             other_decisions: Vec<Sequenced>,
             #[serde(default)]
             test_only: bool,
+            #[serde(default)]
+            estimate: Option<PartitionEstimate>,
             #[serde(flatten)]
             decision: Decision,
         }
@@ -155,6 +163,7 @@ impl<'de> Deserialize<'de> for AdmitReply {
             duplicate: w.duplicate,
             other_decisions: w.other_decisions,
             test_only: w.test_only,
+            estimate: w.estimate,
         })
     }
 }
@@ -538,6 +547,7 @@ mod tests {
             duplicate: true,
             other_decisions: vec![Sequenced { seq: 4, decision: alert }],
             test_only: false,
+            estimate: None,
         };
         let v: serde_json::Value = serde_json::to_value(&r).unwrap();
         assert_eq!(v["decision"], "allow");
@@ -588,6 +598,32 @@ pub struct EstimateReply {
     /// Why there is nothing to estimate, when `partitions` is empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+/// `in about 40 min`, `now`, `in about 3 h 10 min`, `in about 3 days`: a wait for people (the one
+/// wording `bursar estimate` and the admission messages share).
+pub fn about(wait_s: i64) -> String {
+    if wait_s < 60 {
+        return "now".to_owned();
+    }
+    let m = (wait_s + 30) / 60;
+    if m < 60 {
+        format!("in about {m} min")
+    } else if m < 48 * 60 {
+        format!("in about {} h {} min", m / 60, m % 60)
+    } else {
+        format!("in about {} days", (m + 720) / 1440)
+    }
+}
+
+impl PartitionEstimate {
+    /// `expected start in about 40 min in cn-north / gpu`, or `None` when it cannot start there.
+    pub fn sentence(&self) -> Option<String> {
+        let wait = self.wait_s?;
+        let place =
+            if self.queue.is_empty() { self.region.clone() } else { format!("{} / {}", self.region, self.queue) };
+        Some(format!("expected start {} in {place}", about(wait)))
+    }
 }
 
 /// A request's estimated start in one partition (a region's GPU type in one queue).

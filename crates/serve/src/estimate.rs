@@ -128,6 +128,9 @@ pub struct Request {
     pub region: Option<String>,
     /// Only this queue.
     pub queue: Option<String>,
+    /// The job asked about, when it is already admitted (`POST /v1/admit?estimate=true`): it is not
+    /// counted ahead of itself.
+    pub job_id: Option<String>,
 }
 
 fn history(input: &EstimateInput) -> History {
@@ -328,7 +331,12 @@ pub fn answer(input: &EstimateInput, req: &Request) -> EstimateReply {
         {
             continue;
         }
-        let (partition, _) = partition(input, row);
+        let (mut partition, waiting) = partition(input, row);
+        if let Some(me) = &req.job_id {
+            let keep: Vec<bool> = waiting.iter().map(|j| &j.id != me).collect();
+            let mut k = keep.iter();
+            partition.waiting.retain(|_| k.next().copied().unwrap_or(true));
+        }
         let e = estimate(now, &partition, &history, Some(&request)).last().copied();
         let text = |t: Option<i64>| t.map(|ms| Timestamp(ms).to_string());
         let start = e.and_then(|e| e.start);

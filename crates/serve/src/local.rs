@@ -67,7 +67,26 @@ pub struct Local {
     pub skips: Option<crate::utilisation::SharedSkips>,
 }
 
+/// How long a copy of the engine's state for the pool views is reused: requests in a burst share
+/// one copy, so the engine thread makes at most one a second whatever the number of readers.
+const POOL_INPUT_REUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Local {
+    /// What the pool and pending views (and an admission's estimate) are built from: a copy of the
+    /// engine's state at most a second old, or a new one.
+    pub async fn pool_input(&self) -> Result<Arc<crate::pool::PoolInput>, Refusal> {
+        let mut cached = self.pool_input.lock().await;
+        if let Some((at, input)) = cached.as_ref()
+            && at.elapsed() < POOL_INPUT_REUSE
+        {
+            return Ok(input.clone());
+        }
+        let input = self.read(|v| crate::pool::PoolInput::of(v.engine)).await?;
+        let input = Arc::new(input.configured(&self.capacity));
+        *cached = Some((std::time::Instant::now(), input.clone()));
+        Ok(input)
+    }
+
     /// Why the audit log cannot commit, as a sentence, if it cannot.
     pub fn journal_failing(&self) -> Option<String> {
         self.journal.failing().map(|f| {
@@ -124,6 +143,7 @@ impl Local {
                     duplicate: true,
                     other_decisions: Vec::new(),
                     test_only: false,
+                    estimate: None,
                 })
             }
             (None, Some(ev), job_id, event_id) if ev.job.as_deref() != Some(job_id.as_str()) => {
@@ -146,6 +166,13 @@ impl Local {
 }
 
 impl Backend for Local {
+    async fn estimate(&self, req: crate::estimate::Request) -> Option<bursar_model::api::PartitionEstimate> {
+        let input = self.pool_input().await.ok()?;
+        let answer =
+            tokio::task::spawn_blocking(move || crate::estimate::answer(input.estimate_input(), &req)).await.ok()?;
+        answer.partitions.into_iter().find(|p| p.start.is_some())
+    }
+
     fn unavailable(&self) -> Option<String> {
         self.journal_failing()
     }
@@ -214,7 +241,7 @@ impl Backend for Local {
             return Err(Refusal::Internal("the engine made no admission decision".into()));
         };
         let admission = decisions.remove(pos);
-        Ok(AdmitReply { admission, duplicate: false, other_decisions: decisions, test_only: false })
+        Ok(AdmitReply { admission, duplicate: false, other_decisions: decisions, test_only: false, estimate: None })
     }
 
     async fn preview(&self, item: Incoming) -> Result<AdmitReply, Refusal> {
@@ -236,7 +263,7 @@ impl Backend for Local {
             return Err(Refusal::Internal("the engine made no admission decision".into()));
         };
         let admission = decisions.remove(pos);
-        Ok(AdmitReply { admission, duplicate: false, other_decisions: decisions, test_only: true })
+        Ok(AdmitReply { admission, duplicate: false, other_decisions: decisions, test_only: true, estimate: None })
     }
 
     async fn record_refusal(&self, item: Incoming, reason: String) {

@@ -236,7 +236,7 @@ impl EstimateQuery {
                 bursar_model::names::check_name(field, v).map_err(|e| e.message)?;
             }
         }
-        Ok(crate::estimate::Request { gpus, gpu_type, hours, region: self.region, queue: self.queue })
+        Ok(crate::estimate::Request { gpus, gpu_type, hours, region: self.region, queue: self.queue, job_id: None })
     }
 }
 

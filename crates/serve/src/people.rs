@@ -359,22 +359,9 @@ async fn action_api(
     }
 }
 
-/// How long a copy of the engine's state for the pool views is reused: requests in a burst share
-/// one copy, so the engine thread makes at most one a second whatever the number of readers.
-const POOL_INPUT_REUSE: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// What the pool and pending views are built from: a recent copy, or a new one from the engine.
 async fn pool_input(st: &AppState) -> Result<Arc<PoolInput>, Refusal> {
-    let mut cached = st.backend.pool_input.lock().await;
-    if let Some((at, input)) = cached.as_ref()
-        && at.elapsed() < POOL_INPUT_REUSE
-    {
-        return Ok(input.clone());
-    }
-    let input = st.backend.read(|v| PoolInput::of(v.engine)).await?;
-    let input: Arc<PoolInput> = Arc::new(input.configured(&st.backend.capacity));
-    *cached = Some((std::time::Instant::now(), input.clone()));
-    Ok(input)
+    st.backend.pool_input().await
 }
 
 /// Runs `f` over the pool input off the async threads (and off the engine thread).

@@ -273,6 +273,11 @@ impl PoolInput {
         }
     }
 
+    /// The estimator's inputs in this copy.
+    pub fn estimate_input(&self) -> &crate::estimate::EstimateInput {
+        &self.estimate
+    }
+
     /// With the site's `[[capacity]]` rows for the partitions no inventory names
     /// ([`crate::estimate::EstimateInput::configured`]).
     pub fn configured(mut self, rows: &[bursar_model::CapacityRow]) -> PoolInput {
