@@ -1,12 +1,13 @@
 //! The people-facing views of engine state: the pool page and `GET /v1/pool`, `GET /v1/pending`
-//! (`bursar pending`) — each with the pool's capacity and queue — and what the notifier and the action links need to know about a job
-//! ([`JobFacts`]). Each is computed on the engine thread as a read ([`crate::core::Work::Read`]).
+//! (`bursar pending`) — each with the pool's capacity and queue ([`crate::estimate::queue`]) — and
+//! what the notifier and the action links need to know about a job ([`JobFacts`]). Each is computed
+//! on the engine thread as a read ([`crate::core::Work::Read`]).
 //!
 //! The engine thread is the only place the state may be read, and it is on the scheduler's critical
 //! path: three `GET /v1/pool` on a busy pool once took admission latency from 22 ms to 2.6 s while
 //! it formatted every job. So the pool and pending views are built in two steps: on the engine
 //! thread, [`PoolInput`] copies what they need (the records of the jobs that wait or hold GPUs,
-//! the project ledgers, the quota lines) and nothing more; off it, [`PoolInput::pool`] and
+//! the project ledgers, the quota lines, the estimator's inputs) and nothing more; off it, [`PoolInput::pool`] and
 //! [`PoolInput::pending`] compute the idle deadlines, the texts and the orders.
 //!
 //! Numbers come from the engine's own definitions: a quota's line is
