@@ -1738,7 +1738,10 @@ impl Engine {
     ) {
         if state.job(id).is_some_and(late_confirmation) {
             Self::confirmed_late(state, event, id, em);
-        } else if state.job(id).is_some_and(|j| j.runs().is_some_and(|r| r.released_stale)) {
+        } else if state
+            .job(id)
+            .is_some_and(|j| j.phase == JobPhase::Admitted && j.runs().is_some_and(|r| r.released_stale))
+        {
             Self::started_after_stale(state, event, id, em);
         }
         let Some(mut j) = state.jobs.remove(id) else { return };
@@ -1901,12 +1904,14 @@ impl Engine {
     /// queue: its reservation and hold are released, with an alert from [`STALE_POLICY`]; the job
     /// stays admitted (the queue shows it), and a start reserves it again
     /// ([`Engine::started_after_stale`]). A timer of an earlier wait (the job started and was
-    /// requeued since) finds it younger and does nothing.
+    /// requeued since) finds it younger and does nothing. An array is not released: its tasks start
+    /// one by one, each a job of its own.
     fn stale(state: &mut State, config: EngineConfig, at: Timestamp, id: &Arc<str>, em: &mut Emitter<'_>) {
         let bound = config.stale_after;
         let due = state.jobs.get(id).is_some_and(|j| {
             j.phase == JobPhase::Admitted
                 && j.started.is_none()
+                && j.array().is_none()
                 && bound.millis() > 0
                 && !j.runs().is_some_and(|r| r.released_stale)
                 && j.queued_since().plus(bound) <= at
@@ -1936,7 +1941,7 @@ impl Engine {
     fn started_after_stale(state: &mut State, event: &Event, id: &Arc<str>, em: &mut Emitter<'_>) {
         let Some(mut j) = state.jobs.remove(id) else { return };
         let t = event.time;
-        if state.rereserve_stale(&mut j) {
+        if state.rereserve_stale(&mut j, t) {
             state.share(em.cause, t, id, LedgerChange::Reopen { job_id: id.to_string() });
             let mut d = Draft::about(id, Some(&j), t, DecisionKind::Alert);
             d.policies = vec![Arc::from(STALE_POLICY)];

@@ -104,16 +104,16 @@ impl State {
         (reserved, held)
     }
 
-    /// A job whose reservation was released as stale starts after all: reserved and held again as
-    /// admitted (what is left of its request, after runs before a requeue). False when it was not.
-    pub(crate) fn rereserve_stale(&mut self, job: &mut JobRecord) -> bool {
+    /// A job whose reservation was released as stale starts at `at` after all: reserved and held
+    /// again in full from `at`, as a job the scheduler runs again is ([`State::reopen`], which is
+    /// what the other partitions of `serve --cluster` apply). False when it was not released.
+    pub(crate) fn rereserve_stale(&mut self, job: &mut JobRecord, at: Timestamp) -> bool {
         if !job.runs().is_some_and(|r| r.released_stale) {
             return false;
         }
         job.with_runs(|r| r.released_stale = false);
+        job.submitted = at;
         self.reserve(job);
-        let spent = job.runs().map_or(0.0, |r| r.earlier_gpu_hours);
-        self.rereserve(job, -spent.min(job.reserved));
         true
     }
 
@@ -243,6 +243,8 @@ impl State {
             a.worst = None;
         }
         job.with_runs(|r| {
+            // Run again, it is reserved and held in full: a release as stale before its end is over.
+            r.released_stale = false;
             // A late confirmation of a job released as unconfirmed is its first run, not a rerun.
             if !std::mem::take(&mut r.released_unconfirmed) {
                 r.reruns = r.reruns.saturating_add(1);
