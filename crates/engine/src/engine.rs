@@ -2340,5 +2340,11 @@ mod tests {
         assert_eq!((runs[0].limit_ms, runs[0].runtime_ms), (2 * 3_600_000, 30 * 60_000));
         let e = Engine::restore(Arc::new(PolicySet::empty()), e.snapshot());
         assert_eq!((e.state().inventory().count(), e.state().recent_runs().count()), (1, 1), "both in the snapshot");
+        // serve writes the snapshot as JSON on shutdown: the tuple-keyed map must survive that too.
+        let json = serde_json::to_string(&e.snapshot()).expect("the snapshot is JSON");
+        let back: Snapshot = serde_json::from_str(&json).expect("and reads back");
+        let e = Engine::restore(Arc::new(PolicySet::empty()), back);
+        let rows: Vec<_> = e.state().inventory().collect();
+        assert_eq!((rows.len(), &*rows[0].row.region, rows[0].row.free), (1, "r", 2), "through JSON");
     }
 }

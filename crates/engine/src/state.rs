@@ -1177,13 +1177,32 @@ pub struct State {
     /// Scratch space for building keys without allocating.
     #[serde(skip)]
     buf: String,
-    /// The pool's latest capacity per (region, GPU type, queue), from `pool.inventory` inputs.
-    #[serde(default)]
+    /// The pool's latest capacity per (region, GPU type, queue), from `pool.inventory` inputs. Kept
+    /// in the snapshot as a list of rows (a JSON object's keys are strings; the key is in the row).
+    #[serde(default, with = "inventory_as_rows")]
     pub(crate) inventory: std::collections::BTreeMap<(String, String, String), InventoryRow>,
     /// The last [`RECENT_RUNS`] finished runs' runtimes against their requested limits, for the
     /// start estimator's history (`bursar-estimate`).
     #[serde(default)]
     pub(crate) recent_runs: VecDeque<RunSample>,
+}
+
+/// [`State::inventory`] in a snapshot: its rows, each key rebuilt from its row when read back.
+mod inventory_as_rows {
+    use super::InventoryRow;
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::collections::BTreeMap;
+
+    type Key = (String, String, String);
+
+    pub fn serialize<S: Serializer>(map: &BTreeMap<Key, InventoryRow>, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(map.values())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<Key, InventoryRow>, D::Error> {
+        let rows = Vec::<InventoryRow>::deserialize(d)?;
+        Ok(rows.into_iter().map(|r| ((r.row.region.clone(), r.row.gpu_type.clone(), r.row.queue.clone()), r)).collect())
+    }
 }
 
 /// How many finished runs [`State::recent_runs`] keeps.
