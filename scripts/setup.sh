@@ -10,7 +10,8 @@
 #   nats-server                            `serve --cluster`'s tests run a 3-node JetStream cluster (2.9, loopback)
 #   nodejs npm                             the JavaScript example policy (examples/js-policy/build.sh
 #                                          installs its pinned npm packages itself)
-#   lua5.1                                 the Slurm hook's own tests (the Lua Debian's Slurm links)
+#   lua5.1 lua-socket                      the Slurm hook's own tests (the Lua Debian's Slurm links), and the
+#                                          hook's kept connection to serve's event socket (socket.unix)
 #   apache2 libapache2-mod-auth-openidc    people in a browser: the single sign-on proxy in front of serve
 #                                          (crates/cli/tests/people_sso.rs runs integrations/apache/)
 #   dpkg-dev systemd                       the Debian package test: cargo-deb's dependency scan
@@ -47,6 +48,7 @@ command -v curl >/dev/null || need+=(curl)
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
 command -v lua5.1 >/dev/null || need+=(lua5.1)
+{ command -v lua5.1 >/dev/null && lua5.1 -e 'require("socket.unix")' 2>/dev/null; } || need+=(lua-socket)
 [ -x /usr/sbin/apache2 ] || need+=(apache2)
 [ -f /usr/lib/apache2/modules/mod_auth_openidc.so ] || need+=(libapache2-mod-auth-openidc)
 command -v dpkg-shlibdeps >/dev/null || need+=(dpkg-dev)

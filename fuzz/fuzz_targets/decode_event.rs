@@ -1,5 +1,6 @@
 //! Fuzz the wire-format v1 decoder: any bytes must decode or return an error, never panic, and a
-//! decoded event must survive a round trip through its canonical JSON.
+//! decoded event must survive a round trip through its canonical JSON. The same for the inputs
+//! that are not policy events but come from producers too (`pool.inventory`, action records).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -9,5 +10,10 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(event) = bursar_model::decode_event(line) {
         let again = bursar_model::decode_event(&event.to_json()).expect("canonical form decodes");
         assert_eq!(again, event);
+    }
+    if let Ok(input @ bursar_model::Input::Inventory(_)) = bursar_model::decode_input(line) {
+        let again = bursar_model::decode_input(&input.to_json()).expect("canonical form decodes");
+        assert_eq!(again, input);
+        let _ = bursar_model::names::check(&input);
     }
 });

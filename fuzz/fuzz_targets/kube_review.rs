@@ -35,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(req) = parse(data) else { return };
     let kinds = ["batch/v1/Job", "v1/Pod", "JobSet", "PyTorchJob", "MPIJob"].iter().filter_map(|k| Kind::parse(k).ok()).collect();
     let cfg = ReviewConfig { mapping: Mapping { cluster: "fuzz".into(), ..Mapping::default() }, kinds, agent_users: vec!["agent".into()] };
-    let Triage::Submit { kind, object, event } = triage(&req, &cfg, Timestamp(0)) else { return };
+    let Triage::Submit { kind, object, event, .. } = triage(&req, &cfg, Timestamp(0)) else { return };
     assert!(matches!(event.kind, EventKind::JobSubmitted(_)));
     let line = event.to_json();
     if bursar_model::names::check(&bursar_model::Input::Event((*event).clone())).is_ok() {

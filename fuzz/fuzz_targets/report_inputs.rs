@@ -9,7 +9,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
     if let Ok(prices) = bursar_report::Prices::parse(text, "fuzz.toml") {
         let hourly: Vec<f64> = data.iter().map(|b| f64::from(*b) / 7.0).collect();
-        let usage = bursar_report::billing::Usage { hourly, months: 1 + u32::from(data.first().copied().unwrap_or(0) % 13), jobs: vec![1.5, 0.0] };
+        let usage = bursar_report::billing::Usage { hourly, months: 1.0 + f64::from(data.first().copied().unwrap_or(0) % 13), jobs: vec![1.5, 0.0] };
         let _ = bursar_report::billing::compare(&usage, &prices);
     }
     let _ = bursar_report::Span::parse(text);

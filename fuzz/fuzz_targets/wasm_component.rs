@@ -28,6 +28,7 @@ fuzz_target!(|data: &[u8]| {
             source: "fuzz".into(),
             kind: "wasm",
             branches: Vec::new(),
+            self_approval: false,
         },
         component: "fuzz.wasm".into(),
         component_at: Diagnostic::file("fuzz.toml", "component"),

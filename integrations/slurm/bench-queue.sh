@@ -7,8 +7,9 @@
 #   - `bursar slurm watch --once` in steady state (every job known: the poll, no record read), and its
 #     first poll beside a full queue (every job new: one JSON read, a job.queued each);
 #   - with BURSAR_BEFORE (a bursar built before issue 43), that watcher's `--once` too;
-#   - the hook's cost per submission: HOOK_N sequential sbatch with job_submit.lua asking bursar serve,
-#     then HOOK_N with a job_submit.lua that asks nothing (same Lua plugin, no HTTP);
+#   - the hook's cost per submission: HOOK_N sequential sbatch with job_submit.lua asking bursar serve
+#     over its event socket (one kept connection), HOOK_N asking over HTTP (curl per submission), then
+#     HOOK_N with a job_submit.lua that asks nothing (same Lua plugin, no question);
 # each as wall time, bytes read, CPU (user+sys) and peak RSS of the process (GNU time), and slurmctld's
 # own time for the RPCs it served (sdiag: REQUEST_JOB_INFO, REQUEST_JOB_INFO_SINGLE,
 # REQUEST_SUBMIT_BATCH_JOB, total_time delta). Every daemon it starts is stopped by PID, pass or fail.
@@ -44,7 +45,7 @@ trap 'exit 130' INT TERM
 # bursar serve with no policy: every admission is allowed (the cost measured is the path, not a policy).
 mkdir -p "$WORK/policies"
 "$BURSAR" serve --policies "$WORK/policies" --allow-empty --audit "$WORK/audit.db" --listen 127.0.0.1:0 --port-file "$WORK/port" \
-  --fast-commit > "$WORK/serve.log" 2>&1 &
+  --socket "$WORK/events.sock" --fast-commit > "$WORK/serve.log" 2>&1 &
 SERVE_PID=$!
 for _ in $(seq 300); do [ -s "$WORK/port" ] && break; sleep 0.1; done
 PORT=$(cat "$WORK/port")
@@ -138,9 +139,14 @@ for size in $SIZES; do
         --state "$WORK/watch-before.json" >> "$RES"
     fi
   done
-  # The hook: HOOK_N submissions through job_submit.lua asking serve, then through one asking nothing.
-  for hook in bursar noop; do
-    if [ "$hook" = bursar ]; then use_hook "$HERE/job_submit.lua"; else use_hook "$WORK/noop_submit.lua"; fi
+  # The hook: HOOK_N submissions through job_submit.lua asking serve over the socket, then over HTTP,
+  # then through one asking nothing. bursar.lua is read when slurmctld loads the hook again.
+  for hook in socket http noop; do
+    case $hook in
+      socket) sed -i "s|^  socket = .*|  socket = \"$WORK/events.sock\",|" "$LAB/etc/bursar.lua"; use_hook "$HERE/job_submit.lua" ;;
+      http) sed -i "s|^  socket = .*|  socket = nil,|" "$LAB/etc/bursar.lua"; use_hook "$HERE/job_submit.lua" ;;
+      noop) use_hook "$WORK/noop_submit.lua" ;;
+    esac
     b=$(rpc_us REQUEST_SUBMIT_BATCH_JOB)
     for _ in $(seq "$HOOK_N"); do
       s=$(date +%s%N)
@@ -150,7 +156,7 @@ for size in $SIZES; do
     a=$(rpc_us REQUEST_SUBMIT_BATCH_JOB)
     echo "$size:ctld-submit-$hook $(echo "($a - $b) / 1000 / $HOOK_N" | bc -l)" >> "$WORK/sbatch"
   done
-  have=$((have + 2 * HOOK_N))
+  have=$((have + 3 * HOOK_N))
   echo "$have" > "$LAB/etc/bench-next"
   use_hook "$WORK/fill_submit.lua"
   # Jobs submitted through the measured hooks are not bench-<n> jobs: the watcher learns them once.
@@ -166,7 +172,7 @@ for size in $SIZES; do
     printf '%-22s %8s %8s %9s %11s %9s\n' "$l" "$(median "$l" 2 "$RES")" "$(median "$l" 3 "$RES")" \
       "$(median "$l" 4 "$RES")" "$(median "$l" 5 "$RES")" "$(median "$l" 6 "$RES")"
   done
-  for hook in bursar noop; do
+  for hook in socket http noop; do
     printf '%-22s sbatch median %.1f ms; slurmctld %.1f ms per submission\n' "$size:hook-$hook" \
       "$(echo "$(median "$size:sbatch-$hook" 2 "$WORK/sbatch") / 1000" | bc -l)" \
       "$(awk -v l="$size:ctld-submit-$hook" '$1==l {print $2}' "$WORK/sbatch")"

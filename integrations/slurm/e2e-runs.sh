@@ -81,7 +81,7 @@ for _ in $(seq 300); do [ -s "$WORK/port" ] && break; alive $SERVE_PID || break;
 [ -s "$WORK/port" ] || fail "bursar serve did not start"
 PORT=$(cat "$WORK/port")
 API=http://127.0.0.1:$PORT
-LAB=$LAB SLURM_NODES=2 BURSAR_URL=$API/v1/admit BURSAR_CONFIRM_WITHIN_S=6 SLURMCTLD_PORT=${SLURMCTLD_PORT:-16837} \
+LAB=$LAB SLURM_NODES=2 BURSAR_URL=$API/v1/admit BURSAR_CONFIRM_WITHIN_S=900 SLURMCTLD_PORT=${SLURMCTLD_PORT:-16837} \
   SLURMD_PORT=${SLURMD_PORT:-16838} "$HERE/up.sh" | sed 's/^/    /'
 export SLURM_CONF=$LAB/etc/slurm.conf
 INTERVAL=0.5
@@ -236,11 +236,24 @@ H
 if sbatch het.sh > het.out 2>&1; then fail "a heterogeneous job with a component over its cap was accepted"; fi
 grep -q "bursar denied job lab-[0-9a-f]*+1" het.out || fail "the second component was not denied by bursar: $(cat het.out)"
 HET0=$(grep -o 'lab-[0-9a-f]\{12\}+1' het.out | head -1); HET0=${HET0%+1}
+# Issue 55: with confirm_within_s at its 900 s default, the watcher releases what Slurm never created
+# within two polls (it used to hold GPUs for the 15 minutes).
 wait_done "$NOSUCH" 15
 wait_done "$HET0" 15
-[ "$(decisions_by "$NOSUCH" bursar/unconfirmed)" -ge 1 ] && [ "$(decisions_by "$HET0" bursar/unconfirmed)" -ge 1 ] \
-  || fail "the unconfirmed admissions were not released by bursar/unconfirmed"
-ok "the bad partition's admission and the denied heterogeneous job's first component released unconfirmed"
+never() { sql "SELECT count(*) FROM events WHERE type='job.finished' AND job='$1' AND json_extract(raw,'\$.slurm_state')='never created'"; }
+[ "$(never "$NOSUCH")" = 1 ] && [ "$(never "$HET0")" = 1 ] \
+  || fail "the admissions Slurm never created were not released by the watcher: $(sql "SELECT raw FROM events WHERE job IN ('$NOSUCH','$HET0') AND type='job.finished'")"
+# A --test-only from a client without cli_filter.lua (SLURM_CONF pointing at a copy without it) is
+# admitted for real by the hook, and Slurm creates nothing: released the same way.
+sed '/^CliFilterPlugins/d' "$SLURM_CONF" > "$WORK/slurm-nofilter.conf"
+before=$(sql "$SUBS")
+SLURM_CONF=$WORK/slurm-nofilter.conf sbatch --test-only -A phantom --gres=gpu:1 -t 5 --wrap true > tonf.out 2>&1 \
+  || fail "sbatch --test-only without the client filter failed: $(cat tonf.out)"
+TONF=$(sql "SELECT job FROM events WHERE type='job.submitted' AND json_extract(raw,'\$.job.project')='phantom' ORDER BY seq DESC LIMIT 1")
+[ "$(sql "$SUBS")" -gt "$before" ] && [ -n "$TONF" ] || fail "the unfiltered --test-only was not admitted (so this case tests nothing)"
+wait_done "$TONF" 15
+[ "$(never "$TONF")" = 1 ] || fail "the unfiltered --test-only's admission was not released as never created"
+ok "a bad partition, a denied heterogeneous component and an unfiltered --test-only: released within two polls as never created"
 sed -i 's/gpu:8/gpu:2/' het.sh
 HETOK=$(sbatch --parsable het.sh) || fail "an allowed heterogeneous job was refused"
 HETOK=${HETOK%%;*}
@@ -350,9 +363,25 @@ for _ in $(seq 50); do [ "$(decisions_by "$REF_BID" reclaim/arr)" -ge 1 ] && bre
 q="SELECT raw FROM events WHERE type='action.failed' AND job='$REF_BID'"
 sql "$q" | grep -q "exited 0, but Slurm job $REF is still RUNNING" || fail "a scancel that did nothing was not recorded as failed: $(sql "$q")"
 [ "$(state_of "$REF")" = RUNNING ] || fail "job $REF is not running"
+# Issue 55: the job Slurm did not stop counts again — running, held, marked — and is charged on.
+wait_view "$REF_BID" phase running 10
+[ -n "$(view "$REF_BID" | jget runs.reclaim_failed)" ] || fail "job $REF_BID is not marked as a reclaim not carried out: $(view "$REF_BID")"
+[ "$(decisions_by "$REF_BID" bursar/reclaim-failed)" -ge 1 ] || fail "no bursar/reclaim-failed alert for $REF_BID"
+curl -sf "$API/metrics" | grep -q '^bursar_reclaims_not_carried_out 1$' || fail "/metrics does not count the job Slurm did not stop"
+sleep 2
 scancel "$REF"
+wait_state "$REF" CANCELLED 20
+wait_done "$REF_BID" 20
+read -r ST EN < <(slurm_times "$REF" | tr '|' ' ')
+python3 - "$(view "$REF_BID" | jget runtime_gpu_hours)" "$ST" "$EN" "$INTERVAL" <<'PY' || fail "job $REF_BID was not charged for the time it ran after the failed reclaim"
+import sys
+got, start, end, interval = float(sys.argv[1]) * 3600, float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+want = end - start
+print(f"    job charged {got:.1f} GPU-s, Slurm ran it {want:.1f} GPU-s")
+sys.exit(0 if abs(got - want) <= interval + 1.5 else 1)
+PY
 start_enforce
-ok "a reclaim Slurm did not carry out (scancel exited 0) recorded as action.failed"
+ok "a reclaim Slurm did not carry out (scancel exited 0): action.failed, and the job counted and charged until it ended"
 
 # --- 4. preemption and node failure --------------------------------------------------------------------
 say "4. preemption and a node failure"

@@ -181,6 +181,7 @@ name = "slurmctld"
 roles = ["scheduler"]
 jobs = ["lab-*"]
 tokens = ["$(hash_of slurmctld)"]
+unix_users = ["root"]      # SlurmUser: the hook asks over the event socket (issue 55)
 
 [[principal]]
 name = "slurm-agents"
@@ -205,7 +206,7 @@ tokens = ["$(hash_of ops)"]
 TOML
 "$BURSAR" config check "$WORK/bursar.toml" > "$WORK/config-check.out" 2>&1 \
   || fail "bursar config check refused the test's configuration: $(cat "$WORK/config-check.out")"
-"$BURSAR" serve --config "$WORK/bursar.toml" --listen 127.0.0.1:0 \
+"$BURSAR" serve --config "$WORK/bursar.toml" --listen 127.0.0.1:0 --socket "$WORK/events.sock" \
   --port-file "$WORK/port" --fast-commit --tick 500ms --utilisation "$WORK/utilisation.toml" \
   > "$WORK/serve.log" 2>&1 &
 SERVE_PID=$!
@@ -229,7 +230,7 @@ REFUSED=$(curl -s -w ' %{http_code}' -H "Authorization: Bearer $(cat "$CREDS/age
 ok "no credential or a wrong one: 401; the hook cannot read, the agents cannot submit: 403 naming the power"
 
 # --- 7. the cluster ------------------------------------------------------------------------------------
-LAB=$LAB BURSAR_URL=$API/v1/admit BURSAR_TOKEN_FILE=$CREDS/slurmctld.token SLURMCTLD_PORT=${SLURMCTLD_PORT:-16817} SLURMD_PORT=${SLURMD_PORT:-16818} \
+LAB=$LAB BURSAR_URL=$API/v1/admit BURSAR_SOCKET=$WORK/events.sock BURSAR_TOKEN_FILE=$CREDS/slurmctld.token SLURMCTLD_PORT=${SLURMCTLD_PORT:-16817} SLURMD_PORT=${SLURMD_PORT:-16818} \
   "$HERE/up.sh" | sed 's/^/    /'
 export SLURM_CONF=$LAB/etc/slurm.conf
 ok "Slurm up: $(sinfo -h -o '%n %T %G')"
@@ -282,6 +283,13 @@ wait_state "$ALLOW" RUNNING 20
 ALLOW_BID=$(scontrol show job "$ALLOW" | grep -o 'bursar_job=lab-[0-9a-f]\{12\}' | cut -d= -f2)
 [ -n "$ALLOW_BID" ] || fail "job $ALLOW has no bursar id in its AdminComment"
 ok "Slurm job $ALLOW (bursar $ALLOW_BID) running"
+# Issue 55: the hook asked over serve's event socket (the kept connection), as the slurmctld principal.
+grep -q "job_submit/bursar: loaded (socket $WORK/events.sock" "$LAB/log/slurmctld.log" \
+  || fail "the hook did not load with the socket: $(grep job_submit/bursar "$LAB/log/slurmctld.log" | tail -3)"
+SENT_BY=$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT sender FROM events WHERE job = ? AND type = ?", (sys.argv[2], "job.submitted")).fetchone())' "$WORK/audit.db" "$ALLOW_BID")
+echo "$SENT_BY" | grep -q '"via":"unix"' && echo "$SENT_BY" | grep -q '"principal":"slurmctld"' \
+  || fail "the admission of $ALLOW_BID did not come over the socket as slurmctld: $SENT_BY"
+ok "the hook asked over the event socket (one kept connection, the slurmctld principal by its UID)"
 # The Prolog wrote dcgm-exporter's job mapping: one file per GPU of the job, holding its Slurm id.
 # Slurm shows the job RUNNING from its allocation on, while the Prolog (PrologFlags=Alloc) may still
 # be running on the node: wait for it, as the Epilog check below waits for the Epilog.
@@ -425,7 +433,9 @@ ok "every decision is in the audit log next to Slurm's job id; the enforcer's ac
 
 # --- scenario 7: agents restarted ----------------------------------------------------------------------
 say "7. agents killed and restarted: nothing done or recorded twice"
-AGENT_EVENTS="SELECT count(*) FROM events WHERE event_id LIKE 'slurm-agents:slurm-%' OR event_id LIKE 'slurm-agents:enforce-%'"
+# The inventory is an observation of now, not a record of something done: a restarted watcher that has
+# forgotten what it sent reports the nodes once more, by design. Job events and actions must not repeat.
+AGENT_EVENTS="SELECT count(*) FROM events WHERE (event_id LIKE 'slurm-agents:slurm-%' OR event_id LIKE 'slurm-agents:enforce-%') AND type <> 'pool.inventory'"
 EVENTS_BEFORE=$(sql "$AGENT_EVENTS")
 kill -9 "$ENFORCE_PID" "$WATCH_PID"; wait "$ENFORCE_PID" "$WATCH_PID" 2>/dev/null || true
 rm -f "$WORK/watch.json"      # the watcher forgets everything: it resends, serve drops the resends

@@ -3,8 +3,12 @@ job_submit.lua — Slurm admission through bursar (docs/integrations/slurm.md).
 
 slurmctld calls slurm_job_submit() for every submission, before the job has a Slurm job id. This script
 turns the job description into a bursar v1 `job.submitted` event, asks `bursar serve` for the admission
-decision over POST /v1/admit (curl, short timeout: Lua calls are serialised inside slurmctld), and maps
-the answer onto Slurm:
+decision, and maps the answer onto Slurm. Lua calls are serialised inside slurmctld, so the question costs
+every other submission its time: with `socket` set (serve's `--socket`, Debian's lua-socket installed) the
+hook keeps one connection to serve's event socket open and writes the event as a line, reconnecting once
+when serve restarted — no process is started per submission; without it, it asks POST /v1/admit through
+curl (a fork, an exec and a TCP connection each time: about 10-19 ms of slurmctld's time, docs/perf/slurm.md).
+`--test-only` submissions always go over HTTP (`?test_only=true`: the socket has no preview). The answer:
 
   allow            -> accept
   deny             -> reject (ESLURM_ACCESS_DENIED), bursar's reason shown by sbatch
@@ -61,6 +65,10 @@ local CONFIG = {
   partition_node_gpus = {}, -- per partition, when nodes differ: { a100 = 4, h100 = 8 }
   sockets_per_node = 2,     -- for --gpus-per-socket without --sockets-per-node
   curl = "curl",            -- the curl binary
+  socket = nil,             -- serve's event socket (`bursar serve --socket PATH`): one kept connection, no
+                            -- process per submission (needs Debian's lua-socket); nil: HTTP through curl
+  estimate = true,          -- tell the user when an admitted job is expected to start (asks ?estimate=true
+                            -- over HTTP and for --test-only; the socket answers without an estimate)
 }
 
 local NO_VAL = 4294967294
@@ -552,8 +560,71 @@ local function post(body, query)
   return tonumber(code), text
 end
 
+-- The socket transport: one connection to serve's event socket, kept between submissions (slurmctld
+-- keeps this script loaded), opened again when serve restarted. A line out, one answer line back.
+-- socket.core first: loading it makes a write to a connection serve closed an error, not a SIGPIPE
+-- (outside slurmctld, which ignores SIGPIPE itself, the signal would end the process).
+local unix_loaded, unix = pcall(function()
+  require("socket")
+  return require("socket.unix")
+end)
+local conn = nil
+
+local function socket_send(line)
+  if not unix_loaded then
+    return nil, "`socket` is set but Lua cannot load socket.unix (apt-get install lua-socket): " .. tostring(unix)
+  end
+  local last = "no answer"
+  -- A second try only when the kept connection turned out closed (serve restarted): the same line again,
+  -- whose id makes a repeat harmless.
+  for _ = 1, 2 do
+    local fresh = false
+    if not conn then
+      local c = unix()
+      c:settimeout(CONFIG.connect_timeout)
+      local ok, err = c:connect(CONFIG.socket)
+      if not ok then
+        c:close()
+        return nil, "cannot connect to " .. CONFIG.socket .. ": " .. tostring(err)
+      end
+      conn, fresh = c, true
+    end
+    conn:settimeout(CONFIG.timeout)
+    local sent, err = conn:send(line .. "\n")
+    local answer
+    if sent then answer, err = conn:receive("*l") end
+    if answer then return answer end
+    conn:close()
+    conn = nil
+    last = tostring(err)
+    -- A timeout on a fresh connection is serve being slow, not gone: no second try.
+    if fresh or err == "timeout" then break end
+  end
+  return nil, last
+end
+
+-- Asks over the socket; returns the admission decision as POST /v1/admit would, or nil and why. A resent
+-- line (the same id after a reconnection) is answered `duplicate` without its decision: that one is asked
+-- over HTTP, which answers the decision made the first time.
+local function ask_socket(body)
+  local line, why = socket_send(body)
+  if not line then return nil, "bursar unreachable over " .. tostring(CONFIG.socket) .. ": " .. why end
+  local reply, unreadable = json_decode(line)
+  if type(reply) ~= "table" then return nil, "the socket's answer is not JSON (" .. tostring(unreadable) .. ")" end
+  if type(reply.error) == "string" then return nil, "bursar refused the submission: " .. reply.error end
+  if reply.duplicate then return nil, "resent" end
+  for _, d in ipairs(type(reply.decisions) == "table" and reply.decisions or {}) do
+    if type(d) == "table" and d.admission then return d end
+  end
+  return nil, "the socket's answer holds no admission decision"
+end
+
 -- Asks bursar; returns the decoded answer, or nil and why there is none.
 local function ask(body, query)
+  if CONFIG.socket and not query then
+    local reply, why = ask_socket(body)
+    if reply or why ~= "resent" then return reply, why end
+  end
   local status, answer = post(body, query)
   local reply, unreadable = json_decode(answer)
   if status ~= 200 then
@@ -565,6 +636,24 @@ local function ask(body, query)
     return nil, "the answer is not JSON (" .. tostring(unreadable) .. ")"
   end
   return reply
+end
+
+-- `in about 40 min`, `now`, `in about 3 h 10 min`, `in about 3 days` (bursar_model::api::about's words).
+local function about(wait_s)
+  if wait_s < 60 then return "now" end
+  local m = math.floor((wait_s + 30) / 60)
+  if m < 60 then return "in about " .. m .. " min" end
+  if m < 48 * 60 then return "in about " .. math.floor(m / 60) .. " h " .. (m % 60) .. " min" end
+  return "in about " .. math.floor((m + 720) / 1440) .. " days"
+end
+
+-- `expected start in about 40 min in cn-north / gpu` from an answer's `estimate`, or nil.
+local function expected(reply)
+  local e = reply.estimate
+  if type(e) ~= "table" or type(e.wait_s) ~= "number" then return nil end
+  local place = tostring(e.region or "?")
+  if type(e.queue) == "string" and e.queue ~= "" then place = place .. " / " .. e.queue end
+  return "expected start " .. about(e.wait_s) .. " in " .. place
 end
 
 local function policies_of(reply)
@@ -614,7 +703,14 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   local ok, body, gpus = pcall(build_event, job_desc, submit_uid, job_id, extra)
   if not ok then return unavailable("cannot describe the job: " .. tostring(body), job_id, job_desc) end
 
-  local reply, why = ask(body, test_only and "?test_only=true" or nil)
+  -- Over HTTP the answer can say when the job is expected to start; the socket stays as fast as it is.
+  local query = nil
+  if test_only then
+    query = "?test_only=true" .. (CONFIG.estimate and "&estimate=true" or "")
+  elseif CONFIG.estimate and not CONFIG.socket then
+    query = "?estimate=true"
+  end
+  local reply, why = ask(body, query)
   if not reply then return unavailable(why, job_id, job_desc) end
   local decision = reply.decision
   local reason = type(reply.reason) == "string" and reply.reason or ""
@@ -629,8 +725,9 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
       slurm.log_user("bursar would deny this job: %s [%s]", reason, policies)
       return slurm.ESLURM_ACCESS_DENIED
     end
-    slurm.log_user("bursar would answer %s%s (test only: nothing reserved)", tostring(decision),
-      reason ~= "" and (": " .. reason) or "")
+    local when = expected(reply)
+    slurm.log_user("bursar would answer %s%s (test only: nothing reserved)%s", tostring(decision),
+      reason ~= "" and (": " .. reason) or "", when and ("; " .. when) or "")
     job_desc.priority = 0
     job_desc.admin_comment = TEST_ONLY
     return slurm.SUCCESS
@@ -641,6 +738,8 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 
   if decision == "allow" then
     job_desc.admin_comment = tag
+    local when = expected(reply)
+    if when then slurm.log_user("bursar: job %s admitted; %s", job_id, when) end
     return slurm.SUCCESS
   elseif decision == "deny" then
     slurm.log_user("bursar denied job %s: %s [%s]", job_id, reason, policies)
@@ -666,13 +765,20 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   return unavailable("unknown decision `" .. tostring(decision) .. "`", job_id, job_desc)
 end
 
+-- The user names of UIDs, looked up once each (a `getent` child the first time a UID modifies a job, none
+-- after: the hook stays loaded in slurmctld).
+local users = {}
+
 local function user_of(uid)
   local n = tonumber(uid)
   if not n then return "uid:" .. tostring(uid) end
+  if users[n] then return users[n] end
   local p = io.popen("getent passwd " .. string.format("%d", n) .. " 2>/dev/null")
   local line = p and p:read("*l") or ""
   if p then p:close() end
-  return line:match("^([^:]+):") or ("uid:" .. string.format("%d", n))
+  local name = line:match("^([^:]+):")
+  if name then users[n] = name end
+  return name or ("uid:" .. string.format("%d", n))
 end
 
 -- A user's partition change, admitted again as a new bursar job. Slurm refuses a user's change of the
@@ -773,6 +879,8 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
   return slurm.SUCCESS
 end
 
-slurm.log_info("job_submit/bursar: loaded (url %s, timeout %ss, %s)", CONFIG.url, tostring(CONFIG.timeout),
-  CONFIG.fail_open and "fail open" or "fail closed")
+slurm.log_info("job_submit/bursar: loaded (%s, timeout %ss, %s)",
+  CONFIG.socket and ("socket " .. CONFIG.socket .. (unix_loaded and "" or " UNUSABLE: lua-socket is missing"))
+    or ("url " .. CONFIG.url),
+  tostring(CONFIG.timeout), CONFIG.fail_open and "fail open" or "fail closed")
 return slurm.SUCCESS

@@ -72,12 +72,15 @@ cat > "$LAB/etc/dcgm-job-map.conf" <<CONF
 BURSAR_DCGM_MAP_DIR=$LAB/dcgm-job-map
 BURSAR_GPU_INDEX=slurm
 CONF
+SOCKET_LUA=nil
+[ -n "${BURSAR_SOCKET:-}" ] && SOCKET_LUA="\"$BURSAR_SOCKET\""
 TOKEN_FILE_LUA=nil
 [ -n "$BURSAR_TOKEN_FILE" ] && TOKEN_FILE_LUA="\"$BURSAR_TOKEN_FILE\""
 cat > "$LAB/etc/bursar.lua" <<CONF
 -- Settings for job_submit.lua (see the CONFIG table there).
 return {
   url = "$BURSAR_URL",
+  socket = $SOCKET_LUA,
   timeout = $BURSAR_TIMEOUT,
   fail_open = $BURSAR_FAIL_OPEN,
   cluster = "lab",

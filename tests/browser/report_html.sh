@@ -6,6 +6,10 @@
 #   - every chart rendered: each <svg data-chart> in the DOM Chromium built has drawn elements,
 #   - Chromium logged no console message or uncaught error,
 #   - the screenshot is not blank (more than 2% of its pixels are not white).
+# Then the same for the example day with its cloud bill (examples/events.jsonl, examples/bill.csv
+# through examples/bill-mapping.toml, prices from the bill): the page Chromium built shows the bill
+# reconciled (its chart and table, queueing), the gap by cause (its chart and table), the queue wait by
+# why the jobs waited, the burn-down and the billing modes for the pool (issue 52).
 #
 # Needs Debian's `chromium` (apt-get install -y --no-install-recommends chromium). Without it the test
 # SKIPS with a message, unless CI is set (to anything but false or 0), in which case it FAILS — the
@@ -73,22 +77,25 @@ fi
 
 flags=(--headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking
        --disable-component-update --disable-sync --enable-logging=stderr --v=0)
-"$chromium" "${flags[@]}" --user-data-dir="$(mktemp -d -p "$work")" --dump-dom "file://$html" \
-  >"$out/dom.html" 2>"$out/chromium.log" || fail "chromium --dump-dom failed: $(tail -5 "$out/chromium.log")"
-"$chromium" "${flags[@]}" --user-data-dir="$(mktemp -d -p "$work")" --window-size=1000,2600 \
-  --screenshot="$out/screenshot.png" "file://$html" >>"$out/chromium.log" 2>&1 \
-  || fail "chromium --screenshot failed: $(tail -5 "$out/chromium.log")"
 
-# Console messages and uncaught errors are logged as CONSOLE(...) lines or "Uncaught ...".
-if grep -E 'CONSOLE|Uncaught|console\.(error|warn)' "$out/chromium.log"; then
-  fail "chromium logged console messages (above)"
-fi
+# Renders $1 (a report file) in Chromium: the DOM to $2.dom.html, a screenshot to $2.png, the log to
+# $2.log; fails on a console message, an empty chart or a blank page.
+render() {
+  local html="$1" base="$2"
+  "$chromium" "${flags[@]}" --user-data-dir="$(mktemp -d -p "$work")" --dump-dom "file://$html" \
+    >"$base.dom.html" 2>"$base.log" || fail "chromium --dump-dom failed: $(tail -5 "$base.log")"
+  "$chromium" "${flags[@]}" --user-data-dir="$(mktemp -d -p "$work")" --window-size=1000,2600 \
+    --screenshot="$base.png" "file://$html" >>"$base.log" 2>&1 \
+    || fail "chromium --screenshot failed: $(tail -5 "$base.log")"
+  # Console messages and uncaught errors are logged as CONSOLE(...) lines or "Uncaught ...".
+  if grep -E 'CONSOLE|Uncaught|console\.(error|warn)' "$base.log"; then
+    fail "chromium logged console messages (above)"
+  fi
+  check_page "$base.dom.html" "$base.png"
+}
 
-# Every chart in the DOM Chromium built is non-empty.
-charts="$(grep -o '<svg[^>]*data-chart="[^"]*"' "$out/dom.html" | wc -l)"
-[ "$charts" -ge 6 ] || fail "expected at least 6 charts in the rendered DOM, found $charts"
-grep -q 'data-chart="cost-per-unit"' "$out/dom.html" || fail "no cost-per-unit chart"
-python3 - "$out/dom.html" "$out/screenshot.png" <<'PY' || exit 1
+check_page() {
+python3 - "$1" "$2" <<'PY' || exit 1
 import re, sys, struct, zlib
 dom = open(sys.argv[1], encoding="utf-8").read()
 svgs = re.findall(r'<svg[^>]*data-chart="([^"]*)"[^>]*>(.*?)</svg>', dom, re.S)
@@ -134,4 +141,38 @@ print(f"screenshot {w}x{h}: {share:.1%} of pixels drawn; {len(svgs)} charts, all
 if share < 0.02:
     sys.exit("FAIL: the screenshot is blank")
 PY
-echo "ok: report rendered in $(basename "$chromium") with $charts charts, no console errors"
+}
+
+render "$html" "$out/report"
+# Every chart in the DOM Chromium built is non-empty (checked in render).
+charts="$(grep -o '<svg[^>]*data-chart="[^"]*"' "$out/report.dom.html" | wc -l)"
+[ "$charts" -ge 6 ] || fail "expected at least 6 charts in the rendered DOM, found $charts"
+grep -q 'data-chart="cost-per-unit"' "$out/report.dom.html" || fail "no cost-per-unit chart"
+
+# The example day and its bill: the reconciliation and the gap split, as a person sees them.
+mkdir -p "$work/bill"
+"$bursar" eval --policies "$root/policies" --events "$root/examples/events.jsonl" --audit "$work/bill/r.db" \
+  >/dev/null 2>"$work/bill/eval.log" || { cat "$work/bill/eval.log" >&2; fail "eval of the example events failed"; }
+"$bursar" import bill "$root/examples/bill.csv" --mapping "$root/examples/bill-mapping.toml" 2>"$work/bill/import.log" \
+  | "$bursar" eval --policies "$root/policies" --events - --audit "$work/bill/r.db" >/dev/null 2>>"$work/bill/eval.log" \
+  || { cat "$work/bill/import.log" "$work/bill/eval.log" >&2; fail "import bill | eval failed"; }
+printf 'currency = "USD"\nfrom_bill = true\n[on_demand]\nper_gpu_hour = 15.0\n' >"$work/bill/prices.toml"
+"$bursar" report --db "$work/bill/r.db" --period 2026-11 --prices "$work/bill/prices.toml" --format html \
+  -o "$out/bill.html" || fail "bursar report on the bill failed"
+render "$out/bill.html" "$out/bill"
+dom="$out/bill.dom.html"
+for chart in gap reconciliation split; do
+  grep -q "data-chart=\"$chart\"" "$dom" || fail "the bill's page has no $chart chart"
+done
+for heading in "The gap between nominal and effective, by cause" "The bill against the hours held" \
+    "Queueing: capacity billed while jobs waited" "Queue wait by why the job waited" "Quota burn-down" \
+    "Billing modes for the pool" "Recommendation"; do
+  grep -q "$heading" "$dom" || fail "the bill's page has no \"$heading\""
+done
+# The figures a person reads there: the H100 reservation's unused card-hours, the H200 held, the
+# pool's queueing (docs/reports.md, "On the example data").
+for figure in '<td>(unattributed)</td><td>H100</td><td>2</td><td>768.0</td><td>768.0</td>' \
+    '<td>H200</td><td>2752.0</td><td>2733.2</td>'; do
+  grep -qF "$figure" "$dom" || fail "the bill's page does not show $figure"
+done
+echo "ok: report rendered in $(basename "$chromium") with $charts charts, no console errors; the bill's page shows the reconciliation, the gap by cause, queueing and the pool's billing modes"

@@ -9,14 +9,17 @@
 //!   state, never half of one).
 //! - [`record`]: the action record of an enforcement (`action.executed` / `action.failed`), naming
 //!   the decision it carried out, with the scheduler's own identifiers as added fields.
-//! - [`follow`]: the enforcer's loop: follow the decision stream from a persisted cursor, hand each
-//!   decision to the scheduler's executor, record each action before the cursor moves past it, and
-//!   reconnect with a back-off.
+//! - [`follow`]: the enforcer's loop: follow the decision stream from a persisted cursor, find what
+//!   each decision asks of the scheduler ([`follow::ask`]), hand that to the scheduler's executor,
+//!   record each action before the cursor moves past it, and reconnect with a back-off.
+//! - [`ids`]: the `<namespace>:<id>` form in which serve keeps every id a sender posts
+//!   (`<principal>:<id>`, `~<person>:<id>`).
 //!
 //! Boundaries: no scheduler commands or API clients (those stay in the scheduler crates), no policy
 //! semantics (serve decides), no HTTP server.
 
 pub mod follow;
+pub mod ids;
 pub mod record;
 pub mod server;
 pub mod state;

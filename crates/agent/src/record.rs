@@ -5,6 +5,9 @@
 //! resend after a crash is the same input and serve's dedupe drops it. The scheduler's own names for
 //! the job (`slurm_job_id`, `kube_namespace`, …) travel as added fields, which v1 keeps.
 
+use std::fmt::Display;
+use std::time::Duration;
+
 use bursar_model::{Action, ActionOutcome, Extra, RawJson, Timestamp};
 use serde_json::value::RawValue;
 
@@ -82,6 +85,40 @@ impl Record {
     pub fn set_field(&mut self, name: &str, value: impl serde::Serialize) {
         self.fields.retain(|(n, _)| n != name);
         add_field(&mut self.fields, name, value);
+    }
+
+    /// Tries the action (`step`, which may add fields to the record) until it says what became of
+    /// it, or until `max_attempts` tries (at least one) failed: the record is then `failed` with the
+    /// last error. Waits `delay` after the first failed try and twice as long after each next.
+    /// Blocking, as the follower is.
+    pub fn tried<E: Display>(
+        mut self,
+        max_attempts: u32,
+        delay: Duration,
+        mut step: impl FnMut(&mut Record) -> Result<(Outcome, String), E>,
+    ) -> Record {
+        let mut delay = delay;
+        let max = max_attempts.max(1);
+        loop {
+            self.attempts += 1;
+            match step(&mut self) {
+                Ok((outcome, detail)) => {
+                    self.outcome = outcome;
+                    self.detail = detail;
+                    return self;
+                }
+                Err(e) if self.attempts >= max => {
+                    self.outcome = Outcome::Failed;
+                    self.detail = format!("gave up after {} attempts: {e}", self.attempts);
+                    return self;
+                }
+                Err(e) => {
+                    tracing::warn!(job = %self.job_id, attempt = self.attempts, error = %e, "action failed; retrying");
+                    std::thread::sleep(delay);
+                    delay = delay.saturating_mul(2);
+                }
+            }
+        }
     }
 
     /// The action record serve journals: `action.executed` when the action was done or nothing needed
@@ -181,5 +218,21 @@ mod tests {
         assert_eq!((skipped.outcome, skipped.action.as_str()), (ActionOutcome::Executed, "none"));
         assert_eq!(extra(&skipped.extra, "asked"), Some("\"scancel\""));
         assert_eq!(skipped.id, "kube-d-9");
+    }
+
+    #[test]
+    fn an_action_is_tried_until_it_says_what_became_of_it() {
+        let seen =
+            Seen { seq: 1, decision_id: "d".into(), decision: "reclaim".into(), job_id: None, reason: String::new() };
+        let mut tries = 0;
+        let r = Record::new(&seen, "j", "scancel").tried(5, Duration::ZERO, |r| {
+            tries += 1;
+            r.set_field("try", tries);
+            if tries < 3 { Err("busy") } else { Ok((Outcome::Done, "cancelled".to_owned())) }
+        });
+        assert_eq!((r.outcome, r.detail.as_str(), r.attempts), (Outcome::Done, "cancelled", 3));
+        assert_eq!(extra(&r.fields, "try"), Some("3"));
+        let r = Record::new(&seen, "j", "scancel").tried(0, Duration::ZERO, |_| Err::<(Outcome, String), _>("down"));
+        assert_eq!((r.outcome, r.detail.as_str(), r.attempts), (Outcome::Failed, "gave up after 1 attempts: down", 1));
     }
 }

@@ -65,6 +65,11 @@ impl Server {
         self.client().admit(submitted).map_err(|e| self.err(e))
     }
 
+    /// [`Server::admit`] with the expected start of an allowed job (`POST /v1/admit?estimate=true`).
+    pub fn admit_with_estimate(&self, submitted: &bursar_model::Event) -> Result<bursar_model::api::AdmitReply> {
+        self.client().admit_with_estimate(submitted).map_err(|e| self.err(e))
+    }
+
     /// What a submission would be answered now, recorded nowhere (`POST /v1/admit?test_only=true`):
     /// a scheduler's dry run.
     pub fn preview(&self, submitted: &bursar_model::Event) -> Result<bursar_model::api::AdmitReply> {

@@ -116,6 +116,8 @@ pub const DERIVED_TABLES: &[DerivedTable] = &[
     table("facts_jobs", Owner::Report, "the report, `serve`'s report routes", Check::Rebuild, Prune::Kept),
     table("facts_job_day", Owner::Report, "the report (GPU-hours by day and leak)", Check::Rebuild, Prune::Kept),
     table("facts_usage_hour", Owner::Report, "the report's usage curve", Check::Rebuild, Prune::Kept),
+    table("facts_wait_hour", Owner::Report, "the report's queueing (jobs waiting)", Check::Rebuild, Prune::Kept),
+    table("facts_bill_hour", Owner::Report, "the report's queueing (capacity billed)", Check::Rebuild, Prune::Kept),
     table("facts_configs", Owner::Report, "the report's reruns", Check::Rebuild, Prune::Kept),
     table("facts_charges", Owner::Report, "the report's billing", Check::Rebuild, Prune::Kept),
     table(

@@ -57,7 +57,7 @@ pub struct EventRow {
 fn project_user(e: &Event) -> (Option<String>, Option<String>) {
     match &e.kind {
         EventKind::JobSubmitted(j) => (Some(j.project.clone()), Some(j.user.clone()).filter(|u| !u.is_empty())),
-        EventKind::BillingCharge(c) => (Some(c.project.clone()), None),
+        EventKind::BillingCharge(c) => (c.project.clone(), None),
         EventKind::AssetRegistered { project, .. } => (Some(project.clone()), None),
         _ => (None, None),
     }
@@ -68,7 +68,9 @@ impl EventRow {
     pub fn new(raw: &str, input: &Input) -> EventRow {
         let (project, user) = match input {
             Input::Event(e) => project_user(e),
-            Input::WallTick(_) | Input::Action(_) | Input::Run(_) | Input::Ledger(_) => (None, None),
+            Input::WallTick(_) | Input::Action(_) | Input::Run(_) | Input::Ledger(_) | Input::Inventory(_) => {
+                (None, None)
+            }
         };
         EventRow {
             id: input.id().into_owned(),

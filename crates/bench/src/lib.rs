@@ -5,8 +5,11 @@
 //! figure comes from the `bursar-bench-memory` binary. Figures and the commands that produce them are in
 //! `docs/perf/bench.md`.
 //!
-//! Layout: this file only — [`example_policies`], [`load`], [`submissions`], [`primed_engine`],
+//! Layout: [`estimate`] (the estimator's accuracy on traces, the `bursar-bench-estimate` binary); this
+//! file — [`example_policies`], [`load`], [`submissions`], [`primed_engine`],
 //! [`CountingAlloc`].
+
+pub mod estimate;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};

@@ -87,6 +87,10 @@ pub fn run(args: &ConfigArgs, error_format: ErrorFormat) -> Result<ExitCode, Cli
     match &args.command {
         ConfigCommand::Check { .. } => {
             let mut found = vec![format!("{} principal(s)", site.auth.principals.len())];
+            if !site.capacity.is_empty() {
+                let gpus: u64 = site.capacity.iter().map(|c| u64::from(c.gpus)).sum();
+                found.push(format!("{} capacity row(s), {gpus} GPUs", site.capacity.len()));
+            }
             for (on, what) in [
                 (site.tls.is_some(), "TLS"),
                 (site.witness.is_some(), "a witness"),
@@ -163,6 +167,7 @@ fn show(site: &bursar_config::SiteConfig, r: &crate::serve::Resolved) -> String 
     let _ = writeln!(out, "queue = {}", c.queue);
     let _ = writeln!(out, "fast_commit = {}", !c.durable);
     let _ = writeln!(out, "dedupe_window = \"{}\"", c.engine.dedupe_window);
+    let _ = writeln!(out, "stale_after = \"{}\"", c.engine.stale_after);
     let _ = writeln!(out, "\n[clock]\nmax_skew = \"{}\"", c.max_skew);
     if let Some(t) = &c.tls {
         let _ = writeln!(out, "\n[tls]\ncert = {}\nkey = {}", q(&t.cert_file), q(&t.key_file));
@@ -276,6 +281,14 @@ fn show(site: &bursar_config::SiteConfig, r: &crate::serve::Resolved) -> String 
             let _ =
                 writeln!(out, "events_per_minute = {}\nbytes_per_minute = {}", b.events_per_minute, b.bytes_per_minute);
         }
+    }
+    for c in &site.capacity {
+        let _ = writeln!(out, "\n[[capacity]]\nregion = {:?}\ngpu_type = {:?}", c.region, c.gpu_type);
+        if !c.queue.is_empty() {
+            let _ = writeln!(out, "queue = {:?}", c.queue);
+        }
+        let _ = writeln!(out, "gpus = {}\ndrained = {}", c.gpus, c.drained);
+        let _ = writeln!(out, "backfill = {:?}", c.backfill.as_deref().unwrap_or("easy"));
     }
     for key in ["utilisation", "notify"] {
         let on = if key == "utilisation" { site.utilisation } else { site.notify };

@@ -1,8 +1,10 @@
-//! `bursar import <philly|openb|sacct> FILE [--util FILE] [--seed S]`: a cluster trace as v1 events.
+//! `bursar import <philly|openb|sacct> FILE [--util FILE] [--seed S]`: a cluster trace as v1 events;
+//! `bursar import bill FILE [--mapping FILE]`: a cloud bill (FOCUS CSV) as `billing.charge` events.
 //!
-//! Events go to stdout (sorted by event time, ready for `bursar eval --events -`); the report — records
-//! read, mapped, skipped and why, and every fill rule applied — goes to stderr. The mapping of each
-//! format is in `docs/importers.md` and in the `bursar-traces` crate.
+//! Events go to stdout (a trace sorted by event time, a bill in the order of its lines, ready for
+//! `bursar eval --events -`); the report — records read, mapped, skipped and why, and every fill rule
+//! applied; for a bill, each refused line with its line and column, and progress — goes to stderr. The
+//! mapping of each format is in `docs/importers.md` and in the `bursar-traces` crate.
 
 use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -20,6 +22,8 @@ pub enum Format {
     Openb,
     /// Slurm `sacct --parsable2` output (see docs/importers.md for the `--format` list).
     Sacct,
+    /// A cloud bill: a FinOps FOCUS export (CSV), or another export with `--mapping FILE`.
+    Bill,
 }
 
 /// Options of `import`.
@@ -40,6 +44,49 @@ pub struct ImportOptions {
     /// Attach seeded, modelled throughput to the utilisation samples (and model the GPU type and
     /// configuration a trace lacks): `bursar_traces::throughput`.
     pub model_throughput: bool,
+    /// `bill` only: the mapping file of an export that is not FOCUS (columns, tag keys, units, GPUs
+    /// per SKU or resource).
+    pub mapping: Option<PathBuf>,
+}
+
+/// What an import did, for stderr.
+#[derive(Debug)]
+pub enum Imported {
+    /// A trace.
+    Trace(Report),
+    /// A bill.
+    Bill(bursar_traces::bill::BillReport),
+}
+
+impl std::fmt::Display for Imported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Imported::Trace(r) => r.fmt(f),
+            Imported::Bill(r) => r.fmt(f),
+        }
+    }
+}
+
+/// `bursar import bill FILE`: streams the bill's lines to `out` as charges; refused lines and progress
+/// go to stderr as they happen.
+fn bill(opts: &ImportOptions, out: &mut dyn Write) -> Result<Imported, CliError> {
+    if opts.util.is_some() || opts.assume_ready || opts.model_throughput {
+        return Err(CliError::Message(
+            "`--util`, `--assume-ready` and `--model-throughput` apply to traces, not to `import bill`".into(),
+        ));
+    }
+    let mapping = match &opts.mapping {
+        Some(p) => bursar_traces::bill::Mapping::from_file(p).map_err(err)?,
+        None => bursar_traces::bill::Mapping::default(),
+    };
+    let total = std::fs::metadata(&opts.file).ok().map(|m| m.len());
+    let input = open(&opts.file)?;
+    let mut w = BufWriter::with_capacity(1 << 16, out);
+    let shown = opts.file.display().to_string();
+    let report = bursar_traces::bill::import(input, &shown, &mapping, total, &mut w, &mut std::io::stderr().lock())
+        .map_err(err)?;
+    w.flush().map_err(|e| CliError::io("cannot write events", e))?;
+    Ok(Imported::Bill(report))
 }
 
 fn err(e: ImportError) -> CliError {
@@ -56,12 +103,16 @@ fn open(path: &Path) -> Result<BufReader<std::fs::File>, CliError> {
 }
 
 /// Runs the import, writing events to `out`; returns the report for stderr.
-pub fn run(opts: &ImportOptions, out: &mut dyn Write) -> Result<Report, CliError> {
+pub fn run(opts: &ImportOptions, out: &mut dyn Write) -> Result<Imported, CliError> {
     let name = match opts.format {
         Format::Philly => "philly",
         Format::Openb => "openb",
         Format::Sacct => "sacct",
+        Format::Bill => return bill(opts, out),
     };
+    if opts.mapping.is_some() {
+        return Err(CliError::Message("`--mapping` applies to `import bill` only".into()));
+    }
     let mut report = Report::new(name);
     if opts.assume_ready && opts.format != Format::Philly {
         return Err(CliError::Message("`--assume-ready` applies to `philly` only".into()));
@@ -78,6 +129,7 @@ pub fn run(opts: &ImportOptions, out: &mut dyn Write) -> Result<Report, CliError
         }
         Format::Openb => openb::read(input, &mut report).map_err(err)?,
         Format::Sacct => sacct::read(input, &mut report).map_err(err)?,
+        Format::Bill => Vec::new(),
     };
     let util = match &opts.util {
         Some(p) => {
@@ -115,5 +167,5 @@ pub fn run(opts: &ImportOptions, out: &mut dyn Write) -> Result<Report, CliError
     let mut w = BufWriter::with_capacity(1 << 16, out);
     bursar_traces::emit(&jobs, &emit, &mut w, &mut report).map_err(err)?;
     w.flush().map_err(|e| CliError::io("cannot write events", e))?;
-    Ok(report)
+    Ok(Imported::Trace(report))
 }

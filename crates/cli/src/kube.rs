@@ -91,9 +91,12 @@ enum KubeCommand {
         common: Common,
         #[command(flatten)]
         mapping: MappingArgs,
-        /// How often deferred Workloads and failed asks are looked at again.
+        /// How long after a failed ask (serve down) or status write a Workload is looked at again.
         #[arg(long, default_value = "10s", value_parser = parse_duration)]
         resync: Duration,
+        /// How many Workloads are judged at once (each waits for serve's answer on its own).
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
+        concurrency: u16,
     },
     /// The admission webhook (AdmissionReview v1 over TLS) for clusters without Kueue.
     ///
@@ -149,6 +152,13 @@ enum KubeCommand {
         /// A label selector for the pods followed with Kueue (default: every pod).
         #[arg(long, value_name = "SELECTOR")]
         pod_selector: Option<String>,
+        /// With Kueue: read the ClusterQueues, ResourceFlavors and Nodes every this many resyncs
+        /// (and at the first) and send the pool's inventory when it changed; 0: never.
+        #[arg(long, default_value_t = 6, value_name = "RESYNCS")]
+        inventory_every: u32,
+        /// The region the inventory names [default: the cluster name].
+        #[arg(long)]
+        region: Option<String>,
     },
     /// Follow the decision stream: reclaim (deactivate, suspend), approve, reject, each recorded.
     ///
@@ -218,17 +228,18 @@ fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
 pub fn run(args: &KubeArgs) -> Result<ExitCode, CliError> {
     let rt = runtime()?;
     match &args.command {
-        KubeCommand::Checks { common, mapping, resync } => {
+        KubeCommand::Checks { common, mapping, resync, concurrency } => {
             crate::values::init_agent_logging(common.log_level);
             let cfg = ChecksConfig {
                 server: common.server()?,
                 mapping: common.mapping(Some(mapping)),
                 resync: std_duration(*resync),
                 watch_timeout: 290,
+                concurrency: *concurrency,
             };
             rt.block_on(async {
                 let client = common.client().await?;
-                bursar_kube::checks::run(client, cfg, Default::default()).await.map_err(fail)
+                bursar_kube::checks::run(client, cfg).await.map_err(fail)
             })?;
             Ok(ExitCode::Ok)
         }
@@ -274,11 +285,14 @@ pub fn run(args: &KubeArgs) -> Result<ExitCode, CliError> {
             })?;
             Ok(ExitCode::Ok)
         }
-        KubeCommand::Watch { common, mode, state, settle, resync, pod_selector } => {
+        KubeCommand::Watch { common, mode, state, settle, resync, pod_selector, inventory_every, region } => {
             crate::values::init_agent_logging(common.log_level);
+            let mapping = common.mapping(None);
             let cfg = WatchConfig {
+                inventory_every: *inventory_every,
+                region: region.clone().unwrap_or_else(|| mapping.cluster.clone()),
                 server: common.server()?,
-                mapping: common.mapping(None),
+                mapping,
                 mode: mode.mode(),
                 state: state.clone(),
                 settle: *settle,
@@ -288,8 +302,7 @@ pub fn run(args: &KubeArgs) -> Result<ExitCode, CliError> {
             };
             rt.block_on(async {
                 let client = common.client().await?;
-                let counters = (0..5).map(|_| Default::default()).collect();
-                bursar_kube::watch::run(client, cfg, counters).await.map_err(fail)
+                bursar_kube::watch::run(client, cfg).await.map_err(fail)
             })?;
             Ok(ExitCode::Ok)
         }

@@ -106,9 +106,17 @@ enum Command {
     ///
     /// Example: bursar auth token --name slurmctld --role scheduler --jobs 'slurm-*' --out /etc/slurm/bursar.token
     Auth(bursar::auth::AuthArgs),
-    /// Convert a cluster trace (philly, openb, sacct) to v1 events on stdout; the report goes to stderr.
+    /// Convert a cluster trace (philly, openb, sacct) or a cloud bill (FOCUS CSV) to v1 events on
+    /// stdout; the report goes to stderr.
+    ///
+    /// A bill becomes one `billing.charge` per line, attributed to the job or project its tags name (or
+    /// to the `unattributed` account, which no quota limits); a line that cannot be read is refused
+    /// with its line and column and the rest goes in; importing the same or an overlapping bill again
+    /// changes nothing (each line's id is a hash of its values).
     ///
     /// Example: bursar import philly tests/data/philly/sampled_jobs.json | bursar eval --policies policies --events -
+    ///
+    /// Example: bursar import bill examples/bill.csv --mapping examples/bill-mapping.toml | bursar eval --policies policies --events - --audit audit.db
     Import {
         /// The trace format.
         #[arg(value_enum)]
@@ -131,6 +139,10 @@ enum Command {
         /// model the GPU type and configuration the trace lacks (see docs/importers.md).
         #[arg(long, requires = "util")]
         model_throughput: bool,
+        /// Bill only: a mapping file for an export that is not FOCUS, or to give SKUs and resources
+        /// their GPU type and count (see docs/importers.md).
+        #[arg(long, value_name = "FILE")]
+        mapping: Option<PathBuf>,
     },
     /// Generate a synthetic v1 event stream (seeded, streaming) on stdout.
     ///
@@ -176,6 +188,12 @@ enum Command {
     ///
     /// Example: bursar pending --server 127.0.0.1:7878
     Pending(bursar::people::PendingArgs),
+    /// When a job would start, before submitting it: per region and queue of that GPU type,
+    /// simulated from the running jobs' ends (predicted from their owners' history) and the queue
+    /// ahead, with a range (docs/estimate.md). Needs serve's `read` power.
+    ///
+    /// Example: bursar estimate --gpus 8 --gpu-type H100 --hours 12 --region cn-north
+    Estimate(bursar::people::EstimateArgs),
     /// Approve a job held for approval (as `--as NAME`, default $USER; only its approvers may).
     ///
     /// Example: bursar approve j42 --as bob
@@ -231,6 +249,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Man { out } => write_man_pages(&out),
         Command::Report(args) => bursar::report::run(&args, cli.error_format),
         Command::Pending(args) => bursar::people::pending(&args),
+        Command::Estimate(args) => bursar::people::estimate(&args),
         Command::Approve(args) => bursar::people::approve(&args),
         Command::Reject(args) => bursar::people::reject(&args),
         Command::Keepalive(args) => bursar::people::keepalive(&args),
@@ -283,7 +302,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             }
             Ok(ExitCode::Ok)
         }
-        Command::Import { format, file, util, seed, sample_every, assume_ready, model_throughput } => {
+        Command::Import { format, file, util, seed, sample_every, assume_ready, model_throughput, mapping } => {
             let opts = bursar::import::ImportOptions {
                 format,
                 file,
@@ -292,6 +311,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
                 sample_every_secs: (sample_every.millis() / 1000).max(1),
                 assume_ready,
                 model_throughput,
+                mapping,
             };
             let report = bursar::import::run(&opts, &mut std::io::stdout().lock())?;
             eprint!("{report}");

@@ -78,6 +78,31 @@ pub struct PendingArgs {
     format: Format,
 }
 
+/// `bursar estimate`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EstimateArgs {
+    /// GPUs the job would ask for.
+    #[arg(long)]
+    gpus: u32,
+    /// The GPU type (as the inventory names it, e.g. H100).
+    #[arg(long = "gpu-type", value_name = "TYPE")]
+    gpu_type: String,
+    /// The time limit the job would ask for, in hours.
+    #[arg(long)]
+    hours: f64,
+    /// Only this region.
+    #[arg(long)]
+    region: Option<String>,
+    /// Only this queue or partition.
+    #[arg(long)]
+    queue: Option<String>,
+    #[command(flatten)]
+    server: ServerArgs,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    format: Format,
+}
+
 /// `bursar approve JOB`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ApproveArgs {
@@ -143,13 +168,91 @@ fn ago(now: Timestamp, t: &str) -> String {
     Timestamp::parse(t).map(|t| bursar_serve::page::span(now.since(t))).unwrap_or_else(|_| t.to_owned())
 }
 
-/// The table `bursar pending` prints.
+/// The table `bursar pending` prints: the approvals and idle warnings, then the queue (admitted jobs
+/// not started, per queue in order) and the pool's capacity.
 pub fn render(p: &PendingReply, now: Timestamp) -> String {
     let mut o = String::new();
-    if p.approvals.is_empty() && p.idle.is_empty() {
-        o.push_str("nothing waits for anyone\n");
-        return o;
+    if let Some(who) = &p.for_user {
+        o.push_str(&format!("what waits for {who} (without the read power, only what you may answer):\n"));
     }
+    if p.approvals.is_empty() && p.idle.is_empty() {
+        o.push_str(if p.for_user.is_some() { "nothing waits for you\n" } else { "nothing waits for anyone\n" });
+    }
+    render_people(p, now, &mut o);
+    render_queue(p, now, &mut o);
+    o
+}
+
+/// The queue and the capacity, as `bursar pending` prints them after what waits for people.
+fn render_queue(p: &PendingReply, now: Timestamp, o: &mut String) {
+    if !p.queue.is_empty() {
+        o.push_str(&format!("queue, admitted and not started ({}):\n", p.queue.len()));
+        if p.queue.iter().any(|q| q.reservation_released) {
+            o.push_str("  (! after WAITING: its reservation was released as stale; a start reserves it again)\n");
+        }
+        o.push_str(&format!(
+            "  {:<10} {:>3} {:<20} {:<12} {:<10} {:>14} {:>9} {:<22}  why it waits\n",
+            "QUEUE", "#", "JOB", "PROJECT", "USER", "GPUS×HOURS", "WAITING", "EXPECTED START"
+        ));
+        for q in &p.queue {
+            let ask = format!(
+                "{}{}×{}",
+                q.gpu_type.as_deref().map(|t| format!("{t} ")).unwrap_or_default(),
+                q.gpus,
+                bursar_lang::families::fmt_num(q.requested_hours)
+            );
+            let start = match &q.start {
+                Some(s) => format!(
+                    "{}{}",
+                    bursar_serve::page::starts_in(now, s),
+                    q.region.as_deref().map(|r| format!(" in {r}")).unwrap_or_default()
+                ),
+                None => "unknown".to_owned(),
+            };
+            o.push_str(&format!(
+                "  {:<10} {:>3} {:<20} {:<12} {:<10} {:>14} {:>9} {:<22}  {}\n",
+                if q.queue.is_empty() { "-" } else { &q.queue },
+                q.position,
+                q.job_id,
+                q.project,
+                q.user,
+                ask,
+                if q.reservation_released { format!("{}!", ago(now, &q.since)) } else { ago(now, &q.since) },
+                start,
+                match (&q.reason_since, &q.estimate_note) {
+                    (Some(t), Some(n)) => format!("{} (scheduler, for {}; {n})", q.reason, ago(now, t)),
+                    _ => q.reason.clone(),
+                }
+            ));
+        }
+    }
+    if !p.capacity.is_empty() {
+        o.push_str("capacity (GPUs):\n");
+        o.push_str(&format!(
+            "  {:<12} {:<10} {:<10} {:>5} {:>12} {:>10} {:>9} {:>7} {:>8}  reported\n",
+            "REGION", "TYPE", "QUEUE", "FREE", "FREE IN 1H", "IN SERVICE", "ALLOCATED", "DRAINED", "WAITING"
+        ));
+        for c in &p.capacity {
+            o.push_str(&format!(
+                "  {:<12} {:<10} {:<10} {:>5} {:>12} {:>10} {:>9} {:>7} {:>8}  {} ago{}\n",
+                c.region,
+                c.gpu_type,
+                if c.queue.is_empty() { "-" } else { &c.queue },
+                c.free,
+                c.free_in_hour,
+                c.in_service,
+                c.allocated,
+                c.drained,
+                c.waiting_jobs,
+                ago(now, &c.reported),
+                c.source.as_deref().map(|s| format!(" by {s}")).unwrap_or_default()
+            ));
+        }
+    }
+}
+
+/// The approvals and idle warnings.
+fn render_people(p: &PendingReply, now: Timestamp, o: &mut String) {
     if !p.approvals.is_empty() {
         o.push_str(&format!("waiting for approval ({}):\n", p.approvals.len()));
         o.push_str(&format!(
@@ -159,7 +262,10 @@ pub fn render(p: &PendingReply, now: Timestamp) -> String {
         for a in &p.approvals {
             let who = if a.approvers.is_empty() { "anyone".to_owned() } else { a.approvers.join(",") };
             let ask = format!("{}×{}", a.gpus, bursar_lang::families::fmt_num(a.requested_hours));
-            let why = if a.over_budget { format!("[over budget] {}", a.reason) } else { a.reason.clone() };
+            let why = match a.hold_label() {
+                Some(l) => format!("[{l}] {}", a.reason),
+                None => a.reason.clone(),
+            };
             o.push_str(&format!(
                 "  {:<20} {:<12} {:<10} {:>12} {:>9} {:>10}  {:<16} {why}\n",
                 a.job_id,
@@ -191,7 +297,6 @@ pub fn render(p: &PendingReply, now: Timestamp) -> String {
             ));
         }
     }
-    o
 }
 
 /// `bursar pending`.
@@ -207,6 +312,50 @@ pub fn pending(args: &PendingArgs) -> Result<ExitCode, CliError> {
     };
     std::io::stdout().lock().write_all(text.as_bytes()).map_err(|e| CliError::io("write to stdout", e))?;
     Ok(ExitCode::Ok)
+}
+
+/// `bursar estimate`.
+pub fn estimate(args: &EstimateArgs) -> Result<ExitCode, CliError> {
+    let client = args.server.client()?;
+    let reply =
+        match client.estimate(args.gpus, &args.gpu_type, args.hours, args.region.as_deref(), args.queue.as_deref()) {
+            Ok(r) => r,
+            Err(e) => return failure(e, &args.server.connect.server),
+        };
+    let text = match args.format {
+        Format::Json => format!("{}\n", serde_json::to_string(&reply).unwrap_or_default()),
+        Format::Human => render_estimate(&reply),
+    };
+    std::io::stdout().lock().write_all(text.as_bytes()).map_err(|e| CliError::io("write to stdout", e))?;
+    Ok(ExitCode::Ok)
+}
+
+use bursar_model::api::about;
+
+/// The human table of `bursar estimate`: one line per partition, soonest first.
+pub fn render_estimate(r: &bursar_model::api::EstimateReply) -> String {
+    let mut out = format!("{} × {} for {} h, estimated at {}:\n", r.gpus, r.gpu_type, r.hours, r.now);
+    if let Some(note) = &r.note {
+        out.push_str(&format!("  {note}\n"));
+    }
+    for p in &r.partitions {
+        let place = if p.queue.is_empty() { p.region.clone() } else { format!("{} / {}", p.region, p.queue) };
+        let when = match (&p.start, p.wait_s) {
+            (Some(start), Some(w)) => {
+                let range = match (&p.earliest, &p.latest) {
+                    (Some(e), Some(l)) => format!(" (between {e} and {l})"),
+                    _ => String::new(),
+                };
+                format!("{} — {start}{range}", about(w))
+            }
+            _ => format!("cannot start: {}", p.reason.as_deref().unwrap_or("no room")),
+        };
+        out.push_str(&format!(
+            "  {place}: {when}\n    {} free of {} in service ({} allocated, {} drained; reported {}), {} running, {} waiting ahead\n",
+            p.free, p.in_service, p.allocated, p.drained, p.reported, p.running_jobs, p.waiting_jobs
+        ));
+    }
+    out
 }
 
 fn act(
@@ -270,6 +419,7 @@ mod tests {
                 policies: vec!["approval/big".into()],
                 reason: "job j1 needs approval".into(),
                 over_budget: false,
+                held_by: Vec::new(),
                 self_approval: false,
             }],
             idle: vec![IdleWait {
@@ -286,6 +436,9 @@ mod tests {
                 last_sample: None,
                 no_sample: None,
             }],
+            capacity: vec![],
+            queue: vec![],
+            for_user: None,
         };
         let t = render(&p, now);
         assert!(
@@ -300,7 +453,17 @@ mod tests {
             "{t}"
         );
         assert_eq!(
-            render(&PendingReply { engine_time: String::new(), approvals: vec![], idle: vec![] }, now),
+            render(
+                &PendingReply {
+                    engine_time: String::new(),
+                    approvals: vec![],
+                    idle: vec![],
+                    capacity: vec![],
+                    queue: vec![],
+                    for_user: None
+                },
+                now
+            ),
             "nothing waits for anyone\n"
         );
     }

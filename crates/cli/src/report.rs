@@ -36,7 +36,7 @@ pub struct ReportArgs {
     /// the month of the log's newest event (this month, on a live log).
     #[arg(long)]
     pub period: Option<String>,
-    /// Rows: `project`, `user`, `config` (the job's configuration) or `tag:KEY`.
+    /// Rows: `project`, `user`, `config` (the submission's `config`; jobs naming none are one row, `(no config)`) or `tag:KEY`.
     #[arg(long, default_value = "project")]
     pub by: String,
     /// Output format.

@@ -178,6 +178,11 @@ pub struct ServeArgs {
     /// [default: 24h]
     #[arg(long, value_parser = parse_duration)]
     pub dedupe_window: Option<Duration>,
+    /// How long an admitted job may wait to start before its reservation is released as stale, with
+    /// an alert (`0s`: never).
+    /// [default: 7d]
+    #[arg(long, value_parser = parse_duration)]
+    pub stale_after: Option<Duration>,
     /// Run as one instance of a bursar cluster on NATS JetStream at these URLs (comma-separated): the
     /// partitions are shared with the other instances, each owned by one at a time, and `--audit` is
     /// this instance's projection of the decisions stream (docs/cluster.md). A server that requires a
@@ -412,10 +417,25 @@ pub fn settings(
     config.queue = args.queue.or(file.queue).unwrap_or(4096);
     config.engine = bursar_engine::EngineConfig {
         dedupe_window: d(args.dedupe_window, file.dedupe_window, "24h"),
+        stale_after: args.stale_after.or(file.stale_after).unwrap_or(bursar_engine::STALE_AFTER),
         ..Default::default()
     };
     if let Some(s) = site {
         config.max_skew = s.clock.max_skew;
+        config.capacity = s
+            .capacity
+            .iter()
+            .map(|c| bursar_model::CapacityRow {
+                region: c.region.clone(),
+                gpu_type: c.gpu_type.clone(),
+                queue: c.queue.clone(),
+                in_service: c.gpus,
+                allocated: 0,
+                free: c.gpus,
+                drained: c.drained,
+                backfill: c.backfill.clone(),
+            })
+            .collect();
     }
     let allow_empty = args.allow_empty || file.allow_empty.unwrap_or(false);
     let cluster_file = site.and_then(|s| s.cluster.as_ref());

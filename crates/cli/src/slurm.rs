@@ -63,6 +63,17 @@ enum SlurmCommand {
         /// to three times the poll. Keep it far below Slurm's MinJobAge and the hook's confirm_within_s.
         #[arg(long, default_value = "2s", value_parser = parse_duration)]
         interval: Duration,
+        /// Read the nodes (`scontrol -d show node -o`) every this many polls, and at the first, and
+        /// send the pool's inventory (GPUs per type and partition) when it changed; 0: never.
+        #[arg(long, default_value_t = 10, value_name = "POLLS")]
+        nodes_every: u32,
+        /// The region the inventory names (a pool or cluster) [default: the cluster name].
+        #[arg(long)]
+        region: Option<String>,
+        /// A GRES type's GPU type, as the submit hook's `gpu_types` maps it (`h100=H100-SXM`);
+        /// repeatable. Without it, the GRES type upper-cased (`h100` is `H100`).
+        #[arg(long = "gpu-type", value_name = "GRES=TYPE", value_parser = gres_type)]
+        gpu_types: Vec<(String, String)>,
     },
     /// Follow the decision stream and execute reclaims (scancel of exactly the job, array task or
     /// array named), approvals (scontrol release) and expiries (scancel of a job still held), checking
@@ -92,6 +103,14 @@ enum SlurmCommand {
     },
 }
 
+/// `h100=H100-SXM`: a GRES type and the GPU type bursar names it by.
+fn gres_type(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((g, t)) if !g.trim().is_empty() && !t.trim().is_empty() => Ok((g.trim().to_owned(), t.trim().to_owned())),
+        _ => Err(format!("`{s}` is not GRES=TYPE, e.g. `h100=H100-SXM`")),
+    }
+}
+
 impl Common {
     fn server(&self) -> Result<Server, CliError> {
         Ok(Server { client: self.connect.client(crate::connect::Fallback::Nothing)? })
@@ -106,7 +125,7 @@ impl Common {
 pub fn run(args: &SlurmArgs) -> Result<ExitCode, CliError> {
     let fail = |e: bursar_slurm::Error| CliError::Message(e.to_string());
     match &args.command {
-        SlurmCommand::Watch { common, interval } => {
+        SlurmCommand::Watch { common, interval, nodes_every, region, gpu_types } => {
             crate::values::init_agent_logging(common.log_level);
             let cfg = WatchConfig {
                 server: common.server()?,
@@ -114,6 +133,9 @@ pub fn run(args: &SlurmArgs) -> Result<ExitCode, CliError> {
                 cluster: common.cluster.clone(),
                 state: common.state.clone(),
                 interval: std_duration(*interval),
+                nodes_every: *nodes_every,
+                region: region.clone().unwrap_or_else(|| common.cluster.clone()),
+                gpu_types: gpu_types.iter().cloned().collect(),
             };
             let r = bursar_slurm::watch::run(&cfg, common.once).map_err(fail)?;
             if common.once {

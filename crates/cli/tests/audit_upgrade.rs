@@ -141,8 +141,13 @@ fn a_log_of_each_earlier_schema_migrates_verifies_explains_and_reports() {
         // j3's deny (640 GPU-hours). Not j4's release when it succeeded (the 6.1 unused GPU-hours of
         // its reservation, which it gave back by ending, issue 45); a version-1 log has no job
         // steps to tell such a release from a reclaim that ended a job, and counts it as it says.
-        let prevented = if n == 1 { "646.1" } else { "640.0" };
-        assert_eq!(vision.iter().rev().nth(1), Some(&prevented), "v{n}: prevented GPU-hours: {report}");
+        // Since issue 52 a deny whose job (or the same user's same request) ran within a week after
+        // all is *delayed*, not prevented: vision's j5 ran, so j3's 640 GPU-hours are delayed where
+        // job steps say so (a version-1 log has none: it counts them prevented, as before).
+        let (prevented, delayed) = if n == 1 { ("646.1", "0.0") } else { ("0.0", "640.0") };
+        // The columns end with prevented, delayed and what dry-run policies would save.
+        assert_eq!(vision.iter().rev().nth(2), Some(&prevented), "v{n}: prevented GPU-hours: {report}");
+        assert_eq!(vision.iter().rev().nth(1), Some(&delayed), "v{n}: delayed GPU-hours: {report}");
         // The report's facts, built just now, agree with the log.
         ok(&["audit", "verify", "--db", &d, "--deep"]);
     }

@@ -105,6 +105,7 @@ fn check_reports_mistakes_where_they_are_and_show_redacts() {
     let out = bursar(&["config", "show", cfg.to_str().unwrap()]);
     let shown = text(&out);
     assert!(shown.contains("tick = \"250ms\"") && shown.contains("snapshot_every = \"30s\""), "{shown}");
+    assert!(shown.contains("stale_after = \"7d\""), "the default bound of a stale reservation: {shown}");
     let full = bursar_auth::TokenHash::of("bursar_config-test-admin").to_text();
     assert!(!shown.contains(&full) && shown.contains("(redacted)"), "{shown}");
     // What show prints is itself a configuration the file's readers accept.

@@ -2,7 +2,8 @@
 //! built shows the pending approval (with its approver); the idle job's GPU utilisation, memory,
 //! idle-since and countdown to its reclaim; a project's live jobs; and its quota with used and
 //! reserved apart and an exhaustion date computed from use alone (a large reservation does not move
-//! it). The page fetches nothing and logs nothing to the console. The DOM and a screenshot are kept
+//! it); the capacity per region, GPU type and queue (free now and in an hour) and the queue (a job's
+//! place, its expected start and why it waits, issue 53). The page fetches nothing and logs nothing to the console. The DOM and a screenshot are kept
 //! as test artefacts under `target/tmp/pool-page/`.
 //!
 //! Needs Debian's `chromium`; skips, saying so, without it (fails instead under CI).
@@ -113,6 +114,25 @@ fn the_pool_page_shows_what_waits_the_idle_countdown_and_the_quota_left() {
     );
     assert_eq!(r.json().unwrap()["accepted"], 2);
     assert_eq!(server.post("/v1/admit", &submit("e5", "j-over", "nlp", 8, 200.0)).json().unwrap()["decision"], "deny");
+    // Issue 53: the capacity and the queue. cn-north has 8 H100s in queue `gpu`, all held by cv's
+    // j-run (2 h limit); j-wait (8 H100s) is next, expected when j-run ends, about 2 h after its
+    // start; nothing is free now or in an hour.
+    let t0 = Timestamp(wall_ms() / 1000 * 1000);
+    let (t, t2) = (t0.to_string(), t0.plus(bursar_model::Duration::hours(2)).to_string());
+    let inventory = format!(
+        r#"{{"id":"inv","time":"{t}","type":"pool.inventory","source":"slurm:lab","capacity":[{{"region":"cn-north","gpu_type":"H100","queue":"gpu","in_service":8,"allocated":8,"free":0}}]}}"#
+    );
+    let h100 = |id: &str, job: &str, hours: u32| {
+        format!(
+            r#"{{"id":"{id}","time":"{t}","type":"job.submitted","job":{{"id":"{job}","project":"cv","user":"carol","gpus":8,"gpu_type":"H100","queue":"gpu","requested_hours":{hours},"ready":{{"image":true,"data":true,"script":true}}}}}}"#
+        )
+    };
+    assert_eq!(server.post("/v1/events", &format!("{inventory}\n")).json().unwrap()["accepted"], 1);
+    assert_eq!(server.post("/v1/admit", &h100("q1", "j-run", 2)).json().unwrap()["decision"], "allow");
+    assert_eq!(server.post("/v1/admit", &h100("q2", "j-wait", 1)).json().unwrap()["decision"], "allow");
+    let started = format!(r#"{{"id":"q3","time":"{t}","type":"job.started","job_id":"j-run"}}"#);
+    assert_eq!(server.post("/v1/events", &format!("{started}\n")).json().unwrap()["accepted"], 1);
+
     server.wait_for(20, "the idle alert", || {
         server.get_json("/v1/pending")["idle"].as_array().is_some_and(|i| !i.is_empty()).then_some(())
     });
@@ -213,6 +233,26 @@ fn the_pool_page_shows_what_waits_the_idle_countdown_and_the_quota_left() {
         assert!(quota.contains("lasts the period"), "{quota}");
     }
     assert!(projects.contains("reservations move <b>left</b>, not this date"), "the page says how: {projects}");
+    let capacity = section("capacity");
+    let part = tag_row(&capacity, "data-partition=\"cn-north/H100/gpu\"");
+    let cell = |class: &str| -> String {
+        let rest =
+            part.split(&format!("class=\"n {class}\">")).nth(1).unwrap_or_else(|| panic!("no {class} in {part}"));
+        rest[..rest.find('<').unwrap_or(0)].to_owned()
+    };
+    assert_eq!((cell("free"), cell("free-hour")), ("0".to_owned(), "0".to_owned()), "{part}");
+    assert!(part.contains("slurm:lab"), "who reported it: {part}");
+    let queue = section("queue");
+    assert!(queue.contains("Queue ("), "{queue}");
+    let wait = tag_row(&queue, "data-job=\"j-wait\"");
+    // j-run's runtime is predicted from the pool's history: j-done ran its 10 h limit less a second,
+    // so j-run is expected a fraction of a second before its 2 h limit ends.
+    let start =
+        Timestamp::parse(&attr(&wait, "data-start").unwrap_or_default()).unwrap_or_else(|e| panic!("{e}: {wait}"));
+    let limit_end = Timestamp::parse(&t2).unwrap();
+    assert!(start <= limit_end && limit_end.since(start).millis() < 60_000, "when j-run ends: {wait}");
+    assert!(wait.contains("waits for 8 GPUs to be free") && wait.contains(" in cn-north"), "{wait}");
+    assert!(wait.contains("class=\"n pos\">1<"), "first in queue gpu: {wait}");
     let denies = section("denies");
     assert!(denies.contains("j-over") && denies.contains("of its 1,000 GPU-hours"), "{denies}");
     assert!(!html.contains("<script") && !html.contains("src=\"http"), "the page loads something");

@@ -35,7 +35,7 @@ fn promtool_accepts_the_rules_and_their_unit_tests_pass() {
     };
     let check = Command::new(&promtool).args(["check", "rules"]).arg(rules()).output().unwrap();
     let said = String::from_utf8_lossy(&check.stdout).into_owned() + &String::from_utf8_lossy(&check.stderr);
-    assert!(check.status.success() && said.contains("SUCCESS: 18 rules found"), "{said}");
+    assert!(check.status.success() && said.contains("SUCCESS: 19 rules found"), "{said}");
     let tests = rules().with_file_name("bursar-alerts.test.yml");
     let run = Command::new(&promtool).args(["test", "rules"]).arg(&tests).output().unwrap();
     let said = String::from_utf8_lossy(&run.stdout).into_owned() + &String::from_utf8_lossy(&run.stderr);
@@ -113,7 +113,7 @@ fn a_real_prometheus_loads_the_rules_scrapes_serve_and_fires_on_a_failed_reload(
             let v: serde_json::Value = serde_json::from_str(&prom.api("/api/v1/rules").ok()?).ok()?;
             let group = v["data"]["groups"].as_array()?.iter().find(|g| g["name"] == "bursar")?.clone();
             let rules = group["rules"].as_array()?;
-            assert_eq!(rules.len(), 18, "{group}");
+            assert_eq!(rules.len(), 19, "{group}");
             let evaluated = rules
                 .iter()
                 .all(|r| r["health"] == "ok" && r["lastEvaluation"].as_str().is_some_and(|t| !t.starts_with("0001")));

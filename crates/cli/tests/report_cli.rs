@@ -344,7 +344,7 @@ fn table_csv_and_prices() {
     .unwrap();
     let r = fx.report("a.db", &["--period", "2026-11", "--prices", &fx.path("prices.toml")]);
     let b = &r["billing"];
-    assert_eq!(b["months"], 1);
+    assert_eq!(b["months"], 1.0);
     let p2 = b["projects"].as_array().unwrap().iter().find(|p| p["project"] == "p2").unwrap();
     // p2 used 24 GPU-hours: on demand 240; per task 3 jobs → 3 + 216 = 219; a block of B GPUs costs
     // 100 B + 10 × (use above B): 4 GPUs for 6 hours peak, so B = 0 (240) beats B = 1 (100 + 180).

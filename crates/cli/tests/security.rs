@@ -217,6 +217,54 @@ fn approvers_are_whoever_their_credential_says() {
     assert!(text.contains("p-scheduler (token"), "{text}");
 }
 
+/// Issue 53: an approver runs `bursar pending` (`GET /v1/pending` without the `read` power) and sees
+/// what they may answer; a user their own jobs in the queue; a reader everything.
+#[test]
+fn an_approver_runs_bursar_pending_and_sees_what_they_may_answer() {
+    let s = Scratch::new("security-pending");
+    approval_policy(&s, "[\"p-approver\"]");
+    let cfg = config(&s, "");
+    let server = Server::start(&s, &["--config", cfg.to_str().unwrap()]);
+    let addr = server.addr;
+    for (id, job, user, gpus) in
+        [("e1", "lab-big", "alice", 32), ("e2", "lab-mine", "p-user", 1), ("e3", "lab-other", "bob", 1)]
+    {
+        let (st, _, body) = as_role(addr, "scheduler", "POST", "/v1/admit", &job_line(id, job, user, gpus, &now()));
+        assert_eq!(st, 200, "{body}");
+    }
+    let token = s.0.join("approver.token");
+    std::fs::write(&token, token_of("approver")).unwrap();
+    let out = crate::serve_support::bursar(&[
+        "pending",
+        "--server",
+        &addr.to_string(),
+        "--token-file",
+        token.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("what waits for p-approver") && text.contains("lab-big"), "{text}");
+    assert!(!text.contains("lab-mine") && !text.contains("lab-other"), "not their jobs: {text}");
+
+    let (st, _, body) = as_role(addr, "user", "GET", "/v1/pending", "");
+    assert_eq!(st, 200, "{body}");
+    let mine: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(mine["for_user"], "p-user", "{body}");
+    assert_eq!(mine["approvals"].as_array().map(Vec::len), Some(0), "{body}");
+    let queued: Vec<&str> = mine["queue"].as_array().unwrap().iter().filter_map(|q| q["job_id"].as_str()).collect();
+    assert_eq!(queued, ["lab-mine"], "their own job, not bob's: {body}");
+
+    let (st, _, body) = as_role(addr, "reader", "GET", "/v1/pending", "");
+    assert_eq!(st, 200, "{body}");
+    let all: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(all["for_user"].is_null(), "{body}");
+    assert_eq!(all["approvals"].as_array().map(Vec::len), Some(1), "{body}");
+    assert_eq!(all["queue"].as_array().map(Vec::len), Some(2), "{body}");
+    let (st, _, body) = as_role(addr, "billing", "GET", "/v1/pending", "");
+    assert_eq!(st, 403, "{body}");
+    assert!(body.contains("needs the `read` power (everything), or `answer` or `keepalive`"), "{body}");
+}
+
 /// A job's own user cannot approve their own job, even as a named approver, unless the policy says
 /// `self_approval = true`.
 #[test]

@@ -200,6 +200,12 @@ impl Client {
         self.call("POST", "/v1/admit", event.to_json().as_bytes())
     }
 
+    /// `POST /v1/admit?estimate=true`: [`Client::admit`], and for an allowed job naming its GPU type
+    /// when it is expected to start (`estimate`).
+    pub fn admit_with_estimate(&self, event: &Event) -> Result<AdmitReply> {
+        self.call("POST", "/v1/admit?estimate=true", event.to_json().as_bytes())
+    }
+
     /// `POST /v1/admit?test_only=true`: what the submission would be answered now; serve records
     /// nothing (a dry run, `sbatch --test-only`).
     pub fn preview(&self, event: &Event) -> Result<AdmitReply> {
@@ -227,6 +233,32 @@ impl Client {
     /// `GET /v1/pending`: the jobs waiting for an approval or a keepalive.
     pub fn pending(&self) -> Result<PendingReply> {
         self.call("GET", "/v1/pending", b"")
+    }
+
+    /// `GET /v1/estimate`: when a request of `gpus` × `gpu_type` for `hours` would start, per
+    /// partition of the pool (in `region` or `queue` only, when given), soonest first.
+    pub fn estimate(
+        &self,
+        gpus: u32,
+        gpu_type: &str,
+        hours: f64,
+        region: Option<&str>,
+        queue: Option<&str>,
+    ) -> Result<bursar_model::api::EstimateReply> {
+        let mut path = format!("/v1/estimate?gpus={gpus}&gpu_type={}&hours={hours}", encode(gpu_type));
+        if let Some(r) = region {
+            path.push_str(&format!("&region={}", encode(r)));
+        }
+        if let Some(q) = queue {
+            path.push_str(&format!("&queue={}", encode(q)));
+        }
+        self.call("GET", &path, b"")
+    }
+
+    /// `GET /v1/unconfirmed?prefix=…`: the admissions of jobs whose id starts with `prefix` that the
+    /// scheduler has yet to confirm.
+    pub fn unconfirmed(&self, prefix: &str) -> Result<bursar_model::api::UnconfirmedView> {
+        self.call("GET", &format!("/v1/unconfirmed?prefix={}", path_segment(prefix)), b"")
     }
 
     /// `GET /v1/pool`: what the pool page shows.
@@ -379,4 +411,17 @@ impl LineStream {
     pub fn next_line(&mut self) -> io::Result<Option<String>> {
         self.lines.next_line().map_err(bursar_http::Error::into_io)
     }
+}
+
+/// Percent-encodes a query value (everything but unreserved characters).
+fn encode(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }

@@ -161,7 +161,13 @@ impl Front {
                     self.index(&spec.id, p).await;
                     one(p)
                 }
-                EventKind::BillingCharge(c) => one(partition_of(&c.project, n)),
+                // A charge that names only its job goes where the job is; an unattributed one
+                // settles no ledger, so any partition keeps it (the first).
+                EventKind::BillingCharge(c) => match (&c.project, &c.job_id) {
+                    (Some(p), _) => one(partition_of(p, n)),
+                    (None, Some(job)) => one(self.partition_of_job(job).await),
+                    (None, None) => one(0),
+                },
                 EventKind::AssetRegistered { .. } | EventKind::ClockTick => (0..n)
                     .map(|p| {
                         let mut copy = e.clone();
@@ -179,6 +185,15 @@ impl Front {
                 Some(job) => one(self.partition_of_job(job).await),
                 None => one(0),
             },
+            // Every partition estimates starts, so each keeps the whole inventory.
+            Input::Inventory(inv) => (0..n)
+                .map(|p| {
+                    let mut copy = inv.clone();
+                    copy.id = format!("{}@p{p}", inv.id);
+                    let line = Input::Inventory(copy).to_json();
+                    (p, format!("{}@p{p}", inv.id), line)
+                })
+                .collect(),
             // Producers cannot send wall ticks or run facts (the session's decoder refuses them at
             // the edge); run facts are published by the partitions' owners themselves.
             Input::WallTick(_) | Input::Run(_) | Input::Ledger(_) => Vec::new(),

@@ -295,7 +295,7 @@ impl Recent {
 }
 
 fn first_reply(admission: Sequenced) -> AdmitReply {
-    AdmitReply { admission, duplicate: false, other_decisions: Vec::new(), test_only: false }
+    AdmitReply { admission, duplicate: false, other_decisions: Vec::new(), test_only: false, estimate: None }
 }
 
 /// What the takeover produced.
@@ -641,6 +641,7 @@ fn take_one(session: &mut Session<StreamJournal>, item: Item, b: &mut Batch, at:
                                         duplicate: false,
                                         other_decisions: ds,
                                         test_only: true,
+                                        estimate: None,
                                     }),
                                 }
                             }
@@ -933,7 +934,7 @@ pub fn run(ctx: OwnerCtx, mut rx: mpsc::Receiver<Item>, tx: mpsc::Sender<Item>) 
                 let mut ds = std::mem::take(&mut r.decisions);
                 let pos = ds.iter().position(|d| d.decision.admission && d.decision.event_id == id)?;
                 let admission = ds.remove(pos);
-                Some(AdmitReply { admission, duplicate: false, other_decisions: ds, test_only: false })
+                Some(AdmitReply { admission, duplicate: false, other_decisions: ds, test_only: false, estimate: None })
             });
             match (admission, reply) {
                 (Some(a), Some(reply)) => {

@@ -314,7 +314,12 @@ fn run(steps: &[(u32, Step)]) -> Result<Vec<Decision>, TestCaseError> {
         match project {
             Some(p) => {
                 let home = partition_of(p, PARTITIONS) as usize;
-                for (k, e) in parts.iter_mut().enumerate() {
+                // The wall clock reaches every partition before an event dated then reaches its home:
+                // the timers due by then (an approval's expiry, a stale reservation) fire everywhere
+                // first, as they do in one engine before it applies the event.
+                let order = (0..parts.len()).filter(|&k| k != home).chain(std::iter::once(home));
+                for k in order {
+                    let e = &mut parts[k];
                     if k == home {
                         e.apply(&input, Some(&line), &mut parts_out);
                     } else {

@@ -2,7 +2,8 @@
 //! serve --config FILE` anywhere): what `bursar serve`'s flags say (`[serve]`, `[tls]`, `[witness]`,
 //! `[cluster]`), who may call the server and what each may do (`[auth]`, `[[principal]]`,
 //! `[[person]]`) and how much each may write (`[budget]`), how far an
-//! event may run ahead of the clock (`[clock]`), and the utilisation source and the notifier
+//! event may run ahead of the clock (`[clock]`), what the pool has where no scheduler's agent
+//! reports it (`[[capacity]]`), and the utilisation source and the notifier
 //! (`[utilisation]`, `[notify]`, read by their own crates from this file's text: [`section`]). A
 //! flag given on the command line overrides the file.
 //!
@@ -115,6 +116,9 @@ pub struct ServeSection {
     pub fast_commit: Option<bool>,
     /// `dedupe_window`.
     pub dedupe_window: Option<Duration>,
+    /// `stale_after`: how long an admitted job may wait to start before its reservation is released
+    /// (`0s`: never).
+    pub stale_after: Option<Duration>,
 }
 
 /// `[tls]`: serve terminates TLS.
@@ -183,6 +187,94 @@ pub struct SiteConfig {
     pub utilisation: bool,
     /// Whether the file has `[notify]`.
     pub notify: bool,
+    /// `[[capacity]]`: what the pool has where no scheduler's agent reports it (`pool.inventory`),
+    /// one row per region, GPU type and queue.
+    pub capacity: Vec<CapacityDecl>,
+}
+
+/// A `[[capacity]]` table: a partition of the pool (a region's GPU type in one queue) that no
+/// scheduler's agent reports, as the site declares it. serve uses it for the pool page's capacity,
+/// the queue's estimates and `GET /v1/estimate` where no `pool.inventory` names the same (region,
+/// GPU type, queue); it counts the GPUs of bursar's own running jobs there as allocated.
+///
+/// ```toml
+/// [[capacity]]
+/// region = "cn-east"
+/// gpu_type = "H100"
+/// queue = "gpu"          # optional: the GPU type's capacity in the region whatever the queue
+/// gpus = 16              # in service
+/// drained = 0            # optional
+/// backfill = "easy"      # optional: easy, strict, best_effort
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapacityDecl {
+    /// `region`.
+    pub region: String,
+    /// `gpu_type`.
+    pub gpu_type: String,
+    /// `queue` (empty: any).
+    pub queue: String,
+    /// `gpus`: in service.
+    pub gpus: u32,
+    /// `drained`.
+    pub drained: u32,
+    /// `backfill`.
+    pub backfill: Option<String>,
+}
+
+/// The keys of a `[[capacity]]` table.
+pub const CAPACITY_KEYS: &[&str] = &["region", "gpu_type", "queue", "gpus", "drained", "backfill"];
+
+/// The `backfill` rules a `[[capacity]]` may name (`bursar_estimate::Backfill`).
+const BACKFILLS: &[&str] = &["easy", "strict", "best_effort"];
+
+/// The most GPUs one `[[capacity]]` may declare (the wire format's bound on `pool.inventory`).
+const CAPACITY_GPUS_MAX: u32 = 1_000_000;
+
+/// A whole number of GPUs from 0 to [`CAPACITY_GPUS_MAX`], or an error at its place.
+fn gpu_count(r: &mut Reader<'_>, f: &mut Fields<'_, '_>, key: &str) -> Option<u32> {
+    let (n, span) = f.num(r, key)?;
+    if n < 0.0 || n.fract() != 0.0 || n > f64::from(CAPACITY_GPUS_MAX) {
+        r.error(span, format!("`{key}` must be a whole number of GPUs from 0 to {CAPACITY_GPUS_MAX}, found {n}"));
+        return None;
+    }
+    Some(n as u32)
+}
+
+fn capacity(r: &mut Reader<'_>, mut f: Fields<'_, '_>) -> Option<CapacityDecl> {
+    f.what = "a `[[capacity]]`".into();
+    let region = f.req_str(r, "region", "name the region (a pool or cluster), e.g. `region = \"cn-east\"`");
+    let gpu_type = f.req_str(r, "gpu_type", "name the GPU model, e.g. `gpu_type = \"H100\"`");
+    for (key, v) in [("region", &region), ("gpu_type", &gpu_type)] {
+        if let Some((text, span)) = v
+            && let Err(e) = bursar_model::names::check_name(key, text)
+        {
+            r.error(span.clone(), e.message);
+        }
+    }
+    let queue = f.str(r, "queue").map(|(q, _)| q).unwrap_or_default();
+    if !f.has("gpus") {
+        r.error_help(
+            f.span.clone(),
+            "a `[[capacity]]` is missing `gpus`",
+            "give the GPUs in service, e.g. `gpus = 16`",
+        );
+    }
+    let gpus = gpu_count(r, &mut f, "gpus");
+    let drained = gpu_count(r, &mut f, "drained").unwrap_or(0);
+    let backfill = match f.str(r, "backfill") {
+        Some((b, span)) if !BACKFILLS.contains(&b.as_str()) => {
+            let help = match did_you_mean(&b, BACKFILLS) {
+                Some(m) => format!("did you mean `{m}`?"),
+                None => format!("use {}", one_of(BACKFILLS)),
+            };
+            r.error_help(span, format!("unknown backfill `{b}`"), help);
+            None
+        }
+        other => other.map(|(b, _)| b),
+    };
+    f.finish(r, CAPACITY_KEYS);
+    Some(CapacityDecl { region: region?.0, gpu_type: gpu_type?.0, queue, gpus: gpus?, drained, backfill })
 }
 
 impl SiteConfig {
@@ -205,6 +297,9 @@ impl SiteConfig {
         }
         if self.clock != newer.clock {
             out.push("[clock]");
+        }
+        if self.capacity != newer.capacity {
+            out.push("[[capacity]]");
         }
         for (key, had, has) in
             [("[utilisation]", self.utilisation, newer.utilisation), ("[notify]", self.notify, newer.notify)]
@@ -286,8 +381,20 @@ pub fn section<T: serde::de::DeserializeOwned>(file: &str, text: &str, key: &str
 }
 
 /// The top-level tables.
-const TOP: &[&str] =
-    &["serve", "tls", "witness", "cluster", "clock", "auth", "budget", "principal", "person", "utilisation", "notify"];
+const TOP: &[&str] = &[
+    "serve",
+    "tls",
+    "witness",
+    "cluster",
+    "clock",
+    "auth",
+    "budget",
+    "principal",
+    "person",
+    "utilisation",
+    "notify",
+    "capacity",
+];
 
 /// Reads `path`, or every error in it.
 pub fn load(path: &Path) -> Result<SiteConfig, Vec<Diagnostic>> {
@@ -430,6 +537,20 @@ pub fn parse(file: &str, text: &str, base: &Path) -> Result<SiteConfig, Vec<Diag
             out.auth.persons.push(d);
         }
     }
+    for c in top.tables(&mut r, "capacity") {
+        if let Some(d) = capacity(&mut r, c) {
+            if out.capacity.iter().any(|e| (&e.region, &e.gpu_type, &e.queue) == (&d.region, &d.gpu_type, &d.queue)) {
+                r.errors.push(Diagnostic::file(
+                    file,
+                    format!(
+                        "`[[capacity]]` of region `{}`, GPU type `{}`, queue `{}` is declared twice",
+                        d.region, d.gpu_type, d.queue
+                    ),
+                ));
+            }
+            out.capacity.push(d);
+        }
+    }
     top.finish(&mut r, TOP);
     if r.errors.is_empty() { Ok(out) } else { Err(r.errors) }
 }
@@ -504,6 +625,7 @@ fn serve_section(r: &mut Reader<'_>, mut fields: Fields<'_, '_>, base: &Path) ->
         queue: size(r, f, "queue"),
         fast_commit: f.bool(r, "fast_commit"),
         dedupe_window: f.duration(r, "dedupe_window"),
+        stale_after: f.duration(r, "stale_after"),
     };
     fields.finish(r, SERVE_KEYS);
     s
@@ -536,6 +658,7 @@ pub const SERVE_KEYS: &[&str] = &[
     "queue",
     "fast_commit",
     "dedupe_window",
+    "stale_after",
 ];
 
 /// An origin as a browser sends it (`scheme://host[:port]`, lowercased, no path), if `text` is one.
@@ -815,5 +938,40 @@ mod tests {
         assert!(e[0].contains("holds `:`"), "{e:?}");
         let e = errors("[auth.proxy]\nheader = \"X-User\"\n");
         assert!(e[0].contains("names no proxy address"), "{e:?}");
+    }
+
+    #[test]
+    fn capacity_where_no_agent_reports_reads_and_its_mistakes_are_placed() {
+        let c = parse(
+            "bursar.toml",
+            "[[capacity]]\nregion = \"cn-east\"\ngpu_type = \"H100\"\nqueue = \"gpu\"\ngpus = 16\ndrained = 2\nbackfill = \"strict\"\n\n[[capacity]]\nregion = \"cn-east\"\ngpu_type = \"A100\"\ngpus = 8\n",
+            Path::new("."),
+        )
+        .unwrap();
+        assert_eq!(c.capacity.len(), 2);
+        assert_eq!(
+            c.capacity[0],
+            CapacityDecl {
+                region: "cn-east".into(),
+                gpu_type: "H100".into(),
+                queue: "gpu".into(),
+                gpus: 16,
+                drained: 2,
+                backfill: Some("strict".into())
+            }
+        );
+        assert_eq!((c.capacity[1].queue.as_str(), c.capacity[1].backfill.as_deref()), ("", None));
+        let e = errors("[[capacity]]\nregion = \"r\"\ngpu_type = \"H100\"\ngpus = 8\nbackfill = \"easi\"\n");
+        assert!(e[0].starts_with("bursar.toml:5:12:") && e[0].contains("did you mean `easy`"), "{e:?}");
+        let e = errors("[[capacity]]\nregion = \"r\"\ngpu_type = \"H100\"\ngpus = -1\n");
+        assert!(e[0].starts_with("bursar.toml:4:8:") && e[0].contains("whole number of GPUs"), "{e:?}");
+        let e = errors("[[capacity]]\nregion = \"r\"\ngpu_type = \"H100\"\n");
+        assert!(e[0].contains("missing `gpus`"), "{e:?}");
+        let e = errors("[[capacity]]\nregion = \"r\"\ngpu_type = \"H100\"\ngpus = 8\nqueu = \"gpu\"\n");
+        assert!(e[0].contains("unknown field `queu`") && e[0].contains("did you mean `queue`"), "{e:?}");
+        let e = errors(
+            "[[capacity]]\nregion = \"r\"\ngpu_type = \"H100\"\ngpus = 8\n[[capacity]]\nregion = \"r\"\ngpu_type = \"H100\"\ngpus = 4\n",
+        );
+        assert!(e[0].contains("declared twice"), "{e:?}");
     }
 }

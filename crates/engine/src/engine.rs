@@ -19,7 +19,7 @@ use crate::dedupe::Dedupe;
 use crate::policy::{Context, Effect, EventMask, Mode, Output, Policy, Reason, TimerContext, Verdict, VerdictKind};
 use crate::set::PolicySet;
 use crate::shared::{LedgerAnswer, LedgerClient, SharedVerdicts, of_rank, rank};
-use crate::state::{JobPhase, JobRecord, Pending, State};
+use crate::state::{JobPhase, JobRecord, Pending, ScopeKind, State};
 use crate::timers::{Timer, TimerKind, TimerQueue};
 
 /// The policy id the engine itself uses for the decisions it makes without a policy.
@@ -37,6 +37,14 @@ pub const OVERRIDE_POLICY: &str = "bursar/override";
 /// The engine's own policy id for an admission the scheduler never confirmed.
 pub const UNCONFIRMED_POLICY: &str = "bursar/unconfirmed";
 
+/// The engine's own policy id for a reservation released as stale (an admitted job that did not
+/// start within [`EngineConfig::stale_after`]), and for the alert when such a job starts after all.
+pub const STALE_POLICY: &str = "bursar/stale";
+
+/// The policy named by the alert that a reclaim was not carried out by the scheduler (its agent
+/// recorded `action.failed`), and the job counts again.
+pub const RECLAIM_FAILED_POLICY: &str = "bursar/reclaim-failed";
+
 /// Engine settings.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct EngineConfig {
@@ -46,6 +54,21 @@ pub struct EngineConfig {
     pub dedupe_capacity: usize,
     /// How long a finished job's record is kept (for late billing charges) before it is dropped.
     pub finished_retention: Duration,
+    /// How long an admitted job may wait without starting before its reservation is released as
+    /// stale, with an alert from [`STALE_POLICY`] (counted from its admission, or its requeue);
+    /// zero: never. Default [`STALE_AFTER`]. A snapshot written before the setting existed reads
+    /// as the default.
+    #[serde(default = "default_stale_after")]
+    pub stale_after: Duration,
+}
+
+/// The default of [`EngineConfig::stale_after`]: 7 days. Longer than a busy queue's waits (a job
+/// that starts later is admitted again, with an alert), short enough that a job the scheduler lost
+/// does not hold its reservation for weeks.
+pub const STALE_AFTER: Duration = Duration::hours(7 * 24);
+
+fn default_stale_after() -> Duration {
+    STALE_AFTER
 }
 
 impl Default for EngineConfig {
@@ -54,6 +77,7 @@ impl Default for EngineConfig {
             dedupe_window: Duration::hours(24),
             dedupe_capacity: 4_000_000,
             finished_retention: Duration::hours(24),
+            stale_after: STALE_AFTER,
         }
     }
 }
@@ -395,6 +419,33 @@ fn settle_reasons(policy: &dyn Policy, out: &mut Output, job: Option<&JobSpec>, 
     }
 }
 
+/// The scheduler's reason a waiting job waits (`job.queued`'s `reason`, v1.x): kept, with when it
+/// was first given, while the job is admitted and not running; an empty reason clears it.
+fn note_wait_reason(j: &mut JobRecord, event: &Event) {
+    if j.phase != JobPhase::Admitted || j.started.is_some() {
+        return;
+    }
+    let Some(reason) =
+        event.extra.iter().find(|(k, _)| k == "reason").and_then(|(_, v)| serde_json::from_str::<String>(v.get()).ok())
+    else {
+        return;
+    };
+    let reason: String = reason.trim().chars().take(crate::state::WAIT_REASON_MAX).collect();
+    if j.waits().map(|(r, _)| r) == Some(reason.as_str()) {
+        return;
+    }
+    let at = event.time;
+    j.with_runs(|r| {
+        if reason.is_empty() {
+            r.waits = None;
+            r.waits_since = crate::state::OptTime::NONE;
+        } else {
+            r.waits = Some(Arc::from(reason.as_str()));
+            r.waits_since = at.into();
+        }
+    });
+}
+
 /// A job released as never confirmed by the scheduler (its late confirmation admits it again).
 fn late_confirmation(j: &JobRecord) -> bool {
     j.phase == JobPhase::Finished && j.runs().is_some_and(|r| r.released_unconfirmed)
@@ -565,6 +616,12 @@ impl Engine {
         self.config.dedupe_window
     }
 
+    /// How long an admitted job may wait to start before its reservation is released as stale
+    /// (`EngineConfig::stale_after`; zero: never).
+    pub fn stale_after(&self) -> Duration {
+        self.config.stale_after
+    }
+
     /// The steps the enforced policies that apply to job `job_id` will take on it by themselves unless
     /// a person answers first ([`Policy::deadline`]: the idle rule's reclaim), with each policy's id,
     /// in policy order. Empty for an unknown job.
@@ -605,11 +662,40 @@ impl Engine {
     /// - An [`Input::Run`] is deduplicated by id and joins its configuration's run history (as a
     ///   finish seen here would, but idempotently: a fact applied twice changes nothing); it reaches
     ///   no policy, makes no decision and does not move the clock.
+    /// - An [`Input::Inventory`] is deduplicated by id and replaces the capacity rows it names; it
+    ///   reaches no policy, makes no decision and does not move the clock.
     pub fn apply(&mut self, input: &Input, raw: Option<&str>, out: &mut Vec<Decision>) -> Outcome {
         self.ledger_failure = None;
         let outcome = self.apply_input(input, raw, out);
+        self.note_queue_entries();
         self.send_ledger_ops();
         outcome
+    }
+
+    /// For each job the last input admitted or requeued that now waits to start: when it entered
+    /// the queue on the engine's clock (the step's time, or the clock when the event came in late:
+    /// a backfilled log's old admission has not waited since its old date) — kept when it differs
+    /// from its submission — and the timer that releases its reservation if it is still waiting
+    /// [`EngineConfig::stale_after`] later.
+    fn note_queue_entries(&mut self) {
+        let now = self.state.now;
+        for t in &self.transitions {
+            if !matches!(t.step, Step::Admitted | Step::Requeued) {
+                continue;
+            }
+            let Some(j) = self.state.jobs.get_mut(&t.job) else { continue };
+            if j.phase != JobPhase::Admitted || j.started.is_some() {
+                continue;
+            }
+            let entered = t.at.max(now);
+            let at = (entered != j.submitted).then_some(entered);
+            if at.is_some() || j.runs().is_some_and(|r| r.queued_since.is_some()) {
+                j.with_runs(|r| r.queued_since = at.into());
+            }
+            if self.config.stale_after.millis() > 0 {
+                self.timers.set(entered.plus(self.config.stale_after), t.job.clone(), TimerKind::StaleReservation);
+            }
+        }
     }
 
     fn apply_input(&mut self, input: &Input, raw: Option<&str>, out: &mut Vec<Decision>) -> Outcome {
@@ -637,6 +723,9 @@ impl Engine {
                     return Outcome::Duplicate;
                 }
                 self.stats.actions += 1;
+                if a.outcome == bursar_model::ActionOutcome::Failed && a.decision_kind().as_deref() == Some("reclaim") {
+                    self.reclaim_failed(a, out);
+                }
                 Outcome::Applied
             }
             Input::Run(r) => {
@@ -647,7 +736,62 @@ impl Engine {
                 self.state.record_run_fact(r.config, r.gpus, r.status, r.time);
                 Outcome::Applied
             }
+            Input::Inventory(inv) => {
+                if !self.first_fact(&inv.id, inv.time) {
+                    return Outcome::Duplicate;
+                }
+                self.state.take_inventory(inv);
+                Outcome::Applied
+            }
         }
+    }
+
+    /// A reclaim the scheduler did not carry out (`action.failed` of a reclaim decision): the job still
+    /// runs, so it counts again — held, reserved and charged from the reclaim on ([`State::unreclaim`])
+    /// — and an alert from [`RECLAIM_FAILED_POLICY`] says so, until it ends or someone acts. The
+    /// agent's retries happened before it recorded the failure; a later reclaim decision (the idle
+    /// rule's next window) asks again.
+    fn reclaim_failed(&mut self, a: &bursar_model::Action, out: &mut Vec<Decision>) {
+        let Some((id, mut j)) = a.job_id.as_deref().and_then(|id| self.state.jobs.remove_entry(id)) else {
+            return;
+        };
+        let Some(at) = j.ended.get().filter(|_| j.phase == JobPhase::Reclaimed) else {
+            self.state.jobs.insert(id, j);
+            return;
+        };
+        let restored = self.state.unreclaim(&mut j, at);
+        let time = self.state.now.max(a.time);
+        let mut em = Emitter {
+            cause: &a.id,
+            n: 0,
+            out,
+            steps: &mut self.transitions,
+            runs: &mut self.runs,
+            stats: &mut self.stats,
+            coverage: self.coverage.as_mut(),
+        };
+        if restored {
+            self.state.share(&a.id, a.time, &id, LedgerChange::Unreclaim { job_id: id.to_string(), at });
+            if j.phase == JobPhase::Running {
+                em.step(&id, at, Step::Started);
+            }
+        }
+        let mut d = Draft::about(&id, Some(&j), time, DecisionKind::Alert);
+        d.policies = vec![Arc::from(RECLAIM_FAILED_POLICY)];
+        d.reason = if restored {
+            format!(
+                "the scheduler did not carry out the reclaim of job {id} at {at} ({}): it still runs, so it is held, reserved and charged again from {at} until it ends or someone stops it",
+                a.detail.as_deref().unwrap_or("no detail")
+            )
+        } else {
+            format!(
+                "the scheduler did not carry out the reclaim of array {id} at {at} ({}): its tasks still running are not counted again; stop them by hand",
+                a.detail.as_deref().unwrap_or("no detail")
+            )
+        };
+        d.gpu_hours = restored.then_some(j.reserved);
+        em.emit(d);
+        self.state.jobs.insert(id, j);
     }
 
     /// The runs the last [`Engine::apply`] recorded from a `job.finished` (for trial-before-scale):
@@ -883,6 +1027,7 @@ impl Engine {
                     em.step(&job_id, at, Step::Admitted);
                 }
                 TimerKind::ConfirmDeadline => Self::unconfirmed(state, timers, config, at, &job_id, em),
+                TimerKind::StaleReservation => Self::stale(state, config, at, &job_id, em),
                 TimerKind::Forget => {
                     if state
                         .jobs
@@ -1286,6 +1431,12 @@ impl Engine {
                     self.state.jobs.insert(Arc::from(job_id.as_str()), j);
                 }
             }
+            LedgerChange::Unreclaim { job_id, at } => {
+                if let Some(mut j) = self.state.jobs.remove(job_id.as_str()) {
+                    self.state.unreclaim(&mut j, *at);
+                    self.state.jobs.insert(Arc::from(job_id.as_str()), j);
+                }
+            }
             LedgerChange::Reopen { job_id } => {
                 if let Some(mut j) = self.state.jobs.remove(job_id.as_str()) {
                     self.state.reopen(&mut j, time);
@@ -1309,7 +1460,7 @@ impl Engine {
             LedgerChange::Charge { job_id, gpu_hours } => {
                 if let Some(j) = self.state.jobs.get(job_id.as_str()) {
                     let project = j.project().to_owned();
-                    self.state.charge(&project, Some(job_id), *gpu_hours, time);
+                    self.state.charge(Some(&project), Some(job_id), *gpu_hours, time);
                 }
             }
             LedgerChange::Drop { job_id } => {
@@ -1447,7 +1598,7 @@ impl Engine {
         match &event.kind {
             EventKind::JobStarted { info, .. } => {
                 if let Some(id) = &job_id {
-                    Self::on_start(state, event, id, info, em);
+                    Self::on_start(state, policies, event, id, info, em);
                 }
             }
             EventKind::JobQueued { .. } => {
@@ -1456,6 +1607,9 @@ impl Engine {
                         Self::confirmed_late(state, event, id, em);
                     } else if let Some(j) = state.jobs.get_mut(id) {
                         State::confirm(j);
+                    }
+                    if let Some(j) = state.jobs.get_mut(id) {
+                        note_wait_reason(j, event);
                     }
                 }
             }
@@ -1484,7 +1638,7 @@ impl Engine {
                 }
             }
             EventKind::BillingCharge(c) => {
-                state.charge(&c.project, c.job_id.as_deref(), c.gpu_hours, event.time);
+                state.charge(c.project.as_deref(), c.job_id.as_deref(), c.gpu_hours, event.time);
                 if let Some(j) = c.job_id.as_deref().filter(|j| state.jobs.get(j).is_some()) {
                     let change = LedgerChange::Charge { job_id: j.to_owned(), gpu_hours: c.gpu_hours };
                     state.share(em.cause, event.time, j, change);
@@ -1574,13 +1728,33 @@ impl Engine {
     /// The engine's bookkeeping of a `job.started`: a job released outside bursar while it waited for
     /// approval (an override) or a finished job started again (a rerun) is admitted again first; the
     /// allocation, when the scheduler names it, replaces the admission's estimate; then the run starts.
-    fn on_start(state: &mut State, event: &Event, id: &Arc<str>, info: &StartInfo, em: &mut Emitter<'_>) {
+    fn on_start(
+        state: &mut State,
+        policies: &PolicySet,
+        event: &Event,
+        id: &Arc<str>,
+        info: &StartInfo,
+        em: &mut Emitter<'_>,
+    ) {
         if state.job(id).is_some_and(late_confirmation) {
             Self::confirmed_late(state, event, id, em);
+        } else if state
+            .job(id)
+            .is_some_and(|j| j.phase == JobPhase::Admitted && j.runs().is_some_and(|r| r.released_stale))
+        {
+            Self::started_after_stale(state, event, id, em);
         }
         let Some(mut j) = state.jobs.remove(id) else { return };
         let t = event.time;
+        // A run after a requeue holds its GPUs again from this start (they were freed meanwhile).
+        let after_requeue = j.runs().is_some_and(|r| r.requeued);
         State::confirm(&mut j);
+        if j.waits().is_some() {
+            j.with_runs(|r| {
+                r.waits = None;
+                r.waits_since = crate::state::OptTime::NONE;
+            });
+        }
         match j.phase {
             JobPhase::PendingApproval => {
                 let pending = j.take_pending();
@@ -1626,6 +1800,22 @@ impl Engine {
         }
         if matches!(j.phase, JobPhase::Running) {
             state.share(em.cause, t, id, LedgerChange::Start { job_id: id.to_string(), gpus: info.gpus });
+        }
+        if after_requeue && j.phase == JobPhase::Running {
+            // Its GPUs were free while it waited, and others may have been admitted into them: the
+            // start is checked against the concurrent caps, and going over is on record.
+            let over = over_caps(state, policies, &j);
+            if !over.is_empty() {
+                let mut d = Draft::about(id, Some(&j), t, DecisionKind::Alert);
+                d.policies = over.iter().map(|(p, _)| p.clone()).collect();
+                d.policies.dedup();
+                d.reason = format!(
+                    "job {id} runs again after its requeue and holds its {} again: {}",
+                    crate::runs::gpus_text(j.gpus),
+                    over.iter().map(|(_, s)| s.as_str()).collect::<Vec<_>>().join("; ")
+                );
+                em.emit(d);
+            }
         }
         state.jobs.insert(id.clone(), j);
     }
@@ -1708,6 +1898,61 @@ impl Engine {
             em.step(&parent, at, Step::Finished(end));
             timers.set(at.plus(config.finished_retention), parent, TimerKind::Forget);
         }
+    }
+
+    /// An admitted job still waiting to start [`EngineConfig::stale_after`] after it entered the
+    /// queue: its reservation and hold are released, with an alert from [`STALE_POLICY`]; the job
+    /// stays admitted (the queue shows it), and a start reserves it again
+    /// ([`Engine::started_after_stale`]). A timer of an earlier wait (the job started and was
+    /// requeued since) finds it younger and does nothing. An array is not released: its tasks start
+    /// one by one, each a job of its own.
+    fn stale(state: &mut State, config: EngineConfig, at: Timestamp, id: &Arc<str>, em: &mut Emitter<'_>) {
+        let bound = config.stale_after;
+        let due = state.jobs.get(id).is_some_and(|j| {
+            j.phase == JobPhase::Admitted
+                && j.started.is_none()
+                && j.array().is_none()
+                && bound.millis() > 0
+                && !j.runs().is_some_and(|r| r.released_stale)
+                && j.queued_since().plus(bound) <= at
+        });
+        if !due {
+            return;
+        }
+        let Some(mut j) = state.jobs.remove(id) else { return };
+        let since = j.queued_since();
+        let (hours, gpus) = state.unreserve_stale(&mut j);
+        state.share(em.cause, at, id, LedgerChange::Release { job_id: id.to_string(), reclaimed: false });
+        let mut d = Draft::about(id, Some(&j), at, DecisionKind::Alert);
+        d.policies = vec![Arc::from(STALE_POLICY)];
+        d.gpu_hours = Some(hours);
+        d.reason = format!(
+            "job {id} was admitted at {since} and has not started in {} (the bound, stale_after): its reservation of {} GPU-hours and {} is released; it stays in the queue, and if the scheduler starts it, it is reserved again",
+            at.since(since),
+            crate::runs::hours_text(hours),
+            crate::runs::gpus_text(gpus)
+        );
+        em.emit(d);
+        state.jobs.insert(id.clone(), j);
+    }
+
+    /// A job whose reservation was released as stale and that the scheduler started after all:
+    /// reserved and held again, with an alert from [`STALE_POLICY`]; its run starts as any other.
+    fn started_after_stale(state: &mut State, event: &Event, id: &Arc<str>, em: &mut Emitter<'_>) {
+        let Some(mut j) = state.jobs.remove(id) else { return };
+        let t = event.time;
+        if state.rereserve_stale(&mut j, t) {
+            state.share(em.cause, t, id, LedgerChange::Reopen { job_id: id.to_string() });
+            let mut d = Draft::about(id, Some(&j), t, DecisionKind::Alert);
+            d.policies = vec![Arc::from(STALE_POLICY)];
+            d.reason = format!(
+                "job {id} had its reservation released as stale, and the scheduler started it at {t}: it is reserved again ({} GPU-hours)",
+                crate::runs::hours_text(j.reserved)
+            );
+            d.gpu_hours = Some(j.reserved);
+            em.emit(d);
+        }
+        state.jobs.insert(id.clone(), j);
     }
 
     /// An admission the scheduler did not confirm by its deadline: released (or, held for approval,
@@ -1962,6 +2207,42 @@ pub fn verdict(kind: VerdictKind, reason: impl Into<Reason>) -> Verdict {
     Verdict::new(kind, reason)
 }
 
+/// The concurrent-GPU caps (`max_gpus` of the enforced quotas whose selector takes `job`) that one of
+/// the job's ledgers is over now, each with its policy and a sentence.
+fn over_caps(state: &State, policies: &PolicySet, job: &JobRecord) -> Vec<(Arc<str>, String)> {
+    use crate::policy::QuotaScope;
+    let p = &job.profile;
+    let mut out = Vec::new();
+    for pl in policies.limits().enforced().filter(|pl| pl.selector.matches(job)) {
+        for q in &pl.limits.quotas {
+            let Some(max) = q.max_gpus else { continue };
+            let names: Vec<&str> = match &q.scope {
+                QuotaScope::Project => vec![&*p.project],
+                QuotaScope::User => vec![&*p.user],
+                QuotaScope::Tag(key) => p.tags.iter().filter(|t| &*t.key == key.as_str()).map(|t| &*t.ledger).collect(),
+            };
+            for name in names {
+                let kind = q.scope.kind();
+                if let Some(l) = state.ledger(kind, name).filter(|l| l.held_gpus > max) {
+                    out.push((
+                        Arc::from(pl.policy.as_str()),
+                        format!(
+                            "{} {name} now holds {} GPUs, over its cap of {max}",
+                            match kind {
+                                ScopeKind::Project => "project",
+                                ScopeKind::User => "user",
+                                ScopeKind::Tag => "tag",
+                            },
+                            l.held_gpus
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2023,5 +2304,47 @@ mod tests {
         assert_eq!(m.len(), 1);
         assert_eq!((&*m[0].gpu_type, m[0].gpus, &*m[0].unit, m[0].runs, m[0].mean), ("A100", 8, "tokens", 1, 1125.0));
         assert!(e.state().run_rate("a").is_none(), "released: the run is folded and dropped");
+    }
+
+    #[test]
+    fn an_inventory_keeps_the_latest_row_per_partition_and_runs_are_kept_for_the_estimator() {
+        let mut e = Engine::new(Arc::new(PolicySet::empty()));
+        let inv = |id: &str, min: u32, free: u32| {
+            let line = ev(
+                id,
+                min,
+                &format!(
+                    r#""type":"pool.inventory","capacity":[{{"region":"r","gpu_type":"H100","queue":"q","in_service":8,"allocated":{},"free":{free}}}]"#,
+                    8 - free
+                ),
+            );
+            bursar_model::decode_input(&line).unwrap()
+        };
+        let mut out = Vec::new();
+        assert_eq!(e.apply(&inv("i1", 0, 8), None, &mut out), Outcome::Applied);
+        assert_eq!(e.apply(&inv("i2", 5, 2), None, &mut out), Outcome::Applied);
+        assert_eq!(e.apply(&inv("i2", 5, 2), None, &mut out), Outcome::Duplicate);
+        let rows: Vec<_> = e.state().inventory().collect();
+        assert_eq!((rows.len(), rows[0].row.free), (1, 2), "the later row replaced the first");
+        assert!(out.is_empty(), "an inventory makes no decision");
+        run(
+            &mut e,
+            &[
+                ev("s1", 10, &job("a", 8, "H100", Some("cfg"))),
+                ev("t1", 10, r#""type":"job.started","job_id":"a""#),
+                ev("f1", 40, r#""type":"job.finished","job_id":"a","status":"succeeded""#),
+            ],
+        );
+        let runs: Vec<_> = e.state().recent_runs().cloned().collect();
+        assert_eq!(runs.len(), 1);
+        assert_eq!((runs[0].limit_ms, runs[0].runtime_ms), (2 * 3_600_000, 30 * 60_000));
+        let e = Engine::restore(Arc::new(PolicySet::empty()), e.snapshot());
+        assert_eq!((e.state().inventory().count(), e.state().recent_runs().count()), (1, 1), "both in the snapshot");
+        // serve writes the snapshot as JSON on shutdown: the tuple-keyed map must survive that too.
+        let json = serde_json::to_string(&e.snapshot()).expect("the snapshot is JSON");
+        let back: Snapshot = serde_json::from_str(&json).expect("and reads back");
+        let e = Engine::restore(Arc::new(PolicySet::empty()), back);
+        let rows: Vec<_> = e.state().inventory().collect();
+        assert_eq!((rows.len(), &*rows[0].row.region, rows[0].row.free), (1, "r", 2), "through JSON");
     }
 }

@@ -52,7 +52,8 @@ pub mod state;
 pub mod timers;
 
 pub use engine::{
-    Coverage, ENGINE_POLICY, Engine, EngineConfig, Outcome, RecordedRun, Snapshot, Stats, Step, Transition,
+    Coverage, ENGINE_POLICY, Engine, EngineConfig, Outcome, RecordedRun, STALE_AFTER, STALE_POLICY, Snapshot, Stats,
+    Step, Transition,
 };
 pub use intern::Sym;
 pub use policy::{
@@ -61,4 +62,7 @@ pub use policy::{
 };
 pub use set::{Guest, PolicyLimits, PolicySet, PoolLimits, SetError, SourceFile, TagFrom, TagSource};
 pub use shared::{LedgerAnswer, LedgerClient};
-pub use state::{ArrayState, JobFacts, JobPhase, JobRecord, Ledger, RunNotes, ScopeKind, State, Usage, mark_key};
+pub use state::{
+    ArrayState, InventoryRow, JobFacts, JobPhase, JobRecord, Ledger, RECENT_RUNS, RunNotes, RunSample, ScopeKind,
+    State, Usage, mark_key,
+};

@@ -69,7 +69,7 @@ fn worse(a: Option<FinishStatus>, b: FinishStatus) -> FinishStatus {
 
 impl State {
     /// Moves the job's held GPUs (and its queue's) from `before` to what it holds now.
-    fn rehold(&mut self, job: &JobRecord, before: u32) {
+    pub(crate) fn rehold(&mut self, job: &JobRecord, before: u32) {
         let after = job.held_gpus();
         if after == before {
             return;
@@ -85,6 +85,38 @@ impl State {
     }
 
     /// Adds `hours` (either sign) to the job's reservation, in its ledgers too.
+    /// Releases the reservation and the hold of an admitted job that has not started, keeping the
+    /// job admitted (a stale reservation, [`crate::EngineConfig::stale_after`]); returns the GPU-hours
+    /// and GPUs released. [`State::rereserve_stale`] undoes it when the job starts after all.
+    pub(crate) fn unreserve_stale(&mut self, job: &mut JobRecord) -> (f64, u32) {
+        let (day, held, queue, reserved) =
+            (job.submitted.day(), job.held_gpus(), job.profile.queue.clone(), job.reserved);
+        self.for_each_ledger(job, |l| {
+            let b = l.bucket(day);
+            b.reserved = (b.reserved - reserved).max(0.0);
+            l.held_gpus = l.held_gpus.saturating_sub(held);
+            if let Some(q) = &queue {
+                l.add_queue(q, -i64::from(held));
+            }
+        });
+        job.reserved = 0.0;
+        job.with_runs(|r| r.released_stale = true);
+        (reserved, held)
+    }
+
+    /// A job whose reservation was released as stale starts at `at` after all: reserved and held
+    /// again in full from `at`, as a job the scheduler runs again is ([`State::reopen`], which is
+    /// what the other partitions of `serve --cluster` apply). False when it was not released.
+    pub(crate) fn rereserve_stale(&mut self, job: &mut JobRecord, at: Timestamp) -> bool {
+        if !job.runs().is_some_and(|r| r.released_stale) {
+            return false;
+        }
+        job.with_runs(|r| r.released_stale = false);
+        job.submitted = at;
+        self.reserve(job);
+        true
+    }
+
     fn rereserve(&mut self, job: &mut JobRecord, hours: f64) {
         if hours == 0.0 {
             return;
@@ -128,8 +160,10 @@ impl State {
     }
 
     /// The job's run ended at `at` and the job waits to run again: the run is settled (runtime × its
-    /// GPUs into `used` and `unbilled`) and leaves the running count; the reservation and held GPUs
-    /// stay for the next run. Returns the run's GPU-hours (0 when it was not running).
+    /// GPUs into `used` and `unbilled`) and leaves the running count, and its GPUs leave the held
+    /// count (the scheduler freed them: a requeued job waiting in its queue must not keep the
+    /// project's other submissions out, issue 55); the reservation stays for the next run, whose
+    /// start holds them again. Returns the run's GPU-hours (0 when it was not running).
     pub(crate) fn requeue(&mut self, job: &mut JobRecord, at: Timestamp) -> f64 {
         if job.phase != JobPhase::Running || job.started.is_none() {
             return 0.0;
@@ -146,13 +180,44 @@ impl State {
         job.started = crate::state::OptTime::NONE;
         job.ended = crate::state::OptTime::NONE;
         job.phase = JobPhase::Admitted;
+        let held = job.held_gpus();
         job.with_runs(|r| {
             r.reruns = r.reruns.saturating_add(1);
             r.earlier_gpu_hours += used;
+            r.requeued = true;
         });
+        self.rehold(job, held);
         // A policy's marks describe the run they were made in (an idle window, an alert).
         job.clear_marks();
         used
+    }
+
+    /// A reclaim the scheduler did not carry out (its agent recorded `action.failed`): the job still
+    /// holds what it held, so it is held, reserved and charged again as if it had not been released —
+    /// its run up to the reclaim (`at`) stays settled, and a run that was going continues from `at`, so
+    /// the time since is charged too. Its reservation is what is left of its request. False when the
+    /// job was not released by a reclaim, or is an array (its tasks are restored one by one).
+    pub(crate) fn unreclaim(&mut self, job: &mut JobRecord, at: Timestamp) -> bool {
+        if job.phase != JobPhase::Reclaimed || job.array().is_some() {
+            return false;
+        }
+        let was_running = job.started.is_some();
+        let last_run = job.runtime_gpu_hours(at);
+        job.status = None;
+        job.started = crate::state::OptTime::NONE;
+        job.ended = crate::state::OptTime::NONE;
+        if last_run > 0.0 {
+            job.with_runs(|r| r.earlier_gpu_hours += last_run);
+        }
+        job.phase = JobPhase::Admitted;
+        self.reserve(job);
+        let spent = job.runs().map_or(0.0, |r| r.earlier_gpu_hours);
+        self.rereserve(job, -spent.min(job.reserved));
+        if was_running {
+            self.start(job, at);
+        }
+        job.with_runs(|r| r.reclaim_failed = Some(at).into());
+        true
     }
 
     /// A finished job the scheduler runs again without an admission: admitted again as it was,
@@ -178,6 +243,8 @@ impl State {
             a.worst = None;
         }
         job.with_runs(|r| {
+            // Run again, it is reserved and held in full: a release as stale before its end is over.
+            r.released_stale = false;
             // A late confirmation of a job released as unconfirmed is its first run, not a rerun.
             if !std::mem::take(&mut r.released_unconfirmed) {
                 r.reruns = r.reruns.saturating_add(1);
@@ -359,10 +426,11 @@ mod tests {
         let mut st = State::default();
         admit(&mut st, &spec("j", 4, 10.0), t(0));
         with(&mut st, "j", |st, j| st.start(j, t(0)));
-        // Preempted after an hour: 4 GPU-hours settled, no longer running, still admitted.
+        // Preempted after an hour: 4 GPU-hours settled, no longer running, still admitted, and its
+        // GPUs free while it waits (issue 55: they counted as held, keeping others out).
         let used = with(&mut st, "j", |st, j| st.requeue(j, t(60)));
         assert_eq!(used, 4.0);
-        assert_eq!(ledger(&st), (4, 0, 4, 40.0, 4.0));
+        assert_eq!(ledger(&st), (0, 0, 0, 40.0, 4.0));
         assert_eq!(st.job("j").unwrap().phase(), JobPhase::Admitted);
         // Waits two hours (not charged), runs again on 2 GPUs for 30 minutes, finishes.
         with(&mut st, "j", |st, j| {

@@ -288,6 +288,7 @@ pub fn op_id(cause: &str, job: &str, change: &LedgerChange) -> String {
         LedgerChange::Start { .. } => "start",
         LedgerChange::Requeue { .. } => "requeue",
         LedgerChange::Reopen { .. } => "reopen",
+        LedgerChange::Unreclaim { .. } => "unreclaim",
         LedgerChange::Task { .. } => "task",
         LedgerChange::Release { .. } => "release",
         LedgerChange::Charge { .. } => "charge",

@@ -544,7 +544,33 @@ pub struct RunNotes {
     /// confirmation (the scheduler's agent was down) admits it again, and is not a rerun.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub released_unconfirmed: bool,
+    /// A reclaim of the job was not carried out by the scheduler (recorded `action.failed`) at this
+    /// time: it still runs, counted as before, until it ends or someone acts (shown on the pool page).
+    #[serde(default, skip_serializing_if = "unset")]
+    pub reclaim_failed: OptTime,
+    /// The job was requeued and waits to run again: the scheduler freed its GPUs, so it holds none
+    /// until its next run starts (its admission, and what is left of its reservation, carry over).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requeued: bool,
+    /// When it last entered the queue (admitted or requeued), when that was not its submission: a
+    /// stale reservation's age counts from it ([`crate::EngineConfig::stale_after`]).
+    #[serde(default, skip_serializing_if = "unset")]
+    pub queued_since: OptTime,
+    /// Its reservation and hold were released as stale (admitted, not started in time): it stays
+    /// admitted, holding nothing, until a start reserves it again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub released_stale: bool,
+    /// Why the scheduler says it waits (`job.queued`'s `reason`: Slurm's `Reason`, Kueue's pending
+    /// condition), while it waits; cleared when a run starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waits: Option<Arc<str>>,
+    /// Since when the scheduler has given that reason.
+    #[serde(default, skip_serializing_if = "unset")]
+    pub waits_since: OptTime,
 }
+
+/// The longest scheduler's reason a job keeps (characters); a longer one is cut.
+pub const WAIT_REASON_MAX: usize = 200;
 
 fn is_zero(v: &u32) -> bool {
     *v == 0
@@ -568,6 +594,12 @@ impl RunNotes {
             && self.confirm_by.is_none()
             && self.released_by.is_none()
             && !self.released_unconfirmed
+            && !self.requeued
+            && self.reclaim_failed.is_none()
+            && self.queued_since.is_none()
+            && !self.released_stale
+            && self.waits.is_none()
+            && self.waits_since.is_none()
     }
 }
 
@@ -739,6 +771,18 @@ impl JobRecord {
         self.submitted
     }
 
+    /// Why the scheduler says it waits, and since when (`job.queued`'s `reason`), while it waits.
+    pub fn waits(&self) -> Option<(&str, Timestamp)> {
+        let r = self.runs()?;
+        Some((r.waits.as_deref()?, r.waits_since.get().unwrap_or(self.submitted)))
+    }
+
+    /// Since when it has waited in the queue: when it was last admitted or requeued (its submission
+    /// unless that was later). Meaningful for an admitted job that has not started.
+    pub fn queued_since(&self) -> Timestamp {
+        self.runs().and_then(|r| r.queued_since.get()).unwrap_or(self.submitted)
+    }
+
     /// GPU-hours reserved and not yet settled.
     pub fn reserved(&self) -> f64 {
         self.reserved
@@ -814,6 +858,9 @@ impl JobRecord {
     /// GPUs the job counts as held now (the ledgers' `held_gpus`): its GPUs, or for an array the
     /// GPUs of the tasks not started that may run beside its live ones (the live tasks hold their own).
     pub fn held_gpus(&self) -> u32 {
+        if self.runs().is_some_and(|r| r.requeued || r.released_stale) {
+            return 0;
+        }
         match self.array() {
             Some(a) => self.gpus.saturating_mul(a.held_tasks()),
             None => self.gpus,
@@ -1130,12 +1177,85 @@ pub struct State {
     /// Scratch space for building keys without allocating.
     #[serde(skip)]
     buf: String,
+    /// The pool's latest capacity per (region, GPU type, queue), from `pool.inventory` inputs. Kept
+    /// in the snapshot as a list of rows (a JSON object's keys are strings; the key is in the row).
+    #[serde(default, with = "inventory_as_rows")]
+    pub(crate) inventory: std::collections::BTreeMap<(String, String, String), InventoryRow>,
+    /// The last [`RECENT_RUNS`] finished runs' runtimes against their requested limits, for the
+    /// start estimator's history (`bursar-estimate`).
+    #[serde(default)]
+    pub(crate) recent_runs: VecDeque<RunSample>,
+}
+
+/// [`State::inventory`] in a snapshot: its rows, each key rebuilt from its row when read back.
+mod inventory_as_rows {
+    use super::InventoryRow;
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::collections::BTreeMap;
+
+    type Key = (String, String, String);
+
+    pub fn serialize<S: Serializer>(map: &BTreeMap<Key, InventoryRow>, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(map.values())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<Key, InventoryRow>, D::Error> {
+        let rows = Vec::<InventoryRow>::deserialize(d)?;
+        Ok(rows.into_iter().map(|r| ((r.row.region.clone(), r.row.gpu_type.clone(), r.row.queue.clone()), r)).collect())
+    }
+}
+
+/// How many finished runs [`State::recent_runs`] keeps.
+pub const RECENT_RUNS: usize = 10_000;
+
+/// One partition's capacity as last reported, and when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InventoryRow {
+    /// The row.
+    pub row: bursar_model::CapacityRow,
+    /// When it was read.
+    pub time: Timestamp,
+    /// Who reported it.
+    pub source: Option<String>,
+}
+
+/// A finished run: whose, which configuration, the limit asked for and the runtime (ms).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunSample {
+    /// The user.
+    pub user: String,
+    /// The configuration's hash (0: none named).
+    pub config: u64,
+    /// The requested limit, in milliseconds.
+    pub limit_ms: i64,
+    /// The runtime, in milliseconds.
+    pub runtime_ms: i64,
+    /// When it ended.
+    pub ended: Timestamp,
 }
 
 impl State {
     /// The engine's clock: the newest event time it has seen.
     pub fn now(&self) -> Timestamp {
         self.now
+    }
+
+    /// The pool's latest capacity rows, by (region, GPU type, queue).
+    pub fn inventory(&self) -> impl Iterator<Item = &InventoryRow> {
+        self.inventory.values()
+    }
+
+    /// Replaces the rows an inventory names.
+    pub(crate) fn take_inventory(&mut self, inv: &bursar_model::Inventory) {
+        for row in &inv.capacity {
+            let key = (row.region.clone(), row.gpu_type.clone(), row.queue.clone());
+            self.inventory.insert(key, InventoryRow { row: row.clone(), time: inv.time, source: inv.source.clone() });
+        }
+    }
+
+    /// The finished runs kept for the start estimator, oldest first.
+    pub fn recent_runs(&self) -> impl Iterator<Item = &RunSample> {
+        self.recent_runs.iter()
     }
 
     /// A job's record.
@@ -1297,8 +1417,13 @@ impl State {
         });
     }
 
-    /// Marks a held job as started.
+    /// Marks a held job as started; a job that waited after a requeue holds its GPUs again.
     pub(crate) fn start(&mut self, job: &mut JobRecord, at: Timestamp) {
+        if job.runs().is_some_and(|r| r.requeued) {
+            let before = job.held_gpus();
+            job.with_runs(|r| r.requeued = false);
+            self.rehold(job, before);
+        }
         if job.started.is_none() {
             job.started = at.into();
             let gpus = job.gpus;
@@ -1315,6 +1440,20 @@ impl State {
         }
         if job.started.is_some() && job.ended.is_none() {
             job.ended = at.into();
+        }
+        if let Some(started) = job.started()
+            && job.requested_hours > 0.0
+        {
+            if self.recent_runs.len() >= RECENT_RUNS {
+                self.recent_runs.pop_front();
+            }
+            self.recent_runs.push_back(RunSample {
+                user: job.user().to_owned(),
+                config: job.config,
+                limit_ms: (job.requested_hours * 3_600_000.0).round() as i64,
+                runtime_ms: at.millis().saturating_sub(started.millis()).max(0),
+                ended: at,
+            });
         }
         let used = job.runtime_gpu_hours(at);
         let (day, held, gpus, queue, reserved, running) = (
@@ -1349,7 +1488,7 @@ impl State {
     }
 
     /// Counts a billing charge; when it names a known job, that job's runtime usage counts as billed.
-    pub(crate) fn charge(&mut self, project: &str, job_id: Option<&str>, gpu_hours: f64, at: Timestamp) {
+    pub(crate) fn charge(&mut self, project: Option<&str>, job_id: Option<&str>, gpu_hours: f64, at: Timestamp) {
         let job = job_id.and_then(|id| self.jobs.remove_entry(id));
         match job {
             Some((id, mut job)) => {
@@ -1362,7 +1501,10 @@ impl State {
                 job.unbilled = 0.0;
                 self.jobs.insert(id, job);
             }
+            // A charge for a job the engine does not know, without a project (v1.x: an unattributed
+            // line, or one naming a job from before this log) settles no ledger: no quota counts it.
             None => {
+                let Some(project) = project else { return };
                 let name = self.intern(project);
                 let l = self.ledgers.project.named(&name);
                 l.bucket(at.day()).charged += gpu_hours;

@@ -38,6 +38,9 @@ pub enum TimerKind {
     /// The scheduler had until now to confirm it created the admitted job
     /// ([`bursar_model::JobSpec::confirm_within_s`]).
     ConfirmDeadline,
+    /// An admitted job that has not started by now has its reservation released as stale
+    /// ([`crate::EngineConfig::stale_after`]).
+    StaleReservation,
 }
 
 /// One timer.

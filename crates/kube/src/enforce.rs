@@ -9,22 +9,26 @@
 //!
 //! Admission decisions made at submission (event id `<job>-submitted`) were applied by `bursar kube
 //! checks` or the webhook already; `alert`, `defer`, `require_approval` and dry-run decisions ask
-//! nothing here. Each action first reads the object: one that already ended, is already
+//! nothing here. Which decision asks what is `bursar-agent`'s ([`bursar_agent::follow::ask`], the
+//! same for every scheduler); this module says what each ask means on Kubernetes. Each action first reads the object: one that already ended, is already
 //! deactivated or no longer held is left alone and the record says why (`skipped`), which makes
 //! every action idempotent after a restart. Writes are merge patches (`application/merge-patch+json`)
 //! of the fields named above, or the status apply of [`crate::checks::set_check`]; a `409
 //! Conflict` is retried on a fresh read. Every action is recorded in the audit log (`kube-<decision
 //! id>`, [`bursar_agent::record::Record`]), `action.failed` after `max_attempts` tries with the API
 //! server's error.
+//!
+//! Style: blocking, as the decision follower it shares with Slurm's enforcer is (serve's stream,
+//! the retries and their waits); each try's Kubernetes calls are one async step, run to its end
+//! on the runtime given, in one place ([`execute`]). Call [`run`] outside that runtime.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bursar_agent::follow::{self, Executor, FollowConfig, FollowReport};
+use bursar_agent::follow::{self, Ask, Executor, FollowConfig, FollowReport};
 use bursar_agent::record::{Outcome, Record, Seen};
 use bursar_agent::server::Server;
 use bursar_model::api::Sequenced;
-use bursar_model::{Decision, DecisionKind};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PropagationPolicy};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -36,35 +40,6 @@ use crate::kueue::{CheckState, Workload};
 use crate::submit::{JOB_KEY, job_id, object_fields, submitted_id};
 use crate::watch::Mode;
 use crate::{CONTROLLER_NAME, Error, Result};
-
-/// What a decision asks of Kubernetes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ask {
-    /// Release the job's GPUs.
-    Reclaim,
-    /// Let a held job run.
-    Approve,
-    /// Refuse a held job.
-    Reject,
-}
-
-/// What `decision` asks, if anything. Pure.
-pub fn ask(decision: &Decision) -> Option<Ask> {
-    let job = decision.job_id.as_deref().filter(|j| !j.is_empty())?;
-    if decision.dry_run {
-        return None;
-    }
-    // serve keeps a principal's ids as `<principal>:<id>`.
-    let own = submitted_id(job);
-    let event = decision.event_id.rsplit_once(':').map_or(decision.event_id.as_str(), |(_, id)| id);
-    let at_submission = event == own;
-    match decision.decision {
-        DecisionKind::Reclaim => Some(Ask::Reclaim),
-        DecisionKind::Allow if decision.admission && !at_submission => Some(Ask::Approve),
-        DecisionKind::Deny if decision.admission && !at_submission => Some(Ask::Reject),
-        _ => None,
-    }
-}
 
 /// Settings of `bursar kube enforce`.
 #[derive(Debug, Clone)]
@@ -325,33 +300,12 @@ fn action_name(ask: Ask, mode: &Mode) -> &'static str {
     }
 }
 
-/// Carries out `ask` for job `job`, retrying failed API calls; returns the record to log.
+/// Carries out `ask` for job `job`, retrying failed API calls; returns the record to log. Blocks
+/// on `rt` for each try.
 pub fn execute(rt: &Handle, client: &Client, cfg: &EnforceConfig, seen: &Seen, ask: Ask, job: &str) -> Record {
     let mut record = Record::new(seen, job, action_name(ask, &cfg.mode));
     record.set_field("kube_cluster", &cfg.cluster);
-    let mut delay = cfg.retry_delay;
-    let max = cfg.max_attempts.max(1);
-    loop {
-        record.attempts += 1;
-        let step = rt.block_on(act(client, cfg, seen, ask, job, &mut record));
-        match step {
-            Ok((outcome, detail)) => {
-                record.outcome = outcome;
-                record.detail = detail;
-                return record;
-            }
-            Err(e) if record.attempts >= max => {
-                record.outcome = Outcome::Failed;
-                record.detail = format!("gave up after {} attempts: {e}", record.attempts);
-                return record;
-            }
-            Err(e) => {
-                tracing::warn!(job, attempt = record.attempts, error = %e, "action failed; retrying");
-                std::thread::sleep(delay);
-                delay = delay.saturating_mul(2);
-            }
-        }
-    }
+    record.tried(cfg.max_attempts, cfg.retry_delay, |record| rt.block_on(act(client, cfg, seen, ask, job, record)))
 }
 
 struct KubeExecutor<'a> {
@@ -361,10 +315,12 @@ struct KubeExecutor<'a> {
 }
 
 impl Executor for KubeExecutor<'_> {
-    fn handle(&mut self, d: &Sequenced) -> Option<Record> {
-        let ask = ask(&d.decision)?;
-        let job = d.decision.job_id.as_deref()?;
-        Some(execute(&self.rt, &self.client, self.cfg, &Seen::of(d), ask, job))
+    fn submitted_id(&self, job: &str) -> String {
+        submitted_id(job)
+    }
+
+    fn execute(&mut self, d: &Sequenced, ask: Ask, job: &str) -> Record {
+        execute(&self.rt, &self.client, self.cfg, &Seen::of(d), ask, job)
     }
 }
 
@@ -383,42 +339,17 @@ pub fn run(rt: Handle, client: Client, cfg: &EnforceConfig, once: bool) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bursar_model::Timestamp;
-
-    fn d(decision: &str, event_id: &str, admission: bool) -> Decision {
-        Decision {
-            decision_id: "x".into(),
-            event_id: event_id.into(),
-            time: Timestamp(0),
-            job_id: Some("kube-1".into()),
-            project: None,
-            decision: DecisionKind::parse(decision).unwrap(),
-            until: None,
-            policies: vec![],
-            reason: "r".into(),
-            dry_run: false,
-            admission,
-            user: None,
-            gpus: None,
-            gpu_hours: None,
-            hints: None,
-        }
-    }
 
     #[test]
-    fn which_decisions_ask_something_of_kubernetes() {
-        assert_eq!(ask(&d("reclaim", "tick-1", false)), Some(Ask::Reclaim));
-        assert_eq!(ask(&d("allow", "bob:e-approve", true)), Some(Ask::Approve));
-        assert_eq!(ask(&d("deny", "expiry", true)), Some(Ask::Reject));
-        // Applied by the admission check or the webhook already, with or without the principal.
-        assert_eq!(ask(&d("allow", "kube-1-submitted", true)), None);
-        assert_eq!(ask(&d("deny", "kube-checks:kube-1-submitted", true)), None);
-        for k in ["alert", "defer", "require_approval"] {
-            assert_eq!(ask(&d(k, "e", false)), None, "{k}");
-        }
-        let mut dry = d("reclaim", "e", false);
-        dry.dry_run = true;
-        assert_eq!(ask(&dry), None);
+    fn a_submission_is_known_under_the_admission_agents_principal() {
+        let deny = |event_id: &str| -> bursar_model::Decision {
+            let line = json!({"decision_id": "x", "event_id": event_id, "time": "2026-11-02T09:00:00Z",
+                "job_id": "kube-1", "decision": "deny", "policies": [], "reason": "r", "admission": true});
+            serde_json::from_value(line).unwrap()
+        };
+        assert_eq!(follow::ask(&deny("kube-checks:kube-1-submitted"), submitted_id), None, "applied by the check");
+        assert_eq!(follow::ask(&deny("kube-1-submitted"), submitted_id), None, "and without a principal");
+        assert_eq!(follow::ask(&deny("bob:e-reject"), submitted_id), Some((Ask::Reject, "kube-1")));
     }
 
     #[test]

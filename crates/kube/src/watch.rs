@@ -1,7 +1,7 @@
 //! `bursar kube watch`: job lifecycle events from the API server.
 //!
-//! It follows (list + watch, [`crate::reflect`]) the units bursar admitted and the pods that hold
-//! their GPUs:
+//! It follows (kube-runtime's watchers, [`crate::watching`]) the units bursar admitted and the pods
+//! that hold their GPUs:
 //!
 //! - **Kueue** (`--kueue`, the default): the Workloads that carry one of bursar's admission checks
 //!   (the AdmissionChecks whose controller is [`crate::CONTROLLER_NAME`], followed too) and every
@@ -17,24 +17,40 @@
 //! lists give the whole current set, so a unit or pod deleted meanwhile is seen as missing: a unit
 //! that was running is finished (`cancelled`, `kube_reason: "Deleted"`), a pod's run is ended at
 //! the unit's own transition time. Nothing is lost, nothing is sent twice.
+//!
+//! The units (and bursar's AdmissionChecks) are read from kube-runtime reflectors' stores, which a
+//! relist replaces in one step. The pods are the watcher's own: it keeps what a store forgets —
+//! a pod's last state when it was deleted, when it was seen gone, when it was first seen ended —
+//! for up to an hour after it went.
+//!
+//! With Kueue it also reads, every `inventory_every` resyncs, the ClusterQueues, ResourceFlavors and
+//! Nodes (three lists) and sends `pool.inventory` when the rows changed ([`crate::inventory`]).
+//!
+//! Style: async throughout (kube-runtime on tokio; every watcher's stream is polled by the one
+//! loop that plans); serve is posted to through [`crate::serve`].
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Debug;
+use std::hash::Hash;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
 use bursar_agent::server::Server;
 use bursar_model::{Duration, FinishStatus, Input, Timestamp};
+use futures_util::stream::BoxStream;
+use futures_util::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject};
+use kube::runtime::reflector::{self, Store, store::Writer};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
 
 use crate::kinds::{self, Kind};
 use crate::kueue::{AdmissionCheck, CheckState, Workload};
 use crate::lifecycle::{self, End, PodView, Stop, UnitState, UnitView};
-use crate::reflect::{self, Counters, Feed, Settings};
+use crate::serve::Serve;
 use crate::submit::{JOB_KEY, Mapping, job_id, pod_gpus};
 use crate::{CONTROLLER_NAME, Error, Result};
 
@@ -66,6 +82,58 @@ pub struct WatchConfig {
     pub pod_selector: Option<String>,
     /// Server-side timeout of each watch, seconds.
     pub watch_timeout: u32,
+    /// With Kueue: read the ClusterQueues, ResourceFlavors and Nodes every this many resyncs (and
+    /// at the first) and send `pool.inventory` when the rows changed ([`crate::inventory`]); 0:
+    /// never.
+    pub inventory_every: u32,
+    /// The region the inventory names (default: the cluster name).
+    pub region: String,
+}
+
+/// Kueue's ClusterQueues.
+fn cluster_queues() -> kube::api::ApiResource {
+    kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta1", "ClusterQueue"),
+        "clusterqueues",
+    )
+}
+
+/// Kueue's ResourceFlavors.
+fn resource_flavors() -> kube::api::ApiResource {
+    kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta1", "ResourceFlavor"),
+        "resourceflavors",
+    )
+}
+
+/// Reads the ClusterQueues, ResourceFlavors and Nodes (three lists) into inventory rows.
+async fn read_inventory(client: &Client, cfg: &WatchConfig) -> Result<Vec<bursar_model::CapacityRow>> {
+    let lp = kube::api::ListParams::default();
+    let as_json = |o: &DynamicObject| serde_json::to_value(o).unwrap_or_default();
+    let cqs = Api::<DynamicObject>::all_with(client.clone(), &cluster_queues())
+        .list(&lp)
+        .await
+        .map_err(|e| Error::kube("list the ClusterQueues", e))?;
+    let flavors = Api::<DynamicObject>::all_with(client.clone(), &resource_flavors())
+        .list(&lp)
+        .await
+        .map_err(|e| Error::kube("list the ResourceFlavors", e))?;
+    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .list(&lp)
+        .await
+        .map_err(|e| Error::kube("list the nodes", e))?;
+    let cqs: Vec<serde_json::Value> = cqs.items.iter().map(as_json).collect();
+    let flavors: Vec<serde_json::Value> = flavors.items.iter().map(as_json).collect();
+    let nodes: Vec<serde_json::Value> =
+        nodes.items.iter().map(|n| serde_json::to_value(n).unwrap_or_default()).collect();
+    Ok(crate::inventory::inventory(
+        &cqs,
+        &flavors,
+        &nodes,
+        &cfg.mapping.gpu_resource,
+        &cfg.mapping.gpu_type_label,
+        &cfg.region,
+    ))
 }
 
 /// The watcher's state file: per unit uid, what was sent.
@@ -191,107 +259,78 @@ fn workload_owners(w: &Workload) -> Vec<String> {
     out
 }
 
+/// What one of the watchers says.
 enum Msg {
-    Workloads(Box<Feed<Workload>>),
-    Checks(Box<Feed<AdmissionCheck>>),
-    Objects(usize, Box<Feed<DynamicObject>>),
-    Pods(Box<Feed<Pod>>),
+    /// The store so numbered holds a whole list now (the first, or a relist after `410 Gone`).
+    Listed(usize),
+    /// A pod's event.
+    Pod(Box<watcher::Event<Pod>>),
+    /// A store changed (planning reads it), a list is in progress (a store swaps when it is
+    /// complete), or an error (logged; the watcher goes on).
+    Other,
+}
+
+/// The stores the units are read from.
+enum Units {
+    /// Workloads, and the AdmissionChecks that say which are bursar's.
+    Kueue { workloads: Store<Workload>, checks: Store<AdmissionCheck> },
+    /// The admitted objects, per kind.
+    Objects(Vec<(Kind, Store<DynamicObject>)>),
 }
 
 struct Watcher {
     cfg: WatchConfig,
+    serve: Serve,
     state: WatchState,
-    workloads: BTreeMap<String, Workload>,
-    ours: BTreeSet<String>,
-    objects: BTreeMap<String, (usize, DynamicObject)>,
+    units: Units,
     pods: BTreeMap<String, PodEntry>,
-    /// Reflectors that have delivered their first list.
-    synced: BTreeSet<&'static str>,
-    expected: usize,
+    /// The uids of a pod list in progress.
+    listing: Option<BTreeSet<String>>,
+    /// Stores that hold a list.
+    synced: BTreeSet<usize>,
+    /// Stores there are.
+    stores: usize,
+    /// Pods listed once.
+    pods_synced: bool,
 }
 
 impl Watcher {
     fn on(&mut self, msg: Msg) {
-        let now = Timestamp::wall_clock();
         match msg {
-            Msg::Workloads(f) => {
-                self.synced.insert("workloads");
-                match *f {
-                    Feed::Listed(all) => {
-                        self.workloads = all.into_iter().map(|w| (w.uid().unwrap_or_default(), w)).collect()
-                    }
-                    Feed::Applied(w) => {
-                        self.workloads.insert(w.uid().unwrap_or_default(), w);
-                    }
-                    Feed::Deleted(w) => {
-                        self.workloads.remove(&w.uid().unwrap_or_default());
+            Msg::Listed(source) => {
+                self.synced.insert(source);
+            }
+            Msg::Other => {}
+            Msg::Pod(e) => self.on_pod(*e),
+        }
+    }
+
+    fn on_pod(&mut self, event: watcher::Event<Pod>) {
+        let now = Timestamp::wall_clock();
+        let resource = self.cfg.mapping.gpu_resource.clone();
+        match event {
+            watcher::Event::Init => self.listing = Some(BTreeSet::new()),
+            watcher::Event::InitApply(p) => {
+                if let (Some(listing), Some(uid)) = (self.listing.as_mut(), p.uid()) {
+                    listing.insert(uid);
+                }
+                self.apply_pod(&p, &resource);
+            }
+            watcher::Event::InitDone => {
+                let listed = self.listing.take().unwrap_or_default();
+                // Pods gone while the watch was broken: they stopped holding GPUs.
+                for (uid, e) in self.pods.iter_mut() {
+                    if !listed.contains(uid) && e.gone.is_none() {
+                        e.gone = Some(now.millis());
                     }
                 }
+                self.pods_synced = true;
             }
-            Msg::Checks(f) => {
-                self.synced.insert("checks");
-                match *f {
-                    Feed::Listed(all) => {
-                        self.ours = all
-                            .iter()
-                            .filter(|a| a.spec.controller_name == CONTROLLER_NAME)
-                            .map(|a| a.name_any())
-                            .collect();
-                    }
-                    Feed::Applied(a) if a.spec.controller_name == CONTROLLER_NAME => {
-                        self.ours.insert(a.name_any());
-                    }
-                    Feed::Applied(a) | Feed::Deleted(a) => {
-                        self.ours.remove(&a.name_any());
-                    }
-                }
-            }
-            Msg::Objects(i, f) => {
-                self.synced.insert(match i {
-                    0 => "objects-0",
-                    1 => "objects-1",
-                    2 => "objects-2",
-                    3 => "objects-3",
-                    _ => "objects-n",
-                });
-                match *f {
-                    Feed::Listed(all) => {
-                        self.objects.retain(|_, (k, _)| *k != i);
-                        for o in all {
-                            self.objects.insert(o.uid().unwrap_or_default(), (i, o));
-                        }
-                    }
-                    Feed::Applied(o) => {
-                        self.objects.insert(o.uid().unwrap_or_default(), (i, o));
-                    }
-                    Feed::Deleted(o) => {
-                        self.objects.remove(&o.uid().unwrap_or_default());
-                    }
-                }
-            }
-            Msg::Pods(f) => {
-                self.synced.insert("pods");
-                let resource = self.cfg.mapping.gpu_resource.clone();
-                match *f {
-                    Feed::Listed(all) => {
-                        let listed: BTreeSet<String> = all.iter().filter_map(|p| p.uid()).collect();
-                        // Pods gone while the watch was broken: they stopped holding GPUs.
-                        for (uid, e) in self.pods.iter_mut() {
-                            if !listed.contains(uid) && e.gone.is_none() {
-                                e.gone = Some(now.millis());
-                            }
-                        }
-                        for p in all {
-                            self.apply_pod(&p, &resource);
-                        }
-                    }
-                    Feed::Applied(p) => self.apply_pod(&p, &resource),
-                    Feed::Deleted(p) => {
-                        self.apply_pod(&p, &resource);
-                        if let Some(e) = p.uid().and_then(|u| self.pods.get_mut(&u)) {
-                            e.gone.get_or_insert(now.millis());
-                        }
-                    }
+            watcher::Event::Apply(p) => self.apply_pod(&p, &resource),
+            watcher::Event::Delete(p) => {
+                self.apply_pod(&p, &resource);
+                if let Some(e) = p.uid().and_then(|u| self.pods.get_mut(&u)) {
+                    e.gone.get_or_insert(now.millis());
                 }
             }
         }
@@ -329,38 +368,75 @@ impl Watcher {
 
     fn units(&self) -> BTreeMap<String, (UnitView, Vec<PodView>)> {
         let mut out = BTreeMap::new();
-        match &self.cfg.mode {
-            Mode::Kueue => {
-                for (uid, w) in &self.workloads {
-                    let has_ours = w
-                        .status
-                        .as_ref()
-                        .is_some_and(|s| s.admission_checks.iter().any(|c| self.ours.contains(&c.name)));
-                    if !has_ours && !self.state.units.contains_key(uid) {
+        match &self.units {
+            Units::Kueue { workloads, checks } => {
+                let ours: BTreeSet<String> = checks
+                    .state()
+                    .iter()
+                    .filter(|a| a.spec.controller_name == CONTROLLER_NAME)
+                    .map(|a| a.name_any())
+                    .collect();
+                for w in workloads.state() {
+                    let uid = w.uid().unwrap_or_default();
+                    let has_ours =
+                        w.status.as_ref().is_some_and(|s| s.admission_checks.iter().any(|c| ours.contains(&c.name)));
+                    if !has_ours && !self.state.units.contains_key(&uid) {
                         continue;
                     }
-                    let owners = workload_owners(w);
+                    let owners = workload_owners(&w);
                     let pods = self.pod_views(|e| e.owners.iter().any(|o| owners.contains(o)));
-                    out.insert(uid.clone(), (workload_view(w, &self.ours, &self.cfg.mapping), pods));
+                    out.insert(uid, (workload_view(&w, &ours, &self.cfg.mapping), pods));
                 }
             }
-            Mode::Objects(kinds) => {
-                for (uid, (i, o)) in &self.objects {
-                    let Some(kind) = kinds.get(*i) else { continue };
-                    let Some(job) = o.labels().get(JOB_KEY).cloned() else { continue };
-                    let value = serde_json::to_value(o).unwrap_or_default();
-                    let view = kinds::unit_view(kind, &value, &job, &self.cfg.mapping.gpu_resource);
-                    let pods = self.pod_views(|e| e.job.as_deref() == Some(job.as_str()) || e.owners.contains(uid));
-                    out.insert(uid.clone(), (view, pods));
+            Units::Objects(kinds) => {
+                for (kind, store) in kinds {
+                    for o in store.state() {
+                        let Some(job) = o.labels().get(JOB_KEY).cloned() else { continue };
+                        let uid = o.uid().unwrap_or_default();
+                        let value = serde_json::to_value(&*o).unwrap_or_default();
+                        let view = kinds::unit_view(kind, &value, &job, &self.cfg.mapping.gpu_resource);
+                        let pods =
+                            self.pod_views(|e| e.job.as_deref() == Some(job.as_str()) || e.owners.contains(&uid));
+                        out.insert(uid, (view, pods));
+                    }
                 }
             }
         }
         out
     }
 
+    /// Reads the inventory and sends it when it differs from `last` (the rows last sent); a failed
+    /// read or post is logged and retried at the next read: the jobs matter more.
+    async fn send_inventory(&self, client: &Client, last: &mut Option<Vec<bursar_model::CapacityRow>>) {
+        let rows = match read_inventory(client, &self.cfg).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the ClusterQueues and nodes for the inventory");
+                return;
+            }
+        };
+        if rows.is_empty() || last.as_ref() == Some(&rows) {
+            return;
+        }
+        let now = Timestamp::wall_clock();
+        let inv = bursar_model::Inventory {
+            id: format!("kube-{}-inventory-{}", self.cfg.mapping.cluster, now.millis()),
+            time: now,
+            source: Some(format!("kube:{}", self.cfg.mapping.cluster)),
+            capacity: rows.clone(),
+        };
+        match self.serve.post(vec![Input::Inventory(inv)]).await {
+            Ok(_) => {
+                tracing::info!(rows = rows.len(), "sent the inventory");
+                *last = Some(rows);
+            }
+            Err(e) => tracing::warn!(error = %e, "could not send the inventory; retrying at the next read"),
+        }
+    }
+
     /// Plans, posts and saves; a failed post leaves the state as it was (retried later).
     async fn sync(&mut self) -> Result<()> {
-        if self.synced.len() < self.expected {
+        if self.synced.len() < self.stores || !self.pods_synced {
             return Ok(());
         }
         let now = Timestamp::wall_clock();
@@ -371,11 +447,8 @@ impl Watcher {
         }
         let inputs: Vec<Input> =
             steps.iter().map(|s| Input::Event(crate::events::of_step(&self.cfg.mapping.cluster, s))).collect();
-        let server = self.cfg.server.clone();
         let sent = inputs.len();
-        let posted = tokio::task::spawn_blocking(move || server.post(&inputs))
-            .await
-            .map_err(|e| Error::Settings(format!("the post to serve did not finish: {e}")))??;
+        let posted = self.serve.post(inputs).await?;
         for s in &steps {
             tracing::info!(job = %s.job_id, id = %s.id, event = ?s.event, "lifecycle");
         }
@@ -397,96 +470,103 @@ impl Watcher {
     }
 }
 
-/// Counters of the watcher's reflectors, for tests: index 0 is the units' (Workloads or the
-/// first kind), the last the pods'.
-pub type WatchCounters = Vec<Arc<Counters>>;
+/// A reflector's stream of kind `kind` (store `source`, fed by `writer`), as the watcher's messages.
+fn stored<K>(
+    api: Api<K>,
+    wc: watcher::Config,
+    writer: Writer<K>,
+    kind: String,
+    source: usize,
+) -> BoxStream<'static, Msg>
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync,
+{
+    watcher(api, wc)
+        .default_backoff()
+        .reflect(writer)
+        .map(move |item| match item {
+            Ok(watcher::Event::InitDone) => Msg::Listed(source),
+            Ok(_) => Msg::Other,
+            Err(e) => {
+                crate::watching::log_error(&kind, &e);
+                Msg::Other
+            }
+        })
+        .boxed()
+}
 
 /// Runs the watcher until the process ends; returns on a state-file error (a retry would not fix
 /// it).
-pub async fn run(client: Client, cfg: WatchConfig, counters: WatchCounters) -> Result<()> {
+pub async fn run(client: Client, cfg: WatchConfig) -> Result<()> {
     let state: WatchState = bursar_agent::state::load(&cfg.state)?;
     tracing::info!(state = %cfg.state.display(), known = state.units.len(), "kube watch starting");
-    let (tx, mut rx) = mpsc::channel::<Msg>(1024);
-    let counter = |i: usize| counters.get(i).cloned().unwrap_or_default();
-    let settings = |name: &str, labels: Option<String>| Settings {
-        name: name.into(),
-        labels,
-        watch_timeout: cfg.watch_timeout,
-        ..Settings::default()
-    };
-    let mut expected = 1;
-    match &cfg.mode {
+    let wc = |labels: Option<&str>| crate::watching::config(cfg.watch_timeout, labels);
+    let mut streams = Vec::new();
+    let (units, pod_labels) = match &cfg.mode {
         Mode::Kueue => {
-            expected += 2;
-            tokio::spawn(reflect::run(
-                Api::<Workload>::all(client.clone()),
-                settings("workloads", None),
-                tx.clone(),
-                |f| Msg::Workloads(Box::new(f)),
-                counter(0),
-            ));
-            tokio::spawn(reflect::run(
-                Api::<AdmissionCheck>::all(client.clone()),
-                settings("admissionchecks", None),
-                tx.clone(),
-                |f| Msg::Checks(Box::new(f)),
-                counter(1),
-            ));
-            tokio::spawn(reflect::run(
-                Api::<Pod>::all(client.clone()),
-                settings("pods", cfg.pod_selector.clone()),
-                tx.clone(),
-                |f| Msg::Pods(Box::new(f)),
-                counter(2),
-            ));
+            let (workloads, w) = reflector::store();
+            let (checks, c) = reflector::store();
+            streams.push(stored(Api::<Workload>::all(client.clone()), wc(None), w, "workloads".into(), 0));
+            streams.push(stored(Api::<AdmissionCheck>::all(client.clone()), wc(None), c, "admissionchecks".into(), 1));
+            (Units::Kueue { workloads, checks }, cfg.pod_selector.clone())
         }
         Mode::Objects(kinds) => {
-            if kinds.len() > 4 {
-                return Err(Error::Settings("at most 4 kinds (--kind) per watcher".into()));
-            }
+            let mut stores = Vec::new();
             for (i, kind) in kinds.iter().enumerate() {
-                expected += 1;
-                let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.api_resource());
-                tokio::spawn(reflect::run(
-                    api,
-                    settings(&kind.plural, Some(JOB_KEY.into())),
-                    tx.clone(),
-                    move |f| Msg::Objects(i, Box::new(f)),
-                    counter(i),
-                ));
+                let resource = kind.api_resource();
+                let writer = Writer::new(resource.clone());
+                stores.push((kind.clone(), writer.as_reader()));
+                let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+                streams.push(stored(api, wc(Some(JOB_KEY)), writer, kind.plural.clone(), i));
             }
-            tokio::spawn(reflect::run(
-                Api::<Pod>::all(client.clone()),
-                settings("pods", Some(JOB_KEY.into())),
-                tx.clone(),
-                |f| Msg::Pods(Box::new(f)),
-                counter(kinds.len()),
-            ));
+            (Units::Objects(stores), Some(JOB_KEY.to_owned()))
         }
-    }
-    drop(tx);
+    };
+    let stores = streams.len();
+    let client_for_inventory = client.clone();
+    let pods = watcher(Api::<Pod>::all(client), wc(pod_labels.as_deref())).default_backoff().map(|item| match item {
+        Ok(e) => Msg::Pod(Box::new(e)),
+        Err(e) => {
+            crate::watching::log_error("pods", &e);
+            Msg::Other
+        }
+    });
+    streams.push(pods.boxed());
+    let mut events = futures_util::stream::select_all(streams);
     let mut w = Watcher {
+        serve: Serve::new(cfg.server.clone()),
         cfg: cfg.clone(),
         state,
-        workloads: BTreeMap::new(),
-        ours: BTreeSet::new(),
-        objects: BTreeMap::new(),
+        units,
         pods: BTreeMap::new(),
+        listing: None,
         synced: BTreeSet::new(),
-        expected,
+        stores,
+        pods_synced: false,
     };
     let mut tick = tokio::time::interval(cfg.resync);
+    let inventory_client = (cfg.mode == Mode::Kueue && cfg.inventory_every > 0).then(|| client_for_inventory.clone());
+    let mut ticks: u32 = 0;
+    let mut last_rows: Option<Vec<bursar_model::CapacityRow>> = None;
     loop {
         tokio::select! {
-            msg = rx.recv() => {
-                let Some(m) = msg else { return Err(Error::Settings("the watches ended".into())) };
+            msg = events.next() => {
+                let Some(m) = msg else { return Err(Error::Stopped("the watches")) };
                 w.on(m);
                 // Take every change already queued before planning once.
-                while let Ok(m) = rx.try_recv() {
+                while let Some(Some(m)) = events.next().now_or_never() {
                     w.on(m);
                 }
             }
-            _ = tick.tick() => {}
+            _ = tick.tick() => {
+                if let Some(c) = &inventory_client {
+                    if ticks.is_multiple_of(cfg.inventory_every) {
+                        w.send_inventory(c, &mut last_rows).await;
+                    }
+                    ticks = ticks.wrapping_add(1);
+                }
+            }
         }
         match w.sync().await {
             Ok(()) => {}

@@ -3,12 +3,13 @@
 //! ring with the certificate and key given; `POST /mutate` takes an `AdmissionReview` v1 and
 //! answers one ([`crate::review`] decides), `GET /healthz` answers `ok` for the pod's probes.
 //!
-//! serve is asked on a blocking thread, within `timeout` (keep it under the webhook
-//! configuration's `timeoutSeconds`, 10 s by default, so the API server hears bursar's answer and
-//! not its own timeout). When serve gives no decision the request is refused (`--fail-open` admits
+//! serve is asked within `timeout` (keep it under the webhook configuration's `timeoutSeconds`,
+//! 10 s by default, so the API server hears bursar's answer and not its own timeout). When serve gives no decision the request is refused (`--fail-open` admits
 //! it unchecked, with a warning), as the Slurm hook's `fail_open` does; the API server's
 //! `failurePolicy` covers a webhook it cannot reach at all (docs/integrations/kubernetes.md,
 //! "Failure modes").
+//!
+//! Style: async throughout (hyper and rustls on tokio); serve is asked through [`crate::serve`].
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -27,6 +28,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::review::{self, ReviewConfig, Triage};
+use crate::serve::Serve;
 use crate::{Error, Result};
 
 /// The largest AdmissionReview read (an UPDATE carries the object twice; objects are at most
@@ -102,23 +104,18 @@ pub async fn answer(cfg: &WebhookConfig, body: &[u8]) -> (StatusCode, Vec<u8>) {
             kube::core::admission::AdmissionResponse::from(&req).deny(why)
         }
         Triage::Submit { kind, object, event, dry_run } => {
-            let server = cfg.server.clone();
-            let ask = tokio::task::spawn_blocking(
-                move || {
-                    if dry_run { server.preview(&event) } else { server.admit(&event) }
-                },
-            );
+            let serve = Serve::new(cfg.server.clone());
+            let ask = async { if dry_run { serve.preview(*event).await } else { serve.admit(*event).await } };
             match tokio::time::timeout(cfg.timeout, ask).await {
-                Ok(Ok(Ok(reply))) => {
+                Ok(Ok(reply)) => {
                     let d = &reply.admission.decision;
                     tracing::info!(%what, user = %who, job = d.job_id.as_deref().unwrap_or("-"), decision = d.decision.as_str(), "webhook: admission");
                     review::respond(&req, &cfg.review, &kind, &object, d)
                 }
-                Ok(Ok(Err(e))) => {
+                Ok(Err(e)) => {
                     tracing::error!(%what, error = %e, "webhook: serve gave no decision");
                     review::unavailable(&req, cfg.fail_open, &e.to_string())
                 }
-                Ok(Err(e)) => review::unavailable(&req, cfg.fail_open, &e.to_string()),
                 Err(_) => {
                     tracing::error!(%what, timeout = ?cfg.timeout, "webhook: serve gave no decision in time");
                     review::unavailable(&req, cfg.fail_open, &format!("no answer within {:?}", cfg.timeout))

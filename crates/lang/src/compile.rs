@@ -924,11 +924,31 @@ fn compile_policy(
                 Some("alert") => RuleDecision::Alert,
                 _ => RuleDecision::Deny,
             };
-            f.finish(r, &known(&["on", "when", "decision", "reason", "approvers", "expires", "defer_for"]));
+            // How often it may fire for one job: every time (default), once, or once per window.
+            let once_span = f.get("once").map(|v| v.span());
+            let once_kw = f.keyword(r, "once", &["job"]);
+            let cooldown = f.duration(r, "cooldown");
+            let once = match (once_kw, cooldown) {
+                (Some(_), Some(_)) => {
+                    r.error_help(
+                        once_span.unwrap_or_else(|| f.span.clone()),
+                        format!("{} sets both `once` and `cooldown`", f.what),
+                        "`once = \"job\"` fires once per job; `cooldown = \"1h\"` at most once per job per hour: keep one",
+                    );
+                    None
+                }
+                (Some(_), None) => Some(crate::families::Once::Job),
+                (None, Some(d)) => Some(crate::families::Once::Window(d)),
+                (None, None) => None,
+            };
+            f.finish(
+                r,
+                &known(&["on", "when", "decision", "reason", "approvers", "expires", "defer_for", "once", "cooldown"]),
+            );
             let (Some((_, when)), Some(reason)) = (when, reason) else { return };
             (
                 meta(on, "rule", &["condition holds", "condition does not hold"]),
-                Family::Rule(Rule { when, decision, reason }),
+                Family::Rule(Rule { when, decision, reason, once, once_key: mark_key(&id_text, 0) }),
             )
         }
         "wasm" => {

@@ -739,7 +739,7 @@ impl Name {
                         | EventKind::ApprovalGranted { by, .. }
                         | EventKind::ApprovalRejected { by, .. },
                     ) => opt_str(by.as_deref()),
-                    (F::Project, EventKind::BillingCharge(c)) => Val::Str(&c.project),
+                    (F::Project, EventKind::BillingCharge(c)) => opt_str(c.project.as_deref()),
                     (F::Project, EventKind::AssetRegistered { project, .. }) => Val::Str(project),
                     (F::Project, EventKind::JobSubmitted(j)) => Val::Str(&j.project),
                     (F::GpuHours, EventKind::BillingCharge(c)) => Val::Num(c.gpu_hours),

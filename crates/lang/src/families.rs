@@ -360,6 +360,20 @@ pub struct Rule {
     pub decision: RuleDecision,
     /// The reason.
     pub reason: Template,
+    /// How often it may fire for one job (`once = "job"`, `cooldown = "1h"`); None: every time.
+    pub once: Option<Once>,
+    /// The job mark that remembers when it last fired for a job.
+    pub once_key: u64,
+}
+
+/// How often a rule fires for one job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Once {
+    /// Once per job (`once = "job"`): its first matching event, then never again for that job's run.
+    Job,
+    /// At most once per job per window (`cooldown = "1h"`): again only when the window has passed
+    /// since it last fired.
+    Window(Duration),
 }
 
 /// What a rule decides.
@@ -573,7 +587,7 @@ impl Quota {
                 branch = 0;
                 object(&mut objections);
                 label(&mut objections);
-                objections.push_str(" would reach ");
+                objections.push_str(OVER_BUDGET);
                 push_num(&mut objections, after);
                 objections.push_str(" of its ");
                 push_num(&mut objections, limit);
@@ -594,11 +608,27 @@ impl Quota {
                 label(&mut objections);
                 objections.push_str(" would hold ");
                 bursar_model::push_int(&mut objections, i64::from(held + wants));
-                objections.push_str(" GPUs at once, over its cap of ");
+                objections.push_str(OVER_CONCURRENT);
                 bursar_model::push_int(&mut objections, i64::from(max));
                 objections.push_str(" (");
                 bursar_model::push_int(&mut objections, i64::from(held));
                 objections.push_str(" held now)");
+                // An array without a throttle holds every task's GPUs; one that may run fewer at
+                // once may fit (issue 55: the denial gave no hint that `%N` would admit it).
+                if let Some(a) = job.array.filter(|a| a.max_running.is_none() && job.gpus > 0) {
+                    let fits = max.saturating_sub(held) / job.gpus;
+                    if fits >= 1 && fits < a.tasks {
+                        objections.push_str("; throttled to at most ");
+                        bursar_model::push_int(&mut objections, i64::from(fits));
+                        objections.push_str(" tasks at once (`%");
+                        bursar_model::push_int(&mut objections, i64::from(fits));
+                        objections.push_str("`, e.g. `--array=0-");
+                        bursar_model::push_int(&mut objections, i64::from(a.tasks.saturating_sub(1)));
+                        objections.push('%');
+                        bursar_model::push_int(&mut objections, i64::from(fits));
+                        objections.push_str("`) it would fit this cap");
+                    }
+                }
             }
         }
         if let Some(q) = &job.queue
@@ -611,7 +641,7 @@ impl Quota {
                 label(&mut objections);
                 objections.push_str(" would hold ");
                 bursar_model::push_int(&mut objections, i64::from(held + wants));
-                objections.push_str(" GPUs in queue ");
+                objections.push_str(OVER_QUEUE);
                 objections.push_str(q);
                 objections.push_str(", over its cap of ");
                 bursar_model::push_int(&mut objections, i64::from(*cap));
@@ -624,6 +654,26 @@ impl Quota {
             self.on_exhaust.emit(out, objections, branch);
         }
     }
+}
+
+/// The words of a quota's objection to a GPU-hour budget ("project nlp would reach 10,250 of its
+/// 10,000 GPU-hours for 2026-11"); [`quota_held_by`] reads them back.
+pub const OVER_BUDGET: &str = " would reach ";
+/// The words of a quota's objection to its concurrent-GPU cap (`max_gpus`).
+pub const OVER_CONCURRENT: &str = " GPUs at once, over its cap of ";
+/// The words of a quota's objection to a per-queue cap (`queues`).
+pub const OVER_QUEUE: &str = " GPUs in queue ";
+
+/// Which of a quota's limits a decision's reason says held the job, as labels for people: `over
+/// budget` (its GPU-hours per period), `over the concurrent-GPU cap` (`max_gpus`), `over the queue
+/// cap` (`queues`), in that order; empty when no quota objection is in it. A hold by a concurrent-GPU
+/// cap is not "over budget" (issue 52): approving it runs the job beside the others, not past a budget.
+pub fn quota_held_by(reason: &str) -> Vec<&'static str> {
+    [(OVER_BUDGET, "over budget"), (OVER_CONCURRENT, "over the concurrent-GPU cap"), (OVER_QUEUE, "over the queue cap")]
+        .into_iter()
+        .filter(|(words, _)| reason.contains(words))
+        .map(|(_, label)| label)
+        .collect()
 }
 
 impl Quota {
@@ -1406,6 +1456,20 @@ impl Rule {
             }
             return;
         }
+        // Once per job, or per job per window: the job's mark says when the rule last fired for it.
+        // An event without a job record (a submission, a tick) has nothing to remember it by.
+        if let (Some(once), Some(job), Some(id)) = (self.once, cx.job, cx.event.kind.job_id()) {
+            if let Some(last) = job.mark(self.once_key) {
+                let again = match once {
+                    Once::Job => false,
+                    Once::Window(w) => Timestamp(last).plus(w) <= cx.now,
+                };
+                if !again {
+                    return;
+                }
+            }
+            out.effect(Effect::Mark { job_id: Arc::from(id), key: self.once_key, value: Some(cx.now.millis()) });
+        }
         let reason = self.reason.render(&env);
         let kind = match &self.decision {
             RuleDecision::Allow => VerdictKind::Allow(Hints::default()),
@@ -1424,6 +1488,19 @@ impl Rule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hold_says_which_of_a_quotas_limits_held_it() {
+        // The reasons quotas write (tests/cases/quota-max-concurrent-gpus and a budget case).
+        let cap = "project nlp would hold 20 GPUs at once, over its cap of 16 (16 held now)";
+        let budget = "project nlp would reach 32 of its 10 GPU-hours for 2026-11";
+        let queue = "project nlp would hold 20 GPUs in queue short, over its cap of 16";
+        assert_eq!(quota_held_by(cap), ["over the concurrent-GPU cap"]);
+        assert_eq!(quota_held_by(budget), ["over budget"]);
+        assert_eq!(quota_held_by(queue), ["over the queue cap"]);
+        assert_eq!(quota_held_by(&format!("{budget}; {cap}")), ["over budget", "over the concurrent-GPU cap"]);
+        assert!(quota_held_by("needs a person's yes: more than 64 GPUs").is_empty());
+    }
 
     #[test]
     fn numbers_for_people() {

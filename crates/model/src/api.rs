@@ -15,8 +15,9 @@ use crate::event::FinishStatus;
 
 mod people;
 pub use people::{
-    ActionKind, ActionReply, ActionRequest, ApprovalWait, ArrayView, DeferredWait, DenyLine, IdleWait, JobLine,
-    NoticeKind, NoticeLink, NoticeMessage, NoticeStatus, PendingReply, PoolView, ProjectLine, QuotaLine, RunsView,
+    ActionKind, ActionReply, ActionRequest, ApprovalWait, ArrayView, CapacityLine, DeferredWait, DenyLine, IdleWait,
+    JobLine, NoticeKind, NoticeLink, NoticeMessage, NoticeStatus, PendingReply, PoolView, ProjectLine, QueueLine,
+    QuotaLine, RunsView,
 };
 
 /// A line that was not applied, and why: the one shape of a rejected line everywhere (the `rejected`
@@ -114,6 +115,9 @@ pub struct AdmitReply {
     /// A preview (`POST /v1/admit?test_only=true`): what the submission would be answered now;
     /// nothing was recorded or reserved, and the decisions have no stream position (`seq` 0).
     pub test_only: bool,
+    /// With `?estimate=true`, for an allow or a preview of a job naming its GPU type: when it is
+    /// expected to start, in the partition that starts it soonest (`docs/estimate.md`).
+    pub estimate: Option<PartitionEstimate>,
 }
 
 impl Serialize for AdmitReply {
@@ -130,6 +134,9 @@ impl Serialize for AdmitReply {
         if !self.other_decisions.is_empty() {
             m.serialize_entry("other_decisions", &self.other_decisions)?;
         }
+        if let Some(e) = &self.estimate {
+            m.serialize_entry("estimate", e)?;
+        }
         m.end()
     }
 }
@@ -145,6 +152,8 @@ impl<'de> Deserialize<'de> for AdmitReply {
             other_decisions: Vec<Sequenced>,
             #[serde(default)]
             test_only: bool,
+            #[serde(default)]
+            estimate: Option<PartitionEstimate>,
             #[serde(flatten)]
             decision: Decision,
         }
@@ -154,6 +163,7 @@ impl<'de> Deserialize<'de> for AdmitReply {
             duplicate: w.duplicate,
             other_decisions: w.other_decisions,
             test_only: w.test_only,
+            estimate: w.estimate,
         })
     }
 }
@@ -469,6 +479,28 @@ pub struct OwnedPartition {
     pub replayed: u64,
 }
 
+/// `GET /v1/unconfirmed?prefix=…`: the admissions the scheduler has yet to confirm it created (a
+/// `job.queued` or `job.started` not seen since the `job.submitted` that promised one with
+/// `confirm_within_s`). The Slurm watcher releases those it does not find in two polls (issue 55).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UnconfirmedView {
+    /// The engine's clock.
+    pub engine_time: String,
+    /// The admissions, oldest first.
+    pub jobs: Vec<UnconfirmedJob>,
+}
+
+/// One admission waiting for its confirmation, in [`UnconfirmedView`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UnconfirmedJob {
+    /// The job.
+    pub job_id: String,
+    /// When it was admitted (its submission's event time).
+    pub admitted: String,
+    /// When it is released unless confirmed.
+    pub confirm_by: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -515,6 +547,7 @@ mod tests {
             duplicate: true,
             other_decisions: vec![Sequenced { seq: 4, decision: alert }],
             test_only: false,
+            estimate: None,
         };
         let v: serde_json::Value = serde_json::to_value(&r).unwrap();
         assert_eq!(v["decision"], "allow");
@@ -544,4 +577,92 @@ mod tests {
             assert_eq!(serde_json::to_string(a).unwrap(), l);
         }
     }
+}
+
+/// `GET /v1/estimate?gpus=8&gpu_type=H100&hours=12[&region=R][&queue=Q]`: when a request not yet
+/// submitted would start, in each partition of the pool that could run it, soonest first
+/// (`docs/estimate.md`). What `bursar estimate` prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EstimateReply {
+    /// The engine's clock when estimated (RFC 3339).
+    pub now: String,
+    /// GPUs asked for.
+    pub gpus: u32,
+    /// GPU type asked for.
+    pub gpu_type: String,
+    /// Hours asked for (the limit).
+    pub hours: f64,
+    /// One line per partition of that GPU type (in the region, if one was asked), soonest first;
+    /// those where it cannot start last.
+    pub partitions: Vec<PartitionEstimate>,
+    /// Why there is nothing to estimate, when `partitions` is empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// `in about 40 min`, `now`, `in about 3 h 10 min`, `in about 3 days`: a wait for people (the one
+/// wording `bursar estimate` and the admission messages share).
+pub fn about(wait_s: i64) -> String {
+    if wait_s < 60 {
+        return "now".to_owned();
+    }
+    let m = (wait_s + 30) / 60;
+    if m < 60 {
+        format!("in about {m} min")
+    } else if m < 48 * 60 {
+        format!("in about {} h {} min", m / 60, m % 60)
+    } else {
+        format!("in about {} days", (m + 720) / 1440)
+    }
+}
+
+impl PartitionEstimate {
+    /// `expected start in about 40 min in cn-north / gpu`, or `None` when it cannot start there.
+    pub fn sentence(&self) -> Option<String> {
+        let wait = self.wait_s?;
+        let place =
+            if self.queue.is_empty() { self.region.clone() } else { format!("{} / {}", self.region, self.queue) };
+        Some(format!("expected start {} in {place}", about(wait)))
+    }
+}
+
+/// A request's estimated start in one partition (a region's GPU type in one queue).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartitionEstimate {
+    /// The region.
+    pub region: String,
+    /// The queue or partition (empty: any).
+    pub queue: String,
+    /// GPUs in service, allocated, free and drained, as last reported.
+    pub in_service: u32,
+    /// GPUs allocated.
+    pub allocated: u32,
+    /// GPUs free.
+    pub free: u32,
+    /// GPUs drained or down.
+    pub drained: u32,
+    /// When the figures were read (RFC 3339), and by whom.
+    pub reported: String,
+    /// The inventory's source, if it named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Jobs bursar knows running in it.
+    pub running_jobs: u32,
+    /// Jobs bursar knows waiting for it (admitted, not started), which go first.
+    pub waiting_jobs: u32,
+    /// The estimated start (RFC 3339); absent when it cannot start here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<String>,
+    /// Seconds from now to the estimated start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_s: Option<i64>,
+    /// The early end of the range (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub earliest: Option<String>,
+    /// The late end of the range: every job running to its limit (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest: Option<String>,
+    /// Why it cannot start here, when it cannot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }

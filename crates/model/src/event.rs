@@ -220,6 +220,13 @@ pub struct Sample {
     pub progress: Option<f64>,
     /// The unit of `throughput` (`tokens/s`, `samples/s`, `steps/s`) or of `progress` (`tokens`, …).
     pub unit: Option<String>,
+    /// v1.x: DCGM's SM activity (`DCGM_FI_PROF_SM_ACTIVE`), 0.0 to 1.0: the share of time the GPU's
+    /// streaming multiprocessors had work. A truer measure of use than `gpu_util` (which counts a
+    /// kernel on one SM as busy); the use-weighted effective hours take it when the samples carry it.
+    pub sm_active: Option<f64>,
+    /// v1.x: the share of the interval, 0.0 to 1.0, the job's own loop waited for input (its data
+    /// loader's or I/O counters). Low-use hours are counted as waiting for data only from this.
+    pub input_wait: Option<f64>,
 }
 
 /// What a submitted job asks for. Fields other than `id` and `project` may be absent; a policy that
@@ -469,8 +476,9 @@ impl FinishStatus {
 /// A charge from the billing system.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BillingCharge {
-    /// Project charged.
-    pub project: String,
+    /// Project charged. v1.x: may be absent when `job_id` names the job (its project is charged) or
+    /// when the charge is `unattributed`.
+    pub project: Option<String>,
     /// Job the charge is for, if any.
     pub job_id: Option<String>,
     /// GPU-hours charged.
@@ -481,6 +489,10 @@ pub struct BillingCharge {
     pub currency: Option<String>,
     /// Billing mode.
     pub mode: Option<BillingMode>,
+    /// v1.x: how the charge found its owner ([`crate::bill::Attribution`]).
+    pub attribution: Option<crate::bill::Attribution>,
+    /// v1.x: the bill line it came from ([`crate::bill::BillLine`]).
+    pub bill: Option<Box<crate::bill::BillLine>>,
 }
 
 /// How GPU time is billed.
@@ -733,6 +745,10 @@ impl<'de> Visitor<'de> for InputVisitor {
         let mut throughput: Option<f64> = None;
         let mut progress: Option<f64> = None;
         let mut unit: Option<String> = None;
+        let mut sm_active: Option<f64> = None;
+        let mut input_wait: Option<f64> = None;
+        let mut attribution: Option<crate::bill::Attribution> = None;
+        let mut bill: Option<crate::bill::BillLine> = None;
         let mut status: Option<FinishStatus> = None;
         let mut by: Option<String> = None;
         let mut project: Option<String> = None;
@@ -784,10 +800,30 @@ impl<'de> Visitor<'de> for InputVisitor {
                         .transpose()?
                 }
                 "unit" => unit = map.next_value()?,
+                "sm_active" => {
+                    sm_active = map.next_value::<Option<f64>>()?.map(|v| fraction("sm_active", v)).transpose()?
+                }
+                "input_wait" => {
+                    input_wait = map.next_value::<Option<f64>>()?.map(|v| fraction("input_wait", v)).transpose()?
+                }
+                "attribution" => attribution = map.next_value()?,
+                "bill" => bill = map.next_value()?,
                 "status" => status = Some(map.next_value()?),
                 "by" => by = map.next_value()?,
                 "project" => project = Some(map.next_value()?),
-                "gpu_hours" => gpu_hours = Some(bounded("gpu_hours", map.next_value()?, limits::CHARGE_GPU_HOURS)?),
+                // Signed here: a correction of a closed period (v1.x `bill.correction`) may take card-hours
+                // back; every other charge is checked to be at least 0 below.
+                "gpu_hours" => {
+                    let v: f64 = map.next_value()?;
+                    if !(v.is_finite() && v.abs() <= limits::CHARGE_GPU_HOURS) {
+                        return Err(de::Error::custom(format!(
+                            "`gpu_hours` is {}, above the largest value bursar accepts ({})",
+                            shown(v),
+                            shown(limits::CHARGE_GPU_HOURS)
+                        )));
+                    }
+                    gpu_hours = Some(v)
+                }
                 "amount" => {
                     amount = map
                         .next_value::<Option<f64>>()?
@@ -845,6 +881,8 @@ impl<'de> Visitor<'de> for InputVisitor {
             keep(&mut extra, "throughput", throughput.take());
             keep(&mut extra, "progress", progress.take());
             keep(&mut extra, "unit", unit.take());
+            keep(&mut extra, "sm_active", sm_active.take());
+            keep(&mut extra, "input_wait", input_wait.take());
         }
         if ty != "job.finished" && !run_type {
             keep(&mut extra, "status", status.take());
@@ -860,6 +898,8 @@ impl<'de> Visitor<'de> for InputVisitor {
             keep(&mut extra, "amount", amount.take());
             keep(&mut extra, "currency", currency.take());
             keep(&mut extra, "mode", mode.take());
+            keep(&mut extra, "attribution", attribution.take());
+            keep(&mut extra, "bill", bill.take());
         }
         if ty != "asset.registered" {
             keep(&mut extra, "asset", asset.take());
@@ -874,6 +914,45 @@ impl<'de> Visitor<'de> for InputVisitor {
             keep(&mut extra, "action", action.take());
             keep(&mut extra, "detail", detail.take());
             keep(&mut extra, "attempts", attempts.take());
+        }
+        if ty == crate::input::INVENTORY_TYPE {
+            let take =
+                |extra: &mut Extra, key: &str| extra.iter().position(|(k, _)| k == key).map(|i| extra.remove(i).1);
+            let rows = take(&mut extra, "capacity").ok_or_else(|| de::Error::missing_field("capacity"))?;
+            let capacity = serde_json::from_str::<Vec<crate::input::CapacityRow>>(rows.get())
+                .map_err(|e| de::Error::custom(format!("`capacity`: {e}")))?;
+            if capacity.len() > crate::input::INVENTORY_ROWS {
+                return Err(de::Error::custom(format!(
+                    "`capacity` has {} rows, above the {} one inventory may carry",
+                    capacity.len(),
+                    crate::input::INVENTORY_ROWS
+                )));
+            }
+            for row in &capacity {
+                for (field, v) in [
+                    ("in_service", row.in_service),
+                    ("allocated", row.allocated),
+                    ("free", row.free),
+                    ("drained", row.drained),
+                ] {
+                    bounded_int(field, v, limits::GPUS)?;
+                }
+                if let Some(b) = &row.backfill
+                    && !matches!(b.as_str(), "easy" | "strict" | "best_effort")
+                {
+                    return Err(de::Error::custom(format!(
+                        "`backfill` is `easy`, `strict` or `best_effort`, not `{b}`"
+                    )));
+                }
+            }
+            let source = match take(&mut extra, "source") {
+                Some(raw) => Some(
+                    serde_json::from_str::<String>(raw.get())
+                        .map_err(|_| de::Error::custom("`source` must be a string"))?,
+                ),
+                None => None,
+            };
+            return Ok(Input::Inventory(crate::input::Inventory { id, time, source, capacity }));
         }
         if matches!(ty, "job.submitted" | "asset.registered" | "clock.tick" | crate::input::WALL_TICK_TYPE) {
             keep(&mut extra, "job_id", job_id.take());
@@ -907,20 +986,46 @@ impl<'de> Visitor<'de> for InputVisitor {
                 throughput,
                 progress,
                 unit,
+                sm_active,
+                input_wait,
             }),
             "job.finished" => EventKind::JobFinished {
                 job_id: need(job_id, "job_id")?,
                 status: status.ok_or_else(|| de::Error::missing_field("status"))?,
             },
             "job.keepalive" => EventKind::JobKeepalive { job_id: need(job_id, "job_id")?, by },
-            "billing.charge" => EventKind::BillingCharge(BillingCharge {
-                project: need(project, "project")?,
-                job_id,
-                gpu_hours: gpu_hours.ok_or_else(|| de::Error::missing_field("gpu_hours"))?,
-                amount,
-                currency,
-                mode,
-            }),
+            "billing.charge" => {
+                // v1.x: a charge that names its job is the job's project's; an unattributed one is
+                // nobody's. Any other charge must still name its project.
+                let unattributed = attribution == Some(crate::bill::Attribution::Unattributed);
+                if project.is_none() && job_id.is_none() && !unattributed {
+                    return Err(de::Error::custom(
+                        "missing field `project`: a charge names its `project`, or the `job_id` it is for, or says `\"attribution\": \"unattributed\"`",
+                    ));
+                }
+                if unattributed && project.is_some() {
+                    return Err(de::Error::custom("an `unattributed` charge names no `project`"));
+                }
+                if let Some(b) = &bill {
+                    b.check().map_err(de::Error::custom)?;
+                }
+                let gpu_hours = gpu_hours.ok_or_else(|| de::Error::missing_field("gpu_hours"))?;
+                if gpu_hours < 0.0 && !bill.as_ref().is_some_and(|b| b.correction) {
+                    return Err(de::Error::custom(format!(
+                        "`gpu_hours` must be a number of at least 0, got {gpu_hours} (only a correction, `bill.correction`, takes card-hours back)"
+                    )));
+                }
+                EventKind::BillingCharge(BillingCharge {
+                    project,
+                    job_id,
+                    gpu_hours,
+                    amount,
+                    currency,
+                    mode,
+                    attribution,
+                    bill: bill.map(Box::new),
+                })
+            }
             "approval.granted" => EventKind::ApprovalGranted { job_id: need(job_id, "job_id")?, by },
             "approval.rejected" => EventKind::ApprovalRejected { job_id: need(job_id, "job_id")?, by },
             "asset.registered" => EventKind::AssetRegistered {
@@ -1149,7 +1254,7 @@ impl Serialize for Event {
                 macro_rules! opt {
                     ($($f:ident),*) => {$(if let Some(v) = &x.$f { m.serialize_entry(stringify!($f), v)?; })*};
                 }
-                opt!(mem_util, gpu_util_max, fb_used_mib, gpus, throughput, progress, unit);
+                opt!(mem_util, gpu_util_max, fb_used_mib, gpus, throughput, progress, unit, sm_active, input_wait);
             }
             EventKind::JobFinished { job_id, status } => {
                 m.serialize_entry("job_id", job_id)?;
@@ -1164,7 +1269,9 @@ impl Serialize for Event {
                 }
             }
             EventKind::BillingCharge(c) => {
-                m.serialize_entry("project", &c.project)?;
+                if let Some(v) = &c.project {
+                    m.serialize_entry("project", v)?;
+                }
                 if let Some(v) = &c.job_id {
                     m.serialize_entry("job_id", v)?;
                 }
@@ -1177,6 +1284,12 @@ impl Serialize for Event {
                 }
                 if let Some(v) = &c.mode {
                     m.serialize_entry("mode", v)?;
+                }
+                if let Some(v) = &c.attribution {
+                    m.serialize_entry("attribution", v)?;
+                }
+                if let Some(v) = &c.bill {
+                    m.serialize_entry("bill", v)?;
                 }
             }
             EventKind::AssetRegistered { project, asset } => {

@@ -16,6 +16,9 @@
 //!   partition saw finish (`run.recorded`), so trial-before-scale finds a trial made in any project.
 //!   Only bursar writes it (a partition's owner, onto the other partitions' streams); producers may
 //!   not send it. It updates the configuration's run history and nothing else.
+//! - [`Input::Inventory`] (v1.x): what the pool has, per region, GPU type and queue (`pool.inventory`,
+//!   [`Inventory`]), from a scheduler's agent or a producer with the `scheduler` power. It replaces the
+//!   engine's latest figures for each row it names and reaches no policy; the estimator reads it.
 //! - [`Input::Ledger`]: in `serve --cluster`, a change to the ledgers that span projects (user and
 //!   tag budgets), sent by a project's partition to the partition that keeps those ledgers
 //!   ([`LedgerOp`]). Only bursar writes it; no producer may send it, and it never reaches an audit log.
@@ -36,6 +39,69 @@ pub const WALL_TICK_PREFIX: &str = "bursar-tick-";
 
 /// The wire type of a run fact ([`RunFact`]), accepted only from bursar itself.
 pub const RUN_TYPE: &str = "run.recorded";
+
+/// The wire type of an inventory ([`Inventory`]).
+pub const INVENTORY_TYPE: &str = "pool.inventory";
+
+/// The most rows one `pool.inventory` may carry.
+pub const INVENTORY_ROWS: usize = 4096;
+
+/// What one partition of the pool has: a region's GPU type in one queue (a Slurm partition, a Kueue
+/// ClusterQueue), in GPUs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct CapacityRow {
+    /// The region (a pool or cluster): `cn-north`.
+    pub region: String,
+    /// The GPU model: `H100`.
+    pub gpu_type: String,
+    /// The queue or partition; empty: the GPU type's capacity in the region, whatever the queue.
+    #[serde(default)]
+    pub queue: String,
+    /// GPUs in service (not drained or down).
+    pub in_service: u32,
+    /// GPUs allocated to jobs now.
+    pub allocated: u32,
+    /// GPUs free now (in service and not allocated; a producer that knows better than
+    /// in_service − allocated, fragmentation for one, says so here).
+    pub free: u32,
+    /// GPUs drained or down.
+    #[serde(default)]
+    pub drained: u32,
+    /// How the scheduler lets later jobs pass a blocked one: `easy` (default), `strict`,
+    /// `best_effort` (`docs/estimate.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backfill: Option<String>,
+}
+
+/// `pool.inventory` (v1.x): the pool's capacity per region, GPU type and queue at `time`:
+/// `{"id":"inv-1","time":…,"type":"pool.inventory","source":"slurm:lab","capacity":[{"region":"cn-north",
+/// "gpu_type":"H100","queue":"gpu","in_service":64,"allocated":48,"free":12,"drained":4}]}`.
+/// Each row replaces the engine's row of the same (region, GPU type, queue); rows not named stay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inventory {
+    /// Unique id.
+    pub id: String,
+    /// When the figures were read.
+    pub time: Timestamp,
+    /// Who read them (`slurm:lab`, `config`), for people.
+    pub source: Option<String>,
+    /// The rows.
+    pub capacity: Vec<CapacityRow>,
+}
+
+impl Serialize for Inventory {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("id", &self.id)?;
+        m.serialize_entry("time", &self.time.text())?;
+        m.serialize_entry("type", INVENTORY_TYPE)?;
+        if let Some(source) = &self.source {
+            m.serialize_entry("source", source)?;
+        }
+        m.serialize_entry("capacity", &self.capacity)?;
+        m.end()
+    }
+}
 
 /// The wire type of a change to the shared ledgers ([`LedgerOp`]), accepted only from bursar itself.
 pub const LEDGER_TYPE: &str = "ledger.op";
@@ -108,6 +174,14 @@ pub enum LedgerChange {
         /// By a reclaim rather than its own end.
         reclaimed: bool,
     },
+    /// A reclaim the scheduler did not carry out: the job, still running, is held, reserved and
+    /// charged again from the reclaim (`at`) on.
+    Unreclaim {
+        /// The job.
+        job_id: String,
+        /// When the reclaim released it.
+        at: crate::Timestamp,
+    },
     /// A billing charge for the job.
     Charge {
         /// The job.
@@ -133,6 +207,7 @@ impl LedgerChange {
             | LedgerChange::Reopen { job_id }
             | LedgerChange::Task { job_id, .. }
             | LedgerChange::Release { job_id, .. }
+            | LedgerChange::Unreclaim { job_id, .. }
             | LedgerChange::Charge { job_id, .. }
             | LedgerChange::Drop { job_id } => job_id,
         }
@@ -163,6 +238,8 @@ pub enum Input {
     Run(RunFact),
     /// A change to the ledgers that span projects (cluster mode, the partition that keeps them).
     Ledger(LedgerOp),
+    /// What the pool has (`pool.inventory`, v1.x).
+    Inventory(Inventory),
 }
 
 /// The outcome of one run of a configuration, as the partition that saw the job finish recorded it:
@@ -260,8 +337,18 @@ pub struct Action {
     pub detail: Option<String>,
     /// How many times it was tried.
     pub attempts: Option<u32>,
-    /// Fields the agent added (`slurm_job_id`, `slurm_cluster`, …), kept verbatim.
+    /// Fields the agent added (`slurm_job_id`, `slurm_cluster`, …, and `decision`: the kind of the
+    /// decision carried out), kept verbatim.
     pub extra: Extra,
+}
+
+impl Action {
+    /// The kind of the decision carried out (`reclaim`, `allow`, …), when the agent said it (its
+    /// `decision` field: `bursar-agent` writes it on every record).
+    pub fn decision_kind(&self) -> Option<String> {
+        let (_, v) = self.extra.iter().find(|(k, _)| k == "decision")?;
+        serde_json::from_str::<String>(v.get()).ok()
+    }
 }
 
 impl Serialize for Action {
@@ -309,6 +396,7 @@ impl Serialize for Input {
             Input::Action(a) => a.serialize(s),
             Input::Run(r) => r.serialize(s),
             Input::Ledger(l) => l.serialize(s),
+            Input::Inventory(i) => i.serialize(s),
         }
     }
 }
@@ -322,6 +410,7 @@ impl Input {
             Input::Action(a) => Cow::Borrowed(&a.id),
             Input::Run(r) => Cow::Borrowed(&r.id),
             Input::Ledger(l) => Cow::Borrowed(&l.id),
+            Input::Inventory(i) => Cow::Borrowed(&i.id),
         }
     }
 
@@ -333,6 +422,7 @@ impl Input {
             Input::Action(a) => a.time,
             Input::Run(r) => r.time,
             Input::Ledger(l) => l.time,
+            Input::Inventory(i) => i.time,
         }
     }
 
@@ -344,6 +434,7 @@ impl Input {
             Input::Action(a) => a.outcome.type_name(),
             Input::Run(_) => RUN_TYPE,
             Input::Ledger(_) => LEDGER_TYPE,
+            Input::Inventory(_) => INVENTORY_TYPE,
         }
     }
 
@@ -351,7 +442,7 @@ impl Input {
     pub fn job_id(&self) -> Option<&str> {
         match self {
             Input::Event(e) => e.kind.job_id(),
-            Input::WallTick(_) | Input::Run(_) => None,
+            Input::WallTick(_) | Input::Run(_) | Input::Inventory(_) => None,
             Input::Action(a) => a.job_id.as_deref(),
             Input::Ledger(l) => Some(l.op.job_id()),
         }
@@ -391,6 +482,40 @@ mod tests {
         assert_eq!(a.extra[0].0, "slurm_job_id");
         let Input::WallTick(t) = decode_input(lines[2]).unwrap() else { panic!("not a wall tick") };
         assert_eq!(t.id(), "bursar-tick-1793610000000");
+    }
+
+    #[test]
+    fn an_inventory_round_trips_and_its_rows_are_checked() {
+        let line = r#"{"id":"inv-1","time":"2026-11-02T09:00:00Z","type":"pool.inventory","source":"slurm:lab","capacity":[{"region":"cn-north","gpu_type":"H100","queue":"gpu","in_service":64,"allocated":48,"free":12,"drained":4},{"region":"cn-east","gpu_type":"H100","queue":"","in_service":8,"allocated":0,"free":8,"drained":0,"backfill":"strict"}]}"#;
+        let input = decode_input(line).unwrap();
+        assert_eq!(input.to_json(), line);
+        let Input::Inventory(inv) = input else { panic!("not an inventory") };
+        assert_eq!((inv.capacity.len(), inv.capacity[0].free, inv.source.as_deref()), (2, 12, Some("slurm:lab")));
+        // queue and drained may be left out.
+        let short = r#"{"id":"i","time":"2026-11-02T09:00:00Z","type":"pool.inventory","capacity":[{"region":"r","gpu_type":"A100","in_service":8,"allocated":2,"free":6}]}"#;
+        let Input::Inventory(inv) = decode_input(short).unwrap() else { panic!("not an inventory") };
+        assert_eq!((inv.capacity[0].queue.as_str(), inv.capacity[0].drained), ("", 0));
+        for (bad, says) in [
+            (r#"{"id":"i","time":"2026-11-02T09:00:00Z","type":"pool.inventory"}"#, "capacity"),
+            (
+                r#"{"id":"i","time":"2026-11-02T09:00:00Z","type":"pool.inventory","capacity":[{"region":"r","gpu_type":"A","in_service":-1,"allocated":0,"free":0}]}"#,
+                "`capacity`: invalid value: integer `-1`",
+            ),
+            (
+                r#"{"id":"i","time":"2026-11-02T09:00:00Z","type":"pool.inventory","capacity":[{"region":"r","gpu_type":"A","in_service":2000000,"allocated":0,"free":0}]}"#,
+                "in_service",
+            ),
+            (
+                r#"{"id":"i","time":"2026-11-02T09:00:00Z","type":"pool.inventory","capacity":[{"region":"r","gpu_type":"A","in_service":1,"allocated":0,"free":0,"backfill":"lifo"}]}"#,
+                "backfill",
+            ),
+        ] {
+            let err = decode_input(bad).map(|_| ()).unwrap_err().to_string();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+        let bidi = r#"{"id":"i","time":"2026-11-02T09:00:00Z","type":"pool.inventory","capacity":[{"region":"r\u202e","gpu_type":"A","in_service":1,"allocated":0,"free":1}]}"#;
+        let input = decode_input(bidi).unwrap();
+        assert!(crate::names::check(&input).is_err(), "names in rows follow the name rules");
     }
 
     #[test]

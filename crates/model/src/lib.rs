@@ -7,6 +7,7 @@
 //!
 //! Layout:
 //! - [`time`]: RFC 3339 instants, durations, quota periods.
+//! - [`bill`]: what a `billing.charge` says about its bill line (v1.x), as `bursar import bill` writes it.
 //! - [`event`]: the ten v1 event types and the hand-written, single-pass decoder.
 //! - [`input`]: [`Input`], everything that reaches the engine: events, `serve`'s wall tick, action records.
 //! - [`decision`]: decision kinds and the decision line.
@@ -16,6 +17,7 @@
 //! - [`api`]: the bodies of `bursar serve`'s HTTP API and socket, shared by the server and its clients.
 
 pub mod api;
+pub mod bill;
 pub mod decision;
 pub mod event;
 pub mod input;
@@ -24,14 +26,15 @@ pub mod sender;
 pub mod throughput;
 pub mod time;
 
+pub use bill::{Attribution, BillLine, ChargeCategory, UseStatus};
 pub use decision::{Decision, DecisionKind, Hints};
 pub use event::{
     ArraySpec, Asset, BillingCharge, BillingMode, DecodeError, EVENT_TYPES, Event, EventKind, Extra, FinishStatus,
     JobSpec, RawJson, Ready, Sample, StartInfo, decode_event, decode_input, limits,
 };
 pub use input::{
-    Action, ActionOutcome, Input, LEDGER_TYPE, LedgerChange, LedgerOp, RUN_TYPE, RunFact, WALL_TICK_PREFIX,
-    WALL_TICK_TYPE, WallTick,
+    Action, ActionOutcome, CapacityRow, INVENTORY_TYPE, Input, Inventory, LEDGER_TYPE, LedgerChange, LedgerOp,
+    RUN_TYPE, RunFact, WALL_TICK_PREFIX, WALL_TICK_TYPE, WallTick,
 };
 pub use names::NameError;
 pub use sender::Sender;

@@ -244,9 +244,22 @@ pub fn check(input: &Input) -> Result<(), NameError> {
                     opt("reason", extra_str(&e.extra, "reason").as_deref(), Kind::Text)?;
                 }
                 EventKind::BillingCharge(c) => {
-                    check_str("project", &c.project, Kind::Name)?;
+                    opt("project", c.project.as_deref(), Kind::Name)?;
                     opt("job_id", c.job_id.as_deref(), Kind::Id)?;
                     opt("currency", c.currency.as_deref(), Kind::Name)?;
+                    if let Some(b) = &c.bill {
+                        opt("bill.resource", b.resource.as_deref(), Kind::Text)?;
+                        opt("bill.sku", b.sku.as_deref(), Kind::Text)?;
+                        opt("bill.region", b.region.as_deref(), Kind::Name)?;
+                        opt("bill.gpu_type", b.gpu_type.as_deref(), Kind::Name)?;
+                        for c in [&b.commitment, &b.capacity_reservation].into_iter().flatten() {
+                            check_str("bill commitment id", &c.id, Kind::Text)?;
+                        }
+                        for (k, v) in &b.tags {
+                            check_str("bill.tags key", k, Kind::Name)?;
+                            check_str("bill.tags value", v, Kind::Text)?;
+                        }
+                    }
                 }
                 EventKind::AssetRegistered { project, asset } => {
                     check_str("project", project, Kind::Name)?;
@@ -267,6 +280,18 @@ pub fn check(input: &Input) -> Result<(), NameError> {
         }
         Input::WallTick(_) => Ok(()),
         Input::Run(r) => check_str("id", &r.id, Kind::Id),
+        Input::Inventory(i) => {
+            check_str("id", &i.id, Kind::Id)?;
+            opt("source", i.source.as_deref(), Kind::Name)?;
+            for row in &i.capacity {
+                check_str("capacity.region", &row.region, Kind::Name)?;
+                check_str("capacity.gpu_type", &row.gpu_type, Kind::Name)?;
+                if !row.queue.is_empty() {
+                    check_str("capacity.queue", &row.queue, Kind::Name)?;
+                }
+            }
+            Ok(())
+        }
         // Written by bursar from inputs already checked (its id joins their ids, so it may be longer
         // than one id may be).
         Input::Ledger(_) => Ok(()),

@@ -381,6 +381,7 @@ mod tests {
                 policies: vec!["approval/big".into()],
                 reason: "big".into(),
                 over_budget: true,
+                held_by: vec!["over budget".into()],
                 self_approval: false,
             }),
             idle: idle_at

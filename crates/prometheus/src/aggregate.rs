@@ -290,6 +290,7 @@ pub fn samples(
                     throughput: tp,
                     progress: pg,
                     unit,
+                    ..Sample::default()
                 }),
                 extra: source_field(),
             });

@@ -72,9 +72,15 @@ pub struct Prices {
     /// Per-task pricing.
     #[serde(default)]
     pub per_task: Option<PerTask>,
-    /// Per-GPU-hour rates by GPU type (and a `default` row), for the cost per unit of work.
+    /// Per-GPU-hour rates by GPU type (`H100`), GPU type in a region (`H100@us-east-1`) and a
+    /// `default` row: for the cost per unit of work and the pool's billing modes.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub gpu_types: BTreeMap<String, TypeRates>,
+    /// Types (and regions) without a row of their own take their rates from the imported bill of the
+    /// period, where it has them: the list price per card-hour as on demand, the effective cost per
+    /// card-hour of its commitment and capacity-reservation lines × 730 as a reserved GPU-month.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_bill: bool,
 }
 
 /// One row of `[gpu_types]`: what a GPU-hour of this type costs under each billing mode.
@@ -89,7 +95,14 @@ pub struct TypeRates {
     /// A GPU-hour under per-task pricing (without the per-task fee).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_task: Option<f64>,
+    /// One reserved GPU of this type for a calendar month, used or not (the pool's reserved block);
+    /// without it, `reserved × 730`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_gpu_month: Option<f64>,
 }
+
+/// Hours in the month a reserved GPU-month is priced over: 365 × 24 / 12.
+pub const HOURS_PER_MONTH: f64 = 730.0;
 
 impl TypeRates {
     /// The rate of `mode` (`on_demand`, `reserved`, `per_task`).
@@ -100,6 +113,11 @@ impl TypeRates {
             "per_task" => self.per_task,
             _ => None,
         }
+    }
+
+    /// What one reserved GPU costs for a month: `per_gpu_month`, else the used-hour rate × 730.
+    pub fn gpu_month(&self) -> Option<f64> {
+        self.per_gpu_month.or(self.reserved.map(|r| r * HOURS_PER_MONTH))
     }
 }
 
@@ -230,6 +248,14 @@ impl Prices {
             check(&["per_task", "per_gpu_hour"], t.per_gpu_hour)?;
         }
         for (name, row) in &prices.gpu_types {
+            if let Some(v) = row.per_gpu_month
+                && !(v.is_finite() && v > 0.0)
+            {
+                return Err(at(
+                    locate(text, &["gpu_types", name, "per_gpu_month"]),
+                    format!("`gpu_types.{name}.per_gpu_month` must be a price greater than 0, got {v}"),
+                ));
+            }
             for mode in MODES {
                 if let Some(v) = row.of(mode)
                     && !(v.is_finite() && v > 0.0)
@@ -247,11 +273,17 @@ impl Prices {
     /// The rates of a GPU-hour of `gpu_type`: its `[gpu_types]` row, else the `default` row, else
     /// the flat on-demand and per-task GPU-hour rates.
     pub fn rates(&self, gpu_type: &str) -> TypeRates {
-        self.gpu_types.get(gpu_type).or_else(|| self.gpu_types.get("default")).copied().unwrap_or(TypeRates {
+        self.gpu_types.get(gpu_type).or_else(|| self.gpu_types.get("default")).copied().unwrap_or_else(|| self.flat())
+    }
+
+    /// The flat rates: `[on_demand] per_gpu_hour`, `[per_task] per_gpu_hour`, `[reserved] per_gpu_month`.
+    pub fn flat(&self) -> TypeRates {
+        TypeRates {
             on_demand: self.on_demand.per_gpu_hour,
             reserved: None,
             per_task: self.per_task.as_ref().map(|t| t.per_gpu_hour),
-        })
+            per_gpu_month: self.reserved.as_ref().map(|r| r.per_gpu_month),
+        }
     }
 
     /// Reads and parses a price file.
@@ -268,8 +300,9 @@ pub struct Usage {
     /// GPU-hours per clock hour, one entry per hour that had any use (hours without use are zeros
     /// and need not be listed).
     pub hourly: Vec<f64>,
-    /// Calendar months the period covers (the reserved block is paid for each).
-    pub months: u32,
+    /// Months the period covers, pro rata (the reserved block is paid for each): each calendar month
+    /// counts the share of its days in the period, so a whole month is 1.
+    pub months: f64,
     /// GPU-hours of each job in the period.
     pub jobs: Vec<f64>,
 }
@@ -335,9 +368,9 @@ fn clamp_u32(v: f64) -> u32 {
 }
 
 /// The best reserved block for `hourly` over `months` months.
-pub fn best_block(hourly: &[f64], months: u32, r: &Reserved, on_demand: f64) -> ReservedQuote {
+pub fn best_block(hourly: &[f64], months: f64, r: &Reserved, on_demand: f64) -> ReservedQuote {
     let overage = r.overage_per_gpu_hour.unwrap_or(on_demand);
-    let per_block = r.per_gpu_month * f64::from(months);
+    let per_block = r.per_gpu_month * months;
     let mut asc: Vec<f64> = hourly.iter().copied().filter(|u| *u > 0.0).collect();
     asc.sort_by(f64::total_cmp);
     let mut suffix = vec![0.0; asc.len() + 1];
@@ -374,7 +407,10 @@ pub fn compare(usage: &Usage, prices: &Prices) -> Comparison {
     let peak_gpus = usage.hourly.iter().copied().fold(0.0, f64::max);
     let od = prices.on_demand.per_gpu_hour;
     let on_demand = od * gpu_hours;
-    let reserved = prices.reserved.as_ref().map(|r| best_block(&usage.hourly, usage.months.max(1), r, od));
+    let reserved = prices
+        .reserved
+        .as_ref()
+        .map(|r| best_block(&usage.hourly, if usage.months > 0.0 { usage.months } else { 1.0 }, r, od));
     let per_task =
         prices.per_task.as_ref().map(|t| usage.jobs.iter().map(|h| t.per_task + t.per_gpu_hour * h).sum::<f64>());
     let mut ranking = vec![ModeCost { mode: "on_demand", cost: on_demand }];
@@ -429,7 +465,7 @@ per_gpu_hour = 9.0
         // 4 GPUs busy for 10 hours, 2 GPUs for 10 more: 60 GPU-hours, two jobs of 40 and 20.
         let mut hourly = vec![4.0; 10];
         hourly.extend([2.0; 10]);
-        let usage = Usage { hourly, months: 1, jobs: vec![40.0, 20.0] };
+        let usage = Usage { hourly, months: 1.0, jobs: vec![40.0, 20.0] };
         let c = compare(&usage, &prices());
         // on demand: 60 × 10 = 600.
         assert_eq!(c.on_demand, 600.0);
@@ -448,7 +484,7 @@ per_gpu_hour = 9.0
     fn hand_computed_spiky_curve_prefers_paying_per_use() {
         // One 8-GPU hour and one 1-GPU hour in a two-month period: block months = 2, so each GPU of
         // block costs 60. B=0: 9×12=108; B=1: 60 + 7×12=144. On demand: 9×10 = 90.
-        let usage = Usage { hourly: vec![8.0, 1.0], months: 2, jobs: vec![8.0, 1.0] };
+        let usage = Usage { hourly: vec![8.0, 1.0], months: 2.0, jobs: vec![8.0, 1.0] };
         let c = compare(&usage, &prices());
         let r = c.reserved.clone().unwrap();
         assert_eq!((r.block_gpus, r.cost), (0, 108.0));
@@ -465,7 +501,7 @@ per_gpu_hour = 9.0
     fn fractional_hours_and_the_block_optimum() {
         // 2.5 GPUs average for 100 hours; block 60/month, overage 1: each block GPU saves 100 hours ×1
         // = 100 > 60 while the curve is above it. B=2: 120 + 0.5×100 = 170; B=3: 180. Best B=2.
-        let r = best_block(&[2.5; 100], 1, &Reserved { per_gpu_month: 60.0, overage_per_gpu_hour: Some(1.0) }, 1.0);
+        let r = best_block(&[2.5; 100], 1.0, &Reserved { per_gpu_month: 60.0, overage_per_gpu_hour: Some(1.0) }, 1.0);
         assert_eq!((r.block_gpus, r.cost), (2, 170.0));
     }
 
@@ -480,7 +516,7 @@ per_gpu_hour = 9.0
                     (x >> 40) as f64 / (1u64 << 24) as f64 * 12.0
                 })
                 .collect();
-            let q = best_block(&hourly, 1, &r, 2.0);
+            let q = best_block(&hourly, 1.0, &r, 2.0);
             let total = |b: u32| -> f64 {
                 f64::from(b) * 37.0 + 1.3 * hourly.iter().map(|u| (u - f64::from(b)).max(0.0)).sum::<f64>()
             };
@@ -494,13 +530,16 @@ per_gpu_hour = 9.0
     fn rates_per_gpu_type_with_a_default_row() {
         let text = "currency = \"CNY\"\n[on_demand]\nper_gpu_hour = 15.0\n[per_task]\nper_gpu_hour = 13.5\n";
         let flat = Prices::parse(text, "p.toml").unwrap();
-        assert_eq!(flat.rates("H100"), TypeRates { on_demand: 15.0, reserved: None, per_task: Some(13.5) });
+        assert_eq!(
+            flat.rates("H100"),
+            TypeRates { on_demand: 15.0, reserved: None, per_task: Some(13.5), per_gpu_month: None }
+        );
         let rows = format!(
             "{text}[gpu_types]\ndefault = {{ on_demand = 14.0 }}\nH100 = {{ on_demand = 30.0, reserved = 18.0, per_task = 27.0 }}\n"
         );
         let p = Prices::parse(&rows, "p.toml").unwrap();
         assert_eq!(p.rates("H100").of("reserved"), Some(18.0));
-        assert_eq!(p.rates("A100"), TypeRates { on_demand: 14.0, reserved: None, per_task: None });
+        assert_eq!(p.rates("A100"), TypeRates { on_demand: 14.0, reserved: None, per_task: None, per_gpu_month: None });
         let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/prices.toml");
         let ex = Prices::from_file(&example).unwrap();
         assert!(ex.gpu_types.contains_key("default") && ex.gpu_types.len() > 2, "{:?}", ex.gpu_types);

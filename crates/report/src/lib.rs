@@ -51,6 +51,7 @@
 //! # Layout
 //! - [`facts`] — [`FactsStore`]: the facts tables, the accounting rules, incremental catch-up.
 //! - [`report`] — [`Report`] and [`build`]: the grouped queries.
+//! - [`reconcile`] — [`Reconciliation`]: the imported bill beside the hours jobs held.
 //! - [`billing`] — the price file and the billing-mode arithmetic.
 //! - [`cost`] — cost per unit of work from measured throughput.
 //! - [`policy`] — [`PolicyHints`]: idle threshold and monthly budgets from a loaded policy set.
@@ -64,6 +65,8 @@ pub mod error;
 pub mod facts;
 pub mod period;
 pub mod policy;
+pub mod pool;
+pub mod reconcile;
 pub mod render;
 pub mod report;
 
@@ -74,9 +77,10 @@ use bursar_engine::PolicySet;
 pub use billing::{Comparison, Prices, TypeRates};
 pub use cost::CostPerUnit;
 pub use error::{ReportError, Result};
-pub use facts::{CatchUp, FactsStore, JobFacts, Split};
+pub use facts::{CatchUp, FactsStore, Gap, JobFacts, Split};
 pub use period::Span;
 pub use policy::PolicyHints;
+pub use reconcile::Reconciliation;
 pub use report::{GroupBy, Options, Report, build};
 
 /// What a `serve` report request asks for: its query string (`?period=2026-11&by=config&cost_per_unit=true`).
@@ -105,14 +109,20 @@ pub fn serve_report(
     let hints = policies.map(PolicyHints::from_set);
     let mut store = FactsStore::open(db, hints.as_ref())?;
     store.catch_up()?;
+    // The page's own parameters, not the CLI's flags (issue 52: `/report?period=2026-13` answered
+    // with `--period`).
+    let web = |e: ReportError| match e {
+        ReportError::Invalid(m) => ReportError::Invalid(m.replace("`--period ", "`period=").replace("`--by ", "`by=")),
+        other => other,
+    };
     let span = match query.period {
-        Some(p) => Span::parse(p)?,
+        Some(p) => Span::parse(p).map_err(web)?,
         None => {
             let newest = store.audit().newest_event_time()?;
             Span::month_of(newest.unwrap_or(now_ms).div_euclid(period::DAY_MS))
         }
     };
-    let by = GroupBy::parse(query.by.unwrap_or("project"))?;
+    let by = GroupBy::parse(query.by.unwrap_or("project")).map_err(web)?;
     let mut report = build(&store, &Options { span, by, prices: prices.cloned(), cost_per_unit: query.cost_per_unit })?;
     // A reader of serve's report learns nothing of the server's file system (issue 56).
     report.db = SERVED_DB.to_owned();

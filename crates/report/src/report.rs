@@ -22,7 +22,7 @@ pub enum GroupBy {
     User,
     /// The value of one tag (`(none)` for jobs without it).
     Tag(String),
-    /// The job's configuration (`JobSpec::config_key`; `(none)` for jobs that name none).
+    /// The job's `config` (`(no config)` for jobs whose submission names none).
     Config,
 }
 
@@ -52,8 +52,29 @@ impl GroupBy {
         }
     }
 
+    /// SQL for the group key of a job row under alias `j`.
+    pub(crate) fn job_sql(&self) -> String {
+        self.sql(None)
+    }
+
+    /// SQL for the group key of a charge under alias `c`, its job's facts under `j` (left-joined):
+    /// a charge naming a job the facts know is the job's; else its own project, user or tags (from its
+    /// bill line); else [`UNATTRIBUTED`] by project, `(none)` otherwise.
+    pub(crate) fn charge_sql(&self) -> String {
+        match self {
+            GroupBy::Project => {
+                format!("CASE WHEN j.job IS NOT NULL THEN j.project ELSE COALESCE(c.project, '{UNATTRIBUTED}') END")
+            }
+            GroupBy::User => "COALESCE(NULLIF(j.user, ''), c.user, '(none)')".into(),
+            GroupBy::Tag(k) => {
+                format!("COALESCE(json_extract(j.tags, '$.\"{k}\"'), json_extract(c.tags, '$.\"{k}\"'), '(none)')")
+            }
+            GroupBy::Config => format!("COALESCE(j.named_config, '{NO_CONFIG}')"),
+        }
+    }
+
     /// SQL for the group key of a row with job columns under alias `j`; `fallback` names a column used
-    /// first (a charge's or decision's own project/user).
+    /// first (a decision's own project/user).
     fn sql(&self, fallback: Option<&str>) -> String {
         match (self, fallback) {
             (GroupBy::Project, Some(f)) => format!("COALESCE({f}.project, j.project, '(none)')"),
@@ -61,10 +82,19 @@ impl GroupBy {
             (GroupBy::User, Some(f)) => format!("COALESCE(NULLIF({f}.user, ''), NULLIF(j.user, ''), '(none)')"),
             (GroupBy::User, None) => "COALESCE(NULLIF(j.user, ''), '(none)')".into(),
             (GroupBy::Tag(k), _) => format!("COALESCE(json_extract(j.tags, '$.\"{k}\"'), '(none)')"),
-            (GroupBy::Config, _) => "COALESCE(j.config, '(none)')".into(),
+            (GroupBy::Config, _) => format!("COALESCE(j.named_config, '{NO_CONFIG}')"),
         }
     }
 }
+
+/// The group of the jobs whose submission names no `config`, under `--by config`. They used to be
+/// grouped by the key derived from image, dataset, script and model size, which a trace with a script
+/// hash per job made one row per job (1,039 rows, a 315 KB page; issue 52).
+pub const NO_CONFIG: &str = "(no config)";
+
+/// The group of charges nobody owns: unattributed bill lines (reserved capacity, untagged lines).
+/// No quota limits it.
+pub const UNATTRIBUTED: &str = "(unattributed)";
 
 /// GPU-hours split the report's way.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -81,6 +111,31 @@ pub struct Hours {
     pub held: f64,
     /// Of jobs without any utilisation sample: not known to be productive or idle.
     pub unmeasured: f64,
+    /// The same hours in the gap's causes ([`crate::Gap`]).
+    pub gap: GapHours,
+}
+
+/// [`crate::Gap`] in GPU-hours.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct GapHours {
+    /// Effective, weighted by measured use.
+    pub effective: f64,
+    /// Productive stretches below full use.
+    pub low_util: f64,
+    /// Waiting for input, by the job's own counters.
+    pub data_wait: f64,
+    /// Start of a run to its first productive stretch.
+    pub setup: f64,
+    /// Idle between productive stretches, or in runs never productive.
+    pub idle: f64,
+    /// After the last productive stretch of a finished job.
+    pub held: f64,
+    /// Requeued, preempted or failed runs, and reruns that did not succeed.
+    pub interruption: f64,
+    /// Without samples.
+    pub unmeasured: f64,
+    /// Of the productive stretches, the hours measured as SM activity (the rest: GPU utilisation).
+    pub measured_by_sm_active: f64,
 }
 
 impl From<Split> for Hours {
@@ -92,6 +147,17 @@ impl From<Split> for Hours {
             failure: hours(s.failure),
             held: hours(s.held),
             unmeasured: hours(s.unmeasured),
+            gap: GapHours {
+                effective: hours(s.gap.effective),
+                low_util: hours(s.gap.low_util),
+                data_wait: hours(s.gap.data_wait),
+                setup: hours(s.gap.setup),
+                idle: hours(s.gap.idle),
+                held: hours(s.gap.held),
+                interruption: hours(s.gap.interruption),
+                unmeasured: hours(s.gap.unmeasured),
+                measured_by_sm_active: hours(s.gap.sm_active),
+            },
         }
     }
 }
@@ -103,28 +169,47 @@ pub struct Charged {
     pub currency: String,
     /// Sum of `amount`.
     pub amount: f64,
+    /// The same in micro-units (10⁻⁶ of the currency), exact.
+    pub amount_micros: i64,
     /// Sum of `gpu_hours` charged.
     pub gpu_hours: f64,
     /// Charges.
     pub charges: u64,
 }
 
+/// How long after an enforced denial or deferral the same work may run and still count as *delayed*,
+/// not prevented: 7 days (docs/reports.md, "Prevented and delayed").
+pub const DELAY_WINDOW_MS: i64 = 7 * DAY_MS;
+
 /// GPU-hours named by deny, defer and reclaim decisions (each job counted once per kind).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Prevented {
-    /// Denied admissions (requested GPU-hours).
+    /// Denied admissions (requested GPU-hours) whose work did not run later.
     pub denied: f64,
-    /// Deferred admissions.
+    /// Deferred admissions whose work did not run later.
     pub deferred: f64,
+    /// Denied admissions whose work ran within [`DELAY_WINDOW_MS`] after the denial: the job itself
+    /// (submitted again under its id), a job of the same project and configuration, or the same
+    /// user's same request (project, GPUs, GPU type). Delayed, not prevented; not in `total`.
+    #[serde(default)]
+    pub delayed_denied: f64,
+    /// Deferred admissions whose work ran later the same way (most do: a deferral delays).
+    #[serde(default)]
+    pub delayed_deferred: f64,
     /// Reclaimed: GPU-hours still reserved when a reclaim ended the job (not the unused reservation of
     /// a job that ended on its own).
     pub reclaimed: f64,
 }
 
 impl Prevented {
-    /// The sum.
+    /// The sum of what was truly prevented (delayed work left out).
     pub fn total(&self) -> f64 {
         self.denied + self.deferred + self.reclaimed
+    }
+
+    /// What was delayed: denied or deferred work that ran later.
+    pub fn delayed(&self) -> f64 {
+        self.delayed_denied + self.delayed_deferred
     }
 }
 
@@ -161,6 +246,8 @@ pub struct Group {
     pub queue_wait_hours: f64,
     /// Their mean queue wait, hours.
     pub mean_queue_wait_hours: f64,
+    /// The queue wait by why the jobs waited; the parts add up to `queue_wait_hours`.
+    pub queue_wait_by_reason: QueueWaitByReason,
     /// Money charged.
     pub charged: Vec<Charged>,
     /// What enforced policies prevented.
@@ -183,6 +270,7 @@ impl Group {
             started_jobs: 0,
             queue_wait_hours: 0.0,
             mean_queue_wait_hours: 0.0,
+            queue_wait_by_reason: QueueWaitByReason::default(),
             charged: Vec::new(),
             prevented: Prevented::default(),
             dry_run_would_save: Prevented::default(),
@@ -195,6 +283,7 @@ impl Group {
         self.effective_ratio = self.exact_gpu_ms.effective_ratio();
         self.mean_queue_wait_hours =
             if self.started_jobs > 0 { self.queue_wait_hours / self.started_jobs as f64 } else { 0.0 };
+        self.queue_wait_by_reason.finish();
         let h = self.gpu_hours;
         let mut leaks: Vec<Leak> = [("idle", h.idle), ("failure", h.failure), ("held", h.held)]
             .into_iter()
@@ -211,10 +300,12 @@ impl Group {
         self.unsampled_jobs += o.unsampled_jobs;
         self.started_jobs += o.started_jobs;
         self.queue_wait_hours += o.queue_wait_hours;
+        self.queue_wait_by_reason.absorb(&o.queue_wait_by_reason);
         for c in &o.charged {
             match self.charged.iter_mut().find(|x| x.currency == c.currency) {
                 Some(x) => {
-                    x.amount += c.amount;
+                    x.amount_micros += c.amount_micros;
+                    x.amount = x.amount_micros as f64 / 1e6;
                     x.gpu_hours += c.gpu_hours;
                     x.charges += c.charges;
                 }
@@ -225,7 +316,75 @@ impl Group {
             a.denied += b.denied;
             a.deferred += b.deferred;
             a.reclaimed += b.reclaimed;
+            a.delayed_denied += b.delayed_denied;
+            a.delayed_deferred += b.delayed_deferred;
         }
+    }
+}
+
+/// The queue wait of one reason: a total and a mean.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct WaitPart {
+    /// Hours of time the jobs waited for this reason.
+    pub hours: f64,
+    /// The same in ms, exact.
+    pub ms: i64,
+    /// Started jobs that waited for this reason at all.
+    pub jobs: u64,
+    /// `hours ÷ jobs`: how long a job that waited for this reason waited for it (0 with no job).
+    pub mean_hours: f64,
+}
+
+impl WaitPart {
+    fn absorb(&mut self, o: &WaitPart) {
+        self.ms += o.ms;
+        self.jobs += o.jobs;
+    }
+
+    fn finish(&mut self) {
+        self.hours = hours(self.ms);
+        self.mean_hours = if self.jobs > 0 { self.hours / self.jobs as f64 } else { 0.0 };
+    }
+}
+
+/// The queue wait (submission to first start) by why the job waited, from the engine's steps:
+/// `held` → approval, `deferred` → off-peak, `admitted` → capacity, or readiness when the submission
+/// declared its image, data or script not ready. The parts add up to the queue wait.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct QueueWaitByReason {
+    /// Held for approval.
+    pub approval: WaitPart,
+    /// Deferred (off-peak).
+    pub off_peak: WaitPart,
+    /// Waiting for GPUs.
+    pub capacity: WaitPart,
+    /// Waiting for image, data or script.
+    pub readiness: WaitPart,
+}
+
+impl QueueWaitByReason {
+    /// The parts with their names, in the order tables show them.
+    pub fn parts(&self) -> [(&'static str, &WaitPart); 4] {
+        [
+            ("approval", &self.approval),
+            ("off-peak", &self.off_peak),
+            ("capacity", &self.capacity),
+            ("readiness", &self.readiness),
+        ]
+    }
+
+    fn absorb(&mut self, o: &QueueWaitByReason) {
+        self.approval.absorb(&o.approval);
+        self.off_peak.absorb(&o.off_peak);
+        self.capacity.absorb(&o.capacity);
+        self.readiness.absorb(&o.readiness);
+    }
+
+    fn finish(&mut self) {
+        self.approval.finish();
+        self.off_peak.finish();
+        self.capacity.finish();
+        self.readiness.finish();
     }
 }
 
@@ -267,8 +426,9 @@ pub struct ProjectBilling {
 pub struct Billing {
     /// Currency of the price file.
     pub currency: Option<String>,
-    /// Calendar months the period covers (the block is paid for each).
-    pub months: u32,
+    /// Months the period covers, pro rata by days (a whole calendar month is 1; the block is paid for
+    /// each).
+    pub months: f64,
     /// The rates used.
     pub prices: Prices,
     /// Per project, largest use first.
@@ -310,9 +470,15 @@ pub struct Report {
     pub burndown: Vec<Burndown>,
     /// The billing comparison, with `--prices`.
     pub billing: Option<Billing>,
+    /// The billing modes for the pool, per GPU type (and region), with `--prices`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool_billing: Option<crate::pool::PoolBilling>,
     /// Cost per unit of work by configuration and GPU type, with `--cost-per-unit`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost_per_unit: Option<CostPerUnit>,
+    /// The bill beside the hours held, when the period has charges.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reconciliation: Option<crate::reconcile::Reconciliation>,
 }
 
 /// What to report.
@@ -350,7 +516,7 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
 
     // The split.
     let sql = format!(
-        "SELECT {k} AS k, count(DISTINCT d.job), sum(d.nominal), sum(d.productive), sum(d.idle), sum(d.failure), sum(d.held), sum(d.unmeasured)
+        "SELECT {k} AS k, count(DISTINCT d.job), sum(d.nominal), sum(d.productive), sum(d.idle), sum(d.failure), sum(d.held), sum(d.unmeasured), sum(d.g_effective), sum(d.g_low_util), sum(d.g_data_wait), sum(d.g_setup), sum(d.g_idle), sum(d.g_held), sum(d.g_interruption), sum(d.g_unmeasured), sum(d.g_sm_active)
          FROM facts_job_day d JOIN facts_jobs j ON j.job = d.job WHERE d.day >= ?1 AND d.day < ?2 GROUP BY k",
         k = by.sql(None)
     );
@@ -365,29 +531,44 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
 
     // Unsampled jobs and queue waits, by the day the job started.
     let sql = format!(
-        "SELECT {k} AS k, count(*), sum(queue_wait_ms), sum(unsampled > 0) FROM facts_jobs j
-         WHERE started IS NOT NULL AND started >= ?1 AND started < ?2 GROUP BY k",
+        "SELECT {k} AS k, count(*), sum(queue_wait_ms), sum(unsampled > 0),
+           sum(wait_approval_ms), sum(wait_approval_ms > 0), sum(wait_off_peak_ms), sum(wait_off_peak_ms > 0),
+           sum(wait_capacity_ms), sum(wait_capacity_ms > 0), sum(wait_readiness_ms), sum(wait_readiness_ms > 0)
+         FROM facts_jobs j WHERE started IS NOT NULL AND started >= ?1 AND started < ?2 GROUP BY k",
         k = by.sql(None)
     );
     let mut st = conn.prepare(&sql).map_err(e("query queue waits"))?;
     let rows = st
         .query_map(params![tlo, thi], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, Option<i64>>(2)?, r.get::<_, i64>(3)?))
+            let part = |i: usize| -> rusqlite::Result<WaitPart> {
+                Ok(WaitPart { ms: r.get(i)?, jobs: r.get::<_, i64>(i + 1)? as u64, ..WaitPart::default() })
+            };
+            let by_reason =
+                QueueWaitByReason { approval: part(4)?, off_peak: part(6)?, capacity: part(8)?, readiness: part(10)? };
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, Option<i64>>(2)?,
+                r.get::<_, i64>(3)?,
+                by_reason,
+            ))
         })
         .map_err(e("query queue waits"))?;
     for row in rows {
-        let (k, n, wait, unsampled) = row.map_err(e("read queue waits"))?;
+        let (k, n, wait, unsampled, by_reason) = row.map_err(e("read queue waits"))?;
         let g = groups.entry(k.clone()).or_insert_with(|| Group::new(k));
         g.started_jobs = n as u64;
         g.queue_wait_hours = hours(wait.unwrap_or(0));
         g.unsampled_jobs = unsampled as u64;
+        g.queue_wait_by_reason = by_reason;
     }
 
-    // Money.
+    // Money: billed (micro-units), by currency; a charge is the job's when it names one.
     let sql = format!(
-        "SELECT {k} AS k, COALESCE(c.currency, ''), sum(c.amount), sum(c.gpu_ms), count(*) FROM facts_charges c
-         LEFT JOIN facts_jobs j ON j.job = c.job WHERE c.day >= ?1 AND c.day < ?2 GROUP BY k, 2 ORDER BY k, 2",
-        k = by.sql(Some("c")).replace("c.user", "NULL")
+        "SELECT {k} AS k, COALESCE(c.currency, ''), sum(c.billed), sum(c.gpu_ms), count(DISTINCT c.event_seq)
+         FROM facts_charges c LEFT JOIN facts_jobs j ON j.job = c.job WHERE c.day >= ?1 AND c.day < ?2
+         GROUP BY k, 2 ORDER BY k, 2",
+        k = by.charge_sql()
     );
     let mut st = conn.prepare(&sql).map_err(e("query charges"))?;
     let rows = st
@@ -395,7 +576,7 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
             Ok((
                 r.get::<_, String>(0)?,
                 r.get::<_, String>(1)?,
-                r.get::<_, Option<f64>>(2)?,
+                r.get::<_, Option<i64>>(2)?,
                 r.get::<_, i64>(3)?,
                 r.get::<_, i64>(4)?,
             ))
@@ -406,7 +587,8 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
         let g = groups.entry(k.clone()).or_insert_with(|| Group::new(k));
         g.charged.push(Charged {
             currency,
-            amount: amount.unwrap_or(0.0),
+            amount: amount.unwrap_or(0) as f64 / 1e6,
+            amount_micros: amount.unwrap_or(0),
             gpu_hours: hours(gpu_ms),
             charges: n as u64,
         });
@@ -418,33 +600,51 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
     // job gave back by ending, not a policy (issue 45). A dry-run reclaim would have saved only
     // while the job went on running after it, and at most what it then ran. A job without facts (a
     // log from before the job steps) cannot tell and is counted as the decision says.
+    // An enforced denial or deferral whose work ran within the delay window after it (the job itself,
+    // the same project's configuration, or the same user's same request) delayed the work, it did not
+    // prevent it (issue 52): counted apart as delayed.
     let sql = format!(
-        "SELECT k, decision, dry_run, sum(gh) FROM (
+        "SELECT k, decision, dry_run, delayed, sum(gh) FROM (
            SELECT {k} AS k, d.decision AS decision, d.dry_run AS dry_run,
              max(CASE WHEN d.decision = 'reclaim' AND d.dry_run AND j.released IS NOT NULL
-                 THEN min(d.gpu_hours, j.gpus * (j.released - d.time) / 3600000.0) ELSE d.gpu_hours END) AS gh
+                 THEN min(d.gpu_hours, j.gpus * (j.released - d.time) / 3600000.0) ELSE d.gpu_hours END) AS gh,
+             max(CASE WHEN NOT d.dry_run AND d.decision IN ('deny', 'defer') AND j.job IS NOT NULL AND (
+                   (j.started >= d.time AND j.started < d.time + ?3)
+                   OR EXISTS (SELECT 1 FROM facts_jobs o WHERE o.project = j.project AND o.job != j.job
+                        AND o.started >= d.time AND o.started < d.time + ?3
+                        AND ((j.config IS NOT NULL AND o.config = j.config)
+                             OR (o.user = j.user AND o.gpus = j.gpus AND o.gpu_type IS j.gpu_type))))
+                 THEN 1 ELSE 0 END) AS delayed
            FROM facts_prevented d LEFT JOIN facts_jobs j ON j.job = d.job
            WHERE d.time >= ?1 AND d.time < ?2
              AND (d.decision != 'reclaim' OR j.job IS NULL
                   OR (NOT d.dry_run AND j.status = 'reclaimed')
                   OR (d.dry_run AND (j.released IS NULL OR j.released > d.time)))
            GROUP BY COALESCE(d.job, d.decision_id), d.decision, d.dry_run
-         ) GROUP BY k, decision, dry_run",
+         ) GROUP BY k, decision, dry_run, delayed",
         k = by.sql(Some("d"))
     );
     let mut st = conn.prepare(&sql).map_err(e("query decisions"))?;
     let rows = st
-        .query_map(params![tlo, thi], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, bool>(2)?, r.get::<_, f64>(3)?))
+        .query_map(params![tlo, thi, DELAY_WINDOW_MS], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, bool>(2)?,
+                r.get::<_, bool>(3)?,
+                r.get::<_, f64>(4)?,
+            ))
         })
         .map_err(e("query decisions"))?;
     for row in rows {
-        let (k, kind, dry, gh) = row.map_err(e("read decisions"))?;
+        let (k, kind, dry, delayed, gh) = row.map_err(e("read decisions"))?;
         let g = groups.entry(k.clone()).or_insert_with(|| Group::new(k));
         let p = if dry { &mut g.dry_run_would_save } else { &mut g.prevented };
-        match kind.as_str() {
-            "deny" => p.denied += gh,
-            "defer" => p.deferred += gh,
+        match (kind.as_str(), delayed) {
+            ("deny", false) => p.denied += gh,
+            ("deny", true) => p.delayed_denied += gh,
+            ("defer", false) => p.deferred += gh,
+            ("defer", true) => p.delayed_deferred += gh,
             _ => p.reclaimed += gh,
         }
     }
@@ -497,8 +697,13 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
         Some(p) => Some(billing(conn, &days, p)?),
         None => None,
     };
+    let pool_billing = match &opts.prices {
+        Some(p) => crate::pool::build(conn, &days, p, months_in(&days))?,
+        None => None,
+    };
     let cost_per_unit =
         if opts.cost_per_unit { Some(crate::cost::build(conn, tlo, thi, opts.prices.as_ref())?) } else { None };
+    let reconciliation = crate::reconcile::build(conn, by, lo, hi)?;
     let events_covered = conn
         .query_row("SELECT value FROM facts_meta WHERE key = 'event_cursor'", [], |r| r.get::<_, String>(0))
         .ok()
@@ -519,7 +724,9 @@ pub fn build(store: &FactsStore, opts: &Options) -> Result<Report> {
         daily_ratio_by_project: ratio,
         burndown,
         billing,
+        pool_billing,
         cost_per_unit,
+        reconciliation,
     })
 }
 
@@ -534,7 +741,7 @@ fn daily_series(conn: &Connection, days: &[i64]) -> Result<DailySeries> {
     let mut st = conn
         .prepare(
             "SELECT j.project, d.day, sum(d.nominal), sum(d.productive), sum(d.idle), sum(d.failure), sum(d.held),
-               sum(d.unmeasured)
+               sum(d.unmeasured), sum(d.g_effective), sum(d.g_low_util), sum(d.g_data_wait), sum(d.g_setup), sum(d.g_idle), sum(d.g_held), sum(d.g_interruption), sum(d.g_unmeasured), sum(d.g_sm_active)
              FROM facts_job_day d JOIN facts_jobs j ON j.job = d.job WHERE d.day >= ?1 AND d.day <= ?2
              GROUP BY j.project, d.day",
         )
@@ -561,12 +768,27 @@ fn daily_series(conn: &Connection, days: &[i64]) -> Result<DailySeries> {
     Ok((daily, ratio, per))
 }
 
-fn months_in(days: &[i64]) -> u32 {
-    let (Some(a), Some(b)) = (days.first(), days.last()) else { return 1 };
-    let (ya, ma, _) = civil_from_days(*a);
-    let (yb, mb, _) = civil_from_days(*b);
-    let n = (yb - ya) * 12 + i64::from(mb) - i64::from(ma) + 1;
-    u32::try_from(n.max(1)).unwrap_or(1)
+/// The months `days` cover, pro rata: each calendar month counts the share of its days among `days`
+/// (a whole month is exactly 1, the first half of November 0.5). It used to count every calendar month
+/// touched as a whole one, so a month of events from the 15th to the 14th paid two months of reserved
+/// block, and the 72 days of the Philly excerpt three: the block never paid off (issue 52).
+pub(crate) fn months_in(days: &[i64]) -> f64 {
+    if days.is_empty() {
+        return 1.0;
+    }
+    let mut per: BTreeMap<(i64, u32), u32> = BTreeMap::new();
+    for d in days {
+        let (y, m, _) = civil_from_days(*d);
+        *per.entry((y, m)).or_insert(0) += 1;
+    }
+    per.iter()
+        .map(|(&(y, m), &n)| {
+            let next = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+            let len =
+                bursar_model::time::days_from_civil(next.0, next.1, 1) - bursar_model::time::days_from_civil(y, m, 1);
+            f64::from(n) / len as f64
+        })
+        .sum()
 }
 
 fn burndown(store: &FactsStore, _opts: &Options, days: &[i64], per: &PerProjectDay) -> Vec<Burndown> {
@@ -606,7 +828,9 @@ fn billing(conn: &Connection, days: &[i64], prices: &Prices) -> Result<Billing> 
     if let (Some(a), Some(b)) = (days.first(), days.last()) {
         let (hlo, hhi) = (a * 24, (b + 1) * 24);
         let mut st = conn
-            .prepare("SELECT project, gpu_ms FROM facts_usage_hour WHERE hour >= ?1 AND hour < ?2")
+            .prepare(
+                "SELECT project, sum(gpu_ms) FROM facts_usage_hour WHERE hour >= ?1 AND hour < ?2 GROUP BY project, hour",
+            )
             .map_err(e("query the usage curve"))?;
         let rows = st
             .query_map(params![hlo, hhi], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
@@ -650,8 +874,8 @@ fn billing(conn: &Connection, days: &[i64], prices: &Prices) -> Result<Billing> 
     })
 }
 
-/// Reads a `(key, count, nominal, productive, idle, failure, held, unmeasured)` row, the shape of
-/// every split query.
+/// Reads a `(key, count, nominal, productive, idle, failure, held, unmeasured, g_… ×9)` row, the shape
+/// of every split query.
 fn key_count_split(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, i64, Split)> {
     Ok((
         r.get(0)?,
@@ -663,6 +887,23 @@ fn key_count_split(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, i64, Spli
             failure: r.get(5)?,
             held: r.get(6)?,
             unmeasured: r.get(7)?,
+            gap: crate::facts::gap_at(r, 8)?,
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use bursar_model::time::days_from_civil;
+
+    #[test]
+    fn months_are_pro_rata_by_day() {
+        let nov: Vec<i64> = (days_from_civil(2026, 11, 1)..days_from_civil(2026, 12, 1)).collect();
+        assert_eq!(super::months_in(&nov), 1.0, "a whole month is exactly one");
+        // A month of events from the 15th to the 14th: 16/30 + 14/31, not two months.
+        let shifted: Vec<i64> = (days_from_civil(2026, 11, 15)..days_from_civil(2026, 12, 15)).collect();
+        let m = super::months_in(&shifted);
+        assert!((m - (16.0 / 30.0 + 14.0 / 31.0)).abs() < 1e-12, "{m}");
+        assert_eq!(super::months_in(&[]), 1.0);
+    }
 }

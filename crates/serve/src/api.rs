@@ -146,6 +146,25 @@ pub struct AdmitQuery {
     /// Answer what the submission would get now, recording nothing (`sbatch --test-only`).
     #[serde(default)]
     pub test_only: bool,
+    /// Add when an allowed (or previewed) job is expected to start (`estimate`), for the answer a
+    /// person reads: the Slurm hook's message, the Kubernetes check's.
+    #[serde(default)]
+    pub estimate: bool,
+}
+
+/// What `?estimate=true` asks about a submission: its GPUs, GPU type (none: nothing to estimate),
+/// hours and queue, in its region if it names one.
+fn estimate_request(item: &bursar_session::Incoming) -> Option<crate::estimate::Request> {
+    let bursar_model::Input::Event(e) = &item.input else { return None };
+    let bursar_model::EventKind::JobSubmitted(spec) = &e.kind else { return None };
+    Some(crate::estimate::Request {
+        gpus: spec.gpus,
+        gpu_type: spec.gpu_type.clone()?,
+        hours: spec.requested_hours,
+        region: spec.region.clone(),
+        queue: spec.queue.clone(),
+        job_id: Some(spec.id.clone()),
+    })
 }
 
 /// `POST /v1/admit`: one `job.submitted`, answered with its admission decision once durable.
@@ -158,7 +177,10 @@ pub async fn admit<B: Backend>(
     let Ok(Query(q)) = q.map_err(|e| {
         tracing::debug!(error = %e.body_text(), "bad admit query");
     }) else {
-        return error(StatusCode::BAD_REQUEST, "bad query: the only parameter of /v1/admit is `test_only=true`");
+        return error(
+            StatusCode::BAD_REQUEST,
+            "bad query: the parameters of /v1/admit are `test_only=true` and `estimate=true`",
+        );
     };
     let (mut items, rejected) = door.decode(&body);
     if let Some(r) = rejected.first() {
@@ -171,8 +193,15 @@ pub async fn admit<B: Backend>(
         );
     }
     let Some(item) = items.pop() else { return error(StatusCode::BAD_REQUEST, "expected one event") };
+    let asked = if q.estimate { estimate_request(&item) } else { None };
     match door.admit(&caller, item, q.test_only).await {
-        Ok(r) => json(StatusCode::OK, &r),
+        Ok(mut r) => {
+            let allowed = r.admission.decision.decision == bursar_model::DecisionKind::Allow;
+            if let Some(req) = asked.filter(|_| allowed || r.test_only) {
+                r.estimate = door.backend.estimate(req).await;
+            }
+            json(StatusCode::OK, &r)
+        }
         Err(r) => r.into_response(),
     }
 }

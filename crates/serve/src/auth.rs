@@ -80,19 +80,6 @@ fn credential<'h>(h: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, Strin
     v.to_str().map(Some).map_err(|_| format!("`{name}` holds a byte that is not visible ASCII"))
 }
 
-/// `text` cut to at most `max` bytes (on a character boundary), marked where it was cut: what a
-/// 401 echoes and the log keeps of what a caller sent.
-pub fn bounded(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… ({} bytes in all)", &text[..end], text.len())
-}
-
 /// Authenticates `req` from its headers (its body is not read) and returns the request with its
 /// caller.
 pub async fn caller_of(auth: &SharedAuth, req: Request) -> Result<(Caller, Request), Response> {
@@ -144,7 +131,7 @@ pub async fn caller_of(auth: &SharedAuth, req: Request) -> Result<(Caller, Reque
         Err(e) => {
             // What the caller sent may be in the message (a user name): bounded in the log and
             // the answer alike.
-            let why = bounded(&e.to_string(), 512);
+            let why = crate::respond::bounded(&e.to_string(), 512);
             tracing::info!(error = %why, "request refused: not authenticated");
             Err(unauthorized(why))
         }

@@ -76,4 +76,15 @@ pub trait Backend: Send + Sync + 'static {
 
     /// The backend's `/metrics` text (the door adds the write budgets').
     fn metrics(&self) -> impl Future<Output = String> + Send;
+
+    /// When a request would start, in the partition that starts it soonest (`POST
+    /// /v1/admit?estimate=true`), from a copy of the state at most a second old; `None` where the
+    /// backend cannot say (a cluster instance's front end) or no partition can run it.
+    fn estimate(
+        &self,
+        req: crate::estimate::Request,
+    ) -> impl Future<Output = Option<bursar_model::api::PartitionEstimate>> + Send {
+        let _ = req;
+        std::future::ready(None)
+    }
 }

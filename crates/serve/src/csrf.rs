@@ -94,6 +94,7 @@ pub fn check(csrf: &Csrf, method: &Method, h: &HeaderMap) -> Result<(), Refused>
     match header(h, "sec-fetch-site").map(str::to_ascii_lowercase).as_deref() {
         Some("same-origin" | "none") => {}
         Some(other) => {
+            let other = crate::respond::bounded(other, 64);
             return forbidden(format!(
                 "a {other} request may not change anything here (`Sec-Fetch-Site: {other}`): use bursar's own page, or a tool"
             ));
@@ -104,6 +105,7 @@ pub fn check(csrf: &Csrf, method: &Method, h: &HeaderMap) -> Result<(), Refused>
                 let host = o.split_once("://").map(|(_, rest)| rest);
                 let own = host.is_some_and(|x| own_host(h).as_deref() == Some(x));
                 if o == "null" || !(own || csrf.origins.contains(&o)) {
+                    let origin = crate::respond::bounded(origin, 256);
                     return forbidden(format!(
                         "a request from `{origin}` may not change anything here: only this server's own pages (and `[serve] origins`) may"
                     ));
@@ -122,7 +124,7 @@ pub fn check(csrf: &Csrf, method: &Method, h: &HeaderMap) -> Result<(), Refused>
             message: format!(
                 "{}: a request that changes something must send JSON with `Content-Type: application/json` (JSON Lines: `application/x-ndjson`){}",
                 match other {
-                    Some(m) => format!("the body is `{m}`"),
+                    Some(m) => format!("the body is `{}`", crate::respond::bounded(m, 128)),
                     None => "the body declares no type".to_owned(),
                 },
                 if ambient { ", since its credential is one a browser sends on its own" } else { "" }

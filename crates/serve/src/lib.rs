@@ -50,6 +50,7 @@ pub mod cluster;
 pub mod core;
 pub mod csrf;
 pub mod doors;
+pub mod estimate;
 pub mod gate;
 pub mod jobkeys;
 pub mod layers;
@@ -215,6 +216,9 @@ pub struct Config {
     /// Rates for `GET /v1/report` and `GET /report` (`--prices FILE`): the billing comparison and,
     /// with `cost_per_unit=true`, the cost per unit of work.
     pub prices: Option<bursar_report::Prices>,
+    /// What the pool has where no scheduler's agent reports it (the site's `[[capacity]]`): used
+    /// where no `pool.inventory` names the same partition ([`estimate::EstimateInput::configured`]).
+    pub capacity: Vec<bursar_model::CapacityRow>,
 }
 
 impl std::fmt::Debug for Config {
@@ -271,6 +275,7 @@ impl Config {
             adopt_unsigned: false,
             replay_after_prune: false,
             prices: None,
+            capacity: Vec::new(),
         }
     }
 }
@@ -587,6 +592,7 @@ pub async fn serve_then(
         journal: journal_health.clone(),
         health_notes: health_notes.into(),
         prices: config.prices.clone().map(Arc::new),
+        capacity: config.capacity.clone().into(),
         links,
         pool_input: Arc::default(),
         build: Arc::new(config.build.clone()),

@@ -54,6 +54,8 @@ pub struct Local {
     pub health_notes: Arc<[String]>,
     /// Rates for the report routes (`--prices`): the billing comparison and the cost per unit.
     pub prices: Option<Arc<bursar_report::Prices>>,
+    /// The site's `[[capacity]]` rows (where no scheduler's agent reports).
+    pub capacity: Arc<[bursar_model::CapacityRow]>,
     /// The action links' key, when notices are on (`serve --notify`).
     pub links: Option<Arc<bursar_notify::LinkKey>>,
     /// The last copy of the engine's state for the pool views, and when it was taken
@@ -65,7 +67,26 @@ pub struct Local {
     pub skips: Option<crate::utilisation::SharedSkips>,
 }
 
+/// How long a copy of the engine's state for the pool views is reused: requests in a burst share
+/// one copy, so the engine thread makes at most one a second whatever the number of readers.
+const POOL_INPUT_REUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Local {
+    /// What the pool and pending views (and an admission's estimate) are built from: a copy of the
+    /// engine's state at most a second old, or a new one.
+    pub async fn pool_input(&self) -> Result<Arc<crate::pool::PoolInput>, Refusal> {
+        let mut cached = self.pool_input.lock().await;
+        if let Some((at, input)) = cached.as_ref()
+            && at.elapsed() < POOL_INPUT_REUSE
+        {
+            return Ok(input.clone());
+        }
+        let input = self.read(|v| crate::pool::PoolInput::of(v.engine)).await?;
+        let input = Arc::new(input.configured(&self.capacity));
+        *cached = Some((std::time::Instant::now(), input.clone()));
+        Ok(input)
+    }
+
     /// Why the audit log cannot commit, as a sentence, if it cannot.
     pub fn journal_failing(&self) -> Option<String> {
         self.journal.failing().map(|f| {
@@ -122,6 +143,7 @@ impl Local {
                     duplicate: true,
                     other_decisions: Vec::new(),
                     test_only: false,
+                    estimate: None,
                 })
             }
             (None, Some(ev), job_id, event_id) if ev.job.as_deref() != Some(job_id.as_str()) => {
@@ -144,6 +166,13 @@ impl Local {
 }
 
 impl Backend for Local {
+    async fn estimate(&self, req: crate::estimate::Request) -> Option<bursar_model::api::PartitionEstimate> {
+        let input = self.pool_input().await.ok()?;
+        let answer =
+            tokio::task::spawn_blocking(move || crate::estimate::answer(input.estimate_input(), &req)).await.ok()?;
+        answer.partitions.into_iter().find(|p| p.start.is_some())
+    }
+
     fn unavailable(&self) -> Option<String> {
         self.journal_failing()
     }
@@ -212,7 +241,7 @@ impl Backend for Local {
             return Err(Refusal::Internal("the engine made no admission decision".into()));
         };
         let admission = decisions.remove(pos);
-        Ok(AdmitReply { admission, duplicate: false, other_decisions: decisions, test_only: false })
+        Ok(AdmitReply { admission, duplicate: false, other_decisions: decisions, test_only: false, estimate: None })
     }
 
     async fn preview(&self, item: Incoming) -> Result<AdmitReply, Refusal> {
@@ -234,7 +263,7 @@ impl Backend for Local {
             return Err(Refusal::Internal("the engine made no admission decision".into()));
         };
         let admission = decisions.remove(pos);
-        Ok(AdmitReply { admission, duplicate: false, other_decisions: decisions, test_only: true })
+        Ok(AdmitReply { admission, duplicate: false, other_decisions: decisions, test_only: true, estimate: None })
     }
 
     async fn record_refusal(&self, item: Incoming, reason: String) {
@@ -265,13 +294,29 @@ impl Backend for Local {
         // The live jobs are counted by walking the job table: on the engine thread, once per scrape.
         let counted = tokio::time::timeout(
             Duration::from_secs(5),
-            crate::core::read(&self.engine, |v| v.engine.state().live_jobs() as u64),
+            crate::core::read(&self.engine, |v| {
+                let state = v.engine.state();
+                let unstopped = state
+                    .jobs()
+                    .filter(|(_, j)| j.phase().is_live() && j.runs().is_some_and(|r| r.reclaim_failed.get().is_some()))
+                    .count() as u64;
+                (state.live_jobs() as u64, unstopped)
+            }),
         )
         .await;
-        if let Ok(Some(live)) = counted {
+        let mut unstopped = None;
+        if let Ok(Some((live, u))) = counted {
             self.metrics.live_jobs.store(live, Ordering::Relaxed);
+            unstopped = Some(u);
         }
         let mut text = self.metrics.render();
+        if let Some(u) = unstopped {
+            let _ = write!(
+                text,
+                "# HELP bursar_reclaims_not_carried_out Live jobs bursar reclaimed and the scheduler did not stop (action.failed): they still run and count.\n\
+                 # TYPE bursar_reclaims_not_carried_out gauge\nbursar_reclaims_not_carried_out {u}\n"
+            );
+        }
         // The audit writer's own totals: a transaction holds every batch that was queued when it began,
         // so these (not `bursar_audit_commit_seconds`, which is per batch) say how many fsyncs there are.
         let t = self.journal.totals();

@@ -1,6 +1,7 @@
 //! The routes only single-node serve has, because they read this process's engine or its audit
 //! log: `GET /v1/jobs/{id}`, `GET /v1/projects/{name}`, `POST /v1/snapshot`, `POST /v1/audit/prune`,
-//! `GET /v1/report` and `GET /report` (the `bursar report` JSON and HTML, `docs/reports.md`). The
+//! `GET /v1/report` and `GET /report` (the `bursar report` JSON and HTML, `docs/reports.md`),
+//! `GET /v1/estimate` (a request's estimated start, `docs/estimate.md`). The
 //! people-facing ones are [`crate::people`]'s.
 
 use axum::body::Bytes;
@@ -31,6 +32,22 @@ pub async fn job(State(door): State<Door<Local>>, Path(id): Path<String>) -> Res
             StatusCode::NOT_FOUND,
             format!("bursar knows no job `{id}` (never submitted, denied, or forgotten after it ended)"),
         ),
+        Err(r) => r.into_response(),
+    }
+}
+
+/// `?prefix=lab-` of `GET /v1/unconfirmed`.
+#[derive(Debug, Deserialize)]
+pub struct UnconfirmedQuery {
+    /// Only jobs whose id starts with it (a scheduler agent's own: `<cluster>-`).
+    #[serde(default)]
+    pub prefix: String,
+}
+
+/// `GET /v1/unconfirmed?prefix=…`: the admissions the scheduler has yet to confirm it created.
+pub async fn unconfirmed(State(door): State<Door<Local>>, Query(q): Query<UnconfirmedQuery>) -> Response {
+    match door.backend.read(move |v| crate::views::unconfirmed(v.engine, &q.prefix)).await {
+        Ok(view) => json(StatusCode::OK, &view),
         Err(r) => r.into_response(),
     }
 }
@@ -173,5 +190,64 @@ async fn report_answer(st: &Local, q: ReportQuery, html: bool) -> Response {
         Ok(Err(bursar_report::ReportError::Invalid(m))) => error(StatusCode::BAD_REQUEST, m),
         Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// `?gpus=8&gpu_type=H100&hours=12&region=R&queue=Q` of `GET /v1/estimate`: the first three
+/// required. Read as text and checked here, so a mistake gets a sentence, not serde's.
+#[derive(Debug, Deserialize)]
+pub struct EstimateQuery {
+    /// GPUs (1 to 1,000,000).
+    pub gpus: Option<String>,
+    /// GPU type.
+    pub gpu_type: Option<String>,
+    /// Hours (the limit; above 0, at most 1,000,000).
+    pub hours: Option<String>,
+    /// Only this region.
+    pub region: Option<String>,
+    /// Only this queue.
+    pub queue: Option<String>,
+}
+
+impl EstimateQuery {
+    /// The request, or what is wrong with the query.
+    pub fn request(self) -> Result<crate::estimate::Request, String> {
+        let gpus = self
+            .gpus
+            .as_deref()
+            .ok_or("`gpus` is required (`?gpus=8&gpu_type=H100&hours=12`)")?
+            .parse::<u32>()
+            .ok()
+            .filter(|g| (1..=bursar_model::limits::GPUS).contains(g))
+            .ok_or("`gpus` is a whole number of GPUs from 1 to 1000000")?;
+        let hours = self
+            .hours
+            .as_deref()
+            .ok_or("`hours` is required: the limit the job would ask for")?
+            .parse::<f64>()
+            .ok()
+            .filter(|h| h.is_finite() && *h > 0.0 && *h <= bursar_model::limits::REQUESTED_HOURS)
+            .ok_or("`hours` is a number of hours above 0, at most 1000000")?;
+        let gpu_type = self.gpu_type.filter(|t| !t.is_empty()).ok_or("`gpu_type` is required (e.g. `H100`)")?;
+        for (field, v) in
+            [("gpu_type", Some(&gpu_type)), ("region", self.region.as_ref()), ("queue", self.queue.as_ref())]
+        {
+            if let Some(v) = v {
+                bursar_model::names::check_name(field, v).map_err(|e| e.message)?;
+            }
+        }
+        Ok(crate::estimate::Request { gpus, gpu_type, hours, region: self.region, queue: self.queue, job_id: None })
+    }
+}
+
+/// `GET /v1/estimate`: when a request would start, per partition, soonest first.
+pub async fn estimate(State(door): State<Door<Local>>, Query(q): Query<EstimateQuery>) -> Response {
+    let req = match q.request() {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    match door.backend.read(crate::estimate::gather_view).await {
+        Ok(input) => json(StatusCode::OK, &crate::estimate::answer(&input.configured(&door.backend.capacity), &req)),
+        Err(r) => r.into_response(),
     }
 }

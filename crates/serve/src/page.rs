@@ -1,4 +1,5 @@
-//! Server-rendered HTML: the pool page (`GET /`), the page of what waits for a person (`GET
+//! Server-rendered HTML: the pool page (`GET /`: capacity, queue, approvals, idle jobs, projects,
+//! deferrals, denies), the page of what waits for a person (`GET
 //! /mine`) and the pages of the action links.
 //!
 //! Every value that comes from outside (job ids, names, reasons) goes through one escape function,
@@ -9,7 +10,7 @@
 
 use std::fmt::Write;
 
-use bursar_model::api::{ActionKind, PoolView, QuotaLine};
+use bursar_model::api::{ActionKind, CapacityLine, PoolView, QueueLine, QuotaLine};
 use bursar_model::{Duration, Timestamp};
 use bursar_notify::{Claims, JobFacts};
 use bursar_report::render::svg::esc;
@@ -185,7 +186,7 @@ pub fn mine(who: &str, p: &bursar_model::api::PendingReply, now: Timestamp) -> S
                 esc(&w.user),
                 gpus(w.gpus),
                 gpu_hours(w.requested_hours),
-                if w.over_budget { " <span class=\"over\">over budget</span>" } else { "" },
+                w.hold_label().map_or(String::new(), |l| format!(" <span class=\"over\">{}</span>", esc(&l))),
                 esc(&w.reason),
                 until(now, &w.expires),
             );
@@ -211,6 +212,12 @@ pub fn mine(who: &str, p: &bursar_model::api::PendingReply, now: Timestamp) -> S
         }
         o.push_str("</table>");
     }
+    if !p.queue.is_empty() {
+        queue_section(&mut o, now, &p.queue);
+    }
+    if !p.capacity.is_empty() {
+        capacity_section(&mut o, &p.capacity);
+    }
     let _ = write!(
         o,
         "<p class=\"muted\">As of {} (engine clock {}).</p><script>{MINE_SCRIPT}</script></body></html>",
@@ -218,6 +225,128 @@ pub fn mine(who: &str, p: &bursar_model::api::PendingReply, now: Timestamp) -> S
         esc(&p.engine_time)
     );
     o
+}
+
+/// The pool's capacity per region, GPU type and queue: free now and in an hour, what bursar holds.
+fn capacity_section(o: &mut String, lines: &[CapacityLine]) {
+    o.push_str("<h2 id=\"capacity\">Capacity</h2>");
+    if lines.is_empty() {
+        o.push_str(
+            "<p class=\"muted\">No inventory yet: bursar learns what the pool has from <code>pool.inventory</code> \
+             (a scheduler's agent, or <code>[[capacity]]</code> in the site configuration).</p>",
+        );
+        return;
+    }
+    o.push_str(
+        "<table id=\"capacity-table\"><tr><th>region</th><th>GPU type</th><th>queue</th><th>free now</th>\
+         <th>free in an hour</th><th>in service</th><th>allocated</th><th>drained</th><th>waiting (GPUs held)</th>\
+         <th>running</th><th>reported</th></tr>",
+    );
+    for c in lines {
+        let _ = write!(
+            o,
+            "<tr data-partition=\"{}/{}/{}\"><td>{}</td><td>{}</td><td>{}</td><td class=\"n free\">{}</td><td class=\"n free-hour\">{}</td>\
+             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n{}\">{}</td><td class=\"n\">{} ({})</td><td class=\"n\">{}</td>\
+             <td class=\"muted\">{}{}</td></tr>",
+            esc(&c.region),
+            esc(&c.gpu_type),
+            esc(&c.queue),
+            esc(&c.region),
+            esc(&c.gpu_type),
+            if c.queue.is_empty() { "<span class=\"muted\">any</span>".to_owned() } else { esc(&c.queue) },
+            c.free,
+            c.free_in_hour,
+            c.in_service,
+            c.allocated,
+            if c.drained > 0 { " warn" } else { "" },
+            c.drained,
+            c.waiting_jobs,
+            c.reserved,
+            c.running_jobs,
+            esc(&c.reported),
+            c.source.as_deref().map(|s| format!(" by {}", esc(s))).unwrap_or_default(),
+        );
+    }
+    o.push_str("</table>");
+}
+
+/// The queue: admitted jobs not started, per queue in order, with their place, age, estimated start
+/// and why they wait.
+fn queue_section(o: &mut String, now: Timestamp, lines: &[QueueLine]) {
+    let _ = write!(o, "<h2 id=\"queue\">Queue ({})</h2>", lines.len());
+    if lines.is_empty() {
+        o.push_str("<p class=\"muted\">No admitted job waits to start.</p>");
+        return;
+    }
+    o.push_str(
+        "<table id=\"queue-table\"><tr><th>queue</th><th>#</th><th>job</th><th>project / user</th><th>asks</th>\
+         <th>waiting</th><th>expected start</th><th>why it waits</th></tr>",
+    );
+    for q in lines {
+        let start = match &q.start {
+            Some(s) => {
+                let range =
+                    match (q.earliest.as_deref().map(|e| until(now, e)), q.latest.as_deref().map(|l| until(now, l))) {
+                        (Some(e), Some(l)) if e != l => format!(" <span class=\"muted\">({e} – {l})</span>"),
+                        _ => String::new(),
+                    };
+                let region = q.region.as_deref().map(|r| format!(" in {}", esc(r))).unwrap_or_default();
+                format!("<span data-start=\"{}\">{}</span>{region}{range}", esc(s), starts_in(now, s))
+            }
+            None => "<span class=\"muted\">unknown</span>".to_owned(),
+        };
+        let stale = if q.reservation_released {
+            " <span class=\"warn\">(reservation released as stale)</span>".to_owned()
+        } else {
+            q.stale_at
+                .as_deref()
+                .map(|t| format!(" <span class=\"muted\">(reservation released in {})</span>", until(now, t)))
+                .unwrap_or_default()
+        };
+        let _ = write!(
+            o,
+            "<tr data-job=\"{}\"><td>{}</td><td class=\"n pos\">{}</td><td>{}</td><td>{} / {}</td><td>{} for {} h</td>\
+             <td data-since=\"{}\">{}{stale}</td><td>{start}</td><td>{}</td></tr>",
+            esc(&q.job_id),
+            if q.queue.is_empty() { "<span class=\"muted\">none</span>".to_owned() } else { esc(&q.queue) },
+            q.position,
+            esc(&q.job_id),
+            esc(&q.project),
+            esc(&q.user),
+            q.gpu_type.as_deref().map_or_else(|| gpus(q.gpus), |t| format!("{} × {}", q.gpus, esc(t))),
+            gpu_hours(q.requested_hours),
+            esc(&q.since),
+            ago(now, &q.since),
+            why_cell(now, q),
+        );
+    }
+    o.push_str("</table>");
+}
+
+/// Why a queued job waits: the scheduler's reason (and for how long it has said so) with what the
+/// estimate shows, or the estimate's reason alone.
+fn why_cell(now: Timestamp, q: &QueueLine) -> String {
+    let mut o = if q.scheduler_reason {
+        format!("<span class=\"scheduler-reason\">{}</span>", esc(&q.reason))
+    } else {
+        esc(&q.reason)
+    };
+    if let Some(t) = &q.reason_since {
+        let _ = write!(o, " <span class=\"muted\">(scheduler, for {})</span>", ago(now, t));
+    }
+    if let Some(n) = &q.estimate_note {
+        let _ = write!(o, "<br><span class=\"muted\">{}</span>", esc(n));
+    }
+    o
+}
+
+/// An estimated start for people: `now`, `in 40m 00s`.
+pub fn starts_in(now: Timestamp, t: &str) -> String {
+    match Timestamp::parse(t) {
+        Ok(t) if t > now.plus(Duration(59_999)) => format!("in {}", span(t.since(now))),
+        Ok(_) => "now".to_owned(),
+        Err(_) => "?".to_owned(),
+    }
 }
 
 /// The pool page.
@@ -232,6 +361,9 @@ pub fn pool(v: &PoolView) -> String {
         esc(&v.now),
         esc(&v.engine_time)
     );
+
+    capacity_section(&mut o, &v.capacity);
+    queue_section(&mut o, now, &v.queue);
 
     let _ = write!(o, "<h2 id=\"approvals\">Waiting for approval ({})</h2>", v.approvals.len());
     if v.approvals.is_empty() {
@@ -249,7 +381,7 @@ pub fn pool(v: &PoolView) -> String {
                 esc(&a.user),
                 gpus(a.gpus),
                 gpu_hours(a.requested_hours),
-                if a.over_budget { " <span class=\"over\">over budget</span>" } else { "" },
+                a.hold_label().map_or(String::new(), |l| format!(" <span class=\"over\">{}</span>", esc(&l))),
                 ago(now, &a.submitted),
                 until(now, &a.expires),
                 esc(&approvers),
@@ -507,6 +639,16 @@ fn phase_cell(j: &bursar_model::api::JobLine) -> String {
         }
         if let Some(who) = &r.released_by {
             let _ = write!(s, " <span class=\"muted\">(released outside bursar by {})</span>", esc(who));
+        }
+        if r.requeued {
+            s.push_str(" <span class=\"muted\">(requeued: waiting to run again, holding no GPUs)</span>");
+        }
+        if let Some(at) = &r.reclaim_failed {
+            let _ = write!(
+                s,
+                " <strong class=\"warn\">(reclaimed at {} but still running: the scheduler did not stop it)</strong>",
+                esc(at)
+            );
         }
     }
     s

@@ -3,8 +3,10 @@
 //! signed link in a notice.
 //!
 //! Routes (merged into [`crate::router::local`]):
-//! - `GET /` (the pool page, [`crate::page`]), `GET /v1/pool`, `GET /v1/pending` (the `read`
-//!   power), `POST /v1/jobs/{id}/approve|reject|keepalive` ([`ActionRequest`] → [`ActionReply`]; the
+//! - `GET /` (the pool page, [`crate::page`]), `GET /v1/pool` (the `read` power); `GET
+//!   /v1/pending` (everything with `read`; with only `answer` or `keepalive`, what the caller may
+//!   answer, as `GET /v1/pending/mine` and `GET /mine` always give);
+//!   `POST /v1/jobs/{id}/approve|reject|keepalive` ([`ActionRequest`] → [`ActionReply`]; the
 //!   `answer` or `keepalive` power). The answer is the caller's: `by` is the authenticated
 //!   principal, and a request that names someone else (`bursar approve --as bob` with alice's
 //!   credential) is refused.
@@ -48,16 +50,17 @@ const DENIES_SHOWN: usize = 10;
 
 /// The people-facing API routes (authenticated by the router that merges them).
 pub fn api_router() -> Router<AppState> {
-    let read = crate::layers::needing(
-        Power::Read,
-        Router::new().route("/", get(page)).route("/v1/pool", get(pool_json)).route("/v1/pending", get(pending_json)),
-    );
+    let read =
+        crate::layers::needing(Power::Read, Router::new().route("/", get(page)).route("/v1/pool", get(pool_json)));
     // The action's power is checked in the handler: approve and reject need `answer`, keepalive `keepalive`.
     // What waits for the caller: the `answer` or the `keepalive` power, not `read` (checked in the
     // handlers: either one will do).
     read.merge(crate::layers::with_body(Router::new().route("/v1/jobs/{id}/{action}", axum::routing::post(action_api))))
         .route("/mine", get(mine_page))
         .route("/v1/pending/mine", get(mine_json))
+        // Everything with `read`; what the caller may answer with `answer` or `keepalive` alone
+        // (checked in the handler).
+        .route("/v1/pending", get(pending_json))
 }
 
 /// The signed links' routes: the link is their authority, so they take no credential.
@@ -356,21 +359,9 @@ async fn action_api(
     }
 }
 
-/// How long a copy of the engine's state for the pool views is reused: requests in a burst share
-/// one copy, so the engine thread makes at most one a second whatever the number of readers.
-const POOL_INPUT_REUSE: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// What the pool and pending views are built from: a recent copy, or a new one from the engine.
 async fn pool_input(st: &AppState) -> Result<Arc<PoolInput>, Refusal> {
-    let mut cached = st.backend.pool_input.lock().await;
-    if let Some((at, input)) = cached.as_ref()
-        && at.elapsed() < POOL_INPUT_REUSE
-    {
-        return Ok(input.clone());
-    }
-    let input: Arc<PoolInput> = Arc::new(st.backend.read(|v| PoolInput::of(v.engine)).await?);
-    *cached = Some((std::time::Instant::now(), input.clone()));
-    Ok(input)
+    st.backend.pool_input().await
 }
 
 /// Runs `f` over the pool input off the async threads (and off the engine thread).
@@ -385,14 +376,17 @@ async fn off_thread<T: Send + 'static>(
 }
 
 /// What waits for `who` in `all`: the approvals they may answer (a policy names them, or names
-/// nobody; not their own job unless every asking policy allows it) and the idle warnings of their
-/// own jobs. `None` (a server without principals): everything.
+/// nobody; not their own job unless every asking policy allows it), the idle warnings of their own
+/// jobs and their own jobs in the queue (with their places in it), beside the pool's capacity (a
+/// figure per partition, no one's job). `None` (a server without principals): everything.
 pub fn pending_for(who: Option<&str>, mut all: bursar_model::api::PendingReply) -> bursar_model::api::PendingReply {
     if let Some(name) = who {
         all.approvals.retain(|w| {
             (w.approvers.is_empty() || w.approvers.iter().any(|a| a == name)) && (w.user != name || w.self_approval)
         });
         all.idle.retain(|w| w.user == name);
+        all.queue.retain(|q| q.user == name);
+        all.for_user = Some(name.to_owned());
     }
     all
 }
@@ -406,9 +400,14 @@ async fn mine(st: &AppState, caller: &Caller) -> Result<bursar_model::api::Pendi
             format!("{d}; what waits for a person needs the `answer` or the `keepalive` power"),
         ));
     }
-    let skips = st.backend.skips.clone();
-    let all = off_thread(st, move |input| input.pending(skips.as_ref().and_then(|s| s.lock().ok()).as_deref())).await?;
+    let all = all_pending(st).await?;
     Ok(pending_for((!caller.is_open()).then(|| caller.name()), all))
+}
+
+/// Everything that waits, and the queue.
+async fn all_pending(st: &AppState) -> Result<bursar_model::api::PendingReply, Refusal> {
+    let skips = st.backend.skips.clone();
+    off_thread(st, move |input| input.pending(skips.as_ref().and_then(|s| s.lock().ok()).as_deref())).await
 }
 
 /// `GET /v1/pending/mine`: [`pending_for`] the caller.
@@ -431,9 +430,22 @@ async fn mine_page(State(st): State<AppState>, Extension(caller): Extension<Arc<
     }
 }
 
-async fn pending_json(State(st): State<AppState>) -> Response {
-    let skips = st.backend.skips.clone();
-    match off_thread(&st, move |input| input.pending(skips.as_ref().and_then(|s| s.lock().ok()).as_deref())).await {
+/// `GET /v1/pending` (`bursar pending`): with the `read` power, everything that waits and the whole
+/// queue; with only the `answer` or `keepalive` power, what the caller may answer ([`pending_for`],
+/// as `GET /v1/pending/mine`), so an approver runs `bursar pending` too; otherwise 403.
+async fn pending_json(State(st): State<AppState>, Extension(caller): Extension<Arc<Caller>>) -> Response {
+    let answer = match caller.may(Power::Read) {
+        Ok(()) => all_pending(&st).await,
+        Err(_) if caller.may(Power::Answer).is_ok() || caller.may(Power::Keepalive).is_ok() => mine(&st, &caller).await,
+        Err(d) => Err(Refusal::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "{}; what waits needs the `read` power (everything), or `answer` or `keepalive` (what waits for you)",
+                d.message
+            ),
+        )),
+    };
+    match answer {
         Ok(p) => json(StatusCode::OK, &p),
         Err(r) => r.into_response(),
     }
@@ -654,6 +666,7 @@ mod tests {
                 policies: vec!["approval/big".into()],
                 reason: "big".into(),
                 over_budget: false,
+                held_by: Vec::new(),
                 self_approval: false,
             }),
             idle: Vec::new(),

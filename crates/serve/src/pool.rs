@@ -1,12 +1,13 @@
 //! The people-facing views of engine state: the pool page and `GET /v1/pool`, `GET /v1/pending`
-//! (`bursar pending`), and what the notifier and the action links need to know about a job
-//! ([`JobFacts`]). Each is computed on the engine thread as a read ([`crate::core::Work::Read`]).
+//! (`bursar pending`) — each with the pool's capacity and queue ([`crate::estimate::queue`]) — and
+//! what the notifier and the action links need to know about a job ([`JobFacts`]). Each is computed
+//! on the engine thread as a read ([`crate::core::Work::Read`]).
 //!
 //! The engine thread is the only place the state may be read, and it is on the scheduler's critical
 //! path: three `GET /v1/pool` on a busy pool once took admission latency from 22 ms to 2.6 s while
 //! it formatted every job. So the pool and pending views are built in two steps: on the engine
 //! thread, [`PoolInput`] copies what they need (the records of the jobs that wait or hold GPUs,
-//! the project ledgers, the quota lines) and nothing more; off it, [`PoolInput::pool`] and
+//! the project ledgers, the quota lines, the estimator's inputs) and nothing more; off it, [`PoolInput::pool`] and
 //! [`PoolInput::pending`] compute the idle deadlines, the texts and the orders.
 //!
 //! Numbers come from the engine's own definitions: a quota's line is
@@ -48,6 +49,15 @@ fn quota_policies(engine: &Engine) -> BTreeSet<String> {
 
 fn approval_wait(id: &str, j: &JobRecord, quotas: &BTreeSet<String>) -> Option<ApprovalWait> {
     let p = j.pending().filter(|_| j.phase() == JobPhase::PendingApproval)?;
+    // Which limit held it: a concurrent-GPU or queue cap is not a budget (issue 52). A quota whose
+    // words are not in the reason (an older log) keeps the old label.
+    let quota = p.policies.iter().any(|id| quotas.contains(&**id));
+    let held_by: Vec<String> = if quota {
+        bursar_lang::families::quota_held_by(&p.reason).into_iter().map(str::to_owned).collect()
+    } else {
+        Vec::new()
+    };
+    let over_budget = quota && (held_by.is_empty() || held_by.iter().any(|l| l == "over budget"));
     Some(ApprovalWait {
         job_id: id.to_owned(),
         project: j.project().to_owned(),
@@ -60,7 +70,8 @@ fn approval_wait(id: &str, j: &JobRecord, quotas: &BTreeSet<String>) -> Option<A
         approvers: p.waiting_approvers().iter().map(|a| a.to_string()).collect(),
         policies: p.policies.iter().map(|a| a.to_string()).collect(),
         reason: p.reason.clone(),
-        over_budget: p.policies.iter().any(|id| quotas.contains(&**id)),
+        over_budget,
+        held_by,
         self_approval: p.waiting_self_approval(),
     })
 }
@@ -237,6 +248,8 @@ pub struct PoolInput {
     /// Every project ledger: name, held GPUs, running GPUs.
     ledgers: Vec<(String, u32, u32)>,
     quota_lines: Vec<Line>,
+    /// The capacity and the queue's inputs (the inventory, the live jobs, the recent runs).
+    estimate: crate::estimate::EstimateInput,
 }
 
 impl PoolInput {
@@ -257,11 +270,25 @@ impl PoolInput {
             jobs,
             ledgers,
             quota_lines: quota_lines(engine),
+            estimate: crate::estimate::gather(engine),
         }
     }
 
-    /// Every job waiting for an approval and every job alerted as idle, oldest first; `skips` (the
-    /// utilisation source's, if serve runs one) says why an idle job has no fresh sample.
+    /// The estimator's inputs in this copy.
+    pub fn estimate_input(&self) -> &crate::estimate::EstimateInput {
+        &self.estimate
+    }
+
+    /// With the site's `[[capacity]]` rows for the partitions no inventory names
+    /// ([`crate::estimate::EstimateInput::configured`]).
+    pub fn configured(mut self, rows: &[bursar_model::CapacityRow]) -> PoolInput {
+        self.estimate = self.estimate.configured(rows);
+        self
+    }
+
+    /// Every job waiting for an approval and every job alerted as idle, oldest first, with the
+    /// pool's capacity and queue ([`crate::estimate::queue`]); `skips` (the utilisation source's, if
+    /// serve runs one) says why an idle job has no fresh sample.
     pub fn pending(&self, skips: Option<&Skips>) -> PendingReply {
         let mut approvals = Vec::new();
         let mut idle = Vec::new();
@@ -279,7 +306,8 @@ impl PoolInput {
                 w.no_sample = board.by_job.get(&w.job_id).cloned();
             }
         }
-        PendingReply { engine_time: self.engine_time.to_string(), approvals, idle }
+        let (capacity, queue) = crate::estimate::queue(&self.estimate);
+        PendingReply { engine_time: self.engine_time.to_string(), approvals, idle, capacity, queue, for_user: None }
     }
 
     /// The pool page's view at wall time `now` (the denies are left for the caller to read from the
@@ -360,6 +388,8 @@ impl PoolInput {
             idle: pending.idle,
             deferred,
             denies: Vec::new(),
+            capacity: pending.capacity,
+            queue: pending.queue,
         }
     }
 }
@@ -376,5 +406,48 @@ mod tests {
         assert_eq!(runs_out(now, 1000.0, 25.0, end), None); // lasts past November
         assert_eq!(runs_out(now, 100.0, 0.0, end), None);
         assert_eq!(runs_out(now, -5.0, 25.0, end), None);
+    }
+
+    /// Issue 52: a hold by a concurrent-GPU cap said "over budget". Now the label names the limit.
+    #[test]
+    fn the_hold_says_which_limit_held_it() {
+        let dir = std::env::temp_dir().join(format!("bursar-serve-hold-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("q.toml"),
+            r#"
+[[policy]]
+id = "quota/cap"
+description = "8 GPUs at once, 100 GPU-hours a month; over either, a person decides."
+kind = "quota"
+max_gpus = 8
+gpu_hours = 100
+on_exhaust = "require_approval"
+"#,
+        )
+        .unwrap();
+        let set = bursar_loader::load_dir(&dir, &bursar_loader::NoComponents).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut e = Engine::new(std::sync::Arc::new(set));
+        let mut out = Vec::new();
+        for line in [
+            // 8 GPUs for 2 hours: 16 of 100 GPU-hours, 8 GPUs held.
+            r#"{"id":"s1","time":"2026-11-02T00:00:00Z","type":"job.submitted","job":{"id":"a","project":"p","user":"u","gpus":8,"requested_hours":2}}"#,
+            // 1 GPU for 1 hour: within the budget, over the cap.
+            r#"{"id":"s2","time":"2026-11-02T00:01:00Z","type":"job.submitted","job":{"id":"b","project":"p","user":"u","gpus":1,"requested_hours":1}}"#,
+            // 8 GPUs for 20 hours: over both.
+            r#"{"id":"s3","time":"2026-11-02T00:02:00Z","type":"job.submitted","job":{"id":"c","project":"p","user":"u","gpus":8,"requested_hours":20}}"#,
+        ] {
+            e.apply(&bursar_model::decode_input(line).unwrap(), Some(line), &mut out);
+        }
+        let pending = PoolInput::of(&e).pending(None);
+        let by = |job: &str| pending.approvals.iter().find(|a| a.job_id == job).unwrap();
+        assert_eq!(by("b").held_by, ["over the concurrent-GPU cap"]);
+        assert!(!by("b").over_budget, "a cap is not a budget");
+        assert_eq!(by("b").hold_label().as_deref(), Some("over the concurrent-GPU cap"));
+        assert_eq!(by("c").held_by, ["over budget", "over the concurrent-GPU cap"]);
+        assert!(by("c").over_budget);
+        assert_eq!(by("c").hold_label().as_deref(), Some("over budget and over the concurrent-GPU cap"));
     }
 }

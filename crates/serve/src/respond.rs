@@ -156,9 +156,30 @@ impl IntoResponse for Refusal {
     }
 }
 
+/// `text` cut to at most `max` bytes (on a character boundary), marked where it was cut: what a
+/// 401 echoes and the log keeps of what a caller sent.
+pub fn bounded(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes in all)", &text[..end], text.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_a_caller_sent_is_echoed_bounded() {
+        assert_eq!(bounded("bob", 10), "bob");
+        let long = "é".repeat(300);
+        let cut = bounded(&long, 101);
+        assert!(cut.starts_with(&"é".repeat(50)) && cut.ends_with("… (600 bytes in all)"), "{cut}");
+    }
 
     #[test]
     fn a_refusal_keeps_its_status_across_nats() {

@@ -6,8 +6,10 @@
 //!
 //! Powers (the table `docs/security.md` gives): `GET /healthz` none; `POST /v1/admit` `submit`;
 //! `POST /v1/events` each line its own (checked on the road, [`crate::road`]); the people's answers
-//! `answer` or `keepalive` (in their handlers); `POST /v1/reload`, `/v1/snapshot`,
-//! `/v1/audit/prune` `admin`; every other `GET` `read`; `/act/{token}` the link's own signature.
+//! `answer` or `keepalive` (in their handlers); `GET /mine` and `/v1/pending/mine` `answer` or
+//! `keepalive`, `GET /v1/pending` `read` or either of those (in their handlers: without `read`, the
+//! caller's own); `POST /v1/reload`, `/v1/snapshot`, `/v1/audit/prune` `admin`; every other `GET`
+//! `read`; `/act/{token}` the link's own signature.
 
 use std::sync::Arc;
 
@@ -73,8 +75,10 @@ pub fn local(door: Door<Local>, limits: Limits, counters: Arc<ListenCounters>) -
         Power::Read,
         Router::new()
             .route("/v1/jobs/{id}", get(local_api::job))
+            .route("/v1/unconfirmed", get(local_api::unconfirmed))
             .route("/v1/projects/{name}", get(local_api::project))
             .route("/v1/report", get(local_api::report_json))
+            .route("/v1/estimate", get(local_api::estimate))
             .route("/report", get(local_api::report_html)),
     );
     let admin = needing(

@@ -25,6 +25,8 @@ pub fn runs(j: &JobRecord) -> Option<bursar_model::api::RunsView> {
         parent: r.parent.as_deref().map(str::to_owned),
         released_by: r.released_by.as_deref().map(str::to_owned),
         confirm_by: r.confirm_by.get().map(|t| t.to_string()),
+        reclaim_failed: r.reclaim_failed.get().map(|t| t.to_string()),
+        requeued: r.requeued,
     };
     Some(view).filter(|v| *v != bursar_model::api::RunsView::default())
 }
@@ -107,5 +109,31 @@ pub fn project(engine: &Engine, name: &str) -> ProjectView {
         week: usage(Period::Week),
         month: usage(Period::Month),
         engine_time: now.to_string(),
+    }
+}
+
+/// The admissions of jobs whose id starts with `prefix` that the scheduler has yet to confirm
+/// (`GET /v1/unconfirmed`), oldest first.
+pub fn unconfirmed(engine: &Engine, prefix: &str) -> bursar_model::api::UnconfirmedView {
+    let mut jobs: Vec<(bursar_model::Timestamp, bursar_model::api::UnconfirmedJob)> = engine
+        .state()
+        .jobs()
+        .filter(|(id, _)| id.starts_with(prefix))
+        .filter_map(|(id, j)| {
+            let by = j.runs()?.confirm_by.get()?;
+            Some((
+                j.submitted(),
+                bursar_model::api::UnconfirmedJob {
+                    job_id: id.to_owned(),
+                    admitted: j.submitted().to_string(),
+                    confirm_by: by.to_string(),
+                },
+            ))
+        })
+        .collect();
+    jobs.sort_by(|a, b| (a.0, &a.1.job_id).cmp(&(b.0, &b.1.job_id)));
+    bursar_model::api::UnconfirmedView {
+        engine_time: engine.state().now().to_string(),
+        jobs: jobs.into_iter().map(|(_, j)| j).collect(),
     }
 }

@@ -125,6 +125,7 @@ impl Incoming {
         match &mut self.input {
             Input::Event(e) => e.id = kept,
             Input::Action(a) => a.id = kept,
+            Input::Inventory(i) => i.id = kept,
             Input::WallTick(_) | Input::Run(_) | Input::Ledger(_) => return,
         }
         self.raw = self.input.to_json();

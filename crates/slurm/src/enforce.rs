@@ -10,7 +10,9 @@
 //!
 //! Admission decisions made at submission (event id `sub-<job id>`, written by `job_submit.lua`) were
 //! already applied by the hook; `alert`, `defer`, `require_approval` and dry-run decisions ask nothing
-//! of Slurm (alerts are logged).
+//! of Slurm (alerts are logged). Which decision asks what is `bursar-agent`'s
+//! ([`bursar_agent::follow::ask`], the same for every scheduler); this module says what each ask
+//! means on Slurm. Blocking throughout: Slurm is reached through its commands.
 //!
 //! **Finding the job** without listing the queue: the watcher's state file (read, never written)
 //! maps bursar's id to Slurm's; only a job the watcher has not seen yet is looked up in
@@ -29,11 +31,10 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use bursar_agent::follow::{self, Executor, FollowConfig, FollowReport};
+use bursar_agent::follow::{self, Ask, Executor, FollowConfig, FollowReport};
 use bursar_agent::record::{Outcome, Record, Seen};
 use bursar_agent::server::Server;
 use bursar_model::api::Sequenced;
-use bursar_model::{Decision, DecisionKind};
 
 use crate::detail::Markers;
 use crate::queue::{Key, Phase, Row};
@@ -41,43 +42,19 @@ use crate::slurm::{Ask as Read, Slurm};
 use crate::state::{self, Kind};
 use crate::{Error, Result};
 
-/// What a decision asks of Slurm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ask {
-    /// Cancel the job (a reclaim).
-    Cancel,
-    /// Cancel the job if it still waits for bursar's approval (a rejection or an expiry).
-    CancelHeld,
-    /// Release a job held for approval.
-    Release,
-}
-
-impl Ask {
-    fn action(self) -> &'static str {
-        match self {
-            Ask::Cancel | Ask::CancelHeld => "scancel",
-            Ask::Release => "scontrol release",
-        }
+/// The Slurm command that carries out `ask`: a reclaim cancels the job; an approval releases it;
+/// a rejection or an expiry cancels it if it is still held by bursar.
+fn command(ask: Ask) -> &'static str {
+    match ask {
+        Ask::Reclaim | Ask::Reject => "scancel",
+        Ask::Approve => "scontrol release",
     }
 }
 
-/// What `decision` asks of Slurm, if anything. Pure.
-pub fn ask(decision: &Decision) -> Option<Ask> {
-    let job = decision.job_id.as_deref().filter(|j| !j.is_empty())?;
-    if decision.dry_run {
-        return None;
-    }
-    // The hook's event id is `sub-<job>`; serve keeps a principal's ids under its name
-    // (`slurmctld:sub-<job>`).
-    let sub = format!("sub-{job}");
-    let at_submission =
-        decision.event_id == sub || decision.event_id.strip_suffix(&sub).is_some_and(|p| p.ends_with(':'));
-    match decision.decision {
-        DecisionKind::Reclaim => Some(Ask::Cancel),
-        DecisionKind::Allow if decision.admission && !at_submission => Some(Ask::Release),
-        DecisionKind::Deny if decision.admission && !at_submission => Some(Ask::CancelHeld),
-        _ => None,
-    }
+/// The id `job_submit.lua` gives job `job`'s submission event; serve keeps it under the hook's
+/// principal (`slurmctld:sub-<job>`).
+pub fn submitted_id(job: &str) -> String {
+    format!("sub-{job}")
 }
 
 /// Where bursar's job is in Slurm.
@@ -128,9 +105,9 @@ pub fn action(ask: Ask, target: &Target, rows: &[Row], markers: Option<&Markers>
     }
     let held = markers.is_some_and(|m| m.hold) && rows.iter().all(|r| r.phase() == Phase::Pending);
     match ask {
-        Ask::Cancel => Ok(()),
-        Ask::CancelHeld | Ask::Release if held => Ok(()),
-        Ask::CancelHeld | Ask::Release => {
+        Ask::Reclaim => Ok(()),
+        Ask::Reject | Ask::Approve if held => Ok(()),
+        Ask::Reject | Ask::Approve => {
             let who = markers
                 .and_then(|m| m.released_by.as_deref())
                 .map(|w| format!("; {w} released it outside bursar"))
@@ -213,7 +190,7 @@ pub fn resolve(cfg: &EnforceConfig, bursar_id: &str) -> Result<Option<Target>> {
 
 /// The markers of the target's record, when the action depends on its hold.
 fn markers_of(cfg: &EnforceConfig, ask: Ask, target: &Target, rows: &[Row]) -> Result<Option<Markers>> {
-    if ask == Ask::Cancel || rows.is_empty() {
+    if ask == Ask::Reclaim || rows.is_empty() {
         return Ok(None);
     }
     let read = cfg.slurm.details(&[Read::for_row(rows, target.slurm_id)], rows.len())?;
@@ -253,7 +230,7 @@ fn attempt(cfg: &EnforceConfig, record: &mut Record, ask: Ask, job_id: &str) -> 
     }
     let before = states(&rows);
     match ask {
-        Ask::Cancel | Ask::CancelHeld => {
+        Ask::Reclaim | Ask::Reject => {
             let out = cfg.slurm.cancel(&target.scancel)?;
             let (done, after) = settle(cfg, &target, over)?;
             if done {
@@ -282,7 +259,7 @@ fn attempt(cfg: &EnforceConfig, record: &mut Record, ask: Ask, job_id: &str) -> 
                 )))
             }
         }
-        Ask::Release => {
+        Ask::Approve => {
             let admin = cfg
                 .slurm
                 .details(&[Read::for_row(&rows, target.slurm_id)], rows.len())?
@@ -313,30 +290,9 @@ fn attempt(cfg: &EnforceConfig, record: &mut Record, ask: Ask, job_id: &str) -> 
 /// Carries out `ask` for job `job_id`, retrying failed Slurm commands and refusals; returns the
 /// record to log.
 pub fn execute(cfg: &EnforceConfig, seen: &Seen, ask: Ask, job_id: &str) -> Record {
-    let mut record = Record::new(seen, job_id, ask.action());
+    let mut record = Record::new(seen, job_id, command(ask));
     record.set_field("slurm_cluster", &cfg.cluster);
-    let mut delay = cfg.retry_delay;
-    let max = cfg.max_attempts.max(1);
-    loop {
-        record.attempts += 1;
-        match attempt(cfg, &mut record, ask, job_id) {
-            Ok((outcome, detail)) => {
-                record.outcome = outcome;
-                record.detail = detail;
-                return record;
-            }
-            Err(e) if record.attempts >= max => {
-                record.outcome = Outcome::Failed;
-                record.detail = format!("gave up after {} attempts: {e}", record.attempts);
-                return record;
-            }
-            Err(e) => {
-                tracing::warn!(job = job_id, attempt = record.attempts, error = %e, "action failed; retrying");
-                std::thread::sleep(delay);
-                delay = delay.saturating_mul(2);
-            }
-        }
-    }
+    record.tried(cfg.max_attempts, cfg.retry_delay, |record| attempt(cfg, record, ask, job_id))
 }
 
 /// The Slurm enforcer as the shared follower's [`Executor`].
@@ -345,10 +301,12 @@ struct SlurmExecutor<'a> {
 }
 
 impl Executor for SlurmExecutor<'_> {
-    fn handle(&mut self, d: &Sequenced) -> Option<Record> {
-        let ask = ask(&d.decision)?;
-        let job_id = d.decision.job_id.as_deref()?;
-        Some(execute(self.cfg, &Seen::of(d), ask, job_id))
+    fn submitted_id(&self, job: &str) -> String {
+        submitted_id(job)
+    }
+
+    fn execute(&mut self, d: &Sequenced, ask: Ask, job_id: &str) -> Record {
+        execute(self.cfg, &Seen::of(d), ask, job_id)
     }
 }
 
@@ -368,52 +326,20 @@ pub fn run(cfg: &EnforceConfig, once: bool) -> Result<FollowReport> {
 mod tests {
     use super::*;
     use crate::queue::parse_rows;
-    use bursar_model::Timestamp;
 
     const ROWS: &str = include_str!("../tests/data/squeue-O-22.05.txt");
 
-    fn d(decision: &str, event_id: &str, admission: bool) -> Decision {
-        Decision {
-            decision_id: "x".into(),
-            event_id: event_id.into(),
-            time: Timestamp(0),
-            job_id: Some("lab-1".into()),
-            project: None,
-            decision: DecisionKind::parse(decision).unwrap(),
-            until: None,
-            policies: vec![],
-            reason: "r".into(),
-            dry_run: false,
-            admission,
-            user: None,
-            gpus: None,
-            gpu_hours: None,
-            hints: None,
-        }
-    }
-
     #[test]
-    fn which_decisions_ask_something_of_slurm() {
-        assert_eq!(ask(&d("reclaim", "tick-1", false)), Some(Ask::Cancel));
-        assert_eq!(ask(&d("allow", "e-approve", true)), Some(Ask::Release));
-        assert_eq!(ask(&d("deny", "e-reject", true)), Some(Ask::CancelHeld));
-        // Applied by job_submit.lua already.
-        assert_eq!(ask(&d("allow", "sub-lab-1", true)), None);
-        assert_eq!(ask(&d("deny", "sub-lab-1", true)), None);
+    fn a_submission_is_known_under_the_hooks_principal() {
+        let allow = |event_id: &str| -> bursar_model::Decision {
+            let line = serde_json::json!({"decision_id": "x", "event_id": event_id, "time": "2026-11-02T09:00:00Z",
+                "job_id": "lab-1", "decision": "allow", "policies": [], "reason": "r", "admission": true});
+            serde_json::from_value(line).unwrap()
+        };
         // Regression: with principals serve keeps the hook's ids under its name; such an admission was
         // taken for an approval and cost a lookup of the whole queue per submission.
-        assert_eq!(ask(&d("allow", "slurmctld:sub-lab-1", true)), None);
-        assert_eq!(ask(&d("deny", "slurmctld:sub-lab-1", true)), None);
-        assert_eq!(ask(&d("allow", "bob:cli-approve-sub-lab-1", true)), Some(Ask::Release));
-        for k in ["alert", "defer", "require_approval"] {
-            assert_eq!(ask(&d(k, "e", false)), None, "{k}");
-        }
-        let mut dry = d("reclaim", "e", false);
-        dry.dry_run = true;
-        assert_eq!(ask(&dry), None);
-        let mut no_job = d("reclaim", "e", false);
-        no_job.job_id = None;
-        assert_eq!(ask(&no_job), None);
+        assert_eq!(follow::ask(&allow("slurmctld:sub-lab-1"), submitted_id), None, "applied by job_submit.lua");
+        assert_eq!(follow::ask(&allow("bob:cli-approve-sub-lab-1"), submitted_id), Some((Ask::Approve, "lab-1")));
     }
 
     fn rows_of(all: &[Row], pred: impl Fn(&Row) -> bool) -> Vec<Row> {
@@ -426,27 +352,27 @@ mod tests {
         let job = |id: u64| Target::new(Key::Job(id), id, None);
         // Ended (FAILED): nothing to cancel.
         let failed = rows_of(&all, |r| r.job_id == 40);
-        assert!(action(Ask::Cancel, &job(40), &failed, None).unwrap_err().contains("already ended (FAILED)"));
-        assert!(action(Ask::Cancel, &job(40), &[], None).unwrap_err().contains("MinJobAge"));
+        assert!(action(Ask::Reclaim, &job(40), &failed, None).unwrap_err().contains("already ended (FAILED)"));
+        assert!(action(Ask::Reclaim, &job(40), &[], None).unwrap_err().contains("MinJobAge"));
         // Running: cancelled on reclaim; not "held", so an expiry leaves it alone.
         let running = rows_of(&all, |r| r.job_id == 42);
-        assert!(action(Ask::Cancel, &job(42), &running, None).is_ok());
+        assert!(action(Ask::Reclaim, &job(42), &running, None).is_ok());
         let released = Markers { job: Some("lab-1".into()), released_by: Some("root".into()), ..Markers::default() };
-        let why = action(Ask::CancelHeld, &job(42), &running, Some(&released)).unwrap_err();
+        let why = action(Ask::Reject, &job(42), &running, Some(&released)).unwrap_err();
         assert!(why.contains("not held by bursar (RUNNING); root released it outside bursar"), "{why}");
         // Held for approval: released on approval, cancelled on expiry.
         let held_rows = rows_of(&all, |r| r.job_id == 38);
         let held = Markers { job: Some("lab-1".into()), hold: true, ..Markers::default() };
-        assert!(action(Ask::Release, &job(38), &held_rows, Some(&held)).is_ok());
-        assert!(action(Ask::CancelHeld, &job(38), &held_rows, Some(&held)).is_ok());
+        assert!(action(Ask::Approve, &job(38), &held_rows, Some(&held)).is_ok());
+        assert!(action(Ask::Reject, &job(38), &held_rows, Some(&held)).is_ok());
         assert!(
-            action(Ask::Release, &job(38), &held_rows, Some(&Markers::default())).unwrap_err().contains("not held")
+            action(Ask::Approve, &job(38), &held_rows, Some(&Markers::default())).unwrap_err().contains("not held")
         );
         // A whole array: over only when every record is.
         let array = rows_of(&all, |r| r.array_job_id == Some(46));
         let whole = Target::new(Key::Array(46), 46, None);
         assert_eq!(whole.scancel, "46");
-        assert!(action(Ask::Cancel, &whole, &array, None).is_ok());
+        assert!(action(Ask::Reclaim, &whole, &array, None).is_ok());
         assert!(!over(&array));
         // A heterogeneous component is cancelled through its leader.
         assert_eq!(Target::new(Key::Job(52), 52, Some(51)).scancel, "51");

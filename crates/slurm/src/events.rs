@@ -17,6 +17,7 @@
 //! | finished, run 0 | `slurm-<cluster>-<key>-finished` (as before) |
 //! | finished, run N > 0 | `slurm-<cluster>-<key>-finished-rN` |
 //! | replaced (re-admitted elsewhere) | `slurm-<cluster>-<key>-replaced-<new id>` |
+//! | still waiting, Slurm's `Reason` changed (the Nth time) | `slurm-<cluster>-<key>-waits-N` (a `job.queued` with `reason`) |
 //!
 //! Every event carries `slurm_job_id` (the record's own numeric JobID, which is what the Prolog and
 //! dcgm-exporter's `hpc_job` name) and `slurm_cluster` as added fields — v1 keeps fields a producer
@@ -73,6 +74,12 @@ pub enum What {
         /// The new admission.
         by: String,
     },
+    /// The job still waits, for a reason Slurm gives that changed since the last sent (the `n`th
+    /// such change): another `job.queued`, with the reason.
+    Waits {
+        /// How many reasons were sent for the job so far, this one included.
+        n: u32,
+    },
 }
 
 /// One event to send.
@@ -92,6 +99,8 @@ pub struct Report {
     pub what: What,
     /// The heterogeneous job (leader, offset) it is a component of.
     pub het: Option<(u64, u32)>,
+    /// For `job.queued`: Slurm's reason the job waits (`Reason`: `Resources`, `Priority`, …).
+    pub reason: Option<String>,
 }
 
 impl Report {
@@ -112,6 +121,7 @@ impl Report {
             What::Requeued => format!("slurm-{cluster}-{key}-requeued-r{}", self.run),
             What::Rerun => format!("slurm-{cluster}-{key}-rerun-r{}", self.run),
             What::Replaced { by } => format!("slurm-{cluster}-{key}-replaced-{by}"),
+            What::Waits { n } => format!("slurm-{cluster}-{key}-waits-{n}"),
         }
     }
 
@@ -135,7 +145,12 @@ impl Report {
         }
         let job_id = self.bursar_id.clone();
         let kind = match &self.what {
-            What::Queued => EventKind::JobQueued { job_id },
+            What::Queued | What::Waits { .. } => {
+                if let Some(r) = &self.reason {
+                    field(&mut extra, "reason", r);
+                }
+                EventKind::JobQueued { job_id }
+            }
             What::Started { gpus, parent, released_by } => EventKind::JobStarted {
                 job_id,
                 info: StartInfo { gpus: *gpus, parent: parent.clone(), released_by: released_by.clone() },
@@ -180,7 +195,7 @@ mod tests {
     }
 
     fn report(key: Key, run: u32, what: What) -> Report {
-        Report { key, slurm_id: 17, bursar_id: "lab-abc".into(), run, at: 1_796_018_054, what, het: None }
+        Report { key, slurm_id: 17, bursar_id: "lab-abc".into(), run, at: 1_796_018_054, what, het: None, reason: None }
     }
 
     #[test]

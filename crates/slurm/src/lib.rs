@@ -8,7 +8,9 @@
 //!   sees, `job.started` with the GPUs Slurm allocated (read from the job's record when a run
 //!   starts), `job.requeued` when a run ends and the job waits again, `job.finished` only for
 //!   Slurm's final states; array tasks as children of their array. Each event carries bursar's job
-//!   id (read once from the AdminComment `bursar_job=…`) and Slurm's (`slurm_job_id`).
+//!   id (read once from the AdminComment `bursar_job=…`) and Slurm's (`slurm_job_id`). Every few
+//!   polls it reads the nodes too and sends `pool.inventory` when the GPUs per type and partition
+//!   changed.
 //! - **enforce** ([`enforce`]): follows `GET /v1/decisions` from a persisted cursor and executes what a
 //!   decision asks of Slurm: `scancel` on reclaim (exactly the job, array task or whole array named),
 //!   `scancel` of a job still held for approval on a rejection or expiry, `scontrol release` on an
@@ -30,12 +32,15 @@
 //!   the GPUs allocated; what user text could forge is never taken from the text form.
 //! - [`slurm`]: running the commands, and choosing between per-job reads and one JSON dump.
 //! - [`events`]: the v1 events the watcher sends.
+//! - [`nodes`]: the pool's inventory from Slurm's nodes (`scontrol -d show node -o`), which the
+//!   watcher sends as `pool.inventory` when it changes.
 //! - [`state`]: what the watcher remembers between polls (a `bursar-agent` state file, versioned).
 //! - [`watch`], [`enforce`]: the two agents.
 
 pub mod detail;
 pub mod enforce;
 pub mod events;
+pub mod nodes;
 pub mod queue;
 pub mod slurm;
 pub mod state;

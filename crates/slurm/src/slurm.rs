@@ -5,6 +5,7 @@
 //! | [`Slurm::queue`] | `squeue -h --states=all -O <16 fields>` | every watcher poll: ~25 bytes a job |
 //! | [`Slurm::details`] | `scontrol show job -d -o ID` per job | a job first seen; a run starting (GPUs) |
 //! | [`Slurm::dump`] | `squeue --json --states=all` | more jobs new at once than [`bulk_threshold`]; a reading user text made ambiguous; the enforcer's last resort |
+//! | [`Slurm::nodes`] | `scontrol -d show node -o` | every `--nodes-every` polls (default 10): the inventory |
 //! | [`Slurm::rows_of`] | `squeue -h --states=all -j ID -O …` | the enforcer: one job's state before and after it acts |
 //! | [`Slurm::cancel`], [`Slurm::release`] | `scancel`, `scontrol update` + `scontrol release` | the enforcer |
 //!
@@ -130,9 +131,42 @@ impl Slurm {
         queue::parse_rows(&out.stdout)
     }
 
-    /// The whole queue as JSON (every field, unambiguous; costly: see the module's table).
+    /// The whole queue as JSON (every field, unambiguous; costly: see the module's table), read as
+    /// squeue writes it ([`detail::read_json`]): the watcher never holds the whole document.
     pub fn dump(&self) -> Result<Vec<detail::JsonJob>> {
-        detail::parse_json(&run(&self.squeue, &["--json", "--states=all"])?)
+        use std::process::Stdio;
+        let command = || format!("{} --json --states=all", self.squeue);
+        let mut child = Command::new(&self.squeue)
+            .args(["--json", "--states=all"])
+            .env("SLURM_TIME_FORMAT", "%s")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| Error::Command { command: command(), message: e.to_string() })?;
+        // stderr is read on its own thread so a chatty squeue cannot block on a full pipe.
+        let stderr = child.stderr.take().map(|mut e| {
+            std::thread::spawn(move || {
+                let mut s = String::new();
+                let _ = std::io::Read::read_to_string(&mut e, &mut s);
+                s
+            })
+        });
+        let parsed = match child.stdout.take() {
+            Some(out) => detail::read_json(out),
+            None => Err(Error::Squeue("no output".into())),
+        };
+        if parsed.is_err() {
+            // It may still be writing to a pipe nobody reads now.
+            let _ = child.kill();
+        }
+        let status = child.wait().map_err(|e| Error::Command { command: command(), message: e.to_string() })?;
+        let stderr = stderr.and_then(|t| t.join().ok()).unwrap_or_default().trim().to_owned();
+        if !status.success() {
+            let message = if stderr.is_empty() { "non-zero exit status".to_owned() } else { stderr };
+            return Err(Error::Command { command: command(), message });
+        }
+        parsed
     }
 
     /// The details of each asked JobID: one `scontrol show job -d -o` each, or one JSON dump of the
@@ -192,6 +226,12 @@ impl Slurm {
             read.dumped = Some(why);
         }
         Ok(read)
+    }
+
+    /// The nodes (`scontrol -d show node -o`: one line a node, `-d` for `GresUsed`), for the
+    /// inventory ([`crate::nodes`]).
+    pub fn nodes(&self) -> Result<Vec<crate::nodes::Node>> {
+        run(&self.scontrol, &["-d", "show", "node", "-o"]).map(|out| crate::nodes::parse_nodes(&out))
     }
 
     /// `scancel <target>`: exits 0 even when Slurm refused (22.05), so the caller checks the job.

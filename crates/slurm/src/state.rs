@@ -88,6 +88,16 @@ pub struct Memo {
     /// For a heterogeneous component: (leader JobID, offset).
     #[serde(rename = "het", default, skip_serializing_if = "Option::is_none")]
     pub het: Option<(u64, u32)>,
+    /// Slurm's reason it waits, as last sent (`job.queued`'s `reason`).
+    #[serde(rename = "w", default, skip_serializing_if = "String::is_empty")]
+    pub waits: String,
+    /// How many reasons were sent for it.
+    #[serde(rename = "wn", default, skip_serializing_if = "is_zero")]
+    pub waits_sent: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 impl Memo {
@@ -106,6 +116,8 @@ impl Memo {
             status: None,
             parent: None,
             het: None,
+            waits: String::new(),
+            waits_sent: 0,
         }
     }
 

@@ -19,6 +19,7 @@
 //! | a finished job pending or running again (its owner's `scontrol requeue`) | `job.requeued` (a rerun), then `job.started` |
 //! | the last task of an array ended (no task pending or running) | `job.finished` of the array's parent |
 //! | partition changed, the hook re-admitted it | `job.finished` of the old id (`replaced_by`), `job.queued` of the new |
+//! | pending, its `Reason` changed (`Resources`, `Priority`, `QOSMaxGRESPerUser`, …) | `reason` on that poll's `job.queued`, else another `job.queued` with it |
 //!
 //! Times: a pending job's StartTime and EndTime are Slurm's *expectations* and are never sent; a
 //! start is the run's StartTime, an end the final EndTime, a requeue the poll that saw it (or the next
@@ -28,6 +29,19 @@
 //! A job the watcher saw and that vanished from the queue (the watcher was down for longer than
 //! `MinJobAge`) is finished as `cancelled` with `slurm_state: "unknown"`: its GPUs are released in
 //! bursar's books, and the audit log says the end was not observed.
+//!
+//! An admission Slurm never created — a job it refused after the hook (`-p nosuch`), the admitted
+//! component of a heterogeneous job whose other component was denied, a `--test-only` submission
+//! from a client without `cli_filter.lua` — is released within two polls while the watcher runs:
+//! each poll asks serve which admissions of this cluster are still unconfirmed (`GET
+//! /v1/unconfirmed`), and one admitted before the previous poll began, that neither poll found in
+//! Slurm's queue, is finished as `cancelled` with `slurm_state: "never created"` and the reason
+//! (issue 55: these held GPUs for `confirm_within_s`, 15 minutes by default). `confirm_within_s`
+//! stays the bound while the watcher is down.
+//!
+//! Every `nodes_every` polls (10 by default, and at the first) it also reads the nodes (`scontrol -d
+//! show node -o`, one call) and sends `pool.inventory` — GPUs in service, allocated, free and drained
+//! per GPU type and partition ([`crate::nodes`]) — when the rows changed since it last sent them.
 //!
 //! Why polling rather than `jobcomp/lua`: a jobcomp hook runs inside slurmctld (serialised with every
 //! other RPC, like `job_submit.lua`), sees only ends, and must never block; a poller sees every state,
@@ -193,7 +207,33 @@ impl Planner<'_> {
             at,
             what,
             het: m.het,
+            reason: None,
         });
+    }
+
+    /// A pending job whose Slurm `Reason` differs from the one last sent: the reason rides on this
+    /// poll's `job.queued` of the job if there is one, else on another (`What::Waits`). `None`
+    /// (Slurm's word for a job not yet considered) is no reason.
+    fn waits(&mut self, key: Key, m: &mut Memo, r: &Row) {
+        if !matches!(r.phase(), Phase::Pending) || !matches!(m.last, Last::Queued | Last::Requeued) {
+            return;
+        }
+        let why = r.reason.trim();
+        if why.is_empty() || why == "None" || why == m.waits {
+            return;
+        }
+        let queued = self.plan.reports.iter_mut().rev().find(|x| x.key == key && matches!(x.what, What::Queued));
+        match queued {
+            Some(q) => q.reason = Some(why.to_owned()),
+            None => {
+                m.waits_sent = m.waits_sent.saturating_add(1);
+                self.report(key, m, m.restarts, self.now, What::Waits { n: m.waits_sent });
+                if let Some(q) = self.plan.reports.last_mut() {
+                    q.reason = Some(why.to_owned());
+                }
+            }
+        }
+        m.waits = why.to_owned();
     }
 
     /// A first sight: the memo the record's markers make, and `job.queued` for bursar's jobs.
@@ -301,6 +341,8 @@ impl Planner<'_> {
     }
 
     fn start(&mut self, key: Key, m: &mut Memo, r: &Row) {
+        // A run starts: bursar forgets why it waited, so the next wait's reason is sent again.
+        m.waits.clear();
         let d = self.details.get(&r.job_id);
         let gpus = r.tres_gpus().or_else(|| d.and_then(|d| d.gpus));
         let mut released_by = d.and_then(|d| d.markers.released_by.clone());
@@ -407,7 +449,8 @@ pub fn plan(state: &WatchState, rows: &[Row], details: &BTreeMap<u64, Details>, 
                     continue;
                 }
                 let m = readmitted(&mut p, key, m, r);
-                let m = p.step(key, m, r);
+                let mut m = p.step(key, m, r);
+                p.waits(key, &mut m, r);
                 p.put(&key, m);
             }
             Key::Task(a, t) => {
@@ -504,6 +547,56 @@ pub struct WatchConfig {
     pub state: PathBuf,
     /// Time between two polls (at least; see [`next_interval`]).
     pub interval: Duration,
+    /// Read the nodes every this many polls (and at the first) and send `pool.inventory` when the
+    /// rows changed; 0: never.
+    pub nodes_every: u32,
+    /// The region the inventory's rows name (a pool or cluster).
+    pub region: String,
+    /// GRES types to GPU types (`h100` → `H100-SXM`), as the submit hook's `gpu_types`.
+    pub gpu_types: BTreeMap<String, String>,
+}
+
+/// The inventory last sent, so an unchanged one is not sent again.
+#[derive(Debug, Clone, Default)]
+pub struct Sent {
+    rows: Option<Vec<bursar_model::CapacityRow>>,
+    polls: u32,
+}
+
+/// Every [`WatchConfig::nodes_every`] polls: reads the nodes and sends `pool.inventory` when the rows
+/// differ from the last sent. Returns whether one was sent. A failed read is logged, not fatal: the
+/// queue matters more than the inventory.
+pub fn inventory_once(cfg: &WatchConfig, sent: &mut Sent) -> Result<bool> {
+    if cfg.nodes_every == 0 {
+        return Ok(false);
+    }
+    let due = sent.polls.is_multiple_of(cfg.nodes_every);
+    sent.polls = sent.polls.wrapping_add(1);
+    if !due {
+        return Ok(false);
+    }
+    let nodes = match cfg.slurm.nodes() {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the nodes for the inventory; the queue is still watched");
+            return Ok(false);
+        }
+    };
+    let rows = crate::nodes::inventory(&nodes, &cfg.region, &cfg.gpu_types);
+    if sent.rows.as_ref() == Some(&rows) || rows.is_empty() {
+        return Ok(false);
+    }
+    let now_ms = unix_now().saturating_mul(1000);
+    let inv = bursar_model::Inventory {
+        id: format!("slurm-{}-inventory-{now_ms}", cfg.cluster),
+        time: bursar_model::Timestamp(now_ms),
+        source: Some(format!("slurm:{}", cfg.cluster)),
+        capacity: rows.clone(),
+    };
+    cfg.server.post(&[Input::Inventory(inv)])?;
+    tracing::info!(rows = rows.len(), "sent the inventory");
+    sent.rows = Some(rows);
+    Ok(true)
 }
 
 /// What one poll did and cost.
@@ -523,8 +616,9 @@ pub struct PollReport {
     pub took_ms: u64,
 }
 
-/// One poll: list, read what is new, plan, send, persist.
-pub fn poll_once(cfg: &WatchConfig, state: &mut WatchState) -> Result<PollReport> {
+/// One poll: list, read what is new, plan, send, persist; then release the admissions Slurm never
+/// created ([`never_created`]), when a poll began at `previous` (Unix seconds) before this one.
+pub fn poll_once(cfg: &WatchConfig, state: &mut WatchState, previous: Option<i64>) -> Result<PollReport> {
     let t0 = Instant::now();
     let rows = cfg.slurm.queue()?;
     let read = cfg.slurm.details(&asks(state, &rows), rows.len())?;
@@ -541,14 +635,76 @@ pub fn poll_once(cfg: &WatchConfig, state: &mut WatchState) -> Result<PollReport
         plan.apply(state);
         state::save(&cfg.state, state)?;
     }
+    let mut released = 0;
+    if let Some(previous) = previous {
+        match cfg.server.client.unconfirmed(&format!("{}-", cfg.cluster)) {
+            Ok(view) => {
+                let phantoms = never_created(state, &view, previous, &cfg.cluster, unix_now());
+                for e in &phantoms {
+                    tracing::info!(job = e.kind.job_id().unwrap_or(""), "released an admission Slurm never created");
+                }
+                let inputs: Vec<Input> = phantoms.into_iter().map(Input::Event).collect();
+                released = cfg.server.post(&inputs)?.accepted;
+            }
+            Err(e) => tracing::warn!(
+                error = %e,
+                "cannot list the unconfirmed admissions (the watcher's principal needs `read`): admissions Slurm never created are released only after confirm_within_s"
+            ),
+        }
+    }
     Ok(PollReport {
         listed: rows.len(),
-        sent: events.len(),
+        sent: events.len() + usize::try_from(released).unwrap_or(0),
         duplicates: posted.duplicates,
         scontrol_calls: read.scontrol_calls,
         dumped: read.dumped.is_some(),
         took_ms: u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX),
     })
+}
+
+/// The admissions of `view` (serve's unconfirmed ones of this cluster) that Slurm never created: admitted
+/// before the poll that began at `previous` (a second of margin for the two clocks), and found by
+/// neither that poll nor this one (`state` is what this poll saw). Each becomes a `job.finished`
+/// (`cancelled`, `slurm_state: "never created"`, with the reason), under an id derived from the job,
+/// so a resend is a duplicate.
+pub fn never_created(
+    state: &WatchState,
+    view: &bursar_model::api::UnconfirmedView,
+    previous: i64,
+    cluster: &str,
+    now: i64,
+) -> Vec<bursar_model::Event> {
+    let seen: BTreeSet<&str> = state.jobs.values().map(|m| m.bursar.as_str()).filter(|b| !b.is_empty()).collect();
+    view.jobs
+        .iter()
+        .filter(|j| !seen.contains(j.job_id.as_str()))
+        .filter_map(|j| {
+            let admitted = bursar_model::Timestamp::parse(&j.admitted).ok()?.millis().div_euclid(1000);
+            (admitted + 1 < previous).then_some(j)
+        })
+        .map(|j| {
+            let mut extra = bursar_model::Extra::new();
+            crate::events::field(&mut extra, "slurm_cluster", cluster);
+            crate::events::field(&mut extra, "slurm_state", "never created");
+            crate::events::field(
+                &mut extra,
+                "reason",
+                format!(
+                    "admitted at {} and not in Slurm's queue in two polls since: Slurm never created it (a refused partition, a denied heterogeneous component, a --test-only without cli_filter.lua)",
+                    j.admitted
+                ),
+            );
+            bursar_model::Event {
+                id: format!("slurm-{cluster}-never-created-{}", j.job_id),
+                time: bursar_model::Timestamp(now.saturating_mul(1000)),
+                kind: bursar_model::EventKind::JobFinished {
+                    job_id: j.job_id.clone(),
+                    status: bursar_model::FinishStatus::Cancelled,
+                },
+                extra,
+            }
+        })
+        .collect()
 }
 
 /// The wait before the next poll: the configured interval, stretched so the watcher spends at most
@@ -570,10 +726,18 @@ fn unix_now() -> i64 {
 pub fn run(cfg: &WatchConfig, once: bool) -> Result<PollReport> {
     let mut state = state::load(&cfg.state)?;
     tracing::info!(state = %cfg.state.display(), known = state.jobs.len(), "slurm watch starting");
+    // When the last poll that went through began: the next one may release what neither found.
+    let mut previous: Option<i64> = None;
+    let mut sent = Sent::default();
     loop {
         let t0 = Instant::now();
-        match poll_once(cfg, &mut state) {
+        let began = unix_now();
+        if let Err(e) = inventory_once(cfg, &mut sent) {
+            tracing::warn!(error = %e, "could not send the inventory; retrying at the next read");
+        }
+        match poll_once(cfg, &mut state, previous) {
             Ok(r) => {
+                previous = Some(began);
                 if r.sent > 0 || r.dumped {
                     tracing::info!(
                         listed = r.listed,
@@ -647,12 +811,44 @@ mod tests {
                     What::Rerun => "rerun".to_owned(),
                     What::Finished { status, .. } => format!("finished {}", status.as_str()),
                     What::Replaced { by } => format!("replaced {by}"),
+                    What::Waits { n } => format!("waits {n}"),
                 };
                 out.push(format!("{w} r{} @{}", rep.run, rep.at - T));
             }
             p.apply(&mut state);
         }
         out
+    }
+
+    /// Issue 53: Slurm's reason a pending job waits rides on its first `job.queued`; a changed
+    /// reason is another `job.queued` (`waits N`); an unchanged one, or `None`, sends nothing.
+    #[test]
+    fn a_pending_jobs_reason_is_sent_when_it_changes() {
+        let pend = |why: &str| {
+            let mut r = row("PENDING", 0, None, None, false);
+            r.reason = why.into();
+            r
+        };
+        let mut state = WatchState::default();
+        let d = details(admitted("lab-33"), None);
+        let mut sent = Vec::new();
+        for (r, now) in [(pend("None"), 1), (pend("Priority"), 2), (pend("Priority"), 3), (pend("Resources"), 4)] {
+            let p = plan(&state, std::slice::from_ref(&r), &d, T + now);
+            for rep in &p.reports {
+                let e = rep.to_event("lab");
+                let why = e.extra.iter().find(|(k, _)| k == "reason").map(|(_, v)| v.get().to_owned());
+                sent.push(format!("{} {}", e.id, why.unwrap_or_default()));
+            }
+            p.apply(&mut state);
+        }
+        assert_eq!(
+            sent,
+            ["slurm-lab-33-queued ", "slurm-lab-33-waits-1 \"Priority\"", "slurm-lab-33-waits-2 \"Resources\"",]
+        );
+        // First seen already waiting for a reason: on the job.queued itself.
+        let p = plan(&WatchState::default(), &[pend("Resources")], &d, T);
+        assert_eq!(p.reports.len(), 1);
+        assert_eq!(p.reports[0].reason.as_deref(), Some("Resources"));
     }
 
     #[test]
@@ -810,5 +1006,32 @@ mod tests {
         let s = Duration::from_secs;
         assert_eq!(next_interval(s(2), Duration::from_millis(300)), s(2));
         assert_eq!(next_interval(s(2), s(3)), s(9));
+    }
+
+    /// Issue 55: an admission Slurm never created is released once two polls have not found it —
+    /// not one that either poll found, and not one admitted after the earlier poll began.
+    #[test]
+    fn admissions_slurm_never_created_are_released_after_two_polls() {
+        let mut state = WatchState::default();
+        state.jobs.insert("17".into(), Memo::new(Kind::Job, "lab-seen", 17));
+        let at = |secs: i64| bursar_model::Timestamp(secs * 1000).to_string();
+        let job = |id: &str, admitted: i64| bursar_model::api::UnconfirmedJob {
+            job_id: id.into(),
+            admitted: at(admitted),
+            confirm_by: at(admitted + 900),
+        };
+        let view = bursar_model::api::UnconfirmedView {
+            engine_time: at(T),
+            jobs: vec![job("lab-seen", T - 60), job("lab-phantom", T - 60), job("lab-new", T - 1)],
+        };
+        let out = never_created(&state, &view, T, "lab", T + 2);
+        assert_eq!(out.len(), 1, "{out:?}");
+        let e = &out[0];
+        assert_eq!(e.id, "slurm-lab-never-created-lab-phantom");
+        assert!(
+            matches!(&e.kind, bursar_model::EventKind::JobFinished { job_id, status } if job_id == "lab-phantom" && *status == bursar_model::FinishStatus::Cancelled)
+        );
+        assert!(e.to_json().contains("never created") && e.to_json().contains("two polls"), "{}", e.to_json());
+        assert_eq!(bursar_model::decode_event(&e.to_json()).unwrap(), *e, "a v1 event");
     }
 }

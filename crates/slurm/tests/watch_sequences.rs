@@ -86,6 +86,7 @@ fn line(r: &Report, t0: i64) -> String {
         What::Rerun => "rerun".to_owned(),
         What::Finished { status, slurm_state, .. } => format!("finished {} {slurm_state}", status.as_str()),
         What::Replaced { by } => format!("replaced by {by}"),
+        What::Waits { n } => format!("waits {n} {}", r.reason.as_deref().unwrap_or("?")),
     };
     format!("{} r{} @{} {what}", r.key, r.run, r.at - t0)
 }
@@ -107,6 +108,8 @@ fn each_scenario_tells_bursar_what_slurm_ran() {
                 "34 r0 @0 started gpus=2",
                 // The requeue is dated by the poll that saw it; the next run by its real start.
                 "34 r0 @1 requeued",
+                // Pending again, Slurm's reason: BeginTime (a requeued job waits out its delay).
+                "34 r0 @1 waits 1 BeginTime",
                 "34 r1 @2 started gpus=2",
                 "34 r1 @8 finished succeeded COMPLETED",
             ],
@@ -128,6 +131,7 @@ fn each_scenario_tells_bursar_what_slurm_ran() {
                 "36 r0 @0 queued",
                 "36 r0 @-1 started gpus=1",
                 "36 r0 @0 requeued",
+                "36 r0 @0 waits 1 job requeued in held state",
                 "36 r1 @1 started gpus=1",
                 "36 r1 @5 finished succeeded COMPLETED",
             ],
@@ -138,6 +142,7 @@ fn each_scenario_tells_bursar_what_slurm_ran() {
                 "37 r0 @0 queued",
                 "37 r0 @-1 started gpus=1",
                 "37 r0 @0 requeued",
+                "37 r0 @0 waits 1 job requeued in held state",
                 "37 r1 @0 finished cancelled CANCELLED",
             ],
         ),
@@ -214,6 +219,7 @@ fn preemption_and_node_failure_requeue_without_ending() {
             "53 r0 @-1 started gpus=8",
             // Preempted by the urgent partition (PreemptMode=REQUEUE): pending again with RestartCnt 1.
             "53 r0 @1 requeued",
+            "53 r0 @1 waits 1 BeginTime",
             "53 r1 @5 started gpus=8",
             "53 r1 @10 finished cancelled CANCELLED",
         ]
@@ -225,6 +231,7 @@ fn preemption_and_node_failure_requeue_without_ending() {
             "54 r0 @-1 started gpus=8",
             // Its node went down: requeued, then cancelled while it waited (never ran again).
             "54 r0 @8 requeued",
+            "54 r0 @8 waits 1 BeginTime",
             "54 r1 @10 finished cancelled CANCELLED",
         ]
     );
@@ -250,6 +257,7 @@ fn well_formed(reports: &[Report], sent_at: &[i64]) {
             }
             match &r.what {
                 What::Queued => assert!(!running && !finished, "{key}: queued late"),
+                What::Waits { .. } => assert!(!running && !finished, "{key}: a reason to wait while not waiting"),
                 What::Started { .. } => {
                     assert!(!running && !finished, "{key}: started twice or after the end: {evs:#?}");
                     running = true;

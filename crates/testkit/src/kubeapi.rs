@@ -12,7 +12,8 @@
 //! - **list**: items sorted by namespace and name, `labelSelector` (`k`, `!k`, `k=v`, `k!=v`),
 //!   `limit` + `continue` (a token older than the compaction point is `410 Expired`);
 //! - **watch**: `watch=true&resourceVersion=RV` streams (chunked JSON lines) every change after RV,
-//!   then live ones; `allowWatchBookmarks=true` gets a `BOOKMARK` every bookmark interval;
+//!   then live ones; `allowWatchBookmarks=true` gets a `BOOKMARK` of the current version every
+//!   bookmark interval (each one sent is kept, [`KubeApi::bookmarks`]);
 //!   `timeoutSeconds` ends it; a version older than the compaction point gets an `ERROR` event with a
 //!   `410` Status ("too old resource version"), as kube-apiserver sends; [`KubeApi::disconnect_watches`]
 //!   breaks every open watch mid-stream (the connection is shut, no last chunk);
@@ -98,7 +99,20 @@ pub const RESOURCE_FLAVORS: Resource = Resource {
     custom: true,
 };
 
-const RESOURCES: [Resource; 5] = [PODS, JOBS, WORKLOADS, ADMISSION_CHECKS, RESOURCE_FLAVORS];
+/// Kueue ClusterQueues (their `status` is written by the test, playing Kueue).
+pub const CLUSTER_QUEUES: Resource = Resource {
+    group: "kueue.x-k8s.io",
+    version: "v1beta1",
+    plural: "clusterqueues",
+    kind: "ClusterQueue",
+    namespaced: false,
+    custom: true,
+};
+/// `v1` Nodes (cluster-scoped; their `status` is written by the test, playing the kubelet).
+pub const NODES: Resource =
+    Resource { group: "", version: "v1", plural: "nodes", kind: "Node", namespaced: false, custom: false };
+
+const RESOURCES: [Resource; 7] = [PODS, JOBS, WORKLOADS, ADMISSION_CHECKS, RESOURCE_FLAVORS, CLUSTER_QUEUES, NODES];
 
 impl Resource {
     /// `apiVersion` of its objects.
@@ -116,6 +130,17 @@ pub struct Rule {
     pub resources: Vec<String>,
     /// Verbs: get, list, watch, create, update, patch, delete.
     pub verbs: Vec<String>,
+}
+
+/// One `BOOKMARK` the server sent on a watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bookmark {
+    /// The user watching.
+    pub user: String,
+    /// The resource watched (its plural).
+    pub resource: &'static str,
+    /// The version it carried.
+    pub version: u64,
 }
 
 /// One request the server answered.
@@ -169,6 +194,7 @@ struct Store {
     users: BTreeMap<String, (String, Option<Vec<Rule>>)>,
     conflict_next: Vec<(&'static str, String, String)>,
     seen: Vec<Seen>,
+    bookmarks: Vec<Bookmark>,
 }
 
 #[derive(Debug)]
@@ -633,6 +659,7 @@ enum Body {
 
 /// A watch request's parameters.
 struct WatchReq {
+    user: String,
     res: Resource,
     ns: Option<String>,
     selector: Option<String>,
@@ -715,6 +742,7 @@ impl Shared {
                     .map_or(Duration::from_secs(1800), Duration::from_secs);
                 return (
                     Body::Watch(WatchReq {
+                        user: user.clone(),
                         res: t.res,
                         ns,
                         selector: t.query.get("labelSelector").cloned(),
@@ -807,7 +835,7 @@ fn write_chunk(w: &mut dyn Write, data: &[u8]) -> io::Result<()> {
 
 /// Streams a watch; returns `Ok(true)` when the connection must be dropped without the last chunk.
 fn stream_watch(shared: &Shared, w: &mut dyn Write, req: WatchReq) -> io::Result<bool> {
-    let WatchReq { res, ns, selector, from, bookmarks, timeout } = req;
+    let WatchReq { user, res, ns, selector, from, bookmarks, timeout } = req;
     write!(w, "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")?;
     w.flush()?;
     let deadline = Instant::now() + timeout;
@@ -859,6 +887,8 @@ fn stream_watch(shared: &Shared, w: &mut dyn Write, req: WatchReq) -> io::Result
             let b = json!({"type": "BOOKMARK", "object": {"apiVersion": res.api_version(), "kind": res.kind, "metadata": {"resourceVersion": at.to_string()}}});
             write_chunk(w, format!("{b}\n").as_bytes())?;
             last_bookmark = Instant::now();
+            let sent = Bookmark { user: user.clone(), resource: res.plural, version: at };
+            lock(&shared.store).bookmarks.push(sent);
         }
         if Instant::now() >= deadline {
             write_chunk(w, b"")?;
@@ -1069,6 +1099,11 @@ impl KubeApi {
     /// Every request answered so far.
     pub fn seen(&self) -> Vec<Seen> {
         self.with(|s| s.seen.clone())
+    }
+
+    /// Every bookmark sent so far.
+    pub fn bookmarks(&self) -> Vec<Bookmark> {
+        self.with(|s| s.bookmarks.clone())
     }
 
     /// The current resourceVersion.

@@ -11,6 +11,8 @@
 //! Boundaries: reading and writing only; no policy evaluation (pipe the output into `bursar eval`).
 //!
 //! Layout:
+//! - [`bill`]: a cloud bill (FinOps FOCUS CSV, or another export through a mapping file) as
+//!   `billing.charge` events, one per line, streamed.
 //! - [`philly`], [`openb`], [`sacct`]: one parser per format, each `read(...) -> Vec<JobTrace>`.
 //! - [`util`]: the GenAI duty-cycle series (tar.gz or CSV) and the job-to-container rule.
 //! - [`throughput`]: the seeded throughput model (`--model-throughput`), labelled as modelled.
@@ -18,6 +20,7 @@
 //! - [`workload`]: the seeded, streaming workload generator.
 //! - [`rng`]: version-stable seeded randomness.
 
+pub mod bill;
 pub mod emit;
 pub mod openb;
 pub mod philly;

@@ -326,12 +326,14 @@ impl Generator {
                 let gpu_hours = f64::from(job.gpus) * job.run_ms as f64 / 3_600_000.0;
                 let mode = MODES[self.rng.weighted(&MODE_WEIGHTS)];
                 let charge = BillingCharge {
-                    project: format!("p{}", job.project),
+                    project: Some(format!("p{}", job.project)),
                     job_id: Some(job_id.clone()),
                     gpu_hours: (gpu_hours * 1000.0).round() / 1000.0,
                     amount: Some((gpu_hours * rate * 100.0).round() / 100.0),
                     currency: Some("CNY".to_owned()),
                     mode: Some(mode),
+                    attribution: None,
+                    bill: None,
                 };
                 let charge = self.event(at, EventKind::BillingCharge(charge));
                 if STAGES[job.stage] == "data_prep" && job.status == FinishStatus::Succeeded {

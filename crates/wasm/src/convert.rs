@@ -92,7 +92,8 @@ pub fn event<'a>(cx: &Context<'a>, x: &'a Extras<'a>) -> Option<t::Event<'a>> {
         }),
         EventKind::JobKeepalive { job_id, by: b } => t::EventKind::JobKeepalive(by(job_id, b)),
         EventKind::BillingCharge(c) => t::EventKind::BillingCharge(t::Charge {
-            project: &c.project,
+            // A charge that names only its job (v1.x) has no project of its own: "".
+            project: c.project.as_deref().unwrap_or(""),
             job_id: c.job_id.as_deref(),
             gpu_hours: c.gpu_hours,
             amount: c.amount,

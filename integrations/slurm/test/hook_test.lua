@@ -91,6 +91,14 @@ answer(200, [[{"other_decisions":[{"seq":9,"decision_id":"s/1","event_id":"s","t
 local rc, job, log = submit()
 check("allow read by field, other_decisions first", rc == slurm.SUCCESS and tostring(job.admin_comment):find("bursar_job=t-", 1, true), log)
 
+-- 1b. An allow with serve's estimate tells the user when the job is expected to start (issue 53), and
+-- the hook asked for it.
+answer(200, [[{"seq":2,"decision_id":"s/0","event_id":"s","time":"2026-11-02T09:00:00Z","decision":"allow","policies":[],"reason":"ok","admission":true,"estimate":{"region":"cn-north","queue":"gpu","in_service":8,"allocated":8,"free":0,"drained":0,"reported":"2026-11-02T09:00:00Z","running_jobs":1,"waiting_jobs":0,"start":"2026-11-02T09:40:00Z","wait_s":2400}}]])
+rc, job, log = submit()
+check("an allow says when the job is expected to start", rc == slurm.SUCCESS
+  and log:find("admitted; expected start in about 40 min in cn-north / gpu", 1, true), log)
+check("the hook asks for the estimate over HTTP", url():find("/v1/admit?estimate=true", 1, true), url())
+
 -- 2. A deny with escapes and non-ASCII text in its reason reaches the user intact.
 answer(200, [[{"seq":3,"decision_id":"s/0","event_id":"s","time":"2026-11-02T09:00:00Z","project":"nlp","decision":"deny","policies":["quota/monthly","fit/memory"],"reason":"project nlp would reach 10,250 of its 10,000 GPU-hours \u2014 \"over\"","admission":true}]])
 rc, job, log = submit()

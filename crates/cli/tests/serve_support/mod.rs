@@ -24,6 +24,25 @@ pub fn bursar(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_bursar")).args(args).output().unwrap()
 }
 
+/// `bursar eval --allow-empty --policies DIR/policies --events - --audit DIR/r.db` with `events` on its
+/// stdin, checked to succeed: the report tests' way to fill a log.
+pub fn eval_into(dir: &Path, events: &[u8]) {
+    use std::io::Write as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bursar"))
+        .args(["eval", "--policies"])
+        .arg(dir.join("policies"))
+        .args(["--allow-empty", "--events", "-", "--audit"])
+        .arg(dir.join("r.db"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.as_mut().unwrap().write_all(events).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// A scratch directory removed on drop.
 pub struct Scratch(pub PathBuf);
 

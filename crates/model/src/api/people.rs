@@ -1,5 +1,5 @@
 //! The bodies of the people-facing part of `bursar serve`: what waits for whom (`GET /v1/pending`),
-//! the pool as the page `/` shows it (`GET /v1/pool`), the answers a person gives
+//! the pool as the page `/` shows it (`GET /v1/pool`) with its capacity and its queue, the answers a person gives
 //! (`POST /v1/jobs/{id}/approve|reject|keepalive`), and the notices serve sends to a webhook.
 //!
 //! `bursar pending|approve|reject|keepalive`, the page and the tests read these types; serve
@@ -32,12 +32,28 @@ pub struct ApprovalWait {
     pub policies: Vec<String>,
     /// Why.
     pub reason: String,
-    /// A quota asked (the project, user or tag is out of budget): approving it runs the job over
-    /// that budget.
+    /// A quota's GPU-hour budget held it (the project, user or tag is out of budget): approving it
+    /// runs the job over that budget. A concurrent-GPU or queue cap is not a budget: see `held_by`.
     pub over_budget: bool,
+    /// Which limits held it, for people: `over budget`, `over the concurrent-GPU cap`, `over the
+    /// queue cap` (empty: no quota asked; a person's approval policy did).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_by: Vec<String>,
     /// The job's own user may answer (every policy that asked sets `self_approval = true`).
     #[serde(default)]
     pub self_approval: bool,
+}
+
+impl ApprovalWait {
+    /// What held it, for a label: `over budget`, `over the concurrent-GPU cap`, both joined by `and`;
+    /// None when no quota held it.
+    pub fn hold_label(&self) -> Option<String> {
+        if !self.held_by.is_empty() {
+            Some(self.held_by.join(" and "))
+        } else {
+            self.over_budget.then(|| "over budget".to_owned())
+        }
+    }
 }
 
 /// A job its idle rule alerted about, reclaimed at `reclaim_at` unless its owner sends a keepalive.
@@ -74,7 +90,8 @@ pub struct IdleWait {
     pub no_sample: Option<String>,
 }
 
-/// `GET /v1/pending`: what waits for a person, oldest first.
+/// `GET /v1/pending`: what waits for a person, oldest first, and the queue (what waits for
+/// capacity) with the pool's capacity.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PendingReply {
     /// The engine's clock (the newest event time).
@@ -83,6 +100,110 @@ pub struct PendingReply {
     pub approvals: Vec<ApprovalWait>,
     /// Jobs alerted as idle, waiting for a keepalive.
     pub idle: Vec<IdleWait>,
+    /// The pool's capacity per region, GPU type and queue (empty before the first inventory).
+    #[serde(default)]
+    pub capacity: Vec<CapacityLine>,
+    /// The admitted jobs not started yet, per queue in the scheduler's order.
+    #[serde(default)]
+    pub queue: Vec<QueueLine>,
+    /// Whose view this is: absent, everything (the `read` power); a name, what that principal may
+    /// answer and their own jobs in the queue (the `answer` or `keepalive` power without `read`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub for_user: Option<String>,
+}
+
+/// One partition of the pool (a region's GPU type in one queue or partition) as people see it, in
+/// [`PoolView`] and [`PendingReply`]: the last inventory's figures, what bursar holds in it, and the
+/// GPUs expected free in an hour (`bursar_estimate::free_at`: running jobs' ends predicted from
+/// history, the queue ahead having started as it can).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CapacityLine {
+    /// The region (a pool or cluster).
+    pub region: String,
+    /// The GPU type.
+    pub gpu_type: String,
+    /// The queue or partition (empty: the GPU type's capacity in the region whatever the queue).
+    pub queue: String,
+    /// GPUs in service (not drained or down).
+    pub in_service: u32,
+    /// GPUs allocated to jobs.
+    pub allocated: u32,
+    /// GPUs free now.
+    pub free: u32,
+    /// GPUs drained or down.
+    pub drained: u32,
+    /// GPUs expected free an hour from the engine's clock.
+    pub free_in_hour: u32,
+    /// GPUs bursar holds for admitted jobs of this GPU type and queue that have not started (a job
+    /// whose reservation was released as stale holds none).
+    pub reserved: u32,
+    /// Jobs bursar knows running in it.
+    pub running_jobs: u32,
+    /// Jobs bursar knows waiting for it (admitted, not started).
+    pub waiting_jobs: u32,
+    /// How the scheduler lets later jobs pass (`easy`, `strict`, `best_effort`).
+    pub backfill: String,
+    /// When the figures were read (RFC 3339).
+    pub reported: String,
+    /// Who read them, if the inventory said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+/// An admitted job that has not started, in [`PoolView`] and [`PendingReply`]: its place in its
+/// queue, how long it has waited, when it is expected to start and why it waits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueLine {
+    /// The queue or partition it asked for (empty: none named).
+    pub queue: String,
+    /// Its place in that queue (1: next), in the order the scheduler takes them (submission).
+    pub position: u32,
+    /// The job.
+    pub job_id: String,
+    /// Its project.
+    pub project: String,
+    /// Its user.
+    pub user: String,
+    /// GPUs asked for.
+    pub gpus: u32,
+    /// The GPU type asked for, if named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
+    /// Hours asked for (the limit).
+    pub requested_hours: f64,
+    /// Since when it has been admitted and waiting (RFC 3339): its reservation's age counts from it.
+    pub since: String,
+    /// When its reservation is released if it has still not started (RFC 3339; the engine's
+    /// `stale_after`); absent when no bound applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale_at: Option<String>,
+    /// Its reservation was released as stale (it holds nothing; a start reserves it again).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reservation_released: bool,
+    /// The region of the partition where it is expected to start soonest, if any can run it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// The estimated start (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<String>,
+    /// The early end of the estimate's range (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub earliest: Option<String>,
+    /// The late end: every job ahead running to its limit (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest: Option<String>,
+    /// Why it waits: the scheduler's reason when it gave one (Slurm's `Reason`, Kueue's pending
+    /// condition), else what the estimate shows (GPUs short, jobs ahead, no inventory).
+    pub reason: String,
+    /// Whether `reason` is the scheduler's own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub scheduler_reason: bool,
+    /// Since when the scheduler has given that reason (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason_since: Option<String>,
+    /// What the estimate shows, when `reason` is the scheduler's (GPUs short, jobs ahead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate_note: Option<String>,
 }
 
 /// A deferred job, in [`PoolView`].
@@ -191,6 +312,13 @@ pub struct RunsView {
     /// The scheduler has until then to confirm it created the job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirm_by: Option<String>,
+    /// bursar reclaimed the job then and the scheduler did not carry it out (`action.failed`): it
+    /// still runs and counts, until it ends or someone stops it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim_failed: Option<String>,
+    /// Requeued, and waiting to run again (holding no GPUs meanwhile).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requeued: bool,
 }
 
 fn is_zero(v: &u32) -> bool {
@@ -265,6 +393,12 @@ pub struct PoolView {
     pub deferred: Vec<DeferredWait>,
     /// The last denies, newest first.
     pub denies: Vec<DenyLine>,
+    /// The pool's capacity per region, GPU type and queue (empty before the first inventory).
+    #[serde(default)]
+    pub capacity: Vec<CapacityLine>,
+    /// The admitted jobs not started yet, per queue in the scheduler's order.
+    #[serde(default)]
+    pub queue: Vec<QueueLine>,
 }
 
 /// What a person does about a job.

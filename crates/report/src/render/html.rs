@@ -158,6 +158,167 @@ fn cost_section(o: &mut String, c: &crate::cost::CostPerUnit) {
     o.push_str("<p class=\"note\">Cost per 1k units = rate per GPU-hour &divide; (throughput per GPU &times; 3600) &times; 1000, with the GPU type's rates from the price file. Rank: by on-demand cost at each GPU count; &ldquo;overlaps&rdquo; when the cheapest type's slowest run is not cheaper than the next type's fastest. Scaling: throughput per GPU against the smallest GPU count of the same type. Rules: docs/reports.md.</p>");
 }
 
+/// The gap between nominal and effective by cause: stacked bars per group, and the table.
+fn gap_section(o: &mut String, r: &Report) {
+    let groups: Vec<_> = r.groups.iter().take(25).collect();
+    let labels: Vec<String> = groups.iter().map(|g| g.key.clone()).collect();
+    let h = |ms: i64| crate::period::hours(ms);
+    type Part = (&'static str, &'static str, fn(&crate::facts::Gap) -> i64);
+    let parts: [Part; 8] = [
+        ("effective (by use)", PRODUCTIVE, |g| g.effective),
+        ("low utilisation", "#9ccc65", |g| g.low_util),
+        ("waiting for data", "#4fc3f7", |g| g.data_wait),
+        ("setup", "#ffb74d", |g| g.setup),
+        ("idle", IDLE, |g| g.idle),
+        ("held after the work", HELD, |g| g.held),
+        ("interruption", FAILURE, |g| g.interruption),
+        ("not measured", UNMEASURED, |g| g.unmeasured),
+    ];
+    let bars: Vec<Series> = parts
+        .iter()
+        .map(|(name, color, f)| Series {
+            name: (*name).into(),
+            color: (*color).into(),
+            values: groups.iter().map(|g| Some(h(f(&g.exact_gpu_ms.gap)))).collect(),
+        })
+        .collect();
+    let _ = write!(o, "<h2>The gap between nominal and effective, by cause</h2>");
+    o.push_str(&svg::stacked_bars(
+        "gap",
+        &format!("Nominal GPU-hours by {}: effective weighted by use, and the gap by cause", r.by),
+        &labels,
+        &bars,
+        "GPU-h",
+    ));
+    let _ = write!(
+        o,
+        "<table><tr><th>{}</th><th>nominal</th><th>effective</th><th>low util</th><th>data wait</th><th>setup</th><th>idle</th><th>held</th><th>interruption</th><th>not measured</th><th>effective %</th></tr>",
+        esc(&r.by)
+    );
+    for (g, cls) in r.groups.iter().map(|g| (g, "")).chain(std::iter::once((&r.total, " class=\"total\""))) {
+        let x = &g.exact_gpu_ms.gap;
+        let measured = g.exact_gpu_ms.nominal - x.unmeasured;
+        let _ = write!(
+            o,
+            "<tr{cls}><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td></tr>",
+            esc(&g.key),
+            h(g.exact_gpu_ms.nominal),
+            h(x.effective),
+            h(x.low_util),
+            h(x.data_wait),
+            h(x.setup),
+            h(x.idle),
+            h(x.held),
+            h(x.interruption),
+            h(x.unmeasured),
+            if measured > 0 { pct(x.effective as f64 / measured as f64) } else { "not measured".into() }
+        );
+    }
+    let sm = r.total.exact_gpu_ms.gap.sm_active;
+    let _ = write!(
+        o,
+        "</table><p class=\"note\">Effective = each productive stretch &times; its measured use ({}). The parts are counted in whole GPU-milliseconds and add up to nominal for every job, day and group. Waiting for data only where the job's own input-wait counter says so; interruption = every hour of requeued, preempted or failed runs and of reruns that did not succeed. docs/reports.md has the formulas.</p>",
+        if sm > 0 {
+            format!("DCGM SM activity for {:.1} GPU-h of them, GPU utilisation for the rest", h(sm))
+        } else {
+            "GPU utilisation: no sample carried SM activity".to_owned()
+        }
+    );
+}
+
+/// The bill against the hours held: grouped bars per GPU type, the table, the attribution.
+fn reconciliation_section(o: &mut String, r: &Report) {
+    let Some(rec) = &r.reconciliation else { return };
+    let h = |ms: i64| crate::period::hours(ms);
+    o.push_str("<h2>The bill against the hours held</h2>");
+    let types: Vec<&crate::reconcile::RecRow> = rec.by_gpu_type.iter().take(10).collect();
+    let cats: Vec<String> = types.iter().map(|t| t.gpu_type.clone()).collect();
+    let series = |name: &str, color: &str, f: &dyn Fn(&crate::reconcile::RecRow) -> i64| Series {
+        name: name.into(),
+        color: color.into(),
+        values: types.iter().map(|t| Some(h(f(t)))).collect(),
+    };
+    o.push_str(&svg::grouped_bars(
+        "reconciliation",
+        "Card-hours by GPU type: billed, of which reserved and unused, held by jobs, effective",
+        &cats,
+        &[
+            series("billed", "#1565c0", &|t| t.billed_gpu_ms),
+            series("reserved, unused", "#ef6c00", &|t| t.unused_gpu_ms),
+            series("held by jobs", "#6d4c41", &|t| t.held_gpu_ms),
+            series("effective (by use)", PRODUCTIVE, &|t| t.effective_gpu_ms),
+        ],
+        "GPU-h",
+    ));
+    let _ = write!(
+        o,
+        "<table><tr><th>{}</th><th>GPU type</th><th>lines</th><th>billed GPU-h</th><th>unused reserved</th><th>held</th><th>effective</th><th>billed not held</th><th>held not billed</th><th>billed cost</th><th>effective cost</th><th>paid /GPU-h</th><th>list /GPU-h</th></tr>",
+        esc(&r.by)
+    );
+    for (x, cls) in rec.rows.iter().map(|x| (x, "")).chain(std::iter::once((&rec.total, " class=\"total\""))) {
+        let m = |f: &dyn Fn(&crate::reconcile::Money) -> String| {
+            if x.money.is_empty() { "-".to_owned() } else { x.money.iter().map(f).collect::<Vec<_>>().join(" + ") }
+        };
+        let cur = |c: &str| if c.is_empty() { String::new() } else { format!(" {c}") };
+        let _ = write!(
+            o,
+            "<tr{cls}><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&x.key),
+            esc(&x.gpu_type),
+            x.lines,
+            h(x.billed_gpu_ms),
+            h(x.unused_gpu_ms),
+            h(x.held_gpu_ms),
+            h(x.effective_gpu_ms),
+            h(x.billed_not_held_gpu_ms),
+            h(x.held_not_billed_gpu_ms),
+            esc(&m(&|c| format!("{}{}", super::money2(c.billed), cur(&c.currency)))),
+            esc(&m(&|c| format!("{}{}", super::money2(c.effective), cur(&c.currency)))),
+            m(&|c| c.paid_per_gpu_hour(x.billed_gpu_ms).map_or("-".into(), |v| format!("{v:.2}"))),
+            m(&|c| c.list_per_gpu_hour().map_or("-".into(), |v| format!("{v:.2}")))
+        );
+    }
+    o.push_str("</table><p>");
+    let _ = write!(
+        o,
+        "Attributed: <b>{}</b> of the billed money is charged to a {} other than (unattributed). ",
+        rec.attributed_share.map_or("-".into(), pct),
+        esc(&r.by)
+    );
+    for a in &rec.attribution {
+        let money = a
+            .billed
+            .iter()
+            .map(|(c, v)| {
+                format!("{}{}", super::money2(*v), if c.is_empty() { String::new() } else { format!(" {c}") })
+            })
+            .collect::<Vec<_>>()
+            .join(" + ");
+        let _ = write!(o, "By {}: {} lines, {:.1} GPU-h, {}. ", esc(&a.how), a.lines, h(a.gpu_ms), esc(&money));
+    }
+    o.push_str("</p>");
+    if !rec.queueing.is_empty() {
+        o.push_str("<h3>Queueing: capacity billed while jobs waited</h3><table><tr><th>GPU type</th><th>billed GPU-h</th><th>held</th><th>waiting</th><th>queueing</th><th>spare</th><th>held over bill</th></tr>");
+        for (q, cls) in
+            rec.queueing.iter().map(|q| (q, "")).chain(std::iter::once((&rec.queueing_total, " class=\"total\"")))
+        {
+            let _ = write!(
+                o,
+                "<tr{cls}><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td></tr>",
+                esc(&q.gpu_type),
+                h(q.billed_gpu_ms),
+                h(q.held_gpu_ms),
+                h(q.waiting_gpu_ms),
+                h(q.queueing_gpu_ms),
+                h(q.spare_gpu_ms),
+                h(q.over_gpu_ms)
+            );
+        }
+        o.push_str("</table><p class=\"note\">Per GPU type and hour: queueing = min(max(0, billed &minus; held), waiting), where waiting = the GPUs of the jobs waiting to start; spare = the rest of the capacity billed and not held; held over bill = max(0, held &minus; billed). Billed + held over bill = held + queueing + spare, exactly.</p>");
+    }
+    o.push_str("<p class=\"note\">Billed: the card-hours of the bill's lines, corrections counted in the period they correct. Unused reserved: the unused part of commitments and capacity reservations. Billed not held = max(0, billed &minus; unused &minus; held) and held not billed = max(0, held &minus; (billed &minus; unused)), per row. Paid per GPU-hour: the effective cost of the GPU lines over their card-hours; list: their list cost over theirs. docs/reports.md has the rules.</p>");
+}
+
 /// Renders the whole report as one HTML page.
 pub fn html(r: &Report) -> String {
     html_page(r, false)
@@ -245,7 +406,7 @@ pub fn html_page(r: &Report, served: bool) -> String {
     // The table.
     let _ = write!(
         o,
-        "<table><tr><th>{}</th><th>jobs</th><th>nominal</th><th>productive</th><th>idle</th><th>failure</th><th>held</th><th>not measured</th><th>effective</th><th>queue wait h</th><th>charged</th><th>prevented</th><th>dry-run would save</th><th>top leak</th></tr>",
+        "<table><tr><th>{}</th><th>jobs</th><th>nominal</th><th>productive</th><th>idle</th><th>failure</th><th>held</th><th>not measured</th><th>effective</th><th>queue wait h</th><th>charged</th><th>prevented</th><th>delayed</th><th>dry-run would save</th><th>top leak</th></tr>",
         esc(&r.by)
     );
     for (g, cls) in r.groups.iter().map(|g| (g, "")).chain(std::iter::once((&r.total, " class=\"total\""))) {
@@ -258,7 +419,7 @@ pub fn html_page(r: &Report, served: bool) -> String {
         let leak = g.top_leaks.first().map_or("-".to_owned(), |l| format!("{} {}", l.leak, pct(l.share)));
         let _ = write!(
             o,
-            "<tr{cls}><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td></tr>",
+            "<tr{cls}><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td></tr>",
             esc(&g.key),
             g.jobs,
             h.nominal,
@@ -271,11 +432,19 @@ pub fn html_page(r: &Report, served: bool) -> String {
             g.queue_wait_hours,
             esc(&charged),
             g.prevented.total(),
+            g.prevented.delayed(),
             g.dry_run_would_save.total(),
             esc(&leak)
         );
     }
-    o.push_str("</table><p class=\"note\">GPU-hours; nominal = productive + idle + failure + held + not measured (the hours of jobs without utilisation samples; the parts are counted in whole GPU-milliseconds, so they always add up to the total); effective = productive / measured hours. Prevented: GPU-hours that enforced deny, defer and reclaim decisions kept from running (a reclaim only when it ended the job, not the unused reservation of a job that ended on its own); dry-run: what dry-run policies would have stopped. docs/reports.md has the rules (installed as /usr/share/doc/bursar/reports.md).</p>");
+    o.push_str("</table><p class=\"note\">GPU-hours; nominal = productive + idle + failure + held + not measured (the hours of jobs without utilisation samples; the parts are counted in whole GPU-milliseconds, so they always add up to the total); effective = productive / measured hours. Prevented: GPU-hours that enforced deny, defer and reclaim decisions kept from running (a reclaim only when it ended the job, not the unused reservation of a job that ended on its own), not counting work that ran within 7 days after all; delayed: that work (the denied job itself, its configuration, or the same user's same request ran); dry-run: what dry-run policies would have stopped. docs/reports.md has the rules (installed as /usr/share/doc/bursar/reports.md).</p>");
+
+    queue_wait_section(&mut o, r);
+
+    // 1b. The gap by cause.
+    gap_section(&mut o, r);
+    // 1c. The bill against the hours held.
+    reconciliation_section(&mut o, r);
 
     // 2. Utilisation over time.
     let days: Vec<String> = r.daily.iter().map(|d| d.day.get(5..).unwrap_or(&d.day).to_owned()).collect();
@@ -333,20 +502,28 @@ pub fn html_page(r: &Report, served: bool) -> String {
         o.push_str(&svg::lines("burndown", "No project had a job in this period", &[], &[], None, short, (440, 200)));
     }
     for (i, b) in r.burndown.iter().take(12).enumerate() {
-        let (title, values, max) = match b.budget_gpu_hours {
-            Some(budget) => (
-                format!("{}: budget left of {} GPU-h", b.project, short(budget)),
-                b.cumulative_gpu_hours.iter().map(|c| Some((budget - c).max(0.0))).collect::<Vec<_>>(),
-                Some(budget),
-            ),
+        // Budget left goes below zero when the project spent past it (issue 52: it used to stop at 0,
+        // so 8,023 of 6,000 read as a flat zero); the dashed line at 0 marks the budget.
+        let (title, values, max, mark) = match b.budget_gpu_hours {
+            Some(budget) => {
+                let last = b.cumulative_gpu_hours.last().copied().unwrap_or(0.0);
+                let over = if last > budget { format!(", over by {}", short(last - budget)) } else { String::new() };
+                (
+                    format!("{}: budget left of {} GPU-h{over}", b.project, short(budget)),
+                    b.cumulative_gpu_hours.iter().map(|c| Some(budget - c)).collect::<Vec<_>>(),
+                    Some(budget),
+                    Some((0.0, "budget spent")),
+                )
+            }
             None => (
                 format!("{}: GPU-h used (no enforced monthly quota)", b.project),
                 b.cumulative_gpu_hours.iter().map(|c| Some(*c)).collect(),
                 None,
+                None,
             ),
         };
         let s = Series { name: b.project.clone(), color: PALETTE[i % PALETTE.len()].into(), values };
-        o.push_str(&svg::lines(&format!("burndown-{i}"), &title, &days, &[s], max, short, (440, 200)));
+        o.push_str(&svg::lines_marked(&format!("burndown-{i}"), &title, &days, &[s], max, mark, short, (440, 200)));
     }
     o.push_str("</div>");
     if !r.burndown.is_empty() && r.burndown.iter().all(|b| b.budget_gpu_hours.is_none()) {
@@ -402,7 +579,7 @@ pub fn html_page(r: &Report, served: bool) -> String {
             }
             let _ = write!(
                 o,
-                "</table><p>Each project on its cheapest mode: <b>{:.2} {}</b>, against {:.2} on demand ({} month(s) of reserved block).</p>",
+                "</table><p>Each project on its cheapest mode: <b>{:.2} {}</b>, against {:.2} on demand ({:.2} month(s) of reserved block).</p>",
                 b.total_cheapest,
                 esc(&cur),
                 b.total_on_demand,
@@ -410,9 +587,93 @@ pub fn html_page(r: &Report, served: bool) -> String {
             );
         }
     }
+    if let Some(p) = &r.pool_billing {
+        pool_section(&mut o, p);
+    }
     if let Some(c) = &r.cost_per_unit {
         cost_section(&mut o, c);
     }
     o.push_str("<p class=\"note\">Generated by bursar report. Rules: docs/reports.md.</p></body></html>\n");
     o
+}
+
+/// The queue wait by why the jobs waited: totals and means per group.
+fn queue_wait_section(o: &mut String, r: &Report) {
+    if r.total.started_jobs == 0 {
+        return;
+    }
+    let _ = write!(
+        o,
+        "<h3>Queue wait by why the job waited</h3><table><tr><th>{}</th><th>started</th><th>queue wait h</th><th>mean</th>",
+        esc(&r.by)
+    );
+    for (name, _) in r.total.queue_wait_by_reason.parts() {
+        let _ = write!(o, "<th>{name} h</th><th>jobs</th><th>mean</th>");
+    }
+    o.push_str("</tr>");
+    for (g, cls) in r.groups.iter().map(|g| (g, "")).chain(std::iter::once((&r.total, " class=\"total\""))) {
+        if g.started_jobs == 0 {
+            continue;
+        }
+        let _ = write!(
+            o,
+            "<tr{cls}><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td>",
+            esc(&g.key),
+            g.started_jobs,
+            g.queue_wait_hours,
+            g.mean_queue_wait_hours
+        );
+        for (_, p) in g.queue_wait_by_reason.parts() {
+            let _ = write!(o, "<td>{:.1}</td><td>{}</td><td>{:.1}</td>", p.hours, p.jobs, p.mean_hours);
+        }
+        o.push_str("</tr>");
+    }
+    o.push_str("</table><p class=\"note\">Hours of time from submission to first start: approval = held for a person's yes; off-peak = deferred by a <code>defer</code> decision; capacity = admitted and waiting for GPUs; readiness = admitted while the submission declared its image, data or script not ready. The parts add up to the queue wait; each mean is over the jobs that waited for that reason.</p>");
+}
+
+/// The billing modes for the pool per GPU type, the recommendation and its assumptions.
+fn pool_section(o: &mut String, p: &crate::pool::PoolBilling) {
+    let cur = esc(p.currency.as_deref().unwrap_or(""));
+    let _ = write!(
+        o,
+        "<h2>Billing modes for the pool</h2><p>Per GPU type (and region), {:.2} month(s) of {} hours, {cur}.</p>\
+         <table><tr><th>pool</th><th>GPU-h</th><th>peak GPUs</th><th>on demand</th><th>per task</th><th>pool block</th><th>block GPUs</th><th>unused reserved GPU-h</th><th>unused cost</th><th>mixed</th><th>mixed block GPUs</th><th>per project best</th><th>recommended</th></tr>",
+        p.months, p.hours
+    );
+    let opt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}"));
+    for r in &p.pools {
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.2}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.2}</td><td>{:.2}</td><td>{}</td><td>{:.2}</td><td>{}</td></tr>",
+            esc(&r.pool),
+            r.gpu_hours,
+            r.peak_gpus,
+            r.on_demand,
+            opt(r.per_task),
+            opt(r.block_cost),
+            r.block_gpus.map_or("-".into(), |b| b.to_string()),
+            r.unused_gpu_hours,
+            r.unused_cost,
+            r.mix_cost,
+            r.mix_block_gpus,
+            r.per_project_best,
+            r.recommended
+        );
+    }
+    o.push_str("</table><h3>Recommendation</h3><ul>");
+    for s in &p.recommendation {
+        let _ = write!(o, "<li>{}</li>", esc(s));
+    }
+    let _ = write!(
+        o,
+        "</ul><p>In all <b>{:.2} {cur}</b>: saves {:.2} against everything on demand ({:.2}) and {:.2} against each project on its own cheapest mode ({:.2}).</p><p class=\"note\">Assumptions: ",
+        p.total_recommended,
+        p.saving_vs_on_demand,
+        p.total_on_demand,
+        p.saving_vs_per_project,
+        p.total_per_project_best
+    );
+    let items: Vec<String> = p.assumptions.iter().map(|a| esc(a)).collect();
+    o.push_str(&items.join("; "));
+    o.push_str(".</p>");
 }

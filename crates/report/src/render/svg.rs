@@ -59,6 +59,11 @@ fn no_data(out: &mut String, w: u32, h: u32) {
     );
 }
 
+/// Width of a tick label's character, px (the page's 11 px sans-serif, a little generous).
+const CHAR_W: f64 = 6.5;
+/// The longest category label drawn whole.
+const LABEL_MAX: usize = 40;
+
 /// A "nice" axis maximum and tick step for values up to `max`.
 pub fn nice(max: f64) -> (f64, f64) {
     if !max.is_finite() || max <= 0.0 {
@@ -98,7 +103,8 @@ fn legend(out: &mut String, series: &[(&str, &str)], x0: f64, y: f64) {
             y,
             esc(name)
         );
-        x += 24.0 + 7.0 * name.chars().count() as f64;
+        // 11 px sans-serif: about 6.2 px a character, so eight parts of the gap fit in 900 px.
+        x += 20.0 + 6.2 * name.chars().count() as f64;
     }
 }
 
@@ -123,7 +129,8 @@ pub fn stacked_bars(name: &str, title: &str, labels: &[String], series: &[Series
     let (axis, step) = nice(max);
     let span = f64::from(w) - left - right;
     let names: Vec<(&str, &str)> = series.iter().map(|s| (s.name.as_str(), s.color.as_str())).collect();
-    legend(&mut out, &names, left, 40.0);
+    // From the left edge, as the title: the gap's eight parts need the width.
+    legend(&mut out, &names, 8.0, 40.0);
     let bottom = top + labels.len() as f64 * (bar + gap);
     let mut t = 0.0;
     while t <= axis + 1e-9 {
@@ -186,27 +193,59 @@ pub fn lines(
     y_fmt: fn(f64) -> String,
     size: (u32, u32),
 ) -> String {
+    lines_marked(name, title, x_labels, series, y_max, None, y_fmt, size)
+}
+
+/// [`lines`] whose axis goes below zero when a value does (a budget overspent), with an optional
+/// dashed horizontal `mark` at a value and its label (the budget line).
+#[expect(clippy::too_many_arguments, reason = "a chart's knobs, each named at the call")]
+pub fn lines_marked(
+    name: &str,
+    title: &str,
+    x_labels: &[String],
+    series: &[Series],
+    y_max: Option<f64>,
+    mark: Option<(f64, &str)>,
+    y_fmt: fn(f64) -> String,
+    size: (u32, u32),
+) -> String {
     let (w, h) = size;
     let (left, right, top, bottom_pad) = (56.0, 16.0, 48.0, 28.0);
     let mut out = String::new();
     open(&mut out, name, title, w, h);
-    let max =
-        y_max.unwrap_or_else(|| series.iter().flat_map(|s| s.values.iter().flatten().copied()).fold(0.0, f64::max));
+    let data = || series.iter().flat_map(|s| s.values.iter().flatten().copied());
+    let max = y_max.unwrap_or_else(|| data().fold(0.0, f64::max)).max(data().fold(0.0, f64::max));
+    let min = data().fold(0.0, f64::min);
     let any = series.iter().any(|s| s.values.iter().flatten().count() > 0);
     if x_labels.is_empty() || !any {
         no_data(&mut out, w, h);
         return out;
     }
-    let (axis, step) = nice(max);
+    // The axis covers [lo, hi]: 0 to the maximum, and below 0 in whole steps when a value is.
+    let (_, step) = nice(max - min);
+    let hi = if max > 0.0 { (max / step - 1e-9).ceil() * step } else { step };
+    let lo = if min < 0.0 { (min / step + 1e-9).floor() * step } else { 0.0 };
     let plot_w = f64::from(w) - left - right;
     let bottom = f64::from(h) - bottom_pad;
     let plot_h = bottom - top;
     let n = x_labels.len();
     let xp = |i: usize| if n <= 1 { left + plot_w / 2.0 } else { left + i as f64 / (n - 1) as f64 * plot_w };
-    let yp = |v: f64| bottom - (v / axis).clamp(0.0, 1.0) * plot_h;
+    let yp = |v: f64| bottom - ((v - lo) / (hi - lo)).clamp(0.0, 1.0) * plot_h;
     let names: Vec<(&str, &str)> = series.iter().map(|s| (s.name.as_str(), s.color.as_str())).collect();
     legend(&mut out, &names, left, 36.0);
-    let mut t = 0.0;
+    if let Some((v, label)) = mark {
+        let y = yp(v);
+        let _ = write!(
+            out,
+            r##"<line class="mark" x1="{left:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#c62828" stroke-dasharray="5,3"/><text class="tick" x="{:.1}" y="{:.1}" text-anchor="end" fill="#c62828">{}</text>"##,
+            left + plot_w,
+            left + plot_w,
+            y - 4.0,
+            esc(label)
+        );
+    }
+    let axis = hi;
+    let mut t = lo;
     while t <= axis + 1e-9 {
         let y = yp(t);
         let _ = write!(
@@ -273,8 +312,16 @@ pub fn lines(
 /// Grouped vertical bars: one group per category, one bar per series.
 pub fn grouped_bars(name: &str, title: &str, categories: &[String], series: &[Series], unit: &str) -> String {
     let w = 900u32;
-    let h = 340u32;
-    let (left, right, top, bottom_pad) = (64.0, 16.0, 52.0, 56.0);
+    let (left, right, top) = (64.0, 16.0, 52.0);
+    // Labels fit: horizontal when the longest fits its group, else turned 40° with room made below
+    // the axis for the longest (up to LABEL_MAX characters; a longer one ends in `…`, whole in its
+    // tooltip). They used to be cut at 14 characters.
+    let group_w = (f64::from(w) - left - right) / categories.len().max(1) as f64;
+    let longest = categories.iter().map(|c| c.chars().count()).max().unwrap_or(0).min(LABEL_MAX);
+    let turned = longest as f64 * CHAR_W > group_w;
+    let below = if turned { longest as f64 * CHAR_W * 0.643 + 24.0 } else { 0.0 };
+    let bottom_pad = 56.0 + below;
+    let h = 284 + bottom_pad.ceil() as u32;
     let mut out = String::new();
     open(&mut out, name, title, w, h);
     let max = series.iter().flat_map(|s| s.values.iter().flatten().copied()).fold(0.0, f64::max);
@@ -319,16 +366,30 @@ pub fn grouped_bars(name: &str, title: &str, categories: &[String], series: &[Se
                 esc(unit)
             );
         }
-        let shown: String = cat.chars().take(14).collect();
-        let _ = write!(
-            out,
-            r#"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-            left + (c as f64 + 0.5) * group_w,
-            bottom + 16.0,
-            esc(&shown)
-        );
+        let shown: String = if cat.chars().count() > LABEL_MAX {
+            cat.chars().take(LABEL_MAX - 1).chain(std::iter::once('…')).collect()
+        } else {
+            cat.clone()
+        };
+        let x = left + (c as f64 + 0.5) * group_w;
+        if turned {
+            let y = bottom + 12.0;
+            let _ = write!(
+                out,
+                r#"<text class="tick" x="{x:.1}" y="{y:.1}" text-anchor="end" transform="rotate(-40 {x:.1} {y:.1})"><title>{}</title>{}</text>"#,
+                esc(cat),
+                esc(&shown)
+            );
+        } else {
+            let _ = write!(
+                out,
+                r#"<text class="tick" x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+                bottom + 16.0,
+                esc(&shown)
+            );
+        }
     }
-    let _ = write!(out, r#"<text class="tick" x="{left:.1}" y="{:.1}">{}</text>"#, bottom + 36.0, esc(unit));
+    let _ = write!(out, r#"<text class="tick" x="{left:.1}" y="{:.1}">{}</text>"#, bottom + 36.0 + below, esc(unit));
     out.push_str("</svg>");
     out
 }
@@ -336,6 +397,49 @@ pub fn grouped_bars(name: &str, title: &str, categories: &[String], series: &[Se
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_burn_down_goes_below_zero_and_marks_the_budget() {
+        // 6,000 budgeted, 8,023 spent: the line ends at -2,023, under the dashed budget line at 0.
+        let s =
+            Series { name: "p".into(), color: "#123".into(), values: vec![Some(6000.0), Some(1000.0), Some(-2023.0)] };
+        let svg = lines_marked(
+            "b",
+            "t",
+            &["d1".into(), "d2".into(), "d3".into()],
+            &[s],
+            Some(6000.0),
+            Some((0.0, "budget spent")),
+            short,
+            (440, 200),
+        );
+        assert!(svg.contains(">-2.5k<") || svg.contains(">-4.0k<"), "a tick below zero: {svg}");
+        assert!(svg.contains("class=\"mark\"") && svg.contains(">budget spent<"), "{svg}");
+        // The last point is below the budget line's y.
+        let y_of = |needle: &str| -> f64 {
+            let i = svg.find(needle).unwrap() + needle.len();
+            svg[i..].split('"').next().unwrap().parse().unwrap()
+        };
+        let mark_y = y_of("class=\"mark\" x1=\"56.0\" y1=\"");
+        let pts = svg.split("points=\"").nth(1).unwrap().split('"').next().unwrap();
+        let last_y: f64 = pts.split(' ').next_back().unwrap().split(',').nth(1).unwrap().parse().unwrap();
+        assert!(last_y > mark_y, "{last_y} below {mark_y} on screen");
+    }
+
+    #[test]
+    fn bar_labels_fit_their_group_or_turn() {
+        let s = Series { name: "on demand".into(), color: "#123".into(), values: vec![Some(1.0); 6] };
+        let cats: Vec<String> = (0..6).map(|i| format!("llm-7b-sft-long-context × 8 H100 #{i}")).collect();
+        let g = grouped_bars("g", "t", &cats, std::slice::from_ref(&s), "CNY");
+        // Six 33-character labels cannot sit side by side in 900 px: turned, whole, with room below.
+        assert_eq!(g.matches("rotate(-40").count(), 6, "{g}");
+        assert!(g.contains(">llm-7b-sft-long-context × 8 H100 #5</text>"), "{g}");
+        let h: f64 = g.split("height=\"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap();
+        assert!(h > 340.0, "taller for the labels: {h}");
+        // Short ones stay flat and whole.
+        let g = grouped_bars("g", "t", &["nlp".into(), "vision".into()], &[s], "CNY");
+        assert!(!g.contains("rotate(") && g.contains(">vision</text>"), "{g}");
+    }
 
     #[test]
     fn nice_axes() {
