@@ -96,6 +96,11 @@ pub struct EstimateArgs {
     /// Only this queue or partition.
     #[arg(long)]
     queue: Option<String>,
+    /// The dataset the job reads (as its `job.dataset` names it): a region without a copy of it
+    /// (`asset.registered` with a `region`) starts the job only after the copy, which takes what the
+    /// placement policy's `cross_region.copy_hours` says.
+    #[arg(long)]
+    dataset: Option<String>,
     #[command(flatten)]
     server: ServerArgs,
     /// Output format.
@@ -317,11 +322,17 @@ pub fn pending(args: &PendingArgs) -> Result<ExitCode, CliError> {
 /// `bursar estimate`.
 pub fn estimate(args: &EstimateArgs) -> Result<ExitCode, CliError> {
     let client = args.server.client()?;
-    let reply =
-        match client.estimate(args.gpus, &args.gpu_type, args.hours, args.region.as_deref(), args.queue.as_deref()) {
-            Ok(r) => r,
-            Err(e) => return failure(e, &args.server.connect.server),
-        };
+    let reply = match client.estimate(
+        args.gpus,
+        &args.gpu_type,
+        args.hours,
+        args.region.as_deref(),
+        args.queue.as_deref(),
+        args.dataset.as_deref(),
+    ) {
+        Ok(r) => r,
+        Err(e) => return failure(e, &args.server.connect.server),
+    };
     let text = match args.format {
         Format::Json => format!("{}\n", serde_json::to_string(&reply).unwrap_or_default()),
         Format::Human => render_estimate(&reply),
@@ -354,6 +365,9 @@ pub fn render_estimate(r: &bursar_model::api::EstimateReply) -> String {
             "  {place}: {when}\n    {} free of {} in service ({} allocated, {} drained; reported {}), {} running, {} waiting ahead\n",
             p.free, p.in_service, p.allocated, p.drained, p.reported, p.running_jobs, p.waiting_jobs
         ));
+        if let Some(d) = &p.dataset {
+            out.push_str(&format!("    dataset: {d}\n"));
+        }
     }
     out
 }

@@ -76,3 +76,102 @@ fn an_estimate_names_the_region_that_starts_it_soonest() {
     assert_eq!(bad.status, 400);
     assert!(bad.text().contains("`estimate=true`"), "{}", bad.text());
 }
+
+/// Issue 53, item 4: a request naming its dataset, in a pool whose placement policy places work
+/// across regions. cn-east has room now and no copy (a 1 h copy first); cn-north is full for the
+/// running job's 4 h and has the copy. The estimate counts the copy; an admission that may run
+/// anywhere is placed where it can start now, with the reason, and then counts only there.
+#[test]
+fn a_dataset_without_a_copy_waits_for_it_and_placement_picks_the_region() {
+    let s = Scratch::new("estimate-dataset");
+    s.write_policy(
+        "placement.toml",
+        r#"
+[[policy]]
+id = "placement/regions"
+description = "work that may run anywhere goes where it can start now, near its data"
+kind = "placement"
+
+[policy.cross_region]
+copy_hours = 1
+"#,
+    );
+    let server = Server::start(&s, &["--tick", "1h"]);
+    let asset = |id: &str, region: &str| {
+        format!(
+            r#"{{"id":"{id}","time":"{}","type":"asset.registered","project":"nlp","asset":{{"kind":"dataset","fingerprint":"ds-web","uri":"s3://{region}/ds-web","region":"{region}"}}}}"#,
+            now()
+        )
+    };
+    let r = server.post("/v1/events", &format!("{}\n{}\n", inventory(), asset("a1", "cn-north")));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let running = format!(
+        r#"{{"id":"e1","time":"{}","type":"job.submitted","job":{{"id":"j1","project":"nlp","user":"alice","gpus":8,"gpu_type":"H100","queue":"gpu","requested_hours":4.0,"region":"cn-north"}}}}"#,
+        now()
+    );
+    assert_eq!(server.post("/v1/admit", &running).status, 200);
+    assert_eq!(server.post("/v1/events", &job_event("e2", "job.started", "j1", "")).status, 200);
+
+    let v = server.get_json("/v1/estimate?gpus=8&gpu_type=H100&hours=12&dataset=ds-web");
+    let parts = v["partitions"].as_array().unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(parts.len(), 2, "{v}");
+    assert_eq!(parts[0]["region"], "cn-east", "the copy (1 h) is sooner than the running job's end (4 h): {v}");
+    let wait = parts[0]["wait_s"].as_i64().unwrap_or_default();
+    assert!((3600 - 120..=3600).contains(&wait), "it starts once the copy is made: {v}");
+    assert!(parts[0]["dataset"].as_str().unwrap_or_default().starts_with("no copy here"), "{v}");
+    assert_eq!(parts[1]["dataset"], "has a copy here", "{v}");
+    // Without the dataset, cn-east starts it now.
+    let plain = server.get_json("/v1/estimate?gpus=8&gpu_type=H100&hours=12");
+    assert_eq!(plain["partitions"][0]["wait_s"], 0, "{plain}");
+    assert!(plain["partitions"][0].get("dataset").is_none(), "{plain}");
+    // A second copy in cn-east: now.
+    assert_eq!(server.post("/v1/events", &format!("{}\n", asset("a2", "cn-east"))).status, 200);
+    let both = server.get_json("/v1/estimate?gpus=8&gpu_type=H100&hours=12&dataset=ds-web");
+    assert_eq!(
+        (both["partitions"][0]["region"].as_str(), both["partitions"][0]["wait_s"].as_i64()),
+        (Some("cn-east"), Some(0)),
+        "{both}"
+    );
+
+    // Placement: a job that may run anywhere goes to cn-east, where it can start now.
+    let anywhere = format!(
+        r#"{{"id":"e3","time":"{}","type":"job.submitted","job":{{"id":"j2","project":"nlp","user":"bob","gpus":8,"gpu_type":"H100","queue":"gpu","requested_hours":2.0,"dataset":"ds-web","region":"any"}}}}"#,
+        now()
+    );
+    let r = server.post("/v1/admit", &anywhere);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json().unwrap();
+    assert_eq!(v["hints"]["region"], "cn-east", "{v}");
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("region cn-east: 8 H100 free now, where dataset `ds-web` has a copy"),
+        "{v}"
+    );
+    // Counted in cn-east only: cn-north's estimate has no one waiting ahead.
+    let after = server.get_json("/v1/estimate?gpus=8&gpu_type=H100&hours=12&region=cn-north");
+    assert_eq!(after["partitions"][0]["waiting_jobs"], 0, "{after}");
+    let east = server.get_json("/v1/estimate?gpus=8&gpu_type=H100&hours=12&region=cn-east");
+    assert_eq!(east["partitions"][0]["waiting_jobs"], 1, "{east}");
+
+    let addr = server.addr.to_string();
+    let out = bursar(&[
+        "estimate",
+        "--gpus",
+        "8",
+        "--gpu-type",
+        "H100",
+        "--hours",
+        "12",
+        "--dataset",
+        "ds-web",
+        "--region",
+        "cn-north",
+        "--server",
+        &addr,
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("dataset: has a copy here"), "{text}");
+}

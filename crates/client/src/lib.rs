@@ -244,13 +244,13 @@ impl Client {
         hours: f64,
         region: Option<&str>,
         queue: Option<&str>,
+        dataset: Option<&str>,
     ) -> Result<bursar_model::api::EstimateReply> {
         let mut path = format!("/v1/estimate?gpus={gpus}&gpu_type={}&hours={hours}", encode(gpu_type));
-        if let Some(r) = region {
-            path.push_str(&format!("&region={}", encode(r)));
-        }
-        if let Some(q) = queue {
-            path.push_str(&format!("&queue={}", encode(q)));
+        for (key, value) in [("region", region), ("queue", queue), ("dataset", dataset)] {
+            if let Some(v) = value {
+                path.push_str(&format!("&{key}={}", encode(v)));
+            }
         }
         self.call("GET", &path, b"")
     }

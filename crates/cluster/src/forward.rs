@@ -66,12 +66,14 @@ type Answer = oneshot::Sender<Result<OwnerAnswer, String>>;
 /// a slower one of the same request.
 type Answers = Vec<(usize, OwnerAnswer)>;
 
+/// One request's submissions' answer slots (each taken once answered) and its "all answered" signal.
+type Slots = (Vec<Option<Answer>>, Option<oneshot::Sender<()>>);
+
 /// The requests to one instance still waiting for answers.
 #[derive(Debug, Default)]
 struct Open {
-    /// Request number → each submission's answer slot (taken once answered) and the request's
-    /// "all answered" signal.
-    requests: HashMap<u64, (Vec<Option<Answer>>, Option<oneshot::Sender<()>>)>,
+    /// Request number → its [`Slots`].
+    requests: HashMap<u64, Slots>,
 }
 
 /// This front end's queues to the other instances, one task each.

@@ -1260,6 +1260,16 @@ impl Engine {
         d.gpu_hours = Some(requested);
         match (kind, &mut record) {
             (DecisionKind::Allow, Some(record)) => {
+                if state.several_regions() {
+                    // Where it will run, so a region's room counts it there and nowhere else.
+                    let region = hints
+                        .region
+                        .clone()
+                        .or_else(|| spec.region.as_deref().filter(|r| !r.eq_ignore_ascii_case("any")).map(Arc::from));
+                    if region.is_some() {
+                        record.with_runs(|r| r.region = region);
+                    }
+                }
                 d.hints = Some(hints);
                 if commit {
                     state.reserve(record);
@@ -1645,13 +1655,32 @@ impl Engine {
                 }
             }
             EventKind::AssetRegistered { project, asset } => {
-                let rec = crate::state::AssetRecord {
-                    kind: state.intern(&asset.kind),
-                    project: state.intern(project),
-                    uri: asset.uri.clone(),
-                    registered: event.time,
-                };
-                state.assets.insert(asset.fingerprint.as_str().into(), rec);
+                let region = asset.region.as_deref().map(|r| state.intern(r));
+                let (state_kind, state_project) = (state.intern(&asset.kind), state.intern(project));
+                if let Some(known) = state.assets.get_mut(asset.fingerprint.as_str()) {
+                    // Another copy of what is registered: where it is counts; who made it first stays.
+                    match region {
+                        Some(r) if !known.regions.contains(&r) => known.regions.push(r),
+                        Some(_) => {}
+                        None => {
+                            // Registered again, nowhere in particular: as before regions, the newer
+                            // registration replaces the older (its copies' regions stay known).
+                            known.uri = asset.uri.clone();
+                            known.registered = event.time;
+                            known.kind = state_kind.clone();
+                            known.project = state_project.clone();
+                        }
+                    }
+                } else {
+                    let rec = crate::state::AssetRecord {
+                        kind: state_kind,
+                        project: state_project,
+                        uri: asset.uri.clone(),
+                        registered: event.time,
+                        regions: region.into_iter().collect(),
+                    };
+                    state.assets.insert(asset.fingerprint.as_str().into(), rec);
+                }
             }
             _ => {}
         }

@@ -536,6 +536,13 @@ pub trait Policy: Send + Sync + fmt::Debug {
         false
     }
 
+    /// How long copying a dataset to a region without a copy takes, when this policy places jobs
+    /// across regions (a `placement` policy's `cross_region.copy_hours`): `GET /v1/estimate` counts
+    /// it for a request that names its dataset.
+    fn dataset_copy(&self) -> Option<bursar_model::Duration> {
+        None
+    }
+
     /// Times this policy failed (a trapped guest, a timeout), for reports. TOML policies never fail.
     fn failures(&self) -> u64 {
         0

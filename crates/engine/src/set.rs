@@ -347,6 +347,12 @@ impl PolicySet {
         PolicySet::default()
     }
 
+    /// How long copying a dataset to another region takes, as the first policy that places jobs
+    /// across regions says ([`Policy::dataset_copy`]); `None` when none does.
+    pub fn dataset_copy(&self) -> Option<bursar_model::Duration> {
+        self.policies.iter().find_map(|p| p.dataset_copy())
+    }
+
     /// All policies, in load order.
     pub fn policies(&self) -> &[Arc<dyn Policy>] {
         &self.policies

@@ -567,6 +567,11 @@ pub struct RunNotes {
     /// Since when the scheduler has given that reason.
     #[serde(default, skip_serializing_if = "unset")]
     pub waits_since: OptTime,
+    /// The region it runs in: the one it asked for, or the one placement suggested. Kept only where
+    /// the inventory names several regions ([`State::several_regions`]): a job with none is counted
+    /// in every region that has its GPU type, which errs towards less room, never more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<Arc<str>>,
 }
 
 /// The longest scheduler's reason a job keeps (characters); a longer one is cut.
@@ -600,6 +605,7 @@ impl RunNotes {
             && !self.released_stale
             && self.waits.is_none()
             && self.waits_since.is_none()
+            && self.region.is_none()
     }
 }
 
@@ -836,6 +842,11 @@ impl JobRecord {
         self.with_rare(|r| r.pending.take())
     }
 
+    /// The region it runs in, where one is known ([`RunNotes::region`]).
+    pub fn region(&self) -> Option<&str> {
+        self.runs().and_then(|r| r.region.as_deref())
+    }
+
     /// What the scheduler told about its runs beyond a plain start and end ([`RunNotes`]).
     pub fn runs(&self) -> Option<&RunNotes> {
         self.rare.as_ref().map(|r| &r.runs).filter(|r| !r.is_empty())
@@ -1019,6 +1030,9 @@ pub struct AssetRecord {
     pub uri: String,
     /// When it was registered.
     pub registered: Timestamp,
+    /// The regions its copies are in (v1.x `asset.region`), in the order they were registered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub regions: Vec<Sym>,
 }
 
 /// Run history of one configuration: for trial-before-scale, and its measured throughput.
@@ -1243,6 +1257,13 @@ impl State {
     /// The pool's latest capacity rows, by (region, GPU type, queue).
     pub fn inventory(&self) -> impl Iterator<Item = &InventoryRow> {
         self.inventory.values()
+    }
+
+    /// Whether the inventory names more than one region (then a job's region is kept, and counts).
+    pub fn several_regions(&self) -> bool {
+        let mut regions = self.inventory.keys().map(|(region, _, _)| region);
+        let first = regions.next();
+        regions.any(|r| Some(r) != first)
     }
 
     /// Replaces the rows an inventory names.

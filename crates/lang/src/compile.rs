@@ -827,7 +827,16 @@ fn compile_policy(
                 Some(OffPeak { start: clock(r, &s, &ss)?, end: clock(r, &e, &es)?, offset, label, stages })
             });
             let region = f.str(r, "region").map(|(s, _)| s);
-            f.finish(r, &known(&["lanes", "off_peak", "region"]));
+            let cross_region = f.table(r, "cross_region").map(|mut t| {
+                t.what = "`cross_region`".into();
+                let regions =
+                    t.str_list(r, "regions").unwrap_or_default().into_iter().map(|(s, _)| Arc::from(s)).collect();
+                let copy =
+                    t.positive(r, "copy_hours").map_or(Duration(0), |h| Duration((h * 3_600_000.0).round() as i64));
+                t.finish(r, &["regions", "copy_hours"]);
+                CrossRegion { regions, copy }
+            });
+            f.finish(r, &known(&["lanes", "off_peak", "region", "cross_region"]));
             (
                 meta(
                     submitted,
@@ -837,9 +846,10 @@ fn compile_policy(
                         ("off-peak deferral", off_peak.is_some()),
                         ("region", region.is_some()),
                         ("no hint", true),
+                        ("cross-region", cross_region.is_some()),
                     ]),
                 ),
-                Family::Placement(Placement { lanes, off_peak, region: region.map(Arc::from) }),
+                Family::Placement(Placement { lanes, off_peak, region: region.map(Arc::from), cross_region }),
             )
         }
         "efficiency" => {

@@ -283,6 +283,136 @@ pub struct Placement {
     pub off_peak: Option<OffPeak>,
     /// Region hint.
     pub region: Option<Arc<str>>,
+    /// `[policy.cross_region]`: where a job not tied to one place can start now.
+    pub cross_region: Option<CrossRegion>,
+}
+
+/// `[policy.cross_region]`: for a job not tied to one place (`deferrable`, or `region = "any"`)
+/// that names its GPU type, the region that can start it now, counting where its dataset has a
+/// copy (`asset.registered` with a `region`).
+///
+/// A region can start the job now when one of its partitions of the job's GPU type (and queue, if
+/// the job names one) has as many GPUs free — the latest `pool.inventory` row's `free`, less the
+/// GPUs of the jobs bursar admitted there that have not started — as the job asks. Where its
+/// dataset has no copy, it starts after the copy (`copy_hours`). Of the regions that can start it,
+/// the one that starts it soonest is suggested (a tie: the one with more GPUs free, then by name),
+/// with the reason in the decision; when none can start it now, no region is suggested here (the
+/// estimate, `GET /v1/estimate?dataset=…`, simulates when each would).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CrossRegion {
+    /// The regions it may suggest (empty: every region in the inventory).
+    pub regions: Vec<Arc<str>>,
+    /// How long copying a dataset to a region without a copy takes.
+    pub copy: Duration,
+}
+
+/// A region that can start a job now, as [`CrossRegion::choose`] weighs it.
+struct RegionFit<'a> {
+    region: &'a str,
+    free: u32,
+    /// The dataset has a copy here (or no copy's region is known: no copy is counted).
+    data_here: bool,
+}
+
+impl CrossRegion {
+    /// Whether `job` may run in any region.
+    pub fn untied(job: &JobSpec) -> bool {
+        job.deferrable || job.region.as_deref().is_some_and(|r| r.eq_ignore_ascii_case("any"))
+    }
+
+    /// The region that starts `job` soonest among those that can start it now, and the sentence
+    /// that says why.
+    fn choose(&self, job: &JobSpec, cx: &Context<'_>) -> Option<(Arc<str>, String)> {
+        let gpu_type = job.gpu_type.as_deref()?;
+        if job.gpus == 0 {
+            return None;
+        }
+        let state = cx.state;
+        let copies: Vec<&str> = job
+            .dataset
+            .as_deref()
+            .and_then(|d| state.asset(d))
+            .map(|a| a.regions.iter().map(|r| r.as_str()).collect())
+            .unwrap_or_default();
+        let allowed = |r: &str| self.regions.is_empty() || self.regions.iter().any(|x| &**x == r);
+        // Free now per region: its best partition of the type, less what bursar admitted there.
+        let mut fits: Vec<RegionFit<'_>> = Vec::new();
+        let mut short: Vec<(&str, u32)> = Vec::new();
+        for inv in state.inventory() {
+            let row = &inv.row;
+            if row.gpu_type != gpu_type
+                || !allowed(&row.region)
+                || job.queue.as_deref().is_some_and(|q| !row.queue.is_empty() && row.queue != q)
+            {
+                continue;
+            }
+            let promised: u32 = state
+                .jobs()
+                .filter(|(id, j)| {
+                    *id != job.id
+                        && j.phase() == bursar_engine::JobPhase::Admitted
+                        && !j.runs().is_some_and(|r| r.released_stale)
+                        && j.gpu_type() == Some(gpu_type)
+                        && (row.queue.is_empty() || j.queue() == Some(row.queue.as_str()))
+                        && j.region().is_none_or(|r| r == row.region)
+                })
+                .map(|(_, j)| j.gpus())
+                .fold(0u32, u32::saturating_add);
+            let free = row.free.saturating_sub(promised);
+            if free >= job.gpus {
+                match fits.iter_mut().find(|f| f.region == row.region) {
+                    Some(f) => f.free = f.free.max(free),
+                    None => fits.push(RegionFit {
+                        region: &row.region,
+                        free,
+                        data_here: copies.is_empty() || copies.contains(&row.region.as_str()),
+                    }),
+                }
+            } else {
+                match short.iter_mut().find(|(r, _)| *r == row.region) {
+                    Some(s) => s.1 = s.1.max(free),
+                    None => short.push((&row.region, free)),
+                }
+            }
+        }
+        short.retain(|(r, _)| !fits.iter().any(|f| f.region == *r));
+        let copy_ms = self.copy.0.max(0);
+        let wait = |f: &RegionFit<'_>| if f.data_here { 0 } else { copy_ms };
+        fits.sort_by(|a, b| {
+            wait(a)
+                .cmp(&wait(b))
+                .then(b.data_here.cmp(&a.data_here))
+                .then(b.free.cmp(&a.free))
+                .then(a.region.cmp(b.region))
+        });
+        let best = fits.first()?;
+        let mut why = format!("region {}: {} {gpu_type} free now", best.region, best.free);
+        if let Some(d) = job.dataset.as_deref().filter(|_| !copies.is_empty()) {
+            if best.data_here {
+                why.push_str(&format!(", where dataset `{d}` has a copy"));
+            } else {
+                why.push_str(&format!(
+                    ", after copying dataset `{d}` there (about {}; copies in {})",
+                    self.copy,
+                    copies.join(", ")
+                ));
+            }
+        }
+        let others: Vec<String> = fits
+            .iter()
+            .skip(1)
+            .map(|f| {
+                let data = if f.data_here || copies.is_empty() { "" } else { " without a copy" };
+                format!("{}: {} free{data}", f.region, f.free)
+            })
+            .chain(short.iter().map(|(r, free)| format!("{r}: {free} free")))
+            .collect();
+        if !others.is_empty() {
+            why.push_str("; elsewhere ");
+            why.push_str(&others.join(", "));
+        }
+        Some((Arc::from(best.region), why))
+    }
 }
 
 /// Efficiency advice.
@@ -450,6 +580,13 @@ fn allow(out: &mut Output, note: String, branch: u16) {
 impl Policy for TomlPolicy {
     fn meta(&self) -> &PolicyMeta {
         &self.meta
+    }
+
+    fn dataset_copy(&self) -> Option<Duration> {
+        match &self.family {
+            Family::Placement(Placement { cross_region: Some(c), .. }) => Some(c.copy),
+            _ => None,
+        }
     }
 
     fn unnamed_approval(&self) -> bool {
@@ -1218,6 +1355,19 @@ impl Placement {
             hints.queue = lane.queue.clone();
             hints.priority = lane.priority;
             branch = 0;
+        }
+        let chosen = self.cross_region.as_ref().filter(|_| CrossRegion::untied(job)).and_then(|c| c.choose(job, cx));
+        if let Some((region, why)) = chosen {
+            // Written now: the sentence needs the inventory as it is at this admission.
+            hints.region = Some(region);
+            let mut text = String::new();
+            if hints.queue.is_some() || hints.priority.is_some() {
+                Placement::write_note(job, &hints, &mut text);
+                text.push_str("; ");
+            }
+            text.push_str(&why);
+            out.verdict(Verdict::new(VerdictKind::Allow(hints), Reason::Text(text)).on_branch(4));
+            return;
         }
         if self.region.is_some() {
             hints.region = self.region.clone();

@@ -665,4 +665,8 @@ pub struct PartitionEstimate {
     /// Why it cannot start here, when it cannot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Where the request names a dataset whose copies' regions are known: `has a copy here`, or
+    /// `no copy here: copied first (about 2h)`, a copy the start above already waits for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataset: Option<String>,
 }

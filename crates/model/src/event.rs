@@ -517,6 +517,11 @@ pub struct Asset {
     /// Where it lives.
     #[serde(default)]
     pub uri: String,
+    /// Extension (v1.x): the region this copy is in. The same fingerprint registered again with
+    /// another region is another copy of it (cross-region placement and `GET /v1/estimate` count
+    /// where a job's dataset has a copy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
 }
 
 /// Why a line is not a v1 event.

@@ -265,6 +265,9 @@ pub fn check(input: &Input) -> Result<(), NameError> {
                     check_str("project", project, Kind::Name)?;
                     check_str("asset.kind", &asset.kind, Kind::Name)?;
                     check_str("asset.fingerprint", &asset.fingerprint, Kind::Text)?;
+                    if let Some(r) = &asset.region {
+                        check_str("asset.region", r, Kind::Name)?;
+                    }
                     check_str("asset.uri", &asset.uri, Kind::Text)?;
                 }
                 EventKind::ClockTick => {}
@@ -305,6 +308,14 @@ pub fn check_name(field: &str, value: &str) -> Result<(), NameError> {
         return Err(NameError { field: field.to_owned(), message: format!("`{field}` must not be empty") });
     }
     check_str(field, value, Kind::Name)
+}
+
+/// Checks one text a person gives (a dataset's id in a query): the rules of a text.
+pub fn check_text(field: &str, value: &str) -> Result<(), NameError> {
+    if value.is_empty() {
+        return Err(NameError { field: field.to_owned(), message: format!("`{field}` must not be empty") });
+    }
+    check_str(field, value, Kind::Text)
 }
 
 #[cfg(test)]

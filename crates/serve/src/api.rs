@@ -161,8 +161,10 @@ fn estimate_request(item: &bursar_session::Incoming) -> Option<crate::estimate::
         gpus: spec.gpus,
         gpu_type: spec.gpu_type.clone()?,
         hours: spec.requested_hours,
-        region: spec.region.clone(),
+        // `region = "any"`: the job may run anywhere (cross-region placement); every region answers.
+        region: spec.region.clone().filter(|r| !r.eq_ignore_ascii_case("any")),
         queue: spec.queue.clone(),
+        dataset: spec.dataset.clone(),
         job_id: Some(spec.id.clone()),
     })
 }

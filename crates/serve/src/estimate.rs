@@ -5,9 +5,11 @@
 //! The engine thread copies what the estimator needs ([`gather`]: the inventory's rows, the live
 //! jobs' sizes and starts, the recent runs' runtimes) and the estimate is computed off it
 //! ([`answer`]), so a reader never delays an admission. A job is counted in a partition when its GPU
-//! type is the partition's and its queue is the partition's (or the partition names no queue); the
-//! engine keeps no job's region, so where two regions have the same GPU type and queue, each counts
-//! the job. Admitted jobs not yet started wait in the order of their submission.
+//! type is the partition's, its queue is the partition's (or the partition names no queue) and its
+//! region is the partition's; the engine keeps a job's region (asked for or placed in) where the
+//! inventory names several regions, and a job with none is counted in each region of its type.
+//! Admitted jobs not yet started wait in the order of their submission. A request naming its
+//! dataset starts in a region without a copy only after the copy (`cross_region.copy_hours`).
 
 use bursar_engine::{Engine, InventoryRow, JobPhase, RunSample};
 use bursar_estimate::{Backfill, History, Job, Partition, RunningJob, estimate};
@@ -33,6 +35,8 @@ pub struct LiveJob {
     waits: Option<(String, Timestamp)>,
     /// Its reservation was released as stale: it holds nothing.
     released: bool,
+    /// The region it runs in, where known (none: counted in every region of its type).
+    region: Option<String>,
 }
 
 /// What the engine thread copies for an estimate.
@@ -44,6 +48,11 @@ pub struct EstimateInput {
     runs: Vec<RunSample>,
     /// The engine's `stale_after` (zero: never).
     stale_after: bursar_model::Duration,
+    /// Per registered asset whose copies' regions are known: those regions.
+    copies: std::collections::HashMap<String, Vec<String>>,
+    /// How long copying a dataset to another region takes (the placement policy's
+    /// `cross_region.copy_hours`; none: copies are not counted).
+    copy: Option<bursar_model::Duration>,
 }
 
 impl EstimateInput {
@@ -96,6 +105,7 @@ pub fn gather(engine: &Engine) -> EstimateInput {
             since: j.queued_since(),
             waits: j.waits().map(|(r, t)| (r.to_owned(), t)),
             released: j.runs().is_some_and(|r| r.released_stale),
+            region: j.region().map(str::to_owned),
         })
         .collect();
     EstimateInput {
@@ -104,6 +114,12 @@ pub fn gather(engine: &Engine) -> EstimateInput {
         jobs,
         runs: state.recent_runs().cloned().collect(),
         stale_after: engine.stale_after(),
+        copies: state
+            .assets()
+            .filter(|(_, a)| !a.regions.is_empty())
+            .map(|(fp, a)| (fp.to_owned(), a.regions.iter().map(|r| r.as_str().to_owned()).collect()))
+            .collect(),
+        copy: engine.policies().dataset_copy(),
     }
 }
 
@@ -128,6 +144,8 @@ pub struct Request {
     pub region: Option<String>,
     /// Only this queue.
     pub queue: Option<String>,
+    /// The dataset the job reads (`job.dataset`): where its copies are is counted.
+    pub dataset: Option<String>,
     /// The job asked about, when it is already admitted (`POST /v1/admit?estimate=true`): it is not
     /// counted ahead of itself.
     pub job_id: Option<String>,
@@ -141,11 +159,12 @@ fn history(input: &EstimateInput) -> History {
     history
 }
 
-/// Whether job `j` counts in the partition of inventory row `row`: its GPU type, and its queue
-/// unless the row names none.
+/// Whether job `j` counts in the partition of inventory row `row`: its GPU type, its queue unless
+/// the row names none, and its region where it is known.
 fn counts_in(row: &bursar_model::CapacityRow, j: &LiveJob) -> bool {
     j.gpu_type.as_deref() == Some(row.gpu_type.as_str())
         && (row.queue.is_empty() || j.queue.as_deref() == Some(row.queue.as_str()))
+        && j.region.as_deref().is_none_or(|r| r == row.region)
 }
 
 /// The partition of `row` as the estimator sees it, with its waiting jobs (admitted, not started)
@@ -322,6 +341,10 @@ pub fn answer(input: &EstimateInput, req: &Request) -> EstimateReply {
         gpus: req.gpus,
         limit: (req.hours * 3_600_000.0).round() as i64,
     };
+    // The dataset's copies, when the request names one whose copies' regions are known, and the
+    // copy's time (none configured: copies are not counted).
+    let copy = input.copy.unwrap_or(bursar_model::Duration(0));
+    let copies = req.dataset.as_deref().and_then(|d| input.copies.get(d)).filter(|_| input.copy.is_some());
     let mut partitions = Vec::new();
     for inv in &input.rows {
         let row = &inv.row;
@@ -337,7 +360,22 @@ pub fn answer(input: &EstimateInput, req: &Request) -> EstimateReply {
             let mut k = keep.iter();
             partition.waiting.retain(|_| k.next().copied().unwrap_or(true));
         }
-        let e = estimate(now, &partition, &history, Some(&request)).last().copied();
+        let mut e = estimate(now, &partition, &history, Some(&request)).last().copied();
+        // A region without a copy of the dataset starts the job once the copy is made, which can
+        // go on while the job waits: each end of the range is at least the copy's end.
+        let dataset = copies.map(|regions| {
+            if regions.contains(&row.region) {
+                "has a copy here".to_owned()
+            } else {
+                if let Some(est) = e.as_mut() {
+                    let ready = now.saturating_add(copy.0.max(0));
+                    for t in [&mut est.start, &mut est.earliest, &mut est.latest] {
+                        *t = t.map(|t| t.max(ready));
+                    }
+                }
+                format!("no copy here: copied first (about {copy}; copies in {})", regions.join(", "))
+            }
+        });
         let text = |t: Option<i64>| t.map(|ms| Timestamp(ms).to_string());
         let start = e.and_then(|e| e.start);
         let reason = start.is_none().then(|| {
@@ -362,6 +400,7 @@ pub fn answer(input: &EstimateInput, req: &Request) -> EstimateReply {
             earliest: text(e.and_then(|e| e.earliest)),
             latest: text(e.and_then(|e| e.latest)),
             reason,
+            dataset,
         });
     }
     partitions.sort_by_key(|p| (p.wait_s.is_none(), p.wait_s.unwrap_or(0), p.region.clone(), p.queue.clone()));

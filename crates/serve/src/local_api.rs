@@ -193,8 +193,8 @@ async fn report_answer(st: &Local, q: ReportQuery, html: bool) -> Response {
     }
 }
 
-/// `?gpus=8&gpu_type=H100&hours=12&region=R&queue=Q` of `GET /v1/estimate`: the first three
-/// required. Read as text and checked here, so a mistake gets a sentence, not serde's.
+/// `?gpus=8&gpu_type=H100&hours=12&region=R&queue=Q&dataset=D` of `GET /v1/estimate`: the first
+/// three required. Read as text and checked here, so a mistake gets a sentence, not serde's.
 #[derive(Debug, Deserialize)]
 pub struct EstimateQuery {
     /// GPUs (1 to 1,000,000).
@@ -207,6 +207,8 @@ pub struct EstimateQuery {
     pub region: Option<String>,
     /// Only this queue.
     pub queue: Option<String>,
+    /// The dataset the job reads: a region without a copy starts it after the copy.
+    pub dataset: Option<String>,
 }
 
 impl EstimateQuery {
@@ -236,7 +238,18 @@ impl EstimateQuery {
                 bursar_model::names::check_name(field, v).map_err(|e| e.message)?;
             }
         }
-        Ok(crate::estimate::Request { gpus, gpu_type, hours, region: self.region, queue: self.queue, job_id: None })
+        if let Some(d) = &self.dataset {
+            bursar_model::names::check_text("dataset", d).map_err(|e| e.message)?;
+        }
+        Ok(crate::estimate::Request {
+            gpus,
+            gpu_type,
+            hours,
+            region: self.region,
+            queue: self.queue,
+            dataset: self.dataset,
+            job_id: None,
+        })
     }
 }
 

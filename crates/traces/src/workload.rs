@@ -341,6 +341,7 @@ impl Generator {
                         kind: "dataset".to_owned(),
                         fingerprint: format!("ds-{}+{}", job.number % 200, job.number),
                         uri: format!("s3://p{}/prepared/{job_id}", job.project),
+                        region: None,
                     };
                     let project = format!("p{}", job.project);
                     self.queued = Some(self.event(at, EventKind::AssetRegistered { project, asset }));
