@@ -88,7 +88,7 @@ fn a_changed_expectation_fails_with_a_readable_diff() {
         "{t}"
     );
     assert!(t.contains("    = q1/0 allow (admission) job=sp1"), "{t}");
-    assert!(t.contains("test result: FAILED. 34 passed; 1 failed; 0 filtered out"), "{t}");
+    assert!(t.contains("test result: FAILED. 35 passed; 1 failed; 0 filtered out"), "{t}");
 }
 
 #[test]
