@@ -24,7 +24,12 @@ pub fn of_step(cluster: &str, step: &Step) -> Event {
     let mut extra = fields(cluster, &step.state);
     let job_id = step.job_id.clone();
     let (time, kind) = match &step.event {
-        Planned::Queued { at } => (*at, EventKind::JobQueued { job_id }),
+        Planned::Queued { at, reason } => {
+            if let Some(r) = reason {
+                add_field(&mut extra, "reason", r);
+            }
+            (*at, EventKind::JobQueued { job_id })
+        }
         Planned::Started { at, gpus, pods } => {
             add_field(&mut extra, "kube_pods", pods);
             let info = bursar_model::StartInfo { gpus: Some(*gpus), ..bursar_model::StartInfo::default() };
@@ -58,6 +63,8 @@ mod tests {
             run_started: 0,
             run_ended: 0,
             pods: vec![],
+            waits: String::new(),
+            waits_sent: 0,
             namespace: "nlp".into(),
             kind: "Workload".into(),
             name: "job-train-3f2a1".into(),
@@ -118,8 +125,15 @@ mod tests {
         assert_eq!((v["type"].as_str(), v["status"].as_str()), (Some("job.finished"), Some("cancelled")));
         assert_eq!(v["time"], "2026-11-30T05:56:40Z");
 
-        let q = of_step("gpu-a", &step("kube-0a1b2c3d4e5f-queued", Planned::Queued { at: Timestamp(0) }));
+        let q = of_step("gpu-a", &step("kube-0a1b2c3d4e5f-queued", Planned::Queued { at: Timestamp(0), reason: None }));
         assert_eq!(decode_event(&q.to_json()).unwrap(), q);
         assert_eq!(q.kind.type_name(), "job.queued");
+        let why = "Pending: couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu";
+        let w = of_step(
+            "gpu-a",
+            &step("kube-0a1b2c3d4e5f-waits-1", Planned::Queued { at: Timestamp(0), reason: Some(why.into()) }),
+        );
+        let v: serde_json::Value = serde_json::from_str(&w.to_json()).unwrap();
+        assert_eq!((v["type"].as_str(), v["reason"].as_str()), (Some("job.queued"), Some(why)), "{v}");
     }
 }

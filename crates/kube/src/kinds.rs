@@ -299,6 +299,7 @@ pub fn unit_view(kind: &Kind, obj: &Value, job_id: &str, resource: &str) -> Unit
         admitted: true,
         end,
         stopped,
+        waits: None,
     }
 }
 

@@ -68,6 +68,9 @@ pub struct UnitView {
     pub end: Option<End>,
     /// Stopped (evicted, suspended, deactivated).
     pub stopped: Option<Stop>,
+    /// Why it waits, as Kueue says it (a Workload's `QuotaReserved` condition that is not true, or
+    /// the admission checks still pending), when it does; the pods' own reasons come from them.
+    pub waits: Option<String>,
 }
 
 /// What the watcher sees of one pod holding (or having held) GPUs.
@@ -81,6 +84,9 @@ pub struct PodView {
     pub placed_at: Option<Timestamp>,
     /// When it stopped holding them (terminated, or deleted).
     pub ended_at: Option<Timestamp>,
+    /// Why it is not placed yet, as the scheduler says it (`PodScheduled` false: `Unschedulable:
+    /// 0/4 nodes are available: 4 Insufficient nvidia.com/gpu.`; `SchedulingGated`).
+    pub waits: Option<String>,
 }
 
 impl PodView {
@@ -130,15 +136,29 @@ pub struct UnitState {
     /// Name.
     #[serde(default)]
     pub name: String,
+    /// The reason it waits that was last sent (`job.queued`'s `reason`), and how many were sent:
+    /// a changed reason is sent again, as `<job>-waits-<n>`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub waits: String,
+    /// How many reasons were sent after the first `job.queued`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub waits_sent: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One event to send.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Planned {
-    /// The admitted unit exists and waits to run (it confirms the admission).
+    /// The admitted unit exists and waits to run (it confirms the admission); sent again when the
+    /// reason it waits changes.
     Queued {
-        /// When the watcher first saw it admitted.
+        /// When the watcher saw it admitted, or saw the reason change.
         at: Timestamp,
+        /// Why it waits, as Kueue or the pod scheduler says it.
+        reason: Option<String>,
     },
     /// A run started.
     Started {
@@ -209,14 +229,26 @@ pub fn plan(
             namespace: unit.namespace.clone(),
             kind: unit.kind.clone(),
             name: unit.name.clone(),
+            waits: String::new(),
+            waits_sent: 0,
         });
         let fresh = prev.is_none();
         if fresh && !unit.admitted {
             continue;
         }
         let mut push = |st: &mut UnitState, event: Planned| {
+            let mut again = false;
             let (what, sent) = match &event {
-                Planned::Queued { .. } => ("queued", Sent::Queued),
+                Planned::Queued { reason, .. } => {
+                    // The first `job.queued` of a unit, or a changed reason for one already queued
+                    // (or requeued and waiting again).
+                    again = st.sent == Sent::Queued || st.run > 0;
+                    if again {
+                        st.waits_sent += 1;
+                    }
+                    st.waits = reason.clone().unwrap_or_default();
+                    ("queued", if st.sent == Sent::Requeued && st.run > 0 { Sent::Requeued } else { Sent::Queued })
+                }
                 Planned::Started { at, pods, .. } => {
                     st.run += 1;
                     st.run_started = at.millis();
@@ -233,7 +265,13 @@ pub fn plan(
                 }
             };
             st.sent = sent;
-            let id = if sent == Sent::Queued { format!("{}-queued", st.job_id) } else { id(&st.job_id, st.run, what) };
+            let id = if again {
+                format!("{}-waits-{}", st.job_id, st.waits_sent)
+            } else if what == "queued" {
+                format!("{}-queued", st.job_id)
+            } else {
+                id(&st.job_id, st.run, what)
+            };
             steps.push(Step { uid: uid.clone(), id, job_id: st.job_id.clone(), event, state: st.clone() });
         };
         let holding: Vec<&PodView> = pods.iter().copied().filter(|p| p.holding()).collect();
@@ -284,10 +322,16 @@ pub fn plan(
                     let held: Vec<&PodView> = run.iter().copied().filter(|p| p.holding()).collect();
                     let first = held.iter().filter_map(|p| p.placed_at).min();
                     let complete = held.len() as u32 >= unit.expected_pods.max(1);
+                    // Why it waits: Kueue's word for the unit, else the first unplaced pod's.
+                    let waits = unit.waits.clone().or_else(|| {
+                        pods.iter().filter(|p| p.placed_at.is_none() && p.ended_at.is_none()).find_map(|p| p.waits.clone())
+                    });
                     if first.is_some_and(|t| complete || now.millis() - t.millis() >= settle.millis()) {
                         push(&mut st, start(&held));
                     } else if fresh {
-                        push(&mut st, Planned::Queued { at: now });
+                        push(&mut st, Planned::Queued { at: now, reason: waits });
+                    } else if let Some(w) = waits.filter(|w| *w != st.waits) {
+                        push(&mut st, Planned::Queued { at: now, reason: Some(w) });
                     }
                 }
             }
@@ -361,11 +405,12 @@ mod tests {
             admitted: true,
             end: None,
             stopped: None,
+            waits: None,
         }
     }
 
     fn pod(name: &str, gpus: u32, placed: Option<i64>, ended: Option<i64>) -> PodView {
-        PodView { name: name.into(), gpus, placed_at: placed.map(t), ended_at: ended.map(t) }
+        PodView { name: name.into(), gpus, placed_at: placed.map(t), ended_at: ended.map(t), waits: None }
     }
 
     /// Runs `plan` and applies its steps, as the watcher does once serve accepted them.
@@ -533,5 +578,38 @@ mod tests {
         u.stopped = None;
         let s = step(&mut st, &u, vec![pod("p0b", 1, Some(80), None)], 81);
         assert_eq!(ids(&s), ["kube-abc-r2-started"]);
+    }
+
+    #[test]
+    fn a_waiting_unit_says_why_and_says_it_again_when_the_reason_changes() {
+        let mut state = BTreeMap::new();
+        let mut u = unit(1);
+        u.waits = Some("AdmissionChecks: waiting for gpu-budget".into());
+        let first = step(&mut state, &u, vec![pod("p0", 8, None, None)], 0);
+        assert_eq!(
+            first,
+            vec![(
+                "kube-abc-queued".to_owned(),
+                Planned::Queued { at: t(0), reason: Some("AdmissionChecks: waiting for gpu-budget".into()) }
+            )]
+        );
+        // Kueue has nothing more to say; the pod scheduler does.
+        u.waits = None;
+        let mut waiting = pod("p0", 8, None, None);
+        waiting.waits = Some("Unschedulable: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu.".into());
+        let second = step(&mut state, &u, vec![waiting.clone()], 10);
+        assert_eq!(
+            second,
+            vec![(
+                "kube-abc-waits-1".to_owned(),
+                Planned::Queued {
+                    at: t(10),
+                    reason: Some("Unschedulable: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu.".into())
+                }
+            )]
+        );
+        assert!(step(&mut state, &u, vec![waiting], 20).is_empty(), "the same reason is not sent twice");
+        let started = step(&mut state, &u, vec![pod("p0", 8, Some(25), None)], 30);
+        assert!(matches!(started.as_slice(), [(id, Planned::Started { .. })] if id == "kube-abc-r1-started"), "{started:?}");
     }
 }

@@ -205,8 +205,21 @@ fn pod_entry(p: &Pod, resource: &str, seen_end: Option<Timestamp>) -> Option<Pod
     owners.extend(p.metadata.uid.clone());
     let labels = p.metadata.labels.as_ref();
     owners.extend(labels.and_then(|l| l.get("jobset.sigs.k8s.io/jobset-uid")).cloned());
+    // Why it is not placed: the scheduler's `PodScheduled` condition, false (`Unschedulable`, with
+    // its message; `SchedulingGated`).
+    let unscheduled = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False"))
+        .filter(|_| placed_at.is_none());
+    let waits = unscheduled.map(|c| {
+        let reason = c.reason.as_deref().unwrap_or("Pending");
+        match c.message.as_deref().filter(|m| !m.is_empty()) {
+            Some(m) => format!("{reason}: {m}"),
+            None => reason.to_owned(),
+        }
+    });
     Some(PodEntry {
-        view: PodView { name: p.name_any(), gpus, placed_at, ended_at },
+        view: PodView { name: p.name_any(), gpus, placed_at, ended_at, waits },
         owners,
         job: labels.and_then(|l| l.get(JOB_KEY)).cloned(),
         gone: None,
@@ -240,7 +253,27 @@ fn workload_view(w: &Workload, ours: &BTreeSet<String>, mapping: &Mapping) -> Un
         .as_ref()
         .is_some_and(|s| s.admission_checks.iter().any(|c| ours.contains(&c.name) && c.state == CheckState::Ready))
         || crate::kueue::is_true(conds, "Admitted");
+    // Why it waits, in Kueue: no quota reserved yet (the condition's reason and message: `Pending:
+    // couldn't assign flavors to pod set main: insufficient unused quota …`), or reserved and some
+    // admission check not ready yet.
+    let waits = if !w.quota_reserved() {
+        Some(match crate::kueue::condition(conds, "QuotaReserved") {
+            Some(c) if c.message.is_empty() => c.reason.clone(),
+            Some(c) => format!("{}: {}", c.reason, c.message),
+            None => "Pending: no quota reserved yet".to_owned(),
+        })
+    } else if !crate::kueue::is_true(conds, "Admitted") {
+        let pending: Vec<&str> = w
+            .status
+            .as_ref()
+            .map(|s| s.admission_checks.iter().filter(|c| c.state != CheckState::Ready).map(|c| c.name.as_str()).collect())
+            .unwrap_or_default();
+        (!pending.is_empty()).then(|| format!("AdmissionChecks: waiting for {}", pending.join(", ")))
+    } else {
+        None
+    };
     UnitView {
+        waits,
         job_id: job_id(&mapping.cluster, &w.uid().unwrap_or_default()),
         namespace: w.namespace().unwrap_or_default(),
         kind: "Workload".into(),
