@@ -296,11 +296,6 @@ fn a_workload_is_held_approved_run_found_idle_and_reclaimed_by_deactivation() {
         (requeued["type"].as_str(), requeued["kube_reason"].as_str()),
         (Some("job.requeued"), Some("Preempted"))
     );
-    // Waiting again, it says why in Kueue's words (issue 53): its QuotaReserved condition is false.
-    let waits = server.wait_for(30, "why it waits", || {
-        event(&audit_events(&s), &format!("kube-agents:{evictee_job}-waits-1")).cloned()
-    });
-    assert_eq!((waits["type"].as_str(), waits["reason"].as_str()), (Some("job.queued"), Some("Pending: Pending")));
 
     // While it waits: the watcher is killed and restarted, the API server compacts and breaks every
     // watch. Nothing is sent twice, nothing is lost.
@@ -311,6 +306,11 @@ fn a_workload_is_held_approved_run_found_idle_and_reclaimed_by_deactivation() {
     // Kueue requeues it and reserves quota again (its checks reset to Pending): asked again, serve
     // answers with its first decision (the same submission), and the second run starts.
     cluster.requeue("nlp", &evictee);
+    // Waiting again, it says why in Kueue's words (issue 53): its QuotaReserved condition is false.
+    let waits = server.wait_for(30, "why it waits", || {
+        event(&audit_events(&s), &format!("kube-agents:{evictee_job}-waits-1")).cloned()
+    });
+    assert_eq!((waits["type"].as_str(), waits["reason"].as_str()), (Some("job.queued"), Some("Pending: Pending")));
     cluster.reserve_quota("nlp", &evictee, 1);
     cluster.wait(30, "the evictee allowed again", &[&checks], |_| {
         cluster.check("nlp", &evictee, "bursar").filter(|(s, _)| s == "Ready")
