@@ -1189,6 +1189,30 @@ impl AuditLog {
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(AuditError::sqlite("read events"))
     }
 
+    /// The events of wire type `kind` dated in `[since_ms, until_ms)` (either bound open), in log
+    /// order, passed to `each` one at a time (a scan of the events: for offline reads such as the
+    /// pool's inventory over time, `bursar audit inventory`). Stops at the first error `each` returns.
+    pub fn each_event_of_type(
+        &self,
+        kind: &str,
+        since_ms: Option<i64>,
+        until_ms: Option<i64>,
+        mut each: impl FnMut(StoredEvent) -> std::result::Result<(), AuditError>,
+    ) -> Result<u64> {
+        let sql =
+            format!("SELECT {EVENT_COLUMNS} FROM events WHERE type = ?1 AND time >= ?2 AND time < ?3 ORDER BY seq");
+        let mut st = self.conn.prepare_cached(&sql).map_err(AuditError::sqlite("prepare an event read"))?;
+        let mut rows = st
+            .query(params![kind, since_ms.unwrap_or(i64::MIN), until_ms.unwrap_or(i64::MAX)])
+            .map_err(AuditError::sqlite("read events"))?;
+        let mut n = 0u64;
+        while let Some(row) = rows.next().map_err(AuditError::sqlite("read events"))? {
+            each(event_from_row(row).map_err(AuditError::sqlite("read events"))?)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
     /// The events a server authenticated (those with a sender) dated at or after `from_ms`, newest
     /// first, reading back from the newest row and stopping at the first older than `from_ms` or
     /// after `limit` rows: what a start needs of the last dedupe window without a scan of the log.

@@ -206,3 +206,42 @@ fn an_unwritable_audit_log_stops_eval_with_the_reason() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Issue 53, item 1 ("over time"): `bursar audit inventory` reads every `pool.inventory` row back
+/// from the log, oldest first, filtered by region and GPU type, in each format.
+#[test]
+fn the_inventory_over_time_reads_back_from_the_log() {
+    let dir = Scratch::new("inventory");
+    let case = repo().join("tests/cases/placement-cross-region");
+    let db = dir.path("inv.db");
+    let out = bursar(&[
+        "eval",
+        "--policies",
+        case.join("policies").to_str().unwrap(),
+        "--events",
+        case.join("events.jsonl").to_str().unwrap(),
+        "--audit",
+        db.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let run = |extra: &[&str]| {
+        let mut args = vec!["audit", "inventory", "--db", db.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let o = bursar(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let table = run(&[]);
+    assert!(table.contains("(5 rows)"), "{table}");
+    let csv = run(&["--region", "cn-east", "--format", "csv"]);
+    assert_eq!(
+        csv,
+        "time,region,gpu_type,queue,in_service,allocated,free,drained,source,event_id\n\
+         2026-11-02T09:00:00Z,cn-east,H100,gpu,8,0,8,0,slurm:lab,i1\n\
+         2026-11-02T09:05:30Z,cn-east,H100,gpu,8,8,0,0,slurm:lab,i2\n"
+    );
+    let later = run(&["--since", "2026-11-02T09:01:00Z", "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(later.trim()).unwrap();
+    assert_eq!((v["region"].as_str(), v["free"].as_u64()), (Some("cn-east"), Some(0)), "{later}");
+    assert!(run(&["--gpu-type", "A100", "--format", "json"]).is_empty());
+}

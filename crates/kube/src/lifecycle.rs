@@ -324,7 +324,9 @@ pub fn plan(
                     let complete = held.len() as u32 >= unit.expected_pods.max(1);
                     // Why it waits: Kueue's word for the unit, else the first unplaced pod's.
                     let waits = unit.waits.clone().or_else(|| {
-                        pods.iter().filter(|p| p.placed_at.is_none() && p.ended_at.is_none()).find_map(|p| p.waits.clone())
+                        pods.iter()
+                            .filter(|p| p.placed_at.is_none() && p.ended_at.is_none())
+                            .find_map(|p| p.waits.clone())
                     });
                     if first.is_some_and(|t| complete || now.millis() - t.millis() >= settle.millis()) {
                         push(&mut st, start(&held));
@@ -610,6 +612,9 @@ mod tests {
         );
         assert!(step(&mut state, &u, vec![waiting], 20).is_empty(), "the same reason is not sent twice");
         let started = step(&mut state, &u, vec![pod("p0", 8, Some(25), None)], 30);
-        assert!(matches!(started.as_slice(), [(id, Planned::Started { .. })] if id == "kube-abc-r1-started"), "{started:?}");
+        assert!(
+            matches!(started.as_slice(), [(id, Planned::Started { .. })] if id == "kube-abc-r1-started"),
+            "{started:?}"
+        );
     }
 }

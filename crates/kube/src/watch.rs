@@ -266,7 +266,9 @@ fn workload_view(w: &Workload, ours: &BTreeSet<String>, mapping: &Mapping) -> Un
         let pending: Vec<&str> = w
             .status
             .as_ref()
-            .map(|s| s.admission_checks.iter().filter(|c| c.state != CheckState::Ready).map(|c| c.name.as_str()).collect())
+            .map(|s| {
+                s.admission_checks.iter().filter(|c| c.state != CheckState::Ready).map(|c| c.name.as_str()).collect()
+            })
             .unwrap_or_default();
         (!pending.is_empty()).then(|| format!("AdmissionChecks: waiting for {}", pending.join(", ")))
     } else {
