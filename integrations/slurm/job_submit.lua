@@ -70,7 +70,9 @@ local CONFIG = {
   -- --exclusive job gets no decision: rejected, or accepted unadmitted with fail_open.
   node_gpus = nil,          -- override: GPUs of any node (nil: read node_gpus_file)
   partition_node_gpus = {}, -- override per partition: { a100 = 4, h100 = 8 }
-  node_gpus_file = "/var/lib/bursar/slurm-watch.node-gpus.tsv", -- lines `partition<TAB>gpus`
+  node_gpus_file = nil,     -- lines `partition<TAB>gpus`; nil: the first that can be read of
+                            -- /run/bursar-slurm/node-gpus.tsv (the Debian package's watcher writes it)
+                            -- and /var/lib/bursar/slurm-watch.node-gpus.tsv (the watcher's default)
   node_gpus_file_every = 5, -- seconds between two reads of node_gpus_file (0: at every --exclusive job)
   sockets_per_node = 2,     -- for --gpus-per-socket without --sockets-per-node
   curl = "curl",            -- the curl binary
@@ -419,11 +421,19 @@ end
 -- re-read stands in for an mtime check). Returns { by = {partition = gpus}, max = gpus }, or nil and why.
 local node_file = { at = nil, known = nil, why = nil }
 
+-- Where the watcher writes the file when node_gpus_file names none: the Debian package's service
+-- (a directory SlurmUser may read), then the watcher's default beside its state file.
+local NODE_GPUS_FILES = { "/run/bursar-slurm/node-gpus.tsv", "/var/lib/bursar/slurm-watch.node-gpus.tsv" }
+
 local function read_node_gpus()
-  local path = CONFIG.node_gpus_file
-  if not path then return nil, "node_gpus_file is not set" end
-  local f, err = io.open(path, "r")
-  if not f then return nil, "cannot read " .. tostring(err) end
+  local paths = CONFIG.node_gpus_file and { CONFIG.node_gpus_file } or NODE_GPUS_FILES
+  local f, err, path
+  for _, p in ipairs(paths) do
+    path = p
+    f, err = io.open(p, "r")
+    if f then break end
+  end
+  if not f then return nil, "cannot read " .. table.concat(paths, " or ") .. " (" .. tostring(err) .. ")" end
   local text = f:read(1048576) or ""
   f:close()
   local known, lines = { by = {}, max = nil }, 0
