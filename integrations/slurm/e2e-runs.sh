@@ -9,6 +9,8 @@
 # script requeued, preempted or failed a node), within one poll interval:
 #   1. an array with a throttle (each task a child, charged on its own run; the array ends after them);
 #      --exclusive, -N 1-2, --gpus-per-socket, root's NumNodes=2: charged what Slurm allocated;
+#      --exclusive and --exclusive -N 2 with no node_gpus setting: admitted for the whole nodes' GPUs
+#      (the largest node per partition, from the file the watcher writes), what Slurm allocated;
 #   2. --test-only reserves nothing; a forged test-only marker stays held; a bad partition and a
 #      heterogeneous job with a denied component are released unconfirmed; an allowed heterogeneous job
 #      charges both components;
@@ -81,7 +83,10 @@ for _ in $(seq 300); do [ -s "$WORK/port" ] && break; alive $SERVE_PID || break;
 [ -s "$WORK/port" ] || fail "bursar serve did not start"
 PORT=$(cat "$WORK/port")
 API=http://127.0.0.1:$PORT
+# No node_gpus: --exclusive reads the largest node from the file the watcher writes beside its state.
+NODE_GPUS_FILE=$WORK/watch.node-gpus.tsv
 LAB=$LAB SLURM_NODES=2 BURSAR_URL=$API/v1/admit BURSAR_CONFIRM_WITHIN_S=900 SLURMCTLD_PORT=${SLURMCTLD_PORT:-16837} \
+  BURSAR_NODE_GPUS_FILE=$NODE_GPUS_FILE \
   SLURMD_PORT=${SLURMD_PORT:-16838} "$HERE/up.sh" | sed 's/^/    /'
 export SLURM_CONF=$LAB/etc/slurm.conf
 INTERVAL=0.5
@@ -95,6 +100,10 @@ start_enforce() {
   ENFORCE_PID=$!
 }
 start_watch; start_enforce
+for _ in $(seq 100); do [ -s "$NODE_GPUS_FILE" ] && break; sleep 0.1; done
+[ "$(grep -v '^#' "$NODE_GPUS_FILE" 2>/dev/null | paste -sd' ')" = "$(printf 'debug\t8 other\t8 urgent\t8')" ] \
+  || fail "the watcher did not write each partition's largest node to $NODE_GPUS_FILE: $(cat "$NODE_GPUS_FILE" 2>&1)"
+grep -q 'node_gpus = nil' "$LAB/etc/bursar.lua" || fail "the hook has a node_gpus setting"
 ok "serve on $PORT, two nodes ($(sinfo -h -N -o '%N %G' | sort -u | paste -sd' ')), watch $WATCH_PID, enforce $ENFORCE_PID"
 
 # --- helpers -------------------------------------------------------------------------------------------
@@ -168,6 +177,8 @@ decisions_by() { sql "SELECT count(*) FROM decisions WHERE job='$1' AND policies
 say "1. arrays and shapes the hook cannot see"
 ARR=$(sb -A sweep --array=0-3%2 --gres=gpu:2 -t 5 --wrap 'sleep 3')
 EXC=$(sb -A shapes --exclusive -t 5 --wrap 'sleep 3')
+EXC2=$(sb -A whole --exclusive -N 2 -t 5 --wrap 'sleep 3')
+[ -n "$EXC2" ] || fail "sbatch --exclusive -N 2 failed: $(tail -n 3 "$WORK/sbatch.err")"
 RNG=$(sb -A shapes -N 1-2 --gres=gpu:2 -t 5 --wrap 'sleep 3')
 SOCK=$(sb -A shapes --gpus-per-socket=1 --sockets-per-node=2 -t 5 --wrap 'sleep 3')
 NUMN=$(sb -A shapes -H --gres=gpu:2 -t 5 --wrap 'sleep 3')
@@ -178,7 +189,7 @@ ARR_BID=$(bid "${ARR}_0")
 [ "$(view "$ARR_BID" | jget runs.array.tasks)" = 4 ] || { view "$ARR_BID"; fail "the array was not admitted as 4 tasks"; }
 sql "SELECT raw FROM events WHERE type='job.submitted' AND job='$ARR_BID'" | grep -q '"array":{"tasks":4,"max_running":2}' \
   || fail "the hook did not send the array's tasks and throttle"
-for j in $EXC $RNG $SOCK $NUMN; do wait_state "$j" COMPLETED 40; done
+for j in $EXC $EXC2 $RNG $SOCK $NUMN; do wait_state "$j" COMPLETED 40; done
 for t in 0 1 2 3; do wait_state "${ARR}_$t" COMPLETED 40; done
 wait_done "$ARR_BID" 5
 ran=0
@@ -206,6 +217,20 @@ charged shapes "$ran" 8 0
 [ "$(slurm_gpus "$EXC")" = 8 ] && [ "$(slurm_gpus "$NUMN")" = 4 ] || fail "the lab did not allocate what the case needs"
 [ "$(decisions_by "$(bid "$NUMN")" bursar/allocation)" -ge 1 ] || fail "no bursar/allocation correction for root's NumNodes=2"
 ok "--exclusive (8), -N 1-2, --gpus-per-socket, root's NumNodes=2 (4): charged what Slurm allocated"
+# Issue 55: with no node_gpus setting an --exclusive job is admitted for its whole nodes' GPUs (what the
+# watcher's file says of the partition's largest node), which is what Slurm allocated: no correction.
+# EXC2 names no partition: the hook takes the default partition's from slurmctld's partition list.
+for j in $EXC $EXC2; do
+  b=$(bid "$j"); g=$(slurm_gpus "$j")
+  wait_done "$b" 5
+  [ "$(view "$b" | jget gpus)" = "$g" ] || fail "job $j: bursar holds $(view "$b" | jget gpus) GPUs, Slurm allocated $g"
+  adm=$(sql "SELECT json_extract(raw,'\$.job.gpus') FROM events WHERE type='job.submitted' AND job='$b'")
+  [ "$adm" = "$g" ] || fail "--exclusive job $j was admitted for '$adm' GPUs, Slurm allocated $g"
+  scontrol show job "$j" | grep -q "bursar_gpus=$g\b" || fail "job $j's AdminComment does not say bursar_gpus=$g"
+  [ "$(decisions_by "$b" bursar/allocation)" = 0 ] || fail "--exclusive job $j needed an allocation correction"
+done
+[ "$(slurm_gpus "$EXC2")" = 16 ] || fail "the lab did not allocate two whole nodes to $EXC2"
+ok "--exclusive (8) and --exclusive -N 2 (16) with no node_gpus setting: admitted for what Slurm allocated"
 
 # --- 2. what Slurm never creates -----------------------------------------------------------------------
 say "2. --test-only, a forged marker, a bad partition, heterogeneous jobs"

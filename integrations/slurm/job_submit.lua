@@ -19,7 +19,8 @@ curl (a fork, an exec and a TCP connection each time: about 10-19 ms of slurmctl
                       bursar_unadmitted=1)
 
 What is reserved is a conservative estimate of what Slurm will allocate: `--exclusive` takes its nodes'
-GPUs (`node_gpus`), a node range (`-N 1-2`) its maximum, `--gpus-per-socket` every socket, an array
+GPUs (the largest node of its partition, from the file `bursar slurm watch` writes; `node_gpus` or
+`partition_node_gpus` override it), a node range (`-N 1-2`) its maximum, `--gpus-per-socket` every socket, an array
 (`--array=0-99%4`) every task (`job.array`: GPU-hours for all tasks, concurrent GPUs for the throttle).
 `bursar slurm watch` reports what Slurm really allocated when each run starts, and bursar corrects the
 reservation. Each admission promises a confirmation (`confirm_within_s`): a job Slurm never creates (a
@@ -61,8 +62,18 @@ local CONFIG = {
   gpu_types = {},           -- optional map from GRES type to bursar gpu_type, e.g. { h100 = "H100" }
   confirm_within_s = 900,   -- the watcher confirms every admitted job within this many seconds, or
                             -- bursar releases it; keep it well above the watcher's interval and restart time
-  node_gpus = nil,          -- GPUs of one node, for --exclusive (nil: reserve only the GPUs asked for)
-  partition_node_gpus = {}, -- per partition, when nodes differ: { a100 = 4, h100 = 8 }
+  -- What --exclusive reserves per node: partition_node_gpus[partition], else node_gpus, else the
+  -- partition's largest node in node_gpus_file, which `bursar slurm watch` writes from Slurm's node
+  -- records (its --node-gpus-file; by default beside its --state, named after it). A job naming no
+  -- partition takes the default partition's (the largest node of all when that is not in the file), a
+  -- partition not in the file the largest node of all. With no setting and no readable file an
+  -- --exclusive job gets no decision: rejected, or accepted unadmitted with fail_open.
+  node_gpus = nil,          -- override: GPUs of any node (nil: read node_gpus_file)
+  partition_node_gpus = {}, -- override per partition: { a100 = 4, h100 = 8 }
+  node_gpus_file = nil,     -- lines `partition<TAB>gpus`; nil: the first that can be read of
+                            -- /run/bursar-slurm/node-gpus.tsv (the Debian package's watcher writes it)
+                            -- and /var/lib/bursar/slurm-watch.node-gpus.tsv (the watcher's default)
+  node_gpus_file_every = 5, -- seconds between two reads of node_gpus_file (0: at every --exclusive job)
   sockets_per_node = 2,     -- for --gpus-per-socket without --sockets-per-node
   curl = "curl",            -- the curl binary
   socket = nil,             -- serve's event socket (`bursar serve --socket PATH`): one kept connection, no
@@ -404,9 +415,88 @@ local function reserved_field(d)
   return nil
 end
 
+-- The largest node's GPUs per partition, from node_gpus_file (`partition<TAB>gpus` lines, `#`
+-- comments; a line of any other shape is skipped, nothing in it is run). Read again at most every
+-- node_gpus_file_every seconds (slurmctld keeps this script loaded; Lua 5.1 has no stat, so a cheap
+-- re-read stands in for an mtime check). Returns { by = {partition = gpus}, max = gpus }, or nil and why.
+local node_file = { at = nil, known = nil, why = nil }
+
+-- Where the watcher writes the file when node_gpus_file names none: the Debian package's service
+-- (a directory SlurmUser may read), then the watcher's default beside its state file.
+local NODE_GPUS_FILES = { "/run/bursar-slurm/node-gpus.tsv", "/var/lib/bursar/slurm-watch.node-gpus.tsv" }
+
+local function read_node_gpus()
+  local paths = CONFIG.node_gpus_file and { CONFIG.node_gpus_file } or NODE_GPUS_FILES
+  local f, err, path
+  for _, p in ipairs(paths) do
+    path = p
+    f, err = io.open(p, "r")
+    if f then break end
+  end
+  if not f then return nil, "cannot read " .. table.concat(paths, " or ") .. " (" .. tostring(err) .. ")" end
+  local text = f:read(1048576) or ""
+  f:close()
+  local known, lines = { by = {}, max = nil }, 0
+  for line in text:gmatch("[^\n]+") do
+    local p, n = line:match("^([^%s#][^\t]*)\t(%d+)%s*$")
+    n = tonumber(n or "")
+    if p and n and n < 1000000 then
+      known.by[p] = n
+      if not known.max or n > known.max then known.max = n end
+      lines = lines + 1
+    end
+  end
+  if lines == 0 then return nil, tostring(path) .. " lists no partition" end
+  return known
+end
+
+local function node_gpus_known()
+  local now = os.time()
+  if not node_file.at or now - node_file.at >= (CONFIG.node_gpus_file_every or 0) or now < node_file.at then
+    node_file.known, node_file.why = read_node_gpus()
+    node_file.at = now
+  end
+  return node_file.known, node_file.why
+end
+
+-- The partition Slurm gives a job that names none: the one part_list (the partitions the user may use,
+-- keyed by name) flags as default, or nil.
+local function default_partition(part_list)
+  if type(part_list) ~= "table" then return nil end
+  for name, part in pairs(part_list) do
+    local ok, flag = pcall(function() return part.flag_default end)
+    if ok and flag and flag ~= 0 and flag ~= false then return name end
+  end
+  return nil
+end
+
+-- GPUs of one node an --exclusive job may be given: the most over the partitions it names
+-- (`-p a,b`), or its default partition's. Raises an error when nothing says (no override, no file).
+local function whole_node_of(d, part_list)
+  local names = {}
+  if set(d.partition) then
+    for p in tostring(d.partition):gmatch("[^,]+") do names[#names + 1] = p end
+  end
+  if #names == 0 then names[1] = default_partition(part_list) or false end
+  local whole = nil
+  for _, p in ipairs(names) do
+    local n = (p and CONFIG.partition_node_gpus[p]) or CONFIG.node_gpus
+    if not n then
+      local known, why = node_gpus_known()
+      if not known then
+        error("--exclusive needs the GPUs of a node: node_gpus is not set and " .. why
+          .. " (written by `bursar slurm watch`, see its --node-gpus-file)", 0)
+      end
+      n = (p and known.by[p]) or known.max
+    end
+    if not whole or n > whole then whole = n end
+  end
+  return whole or 0
+end
+
 -- GPUs the job may hold at once, estimated high: exclusive nodes whole, node ranges at their maximum,
 -- per-socket GPUs on every socket.
-local function gpus_of(d)
+local function gpus_of(d, part_list)
   local nodes = set(d.min_nodes) and d.min_nodes or 1
   if set(d.max_nodes) and d.max_nodes > nodes then nodes = d.max_nodes end
   if nodes < 1 then nodes = 1 end
@@ -418,21 +508,22 @@ local function gpus_of(d)
   local sockets = set(d.sockets_per_node) and d.sockets_per_node or CONFIG.sockets_per_node
   local gpus = per_node * nodes + per_job + per_task * tasks + per_socket * sockets * nodes
   if d.shared == 0 then
-    local whole = (d.partition and CONFIG.partition_node_gpus[d.partition]) or CONFIG.node_gpus
-    if whole and whole * nodes > gpus then gpus = whole * nodes end
+    local whole = whole_node_of(d, part_list)
+    if whole * nodes > gpus then gpus = whole * nodes end
   end
   return gpus, nodes, t1 or t2 or t3 or t4
 end
 
 -- The job.submitted of a job description; `extra` says what Slurm's description lacks (a
--- heterogeneous group, a re-admission's old id, user and admitted GPUs, a test-only submission).
+-- heterogeneous group, a re-admission's old id, user and admitted GPUs, a test-only submission, the
+-- partitions the user may use for a job naming none).
 -- Returns the JSON and the GPUs reserved.
 local function build_event(job_desc, submit_uid, job_id, extra)
   extra = extra or {}
   local kv = pairs_in(job_desc.comment, {})
   if job_desc.extra then pairs_in(job_desc.extra, kv) end
 
-  local gpus, nodes, gres_type = gpus_of(job_desc)
+  local gpus, nodes, gres_type = gpus_of(job_desc, extra.part_list)
   if extra.gpus and extra.gpus > gpus then gpus = extra.gpus end
   local gpu_type = kv.gpu_type or (gres_type and (CONFIG.gpu_types[gres_type] or gres_type:upper())) or nil
   local array, bad_array = array_of(job_desc.array_inx)
@@ -700,6 +791,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   end
   local test_only = tostring(job_desc.comment or ""):find(TEST_ONLY, 1, true) ~= nil
   extra.test_only = test_only
+  extra.part_list = part_list
   local ok, body, gpus = pcall(build_event, job_desc, submit_uid, job_id, extra)
   if not ok then return unavailable("cannot describe the job: " .. tostring(body), job_id, job_desc) end
 

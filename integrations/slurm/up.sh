@@ -18,7 +18,9 @@
 # has principals; default none), BURSAR_CONFIRM_WITHIN_S (the hook's confirm_within_s, default 900),
 # SLURMCTLD_PORT (6817), SLURMD_PORT (6818; the second node uses the next port), SLURM_NODES (1 or 2),
 # MAX_JOBS (slurm.conf MaxJobCount, default 10000), JOB_SUBMIT (a job_submit.lua to use instead of
-# bursar's, for benchmarks).
+# bursar's, for benchmarks), BURSAR_NODE_GPUS_FILE (the hook's node_gpus_file: where the watcher's
+# --node-gpus-file writes each partition's largest node, for --exclusive; default the hook's),
+# BURSAR_NODE_GPUS (the hook's node_gpus override; default none: the file says).
 # Prerequisite: apt-get install -y --no-install-recommends slurmctld slurmd slurm-client munge curl
 set -euo pipefail
 LAB=${LAB:?set LAB to a folder for the lab cluster}
@@ -76,6 +78,9 @@ SOCKET_LUA=nil
 [ -n "${BURSAR_SOCKET:-}" ] && SOCKET_LUA="\"$BURSAR_SOCKET\""
 TOKEN_FILE_LUA=nil
 [ -n "$BURSAR_TOKEN_FILE" ] && TOKEN_FILE_LUA="\"$BURSAR_TOKEN_FILE\""
+NODE_GPUS_FILE_LUA=nil
+[ -n "${BURSAR_NODE_GPUS_FILE:-}" ] && NODE_GPUS_FILE_LUA="\"$BURSAR_NODE_GPUS_FILE\""
+NODE_GPUS_LUA=${BURSAR_NODE_GPUS:-nil}
 cat > "$LAB/etc/bursar.lua" <<CONF
 -- Settings for job_submit.lua (see the CONFIG table there).
 return {
@@ -86,7 +91,8 @@ return {
   cluster = "lab",
   token_file = $TOKEN_FILE_LUA,
   confirm_within_s = $BURSAR_CONFIRM_WITHIN_S,
-  node_gpus = 8,
+  node_gpus = $NODE_GPUS_LUA,
+  node_gpus_file = $NODE_GPUS_FILE_LUA,
 }
 CONF
 

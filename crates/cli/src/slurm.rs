@@ -74,6 +74,12 @@ enum SlurmCommand {
         /// repeatable. Without it, the GRES type upper-cased (`h100` is `H100`).
         #[arg(long = "gpu-type", value_name = "GRES=TYPE", value_parser = gres_type)]
         gpu_types: Vec<(String, String)>,
+        /// Where to write, at every read of the nodes, the GPUs of each partition's largest node
+        /// (`partition<TAB>gpus` lines), which job_submit.lua's `node_gpus_file` reads to reserve what
+        /// an `--exclusive` job holds; readable by SlurmUser [default: beside --state, named after it:
+        /// /var/lib/bursar/slurm-watch.json → /var/lib/bursar/slurm-watch.node-gpus.tsv].
+        #[arg(long, value_name = "FILE")]
+        node_gpus_file: Option<PathBuf>,
     },
     /// Follow the decision stream and execute reclaims (scancel of exactly the job, array task or
     /// array named), approvals (scontrol release) and expiries (scancel of a job still held), checking
@@ -125,7 +131,7 @@ impl Common {
 pub fn run(args: &SlurmArgs) -> Result<ExitCode, CliError> {
     let fail = |e: bursar_slurm::Error| CliError::Message(e.to_string());
     match &args.command {
-        SlurmCommand::Watch { common, interval, nodes_every, region, gpu_types } => {
+        SlurmCommand::Watch { common, interval, nodes_every, region, gpu_types, node_gpus_file } => {
             crate::values::init_agent_logging(common.log_level);
             let cfg = WatchConfig {
                 server: common.server()?,
@@ -136,6 +142,9 @@ pub fn run(args: &SlurmArgs) -> Result<ExitCode, CliError> {
                 nodes_every: *nodes_every,
                 region: region.clone().unwrap_or_else(|| common.cluster.clone()),
                 gpu_types: gpu_types.iter().cloned().collect(),
+                node_gpus_file: Some(
+                    node_gpus_file.clone().unwrap_or_else(|| bursar_slurm::node_gpus::default_path(&common.state)),
+                ),
             };
             let r = bursar_slurm::watch::run(&cfg, common.once).map_err(fail)?;
             if common.once {

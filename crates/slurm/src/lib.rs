@@ -10,7 +10,7 @@
 //!   Slurm's final states; array tasks as children of their array. Each event carries bursar's job
 //!   id (read once from the AdminComment `bursar_job=…`) and Slurm's (`slurm_job_id`). Every few
 //!   polls it reads the nodes too and sends `pool.inventory` when the GPUs per type and partition
-//!   changed.
+//!   changed, and writes each partition's largest node's GPUs for the hook's `--exclusive`.
 //! - **enforce** ([`enforce`]): follows `GET /v1/decisions` from a persisted cursor and executes what a
 //!   decision asks of Slurm: `scancel` on reclaim (exactly the job, array task or whole array named),
 //!   `scancel` of a job still held for approval on a rejection or expiry, `scontrol release` on an
@@ -34,12 +34,15 @@
 //! - [`events`]: the v1 events the watcher sends.
 //! - [`nodes`]: the pool's inventory from Slurm's nodes (`scontrol -d show node -o`), which the
 //!   watcher sends as `pool.inventory` when it changes.
+//! - [`node_gpus`]: the GPUs of each partition's largest node, which the watcher writes to a file for
+//!   `job_submit.lua` (what an `--exclusive` job holds).
 //! - [`state`]: what the watcher remembers between polls (a `bursar-agent` state file, versioned).
 //! - [`watch`], [`enforce`]: the two agents.
 
 pub mod detail;
 pub mod enforce;
 pub mod events;
+pub mod node_gpus;
 pub mod nodes;
 pub mod queue;
 pub mod slurm;

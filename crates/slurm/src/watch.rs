@@ -41,7 +41,9 @@
 //!
 //! Every `nodes_every` polls (10 by default, and at the first) it also reads the nodes (`scontrol -d
 //! show node -o`, one call) and sends `pool.inventory` — GPUs in service, allocated, free and drained
-//! per GPU type and partition ([`crate::nodes`]) — when the rows changed since it last sent them.
+//! per GPU type and partition ([`crate::nodes`]) — when the rows changed since it last sent them. From
+//! the same read it writes the GPUs of each partition's largest node to `--node-gpus-file`
+//! ([`crate::node_gpus`]), which `job_submit.lua` reads to reserve what an `--exclusive` job holds.
 //!
 //! Why polling rather than `jobcomp/lua`: a jobcomp hook runs inside slurmctld (serialised with every
 //! other RPC, like `job_submit.lua`), sees only ends, and must never block; a poller sees every state,
@@ -554,6 +556,9 @@ pub struct WatchConfig {
     pub region: String,
     /// GRES types to GPU types (`h100` → `H100-SXM`), as the submit hook's `gpu_types`.
     pub gpu_types: BTreeMap<String, String>,
+    /// Where to write the GPUs of each partition's largest node at every read of the nodes, for the
+    /// submit hook's `--exclusive` ([`crate::node_gpus`]); `None`: nowhere.
+    pub node_gpus_file: Option<PathBuf>,
 }
 
 /// The inventory last sent, so an unchanged one is not sent again.
@@ -563,8 +568,10 @@ pub struct Sent {
     polls: u32,
 }
 
-/// Every [`WatchConfig::nodes_every`] polls: reads the nodes and sends `pool.inventory` when the rows
-/// differ from the last sent. Returns whether one was sent. A failed read is logged, not fatal: the
+/// Every [`WatchConfig::nodes_every`] polls: reads the nodes, writes the largest node's GPUs per
+/// partition to [`WatchConfig::node_gpus_file`] when they changed (before serve is asked anything: the
+/// hook needs the file whether or not serve is up), and sends `pool.inventory` when the rows differ
+/// from the last sent. Returns whether one was sent. A failed read or write is logged, not fatal: the
 /// queue matters more than the inventory.
 pub fn inventory_once(cfg: &WatchConfig, sent: &mut Sent) -> Result<bool> {
     if cfg.nodes_every == 0 {
@@ -582,6 +589,14 @@ pub fn inventory_once(cfg: &WatchConfig, sent: &mut Sent) -> Result<bool> {
             return Ok(false);
         }
     };
+    if let Some(path) = &cfg.node_gpus_file {
+        let largest = crate::node_gpus::largest_per_partition(&nodes);
+        match crate::node_gpus::write(path, &largest) {
+            Ok(true) => tracing::info!(file = %path.display(), partitions = largest.len(), "wrote the node GPUs file"),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %e, "--exclusive jobs are admitted only with the hook's node_gpus"),
+        }
+    }
     let rows = crate::nodes::inventory(&nodes, &cfg.region, &cfg.gpu_types);
     if sent.rows.as_ref() == Some(&rows) || rows.is_empty() {
         return Ok(false);

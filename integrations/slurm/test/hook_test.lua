@@ -10,7 +10,9 @@ key in the text, so an answer whose `other_decisions` came first was read as the
 curl also keeps the last request (its URL and body), so the cases check what the hook asked: the
 reservation's shape (arrays, exclusive nodes, node ranges, per-socket GPUs), `confirm_within_s`, the
 `?test_only=true` of a `--test-only` submission, heterogeneous components, and job_modify's re-admission
-of a partition change, an administrator's release, and what a user may not write or do (issue 43).
+of a partition change, an administrator's release, and what a user may not write or do (issue 43); and
+what `--exclusive` reserves with no node_gpus setting: the largest node of its partition from the file the
+watcher writes, the settings that override it, and what a missing file means (issue 55).
 ]]
 
 local dir = assert(arg[1], "usage: lua5.1 hook_test.lua SCRATCH_DIR")
@@ -51,13 +53,13 @@ end
 
 local NO_VAL, NO_VAL16 = 4294967294, 65534
 
-local function submit(over)
+local function submit(over, part_list)
   logs = {}
   local job = { name = "j", user_name = "alice", account = "nlp", tres_per_node = "gres/gpu:2", min_nodes = 1,
     max_nodes = NO_VAL, shared = NO_VAL16, sockets_per_node = NO_VAL16, num_tasks = NO_VAL, het_job_offset = NO_VAL,
     time_limit = 60, comment = "stage=finetune ready=all" }
   for k, v in pairs(over or {}) do job[k] = v end
-  local rc = slurm_job_submit(job, {}, 1000)
+  local rc = slurm_job_submit(job, part_list or {}, 1000)
   return rc, job, table.concat(logs, "\n")
 end
 
@@ -238,6 +240,84 @@ check("a denied partition change is refused", rc == slurm.ESLURM_ACCESS_DENIED)
 answer(200, ALLOW)
 rc = modify({ partition = "other" }, { array_job_id = 5 }, 1000)
 check("an array may not change partition", rc == slurm.ESLURM_ACCESS_DENIED)
+
+-- 14. --exclusive without a setting (issue 55): the largest node of the job's partition, from the file
+-- `bursar slurm watch` writes; node_gpus and partition_node_gpus override it; with neither, an exclusive
+-- job gets no decision (fail closed). The hook is loaded again with each configuration.
+local node_file = dir .. "/watch.node-gpus.tsv"
+local function configure(extra)
+  local c = assert(io.open(cfg, "w"))
+  c:write('return { curl = "' .. curl .. '", cluster = "t", confirm_within_s = 600, node_gpus_file = "'
+    .. node_file .. '", ' .. (extra or "node_gpus_file_every = 0") .. ' }\n')
+  c:close()
+  assert(dofile(here .. "/../job_submit.lua") == slurm.SUCCESS, "the hook must load")
+end
+local function node_gpus(text)
+  if not text then os.remove(node_file); return end
+  local h = assert(io.open(node_file, "w")); h:write(text); h:close()
+end
+local function gpus_sent() return tonumber(body():match('"gpus":(%d+)')) end
+local EXCL = { shared = 0, tres_per_node = false }
+local function excl(over)
+  local t = {}
+  for k, v in pairs(EXCL) do t[k] = v end
+  for k, v in pairs(over or {}) do t[k] = v end
+  return t
+end
+answer(200, ALLOW)
+configure()
+node_gpus(nil)
+os.remove(dir .. "/last-body")
+rc, job, log = submit(excl({ partition = "debug" }))
+check("--exclusive, no setting, no file: no decision (fail closed), naming the file", rc == slurm.ESLURM_ACCESS_DENIED
+  and log:find("node_gpus is not set", 1, true) and log:find(node_file, 1, true) and body() == "", log .. "\n" .. body())
+rc, job = submit()
+check("without the file a job that is not exclusive is still admitted", rc == slurm.SUCCESS and gpus_sent() == 2, body())
+node_gpus("# bursar slurm watch: ...\ndebug\t8\nsmall\t4\ncpu\t0\nnot a line\nbad\t-3\n")
+rc, job = submit(excl({ partition = "small" }))
+check("--exclusive -p small reads the file: 4", rc == slurm.SUCCESS and gpus_sent() == 4
+  and tostring(job.admin_comment):find("bursar_gpus=4$"), body() .. "\n" .. tostring(job.admin_comment))
+rc = submit(excl({ partition = "debug", min_nodes = 2 }))
+check("--exclusive -N 2 -p debug: two nodes of 8", gpus_sent() == 16 and body():find('"nodes":2', 1, true), body())
+rc = submit(excl({ partition = "cpu" }))
+check("--exclusive on a partition without GPUs: 0", rc == slurm.SUCCESS and gpus_sent() == 0, body())
+rc = submit(excl({ partition = "small,debug" }))
+check("--exclusive -p small,debug: the larger node", gpus_sent() == 8, body())
+rc = submit(excl({ partition = "newpart" }))
+check("--exclusive on a partition the file lacks: the largest node of all", gpus_sent() == 8, body())
+rc = submit(excl(), { debug = { flag_default = 0 }, small = { flag_default = 1 } })
+check("--exclusive naming no partition: the default partition's (part_list)", gpus_sent() == 4, body())
+rc = submit(excl(), {})
+check("--exclusive naming no partition, no default known: the largest node of all", gpus_sent() == 8, body())
+rc = submit(excl({ partition = "small", tres_per_node = "gres/gpu:6" }))
+check("--exclusive asking more than a node holds keeps what it asked", gpus_sent() == 6, body())
+node_gpus("# nothing yet\n")
+rc, job, log = submit(excl({ partition = "small" }))
+check("a file listing no partition is no answer", rc == slurm.ESLURM_ACCESS_DENIED and log:find("lists no partition", 1, true), log)
+
+configure('partition_node_gpus = { small = 2 }, node_gpus = 6, node_gpus_file_every = 0')
+node_gpus("debug\t8\nsmall\t4\n")
+rc = submit(excl({ partition = "small" }))
+check("partition_node_gpus overrides the file", gpus_sent() == 2, body())
+rc = submit(excl({ partition = "debug" }))
+check("node_gpus overrides the file", gpus_sent() == 6, body())
+node_gpus(nil)
+rc = submit(excl({ partition = "debug" }))
+check("with node_gpus set the file is not needed", rc == slurm.SUCCESS and gpus_sent() == 6, body())
+
+configure('fail_open = true, node_gpus_file_every = 0')
+rc, job, log = submit(excl({ partition = "debug" }))
+check("no file with fail_open: accepted, marked unadmitted", rc == slurm.SUCCESS
+  and tostring(job.admin_comment):find("bursar_unadmitted=1", 1, true), tostring(job.admin_comment) .. "\n" .. log)
+
+configure('node_gpus_file_every = 3600')
+node_gpus("debug\t8\n")
+rc = submit(excl({ partition = "debug" }))
+node_gpus("debug\t4\n")
+local first = gpus_sent()
+rc = submit(excl({ partition = "debug" }))
+check("the file is read again only after node_gpus_file_every seconds", first == 8 and gpus_sent() == 8, body())
+node_gpus(nil)
 
 if failures > 0 then
   print(failures .. " case(s) failed")
