@@ -335,29 +335,42 @@ impl CrossRegion {
             .map(|a| a.regions.iter().map(|r| r.as_str()).collect())
             .unwrap_or_default();
         let allowed = |r: &str| self.regions.is_empty() || self.regions.iter().any(|x| &**x == r);
-        // Free now per region: its best partition of the type, less what bursar admitted there.
-        let mut fits: Vec<RegionFit<'_>> = Vec::new();
-        let mut short: Vec<(&str, u32)> = Vec::new();
-        for inv in state.inventory() {
-            let row = &inv.row;
-            if row.gpu_type != gpu_type
-                || !allowed(&row.region)
-                || job.queue.as_deref().is_some_and(|q| !row.queue.is_empty() && row.queue != q)
+        // The partitions of the job's type it may go to, each less what bursar admitted there and
+        // has not seen start: one pass over the live jobs (this admission's cost, for a job that may
+        // run anywhere under a policy with `cross_region`).
+        let rows: Vec<&bursar_model::CapacityRow> = state
+            .inventory()
+            .map(|i| &i.row)
+            .filter(|row| {
+                row.gpu_type == gpu_type
+                    && allowed(&row.region)
+                    && !job.queue.as_deref().is_some_and(|q| !row.queue.is_empty() && row.queue != q)
+            })
+            .collect();
+        if rows.is_empty() {
+            return None;
+        }
+        let mut promised = vec![0u32; rows.len()];
+        for (id, j) in state.jobs() {
+            if j.phase() != bursar_engine::JobPhase::Admitted
+                || j.gpu_type() != Some(gpu_type)
+                || id == job.id
+                || j.runs().is_some_and(|r| r.released_stale)
             {
                 continue;
             }
-            let promised: u32 = state
-                .jobs()
-                .filter(|(id, j)| {
-                    *id != job.id
-                        && j.phase() == bursar_engine::JobPhase::Admitted
-                        && !j.runs().is_some_and(|r| r.released_stale)
-                        && j.gpu_type() == Some(gpu_type)
-                        && (row.queue.is_empty() || j.queue() == Some(row.queue.as_str()))
-                        && j.region().is_none_or(|r| r == row.region)
-                })
-                .map(|(_, j)| j.gpus())
-                .fold(0u32, u32::saturating_add);
+            for (k, row) in rows.iter().enumerate() {
+                if (row.queue.is_empty() || j.queue() == Some(row.queue.as_str()))
+                    && j.region().is_none_or(|r| r == row.region)
+                {
+                    promised[k] = promised[k].saturating_add(j.gpus());
+                }
+            }
+        }
+        // Free now per region: its best partition.
+        let mut fits: Vec<RegionFit<'_>> = Vec::new();
+        let mut short: Vec<(&str, u32)> = Vec::new();
+        for (row, promised) in rows.into_iter().zip(promised) {
             let free = row.free.saturating_sub(promised);
             if free >= job.gpus {
                 match fits.iter_mut().find(|f| f.region == row.region) {
