@@ -347,7 +347,8 @@ impl CrossRegion {
                     && !job.queue.as_deref().is_some_and(|q| !row.queue.is_empty() && row.queue != q)
             })
             .collect();
-        if rows.is_empty() {
+        // No partition has room even before what bursar promised is taken off: nothing to scan.
+        if rows.iter().all(|row| row.free < job.gpus) {
             return None;
         }
         let mut promised = vec![0u32; rows.len()];
