@@ -1260,10 +1260,13 @@ impl State {
     }
 
     /// Whether the inventory names more than one region (then a job's region is kept, and counts).
+    /// The map is ordered by region first, so its first and last keys say it (every admission that
+    /// is allowed asks: no walk of the rows).
     pub fn several_regions(&self) -> bool {
-        let mut regions = self.inventory.keys().map(|(region, _, _)| region);
-        let first = regions.next();
-        regions.any(|r| Some(r) != first)
+        match (self.inventory.first_key_value(), self.inventory.last_key_value()) {
+            (Some(((first, _, _), _)), Some(((last, _, _), _))) => first != last,
+            _ => false,
+        }
     }
 
     /// Replaces the rows an inventory names.
@@ -1732,6 +1735,27 @@ pub(crate) mod tests {
         assert_eq!(serde_json::to_string(&r).unwrap(), STORED_RECORD);
         r.set_mark(8, None);
         assert!(r.rare.is_none(), "removing an absent mark allocates nothing");
+    }
+
+    #[test]
+    fn several_regions_reads_the_first_and_last_rows() {
+        let row = |region: &str, gpu_type: &str| bursar_model::CapacityRow {
+            region: region.into(),
+            gpu_type: gpu_type.into(),
+            queue: String::new(),
+            in_service: 8,
+            allocated: 0,
+            free: 8,
+            drained: 0,
+            backfill: None,
+        };
+        let inv = |capacity| bursar_model::Inventory { id: "i".into(), time: Timestamp(0), source: None, capacity };
+        let mut state = State::default();
+        assert!(!state.several_regions(), "no inventory");
+        state.take_inventory(&inv(vec![row("cn-north", "H100"), row("cn-north", "A100"), row("cn-north", "L4")]));
+        assert!(!state.several_regions(), "one region, three types");
+        state.take_inventory(&inv(vec![row("cn-east", "H100")]));
+        assert!(state.several_regions(), "two regions");
     }
 
     #[test]
