@@ -1870,6 +1870,16 @@ impl Engine {
         state.jobs.insert(id.clone(), j);
     }
 
+    /// The alert from `policy` that job `id`, released earlier, holds its reservation again: `why`,
+    /// then what it reserves.
+    fn reserved_again(em: &mut Emitter<'_>, id: &Arc<str>, j: &JobRecord, t: Timestamp, policy: &str, why: &str) {
+        let mut d = Draft::about(id, Some(j), t, DecisionKind::Alert);
+        d.policies = vec![Arc::from(policy)];
+        d.reason = format!("{why}: it is reserved again ({} GPU-hours)", crate::runs::hours_text(j.reserved));
+        d.gpu_hours = Some(j.reserved);
+        em.emit(d);
+    }
+
     /// A job whose admission was released as never confirmed turns out to exist after all (the
     /// scheduler's agent was down past the deadline): admitted again, with an alert, not a rerun.
     fn confirmed_late(state: &mut State, event: &Event, id: &Arc<str>, em: &mut Emitter<'_>) {
@@ -1877,14 +1887,10 @@ impl Engine {
         let t = event.time;
         state.reopen(&mut j, t);
         state.share(em.cause, t, id, LedgerChange::Reopen { job_id: id.to_string() });
-        let mut d = Draft::about(id, Some(&j), t, DecisionKind::Alert);
-        d.policies = vec![Arc::from(UNCONFIRMED_POLICY)];
-        d.reason = format!(
-            "job {id} was released as never created, and the scheduler confirmed it at {t} after all (its agent was late): it is reserved again ({} GPU-hours)",
-            crate::runs::hours_text(j.reserved)
+        let why = format!(
+            "job {id} was released as never created, and the scheduler confirmed it at {t} after all (its agent was late)"
         );
-        d.gpu_hours = Some(j.reserved);
-        em.emit(d);
+        Self::reserved_again(em, id, &j, t, UNCONFIRMED_POLICY, &why);
         em.step(id, t, Step::Admitted);
         state.jobs.insert(id.clone(), j);
     }
@@ -1972,14 +1978,8 @@ impl Engine {
         let t = event.time;
         if state.rereserve_stale(&mut j, t) {
             state.share(em.cause, t, id, LedgerChange::Reopen { job_id: id.to_string() });
-            let mut d = Draft::about(id, Some(&j), t, DecisionKind::Alert);
-            d.policies = vec![Arc::from(STALE_POLICY)];
-            d.reason = format!(
-                "job {id} had its reservation released as stale, and the scheduler started it at {t}: it is reserved again ({} GPU-hours)",
-                crate::runs::hours_text(j.reserved)
-            );
-            d.gpu_hours = Some(j.reserved);
-            em.emit(d);
+            let why = format!("job {id} had its reservation released as stale, and the scheduler started it at {t}");
+            Self::reserved_again(em, id, &j, t, STALE_POLICY, &why);
         }
         state.jobs.insert(id.clone(), j);
     }
