@@ -1144,6 +1144,15 @@ fn write_budgets_hold_on_each_instance(nats: &NatsCluster) {
 /// What one admission of [`waves`] got: its event id, and the decision when it was answered.
 type Sent = Vec<(String, Option<String>)>;
 
+/// Every answered admission is in the decisions stream once, decided as it was answered.
+fn each_answered_as_journaled(answered: &Sent, stream: &HashMap<String, Vec<Value>>) {
+    for (id, a) in answered {
+        let found = stream.get(id).unwrap_or_else(|| panic!("answered admission {id} is not in the decisions stream"));
+        assert_eq!(found.len(), 1, "{id} decided {} times", found.len());
+        assert_eq!(found[0]["decision"].as_str(), a.as_deref(), "{id}: answered otherwise than journaled");
+    }
+}
+
 /// Waves of `wave` admissions sent together through `front` for `project`, until `owner`'s journal
 /// writer says it stalled (at most 40 waves); every admission with what it got.
 fn waves(front: SocketAddr, owner: &Instance, project: &str, tag: &str, wave: usize) -> Sent {
@@ -1228,11 +1237,7 @@ fn an_owner_killed_in_the_middle_of_a_batch(nats: &NatsCluster) {
     wait_took_all(&b2);
     let stream = admissions_in_stream(b2.addr);
     let (answered, unanswered): (Sent, Sent) = sent.into_iter().partition(|(_, a)| a.is_some());
-    for (id, a) in &answered {
-        let found = stream.get(id).unwrap_or_else(|| panic!("answered admission {id} is not in the decisions stream"));
-        assert_eq!(found.len(), 1, "{id} decided {} times", found.len());
-        assert_eq!(found[0]["decision"].as_str(), a.as_deref(), "{id}: answered otherwise than journaled");
-    }
+    each_answered_as_journaled(&answered, &stream);
     assert!(unanswered.len() >= 5, "the batch killed held {} unanswered admissions", unanswered.len());
     for (id, _) in &unanswered {
         assert!(!stream.contains_key(id), "unanswered admission {id} was decided: {:?}", stream[id]);
@@ -1265,11 +1270,7 @@ fn an_owner_killed_in_the_middle_of_a_batch(nats: &NatsCluster) {
     wait_took_all(&b2);
     let stream = admissions_in_stream(b2.addr);
     let (answered, unanswered): (Sent, Sent) = sent.into_iter().partition(|(_, a)| a.is_some());
-    for (id, a) in &answered {
-        let found = stream.get(id).unwrap_or_else(|| panic!("answered admission {id} is not in the decisions stream"));
-        assert_eq!(found.len(), 1, "{id} decided {} times", found.len());
-        assert_eq!(found[0]["decision"].as_str(), a.as_deref(), "{id}: answered otherwise than journaled");
-    }
+    each_answered_as_journaled(&answered, &stream);
     let durable: Vec<&String> = unanswered.iter().map(|(id, _)| id).filter(|id| stream.contains_key(*id)).collect();
     assert!(durable.len() >= 5, "the stored batch held {} unanswered admissions", durable.len());
     for id in &durable {
