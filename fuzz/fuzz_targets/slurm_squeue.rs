@@ -27,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
         .iter()
         .map(|r| {
             let markers = bursar_slurm::detail::Markers { job: Some(format!("fuzz-{}", r.job_id)), ..Default::default() };
-            (r.job_id, bursar_slurm::detail::Details { job_id: r.job_id, admin_comment: String::new(), markers, gpus: Some(1) })
+            (r.job_id, bursar_slurm::detail::Details { job_id: r.job_id, admin_comment: String::new(), markers, gpus: Some(1.into()) })
         })
         .collect();
     let mut state = WatchState::default();

@@ -19,7 +19,11 @@
 #      when the approval lapses; the owner's partition change re-admitted (and a denied one refused);
 #      an array task past its max runtime cancelled exactly (`scancel A_T`); a reclaim Slurm does not
 #      carry out (scancel exiting 0) recorded as failed;
-#   4. preemption by a higher partition (requeue) and a node failure: requeued, not ended.
+#   4. preemption by a higher partition (requeue) and a node failure: requeued, not ended;
+#   5. MIG slices (issue 55; a third slurmd, m1, with typed GRES: seven 1g.10gb and two 3g.40gb, partition
+#      mig): two 1g.10gb admitted and held as 2/7 of a GPU and charged 2/7 x its run; project mig's cap of
+#      1 GPU takes a 4-slice job beside a 3g.40gb (7/7) and refuses one slice more; --exclusive on m1
+#      admitted for 2 (13/7 rounded up, the watcher's file) and held as the 13/7 Slurm allocated.
 # Every daemon it started is stopped by PID on exit, pass or fail.
 #
 #   sudo integrations/slurm/e2e-runs.sh        # builds bursar with cargo unless BURSAR=path is set
@@ -85,7 +89,7 @@ PORT=$(cat "$WORK/port")
 API=http://127.0.0.1:$PORT
 # No node_gpus: --exclusive reads the largest node from the file the watcher writes beside its state.
 NODE_GPUS_FILE=$WORK/watch.node-gpus.tsv
-LAB=$LAB SLURM_NODES=2 BURSAR_URL=$API/v1/admit BURSAR_CONFIRM_WITHIN_S=900 SLURMCTLD_PORT=${SLURMCTLD_PORT:-16837} \
+LAB=$LAB SLURM_NODES=2 SLURM_MIG=1 BURSAR_URL=$API/v1/admit BURSAR_CONFIRM_WITHIN_S=900 SLURMCTLD_PORT=${SLURMCTLD_PORT:-16837} \
   BURSAR_NODE_GPUS_FILE=$NODE_GPUS_FILE \
   SLURMD_PORT=${SLURMD_PORT:-16838} "$HERE/up.sh" | sed 's/^/    /'
 export SLURM_CONF=$LAB/etc/slurm.conf
@@ -101,7 +105,7 @@ start_enforce() {
 }
 start_watch; start_enforce
 for _ in $(seq 100); do [ -s "$NODE_GPUS_FILE" ] && break; sleep 0.1; done
-[ "$(grep -v '^#' "$NODE_GPUS_FILE" 2>/dev/null | paste -sd' ')" = "$(printf 'debug\t8 other\t8 urgent\t8')" ] \
+[ "$(grep -v '^#' "$NODE_GPUS_FILE" 2>/dev/null | paste -sd' ')" = "$(printf 'debug\t8 mig\t2 other\t8 urgent\t8')" ] \
   || fail "the watcher did not write each partition's largest node to $NODE_GPUS_FILE: $(cat "$NODE_GPUS_FILE" 2>&1)"
 grep -q 'node_gpus = nil' "$LAB/etc/bursar.lua" || fail "the hook has a node_gpus setting"
 ok "serve on $PORT, two nodes ($(sinfo -h -N -o '%N %G' | sort -u | paste -sd' ')), watch $WATCH_PID, enforce $ENFORCE_PID"
@@ -139,13 +143,17 @@ wait_done() {  # bursar id, seconds
   fail "bursar's phase of $1 is '$v', expected it ended within $2 s"
 }
 sql() { sqlite3 -readonly "$WORK/audit.db" "$1"; }
-# Slurm's own figures of a record: JOB_GRES GPUs, StartTime, EndTime (Unix s).
+# Slurm's own figures of a record: JOB_GRES GPUs, StartTime, EndTime (Unix s); slurm_gres: JOB_GRES as is.
 slurm_gpus() { scontrol show job -d "$1" | grep -o 'JOB_GRES=[^ ]*' | head -1 | grep -o '[0-9]*$'; }
+slurm_gres() { scontrol show job -d "$1" | grep -o 'JOB_GRES=[^ ]*' | head -1 | cut -d= -f2; }
+# $1 × $2 (a share such as 2/7 times seconds), for charged's expected GPU-seconds.
+times() { python3 -c 'import sys; from fractions import Fraction as F; print(float(F(sys.argv[1]) * int(sys.argv[2])))' "$1" "$2"; }
 slurm_times() { SLURM_TIME_FORMAT=%s squeue -h -t all -j "$1" -O "StartTime:|,EndTime:|" | head -1; }
 # bursar's ledger: the GPU-hours project $1 has settled (its quota/caps line on GET /v1/pool), against the
 # GPU-seconds Slurm ran ($2), within one poll interval (and a second's rounding) per requeue and GPU
-# ($3 = GPUs, $4 = requeues: a requeue is dated by the poll that saw it; starts and ends are Slurm's).
-charged() {  # project, expected GPU-seconds, gpus, requeues
+# ($3 = GPUs, $4 = requeues: a requeue is dated by the poll that saw it; starts and ends are Slurm's), or
+# within $5 GPU-seconds when given (MIG slices: their shares are exact, so is the charge).
+charged() {  # project, expected GPU-seconds, gpus, requeues[, tolerance]
   # GET /v1/pool reuses the engine's copy for up to a second (docs/serve.md): a copy taken just before
   # the job's end was applied shows its last run unsettled, so ask again for a few seconds.
   local got tries=0
@@ -158,13 +166,14 @@ for line in p.get("projects", []):
             if q.get("policy") == "quota/caps":
                 print(q.get("used", 0))' "$1")
     tries=$((tries + 1))
-    python3 - "$1" "${got:-0}" "$2" "$3" "$4" "$INTERVAL" "$([ $tries -ge 8 ] && echo last)" <<'PY' && return 0
+    python3 - "$1" "${got:-0}" "$2" "$3" "$4" "$INTERVAL" "$([ $tries -ge 8 ] && echo last)" "${5:-}" <<'PY' && return 0
 import sys
 project, got, want, gpus, requeues, interval, last = sys.argv[1], float(sys.argv[2]) * 3600, float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]), sys.argv[7] == "last"
-tol = gpus * requeues * (interval + 1.0) + 0.5
+tol = float(sys.argv[8]) if sys.argv[8] else gpus * requeues * (interval + 1.0) + 0.5
 good = abs(got - want) <= tol
+d = 3 if sys.argv[8] else 1
 if good or last:
-    print(f"    project {project}: bursar settled {got:.1f} GPU-s, Slurm ran {want:.1f} GPU-s (tolerance {tol:.1f})")
+    print(f"    project {project}: bursar settled {got:.{d}f} GPU-s, Slurm ran {want:.{d}f} GPU-s (tolerance {tol:.{d}f})")
 sys.exit(0 if good else 1)
 PY
     [ $tries -ge 8 ] && fail "ledger of project $1: see above"
@@ -366,6 +375,25 @@ fi
 scancel "$MV" "$BIG"
 ok "the owner's partition change re-admitted ($MV_OLD replaced by $MV_NEW); one over the queue's cap refused"
 
+# A move counts once (issue 55): a project at its cap (movecap: 2 GPUs) moves its 2-GPU waiting job, and
+# holds 2 GPUs right after the move, before the watcher has seen it, and after.
+MC=$(runuser -u nobody -- sbatch --parsable --chdir="$LAB/out" -A movecap --gres=gpu:2 -t 5 --begin=now+1hour --wrap true)
+MC_OLD=$(bid "$MC")
+wait_view "$MC_OLD" runs.confirm_by "" 10
+runuser -u nobody -- scontrol update JobId="$MC" Partition=other || fail "project movecap, at its cap, could not move its waiting job $MC"
+MC_NEW=$(scontrol show job "$MC" | grep -o 'bursar_readmit=lab-[0-9a-f]*' | cut -d= -f2)
+[ -n "$MC_NEW" ] || fail "the move of $MC carries no re-admission"
+held=$(curl -sf "$API/v1/projects/movecap" | jget held_gpus)
+[ "$held" = 2 ] || fail "project movecap holds $held GPUs right after its move, not 2 (counted twice?)"
+wait_done "$MC_OLD" 5
+wait_view "$MC_NEW" runs.confirm_by "" 10
+held=$(curl -sf "$API/v1/projects/movecap" | jget held_gpus)
+[ "$held" = 2 ] || fail "project movecap holds $held GPUs after the watcher saw the move, not 2"
+sleep 2   # time for any reclaim of the old id to reach the enforcer: none may cancel the moved job
+[ "$(squeue -h -j "$MC" -o %T)" = PENDING ] || fail "the moved job $MC is $(squeue -h -j "$MC" -o %T), not PENDING (an action about its old id reached it)"
+scancel "$MC"
+ok "a project at its cap moved its waiting job ($MC_OLD to $MC_NEW), counted once: 2 GPUs held before and after the watcher saw it"
+
 TA=$(sb -A arr --array=0-2 --gres=gpu:1 -t 5 --wrap 'sleep 30')
 for t in 0 1 2; do wait_state "${TA}_$t" CANCELLED 30; done
 TA_BID=$(bid "${TA}_0")
@@ -458,3 +486,63 @@ for j in $P1 $P2; do
 done
 charged pre "$ran" 8 "$requeues"
 ok "preemption and node failure settled run by run"
+
+# --- 5. MIG slices -------------------------------------------------------------------------------------
+say "5. MIG slices: typed GRES counted as their share of a GPU"
+SL=$(sb -A slices -p mig --gres=gpu:1g.10gb:2 -t 5 --wrap 'sleep 3')
+M4=$(sb -A mig -p mig --gres=gpu:1g.10gb:4 -t 5 --wrap 'sleep 30')
+M3=$(sb -A mig -p mig --gres=gpu:3g.40gb:1 -t 5 --wrap 'sleep 30')
+[ -n "$SL" ] || fail "sbatch --gres=gpu:1g.10gb:2 failed: $(tail -n 3 "$WORK/sbatch.err")"
+[ -n "$M4" ] && [ -n "$M3" ] || fail "a 4-slice job beside a 3g.40gb (7/7 of project mig's 1 GPU) was refused: $(tail -n 3 "$WORK/sbatch.err")"
+if sbatch -A mig -p mig --gres=gpu:1g.10gb:1 -t 5 --wrap true > mig-over.out 2>&1; then
+  fail "one slice more than project mig's cap of 1 GPU was accepted"
+fi
+grep -q "bursar denied job .*quota/mig" mig-over.out || fail "the slice over the cap was not denied by quota/mig: $(cat mig-over.out)"
+printf '    one slice more: %s\n' "$(grep -o 'bursar denied.*' mig-over.out | head -1)"
+SL_BID=$(bid "$SL")
+adm=$(sql "SELECT json_extract(raw,'\$.job.gpus') FROM events WHERE type='job.submitted' AND job='$SL_BID'")
+[ "$adm" = 2/7 ] || fail "--gres=gpu:1g.10gb:2 was admitted for '$adm' GPUs, not 2/7"
+scontrol show job "$SL" | grep -q 'bursar_gpus=2/7\b' || fail "job $SL's AdminComment does not say bursar_gpus=2/7"
+for j in $SL $M4 $M3; do wait_state "$j" RUNNING 20; done
+wait_view "$SL_BID" gpus 2/7 5
+wait_state "$SL" COMPLETED 20
+wait_done "$SL_BID" 5
+[ "$(slurm_gres "$SL")" = gpu:1g.10gb:2 ] || fail "Slurm allocated $(slurm_gres "$SL") to $SL"
+[ "$(view "$SL_BID" | jget gpus)" = 2/7 ] || fail "bursar holds $(view "$SL_BID" | jget gpus) GPUs for $SL, Slurm allocated two 1g.10gb (2/7)"
+[ "$(decisions_by "$SL_BID" bursar/allocation)" = 0 ] || fail "the watcher reported other GPUs for $SL than the 2/7 admitted"
+read -r s e <<<"$(slurm_times "$SL" | tr '|' ' ')"
+charged slices "$(times 2/7 $(( e - s )))" 1 0 0.01
+ok "two 1g.10gb: admitted, held and charged as 2/7 of a GPU (no correction at the start)"
+for pair in "$M4:4/7:gpu:1g.10gb:4" "$M3:3/7:gpu:3g.40gb:1"; do
+  IFS=: read -r j share gres <<<"$pair"
+  wait_view "$(bid "$j")" gpus "$share" 5
+  [ "$(slurm_gres "$j")" = "$gres" ] || fail "Slurm allocated $(slurm_gres "$j") to $j, not $gres"
+done
+sleep 1
+scancel "$M4" "$M3"
+for j in $M4 $M3; do wait_state "$j" CANCELLED 20; wait_done "$(bid "$j")" 5; done
+read -r s4 e4 <<<"$(slurm_times "$M4" | tr '|' ' ')"; read -r s3 e3 <<<"$(slurm_times "$M3" | tr '|' ' ')"
+charged mig "$(python3 -c "print(4/7*($e4-$s4) + 3/7*($e3-$s3))")" 1 0 0.01
+ok "project mig (cap 1 GPU): 4/7 beside 3/7 admitted and charged as such, one slice more denied"
+MX=$(sb -A migx -p mig --exclusive -t 5 --wrap 'sleep 2')
+[ -n "$MX" ] || fail "sbatch -p mig --exclusive failed: $(tail -n 3 "$WORK/sbatch.err")"
+MX_BID=$(bid "$MX")
+adm=$(sql "SELECT json_extract(raw,'\$.job.gpus') FROM events WHERE type='job.submitted' AND job='$MX_BID'")
+[ "$adm" = 2 ] || fail "--exclusive on m1 was admitted for '$adm' GPUs, not 2 (13/7 rounded up)"
+wait_state "$MX" COMPLETED 30
+wait_done "$MX_BID" 5
+[ "$(view "$MX_BID" | jget gpus)" = 13/7 ] || fail "bursar holds $(view "$MX_BID" | jget gpus) GPUs for $MX, Slurm allocated $(slurm_gres "$MX") (13/7)"
+read -r s e <<<"$(slurm_times "$MX" | tr '|' ' ')"
+charged migx "$(times 13/7 $(( e - s )))" 1 0 0.01
+ok "--exclusive on the MIG node: admitted for 2 (the file's whole GPUs), held and charged as the 13/7 allocated ($(slurm_gres "$MX"))"
+inv=$(sql "SELECT raw FROM events WHERE type='pool.inventory' ORDER BY seq DESC LIMIT 1")
+if [ -n "$inv" ]; then
+  python3 - "$inv" <<'PY' || fail "the inventory does not count m1's slices as whole GPUs: $inv"
+import json, sys
+rows = {(r["gpu_type"], r["queue"]): r for r in json.loads(sys.argv[1])["capacity"]}
+one, three = rows[("1G.10GB", "mig")], rows[("3G.40GB", "mig")]
+assert (one["in_service"], three["in_service"]) == (1, 0), (one, three)
+assert rows[("H100", "debug")]["in_service"] + rows[("H100", "debug")]["drained"] == 16
+print(f"    inventory of partition mig: 1G.10GB in service {one['in_service']}, 3G.40GB {three['in_service']} (6/7, rounded down)")
+PY
+fi

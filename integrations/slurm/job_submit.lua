@@ -22,6 +22,8 @@ What is reserved is a conservative estimate of what Slurm will allocate: `--excl
 GPUs (the largest node of its partition, from the file `bursar slurm watch` writes; `node_gpus` or
 `partition_node_gpus` override it), a node range (`-N 1-2`) its maximum, `--gpus-per-socket` every socket, an array
 (`--array=0-99%4`) every task (`job.array`: GPU-hours for all tasks, concurrent GPUs for the throttle).
+A MIG slice (a GRES type naming a profile: `--gres=gpu:1g.10gb:2`) is its share of a GPU, 2/7 here, sent
+as `"gpus":"2/7"` (whole counts stay JSON integers); `mig_shares` overrides a profile's share.
 `bursar slurm watch` reports what Slurm really allocated when each run starts, and bursar corrects the
 reservation. Each admission promises a confirmation (`confirm_within_s`): a job Slurm never creates (a
 rejected partition, a denied heterogeneous component) is released after that long.
@@ -80,6 +82,13 @@ local CONFIG = {
                             -- process per submission (needs Debian's lua-socket); nil: HTTP through curl
   estimate = true,          -- tell the user when an admitted job is expected to start (asks ?estimate=true
                             -- over HTTP and for --test-only; the socket answers without an estimate)
+  -- A GRES type holding a MIG profile (`1g.10gb`, AutoDetect's `a100_1g.10gb`) counts as its share of a
+  -- GPU: compute slices over 7, over 4 for the A30's `1g.6gb`/`2g.12gb`/`4g.24gb` (as bursar's
+  -- mig_share). This table overrides the share of a profile or of a whole GRES type name, e.g.
+  -- { ["1g.10gb"] = "1/7", mig_small = "1/7" }: a fraction, a decimal or a number, exact in 840ths of a
+  -- GPU (an inexact one is logged and ignored). `bursar slurm watch` counts what Slurm allocated by the
+  -- built-in shares only: an override that differs is corrected when the job starts.
+  mig_shares = {},
 }
 
 local NO_VAL = 4294967294
@@ -103,6 +112,91 @@ do
       slurm.log_error("job_submit/bursar: cannot read %s: %s", path, tostring(t))
     end
   end
+end
+
+-- GPU counts ------------------------------------------------------------------------------------------
+-- Counted exactly, as bursar does (bursar_model::Gpus): in 840ths of a GPU, so that MIG slices (sevenths,
+-- quarters) add up to exact fractions. Sent as a JSON integer when whole (as before), else a string "2/7".
+
+local PARTS = 840
+
+local function gcd(a, b)
+  while b ~= 0 do a, b = b, a % b end
+  return a
+end
+
+-- A count in 840ths as bursar writes it: `8`, `2/7` (lowest terms), `9/7`.
+local function gpus_text(parts)
+  if parts % PARTS == 0 then return string.format("%d", parts / PARTS) end
+  local g = gcd(parts, PARTS)
+  return string.format("%d/%d", parts / g, PARTS / g)
+end
+
+-- A count in 840ths as the event's `gpus`: a number when whole, the text `2/7` otherwise.
+local function gpus_value(parts)
+  if parts % PARTS == 0 then return parts / PARTS end
+  return gpus_text(parts)
+end
+
+-- A count given as a number or text (`3`, `2/7`, `0.5`) in 840ths; nil when it is none, negative, or
+-- not a whole number of 840ths (`1/9`, `0.2857`).
+local function parts_of(v)
+  if type(v) == "number" then
+    if v ~= v or v < 0 or v == math.huge then return nil end
+    local p = v * PARTS
+    local r = math.floor(p + 0.5)
+    if math.abs(p - r) > 1e-6 then return nil end
+    return r
+  end
+  if type(v) ~= "string" then return nil end
+  local n, d = v:match("^%s*(%d+)%s*/%s*(%d+)%s*$")
+  if n then
+    n, d = tonumber(n), tonumber(d)
+    if d == 0 or (n * PARTS) % d ~= 0 then return nil end
+    return n * PARTS / d
+  end
+  local x = v:match("^%s*(%d+%.?%d*)%s*$") or v:match("^%s*(%.%d+)%s*$")
+  return x and parts_of(tonumber(x)) or nil
+end
+
+-- The first MIG profile `<n>g.<m>gb` in a name, starting a word (`1g.10gb`, `a100_1g.10gb`,
+-- `1g.5gb+me`; not `x1g.10gb`): its compute slices, memory GB and text, as bursar_model::mig_profile.
+local function mig_profile(name)
+  local init = 1
+  while true do
+    local s, e, digits, mem = name:find("(%d+)g%.(%d+)[gG][bB]", init)
+    if not s then return nil end
+    local slices = tonumber(digits)
+    if (s == 1 or not name:sub(s - 1, s - 1):match("%w")) and slices > 0 then
+      return slices, tonumber(mem), name:sub(s, e)
+    end
+    init = s + #digits
+  end
+end
+
+-- mig_shares, read into 840ths once at load.
+local mig_overrides = {}
+for k, v in pairs(type(CONFIG.mig_shares) == "table" and CONFIG.mig_shares or {}) do
+  local p = parts_of(v)
+  if p and p > 0 and p <= PARTS then
+    mig_overrides[tostring(k)] = p
+  else
+    slurm.log_error("job_submit/bursar: mig_shares[%s] = %s is not a share of one GPU exact in 840ths (e.g. \"1/7\"); ignored",
+      tostring(k), tostring(v))
+  end
+end
+
+-- The share of a GPU one unit of a GRES type is, in 840ths, when it is a MIG slice: mig_shares[type],
+-- else mig_shares[profile], else the profile's compute slices over 7 (over 4 for the A30's profiles,
+-- 6 GB a slice), as bursar_model::mig_share. nil for a whole GPU (no profile, or more slices than a GPU has).
+local function mig_parts(gres_type)
+  if mig_overrides[gres_type] then return mig_overrides[gres_type] end
+  local slices, mem, profile = mig_profile(gres_type)
+  if not slices then return nil end
+  if mig_overrides[profile] then return mig_overrides[profile] end
+  local of = (mem == slices * 6) and 4 or 7
+  if slices > of then return nil end
+  return slices * PARTS / of
 end
 
 -- JSON ------------------------------------------------------------------------------------------------
@@ -301,7 +395,9 @@ end
 
 local function set(v) return v ~= nil and v ~= NO_VAL and v ~= NO_VAL16 and v ~= INFINITE and v ~= "" end
 
--- GPUs in a TRES string such as "gres:gpu:h100:6,gres:nic:1" (or "gres/gpu=2"), and the GPU type if named.
+-- GPUs, in 840ths, in a TRES string such as "gres:gpu:h100:6,gres:nic:1" (or "gres/gpu=2"), and the
+-- GPU type if named. A type holding a MIG profile ("gres:gpu:1g.10gb:2", "gres/gpu:a100_1g.10gb=2")
+-- counts as its share ([mig_parts]): two 1g.10gb are 2/7 of a GPU, not 2 GPUs.
 local function gpus_in(s)
   if not s or s == "" then return 0, nil end
   local n, typ = 0, nil
@@ -310,7 +406,14 @@ local function gpus_in(s)
     if rest then
       local count = tonumber(rest:match("[:=](%d+)$")) or 1
       local t = rest:match("^:([%a][%w_%-]*):%d+$") or rest:match("^:([%a][%w_%-]*)$")
-      n = n + count
+      local named = rest:match("^:([^:=]+)[:=]%d+$") or rest:match("^:([^:=]+)$")
+      local share = named and mig_parts(named)
+      if share then
+        n = n + count * share
+        t = named
+      else
+        n = n + count * PARTS
+      end
       typ = typ or t
     end
   end
@@ -494,8 +597,8 @@ local function whole_node_of(d, part_list)
   return whole or 0
 end
 
--- GPUs the job may hold at once, estimated high: exclusive nodes whole, node ranges at their maximum,
--- per-socket GPUs on every socket.
+-- GPUs the job may hold at once, in 840ths, estimated high: exclusive nodes whole, node ranges at their
+-- maximum, per-socket GPUs on every socket.
 local function gpus_of(d, part_list)
   local nodes = set(d.min_nodes) and d.min_nodes or 1
   if set(d.max_nodes) and d.max_nodes > nodes then nodes = d.max_nodes end
@@ -508,7 +611,7 @@ local function gpus_of(d, part_list)
   local sockets = set(d.sockets_per_node) and d.sockets_per_node or CONFIG.sockets_per_node
   local gpus = per_node * nodes + per_job + per_task * tasks + per_socket * sockets * nodes
   if d.shared == 0 then
-    local whole = whole_node_of(d, part_list)
+    local whole = whole_node_of(d, part_list) * PARTS
     if whole * nodes > gpus then gpus = whole * nodes end
   end
   return gpus, nodes, t1 or t2 or t3 or t4
@@ -517,14 +620,14 @@ end
 -- The job.submitted of a job description; `extra` says what Slurm's description lacks (a
 -- heterogeneous group, a re-admission's old id, user and admitted GPUs, a test-only submission, the
 -- partitions the user may use for a job naming none).
--- Returns the JSON and the GPUs reserved.
+-- Returns the JSON and the GPUs reserved (as bursar writes them: `8`, `2/7`).
 local function build_event(job_desc, submit_uid, job_id, extra)
   extra = extra or {}
   local kv = pairs_in(job_desc.comment, {})
   if job_desc.extra then pairs_in(job_desc.extra, kv) end
 
   local gpus, nodes, gres_type = gpus_of(job_desc, extra.part_list)
-  if extra.gpus and extra.gpus > gpus then gpus = extra.gpus end
+  if extra.gpus and extra.gpus > gpus then gpus = extra.gpus end -- (both in 840ths)
   local gpu_type = kv.gpu_type or (gres_type and (CONFIG.gpu_types[gres_type] or gres_type:upper())) or nil
   local array, bad_array = array_of(job_desc.array_inx)
   if bad_array then error(bad_array, 0) end
@@ -564,12 +667,12 @@ local function build_event(job_desc, submit_uid, job_id, extra)
   local job = object({ "id", "project", "user", "queue", "gpus", "gpu_type", "gpu_mem_gb", "nodes",
     "requested_hours", "stage", "model_params_b", "image", "dataset", "script_hash", "ready", "deferrable",
     "tags", "mixed_precision", "batch_size", "dataloader_workers", "interconnect", "region", "config",
-    "array", "confirm_within_s", "name", "slurm" })
+    "replaces", "array", "confirm_within_s", "name", "slurm" })
   job.id = job_id
   job.project = project
   job.user = user
   job.queue = set(job_desc.partition) and job_desc.partition or nil
-  job.gpus = gpus
+  job.gpus = gpus_value(gpus)
   job.gpu_type = gpu_type
   job.gpu_mem_gb = tonumber(kv.gpu_mem_gb or "")
   job.nodes = nodes
@@ -588,6 +691,8 @@ local function build_event(job_desc, submit_uid, job_id, extra)
   job.interconnect = kv.interconnect
   job.region = kv.region
   job.config = kv.config
+  -- A partition change admitted again: the job it replaces sets aside its GPUs while this is judged (v1.x).
+  job.replaces = extra.replaces
   job.array = array
   if not extra.test_only then job.confirm_within_s = CONFIG.confirm_within_s end
   job.name = job_desc.name
@@ -613,7 +718,7 @@ local function build_event(job_desc, submit_uid, job_id, extra)
   ev.time = os.date("!%Y-%m-%dT%H:%M:%SZ")
   ev.type = "job.submitted"
   ev.job = job
-  return json(ev), gpus
+  return json(ev), gpus_text(gpus)
 end
 
 -- The HTTP call -----------------------------------------------------------------------------------------
@@ -825,7 +930,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     return slurm.SUCCESS
   end
 
-  local tag = "bursar_job=" .. job_id .. " bursar_gpus=" .. tostring(gpus)
+  local tag = "bursar_job=" .. job_id .. " bursar_gpus=" .. gpus
   if set(job_desc.admin_comment) then tag = job_desc.admin_comment .. " " .. tag end
 
   if decision == "allow" then
@@ -893,7 +998,7 @@ local function readmit(job_desc, job_rec, modify_uid)
     time_limit = set(job_desc.time_limit) and job_desc.time_limit or job_rec.time_limit, name = job_rec.name,
     shared = NO_VAL16, num_tasks = NO_VAL, sockets_per_node = NO_VAL16,
   }
-  local admitted = tonumber(word_value(job_rec.admin_comment, "bursar_gpus=") or "")
+  local admitted = parts_of(word_value(job_rec.admin_comment, "bursar_gpus="))
   local job_id = CONFIG.cluster .. "-" .. random_hex(12)
   local ok, body = pcall(build_event, view, modify_uid, job_id,
     { modify = true, gpus = admitted, replaces = old, user = user_of(job_rec.user_id) })

@@ -20,7 +20,9 @@
 # MAX_JOBS (slurm.conf MaxJobCount, default 10000), JOB_SUBMIT (a job_submit.lua to use instead of
 # bursar's, for benchmarks), BURSAR_NODE_GPUS_FILE (the hook's node_gpus_file: where the watcher's
 # --node-gpus-file writes each partition's largest node, for --exclusive; default the hook's),
-# BURSAR_NODE_GPUS (the hook's node_gpus override; default none: the file says).
+# BURSAR_NODE_GPUS (the hook's node_gpus override; default none: the file says), SLURM_MIG (1: with
+# SLURM_NODES=2, a third slurmd, m1, whose one fake A100 is cut into MIG slices — seven 1g.10gb — and a
+# second into two 3g.40gb, typed GRES in partition `mig`; default 0).
 # Prerequisite: apt-get install -y --no-install-recommends slurmctld slurmd slurm-client munge curl
 set -euo pipefail
 LAB=${LAB:?set LAB to a folder for the lab cluster}
@@ -33,20 +35,30 @@ BURSAR_TOKEN_FILE=${BURSAR_TOKEN_FILE:-}
 SLURMCTLD_PORT=${SLURMCTLD_PORT:-6817}
 SLURMD_PORT=${SLURMD_PORT:-6818}
 SLURM_NODES=${SLURM_NODES:-1}
+SLURM_MIG=${SLURM_MIG:-0}
+[ "$SLURM_MIG" = 0 ] || [ "$SLURM_NODES" = 2 ] || { echo "up.sh: SLURM_MIG=1 needs SLURM_NODES=2" >&2; exit 2; }
 MAX_JOBS=${MAX_JOBS:-10000}
 BURSAR_CONFIRM_WITHIN_S=${BURSAR_CONFIRM_WITHIN_S:-900}
 JOB_SUBMIT=${JOB_SUBMIT:-$HERE/job_submit.lua}
 T0=$(date +%s.%N)
 
-mkdir -p "$LAB"/{etc,munge,spool/ctld,spool/d,spool/d-n1,spool/d-n2,log,run,dev,out,dcgm-job-map}
+mkdir -p "$LAB"/{etc,munge,spool/ctld,spool/d,spool/d-n1,spool/d-n2,spool/d-m1,log,run,dev,out,dcgm-job-map}
 rm -rf "${LAB:?}"/spool/ctld/* "${LAB:?}"/spool/d*/* "${LAB:?}"/dcgm-job-map/*   # fresh state, job ids restart at 1
 chmod 755 "$LAB/munge"; chmod 1777 "$LAB/out"         # munged needs o+x on its socket folder
 [ -s "$LAB/munge/munge.key" ] || mungekey -c -k "$LAB/munge/munge.key"
 for i in 0 1 2 3 4 5 6 7; do                          # gres.conf File= must be character devices
   [ -c "$LAB/dev/nvidia$i" ] || { rm -f "$LAB/dev/nvidia$i"; mknod -m 666 "$LAB/dev/nvidia$i" c 195 "$i"; }
 done
+# SLURM_MIG: one device file per MIG slice (Slurm schedules each as one typed GPU): mig0-6 the seven
+# 1g.10gb of one A100, mig7-8 the two 3g.40gb of another.
+if [ "$SLURM_MIG" = 1 ]; then
+  for i in 0 1 2 3 4 5 6 7 8; do
+    [ -c "$LAB/dev/mig$i" ] || { rm -f "$LAB/dev/mig$i"; mknod -m 666 "$LAB/dev/mig$i" c 195 $((64 + i)); }
+  done
+fi
 
 NODE_LINE="CPUs=64 Sockets=2 CoresPerSocket=32 ThreadsPerCore=1 RealMemory=512000 Gres=gpu:h100:8 State=UNKNOWN"
+MIG_GRES=
 if [ "$SLURM_NODES" = 2 ]; then
   NODE_NAMES="n1 n2" NODE_SUFFIX=-%n GRES_NODES="n[1-2]"
   NODES="NodeName=n1 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$SLURMD_PORT $NODE_LINE
@@ -54,6 +66,14 @@ NodeName=n2 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$((SLURMD_PORT + 1)) $NOD
 PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP PriorityTier=1
 PartitionName=other Nodes=n1,n2 MaxTime=INFINITE State=UP PriorityTier=1
 PartitionName=urgent Nodes=n1,n2 MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF"
+  if [ "$SLURM_MIG" = 1 ]; then
+    NODE_NAMES="n1 n2 m1"
+    NODES="$NODES
+NodeName=m1 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$((SLURMD_PORT + 2)) CPUs=16 Sockets=2 CoresPerSocket=8 ThreadsPerCore=1 RealMemory=64000 Gres=gpu:1g.10gb:7,gpu:3g.40gb:2 State=UNKNOWN
+PartitionName=mig Nodes=m1 MaxTime=INFINITE State=UP PriorityTier=1"
+    MIG_GRES="NodeName=m1 Name=gpu Type=1g.10gb File=$LAB/dev/mig[0-6]
+NodeName=m1 Name=gpu Type=3g.40gb File=$LAB/dev/mig[7-8]"
+  fi
 else
   NODE_NAMES=$HOST NODE_SUFFIX= GRES_NODES=$HOST
   NODES="NodeName=$HOST NodeAddr=127.0.0.1 $NODE_LINE
@@ -62,7 +82,7 @@ fi
 fill() {
   sed -e "s#@LAB@#$LAB#g; s#@HOST@#$HOST#g; s#@CTLD_PORT@#$SLURMCTLD_PORT#g; s#@D_PORT@#$SLURMD_PORT#g" \
       -e "s#@NODE_SUFFIX@#$NODE_SUFFIX#g; s#@GRES_NODES@#$GRES_NODES#g; s#@MAX_JOBS@#$MAX_JOBS#g" "$1" \
-    | awk -v nodes="$NODES" '{ if ($0 == "@NODES@") print nodes; else print }' > "$2"
+    | awk -v nodes="$NODES" -v mig="${MIG_GRES:-}" '{ if ($0 == "@NODES@") print nodes; else if ($0 == "@MIG_GRES@") { if (mig != "") print mig } else print }' > "$2"
 }
 fill "$HERE/slurm.conf.in" "$LAB/etc/slurm.conf"
 fill "$HERE/gres.conf.in" "$LAB/etc/gres.conf"
@@ -102,7 +122,7 @@ munged -S "$LAB/munge/munge.socket.2" --key-file="$LAB/munge/munge.key" --log-fi
 for _ in $(seq 100); do munge -n -S "$LAB/munge/munge.socket.2" >/dev/null 2>&1 && break; sleep 0.1; done
 slurmctld -f "$SLURM_CONF"          # every daemon daemonizes and writes its pid file under $LAB/run
 if [ "$SLURM_NODES" = 2 ]; then
-  for n in $NODE_NAMES; do slurmd -f "$SLURM_CONF" -N "$n"; done
+  for n in $NODE_NAMES; do slurmd -f "$SLURM_CONF" -N "$n"; done   # n1 n2, and m1 with SLURM_MIG=1
 else
   slurmd -f "$SLURM_CONF"
 fi

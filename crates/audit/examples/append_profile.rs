@@ -32,7 +32,7 @@ fn decision(i: u64, time: i64, project: &str) -> Decision {
         dry_run: false,
         admission: true,
         user: Some(format!("u{}", i % 300).into()),
-        gpus: Some(8),
+        gpus: Some(8.into()),
         gpu_hours: Some(32.0),
         hints: None,
     }

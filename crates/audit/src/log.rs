@@ -233,8 +233,8 @@ pub struct StoredDecision {
     pub reason: String,
     /// For `defer`, ms since the epoch.
     pub until: Option<i64>,
-    /// GPUs concerned.
-    pub gpus: Option<i64>,
+    /// GPUs concerned (stored as an INTEGER when whole, a share's TEXT such as `2/7` otherwise).
+    pub gpus: Option<bursar_model::Gpus>,
     /// GPU-hours concerned.
     pub gpu_hours: Option<f64>,
     /// Digest of the policy set in force.
@@ -287,11 +287,7 @@ impl StoredDecision {
             dry_run: self.dry_run,
             admission: self.admission,
             user: arc(&self.user),
-            gpus: self
-                .gpus
-                .map(u32::try_from)
-                .transpose()
-                .map_err(|_| bad(&format!("{:?} GPUs is out of range", self.gpus)))?,
+            gpus: self.gpus,
             gpu_hours: self.gpu_hours,
             hints,
         })
@@ -987,7 +983,16 @@ impl AuditLog {
                     let (json, policies) = (utf8(&json), utf8(&policies));
                     let time = d.time.millis();
                     let until = d.until.map(Timestamp::millis);
-                    let gpus = d.gpus.map(i64::from);
+                    // A whole count is an INTEGER, as every row before shares were counted; a MIG
+                    // share is its TEXT ("2/7"), exact (SQLite keeps the type per value; `verify`
+                    // hashes each value by its type).
+                    let gpus = d.gpus.map(|g| {
+                        if g.is_whole() {
+                            rusqlite::types::Value::Integer(i64::from(g.floor()))
+                        } else {
+                            rusqlite::types::Value::Text(g.to_string())
+                        }
+                    });
                     let mut c = Canon::after(&de.hash);
                     c.int(seq)
                         .text(&d.decision_id)
@@ -1003,11 +1008,15 @@ impl AuditLog {
                         .int(i64::from(d.admission))
                         .text(policies)
                         .text(&d.reason)
-                        .opt_int(until)
-                        .opt_int(gpus)
-                        .opt_real(d.gpu_hours)
-                        .text(&entry.policy_set)
-                        .text(json);
+                        .opt_int(until);
+                    match &gpus {
+                        Some(rusqlite::types::Value::Text(t)) => c.text(t),
+                        Some(rusqlite::types::Value::Integer(n)) => c.int(*n),
+                        _ => c.null(),
+                    }
+                    .opt_real(d.gpu_hours)
+                    .text(&entry.policy_set)
+                    .text(json);
                     let hash = c.finish();
                     ins_de
                         .execute(params![
@@ -1770,7 +1779,8 @@ pub(crate) fn decision_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Store
         policies: serde_json::from_str(&policies).unwrap_or_else(|_| vec![policies]),
         reason: r.get(13)?,
         until: r.get(14)?,
-        gpus: r.get(15)?,
+        gpus: gpus_column(r.get_ref(15)?)
+            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(15, rusqlite::types::Type::Text, e.into()))?,
         gpu_hours: r.get(16)?,
         policy_set: r.get(17)?,
         stored_json: r.get(18)?,
@@ -1819,4 +1829,20 @@ pub(crate) fn event_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEv
         recorded_at: r.get(8)?,
         sender: r.get(9)?,
     })
+}
+
+/// The `gpus` column: an INTEGER (whole GPUs), a TEXT share (`2/7`), or NULL.
+fn gpus_column(v: rusqlite::types::ValueRef<'_>) -> std::result::Result<Option<bursar_model::Gpus>, String> {
+    use rusqlite::types::ValueRef;
+    match v {
+        ValueRef::Null => Ok(None),
+        ValueRef::Integer(n) => u32::try_from(n)
+            .map(|n| Some(bursar_model::Gpus::whole(n)))
+            .map_err(|_| format!("{n} GPUs is out of range")),
+        ValueRef::Text(t) => std::str::from_utf8(t)
+            .map_err(|e| e.to_string())
+            .and_then(|t| bursar_model::Gpus::parse(t).map_err(|e| e.to_string()))
+            .map(Some),
+        other => Err(format!("a {:?} is not a GPU count", other.data_type())),
+    }
 }

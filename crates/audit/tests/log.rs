@@ -345,7 +345,12 @@ mod stored_once {
             text(),
             any::<bool>(),
             any::<bool>(),
-            prop::option::of(any::<u32>()),
+            // Whole counts (an INTEGER in the log) and MIG shares (a TEXT such as "2/7").
+            prop::option::of(prop_oneof![
+                (0u32..=bursar_model::limits::GPUS).prop_map(bursar_model::Gpus::whole),
+                (0u64..=u64::from(bursar_model::limits::GPUS) * bursar_model::Gpus::PARTS)
+                    .prop_map(bursar_model::Gpus::from_parts),
+            ]),
             hours(),
         );
         let hints =

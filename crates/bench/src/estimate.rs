@@ -84,7 +84,7 @@ pub fn prepare(traces: &[JobTrace], queue_of: impl Fn(&JobTrace) -> String) -> (
         }
         let user = if t.spec.user.is_empty() { t.spec.project.clone() } else { t.spec.user.clone() };
         jobs.push(BenchJob {
-            job: Job { id: t.spec.id.clone(), user, config: t.spec.config.clone(), gpus: t.spec.gpus, limit: 0 },
+            job: Job { id: t.spec.id.clone(), user, config: t.spec.config.clone(), gpus: t.spec.gpus.ceil(), limit: 0 },
             queue: queue_of(t),
             submitted: t.submitted.millis(),
             runtime: end.millis() - start.millis(),

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use bursar_agent::server::Server;
 use bursar_kube::checks::ChecksConfig;
 use bursar_kube::enforce::EnforceConfig;
+use bursar_kube::gpus::{MigShare, MigShares};
 use bursar_kube::kinds::Kind;
 use bursar_kube::review::ReviewConfig;
 use bursar_kube::submit::Mapping;
@@ -40,9 +41,15 @@ pub struct Common {
     /// The kubeconfig context to use (default: its current context).
     #[arg(long, value_name = "NAME")]
     context: Option<String>,
-    /// The extended resource that counts GPUs.
-    #[arg(long, default_value = "nvidia.com/gpu", value_name = "NAME")]
-    gpu_resource: String,
+    /// An extended resource that counts GPUs (repeat for several): one is a whole GPU, or its MIG
+    /// share when its name holds a profile. Every nvidia.com/mig-* resource counts too, at its
+    /// share (nvidia.com/mig-1g.10gb: 1/7).
+    #[arg(long = "gpu-resource", default_value = "nvidia.com/gpu", value_name = "NAME")]
+    gpu_resources: Vec<String>,
+    /// The share of a GPU one slice of a MIG profile is, over the built-in one (its compute slices
+    /// over 7, over 4 for the A30's profiles): PROFILE=SHARE, e.g. 1g.24gb=1/4 (repeat).
+    #[arg(long = "mig-share", value_name = "PROFILE=SHARE")]
+    mig_shares: Vec<MigShare>,
     /// Log level: error, warn, info, debug, trace.
     #[arg(long, value_enum, default_value = "info")]
     log_level: crate::serve::tracing_level::Level,
@@ -195,16 +202,22 @@ impl Common {
         Ok(Server { client: self.connect.client(crate::connect::Fallback::Nothing)? })
     }
 
-    fn mapping(&self, m: Option<&MappingArgs>) -> Mapping {
-        let mut out =
-            Mapping { cluster: self.cluster.clone(), gpu_resource: self.gpu_resource.clone(), ..Mapping::default() };
+    fn mapping(&self, m: Option<&MappingArgs>) -> Result<Mapping, CliError> {
+        let mut names = self.gpu_resources.iter().cloned();
+        let mut out = Mapping {
+            cluster: self.cluster.clone(),
+            gpu_resource: names.next().unwrap_or_else(|| "nvidia.com/gpu".to_owned()),
+            more_gpu_resources: names.collect(),
+            mig_shares: MigShares::new(self.mig_shares.iter().cloned()).map_err(CliError::Message)?,
+            ..Mapping::default()
+        };
         if let Some(m) = m {
             out.project_label = m.project_label.clone();
             out.user_key = m.user_key.clone();
             out.gpu_type_label = m.gpu_type_label.clone();
             out.default_hours = m.default_time.as_hours();
         }
-        out
+        Ok(out)
     }
 
     async fn client(&self) -> Result<bursar_kube::client::Client, CliError> {
@@ -232,7 +245,7 @@ pub fn run(args: &KubeArgs) -> Result<ExitCode, CliError> {
             crate::values::init_agent_logging(common.log_level);
             let cfg = ChecksConfig {
                 server: common.server()?,
-                mapping: common.mapping(Some(mapping)),
+                mapping: common.mapping(Some(mapping))?,
                 resync: std_duration(*resync),
                 watch_timeout: 290,
                 concurrency: *concurrency,
@@ -266,7 +279,7 @@ pub fn run(args: &KubeArgs) -> Result<ExitCode, CliError> {
             };
             let cfg = WebhookConfig {
                 review: ReviewConfig {
-                    mapping: common.mapping(Some(mapping)),
+                    mapping: common.mapping(Some(mapping))?,
                     kinds,
                     agent_users: agent_users.clone(),
                 },
@@ -287,7 +300,7 @@ pub fn run(args: &KubeArgs) -> Result<ExitCode, CliError> {
         }
         KubeCommand::Watch { common, mode, state, settle, resync, pod_selector, inventory_every, region } => {
             crate::values::init_agent_logging(common.log_level);
-            let mapping = common.mapping(None);
+            let mapping = common.mapping(None)?;
             let cfg = WatchConfig {
                 inventory_every: *inventory_every,
                 region: region.clone().unwrap_or_else(|| mapping.cluster.clone()),

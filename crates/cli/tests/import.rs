@@ -54,7 +54,7 @@ fn philly_sample_maps_every_job_with_its_lifecycle() {
     assert_eq!(failed, 1672);
     let first = evs.iter().find(|e| e.id == "application_1506638472019_14199/submitted").unwrap();
     let EventKind::JobSubmitted(job) = &first.kind else { panic!("not a submission") };
-    assert_eq!((job.project.as_str(), job.user.as_str(), job.gpus), ("ee9e8c", "ce2f4c", 8));
+    assert_eq!((job.project.as_str(), job.user.as_str(), job.gpus), ("ee9e8c", "ce2f4c", 8.into()));
     assert_eq!(first.time.to_string(), "2017-10-07T01:11:39Z");
     assert!((job.requested_hours - 3219.7 / 60.0).abs() < 1e-9);
 }

@@ -16,7 +16,10 @@
 //! relist), and a watch broken after a bookmark resumes from the bookmark's version. Every decision
 //! and action is in the audit log, once.
 //!
-//! Without `/usr/bin/prometheus` the test is skipped, unless `CI` is set (`scripts/setup.sh`
+//! A Workload of MIG slices (2 × `nvidia.com/mig-1g.10gb`) is judged as 2/7 of a GPU of the
+//! flavor Kueue assigned to its slices, and a cap of one GPU refuses a second that would hold 8/7.
+//!
+//! Without `/usr/bin/prometheus` the first test is skipped, unless `CI` is set (`scripts/setup.sh`
 //! installs it).
 
 #![expect(clippy::unwrap_used, reason = "integration test helpers: a failed step fails the test")]
@@ -424,4 +427,65 @@ fn a_workload_is_held_approved_run_found_idle_and_reclaimed_by_deactivation() {
     enforce.assert_running();
     let _ = denied;
     drop(prom);
+}
+
+/// MIG slices with Kueue (issue 55, item 7; no Prometheus needed): a Workload of 2 ×
+/// `nvidia.com/mig-1g.10gb`, its quota reserved on the flavor Kueue assigned to the slices, is
+/// judged as 2/7 of a GPU of that flavor's model and admitted (`Ready`); under a cap of one GPU per
+/// project, a second asking for six more slices (8/7 in all) is `Rejected`.
+#[test]
+fn a_workload_of_mig_slices_is_judged_on_their_share_and_their_flavor() {
+    let s = Scratch::new("kube-e2e-mig");
+    let dir = s.0.clone();
+    let cluster = Cluster::start(&dir, "kueue.yaml", &[("checks", "bursar-kube-checks")]);
+    let api = &cluster.api;
+    api.create(
+        ADMISSION_CHECKS,
+        "",
+        json!({"metadata": {"name": "bursar"}, "spec": {"controllerName": "bursar.dev/admission-check"}}),
+    )
+    .unwrap();
+    api.create(RESOURCE_FLAVORS, "", json!({"metadata": {"name": "a100-mig"}, "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}}})).unwrap();
+    s.write_policy(
+        "policies.toml",
+        "[[policy]]\nid = \"quota/one-gpu\"\ndescription = \"A project holds at most one GPU at once.\"\nkind = \"quota\"\nmax_gpus = 1\n",
+    );
+    let config = dir.join("bursar.toml");
+    std::fs::write(&config, principals(&[("kube-checks", &["scheduler"], "gpu-a-*"), ("reader", &["reader"], "")]))
+        .unwrap();
+    let mut server = Server::start(&s, &["--config", config.to_str().unwrap()]);
+    server.token = Some(token("reader"));
+    let checks = Agent::start(&dir, "checks", &{
+        let mut a = vec!["checks".to_owned()];
+        a.extend(agent_args(&cluster, "checks", "kube-checks", &server, &dir, &["--resync", "500ms"]));
+        a
+    });
+    let slices = |n: u32| json!({"nvidia.com/mig-1g.10gb": n.to_string()});
+    let judged = |wl: &str| {
+        cluster.wait(30, "the Workload judged", &[&checks], |_| {
+            cluster.check("nlp", wl, "bursar").filter(|(state, _)| state != "Pending")
+        })
+    };
+
+    let (two, two_uid) = cluster.submit_workload_with("nlp", "two", 1, slices(2), json!({}), json!({}));
+    cluster.reserve_quota_on("nlp", &two, 1, json!({"cpu": "default", "nvidia.com/mig-1g.10gb": "a100-mig"}));
+    let (state, message) = judged(&two);
+    assert_eq!(state, "Ready", "{message}");
+    let job = job_id(CLUSTER, &two_uid);
+    let events = audit_events(&s);
+    let submitted = event(&events, &format!("kube-checks:{job}-submitted")).unwrap();
+    assert_eq!(
+        (submitted["job"]["gpus"].as_str(), submitted["job"]["gpu_type"].as_str()),
+        (Some("2/7"), Some("NVIDIA-A100-SXM4-80GB")),
+        "{submitted}"
+    );
+    assert_eq!(server.get_json("/v1/projects/nlp")["held_gpus"], "2/7");
+
+    let (six, _) = cluster.submit_workload_with("nlp", "six", 1, slices(6), json!({}), json!({}));
+    cluster.reserve_quota_on("nlp", &six, 1, json!({"nvidia.com/mig-1g.10gb": "a100-mig"}));
+    let (state, message) = judged(&six);
+    assert_eq!(state, "Rejected", "{message}");
+    assert!(message.contains("over its cap of 1"), "{message}");
+    assert_eq!(server.get_json("/v1/projects/nlp")["held_gpus"], "2/7");
+    assert!(cluster.forbidden().is_empty(), "requests outside the manifests' ClusterRoles: {:?}", cluster.forbidden());
 }

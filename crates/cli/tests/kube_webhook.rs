@@ -11,6 +11,10 @@
 //! finishes its run as cancelled. A Job not declared ready is refused with bursar's reason; a dry
 //! run is answered without a submission; a body that is not an AdmissionReview is a 400; with serve
 //! unreachable the webhook refuses (fail closed), or admits with a warning under `--fail-open`.
+//!
+//! MIG slices (issue 55, item 7): a Job asking for 2 × `nvidia.com/mig-1g.10gb` is submitted,
+//! decided, held and started as 2/7 of a GPU; under a cap of one GPU per project seven slices fit and
+//! the eighth is refused.
 
 #![expect(clippy::unwrap_used, clippy::panic, reason = "integration test helpers: a failed step fails the test")]
 
@@ -360,4 +364,126 @@ fn the_webhook_admits_holds_and_refuses_and_the_agents_follow_its_jobs() {
     assert!(cluster.forbidden().is_empty(), "requests outside the manifests' ClusterRoles: {:?}", cluster.forbidden());
     enforce.assert_running();
     drop((watch, hook, closed, open));
+}
+
+const SLICE_CAP: &str = r#"
+[[policy]]
+id = "quota/one-gpu"
+description = "A project holds at most one GPU at once: seven slices of an A100."
+kind = "quota"
+max_gpus = 1
+"#;
+
+/// A Job of one pod asking for `slices` × `nvidia.com/mig-1g.10gb` (the device plugin's mixed
+/// strategy: a seventh of an A100 each).
+fn mig_job(name: &str, slices: u32) -> Value {
+    let mut j = job(name, 0, true);
+    j["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({
+        "limits": {"nvidia.com/mig-1g.10gb": slices.to_string()},
+        "requests": {"nvidia.com/mig-1g.10gb": slices.to_string()}});
+    j
+}
+
+/// Issue 55, item 7: MIG slices are GPUs. A Job asking for 2 × `nvidia.com/mig-1g.10gb` is
+/// submitted, admitted and held as 2/7 of a GPU (not 0), and its run starts with 2/7; under a cap
+/// of one GPU per project, seven slices fit and the eighth is refused.
+#[test]
+fn mig_slices_are_admitted_and_held_as_their_share_and_a_gpu_cap_counts_them() {
+    let s = Scratch::new("kube-webhook-mig");
+    let dir = s.0.clone();
+    let ca = TestCa::new("webhook test CA").unwrap();
+    let ca_file = ca.write(&dir, "ca").unwrap();
+    let (cert, key) = ca.server().unwrap().write(&dir, "webhook").unwrap();
+    let cluster = Cluster::start(&dir, "webhook.yaml", &[("watch", "bursar-kube-watch-objects")]);
+    s.write_policy("policies.toml", SLICE_CAP);
+    let config = dir.join("bursar.toml");
+    std::fs::write(
+        &config,
+        principals(&[
+            ("kube-webhook", &["scheduler"], "gpu-a-*"),
+            ("kube-agents", &["producer"], "gpu-a-*"),
+            ("reader", &["reader"], ""),
+        ]),
+    )
+    .unwrap();
+    let mut server = Server::start(&s, &["--config", config.to_str().unwrap(), "--tick", "200ms"]);
+    server.token = Some(token("reader"));
+    let addr = server.addr.to_string();
+    let hook = Webhook::start(&dir, "webhook", &ca_file, &cert, &key, &addr, &[]);
+    let agents_token = dir.join("kube-agents.token");
+    std::fs::write(&agents_token, token("kube-agents")).unwrap();
+    let watch_state = dir.join("watch.json");
+    let watch = Agent::start(
+        &dir,
+        "watch",
+        &[
+            "watch",
+            "--cluster",
+            CLUSTER,
+            "--kind",
+            "batch/v1/Job",
+            "--kubeconfig",
+            cluster.kubeconfig("watch").to_str().unwrap(),
+            "--server",
+            &addr,
+            "--token-file",
+            agents_token.to_str().unwrap(),
+            "--state",
+            watch_state.to_str().unwrap(),
+            "--resync",
+            "200ms",
+        ]
+        .map(str::to_owned),
+    );
+
+    // Two slices: admitted, submitted as "2/7", held as 2/7 by the project.
+    let two = mig_job("slices-2", 2);
+    let (_, answer) = hook.ask(&review("req-mig-0", "CREATE", &two, &Value::Null, "alice", false));
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    let job0 = bursar_kube::submit::job_id(CLUSTER, "req-mig-0");
+    let submitted = audit_ids(&s)
+        .into_iter()
+        .find(|(i, _)| *i == format!("kube-webhook:{job0}-submitted"))
+        .map(|(_, v)| v)
+        .unwrap();
+    assert_eq!(submitted["job"]["gpus"], "2/7", "{submitted}");
+    let decision = server.decisions(0).into_iter().find(|d| d["job_id"] == job0.as_str()).unwrap();
+    assert_eq!((decision["decision"].as_str(), decision["gpus"].as_str()), (Some("allow"), Some("2/7")), "{decision}");
+    assert_eq!(server.get_json(&format!("/v1/jobs/{job0}"))["gpus"], "2/7");
+    assert_eq!(server.get_json("/v1/projects/nlp")["held_gpus"], "2/7");
+
+    // Its pod runs: the watcher's start carries the slices' share.
+    cluster.api.create(JOBS, "nlp", patched(&two, &answer)).unwrap();
+    cluster.run_pod_with("nlp", "slices-2", "slices-2-abcde", json!({"nvidia.com/mig-1g.10gb": "2"}), unix_now());
+    let started = server.wait_for(30, "the two slices' run started", || {
+        audit_ids(&s).into_iter().find(|(i, _)| *i == format!("kube-agents:{job0}-r1-started")).map(|(_, v)| v)
+    });
+    assert_eq!(started["gpus"], "2/7", "{started}\n{}", watch.log_text());
+
+    // Five more single slices fit: seven slices are the one GPU of the cap.
+    for n in 1..=5 {
+        let (_, answer) = hook.ask(&review(
+            &format!("req-mig-{n}"),
+            "CREATE",
+            &mig_job(&format!("slice-{n}"), 1),
+            &Value::Null,
+            "alice",
+            false,
+        ));
+        assert_eq!(answer["response"]["allowed"], true, "slice {n}: {answer}");
+    }
+    assert_eq!(server.get_json("/v1/projects/nlp")["held_gpus"], 1, "7 × 1/7");
+
+    // The eighth is refused, with the cap in the reason.
+    let (_, answer) = hook.ask(&review("req-mig-8", "CREATE", &mig_job("slice-8", 1), &Value::Null, "alice", false));
+    assert_eq!(answer["response"]["allowed"], false, "{answer}");
+    let message = answer["response"]["status"]["message"].as_str().unwrap_or("");
+    assert!(message.starts_with("bursar: ") && message.contains("over its cap of 1"), "{answer}");
+    let job8 = bursar_kube::submit::job_id(CLUSTER, "req-mig-8");
+    let denied = server.decisions(0).into_iter().find(|d| d["job_id"] == job8.as_str()).unwrap();
+    assert_eq!((denied["decision"].as_str(), denied["gpus"].as_str()), (Some("deny"), Some("1/7")), "{denied}");
+    assert_eq!(server.get_json("/v1/projects/nlp")["held_gpus"], 1, "the refused slice is not held");
+
+    assert!(cluster.forbidden().is_empty(), "requests outside the manifests' ClusterRoles: {:?}", cluster.forbidden());
+    drop((watch, hook));
 }

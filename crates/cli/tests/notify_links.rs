@@ -246,7 +246,7 @@ fn a_link_is_bound_to_its_request_and_its_recipient() {
     let k = key(&s.audit());
     let mut claims = k.verify(&token, Timestamp::wall_clock()).unwrap();
     let (_, _, submitted) = claims.request.unwrap();
-    claims.request = Some((64, 150.0, submitted));
+    claims.request = Some((64.into(), 150.0, submitted));
     let other = format!("/act/{}", k.sign(&claims));
     let r = server.post(&other, "");
     assert_eq!(r.status, 409, "{}", r.text());

@@ -10,8 +10,8 @@
 use std::sync::Arc;
 
 use bursar_model::{
-    Decision, DecisionKind, Duration, Event, EventKind, FinishStatus, Hints, Input, JobSpec, LedgerChange, LedgerOp,
-    RunFact, Sample, StartInfo, Timestamp,
+    Decision, DecisionKind, Duration, Event, EventKind, FinishStatus, Gpus, Hints, Input, JobSpec, LedgerChange,
+    LedgerOp, RunFact, Sample, StartInfo, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 
@@ -40,6 +40,10 @@ pub const UNCONFIRMED_POLICY: &str = "bursar/unconfirmed";
 /// The engine's own policy id for a reservation released as stale (an admitted job that did not
 /// start within [`EngineConfig::stale_after`]), and for the alert when such a job starts after all.
 pub const STALE_POLICY: &str = "bursar/stale";
+
+/// The engine's own policy id for a move (`job.replaces`, a Slurm partition change admitted again)
+/// the scheduler did not make: the job it would have replaced is reserved again, with an alert.
+pub const MOVE_POLICY: &str = "bursar/move";
 
 /// The policy named by the alert that a reclaim was not carried out by the scheduler (its agent
 /// recorded `action.failed`), and the job counts again.
@@ -197,7 +201,7 @@ pub struct RecordedRun {
     /// Hash of its configuration key.
     pub config: u64,
     /// Its GPUs.
-    pub gpus: u32,
+    pub gpus: Gpus,
     /// How it ended.
     pub status: FinishStatus,
 }
@@ -279,7 +283,7 @@ struct Draft {
     reason: String,
     dry_run: bool,
     admission: bool,
-    gpus: Option<u32>,
+    gpus: Option<Gpus>,
     gpu_hours: Option<f64>,
     hints: Option<Hints>,
 }
@@ -288,7 +292,7 @@ struct Draft {
 struct Who {
     project: Arc<str>,
     user: Arc<str>,
-    gpus: u32,
+    gpus: Gpus,
 }
 
 impl Draft {
@@ -306,7 +310,7 @@ impl Draft {
         job_id: &Arc<str>,
         project: Option<Arc<str>>,
         user: Option<Arc<str>>,
-        gpus: Option<u32>,
+        gpus: Option<Gpus>,
         time: Timestamp,
         kind: DecisionKind,
     ) -> Draft {
@@ -455,7 +459,7 @@ fn late_confirmation(j: &JobRecord) -> bool {
 fn remaining_gpu_hours(job: &JobRecord, now: Timestamp) -> f64 {
     let start = job.started.get().unwrap_or(job.submitted);
     let end = start.plus(Duration((job.requested_hours * 3_600_000.0) as i64));
-    f64::from(job.gpus) * end.since(now).as_hours().max(0.0)
+    job.gpus.as_f64() * end.since(now).as_hours().max(0.0)
 }
 
 impl Engine {
@@ -1005,7 +1009,7 @@ impl Engine {
                         let pending = job.pending().cloned();
                         let mut d = Draft::about(&job_id, Some(&job), at, DecisionKind::Deny);
                         d.admission = true;
-                        d.gpu_hours = Some(f64::from(job.gpus) * job.requested_hours);
+                        d.gpu_hours = Some(job.gpus.as_f64() * job.requested_hours);
                         if let Some(p) = pending {
                             d.policies = p.policies.clone();
                             d.reason = format!("approval request expired unanswered at {at} ({})", p.reason);
@@ -1091,6 +1095,9 @@ impl Engine {
         let now = state.now;
         let job_id: Arc<str> = Arc::from(spec.id.as_str());
         let requested = spec.requested_gpu_hours();
+        // A move (`job.replaces`): the job it replaces is set aside before the policies look, so the
+        // move is judged as the one job it is, not as a second one beside the first.
+        let aside = if commit { Self::set_aside(state, spec, &job_id, em) } else { None };
 
         // Partitioned, the quotas that span projects are the ledger partition's to check (step 2 of
         // the two-step reservation, `crate::shared`): evaluated there, not here.
@@ -1116,6 +1123,9 @@ impl Engine {
                 }
                 Err(e) => {
                     *remote.failure = Some(e);
+                    if let Some(old) = &aside {
+                        Self::take_back(state, old, None, em);
+                    }
                     return false;
                 }
             }
@@ -1274,6 +1284,9 @@ impl Engine {
                 if commit {
                     state.reserve(record);
                 }
+                if let Some(old) = &aside {
+                    record.with_runs(|r| r.replaces = Some(old.clone()));
+                }
             }
             (DecisionKind::Defer, Some(record)) => {
                 d.until = until;
@@ -1359,6 +1372,10 @@ impl Engine {
             if kind != DecisionKind::Deny {
                 state.shared.track(&job_id);
             }
+        }
+        if let Some(old) = aside.filter(|_| kind != DecisionKind::Allow) {
+            // Not moved: the old admission stands as it was.
+            Self::take_back(state, &old, None, em);
         }
         if let Some(record) = record {
             state.jobs.insert(job_id.clone(), record);
@@ -1729,6 +1746,9 @@ impl Engine {
             if j.started.is_some() {
                 j.ended = event.time.into();
             }
+            // A move that ends before the scheduler confirmed it was never made (read before the
+            // finish confirms the job).
+            let moved_from = j.runs().and_then(|r| r.replaces.clone());
             State::confirm(&mut j);
             let released = j.phase.is_live();
             if released {
@@ -1741,6 +1761,9 @@ impl Engine {
                 );
                 state.end_run(id, &j, event.time);
             }
+            // Released here or by a policy's reclaim of this finish, a move that was never confirmed
+            // did not happen.
+            Self::move_dropped(state, moved_from, &j, id, em);
             j.phase = if j.phase == JobPhase::Reclaimed { JobPhase::Reclaimed } else { JobPhase::Finished };
             if j.started.is_some() || *status == FinishStatus::Succeeded {
                 state.record_run(j.config, j.gpus, *status, event.time);
@@ -1772,6 +1795,11 @@ impl Engine {
             .is_some_and(|j| j.phase == JobPhase::Admitted && j.runs().is_some_and(|r| r.released_stale))
         {
             Self::started_after_stale(state, event, id, em);
+        }
+        if let Some(to) = state.job(id).and_then(|j| j.runs()).and_then(|r| r.replaced_by.clone()) {
+            let why =
+                format!("job {id} was admitted again as {to} (a move), and the scheduler started {id} where it was");
+            Self::take_back(state, id, Some(&why), em);
         }
         let Some(mut j) = state.jobs.remove(id) else { return };
         let t = event.time;
@@ -1872,6 +1900,60 @@ impl Engine {
 
     /// The alert from `policy` that job `id`, released earlier, holds its reservation again: `why`,
     /// then what it reserves.
+    /// Sets aside the job `spec` replaces (`job.replaces`), when it is an admitted or deferred job of
+    /// the same project that has not started and is not set aside already; returns its id.
+    fn set_aside(state: &mut State, spec: &JobSpec, new: &Arc<str>, em: &mut Emitter<'_>) -> Option<Arc<str>> {
+        let old = spec.replaces.as_deref()?;
+        let movable = state.job(old).is_some_and(|j| {
+            matches!(j.phase, JobPhase::Admitted | JobPhase::Deferred)
+                && j.started.is_none()
+                && j.array().is_none()
+                && !j.set_aside()
+                && j.profile.project.as_str() == spec.project
+        });
+        if !movable {
+            return None;
+        }
+        let (id, mut j) = state.jobs.remove_entry(old)?;
+        let at = state.now;
+        state.set_aside_for(&mut j, new);
+        state.share(em.cause, at, &id, LedgerChange::Release { job_id: id.to_string(), reclaimed: false });
+        state.jobs.insert(id.clone(), j);
+        Some(id)
+    }
+
+    /// The job `old` was set aside for a move that did not happen: it holds and reserves again. With
+    /// `why` (the move was admitted, and then the scheduler dropped it or ran the old job), from now,
+    /// with an alert from [`MOVE_POLICY`]; without (the move was not admitted), as it was.
+    fn take_back(state: &mut State, old: &Arc<str>, why: Option<&str>, em: &mut Emitter<'_>) {
+        let Some(mut j) = state.jobs.remove(old) else { return };
+        let at = state.now;
+        if state.take_back(&mut j, why.map(|_| at)) {
+            state.share(em.cause, at, old, LedgerChange::Reopen { job_id: old.to_string() });
+            if let Some(why) = why {
+                Self::reserved_again(em, old, &j, at, MOVE_POLICY, why);
+            }
+        }
+        state.jobs.insert(old.clone(), j);
+    }
+
+    /// A job admitted as the move of another (`job.replaces`) left without the scheduler ever
+    /// confirming it: the move did not happen, and the job it was to replace counts again.
+    fn move_dropped(state: &mut State, from: Option<Arc<str>>, j: &JobRecord, id: &str, em: &mut Emitter<'_>) {
+        let Some(old) = from else { return };
+        if j.started.is_some()
+            || !state
+                .job(&old)
+                .is_some_and(|o| o.phase.is_live() && o.runs().and_then(|r| r.replaced_by.as_deref()) == Some(id))
+        {
+            return;
+        }
+        let why = format!(
+            "job {old} was admitted again as {id} (a move), and the scheduler never created {id}: the move did not happen"
+        );
+        Self::take_back(state, &old, Some(&why), em);
+    }
+
     fn reserved_again(em: &mut Emitter<'_>, id: &Arc<str>, j: &JobRecord, t: Timestamp, policy: &str, why: &str) {
         let mut d = Draft::about(id, Some(j), t, DecisionKind::Alert);
         d.policies = vec![Arc::from(policy)];
@@ -2016,6 +2098,8 @@ impl Engine {
             d.gpu_hours = Some(j.reserved);
             state.release(&mut j, at, JobPhase::Finished);
             state.share(em.cause, at, id, LedgerChange::Release { job_id: id.to_string(), reclaimed: false });
+            let moved_from = j.runs().and_then(|r| r.replaces.clone());
+            Self::move_dropped(state, moved_from, &j, id, em);
             text
         };
         d.reason = format!(
@@ -2090,7 +2174,7 @@ impl Engine {
             Draft::about(id, Some(&job), event.time, if granted { DecisionKind::Allow } else { DecisionKind::Deny });
         d.admission = true;
         d.policies = pending.policies.clone();
-        d.gpu_hours = Some(f64::from(job.gpus) * job.requested_hours);
+        d.gpu_hours = Some(job.gpus.as_f64() * job.requested_hours);
         if granted {
             d.reason = format!("approved by {who} (asked because: {})", pending.reason);
             job.phase = JobPhase::Admitted;
@@ -2331,7 +2415,10 @@ mod tests {
         );
         let m = e.state().throughput("cfg");
         assert_eq!(m.len(), 1);
-        assert_eq!((&*m[0].gpu_type, m[0].gpus, &*m[0].unit, m[0].runs, m[0].mean), ("A100", 8, "tokens", 1, 1125.0));
+        assert_eq!(
+            (&*m[0].gpu_type, m[0].gpus, &*m[0].unit, m[0].runs, m[0].mean),
+            ("A100", Gpus::whole(8), "tokens", 1, 1125.0)
+        );
         assert!(e.state().run_rate("a").is_none(), "released: the run is folded and dropped");
     }
 

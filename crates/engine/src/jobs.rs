@@ -183,10 +183,11 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use bursar_model::Gpus;
 
     fn record(gpus: u32) -> JobRecord {
         let mut r: JobRecord = serde_json::from_str(crate::state::tests::STORED_RECORD).unwrap();
-        r.gpus = gpus;
+        r.gpus = gpus.into();
         r
     }
 
@@ -206,7 +207,7 @@ mod tests {
         assert_eq!(as_map["b"].gpus, 2);
         let back: JobTable = serde_json::from_str(&json).unwrap();
         assert_eq!(back.len(), 2);
-        assert_eq!(back.get("a").map(|r| r.gpus), Some(1));
+        assert_eq!(back.get("a").map(|r| r.gpus), Some(Gpus::whole(1)));
     }
 
     #[derive(Debug, Clone)]
@@ -239,16 +240,16 @@ mod tests {
             for op in ops {
                 match op {
                     Op::Insert(i, g) => {
-                        let old = jobs.insert(Arc::from(i.to_string()), record(g)).map(|r| r.gpus);
+                        let old = jobs.insert(Arc::from(i.to_string()), record(g)).map(|r| r.gpus.floor());
                         prop_assert_eq!(old, model.insert(i.to_string(), g));
                     }
                     Op::Remove(i) => {
-                        let old = jobs.remove_entry(&i.to_string()).map(|(id, r)| (id.to_string(), r.gpus));
+                        let old = jobs.remove_entry(&i.to_string()).map(|(id, r)| (id.to_string(), r.gpus.floor()));
                         prop_assert_eq!(old, model.remove_entry(&i.to_string()));
                     }
                     Op::Change(i, g) => {
                         if let Some(r) = jobs.get_mut(&i.to_string()) {
-                            r.gpus = g;
+                            r.gpus = g.into();
                         }
                         if let Some(v) = model.get_mut(&i.to_string()) {
                             *v = g;
@@ -258,11 +259,11 @@ mod tests {
                 most = most.max(model.len());
                 prop_assert_eq!(jobs.len(), model.len());
             }
-            let mut held: Vec<(String, u32)> = jobs.iter().map(|(id, r)| (id.to_string(), r.gpus)).collect();
+            let mut held: Vec<(String, u32)> = jobs.iter().map(|(id, r)| (id.to_string(), r.gpus.floor())).collect();
             held.sort();
             prop_assert_eq!(held, model.iter().map(|(k, v)| (k.clone(), *v)).collect::<Vec<_>>());
             for (k, v) in &model {
-                prop_assert_eq!(jobs.get(k).map(|r| r.gpus), Some(*v));
+                prop_assert_eq!(jobs.get(k).map(|r| r.gpus), Some(Gpus::whole(*v)));
                 prop_assert!(jobs.contains_key(k));
             }
             let slots: usize = jobs.chunks.iter().map(Vec::len).sum();

@@ -8,7 +8,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use bursar_model::{DecisionKind, Duration, Event, EventKind, Hints, JobSpec, Period, Timestamp};
+use bursar_model::{DecisionKind, Duration, Event, EventKind, Gpus, Hints, JobSpec, Period, Timestamp};
 use serde::{Deserialize, Serialize};
 
 use crate::state::{JobFacts, JobRecord, ScopeKind, State, Usage};
@@ -446,10 +446,10 @@ pub struct QuotaLimit {
     pub limits: Vec<(String, f64)>,
     /// GPUs one ledger may hold at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_gpus: Option<u32>,
+    pub max_gpus: Option<Gpus>,
     /// GPUs one ledger may hold at once per queue.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub queues: Vec<(String, u32)>,
+    pub queues: Vec<(String, Gpus)>,
     /// Where settled usage comes from.
     #[serde(default)]
     pub settle: Settle,

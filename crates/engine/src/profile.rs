@@ -238,7 +238,7 @@ mod tests {
             id: "j".into(),
             project: project.into(),
             user: user.into(),
-            gpus: 1,
+            gpus: 1.into(),
             tags: tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             ..JobSpec::default()
         }

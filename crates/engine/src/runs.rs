@@ -25,7 +25,7 @@
 
 use std::sync::Arc;
 
-use bursar_model::{FinishStatus, Timestamp};
+use bursar_model::{FinishStatus, Gpus, Timestamp};
 
 use crate::state::{JobPhase, JobRecord, State};
 
@@ -33,18 +33,24 @@ use crate::state::{JobPhase, JobRecord, State};
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Correction {
     /// GPUs held before the start.
-    pub before: u32,
+    pub before: Gpus,
     /// GPUs allocated.
-    pub after: u32,
+    pub after: Gpus,
     /// GPU-hours reserved before.
     pub reserved_before: f64,
     /// GPU-hours reserved now.
     pub reserved_after: f64,
 }
 
-/// "1 GPU", "8 GPUs".
-pub(crate) fn gpus_text(n: u32) -> String {
-    if n == 1 { "1 GPU".to_owned() } else { format!("{n} GPUs") }
+/// "1 GPU", "8 GPUs", "2/7 of a GPU" (two MIG slices of seven), "10/7 GPUs".
+pub(crate) fn gpus_text(n: Gpus) -> String {
+    if n == 1 {
+        "1 GPU".to_owned()
+    } else if n < 1 && !n.is_zero() {
+        format!("{n} of a GPU")
+    } else {
+        format!("{n} GPUs")
+    }
 }
 
 /// GPU-hours as a person reads them: at most two decimals, no trailing zeros (`0.27`, `80`).
@@ -69,15 +75,15 @@ fn worse(a: Option<FinishStatus>, b: FinishStatus) -> FinishStatus {
 
 impl State {
     /// Moves the job's held GPUs (and its queue's) from `before` to what it holds now.
-    pub(crate) fn rehold(&mut self, job: &JobRecord, before: u32) {
+    pub(crate) fn rehold(&mut self, job: &JobRecord, before: Gpus) {
         let after = job.held_gpus();
         if after == before {
             return;
         }
-        let delta = i64::from(after) - i64::from(before);
+        let delta = after.signed() - before.signed();
         let queue = job.profile.queue.clone();
         self.for_each_ledger(job, |l| {
-            l.held_gpus = (i64::from(l.held_gpus) + delta).clamp(0, i64::from(u32::MAX)) as u32;
+            l.held_gpus = l.held_gpus.offset(delta);
             if let Some(q) = &queue {
                 l.add_queue(q, delta);
             }
@@ -88,7 +94,7 @@ impl State {
     /// Releases the reservation and the hold of an admitted job that has not started, keeping the
     /// job admitted (a stale reservation, [`crate::EngineConfig::stale_after`]); returns the GPU-hours
     /// and GPUs released. [`State::rereserve_stale`] undoes it when the job starts after all.
-    pub(crate) fn unreserve_stale(&mut self, job: &mut JobRecord) -> (f64, u32) {
+    pub(crate) fn unreserve_stale(&mut self, job: &mut JobRecord) -> (f64, Gpus) {
         let (day, held, queue, reserved) =
             (job.submitted.day(), job.held_gpus(), job.profile.queue.clone(), job.reserved);
         self.for_each_ledger(job, |l| {
@@ -96,12 +102,47 @@ impl State {
             b.reserved = (b.reserved - reserved).max(0.0);
             l.held_gpus = l.held_gpus.saturating_sub(held);
             if let Some(q) = &queue {
-                l.add_queue(q, -i64::from(held));
+                l.add_queue(q, -held.signed());
             }
         });
         job.reserved = 0.0;
         job.with_runs(|r| r.released_stale = true);
         (reserved, held)
+    }
+
+    /// Sets the admitted, not started job `old` aside for `new`, which replaces it (`job.replaces`):
+    /// its reservation and hold are released, as a stale one's are, before `new` is evaluated, so the
+    /// move counts once. Returns the GPU-hours and GPUs set aside.
+    pub(crate) fn set_aside_for(&mut self, old: &mut JobRecord, new: &Arc<str>) -> (f64, Gpus) {
+        let (day, held, queue, reserved) =
+            (old.submitted.day(), old.held_gpus(), old.profile.queue.clone(), old.reserved);
+        self.for_each_ledger(old, |l| {
+            let b = l.bucket(day);
+            b.reserved = (b.reserved - reserved).max(0.0);
+            l.held_gpus = l.held_gpus.saturating_sub(held);
+            if let Some(q) = &queue {
+                l.add_queue(q, -held.signed());
+            }
+        });
+        old.reserved = 0.0;
+        old.with_runs(|r| r.replaced_by = Some(new.clone()));
+        (reserved, held)
+    }
+
+    /// The move of a job set aside for another did not happen (the new admission was not allowed,
+    /// or the scheduler never created it, or started the old job): the old job is reserved and held
+    /// again in full, from `from` when given (as [`State::reopen`] does in the other partitions),
+    /// else on its own day as before. False when it was not set aside.
+    pub(crate) fn take_back(&mut self, old: &mut JobRecord, from: Option<Timestamp>) -> bool {
+        if old.runs().is_none_or(|r| r.replaced_by.is_none()) {
+            return false;
+        }
+        old.with_runs(|r| r.replaced_by = None);
+        if let Some(at) = from {
+            old.submitted = at;
+        }
+        self.reserve(old);
+        true
     }
 
     /// A job whose reservation was released as stale starts at `at` after all: reserved and held
@@ -132,7 +173,7 @@ impl State {
     /// The scheduler allocated `gpus` to the job's run about to start: when that differs from what
     /// the job holds, its reservation and GPU counts follow the allocation. Call before
     /// [`State::start`]. `None` when nothing changed.
-    pub(crate) fn correct_allocation(&mut self, job: &mut JobRecord, gpus: u32) -> Option<Correction> {
+    pub(crate) fn correct_allocation(&mut self, job: &mut JobRecord, gpus: Gpus) -> Option<Correction> {
         if gpus == job.gpus || job.array().is_some() {
             return None;
         }
@@ -146,13 +187,13 @@ impl State {
         });
         if job.phase.is_live() {
             // What a run on the allocation could still use: allocation × requested hours.
-            let want = f64::from(gpus) * job.requested_hours;
+            let want = gpus.as_f64() * job.requested_hours;
             self.rereserve(job, want - reserved_before);
             self.rehold(job, held_before);
             if running {
-                let delta = i64::from(gpus) - i64::from(before);
+                let delta = gpus.signed() - before.signed();
                 self.for_each_ledger(job, |l| {
-                    l.running_gpus = (i64::from(l.running_gpus) + delta).clamp(0, i64::from(u32::MAX)) as u32;
+                    l.running_gpus = l.running_gpus.offset(delta);
                 });
             }
         }
@@ -269,7 +310,7 @@ impl State {
                 return Err(format!("array {parent} is {} and starts no task", p.phase.as_str()));
             }
             let held_before = p.held_gpus();
-            let share = f64::from(p.gpus) * p.requested_hours;
+            let share = p.gpus.as_f64() * p.requested_hours;
             let beyond = p.array().is_some_and(|a| a.unstarted() == 0);
             if let Some(a) = p.rare.as_mut().and_then(|r| r.runs.array.as_mut()) {
                 a.created = a.created.saturating_add(1).min(a.tasks);
@@ -295,11 +336,11 @@ impl State {
             }
             // Held: the array now holds fewer slots, the task holds its GPUs.
             let p_after = p.held_gpus();
-            let delta = i64::from(p_after) + i64::from(child.gpus) - i64::from(held_before);
+            let delta = p_after.signed() + child.gpus.signed() - held_before.signed();
             if delta != 0 {
                 let queue = p.profile.queue.clone();
                 self.for_each_ledger(&p, |l| {
-                    l.held_gpus = (i64::from(l.held_gpus) + delta).clamp(0, i64::from(u32::MAX)) as u32;
+                    l.held_gpus = l.held_gpus.offset(delta);
                     if let Some(q) = &queue {
                         l.add_queue(q, delta);
                     }
@@ -352,6 +393,10 @@ impl State {
 
     /// The scheduler confirmed it created the job: no deadline any more. True when one was pending.
     pub(crate) fn confirm(job: &mut JobRecord) -> bool {
+        if job.runs().is_some_and(|r| r.replaces.is_some()) {
+            // A move the scheduler made: the job it replaced stays set aside until it ends.
+            job.with_runs(|r| r.replaces = None);
+        }
         if job.runs().is_none_or(|r| r.confirm_by.is_none()) {
             return false;
         }
@@ -376,7 +421,7 @@ mod tests {
             project: "p".into(),
             user: "u".into(),
             queue: Some("q".into()),
-            gpus,
+            gpus: gpus.into(),
             nodes: 1,
             requested_hours: hours,
             ..JobSpec::default()
@@ -399,7 +444,11 @@ mod tests {
     fn ledger(st: &State) -> (u32, u32, u32, f64, f64) {
         let l = st.ledger(ScopeKind::Project, "p").unwrap();
         let u = l.usage(bursar_model::Period::Month, t(0).day());
-        (l.held_gpus, l.running_gpus, l.queue_gpus("q"), u.reserved, u.used)
+        let n = |g: Gpus| {
+            assert!(g.is_whole(), "{g}");
+            g.floor()
+        };
+        (n(l.held_gpus), n(l.running_gpus), n(l.queue_gpus("q")), u.reserved, u.used)
     }
 
     #[test]
@@ -408,17 +457,17 @@ mod tests {
         admit(&mut st, &spec("j", 2, 10.0), t(0));
         assert_eq!(ledger(&st), (2, 0, 2, 20.0, 0.0));
         let c = with(&mut st, "j", |st, j| {
-            let c = st.correct_allocation(j, 8);
+            let c = st.correct_allocation(j, 8.into());
             st.start(j, t(1));
             c
         })
         .unwrap();
-        assert_eq!((c.before, c.after, c.reserved_before, c.reserved_after), (2, 8, 20.0, 80.0));
+        assert_eq!((c.before.floor(), c.after.floor(), c.reserved_before, c.reserved_after), (2, 8, 20.0, 80.0));
         assert_eq!(ledger(&st), (8, 8, 8, 80.0, 0.0));
         // Released after 30 minutes: 8 GPUs × 0.5 h.
         with(&mut st, "j", |st, j| st.release(j, t(31), JobPhase::Finished));
         assert_eq!(ledger(&st), (0, 0, 0, 0.0, 4.0));
-        assert_eq!(st.job("j").unwrap().runs().unwrap().admitted_gpus, Some(2));
+        assert_eq!(st.job("j").unwrap().runs().unwrap().admitted_gpus, Some(Gpus::whole(2)));
     }
 
     #[test]
@@ -434,7 +483,7 @@ mod tests {
         assert_eq!(st.job("j").unwrap().phase(), JobPhase::Admitted);
         // Waits two hours (not charged), runs again on 2 GPUs for 30 minutes, finishes.
         with(&mut st, "j", |st, j| {
-            st.correct_allocation(j, 2);
+            st.correct_allocation(j, 2.into());
             st.start(j, t(180));
         });
         assert_eq!(ledger(&st), (2, 2, 2, 20.0, 4.0));

@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use bursar_model::{FinishStatus, JobSpec, Period, RunRate, Timestamp, Work};
+use bursar_model::{FinishStatus, Gpus, JobSpec, Period, RunRate, Timestamp, Work};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
@@ -232,11 +232,11 @@ pub struct Ledger {
     /// Day buckets, oldest first.
     pub days: VecDeque<DayUsage>,
     /// GPUs of admitted jobs not yet released.
-    pub held_gpus: u32,
+    pub held_gpus: Gpus,
     /// GPUs of started jobs not yet released.
-    pub running_gpus: u32,
+    pub running_gpus: Gpus,
     /// Held GPUs per queue.
-    pub queues: Vec<(Sym, u32)>,
+    pub queues: Vec<(Sym, Gpus)>,
 }
 
 impl Ledger {
@@ -283,15 +283,15 @@ impl Ledger {
     }
 
     /// GPUs held in `queue`.
-    pub fn queue_gpus(&self, queue: &str) -> u32 {
-        self.queues.iter().find(|(q, _)| &**q == queue).map_or(0, |(_, g)| *g)
+    pub fn queue_gpus(&self, queue: &str) -> Gpus {
+        self.queues.iter().find(|(q, _)| &**q == queue).map_or(Gpus::ZERO, |(_, g)| *g)
     }
 
     pub(crate) fn add_queue(&mut self, queue: &Sym, delta: i64) {
         if let Some(e) = self.queues.iter_mut().find(|(q, _)| q == queue) {
-            e.1 = (i64::from(e.1) + delta).max(0) as u32;
+            e.1 = e.1.offset(delta);
         } else if delta > 0 {
-            self.queues.push((queue.clone(), delta as u32));
+            self.queues.push((queue.clone(), Gpus::from_signed(delta)));
         }
     }
 }
@@ -466,7 +466,7 @@ pub struct JobRecord {
     /// Project, user, queue, stage, GPU type and tags, shared with the jobs submitted the same way.
     pub(crate) profile: Arc<Profile>,
     /// GPUs.
-    pub(crate) gpus: u32,
+    pub(crate) gpus: Gpus,
     /// Nodes.
     pub(crate) nodes: u32,
     /// Requested hours.
@@ -527,7 +527,7 @@ pub struct RunNotes {
     /// GPUs the admission reserved, when the scheduler allocated a different number (then `gpus` is
     /// the allocation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub admitted_gpus: Option<u32>,
+    pub admitted_gpus: Option<Gpus>,
     /// The job is an array: its tasks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array: Option<Box<ArrayState>>,
@@ -572,6 +572,14 @@ pub struct RunNotes {
     /// in every region that has its GPU type, which errs towards less room, never more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<Arc<str>>,
+    /// This job moved (`job.replaces`: a partition change admitted again) to the job named here: it
+    /// holds and reserves nothing while that admission stands, and is reserved again if the scheduler
+    /// drops the move ([`crate::Engine`]'s replacement rules, `crates/engine/src/runs.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced_by: Option<Arc<str>>,
+    /// The job this admission replaces (its `job.replaces`), until the scheduler confirms it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<Arc<str>>,
 }
 
 /// The longest scheduler's reason a job keeps (characters); a longer one is cut.
@@ -606,6 +614,8 @@ impl RunNotes {
             && self.waits.is_none()
             && self.waits_since.is_none()
             && self.region.is_none()
+            && self.replaced_by.is_none()
+            && self.replaces.is_none()
     }
 }
 
@@ -648,7 +658,7 @@ impl ArrayState {
 struct StoredRecord {
     #[serde(flatten)]
     profile: Arc<Profile>,
-    gpus: u32,
+    gpus: Gpus,
     nodes: u32,
     requested_hours: f64,
     submitted: Timestamp,
@@ -758,7 +768,7 @@ impl JobRecord {
     }
 
     /// GPUs.
-    pub fn gpus(&self) -> u32 {
+    pub fn gpus(&self) -> Gpus {
         self.gpus
     }
 
@@ -861,6 +871,12 @@ impl JobRecord {
         self.runs().and_then(|r| r.array.as_deref())
     }
 
+    /// Admitted, but set aside: its reservation released as stale, or moved to the job that replaces
+    /// it. It holds and reserves nothing until a start (or the move's failure) reserves it again.
+    pub fn set_aside(&self) -> bool {
+        self.runs().is_some_and(|r| r.released_stale || r.replaced_by.is_some())
+    }
+
     /// For a task of an array, the array's id.
     pub fn parent(&self) -> Option<&Arc<str>> {
         self.runs().and_then(|r| r.parent.as_ref())
@@ -868,9 +884,9 @@ impl JobRecord {
 
     /// GPUs the job counts as held now (the ledgers' `held_gpus`): its GPUs, or for an array the
     /// GPUs of the tasks not started that may run beside its live ones (the live tasks hold their own).
-    pub fn held_gpus(&self) -> u32 {
-        if self.runs().is_some_and(|r| r.requeued || r.released_stale) {
-            return 0;
+    pub fn held_gpus(&self) -> Gpus {
+        if self.runs().is_some_and(|r| r.requeued || r.released_stale || r.replaced_by.is_some()) {
+            return Gpus::ZERO;
         }
         match self.array() {
             Some(a) => self.gpus.saturating_mul(a.held_tasks()),
@@ -882,7 +898,7 @@ impl JobRecord {
     /// for each task of an array not started yet.
     pub fn full_reservation(&self) -> f64 {
         let tasks = self.array().map_or(1, ArrayState::unstarted);
-        f64::from(self.gpus) * self.requested_hours * f64::from(tasks)
+        self.gpus.as_f64() * self.requested_hours * f64::from(tasks)
     }
 
     /// The latest utilisation.
@@ -954,7 +970,7 @@ impl JobRecord {
     /// GPU-hours of runtime of the current run so far (or until its end).
     pub fn runtime_gpu_hours(&self, now: Timestamp) -> f64 {
         match self.started.get() {
-            Some(s) => f64::from(self.gpus) * self.ended.get().unwrap_or(now).since(s).as_hours().max(0.0),
+            Some(s) => self.gpus.as_f64() * self.ended.get().unwrap_or(now).since(s).as_hours().max(0.0),
             None => 0.0,
         }
     }
@@ -1039,7 +1055,7 @@ pub struct AssetRecord {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TrialHistory {
     /// Latest success per GPU count, at most 8 entries.
-    pub successes: Vec<(u32, Timestamp)>,
+    pub successes: Vec<(Gpus, Timestamp)>,
     /// Latest failure.
     pub last_failure: Option<Timestamp>,
     /// Measured throughput per GPU, one entry per (GPU type, GPU count, unit), at most
@@ -1060,7 +1076,7 @@ pub struct Measured {
     /// GPU type of the runs.
     pub gpu_type: Sym,
     /// GPUs of each run.
-    pub gpus: u32,
+    pub gpus: Gpus,
     /// What is counted (`tokens`), per second.
     pub unit: Sym,
     /// Runs counted.
@@ -1078,7 +1094,7 @@ pub struct Measured {
 }
 
 impl Measured {
-    fn new(gpu_type: Sym, gpus: u32, unit: Sym) -> Measured {
+    fn new(gpu_type: Sym, gpus: Gpus, unit: Sym) -> Measured {
         Measured {
             gpu_type,
             gpus,
@@ -1110,16 +1126,16 @@ impl Measured {
 
 impl TrialHistory {
     /// The latest success of a run with at most `max_gpus` GPUs.
-    pub fn last_success_at_most(&self, max_gpus: u32) -> Option<(u32, Timestamp)> {
+    pub fn last_success_at_most(&self, max_gpus: Gpus) -> Option<(Gpus, Timestamp)> {
         self.successes.iter().filter(|(g, _)| *g <= max_gpus).max_by_key(|(_, t)| *t).copied()
     }
 
     /// The measured throughput of this configuration on `gpu_type` at `gpus` GPUs in `unit`.
-    pub fn measured(&self, gpu_type: &str, gpus: u32, unit: &str) -> Option<&Measured> {
+    pub fn measured(&self, gpu_type: &str, gpus: Gpus, unit: &str) -> Option<&Measured> {
         self.throughput.iter().find(|m| &*m.gpu_type == gpu_type && m.gpus == gpus && &*m.unit == unit)
     }
 
-    fn record_throughput(&mut self, gpu_type: &Sym, gpus: u32, unit: Sym, per_gpu: f64, at: Timestamp) {
+    fn record_throughput(&mut self, gpu_type: &Sym, gpus: Gpus, unit: Sym, per_gpu: f64, at: Timestamp) {
         let i = match self.throughput.iter().position(|m| m.gpu_type == *gpu_type && m.gpus == gpus && m.unit == unit) {
             Some(i) => i,
             None => {
@@ -1137,7 +1153,7 @@ impl TrialHistory {
         }
     }
 
-    fn record_success(&mut self, gpus: u32, at: Timestamp) {
+    fn record_success(&mut self, gpus: Gpus, at: Timestamp) {
         if let Some(e) = self.successes.iter_mut().find(|(g, _)| *g == gpus) {
             e.1 = e.1.max(at);
         } else {
@@ -1435,7 +1451,7 @@ impl State {
             l.bucket(day).reserved += hours;
             l.held_gpus += gpus;
             if let Some(q) = &queue {
-                l.add_queue(q, i64::from(gpus));
+                l.add_queue(q, gpus.signed());
             }
             l.prune();
         });
@@ -1498,7 +1514,7 @@ impl State {
                 l.running_gpus = l.running_gpus.saturating_sub(gpus);
             }
             if let Some(q) = &queue {
-                l.add_queue(q, -i64::from(held));
+                l.add_queue(q, -held.signed());
             }
         });
         job.reserved = 0.0;
@@ -1565,13 +1581,13 @@ impl State {
             return;
         }
         let unit = self.intern(run.unit());
-        let per_gpu = rate / f64::from(job.gpus);
+        let per_gpu = rate / job.gpus.as_f64();
         self.trials.entry(job.config).or_default().record_throughput(gpu_type, job.gpus, unit, per_gpu, at);
     }
 
     /// A run another partition saw finish: the same history as [`State::record_run`], kept
     /// idempotent (the latest failure is the latest one seen, whatever order the facts come in).
-    pub(crate) fn record_run_fact(&mut self, config: u64, gpus: u32, status: FinishStatus, at: Timestamp) {
+    pub(crate) fn record_run_fact(&mut self, config: u64, gpus: Gpus, status: FinishStatus, at: Timestamp) {
         let h = self.trials.entry(config).or_default();
         match status {
             FinishStatus::Succeeded => h.record_success(gpus, at),
@@ -1580,7 +1596,7 @@ impl State {
         }
     }
 
-    pub(crate) fn record_run(&mut self, config: u64, gpus: u32, status: FinishStatus, at: Timestamp) {
+    pub(crate) fn record_run(&mut self, config: u64, gpus: Gpus, status: FinishStatus, at: Timestamp) {
         let h = self.trials.entry(config).or_default();
         match status {
             FinishStatus::Succeeded => h.record_success(gpus, at),
@@ -1614,7 +1630,7 @@ pub(crate) mod tests {
             id: id.into(),
             project: project.into(),
             user: "ada".into(),
-            gpus,
+            gpus: gpus.into(),
             requested_hours: 1.0,
             tags: vec![("team".into(), "x".into())],
             ..JobSpec::default()
@@ -1622,7 +1638,7 @@ pub(crate) mod tests {
     }
 
     fn held(st: &State, kind: ScopeKind, name: &str) -> u32 {
-        st.ledger(kind, name).map_or(0, |l| l.held_gpus)
+        st.ledger(kind, name).map_or(0, |l| l.held_gpus.floor())
     }
 
     #[test]
@@ -1682,18 +1698,18 @@ pub(crate) mod tests {
         let (a100, tokens) = (Sym::new("A100"), Sym::new("tokens"));
         // Runs of 900, 1000, 1100 tokens/s per GPU: mean 1000, sample stddev 100.
         for (i, v) in [900.0, 1000.0, 1100.0].into_iter().enumerate() {
-            h.record_throughput(&a100, 1, tokens.clone(), v, Timestamp(i as i64));
+            h.record_throughput(&a100, Gpus::from(1), tokens.clone(), v, Timestamp(i as i64));
         }
-        let m = h.measured("A100", 1, "tokens").unwrap();
+        let m = h.measured("A100", Gpus::from(1), "tokens").unwrap();
         assert_eq!((m.runs, m.mean, m.min, m.max, m.last), (3, 1000.0, 900.0, 1100.0, Timestamp(2)));
         assert!((m.stddev() - 100.0).abs() < 1e-9);
         // Entries per configuration are bounded: the least recently measured goes first.
         for g in 2..40u32 {
-            h.record_throughput(&a100, g, tokens.clone(), 1.0, Timestamp(i64::from(g) * 10));
+            h.record_throughput(&a100, Gpus::from(g), tokens.clone(), 1.0, Timestamp(i64::from(g) * 10));
         }
         assert_eq!(h.throughput.len(), MEASURED_PER_CONFIG);
-        assert!(h.measured("A100", 1, "tokens").is_none());
-        assert!(h.measured("A100", 39, "tokens").is_some());
+        assert!(h.measured("A100", Gpus::from(1), "tokens").is_none());
+        assert!(h.measured("A100", Gpus::from(39), "tokens").is_some());
     }
 
     /// A record as every snapshot so far has stored it (written by the build before profiles): it
@@ -1709,7 +1725,7 @@ pub(crate) mod tests {
         );
         assert_eq!(r.tag("team"), Some("x"));
         assert_eq!(&*r.tags()[0].ledger, "team=x");
-        assert_eq!((r.gpus(), r.reserved(), r.has_config()), (4, 8.0, true));
+        assert_eq!((r.gpus(), r.reserved(), r.has_config()), (Gpus::whole(4), 8.0, true));
         assert_eq!(serde_json::to_string(&r).unwrap(), STORED_RECORD);
     }
 

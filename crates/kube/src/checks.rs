@@ -246,7 +246,7 @@ impl Context {
             .as_ref()?
             .pod_set_assignments
             .iter()
-            .find_map(|p| p.flavors.get(&self.mapping.gpu_resource).cloned())?;
+            .find_map(|p| crate::gpus::gpu_flavor(&p.flavors, &self.mapping).cloned())?;
         if let Some(labels) = lock(&self.flavors).get(&name).cloned() {
             return Some((name, labels));
         }

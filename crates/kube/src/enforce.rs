@@ -205,7 +205,8 @@ async fn act(
         }
         (Ask::Reclaim, Target::Object(kind, o)) => {
             let value = json_of(&o);
-            let view = kinds::unit_view(&kind, &value, job, "nvidia.com/gpu");
+            // Only whether it ended is read: the GPUs it counts do not matter here.
+            let view = kinds::unit_view(&kind, &value, job, &crate::submit::Mapping::default());
             if view.end.is_some() {
                 return Ok((
                     Outcome::Skipped,

@@ -53,7 +53,7 @@ pub fn of_step(cluster: &str, step: &Step) -> Event {
 mod tests {
     use super::*;
     use crate::lifecycle::Sent;
-    use bursar_model::{FinishStatus, Timestamp, decode_event};
+    use bursar_model::{FinishStatus, Gpus, Timestamp, decode_event};
 
     fn state() -> UnitState {
         UnitState {
@@ -83,7 +83,7 @@ mod tests {
                 "kube-0a1b2c3d4e5f-r2-started",
                 Planned::Started {
                     at: Timestamp(1_796_018_054_000),
-                    gpus: 8,
+                    gpus: Gpus::whole(8),
                     pods: vec!["train-0-x".into(), "train-1-y".into()],
                 },
             ),
@@ -95,6 +95,12 @@ mod tests {
         assert_eq!(v["kube_namespace"], "nlp");
         assert_eq!(v["kube_cluster"], "gpu-a");
         assert_eq!(decode_event(&s.to_json()).unwrap(), s, "decodes as the same event");
+
+        // Two MIG slices of one GPU (2 × nvidia.com/mig-1g.10gb): the share, as the wire writes it.
+        let slices = Planned::Started { at: Timestamp(0), gpus: Gpus::fraction(2, 7).unwrap(), pods: vec!["p".into()] };
+        let m = of_step("gpu-a", &step("kube-0a1b2c3d4e5f-r2-started", slices));
+        assert!(m.to_json().contains(r#""gpus":"2/7""#), "{}", m.to_json());
+        assert_eq!(decode_event(&m.to_json()).unwrap(), m);
 
         let r = of_step(
             "gpu-a",

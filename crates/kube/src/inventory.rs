@@ -2,8 +2,11 @@
 //! by the nodes' allocatable GPUs, as `pool.inventory` rows (pure; `bursar kube watch` reads the
 //! objects and sends the rows when they change, [`crate::watch`]).
 //!
-//! One row per ClusterQueue and GPU flavor (a flavor of its `spec.resourceGroups` that lists the
-//! GPU resource, `nvidia.com/gpu` by default):
+//! One row per ClusterQueue and GPU flavor (a flavor of its `spec.resourceGroups` that lists a
+//! resource counting GPUs: a `--gpu-resource` name, `nvidia.com/gpu` by default, or a MIG slice,
+//! `nvidia.com/mig-*`, [`crate::gpus`]). The rows count whole GPUs: a flavor's or a node's MIG
+//! slices count as the whole GPUs they add up to, rounded down (14 `nvidia.com/mig-1g.10gb` are 2,
+//! 3 of them none), and the slices in use as the GPUs they occupy, rounded up:
 //!
 //! | field | from |
 //! |---|---|
@@ -11,7 +14,7 @@
 //! | `gpu_type` | the flavor's node label naming the GPU model (`nvidia.com/gpu.product`), else the flavor's name: as `job.submitted` names it ([`crate::submit`]) |
 //! | `in_service` | the flavor's `nominalQuota`, at most the allocatable GPUs of the Ready, schedulable nodes its `nodeLabels` select (when any node matches) |
 //! | `drained` | the allocatable GPUs of the matching nodes that are cordoned (`spec.unschedulable`) or not Ready, at most what the quota leaves beyond `in_service` |
-//! | `allocated` | `status.flavorsUsage` of the flavor's GPU resource (what admitted Workloads hold) |
+//! | `allocated` | `status.flavorsUsage` of the flavor's GPU resources (what admitted Workloads hold) |
 //! | `free` | `in_service` − `allocated` |
 //! | `backfill` | `spec.queueingStrategy`: `StrictFIFO` is `strict`, `BestEffortFIFO` (Kueue's default) `best_effort` |
 //!
@@ -20,8 +23,10 @@
 
 use std::collections::BTreeMap;
 
-use bursar_model::CapacityRow;
+use bursar_model::{CapacityRow, Gpus};
 use serde_json::Value;
+
+use crate::submit::Mapping;
 
 /// A whole number of a quantity (`"8"`, `8`); `None` for anything else (`"500m"`, `"1Ki"`).
 fn count(v: &Value) -> Option<u32> {
@@ -40,12 +45,24 @@ fn text<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct NodeGpus {
     labels: BTreeMap<String, String>,
-    gpus: u32,
+    gpus: Gpus,
     usable: bool,
 }
 
-fn node(n: &Value, resource: &str) -> Option<NodeGpus> {
-    let gpus = n.get("status")?.get("allocatable")?.get(resource).and_then(count)?;
+/// The GPUs in a map of quantities by resource (a node's `allocatable`, a flavor's `resources` as
+/// `(name, quantity)`): Σ count × share over the resources that count; `None` when none is there.
+fn gpus<'a>(mapping: &Mapping, quantities: impl Iterator<Item = (&'a str, &'a Value)>) -> Option<Gpus> {
+    quantities.filter_map(|(r, q)| Some(mapping.gpu_share(r)?.saturating_mul(count(q)?))).reduce(Gpus::saturating_add)
+}
+
+/// A flavor's or usage's `resources` list (`[{"name": …, <field>: …}]`) as `(name, quantity)`.
+fn named<'a>(list: Option<&'a Value>, field: &'a str) -> impl Iterator<Item = (&'a str, &'a Value)> {
+    list.and_then(Value::as_array).into_iter().flatten().filter_map(move |r| Some((text(r, &["name"])?, r.get(field)?)))
+}
+
+fn node(n: &Value, mapping: &Mapping) -> Option<NodeGpus> {
+    let allocatable = n.get("status")?.get("allocatable")?.as_object()?;
+    let gpus = gpus(mapping, allocatable.iter().map(|(k, v)| (k.as_str(), v)))?;
     let labels = n
         .get("metadata")
         .and_then(|m| m.get("labels"))
@@ -63,16 +80,16 @@ fn node(n: &Value, resource: &str) -> Option<NodeGpus> {
 }
 
 /// The rows of `cluster_queues` (their JSON), with `flavors` (ResourceFlavors) and `nodes` (Nodes),
-/// for GPU resource `resource`, the node label naming the GPU model `type_label`, in `region`.
+/// for the GPU resources of `mapping` and its node label naming the GPU model, in `region`.
 pub fn inventory(
     cluster_queues: &[Value],
     flavors: &[Value],
     nodes: &[Value],
-    resource: &str,
-    type_label: &str,
+    mapping: &Mapping,
     region: &str,
 ) -> Vec<CapacityRow> {
-    let nodes: Vec<NodeGpus> = nodes.iter().filter_map(|n| node(n, resource)).collect();
+    let type_label = mapping.gpu_type_label.as_str();
+    let nodes: Vec<NodeGpus> = nodes.iter().filter_map(|n| node(n, mapping)).collect();
     let flavor_labels = |name: &str| -> BTreeMap<String, String> {
         flavors
             .iter()
@@ -88,26 +105,19 @@ pub fn inventory(
             Some("StrictFIFO") => "strict",
             _ => "best_effort",
         };
-        let usage = |flavor: &str| -> u32 {
-            cq.get("status")
+        let usage = |flavor: &str| -> Gpus {
+            let used = cq
+                .get("status")
                 .and_then(|s| s.get("flavorsUsage"))
                 .and_then(Value::as_array)
-                .and_then(|fs| fs.iter().find(|f| text(f, &["name"]) == Some(flavor)))
-                .and_then(|f| f.get("resources")?.as_array())
-                .and_then(|rs| rs.iter().find(|r| text(r, &["name"]) == Some(resource)))
-                .and_then(|r| r.get("total").and_then(count))
-                .unwrap_or(0)
+                .and_then(|fs| fs.iter().find(|f| text(f, &["name"]) == Some(flavor)));
+            gpus(mapping, named(used.and_then(|f| f.get("resources")), "total")).unwrap_or(Gpus::ZERO)
         };
         let groups = cq.get("spec").and_then(|s| s.get("resourceGroups")).and_then(Value::as_array);
         for group in groups.into_iter().flatten() {
             for f in group.get("flavors").and_then(Value::as_array).into_iter().flatten() {
                 let Some(flavor) = text(f, &["name"]) else { continue };
-                let quota = f
-                    .get("resources")
-                    .and_then(Value::as_array)
-                    .and_then(|rs| rs.iter().find(|r| text(r, &["name"]) == Some(resource)))
-                    .and_then(|r| r.get("nominalQuota").and_then(count));
-                let Some(quota) = quota else { continue };
+                let Some(quota) = gpus(mapping, named(f.get("resources"), "nominalQuota")) else { continue };
                 let labels = flavor_labels(flavor);
                 let gpu_type = labels.get(type_label).cloned().unwrap_or_else(|| flavor.to_owned());
                 let matching: Vec<&NodeGpus> = nodes
@@ -115,14 +125,14 @@ pub fn inventory(
                     .filter(|n| !labels.is_empty() && labels.iter().all(|(k, v)| n.labels.get(k) == Some(v)))
                     .collect();
                 let (in_service, drained) = if matching.is_empty() {
-                    (quota, 0)
+                    (quota, Gpus::ZERO)
                 } else {
-                    let up: u32 = matching.iter().filter(|n| n.usable).map(|n| n.gpus).fold(0, u32::saturating_add);
-                    let down: u32 = matching.iter().filter(|n| !n.usable).map(|n| n.gpus).fold(0, u32::saturating_add);
+                    let up: Gpus = matching.iter().filter(|n| n.usable).map(|n| n.gpus).sum();
+                    let down: Gpus = matching.iter().filter(|n| !n.usable).map(|n| n.gpus).sum();
                     let in_service = quota.min(up);
-                    (in_service, down.min(quota - in_service))
+                    (in_service, down.min(quota.saturating_sub(in_service)))
                 };
-                let allocated = usage(flavor);
+                let (in_service, drained, allocated) = (in_service.floor(), drained.floor(), usage(flavor).ceil());
                 rows.push(CapacityRow {
                     region: region.to_owned(),
                     gpu_type,
@@ -184,8 +194,7 @@ mod tests {
             &[cluster_queue("team-nlp", "StrictFIFO", "24", 6)],
             &[flavor],
             &nodes,
-            "nvidia.com/gpu",
-            "nvidia.com/gpu.product",
+            &Mapping::default(),
             "gpu-a",
         );
         assert_eq!(
@@ -205,19 +214,41 @@ mod tests {
 
     #[test]
     fn without_nodes_or_labels_the_quota_is_the_capacity_and_the_flavor_names_the_type() {
-        let rows = inventory(
-            &[cluster_queue("team-cv", "BestEffortFIFO", "8", 8)],
-            &[],
-            &[],
-            "nvidia.com/gpu",
-            "nvidia.com/gpu.product",
-            "gpu-a",
-        );
+        let rows =
+            inventory(&[cluster_queue("team-cv", "BestEffortFIFO", "8", 8)], &[], &[], &Mapping::default(), "gpu-a");
         assert_eq!(rows.len(), 1);
         let r = &rows[0];
         assert_eq!(
             (r.gpu_type.as_str(), r.in_service, r.allocated, r.free, r.backfill.as_deref()),
             ("h100", 8, 8, 0, Some("best_effort"))
+        );
+    }
+
+    #[test]
+    fn mig_slices_count_as_the_whole_gpus_they_add_up_to() {
+        // A100 nodes in the mixed strategy: one with 2 GPUs cut in sevenths (14 slices) and one whole
+        // GPU, one with 3 slices left (3/7: no whole GPU). The flavor's quota: 21 slices (3 GPUs) and
+        // 1 GPU; 8 slices in use occupy 2 GPUs.
+        let node = |name: &str, alloc: Value| {
+            json!({"metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}},
+                   "status": {"allocatable": alloc, "conditions": [{"type": "Ready", "status": "True"}]}})
+        };
+        let nodes = [
+            node("n1", json!({"cpu": "64", "nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "14"})),
+            node("n2", json!({"nvidia.com/mig-1g.10gb": "3"})),
+            node("cpu", json!({"cpu": "64"})),
+        ];
+        let flavor = json!({"metadata": {"name": "a100"}, "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}}});
+        let cq = json!({"metadata": {"name": "team-cv"},
+            "spec": {"resourceGroups": [{"coveredResources": ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb"], "flavors": [{"name": "a100", "resources": [
+                {"name": "nvidia.com/gpu", "nominalQuota": "1"}, {"name": "nvidia.com/mig-1g.10gb", "nominalQuota": "21"}]}]}]},
+            "status": {"flavorsUsage": [{"name": "a100", "resources": [{"name": "nvidia.com/mig-1g.10gb", "total": "8"}]}]}});
+        let rows = inventory(&[cq], &[flavor], &nodes, &Mapping::default(), "gpu-a");
+        let r = &rows[0];
+        // Quota 1 + 21/7 = 4; nodes 1 + 2 + 3/7 = 24/7: 3 whole GPUs in service; 8/7 used: 2.
+        assert_eq!(
+            (r.gpu_type.as_str(), r.in_service, r.allocated, r.free, r.drained),
+            ("NVIDIA-A100-SXM4-80GB", 3, 2, 1, 0)
         );
     }
 }

@@ -12,7 +12,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
 
 use crate::lifecycle::{End, Stop, UnitView};
-use crate::submit::{MAX_EXEC_LABEL, PodShape};
+use crate::submit::{MAX_EXEC_LABEL, Mapping, PodShape};
 
 /// How a kind keeps its pods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,8 +192,8 @@ pub fn template_pointers(kind: &Kind, obj: &Value) -> Vec<String> {
 }
 
 /// The pod sets of `obj` as the mapping reads them.
-pub fn shapes(kind: &Kind, obj: &Value, resource: &str) -> Vec<PodShape> {
-    templates(kind, obj).iter().map(|(n, t)| PodShape::of(*n, &pod_spec(t), resource)).collect()
+pub fn shapes(kind: &Kind, obj: &Value, mapping: &Mapping) -> Vec<PodShape> {
+    templates(kind, obj).iter().map(|(n, t)| PodShape::of(*n, &pod_spec(t), mapping)).collect()
 }
 
 /// Seconds `obj` may run, from its own spec: a Job's `activeDeadlineSeconds`, the Kubeflow
@@ -249,11 +249,11 @@ pub const UNTIL: &str = "bursar.dev/until";
 pub const DECISION: &str = "bursar.dev/decision";
 
 /// The lifecycle view of a webhook-admitted object (`job_id` from its `bursar.dev/job`).
-pub fn unit_view(kind: &Kind, obj: &Value, job_id: &str, resource: &str) -> UnitView {
+pub fn unit_view(kind: &Kind, obj: &Value, job_id: &str, mapping: &Mapping) -> UnitView {
     let meta = |k: &str| obj.pointer(&format!("/metadata/{k}")).and_then(Value::as_str).unwrap_or("").to_owned();
     let expected = templates(kind, obj)
         .iter()
-        .filter(|(_, t)| crate::submit::pod_gpus(&pod_spec(t), resource) > 0 || kind.shape == Shape::Pod)
+        .filter(|(_, t)| !crate::gpus::pod_gpus(&pod_spec(t), mapping).is_zero() || kind.shape == Shape::Pod)
         .map(|(n, _)| *n)
         .fold(0, u32::saturating_add);
     let (done, failed): (&[&str], &[&str]) = match kind.shape {
@@ -332,6 +332,7 @@ pub fn annotations(obj: &Value) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bursar_model::Gpus;
     use serde_json::json;
 
     #[test]
@@ -348,15 +349,16 @@ mod tests {
         let gpu = json!({"spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}});
         let job = json!({"spec": {"parallelism": 4, "completions": 3, "template": gpu}});
         let k = Kind::parse("batch/v1/Job").unwrap();
-        let s = shapes(&k, &job, "nvidia.com/gpu");
-        assert_eq!((s[0].count, s[0].gpus), (3, 2));
+        let m = Mapping::default();
+        let s = shapes(&k, &job, &m);
+        assert_eq!((s[0].count, s[0].gpus), (3, Gpus::whole(2)));
         let js = json!({"spec": {"replicatedJobs": [{"name": "w", "replicas": 2, "template": {"spec": {"parallelism": 2, "template": gpu}}}]}});
         let k = Kind::parse("JobSet").unwrap();
-        assert_eq!(shapes(&k, &js, "nvidia.com/gpu")[0].count, 4);
+        assert_eq!(shapes(&k, &js, &m)[0].count, 4);
         assert_eq!(template_pointers(&k, &js), ["/spec/replicatedJobs/0/template/spec/template/metadata"]);
         let pt = json!({"spec": {"runPolicy": {"suspend": true}, "pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": gpu}, "Worker": {"replicas": 3, "template": gpu}}}});
         let k = Kind::parse("PyTorchJob").unwrap();
-        let total: u32 = shapes(&k, &pt, "nvidia.com/gpu").iter().map(|s| s.count * s.gpus).sum();
+        let total: Gpus = shapes(&k, &pt, &m).iter().map(|s| s.gpus.saturating_mul(s.count)).sum();
         assert_eq!(total, 8);
         assert!(is_suspended(&k, &pt));
         assert_eq!(template_pointers(&k, &pt).len(), 2);
@@ -367,16 +369,16 @@ mod tests {
         let k = Kind::parse("batch/v1/Job").unwrap();
         let mut job = json!({"metadata": {"name": "train", "namespace": "nlp"}, "spec": {"suspend": true, "template": {"spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}},
             "status": {"conditions": [{"type": "Suspended", "status": "True", "lastTransitionTime": "2026-11-30T09:00:00Z"}]}});
-        let u = unit_view(&k, &job, "kube-1", "nvidia.com/gpu");
+        let u = unit_view(&k, &job, "kube-1", &Mapping::default());
         assert_eq!(u.expected_pods, 1);
         let stop = u.stopped.unwrap();
         assert!(!stop.for_good);
         assert_eq!(stop.at.map(|t| t.to_string()).as_deref(), Some("2026-11-30T09:00:00Z"));
         job["metadata"]["annotations"] = json!({RECLAIMED: "d-1"});
-        assert!(unit_view(&k, &job, "kube-1", "nvidia.com/gpu").stopped.unwrap().for_good);
+        assert!(unit_view(&k, &job, "kube-1", &Mapping::default()).stopped.unwrap().for_good);
         job["spec"]["suspend"] = json!(false);
         job["status"] = json!({"completionTime": "2026-11-30T10:00:00Z", "conditions": [{"type": "Complete", "status": "True", "reason": "CompletionsReached"}]});
-        let end = unit_view(&k, &job, "kube-1", "nvidia.com/gpu").end.unwrap();
+        let end = unit_view(&k, &job, "kube-1", &Mapping::default()).end.unwrap();
         assert_eq!((end.status, end.at.to_string().as_str()), (FinishStatus::Succeeded, "2026-11-30T10:00:00Z"));
     }
 }

@@ -30,15 +30,17 @@
 //! follower it shares with Slurm's enforcer) and runs each try's Kubernetes calls on the runtime in
 //! one place. Each agent's module says which.
 //!
-//! Layout: [`kueue`] Kueue's v1beta1 types; [`inventory`] ClusterQueues and nodes → `pool.inventory`; [`kinds`] the object kinds as JSON; [`submit`] object →
-//! `job.submitted`; [`lifecycle`] what to send when (pure); [`events`] the v1 events; [`watching`]
-//! the watchers' settings; [`serve`] serve from async code; [`client`] connecting to the API
-//! server; then the four agents.
+//! Layout: [`kueue`] Kueue's v1beta1 types; [`inventory`] ClusterQueues and nodes →
+//! `pool.inventory`; [`kinds`] the object kinds as JSON; [`gpus`] how many GPUs a pod asks for (MIG
+//! slices at their share); [`submit`] object → `job.submitted`; [`lifecycle`] what to send when
+//! (pure); [`events`] the v1 events; [`watching`] the watchers' settings; [`serve`] serve from async
+//! code; [`client`] connecting to the API server; then the four agents.
 
 pub mod checks;
 pub mod client;
 pub mod enforce;
 pub mod events;
+pub mod gpus;
 pub mod inventory;
 pub mod kinds;
 pub mod kueue;

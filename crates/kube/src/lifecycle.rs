@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 
-use bursar_model::{FinishStatus, Timestamp};
+use bursar_model::{FinishStatus, Gpus, Timestamp};
 use serde::{Deserialize, Serialize};
 
 /// How a unit ended for good.
@@ -78,8 +78,8 @@ pub struct UnitView {
 pub struct PodView {
     /// The pod's name.
     pub name: String,
-    /// GPUs it asks for.
-    pub gpus: u32,
+    /// GPUs it asks for (`2/7` for two `nvidia.com/mig-1g.10gb`).
+    pub gpus: Gpus,
     /// When it was bound to a node (GPUs are held from then).
     pub placed_at: Option<Timestamp>,
     /// When it stopped holding them (terminated, or deleted).
@@ -165,7 +165,7 @@ pub enum Planned {
         /// When.
         at: Timestamp,
         /// GPUs its pods hold.
-        gpus: u32,
+        gpus: Gpus,
         /// Its pods.
         pods: Vec<String>,
     },
@@ -217,7 +217,7 @@ pub fn plan(
 ) -> (Vec<Step>, Vec<String>) {
     let mut steps = Vec::new();
     for (uid, (unit, pods)) in units {
-        let pods: Vec<&PodView> = pods.iter().filter(|p| p.gpus > 0).collect();
+        let pods: Vec<&PodView> = pods.iter().filter(|p| !p.gpus.is_zero()).collect();
         let prev = state.get(uid);
         let mut st = prev.cloned().unwrap_or_else(|| UnitState {
             job_id: unit.job_id.clone(),
@@ -286,7 +286,7 @@ pub fn plan(
             let at = run.iter().filter_map(|p| p.placed_at).min().unwrap_or(now);
             let mut names: Vec<String> = run.iter().map(|p| p.name.clone()).collect();
             names.sort();
-            Planned::Started { at, gpus: run.iter().map(|p| p.gpus).fold(0, u32::saturating_add), pods: names }
+            Planned::Started { at, gpus: run.iter().map(|p| p.gpus).sum(), pods: names }
         };
         // When the run's pods stopped holding GPUs.
         let run_end = |st: &UnitState, fallback: Option<Timestamp>| -> Timestamp {
@@ -411,8 +411,8 @@ mod tests {
         }
     }
 
-    fn pod(name: &str, gpus: u32, placed: Option<i64>, ended: Option<i64>) -> PodView {
-        PodView { name: name.into(), gpus, placed_at: placed.map(t), ended_at: ended.map(t), waits: None }
+    fn pod(name: &str, gpus: impl Into<Gpus>, placed: Option<i64>, ended: Option<i64>) -> PodView {
+        PodView { name: name.into(), gpus: gpus.into(), placed_at: placed.map(t), ended_at: ended.map(t), waits: None }
     }
 
     /// Runs `plan` and applies its steps, as the watcher does once serve accepted them.
@@ -450,11 +450,21 @@ mod tests {
         );
         let s = step(&mut st, &u, vec![pod("p0", 4, Some(5), None), pod("p1", 4, Some(7), None)], 8);
         assert_eq!(ids(&s), ["kube-abc-r1-started"]);
-        assert_eq!(s[0].1, Planned::Started { at: t(5), gpus: 8, pods: vec!["p0".into(), "p1".into()] });
+        assert_eq!(s[0].1, Planned::Started { at: t(5), gpus: Gpus::whole(8), pods: vec!["p0".into(), "p1".into()] });
         assert!(
             step(&mut st, &u, vec![pod("p0", 4, Some(5), None), pod("p1", 4, Some(7), None)], 9).is_empty(),
             "once"
         );
+    }
+
+    #[test]
+    fn a_run_of_mig_slices_is_charged_on_their_shares() {
+        let mut st = BTreeMap::new();
+        let two = Gpus::fraction(2, 7).unwrap();
+        let s = step(&mut st, &unit(2), vec![pod("p0", two, Some(5), None), pod("p1", two, Some(6), None)], 7);
+        assert_eq!(ids(&s), ["kube-abc-r1-started"]);
+        let gpus = Gpus::fraction(4, 7).unwrap();
+        assert_eq!(s[0].1, Planned::Started { at: t(5), gpus, pods: vec!["p0".into(), "p1".into()] });
     }
 
     #[test]
@@ -464,7 +474,7 @@ mod tests {
         assert_eq!(ids(&step(&mut st, &unit(2), pods(), 34)), ["kube-abc-queued"]);
         assert!(step(&mut st, &unit(2), pods(), 34).is_empty());
         let s = step(&mut st, &unit(2), pods(), 35);
-        assert_eq!(s[0].1, Planned::Started { at: t(5), gpus: 4, pods: vec!["p0".into()] });
+        assert_eq!(s[0].1, Planned::Started { at: t(5), gpus: Gpus::whole(4), pods: vec!["p0".into()] });
     }
 
     #[test]
@@ -503,7 +513,7 @@ mod tests {
         u.stopped = None;
         let s = step(&mut st, &u, vec![pod("p1", 1, Some(10), None)], 12);
         assert_eq!(ids(&s), ["kube-abc-r2-started"]);
-        assert_eq!(s[0].1, Planned::Started { at: t(10), gpus: 1, pods: vec!["p1".into()] });
+        assert_eq!(s[0].1, Planned::Started { at: t(10), gpus: Gpus::whole(1), pods: vec!["p1".into()] });
     }
 
     #[test]
@@ -528,7 +538,7 @@ mod tests {
         u.end = Some(End { at: t(90), status: FinishStatus::Failed, reason: "BackoffLimitExceeded".into() });
         let s = step(&mut st, &u, vec![pod("p0", 1, Some(10), Some(80))], 500);
         assert_eq!(ids(&s), ["kube-abc-r1-started", "kube-abc-r1-finished"]);
-        assert_eq!(s[0].1, Planned::Started { at: t(10), gpus: 1, pods: vec!["p0".into()] });
+        assert_eq!(s[0].1, Planned::Started { at: t(10), gpus: Gpus::whole(1), pods: vec!["p0".into()] });
         assert!(matches!(s[1].1, Planned::Finished { at, status: FinishStatus::Failed, .. } if at == t(90)));
     }
 

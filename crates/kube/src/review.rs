@@ -124,8 +124,8 @@ pub fn triage(req: &AdmissionRequest<DynamicObject>, cfg: &ReviewConfig, now: Ti
             if owned {
                 return Triage::Allow("owned by a controller: admitted with its owner");
             }
-            let pods = kinds::shapes(kind, &obj, &cfg.mapping.gpu_resource);
-            if pods.iter().all(|p| p.gpus == 0 || p.count == 0) {
+            let pods = kinds::shapes(kind, &obj, &cfg.mapping);
+            if pods.iter().all(|p| p.gpus.is_zero() || p.count == 0) {
                 return Triage::Allow("asks for no GPUs");
             }
             let s = Submission {
@@ -295,7 +295,7 @@ pub fn unavailable(req: &AdmissionRequest<DynamicObject>, fail_open: bool, why: 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bursar_model::EventKind;
+    use bursar_model::{EventKind, Gpus};
 
     /// An AdmissionReview v1 as kube-apiserver 1.33 sends it for `kubectl create -f job.yaml`.
     pub(crate) fn review(kind: &str, operation: &str, object: Value, old: Value, user: &str) -> Vec<u8> {
@@ -371,10 +371,23 @@ mod tests {
         let Triage::Submit { event, .. } = triage(&req, &cfg(), Timestamp(0)) else { panic!("not submitted") };
         let EventKind::JobSubmitted(spec) = &event.kind else { panic!("not a submission") };
         assert_eq!(spec.user, "alice@example.com", "userInfo, not a label, is the user");
-        assert_eq!((spec.gpus, spec.nodes, spec.requested_hours), (8, 2, 2.0));
+        assert_eq!((spec.gpus, spec.nodes, spec.requested_hours), (Gpus::whole(8), 2, 2.0));
         assert_eq!(spec.project, "nlp");
         assert_eq!(spec.id, job_id("lab", "705ab4f5-6393-11e8-b7cc-42010a800002"));
         assert_eq!(spec.tag("team"), Some("search"));
+    }
+
+    #[test]
+    fn a_job_of_mig_slices_is_submitted_with_their_share() {
+        let mut j = job(0);
+        j["spec"]["template"]["spec"]["containers"][0]["resources"] =
+            json!({"limits": {"nvidia.com/mig-1g.10gb": "2"}, "requests": {"nvidia.com/mig-1g.10gb": "2"}});
+        let req = parse(&review("Job", "CREATE", j, Value::Null, "alice")).unwrap();
+        let Triage::Submit { event, .. } = triage(&req, &cfg(), Timestamp(0)) else { panic!("slices are GPUs") };
+        let EventKind::JobSubmitted(spec) = &event.kind else { panic!("not a submission") };
+        assert_eq!((spec.gpus, spec.nodes), (Gpus::fraction(4, 7).unwrap(), 2), "2 pods × 2 slices of 1/7");
+        assert_eq!(spec.image.as_deref(), Some("registry/llm:1.4"));
+        assert!(event.to_json().contains(r#""gpus":"4/7""#), "{}", event.to_json());
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! | `project`           | the label `--project-label` names (when set and present), else the namespace |
 //! | `user`              | webhook: the request's `userInfo.username`; Kueue: the `bursar.dev/user` label or annotation |
 //! | `queue`             | the Workload's `spec.queueName`, or the `kueue.x-k8s.io/queue-name` label |
-//! | `gpus`              | Σ pods × GPUs per pod (`nvidia.com/gpu` limits, else requests; max with init containers) |
+//! | `gpus`              | Σ pods × GPUs per pod, exact to a MIG slice: every `nvidia.com/mig-*` resource at its share (`2 × mig-1g.10gb` is `2/7`) and the `--gpu-resource` names (`nvidia.com/gpu`) as whole GPUs; limits, else requests; max with init containers ([`crate::gpus`]) |
 //! | `nodes`             | pods that hold GPUs (an upper bound: pods may share a node)             |
 //! | `gpu_type`          | the pod template's node selector `nvidia.com/gpu.product`, else the GPU flavor's node label, else the flavor's name |
 //! | `gpu_mem_gb`        | the node selector or flavor label `nvidia.com/gpu.memory` (MiB) / 1024  |
@@ -19,10 +19,11 @@
 
 use std::collections::BTreeMap;
 
-use bursar_model::{Event, EventKind, Extra, JobSpec, Ready, Timestamp};
+use bursar_model::{Event, EventKind, Extra, Gpus, JobSpec, Ready, Timestamp};
 use k8s_openapi::api::core::v1::PodSpec;
 use sha2::{Digest, Sha256};
 
+use crate::gpus::{MigShares, asks_for_gpus, pod_gpus};
 use crate::kueue::Workload;
 
 /// The annotation and label prefix bursar reads and writes.
@@ -41,8 +42,14 @@ pub const MAX_EXEC_LABEL: &str = "kueue.x-k8s.io/max-exec-time-seconds";
 pub struct Mapping {
     /// The job id prefix (`--cluster`), also the `kube_cluster` field of every event.
     pub cluster: String,
-    /// The extended resource that counts GPUs.
+    /// The extended resource that counts GPUs (`--gpu-resource`, the first when repeated): one is
+    /// a whole GPU, or its share when its name holds a MIG profile. Every `nvidia.com/mig-*`
+    /// resource counts as well, at its share ([`crate::gpus`]).
     pub gpu_resource: String,
+    /// The other `--gpu-resource` names, counted as `gpu_resource` is.
+    pub more_gpu_resources: Vec<String>,
+    /// The site's MIG shares (`--mig-share PROFILE=SHARE`), over the built-in ones.
+    pub mig_shares: MigShares,
     /// The node label naming the GPU model (GPU feature discovery's).
     pub gpu_type_label: String,
     /// The node label giving one GPU's memory in MiB.
@@ -60,6 +67,8 @@ impl Default for Mapping {
         Mapping {
             cluster: "kube".into(),
             gpu_resource: "nvidia.com/gpu".into(),
+            more_gpu_resources: Vec::new(),
+            mig_shares: MigShares::default(),
             gpu_type_label: "nvidia.com/gpu.product".into(),
             gpu_memory_label: "nvidia.com/gpu.memory".into(),
             project_label: None,
@@ -96,28 +105,13 @@ pub fn whole(q: &str) -> Option<u32> {
     q.parse().ok()
 }
 
-/// GPUs one pod of `spec` holds: the larger of its containers' sum and its largest init container,
-/// each container counted by its limit (extended resources need one), else its request.
-pub fn pod_gpus(spec: &PodSpec, resource: &str) -> u32 {
-    let of = |c: &k8s_openapi::api::core::v1::Container| -> u32 {
-        let r = c.resources.as_ref();
-        let pick = |m: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>| {
-            m.and_then(|m| m.get(resource)).and_then(|q| whole(&q.0))
-        };
-        r.and_then(|r| pick(r.limits.as_ref()).or_else(|| pick(r.requests.as_ref()))).unwrap_or(0)
-    };
-    let main: u32 = spec.containers.iter().map(of).sum();
-    let init = spec.init_containers.iter().flatten().map(of).max().unwrap_or(0);
-    main.max(init)
-}
-
 /// What one set of identical pods asks for.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct PodShape {
     /// Pods.
     pub count: u32,
     /// GPUs per pod.
-    pub gpus: u32,
+    pub gpus: Gpus,
     /// The image of the first container asking for GPUs (or the first container).
     pub image: Option<String>,
     /// The template's node selector.
@@ -128,15 +122,14 @@ pub struct PodShape {
 
 impl PodShape {
     /// The shape of `count` pods of `spec`.
-    pub fn of(count: u32, spec: &PodSpec, resource: &str) -> PodShape {
-        let gpus = pod_gpus(spec, resource);
-        let has_gpu = |c: &&k8s_openapi::api::core::v1::Container| {
-            c.resources.as_ref().is_some_and(|r| {
-                r.limits.as_ref().is_some_and(|m| m.contains_key(resource))
-                    || r.requests.as_ref().is_some_and(|m| m.contains_key(resource))
-            })
-        };
-        let image = spec.containers.iter().find(has_gpu).or(spec.containers.first()).and_then(|c| c.image.clone());
+    pub fn of(count: u32, spec: &PodSpec, mapping: &Mapping) -> PodShape {
+        let gpus = pod_gpus(spec, mapping);
+        let image = spec
+            .containers
+            .iter()
+            .find(|c| asks_for_gpus(c, mapping))
+            .or(spec.containers.first())
+            .and_then(|c| c.image.clone());
         PodShape {
             count,
             gpus,
@@ -197,7 +190,7 @@ impl Submission {
             .map(|ps| {
                 let count = counts.get(ps.name.as_str()).copied().unwrap_or(ps.count);
                 let spec = ps.template.spec.clone().unwrap_or_default();
-                PodShape::of(u32::try_from(count).unwrap_or(0), &spec, &mapping.gpu_resource)
+                PodShape::of(u32::try_from(count).unwrap_or(0), &spec, mapping)
             })
             .collect();
         let labels = m.labels.clone().unwrap_or_default();
@@ -219,12 +212,12 @@ impl Submission {
 
     /// The pods that ask for GPUs.
     pub fn gpu_pods(&self) -> impl Iterator<Item = &PodShape> {
-        self.pods.iter().filter(|p| p.gpus > 0 && p.count > 0)
+        self.pods.iter().filter(|p| !p.gpus.is_zero() && p.count > 0)
     }
 
     /// GPUs in total.
-    pub fn gpus(&self) -> u32 {
-        self.gpu_pods().map(|p| p.count.saturating_mul(p.gpus)).fold(0, u32::saturating_add)
+    pub fn gpus(&self) -> Gpus {
+        self.gpu_pods().map(|p| p.gpus.saturating_mul(p.count)).sum()
     }
 
     fn node_label(&self, label: &str) -> Option<String> {
@@ -400,6 +393,21 @@ mod tests {
     }
 
     #[test]
+    fn a_workload_of_mig_slices_asks_for_their_share_on_its_flavor() {
+        let text = crate::kueue::tests_data::WORKLOAD.replace("nvidia.com/gpu", "nvidia.com/mig-1g.10gb");
+        let w: Workload = serde_json::from_str(&text).unwrap();
+        let m = Mapping::default();
+        let flavors = &w.status.as_ref().unwrap().admission.as_ref().unwrap().pod_set_assignments[0].flavors;
+        let flavor = crate::gpus::gpu_flavor(flavors, &m).cloned();
+        assert_eq!(flavor.as_deref(), Some("h100"), "the flavor of the slices");
+        let s = Submission::of_workload(&w, &m, flavor.map(|f| (f, BTreeMap::new())));
+        let j = v(&s.event(&m, Timestamp(0)));
+        assert_eq!(j["job"]["gpus"], "8/7", "2 pods x 4 slices of 1/7");
+        assert_eq!((j["job"]["nodes"].as_u64(), j["job"]["gpu_type"].as_str()), (Some(2), Some("h100")));
+        assert_eq!(j["job"]["image"], "registry/llm:1.4");
+    }
+
+    #[test]
     fn quantities_and_init_containers() {
         assert_eq!(whole("4"), Some(4));
         assert_eq!(whole("2000m"), Some(2));
@@ -412,7 +420,8 @@ mod tests {
                            {"name": "c"}]
         }))
         .unwrap();
-        assert_eq!(pod_gpus(&spec, "nvidia.com/gpu"), 6, "the init container's 6 beats the containers' 4");
-        assert_eq!(pod_gpus(&spec, "amd.com/gpu"), 0);
+        assert_eq!(pod_gpus(&spec, &Mapping::default()), 6, "the init container's 6 beats the containers' 4");
+        let amd = Mapping { gpu_resource: "amd.com/gpu".into(), ..Mapping::default() };
+        assert_eq!(pod_gpus(&spec, &amd), 0);
     }
 }

@@ -47,11 +47,12 @@ use kube::{Client, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::gpus::pod_gpus;
 use crate::kinds::{self, Kind};
 use crate::kueue::{AdmissionCheck, CheckState, Workload};
 use crate::lifecycle::{self, End, PodView, Stop, UnitState, UnitView};
 use crate::serve::Serve;
-use crate::submit::{JOB_KEY, Mapping, job_id, pod_gpus};
+use crate::submit::{JOB_KEY, Mapping, job_id};
 use crate::{CONTROLLER_NAME, Error, Result};
 
 /// What the watcher follows.
@@ -126,14 +127,7 @@ async fn read_inventory(client: &Client, cfg: &WatchConfig) -> Result<Vec<bursar
     let flavors: Vec<serde_json::Value> = flavors.items.iter().map(as_json).collect();
     let nodes: Vec<serde_json::Value> =
         nodes.items.iter().map(|n| serde_json::to_value(n).unwrap_or_default()).collect();
-    Ok(crate::inventory::inventory(
-        &cqs,
-        &flavors,
-        &nodes,
-        &cfg.mapping.gpu_resource,
-        &cfg.mapping.gpu_type_label,
-        &cfg.region,
-    ))
+    Ok(crate::inventory::inventory(&cqs, &flavors, &nodes, &cfg.mapping, &cfg.region))
 }
 
 /// The watcher's state file: per unit uid, what was sent.
@@ -165,10 +159,10 @@ fn ts(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> Timestamp {
 
 /// The watcher's view of a pod, `None` when it asks for no GPUs. `seen_end`: when the watcher
 /// first saw it terminated, for a pod whose containers report no end.
-fn pod_entry(p: &Pod, resource: &str, seen_end: Option<Timestamp>) -> Option<PodEntry> {
+fn pod_entry(p: &Pod, mapping: &Mapping, seen_end: Option<Timestamp>) -> Option<PodEntry> {
     let spec = p.spec.as_ref()?;
-    let gpus = pod_gpus(spec, resource);
-    if gpus == 0 {
+    let gpus = pod_gpus(spec, mapping);
+    if gpus.is_zero() {
         return None;
     }
     let status = p.status.as_ref();
@@ -342,14 +336,13 @@ impl Watcher {
 
     fn on_pod(&mut self, event: watcher::Event<Pod>) {
         let now = Timestamp::wall_clock();
-        let resource = self.cfg.mapping.gpu_resource.clone();
         match event {
             watcher::Event::Init => self.listing = Some(BTreeSet::new()),
             watcher::Event::InitApply(p) => {
                 if let (Some(listing), Some(uid)) = (self.listing.as_mut(), p.uid()) {
                     listing.insert(uid);
                 }
-                self.apply_pod(&p, &resource);
+                self.apply_pod(&p);
             }
             watcher::Event::InitDone => {
                 let listed = self.listing.take().unwrap_or_default();
@@ -361,9 +354,9 @@ impl Watcher {
                 }
                 self.pods_synced = true;
             }
-            watcher::Event::Apply(p) => self.apply_pod(&p, &resource),
+            watcher::Event::Apply(p) => self.apply_pod(&p),
             watcher::Event::Delete(p) => {
-                self.apply_pod(&p, &resource);
+                self.apply_pod(&p);
                 if let Some(e) = p.uid().and_then(|u| self.pods.get_mut(&u)) {
                     e.gone.get_or_insert(now.millis());
                 }
@@ -371,10 +364,10 @@ impl Watcher {
         }
     }
 
-    fn apply_pod(&mut self, p: &Pod, resource: &str) {
+    fn apply_pod(&mut self, p: &Pod) {
         let Some(uid) = p.uid() else { return };
         let seen_end = self.pods.get(&uid).and_then(|e| e.view.ended_at);
-        match pod_entry(p, resource, seen_end) {
+        match pod_entry(p, &self.cfg.mapping, seen_end) {
             Some(mut e) => {
                 e.gone = self.pods.get(&uid).and_then(|old| old.gone);
                 self.pods.insert(uid, e);
@@ -429,7 +422,7 @@ impl Watcher {
                         let Some(job) = o.labels().get(JOB_KEY).cloned() else { continue };
                         let uid = o.uid().unwrap_or_default();
                         let value = serde_json::to_value(&*o).unwrap_or_default();
-                        let view = kinds::unit_view(kind, &value, &job, &self.cfg.mapping.gpu_resource);
+                        let view = kinds::unit_view(kind, &value, &job, &self.cfg.mapping);
                         let pods =
                             self.pod_views(|e| e.job.as_deref() == Some(job.as_str()) || e.owners.contains(&uid));
                         out.insert(uid, (view, pods));

@@ -465,19 +465,14 @@ fn compile_policy(
                     }
                 }
             }
-            let max_gpus = f.count(r, "max_gpus");
+            let max_gpus = f.gpus(r, "max_gpus");
             let mut queues = Vec::new();
             if let Some(mut t) = f.table(r, "queues") {
                 for (k, _, v) in t.entries() {
-                    match v.get_ref() {
-                        DeValue::Integer(i) => match i.as_str().replace('_', "").parse::<u32>() {
-                            Ok(n) => queues.push((k.to_owned(), n)),
-                            Err(_) => r.error(v.span(), format!("cap for queue `{k}` must be a whole number of GPUs")),
-                        },
-                        other => r.error(
-                            v.span(),
-                            format!("cap for queue `{k}` must be a whole number of GPUs, found {}", type_name(other)),
-                        ),
+                    if let Some(n) =
+                        crate::reader::gpus_value(r, v.get_ref(), v.span(), &format!("cap for queue `{k}`"))
+                    {
+                        queues.push((k.to_owned(), n));
                     }
                 }
             }

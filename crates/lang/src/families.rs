@@ -12,7 +12,7 @@ use bursar_engine::{
     Context, Effect, JobPhase, JobRecord, Later, Output, Policy, PolicyMeta, Reason, ScopeKind, TimerContext, Verdict,
     VerdictKind,
 };
-use bursar_model::{Duration, EventKind, Hints, JobSpec, Timestamp};
+use bursar_model::{Duration, EventKind, Gpus, Hints, JobSpec, Timestamp};
 
 use crate::expr::{Env, Expr, Template};
 
@@ -309,7 +309,7 @@ pub struct CrossRegion {
 /// A region that can start a job now, as [`CrossRegion::choose`] weighs it.
 struct RegionFit<'a> {
     region: &'a str,
-    free: u32,
+    free: Gpus,
     /// The dataset has a copy here (or no copy's region is known: no copy is counted).
     data_here: bool,
 }
@@ -348,15 +348,15 @@ impl CrossRegion {
             })
             .collect();
         // No partition has room even before what bursar promised is taken off: nothing to scan.
-        if rows.iter().all(|row| row.free < job.gpus) {
+        if rows.iter().all(|row| Gpus::whole(row.free) < job.gpus) {
             return None;
         }
-        let mut promised = vec![0u32; rows.len()];
+        let mut promised = vec![Gpus::ZERO; rows.len()];
         for (id, j) in state.jobs() {
             if j.phase() != bursar_engine::JobPhase::Admitted
                 || j.gpu_type() != Some(gpu_type)
                 || id == job.id
-                || j.runs().is_some_and(|r| r.released_stale)
+                || j.set_aside()
             {
                 continue;
             }
@@ -370,9 +370,9 @@ impl CrossRegion {
         }
         // Free now per region: its best partition.
         let mut fits: Vec<RegionFit<'_>> = Vec::new();
-        let mut short: Vec<(&str, u32)> = Vec::new();
+        let mut short: Vec<(&str, Gpus)> = Vec::new();
         for (row, promised) in rows.into_iter().zip(promised) {
-            let free = row.free.saturating_sub(promised);
+            let free = Gpus::whole(row.free).saturating_sub(promised);
             if free >= job.gpus {
                 match fits.iter_mut().find(|f| f.region == row.region) {
                     Some(f) => f.free = f.free.max(free),
@@ -477,8 +477,9 @@ pub struct CostPerUnit {
     pub action: Action,
 }
 
-fn gpus(n: u32) -> String {
-    bursar_model::counted(u64::from(n), "GPU", "GPUs")
+fn gpus(n: impl Into<Gpus>) -> String {
+    let n = n.into();
+    if n.is_whole() { bursar_model::counted(u64::from(n.floor()), "GPU", "GPUs") } else { format!("{n} GPUs") }
 }
 
 /// A number for people with three significant digits (`0.0123`, `4.56`, `78.9`), or as
@@ -649,7 +650,7 @@ impl Policy for TomlPolicy {
             (Family::Quota(q), NOTE_QUOTA, _) => q.write_note(job, l, now, out),
             (Family::Trial(_), NOTE_TRIAL, _) => {
                 out.push_str("trial of this configuration on ");
-                bursar_model::push_int(out, l.nums[0] as i64);
+                push_gpus(out, Gpus::from_parts(l.nums[0] as u64));
                 out.push_str(" GPUs succeeded at ");
                 out.push_str(Timestamp(l.int).text().as_str());
             }
@@ -752,22 +753,22 @@ impl Quota {
         // An array holds the GPUs of the tasks that may run at once.
         let wants = job.concurrent_gpus();
         if let Some(max) = lim.max_gpus {
-            let held = ledger.map_or(0, |l| l.held_gpus);
+            let held = ledger.map_or(Gpus::ZERO, |l| l.held_gpus);
             if held + wants > max {
                 branch = branch.min(1);
                 object(&mut objections);
                 label(&mut objections);
                 objections.push_str(" would hold ");
-                bursar_model::push_int(&mut objections, i64::from(held + wants));
+                push_gpus(&mut objections, held + wants);
                 objections.push_str(OVER_CONCURRENT);
-                bursar_model::push_int(&mut objections, i64::from(max));
+                push_gpus(&mut objections, max);
                 objections.push_str(" (");
-                bursar_model::push_int(&mut objections, i64::from(held));
+                push_gpus(&mut objections, held);
                 objections.push_str(" held now)");
                 // An array without a throttle holds every task's GPUs; one that may run fewer at
                 // once may fit (issue 55: the denial gave no hint that `%N` would admit it).
-                if let Some(a) = job.array.filter(|a| a.max_running.is_none() && job.gpus > 0) {
-                    let fits = max.saturating_sub(held) / job.gpus;
+                if let Some(a) = job.array.filter(|a| a.max_running.is_none() && !job.gpus.is_zero()) {
+                    let fits = u32::try_from(max.saturating_sub(held).parts() / job.gpus.parts()).unwrap_or(u32::MAX);
                     if fits >= 1 && fits < a.tasks {
                         objections.push_str("; throttled to at most ");
                         bursar_model::push_int(&mut objections, i64::from(fits));
@@ -785,17 +786,17 @@ impl Quota {
         if let Some(q) = &job.queue
             && let Some((_, cap)) = lim.queues.iter().find(|(name, _)| name == q)
         {
-            let held = ledger.map_or(0, |l| l.queue_gpus(q));
+            let held = ledger.map_or(Gpus::ZERO, |l| l.queue_gpus(q));
             if held + wants > *cap {
                 branch = branch.min(2);
                 object(&mut objections);
                 label(&mut objections);
                 objections.push_str(" would hold ");
-                bursar_model::push_int(&mut objections, i64::from(held + wants));
+                push_gpus(&mut objections, held + wants);
                 objections.push_str(OVER_QUEUE);
                 objections.push_str(q);
                 objections.push_str(", over its cap of ");
-                bursar_model::push_int(&mut objections, i64::from(*cap));
+                push_gpus(&mut objections, *cap);
             }
         }
         if objections.is_empty() {
@@ -804,6 +805,16 @@ impl Quota {
         } else {
             self.on_exhaust.emit(out, objections, branch);
         }
+    }
+}
+
+/// Writes a GPU count: an integer as [`bursar_model::push_int`] writes it, a share as `2/7`.
+fn push_gpus(s: &mut String, g: Gpus) {
+    if g.is_whole() {
+        bursar_model::push_int(s, i64::from(g.floor()));
+    } else {
+        use std::fmt::Write as _;
+        let _ = write!(s, "{g}");
     }
 }
 
@@ -929,7 +940,7 @@ impl Reclaim {
     fn idle_alert(
         idle: &Idle,
         id: &Arc<str>,
-        gpus_held: u32,
+        gpus_held: Gpus,
         since: Timestamp,
         at: Timestamp,
         samples: i64,
@@ -982,7 +993,8 @@ impl Reclaim {
                     out.effect(Effect::Timer { at: t.plus(max), job_id: id, tag: MAX_RUNTIME });
                 }
             }
-            EventKind::JobFinished { status, .. } if self.on_finish && job.phase().is_live() => {
+            // A job set aside (moved to another id, or its reservation released as stale) holds nothing to release.
+            EventKind::JobFinished { status, .. } if self.on_finish && job.phase().is_live() && !job.set_aside() => {
                 out.verdict(
                     Verdict::new(
                         VerdictKind::Reclaim,
@@ -1230,7 +1242,7 @@ impl Fit {
         if let (Some((bytes, overhead, sharded)), Some(params), Some(mem)) =
             (self.memory, job.model_params_b, job.gpu_mem_gb)
         {
-            let shards = if sharded { f64::from(job.gpus.max(1)) } else { 1.0 };
+            let shards = if sharded { job.gpus.as_f64().max(1.0) } else { 1.0 };
             let need = params * bytes * overhead / shards;
             if need > mem {
                 why(&mut text, 0);
@@ -1300,13 +1312,13 @@ impl Trial {
             return allow(out, String::new(), 2);
         }
         let key = job.config_key();
-        let last = cx.state.trial(&key).and_then(|h| h.last_success_at_most(self.trial_max_gpus));
+        let last = cx.state.trial(&key).and_then(|h| h.last_success_at_most(Gpus::whole(self.trial_max_gpus)));
         let since = Timestamp(cx.now.millis().saturating_sub(self.within.millis()));
         match last {
             Some((gpus, at)) if at >= since => out.verdict(
                 Verdict::new(
                     VerdictKind::Allow(Hints::default()),
-                    Later { code: NOTE_TRIAL, nums: [f64::from(gpus), 0.0], int: at.millis() },
+                    Later { code: NOTE_TRIAL, nums: [gpus.parts() as f64, 0.0], int: at.millis() },
                 )
                 .on_branch(2),
             ),
@@ -1474,11 +1486,12 @@ impl CostPerUnit {
         let others: std::collections::BTreeSet<&str> =
             measured.iter().map(|m| &*m.gpu_type).filter(|t| *t != asked).collect();
         // (other type, count, unit, cost here, cost there, runs here, runs there)
-        let mut best: Option<(&str, u32, &str, f64, f64, u32, u32)> = None;
+        let mut best: Option<(&str, Gpus, &str, f64, f64, u32, u32)> = None;
         for other in others {
             let Some(p_other) = self.price(other) else { continue };
-            let theirs =
-                |g: u32, unit: &str| measured.iter().find(|m| &*m.gpu_type == other && m.gpus == g && &*m.unit == unit);
+            let theirs = |g: Gpus, unit: &str| {
+                measured.iter().find(|m| &*m.gpu_type == other && m.gpus == g && &*m.unit == unit)
+            };
             let common: Vec<(&bursar_engine::state::Measured, &bursar_engine::state::Measured)> =
                 mine.iter().filter_map(|m| theirs(m.gpus, &m.unit).map(|t| (*m, *t))).collect();
             let at = common
@@ -1499,7 +1512,7 @@ impl CostPerUnit {
         }
         let Some((other, g, unit, here, there, n_here, n_there)) = best else { return };
         let saving = 1.0 - there / here;
-        let requested = f64::from(job.gpus) * job.requested_hours;
+        let requested = job.gpus.as_f64() * job.requested_hours;
         let money = if requested > 0.0 {
             let cost = requested * p_asked;
             format!(

@@ -202,6 +202,14 @@ impl<'t, 'i> Fields<'t, 'i> {
         Some(n as u32)
     }
 
+    /// A GPU count: a whole number (`8`), or a share of GPUs exact to a MIG slice as a string
+    /// (`"2/7"`) or a number (`1.5`).
+    pub fn gpus(&mut self, r: &mut Reader<'_>, key: &str) -> Option<bursar_model::Gpus> {
+        let v = self.get(key)?;
+        let span = v.span();
+        gpus_value(r, v.get_ref(), span, &format!("`{key}`"))
+    }
+
     /// A boolean field.
     pub fn bool(&mut self, r: &mut Reader<'_>, key: &str) -> Option<bool> {
         let v = self.get(key)?;
@@ -329,6 +337,36 @@ impl<'t, 'i> Fields<'t, 'i> {
                 d = d.with_help(format!("did you mean `{m}`?"));
             }
             r.errors.push(d);
+        }
+    }
+}
+
+/// A GPU count from a TOML value (see [`Table::gpus`]); `what` names it in an error.
+pub fn gpus_value(r: &mut Reader<'_>, v: &DeValue<'_>, span: Range<usize>, what: &str) -> Option<bursar_model::Gpus> {
+    let read = match v {
+        DeValue::Integer(i) => i64::from_str_radix(&i.as_str().replace('_', ""), i.radix())
+            .ok()
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|n| *n <= bursar_model::limits::GPUS)
+            .map(bursar_model::Gpus::whole)
+            .ok_or_else(|| format!("{what} must be a whole number of GPUs from 0 to {}", bursar_model::limits::GPUS)),
+        DeValue::Float(f) => f
+            .as_str()
+            .replace('_', "")
+            .parse::<f64>()
+            .map_err(|e| e.to_string())
+            .and_then(|n| bursar_model::Gpus::from_f64(n).map_err(|e| format!("{what}: {e}"))),
+        DeValue::String(t) => bursar_model::Gpus::parse(t).map_err(|e| format!("{what}: {e}")),
+        other => Err(format!(
+            "{what} must be a number of GPUs (`8`, or a share such as \"2/7\"), found {}",
+            type_name(other)
+        )),
+    };
+    match read {
+        Ok(g) => Some(g),
+        Err(e) => {
+            r.error(span, e);
+            None
         }
     }
 }

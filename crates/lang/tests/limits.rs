@@ -53,8 +53,8 @@ settle = "billing"
             period: Period::Month,
             gpu_hours: Some(1_000.0),
             limits: vec![("nlp".into(), 400.0), ("vision".into(), 2_500.5)],
-            max_gpus: Some(64),
-            queues: vec![("short".into(), 16)],
+            max_gpus: Some(64.into()),
+            queues: vec![("short".into(), 16.into())],
             settle: Settle::Billing,
         }]
     );
@@ -250,7 +250,7 @@ fn submit(id: &str, project: &str, gpus: u32, hours: f64) -> Event {
             id: id.into(),
             project: project.into(),
             user: "u".into(),
-            gpus,
+            gpus: gpus.into(),
             requested_hours: hours,
             ..JobSpec::default()
         })),

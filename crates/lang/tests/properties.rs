@@ -99,7 +99,7 @@ fn events(steps: &[Step]) -> Vec<Event> {
                     id,
                     project: format!("p{project}"),
                     user: "u".into(),
-                    gpus: *gpus,
+                    gpus: (*gpus).into(),
                     nodes: 1,
                     requested_hours: f64::from(*hours),
                     ready: Ready::all(),
@@ -152,7 +152,7 @@ proptest! {
                 if admitted && job.gpus <= 12 {
                     let usage = engine.state().usage(ScopeKind::Project, &job.project, Period::Month, e.time);
                     prop_assert!(usage.reserved <= LIMIT + 1e-6, "reserved {} over {LIMIT}", usage.reserved);
-                    let held = engine.state().ledger(ScopeKind::Project, &job.project).map_or(0, |l| l.held_gpus);
+                    let held = engine.state().ledger(ScopeKind::Project, &job.project).map_or(0, |l| l.held_gpus.floor());
                     prop_assert!(held <= 24 + 12, "held {held}");
                 }
             }

@@ -59,7 +59,7 @@ fn a_trial_seen_in_one_partition_lets_another_admit_the_scale_up() {
     );
     let runs: Vec<_> = a.recorded_runs().iter().map(|r| r.fact("a3")).collect();
     assert_eq!(runs.len(), 1, "{runs:?}");
-    assert_eq!((runs[0].id.as_str(), runs[0].gpus, runs[0].status), ("run-a3", 8, FinishStatus::Succeeded));
+    assert_eq!((runs[0].id.as_str(), runs[0].gpus, runs[0].status), ("run-a3", 8.into(), FinishStatus::Succeeded));
 
     // Partition B, which never saw the trial, denies the same configuration at 32 GPUs in project vision…
     let mut alone = engine();

@@ -223,7 +223,7 @@ pub struct JobView {
     /// GPU model.
     pub gpu_type: Option<String>,
     /// GPUs.
-    pub gpus: u32,
+    pub gpus: crate::Gpus,
     /// Nodes.
     pub nodes: u32,
     /// Requested wall-clock hours.
@@ -298,9 +298,9 @@ pub struct ProjectView {
     /// Whether bursar has counted anything for it.
     pub known: bool,
     /// GPUs of admitted jobs not yet released.
-    pub held_gpus: u32,
+    pub held_gpus: crate::Gpus,
     /// GPUs of started jobs not yet released.
-    pub running_gpus: u32,
+    pub running_gpus: crate::Gpus,
     /// Jobs holding or about to hold GPUs.
     pub live_jobs: u64,
     /// Usage over the day containing the engine's clock.
@@ -520,7 +520,7 @@ mod tests {
             dry_run: false,
             admission: true,
             user: Some("alice".into()),
-            gpus: Some(8),
+            gpus: Some(crate::Gpus::whole(8)),
             gpu_hours: Some(32.0),
             hints: None,
         }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
+use crate::gpus::Gpus;
 use crate::time::Timestamp;
 
 /// What the scheduler should do.
@@ -121,7 +122,7 @@ pub struct Decision {
     pub user: Option<Arc<str>>,
     /// GPUs concerned.
     #[serde(default)]
-    pub gpus: Option<u32>,
+    pub gpus: Option<Gpus>,
     /// GPU-hours concerned: requested for an admission, still reserved for a reclaim.
     #[serde(default)]
     pub gpu_hours: Option<f64>,
@@ -231,7 +232,7 @@ mod tests {
             dry_run: false,
             admission: true,
             user: None,
-            gpus: Some(8),
+            gpus: Some(Gpus::whole(8)),
             gpu_hours: Some(32.0),
             hints: None,
         };

@@ -12,6 +12,7 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use crate::gpus::Gpus;
 use crate::input::{Action, ActionOutcome, Input, WallTick};
 use crate::time::Timestamp;
 
@@ -126,7 +127,7 @@ pub enum EventKind {
 pub struct StartInfo {
     /// GPUs the scheduler allocated to this run, in total over its nodes or pods. When it differs
     /// from what the admission reserved, the reservation and the GPU counts follow the allocation.
-    pub gpus: Option<u32>,
+    pub gpus: Option<Gpus>,
     /// For a task of an array: the array's job id. The task (this event's `job_id`) is created from
     /// the array's admission on its first start.
     pub parent: Option<String>,
@@ -241,8 +242,9 @@ pub struct JobSpec {
     pub user: String,
     /// Scheduler queue or partition.
     pub queue: Option<String>,
-    /// GPUs requested in total.
-    pub gpus: u32,
+    /// GPUs requested in total (per task of an array), exact to a MIG slice: `2/7` is two
+    /// `1g.10gb` slices of an A100.
+    pub gpus: Gpus,
     /// GPU model, e.g. `H200`.
     pub gpu_type: Option<String>,
     /// Memory of one GPU in GB.
@@ -280,6 +282,10 @@ pub struct JobSpec {
     /// Extension (v1.x): a name for the job's configuration, for trial-before-scale; when absent the
     /// configuration is image + dataset + script + model size.
     pub config: Option<String>,
+    /// Extension (v1.x): the job is this admitted job moved (a Slurm partition change the hook admits
+    /// again under a new id): while the new admission is evaluated and until the scheduler confirms or
+    /// drops it, the old one holds and reserves nothing, so the move counts once.
+    pub replaces: Option<String>,
     /// Extension (v1.x): the job is an array of tasks, each asking for `gpus` for `requested_hours`.
     pub array: Option<ArraySpec>,
     /// Extension (v1.x): the scheduler confirms within this many seconds of the admission that it
@@ -315,7 +321,7 @@ impl JobSpec {
     /// The GPU-hours the job asks for: gpus × requested hours, for every task of an array.
     #[inline]
     pub fn requested_gpu_hours(&self) -> f64 {
-        f64::from(self.gpus) * self.requested_hours * f64::from(self.tasks())
+        self.gpus.as_f64() * self.requested_hours * f64::from(self.tasks())
     }
 
     /// Tasks: the array's, or 1.
@@ -326,7 +332,7 @@ impl JobSpec {
 
     /// GPUs the job may hold at once: gpus × the tasks that may run at once.
     #[inline]
-    pub fn concurrent_gpus(&self) -> u32 {
+    pub fn concurrent_gpus(&self) -> Gpus {
         self.gpus.saturating_mul(self.array.map_or(1, |a| a.slots()))
     }
 
@@ -691,6 +697,20 @@ fn bounded<E: de::Error>(field: &str, v: f64, max: f64) -> Result<f64, E> {
     Ok(v)
 }
 
+/// A GPU count's error, naming its field.
+fn gpus_error<E: de::Error>(field: &str, e: E) -> E {
+    E::custom(format!("`{field}`: {e}"))
+}
+
+/// A sample's `gpus` counts devices (a MIG instance is one): a whole number.
+fn devices<E: de::Error>(g: Gpus) -> Result<u32, E> {
+    if g.is_whole() {
+        Ok(g.floor())
+    } else {
+        Err(E::custom(format!("a sample's `gpus` counts devices (a MIG instance is one), not a share: {g}")))
+    }
+}
+
 fn bounded_int<E: de::Error>(field: &str, v: u32, max: u32) -> Result<u32, E> {
     if v > max {
         return Err(E::custom(format!("`{field}` is {v}, above the largest value bursar accepts ({max})")));
@@ -746,7 +766,7 @@ impl<'de> Visitor<'de> for InputVisitor {
         let mut mem_util: Option<f64> = None;
         let mut gpu_util_max: Option<f64> = None;
         let mut fb_used_mib: Option<f64> = None;
-        let mut gpus: Option<u32> = None;
+        let mut gpus: Option<Gpus> = None;
         let mut throughput: Option<f64> = None;
         let mut progress: Option<f64> = None;
         let mut unit: Option<String> = None;
@@ -791,7 +811,7 @@ impl<'de> Visitor<'de> for InputVisitor {
                         .map(|v| bounded("fb_used_mib", v, limits::SAMPLE_QUANTITY))
                         .transpose()?
                 }
-                "gpus" => gpus = map.next_value()?,
+                "gpus" => gpus = map.next_value::<Option<Gpus>>().map_err(|e| gpus_error("gpus", e))?,
                 "throughput" => {
                     throughput = map
                         .next_value::<Option<f64>>()?
@@ -969,7 +989,7 @@ impl<'de> Visitor<'de> for InputVisitor {
                 // `gpus` of a start is what the run holds; the same field of other types went to
                 // `extra` above, except for samples and run facts, which read it themselves.
                 let info = StartInfo {
-                    gpus: gpus.map(|g| bounded_int("gpus", g, limits::GPUS)).transpose()?,
+                    gpus,
                     parent: parent.filter(|p| !p.is_empty()),
                     released_by: released_by.filter(|p| !p.is_empty()),
                 };
@@ -987,7 +1007,7 @@ impl<'de> Visitor<'de> for InputVisitor {
                 mem_util,
                 gpu_util_max,
                 fb_used_mib,
-                gpus: gpus.map(|g| bounded_int("gpus", g, limits::GPUS)).transpose()?,
+                gpus: gpus.map(devices::<A::Error>).transpose()?,
                 throughput,
                 progress,
                 unit,
@@ -1077,7 +1097,7 @@ impl<'de> Visitor<'de> for InputVisitor {
                     id,
                     time,
                     config,
-                    gpus: bounded_int("gpus", gpus.ok_or_else(|| de::Error::missing_field("gpus"))?, limits::GPUS)?,
+                    gpus: gpus.ok_or_else(|| de::Error::missing_field("gpus"))?,
                     status: status.ok_or_else(|| de::Error::missing_field("status"))?,
                 }));
             }
@@ -1122,7 +1142,7 @@ impl<'de> Visitor<'de> for JobVisitor {
                 }
                 "user" => j.user = map.next_value::<Option<String>>()?.unwrap_or_default(),
                 "queue" => j.queue = map.next_value()?,
-                "gpus" => j.gpus = bounded_int("job.gpus", map.next_value()?, limits::GPUS)?,
+                "gpus" => j.gpus = map.next_value::<Gpus>().map_err(|e| gpus_error("job.gpus", e))?,
                 "gpu_type" => j.gpu_type = map.next_value()?,
                 "gpu_mem_gb" => {
                     j.gpu_mem_gb = map
@@ -1156,6 +1176,7 @@ impl<'de> Visitor<'de> for JobVisitor {
                 "interconnect" => j.interconnect = map.next_value()?,
                 "region" => j.region = map.next_value()?,
                 "config" => j.config = map.next_value()?,
+                "replaces" => j.replaces = map.next_value::<Option<String>>()?.filter(|r| !r.is_empty()),
                 "array" => {
                     j.array = map.next_value::<Option<ArraySpec>>()?;
                     if let Some(a) = j.array {
@@ -1221,7 +1242,17 @@ impl Serialize for JobSpec {
                 self.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             m.serialize_entry("tags", &tags)?;
         }
-        opt!(mixed_precision, batch_size, dataloader_workers, interconnect, region, config, array, confirm_within_s);
+        opt!(
+            mixed_precision,
+            batch_size,
+            dataloader_workers,
+            interconnect,
+            region,
+            config,
+            replaces,
+            array,
+            confirm_within_s
+        );
         for (k, v) in &self.extra {
             m.serialize_entry(k, v)?;
         }
@@ -1428,6 +1459,27 @@ mod tests {
         let names: Vec<&str> = e.extra.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(names, ["status", "by"]);
         assert_eq!(decode_event(&e.to_json()).unwrap(), e);
+    }
+
+    #[test]
+    fn a_mig_share_is_exact_on_the_wire_and_whole_counts_stay_integers() {
+        let e = decode_event(&SUBMIT.replace(r#""gpus":8"#, r#""gpus":"2/7""#)).unwrap();
+        let EventKind::JobSubmitted(j) = &e.kind else { panic!("wrong kind") };
+        assert_eq!(j.gpus, Gpus::fraction(2, 7).unwrap());
+        assert!(e.to_json().contains(r#""gpus":"2/7""#));
+        assert_eq!(decode_event(&e.to_json()).unwrap(), e);
+        assert!(decode_event(SUBMIT).unwrap().to_json().contains(r#""gpus":8,"#), "v1 producers see v1");
+        let half = decode_event(&SUBMIT.replace(r#""gpus":8"#, r#""gpus":0.5"#)).unwrap();
+        let EventKind::JobSubmitted(j) = &half.kind else { panic!("wrong kind") };
+        assert_eq!(j.gpus.to_string(), "1/2");
+        let err = decode_event(&SUBMIT.replace(r#""gpus":8"#, r#""gpus":0.2857"#)).unwrap_err().to_string();
+        assert!(err.contains("job.gpus") && err.contains("\"1/7\""), "{err}");
+        let start = r#"{"id":"s","time":"2026-11-02T09:00:00Z","type":"job.started","job_id":"j1","gpus":"3/7"}"#;
+        let EventKind::JobStarted { info, .. } = decode_event(start).unwrap().kind else { panic!("wrong kind") };
+        assert_eq!(info.gpus, Gpus::fraction(3, 7));
+        let sample =
+            r#"{"id":"s","time":"2026-11-02T09:00:00Z","type":"job.sample","job_id":"j1","gpu_util":0.5,"gpus":"1/7"}"#;
+        assert!(decode_event(sample).unwrap_err().to_string().contains("counts devices"));
     }
 
     #[test]

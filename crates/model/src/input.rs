@@ -29,6 +29,7 @@ use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 
 use crate::event::{Event, Extra, FinishStatus};
+use crate::gpus::Gpus;
 use crate::time::Timestamp;
 
 /// The wire type of bursar's own wall tick, accepted only from bursar's journal.
@@ -148,7 +149,7 @@ pub enum LedgerChange {
         job_id: String,
         /// GPUs the scheduler allocated to the run, when it named them ([`crate::StartInfo::gpus`]).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        gpus: Option<u32>,
+        gpus: Option<Gpus>,
     },
     /// The job's run ended and it waits to run again (`job.requeued`): the run is settled.
     Requeue {
@@ -255,7 +256,7 @@ pub struct RunFact {
     /// Hash of the configuration key.
     pub config: u64,
     /// GPUs of the run.
-    pub gpus: u32,
+    pub gpus: Gpus,
     /// How it ended.
     pub status: FinishStatus,
 }

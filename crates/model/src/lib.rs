@@ -9,6 +9,7 @@
 //! - [`time`]: RFC 3339 instants, durations, quota periods.
 //! - [`bill`]: what a `billing.charge` says about its bill line (v1.x), as `bursar import bill` writes it.
 //! - [`event`]: the ten v1 event types and the hand-written, single-pass decoder.
+//! - [`gpus`]: GPU counts exact to a MIG slice, and a MIG profile's share of a GPU.
 //! - [`input`]: [`Input`], everything that reaches the engine: events, `serve`'s wall tick, action records.
 //! - [`decision`]: decision kinds and the decision line.
 //! - [`throughput`]: what a sample's `throughput`, `progress` and `unit` mean, and the rate of a run.
@@ -20,6 +21,7 @@ pub mod api;
 pub mod bill;
 pub mod decision;
 pub mod event;
+pub mod gpus;
 pub mod input;
 pub mod names;
 pub mod sender;
@@ -32,6 +34,7 @@ pub use event::{
     ArraySpec, Asset, BillingCharge, BillingMode, DecodeError, EVENT_TYPES, Event, EventKind, Extra, FinishStatus,
     JobSpec, RawJson, Ready, Sample, StartInfo, decode_event, decode_input, limits,
 };
+pub use gpus::{Gpus, GpusError, mig_share};
 pub use input::{
     Action, ActionOutcome, CapacityRow, INVENTORY_TYPE, Input, Inventory, LEDGER_TYPE, LedgerChange, LedgerOp,
     RUN_TYPE, RunFact, WALL_TICK_PREFIX, WALL_TICK_TYPE, WallTick,

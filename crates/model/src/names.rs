@@ -217,6 +217,7 @@ pub fn check(input: &Input) -> Result<(), NameError> {
                     opt("job.dataset", j.dataset.as_deref(), Kind::Text)?;
                     opt("job.script_hash", j.script_hash.as_deref(), Kind::Text)?;
                     opt("job.config", j.config.as_deref(), Kind::Text)?;
+                    opt("job.replaces", j.replaces.as_deref(), Kind::Id)?;
                     for (k, v) in &j.tags {
                         check_str("job.tags", k, Kind::Name)?;
                         check_str(&format!("job.tags.{k}"), v, Kind::Name)?;

@@ -45,7 +45,7 @@ pub struct Claims {
     /// or at the same size, is not approved by the link sent the first time. (Links made before
     /// December 2026 have none.)
     #[serde(rename = "r", default, skip_serializing_if = "Option::is_none")]
-    pub request: Option<(u32, f64, i64)>,
+    pub request: Option<(bursar_model::Gpus, f64, i64)>,
 }
 
 /// SHA-256 of `bytes`, hex: how the outbox keeps a link's token.

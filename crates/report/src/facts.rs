@@ -37,7 +37,9 @@
 //!
 //! # The accounting rules (docs/reports.md has the long form)
 //!
-//! All amounts are integer **GPU-milliseconds** (gpus × ms), so the split adds up exactly:
+//! All amounts are integer **GPU-milliseconds** (gpus × ms), so the split adds up exactly (a MIG
+//! share's stretch is rounded to the millisecond once, and that one figure goes to both nominal and
+//! its part):
 //! `productive + idle + failure + held = nominal` for every job and day, and so for every sum of them.
 //!
 //! - **Nominal**: from the engine's `started` step to the release, × gpus. The release is the job's
@@ -69,13 +71,25 @@ use std::path::Path;
 
 use bursar_audit::{AuditLog, StoredDecision, StoredEvent, StoredStep};
 use bursar_engine::Step;
-use bursar_model::{EventKind, FinishStatus, JobSpec, RunRate, Work, decode_event};
+use bursar_model::{EventKind, FinishStatus, Gpus, JobSpec, RunRate, Work, decode_event};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ReportError, Result};
 use crate::period::{DAY_MS, HOUR_MS};
 use crate::policy::PolicyHints;
+
+/// `ms` of time on `g` GPUs, in GPU-ms: exact for whole GPUs, rounded to the nearest GPU-ms for a
+/// share (2/7 of a GPU for 7 ms is 2 GPU-ms).
+fn gpu_ms(ms: i64, g: Gpus) -> i64 {
+    if g.is_whole() {
+        ms.saturating_mul(i64::from(g.floor()))
+    } else {
+        let parts = i128::from(ms) * i128::from(g.parts());
+        let per = i128::from(Gpus::PARTS);
+        i64::try_from((parts + per / 2).div_euclid(per)).unwrap_or(i64::MAX)
+    }
+}
 
 /// Version of the `facts_*` tables; a different stored version is rebuilt from the log. Version 2:
 /// the lifecycle from the engine's steps, and `facts_prevented`. Version 3: each job's GPU type and
@@ -423,8 +437,8 @@ pub struct JobFacts {
     /// The submission's own `config` field, when it names one: what `--by config` groups by.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub named_config: Option<String>,
-    /// GPUs.
-    pub gpus: u32,
+    /// GPUs (a MIG slice as its share, `2/7`).
+    pub gpus: Gpus,
     /// GPU type, when the submission names one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_type: Option<String>,
@@ -566,11 +580,11 @@ impl JobFacts {
         let since = since.min(t);
         self.waits.add(reason, t - since);
         let Some(from) = self.submitted.filter(|s| *s < t) else { return };
-        let g = i64::from(self.gpus);
+        let g = self.gpus;
         let mut x = from;
         while x < t {
             let end = t.min((x.div_euclid(HOUR_MS) + 1) * HOUR_MS);
-            *self.wait_usage.entry(x.div_euclid(HOUR_MS)).or_insert(0) += (end - x) * g;
+            *self.wait_usage.entry(x.div_euclid(HOUR_MS)).or_insert(0) += gpu_ms(end - x, g);
             x = end;
         }
     }
@@ -591,7 +605,7 @@ impl JobFacts {
 
     /// The engine's `started` step at `t`, on `gpus` when the scheduler named the allocation.
     /// Returns whether anything changed. A start after a requeue begins the next run.
-    pub fn start(&mut self, t: i64, gpus: Option<u32>) -> bool {
+    pub fn start(&mut self, t: i64, gpus: Option<Gpus>) -> bool {
         if self.released.is_some() {
             return false;
         }
@@ -778,11 +792,11 @@ impl JobFacts {
     /// Counts `[a, b)` at measure `m` (None: no sample, not measured), split by hour and day.
     fn accrue(&mut self, a: i64, b: i64, m: Option<Measure>, threshold: f64) {
         let util = m.map(|m| m.util);
-        let g = i64::from(self.gpus);
+        let g = self.gpus;
         let mut t = a;
         while t < b {
             let end = b.min((t.div_euclid(HOUR_MS) + 1) * HOUR_MS);
-            let ms = (end - t) * g;
+            let ms = gpu_ms(end - t, g);
             let day = t.div_euclid(DAY_MS);
             *self.usage.entry(t.div_euclid(HOUR_MS)).or_insert(0) += ms;
             let d = self.days.entry(day).or_default();
@@ -1529,7 +1543,7 @@ impl Batch<'_, '_> {
                     j.user,
                     serde_json::to_string(&tags).unwrap_or_default(),
                     j.config,
-                    j.gpus,
+                    j.gpus.as_f64(),
                     j.submitted,
                     j.started,
                     j.released,
@@ -1605,7 +1619,7 @@ mod tests {
     const H: i64 = HOUR_MS;
 
     fn job(gpus: u32) -> JobFacts {
-        let spec = JobSpec { id: "j".into(), project: "p".into(), gpus, ..JobSpec::default() };
+        let spec = JobSpec { id: "j".into(), project: "p".into(), gpus: gpus.into(), ..JobSpec::default() };
         JobFacts::submitted(&spec, 0, false)
     }
 
@@ -1639,8 +1653,8 @@ mod tests {
         assert!(j.requeue(2 * H, 0.05));
         assert!(!j.sample(3 * H, 0.9, 0.05), "nothing accrues between runs");
         assert!(!j.requeue(4 * H, 0.05), "a second requeue of a waiting job changes nothing");
-        assert!(j.start(5 * H, Some(2)));
-        assert!(!j.start(5 * H, Some(2)), "a repeated start is not a third run");
+        assert!(j.start(5 * H, Some(2.into())));
+        assert!(!j.start(5 * H, Some(2.into())), "a repeated start is not a third run");
         j.release(6 * H, "succeeded", 0.05);
         let t = j.total();
         assert_eq!(t.nominal, 4 * 2 * H + 2 * H);
@@ -1690,8 +1704,13 @@ mod tests {
 
     #[test]
     fn reruns_that_do_not_succeed_are_failure() {
-        let spec =
-            JobSpec { id: "r".into(), project: "p".into(), gpus: 1, config: Some("c".into()), ..JobSpec::default() };
+        let spec = JobSpec {
+            id: "r".into(),
+            project: "p".into(),
+            gpus: 1.into(),
+            config: Some("c".into()),
+            ..JobSpec::default()
+        };
         let mut j = JobFacts::submitted(&spec, 0, true);
         j.start(0, None);
         j.sample(H / 2, 0.9, 0.05);
@@ -1740,7 +1759,7 @@ mod gap_tests {
     const H: i64 = HOUR_MS;
 
     fn job(gpus: u32) -> JobFacts {
-        let spec = JobSpec { id: "j".into(), project: "p".into(), gpus, ..JobSpec::default() };
+        let spec = JobSpec { id: "j".into(), project: "p".into(), gpus: gpus.into(), ..JobSpec::default() };
         JobFacts::submitted(&spec, 0, false)
     }
 
@@ -1806,7 +1825,7 @@ mod gap_tests {
         assert!(!j.wait(4 * H, Step::Admitted), "a running job no longer waits");
         // Deferred to off-peak at submission (1h), admitted at 5h, started at 6h; and one that declared
         // its data not ready waits for readiness once admitted.
-        let spec = JobSpec { id: "d".into(), project: "p".into(), gpus: 1, ..JobSpec::default() };
+        let spec = JobSpec { id: "d".into(), project: "p".into(), gpus: 1.into(), ..JobSpec::default() };
         let mut d = JobFacts::submitted(&spec, H, false);
         d.wait(H, Step::Deferred);
         d.wait(5 * H, Step::Admitted);
@@ -1852,7 +1871,16 @@ mod gap_tests {
         Wait(i64, u8),
         Sample(i64, f64, Option<f64>, Option<f64>),
         Requeue(i64),
-        Start(i64, Option<u32>),
+        Start(i64, Option<Gpus>),
+    }
+
+    /// Whole GPUs, or MIG shares (sevenths, quarters) with whole ones.
+    fn gpus() -> impl Strategy<Value = Gpus> {
+        prop_oneof![
+            (1u32..64).prop_map(Gpus::whole),
+            (1u64..=20, prop_oneof![Just(7u64), Just(4u64)])
+                .prop_map(|(n, d)| Gpus::fraction(n, d).unwrap_or(Gpus::ZERO)),
+        ]
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -1862,7 +1890,7 @@ mod gap_tests {
                 .prop_map(|(d, u, s, w)| Op::Sample(d, u, s, w)),
             1 => (1..10 * H).prop_map(Op::Requeue),
             1 => (0..10 * H, 0u8..4).prop_map(|(d, s)| Op::Wait(d, s)),
-            1 => (1..10 * H, proptest::option::of(1u32..16)).prop_map(|(d, g)| Op::Start(d, g)),
+            1 => (1..10 * H, proptest::option::of(gpus())).prop_map(|(d, g)| Op::Start(d, g)),
         ]
     }
 
@@ -1871,7 +1899,7 @@ mod gap_tests {
         /// stream: samples of any measure, requeues, later runs on other GPU counts, any end.
         #[test]
         fn the_parts_add_up_for_every_job_and_day(
-            gpus in 1u32..64,
+            gpus in gpus(),
             start in 0..3 * DAY_MS,
             ops in proptest::collection::vec(op(), 0..40),
             end in 1..5 * DAY_MS,
@@ -1895,7 +1923,13 @@ mod gap_tests {
             j.start(start, None);
             // The wait's parts add up to the queue wait, and its GPU-ms by hour to GPUs × the wait.
             prop_assert_eq!(Some(j.waits.total()), j.queue_wait());
-            prop_assert_eq!(j.wait_usage.values().sum::<i64>(), i64::from(gpus) * start);
+            // (A share's GPU-ms are rounded once per hour: at most half a GPU-ms an hour.)
+            let exact = i128::from(start) * i128::from(gpus.parts()) / i128::from(Gpus::PARTS);
+            let hours = i128::from(start / H + 2);
+            prop_assert!((i128::from(j.wait_usage.values().sum::<i64>()) - exact).abs() <= hours, "{gpus}");
+            if gpus.is_whole() {
+                prop_assert_eq!(j.wait_usage.values().sum::<i64>(), i64::from(gpus.floor()) * start);
+            }
             let mut t = start;
             for o in ops {
                 match o {

@@ -22,7 +22,7 @@ pub struct LiveJob {
     id: String,
     user: String,
     config: u64,
-    gpus: u32,
+    gpus: bursar_model::Gpus,
     limit_ms: i64,
     gpu_type: Option<String>,
     queue: Option<String>,
@@ -70,7 +70,8 @@ impl EstimateInput {
                 .iter()
                 .filter(|j| j.started.is_some() && counts_in(c, j))
                 .map(|j| j.gpus)
-                .fold(0u32, u32::saturating_add);
+                .sum::<bursar_model::Gpus>()
+                .ceil();
             let mut row = c.clone();
             row.allocated = allocated.min(row.in_service);
             row.free = row.in_service.saturating_sub(allocated);
@@ -104,7 +105,7 @@ pub fn gather(engine: &Engine) -> EstimateInput {
             project: j.project().to_owned(),
             since: j.queued_since(),
             waits: j.waits().map(|(r, t)| (r.to_owned(), t)),
-            released: j.runs().is_some_and(|r| r.released_stale),
+            released: j.set_aside(),
             region: j.region().map(str::to_owned),
         })
         .collect();
@@ -128,7 +129,7 @@ fn config_key(config: u64) -> Option<String> {
 }
 
 fn as_job(j: &LiveJob) -> Job {
-    Job { id: j.id.clone(), user: j.user.clone(), config: config_key(j.config), gpus: j.gpus, limit: j.limit_ms }
+    Job { id: j.id.clone(), user: j.user.clone(), config: config_key(j.config), gpus: j.gpus.ceil(), limit: j.limit_ms }
 }
 
 /// What was asked.
@@ -246,7 +247,7 @@ pub fn queue(input: &EstimateInput) -> (Vec<CapacityLine>, Vec<QueueLine>) {
             free: row.free,
             drained: row.drained,
             free_in_hour: bursar_estimate::free_at(now, in_hour, &p, &history),
-            reserved: waiting.iter().filter(|j| !j.released).map(|j| j.gpus).fold(0u32, u32::saturating_add),
+            reserved: waiting.iter().filter(|j| !j.released).map(|j| j.gpus).sum::<bursar_model::Gpus>().ceil(),
             running_jobs: count(p.running.len()),
             waiting_jobs: count(p.waiting.len()),
             backfill: p.backfill.name().to_owned(),
@@ -322,8 +323,9 @@ pub fn queue(input: &EstimateInput) -> (Vec<CapacityLine>, Vec<QueueLine>) {
     (capacity, lines)
 }
 
-fn gpus_text(n: u32) -> String {
-    bursar_model::counted(u64::from(n), "GPU", "GPUs")
+fn gpus_text(n: impl Into<bursar_model::Gpus>) -> String {
+    let n = n.into();
+    if n.is_whole() { bursar_model::counted(u64::from(n.floor()), "GPU", "GPUs") } else { format!("{n} GPUs") }
 }
 
 fn jobs_text(n: u32) -> String {

@@ -114,12 +114,12 @@ impl JobIndex {
     /// The running jobs by key, from the engine's state.
     pub fn running(&self, engine: &Engine) -> Running {
         let state = engine.state();
-        let gpus = |id: &str| state.job(id).filter(|j| j.phase() == JobPhase::Running).map(|j| j.gpus());
+        let gpus = |id: &str| state.job(id).filter(|j| j.phase() == JobPhase::Running).map(|j| j.gpus().ceil());
         let mut by_key = HashMap::new();
         match self.keys {
             Keys::Bursar => {
                 for (id, j) in state.jobs().filter(|(_, j)| j.phase() == JobPhase::Running) {
-                    by_key.insert(id.to_owned(), Expected { job_id: id.to_owned(), gpus: j.gpus() });
+                    by_key.insert(id.to_owned(), Expected { job_id: id.to_owned(), gpus: j.gpus().ceil() });
                 }
             }
             Keys::Slurm => {

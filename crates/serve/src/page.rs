@@ -63,8 +63,9 @@ fn ago(now: Timestamp, t: &str) -> String {
     Timestamp::parse(t).map(|t| span(now.since(t))).unwrap_or_else(|_| "?".into())
 }
 
-fn gpus(n: u32) -> String {
-    bursar_model::counted(u64::from(n), "GPU", "GPUs")
+fn gpus(n: impl Into<bursar_model::Gpus>) -> String {
+    let n = n.into();
+    if n.is_whole() { bursar_model::counted(u64::from(n.floor()), "GPU", "GPUs") } else { format!("{n} GPUs") }
 }
 
 /// A utilisation (0–1) as a percentage.

@@ -86,7 +86,7 @@ struct Act {
     /// Who asks, and how they proved it (a link's is the principal it was addressed to).
     caller: Arc<Caller>,
     /// A link's request: the GPUs, hours and submission time (ms) it was sent for.
-    bound: Option<(u32, f64, i64)>,
+    bound: Option<(bursar_model::Gpus, f64, i64)>,
 }
 
 impl Act {
@@ -658,7 +658,7 @@ mod tests {
                 job_id: "j1".into(),
                 project: "nlp".into(),
                 user: "alice".into(),
-                gpus: 8,
+                gpus: 8.into(),
                 requested_hours: 100.0,
                 submitted: "2026-11-02T09:00:00Z".into(),
                 expires: expires.into(),

@@ -246,7 +246,7 @@ pub struct PoolInput {
     /// The jobs that wait for an approval, are deferred, admitted or running.
     jobs: Vec<(String, JobRecord)>,
     /// Every project ledger: name, held GPUs, running GPUs.
-    ledgers: Vec<(String, u32, u32)>,
+    ledgers: Vec<(String, bursar_model::Gpus, bursar_model::Gpus)>,
     quota_lines: Vec<Line>,
     /// The capacity and the queue's inputs (the inventory, the live jobs, the recent runs).
     estimate: crate::estimate::EstimateInput,
@@ -331,7 +331,7 @@ impl PoolInput {
             }
         }
         deferred.sort_by(|a, b| (&a.until, &a.job_id).cmp(&(&b.until, &b.job_id)));
-        let ledger: BTreeMap<&str, (u32, u32)> =
+        let ledger: BTreeMap<&str, (bursar_model::Gpus, bursar_model::Gpus)> =
             self.ledgers.iter().map(|(n, held, running)| (n.as_str(), (*held, *running))).collect();
         let job_line = |id: &str, j: &JobRecord| {
             let u = j.util();
@@ -348,7 +348,7 @@ impl PoolInput {
             }
         };
         let line = |name: &str| -> ProjectLine {
-            let (held, running) = ledger.get(name).copied().unwrap_or((0, 0));
+            let (held, running) = ledger.get(name).copied().unwrap_or_default();
             let mut jobs: Vec<(&str, &JobRecord)> = live.get(name).cloned().unwrap_or_default();
             // Running first, the longest-running first; then the rest by submission.
             jobs.sort_by_key(|(id, j)| (j.started().is_none(), j.started(), j.submitted(), *id));

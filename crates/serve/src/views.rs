@@ -102,8 +102,8 @@ pub fn project(engine: &Engine, name: &str) -> ProjectView {
     ProjectView {
         project: name.to_owned(),
         known: ledger.is_some(),
-        held_gpus: ledger.map_or(0, |l| l.held_gpus),
-        running_gpus: ledger.map_or(0, |l| l.running_gpus),
+        held_gpus: ledger.map_or(bursar_model::Gpus::ZERO, |l| l.held_gpus),
+        running_gpus: ledger.map_or(bursar_model::Gpus::ZERO, |l| l.running_gpus),
         live_jobs: live as u64,
         day: usage(Period::Day),
         week: usage(Period::Week),

@@ -267,7 +267,7 @@ mod tests {
             let Line::Input(Decoded { input: Input::Run(f), text, .. }) = one(fact, origin) else {
                 panic!("not read as a run fact from {origin:?}")
             };
-            assert_eq!((f.config, f.gpus, f.status), (0xdead_beef, 8, bursar_model::FinishStatus::Succeeded));
+            assert_eq!((f.config, f.gpus, f.status), (0xdead_beef, 8.into(), bursar_model::FinishStatus::Succeeded));
             // What bursar writes reads back as the same line.
             assert_eq!(Input::Run(f).to_json(), text);
         }

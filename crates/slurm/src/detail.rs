@@ -16,10 +16,12 @@
 //!   and when many jobs are new at once (a watcher starting beside a full queue).
 //!
 //! GPUs: `JOB_GRES=gpu:h100:8` is the job's total over its nodes (shown from allocation on, and
-//! still after the end); without it, the per-node `GRES=gpu:h100:8(IDX:0-7)` are summed.
+//! still after the end); without it, the per-node `GRES=gpu:h100:8(IDX:0-7)` are summed. A type
+//! naming a MIG profile counts as its share ([`crate::gres_share`]): `JOB_GRES=gpu:1g.10gb:2` is 2/7.
 
 use std::collections::BTreeMap;
 
+use bursar_model::Gpus;
 use serde::Deserialize;
 
 use crate::{Error, Result};
@@ -99,18 +101,20 @@ pub struct Details {
     pub admin_comment: String,
     /// bursar's markers.
     pub markers: Markers,
-    /// GPUs allocated, over all nodes; `None` when the record shows none (not allocated yet).
-    pub gpus: Option<u32>,
+    /// GPUs allocated, over all nodes (MIG slices as their share); `None` when the record shows none
+    /// (not allocated yet).
+    pub gpus: Option<Gpus>,
 }
 
 /// A reading that could have been forged by user text; the caller reads the JSON instead.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ambiguous(pub String);
 
-/// GPUs in a GRES list: `gpu:h100:8`, `gpu:8`, `gpu:h100:2(IDX:0-1),nic:1`, `gpu:h100:3(IDX:0,2-3)`.
+/// GPUs in a GRES list: `gpu:h100:8`, `gpu:8`, `gpu:h100:2(IDX:0-1),nic:1`, `gpu:h100:3(IDX:0,2-3)`;
+/// MIG slices as their share: `gpu:1g.10gb:2(IDX:0-1)` and `gpu:a100_1g.10gb:2` are 2/7.
 /// `None` for `(null)`, an empty list or a list without GPUs.
-pub fn gres_gpus(list: &str) -> Option<u32> {
-    let mut total: Option<u32> = None;
+pub fn gres_gpus(list: &str) -> Option<Gpus> {
+    let mut total: Option<Gpus> = None;
     let mut depth = 0usize;
     let mut start = 0usize;
     let mut items = Vec::new();
@@ -128,12 +132,20 @@ pub fn gres_gpus(list: &str) -> Option<u32> {
     items.push(&list[start..]);
     for item in items {
         let item = item.split('(').next().unwrap_or("").trim();
-        let mut parts = item.split(':');
-        if parts.next() != Some("gpu") {
+        let Some(rest) = item.strip_prefix("gpu") else { continue };
+        if !(rest.is_empty() || rest.starts_with(':')) {
             continue;
         }
-        let count = item.rsplit(':').next().and_then(|n| n.parse::<u32>().ok()).unwrap_or(1);
-        total = Some(total.unwrap_or(0).saturating_add(count));
+        let rest = rest.strip_prefix(':').unwrap_or(rest);
+        // `TYPE:N`, `N`, or a bare `TYPE` (one).
+        let (ty, count) = match rest.rsplit_once(':') {
+            Some((ty, n)) => (ty, n.parse::<u32>().unwrap_or(1)),
+            None => match rest.parse::<u32>() {
+                Ok(n) => ("", n),
+                Err(_) => (rest, 1),
+            },
+        };
+        total = Some(total.unwrap_or(Gpus::ZERO).saturating_add(crate::gres_gpus_of(ty, count)));
     }
     total
 }
@@ -206,12 +218,12 @@ fn read_line(line: &str) -> Result<Details, Ambiguous> {
     }
     let gpus = match spaced.matches(" JOB_GRES=").count() {
         0 => {
-            let mut total: Option<u32> = None;
+            let mut total: Option<Gpus> = None;
             let mut rest = spaced.as_str();
             while let Some(at) = rest.find(" GRES=") {
                 rest = &rest[at + " GRES=".len()..];
                 if let Some(n) = gres_gpus(rest.split(' ').next().unwrap_or("")) {
-                    total = Some(total.unwrap_or(0).saturating_add(n));
+                    total = Some(total.unwrap_or(Gpus::ZERO).saturating_add(n));
                 }
             }
             total
@@ -290,7 +302,7 @@ impl JsonJob {
             .gres_detail
             .iter()
             .filter_map(|g| gres_gpus(g))
-            .fold(None, |t: Option<u32>, n| Some(t.unwrap_or(0).saturating_add(n)));
+            .fold(None, |t: Option<Gpus>, n| Some(t.unwrap_or(Gpus::ZERO).saturating_add(n)));
         Details {
             job_id: self.job_id,
             admin_comment: self.admin_comment.clone(),
@@ -369,6 +381,16 @@ mod tests {
         part.split("\n###").next().unwrap_or("").to_owned()
     }
 
+    /// `n` whole GPUs, as a record's reading.
+    fn w(n: u32) -> Option<Gpus> {
+        Some(Gpus::whole(n))
+    }
+
+    /// `n/d` of a GPU.
+    fn f(n: u64, d: u64) -> Option<Gpus> {
+        Gpus::fraction(n, d)
+    }
+
     fn one(capture: &str, id: u64, nth: usize) -> Details {
         let map = parse_scontrol(&scontrol_of(capture, id, nth), 1).unwrap();
         map.get(&id).cloned().unwrap().unwrap()
@@ -378,12 +400,12 @@ mod tests {
     fn gpus_of_every_shape_from_real_records() {
         // Last reading (all completed): JOB_GRES stays after the end.
         let exclusive = one(SHAPES, 42, 2);
-        assert_eq!(exclusive.gpus, Some(8), "--exclusive: the whole node's 8");
-        assert_eq!(one(SHAPES, 43, 2).gpus, Some(4), "-N 2 --gres=gpu:2: 2 per node");
-        assert_eq!(one(SHAPES, 44, 2).gpus, Some(1), "--gpus-per-socket=1");
-        assert_eq!(one(SHAPES, 45, 2).gpus, Some(3));
+        assert_eq!(exclusive.gpus, w(8), "--exclusive: the whole node's 8");
+        assert_eq!(one(SHAPES, 43, 2).gpus, w(4), "-N 2 --gres=gpu:2: 2 per node");
+        assert_eq!(one(SHAPES, 44, 2).gpus, w(1), "--gpus-per-socket=1");
+        assert_eq!(one(SHAPES, 45, 2).gpus, w(3));
         // Running: JOB_GRES and the per-node GRES.
-        assert_eq!(one(SHAPES, 42, 0).gpus, Some(8));
+        assert_eq!(one(SHAPES, 42, 0).gpus, w(8));
         // Pending: nothing allocated.
         assert_eq!(one(SHAPES, 43, 0).gpus, None);
         assert_eq!(exclusive.markers.job.as_deref().map(|s| s.starts_with("lab-")), Some(true));
@@ -391,14 +413,31 @@ mod tests {
 
     #[test]
     fn gres_lists() {
-        assert_eq!(gres_gpus("gpu:h100:8"), Some(8));
-        assert_eq!(gres_gpus("gpu:8"), Some(8));
-        assert_eq!(gres_gpus("gpu:h100:2(IDX:0-1),nic:1"), Some(2));
-        assert_eq!(gres_gpus("gpu:h100:3(IDX:0,2-3)"), Some(3));
-        assert_eq!(gres_gpus("gpu:h100:4,gpu:a100:2"), Some(6));
+        assert_eq!(gres_gpus("gpu:h100:8"), w(8));
+        assert_eq!(gres_gpus("gpu:8"), w(8));
+        assert_eq!(gres_gpus("gpu:h100:2(IDX:0-1),nic:1"), w(2));
+        assert_eq!(gres_gpus("gpu:h100:3(IDX:0,2-3)"), w(3));
+        assert_eq!(gres_gpus("gpu:h100:4,gpu:a100:2"), w(6));
         assert_eq!(gres_gpus("(null)"), None);
         assert_eq!(gres_gpus(""), None);
         assert_eq!(gres_gpus("nic:1"), None);
+        assert_eq!(gres_gpus("gpu:h100"), w(1), "a type without a count is one");
+        assert_eq!(gres_gpus("gpus:2"), None, "not the gpu GRES");
+    }
+
+    /// MIG slices count as their share of a GPU (issue 55): `JOB_GRES=gpu:1g.10gb:2(IDX:0-1)` is 2/7,
+    /// not 2 GPUs; AutoDetect's `a100_` prefix and the A30's quarters too; whole and sliced GPUs add.
+    #[test]
+    fn mig_slices_are_their_share() {
+        assert_eq!(gres_gpus("gpu:1g.10gb:2(IDX:0-1)"), f(2, 7));
+        assert_eq!(gres_gpus("gpu:1g.10gb:2"), f(2, 7));
+        assert_eq!(gres_gpus("gpu:a100_1g.10gb:2(IDX:3-4)"), f(2, 7));
+        assert_eq!(gres_gpus("gpu:3g.40gb:1(IDX:7),gpu:1g.10gb:4(IDX:0-3)"), w(1));
+        assert_eq!(gres_gpus("gpu:1g.10gb:7"), w(1), "seven slices are one GPU, exactly");
+        assert_eq!(gres_gpus("gpu:1g.6gb:2"), f(1, 2), "A30");
+        assert_eq!(gres_gpus("gpu:h100:1,gpu:1g.10gb:2(IDX:0-1),nic:1"), f(9, 7));
+        assert_eq!(gres_gpus("gpu:1g.10gb"), f(1, 7));
+        assert_eq!(gres_gpus("gpu:9g.90gb:1"), w(1), "no GPU has nine slices: a whole GPU");
     }
 
     #[test]
@@ -452,9 +491,9 @@ mod tests {
         let json = parse_json(NAMES_JSON).unwrap();
         let by = |id: u64| json.iter().find(|j| j.job_id == id).unwrap().details();
         assert!(by(56).markers.job.as_deref().is_some_and(|j| j != "lab-victim"));
-        assert_eq!(by(56).gpus, Some(1));
+        assert_eq!(by(56).gpus, w(1));
         assert!(by(57).markers.job.as_deref().is_some_and(|j| j != "lab-victim"));
-        assert_eq!(by(57).gpus, Some(2));
+        assert_eq!(by(57).gpus, w(2));
         assert_eq!(by(58).markers.job, None);
         assert_eq!(by(60).markers, Markers::default());
     }

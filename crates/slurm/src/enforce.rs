@@ -188,9 +188,10 @@ pub fn resolve(cfg: &EnforceConfig, bursar_id: &str) -> Result<Option<Target>> {
     Ok(None)
 }
 
-/// The markers of the target's record, when the action depends on its hold.
-fn markers_of(cfg: &EnforceConfig, ask: Ask, target: &Target, rows: &[Row]) -> Result<Option<Markers>> {
-    if ask == Ask::Reclaim || rows.is_empty() {
+/// The markers of the target's record: whether bursar holds it, and whether it was admitted again
+/// under another id (a partition change), when it is not over.
+fn markers_of(cfg: &EnforceConfig, target: &Target, rows: &[Row]) -> Result<Option<Markers>> {
+    if rows.is_empty() || rows.iter().all(|r| matches!(r.phase(), Phase::Ended(_))) {
         return Ok(None);
     }
     let read = cfg.slurm.details(&[Read::for_row(rows, target.slurm_id)], rows.len())?;
@@ -224,7 +225,22 @@ fn attempt(cfg: &EnforceConfig, record: &mut Record, ask: Ask, job_id: &str) -> 
     record.set_field("slurm_job_id", target.slurm_id.to_string());
     record.set_field("slurm_target", &target.scancel);
     let rows = cfg.slurm.rows_of(&target.key.scancel_target())?;
-    let markers = markers_of(cfg, ask, &target, &rows)?;
+    let markers = markers_of(cfg, &target, &rows)?;
+    if let Some(now) = markers
+        .as_ref()
+        .and_then(|m| m.readmit.as_deref())
+        .filter(|r| *r != job_id && !job_id.starts_with(&format!("{r}_")))
+    {
+        // The job moved (its owner changed its partition) and is `now`'s: an action about the id it
+        // had before is not about it (the watcher's state may still name the old id for a moment).
+        return Ok((
+            Outcome::Skipped,
+            format!(
+                "nothing to do: Slurm job {} was admitted again as {now} (a partition change); {job_id} is no longer its id",
+                target.slurm_id
+            ),
+        ));
+    }
     if let Err(why) = action(ask, &target, &rows, markers.as_ref()) {
         return Ok((Outcome::Skipped, format!("nothing to do: {why}")));
     }

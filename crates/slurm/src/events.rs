@@ -17,6 +17,7 @@
 //! | finished, run 0 | `slurm-<cluster>-<key>-finished` (as before) |
 //! | finished, run N > 0 | `slurm-<cluster>-<key>-finished-rN` |
 //! | replaced (re-admitted elsewhere) | `slurm-<cluster>-<key>-replaced-<new id>` |
+//! | queued under the new id (after a replacement) | `slurm-<cluster>-<key>-queued-<new id>` |
 //! | still waiting, Slurm's `Reason` changed (the Nth time) | `slurm-<cluster>-<key>-waits-N` (a `job.queued` with `reason`) |
 //!
 //! Every event carries `slurm_job_id` (the record's own numeric JobID, which is what the Prolog and
@@ -24,7 +25,7 @@
 //! adds — and, for arrays, `slurm_array_job_id` / `slurm_array_task_id`; for heterogeneous
 //! components `slurm_het_job_id` / `slurm_het_offset`.
 
-use bursar_model::{Event, EventKind, Extra, FinishStatus, StartInfo, Timestamp};
+use bursar_model::{Event, EventKind, Extra, FinishStatus, Gpus, StartInfo, Timestamp};
 
 use crate::queue::{EndStatus, Key};
 
@@ -47,10 +48,14 @@ pub fn slurm_fields(cluster: &str, slurm_id: u64) -> Extra {
 pub enum What {
     /// The job exists in Slurm's queue (confirms the admission).
     Queued,
+    /// The job is in Slurm's queue under the admission that replaced its first (a partition change
+    /// the hook admitted again): a `job.queued` of the new id, whose event id names it (the first
+    /// admission's `queued` has the job's plain one).
+    Moved,
     /// Run `run` began, holding `gpus` (None: as admitted).
     Started {
-        /// GPUs allocated to this run.
-        gpus: Option<u32>,
+        /// GPUs allocated to this run (MIG slices as their share: `2/7`).
+        gpus: Option<Gpus>,
         /// For an array task: the array's bursar id.
         parent: Option<String>,
         /// Released outside bursar while it waited for approval, by this person.
@@ -116,6 +121,7 @@ impl Report {
         };
         match &self.what {
             What::Queued => format!("slurm-{cluster}-{key}-queued"),
+            What::Moved => format!("slurm-{cluster}-{key}-queued-{}", self.bursar_id),
             What::Started { .. } => run("started"),
             What::Finished { .. } => run("finished"),
             What::Requeued => format!("slurm-{cluster}-{key}-requeued-r{}", self.run),
@@ -145,7 +151,7 @@ impl Report {
         }
         let job_id = self.bursar_id.clone();
         let kind = match &self.what {
-            What::Queued | What::Waits { .. } => {
+            What::Queued | What::Moved | What::Waits { .. } => {
                 if let Some(r) = &self.reason {
                     field(&mut extra, "reason", r);
                 }
@@ -200,13 +206,14 @@ mod tests {
 
     #[test]
     fn every_report_is_a_v1_event_with_both_ids() {
-        let started = report(Key::Job(17), 0, What::Started { gpus: Some(8), parent: None, released_by: None });
+        let started =
+            report(Key::Job(17), 0, What::Started { gpus: Some(Gpus::whole(8)), parent: None, released_by: None });
         let e = started.to_event("lab");
         assert_eq!(decode_event(&e.to_json()).unwrap(), e);
         assert_eq!(e.id, "slurm-lab-17-started", "the first run keeps the id of the watcher before runs");
         assert_eq!(e.time.to_string(), "2026-11-30T05:54:14Z");
         assert_eq!(extra(&e.extra, "slurm_job_id"), Some("\"17\""));
-        assert!(matches!(&e.kind, EventKind::JobStarted { info, .. } if info.gpus == Some(8)));
+        assert!(matches!(&e.kind, EventKind::JobStarted { info, .. } if info.gpus == Some(Gpus::whole(8))));
 
         let again =
             report(Key::Job(17), 2, What::Started { gpus: None, parent: None, released_by: Some("root".into()) });
@@ -234,6 +241,7 @@ mod tests {
             (What::Requeued, "slurm-lab-17-requeued-r1", "job.requeued"),
             (What::Rerun, "slurm-lab-17-rerun-r1", "job.requeued"),
             (What::Replaced { by: "lab-new".into() }, "slurm-lab-17-replaced-lab-new", "job.finished"),
+            (What::Moved, "slurm-lab-17-queued-lab-abc", "job.queued"),
         ] {
             let e = report(Key::Job(17), 1, what).to_event("lab");
             assert_eq!(decode_event(&e.to_json()).unwrap(), e);
@@ -241,12 +249,28 @@ mod tests {
         }
     }
 
+    /// A run on MIG slices starts with its share, which the event carries as the string `"2/7"` (and
+    /// a whole count still as an integer).
+    #[test]
+    fn a_run_on_mig_slices_starts_with_its_share() {
+        let slices = Gpus::fraction(2, 7).unwrap();
+        let e = report(Key::Job(17), 0, What::Started { gpus: Some(slices), parent: None, released_by: None })
+            .to_event("lab");
+        let json = e.to_json();
+        assert!(json.contains(r#""gpus":"2/7""#), "{json}");
+        assert_eq!(decode_event(&json).unwrap(), e);
+        assert!(matches!(&e.kind, EventKind::JobStarted { info, .. } if info.gpus == Some(slices)));
+        let whole =
+            report(Key::Job(17), 0, What::Started { gpus: Some(Gpus::whole(1)), parent: None, released_by: None });
+        assert!(whole.to_event("lab").to_json().contains(r#""gpus":1"#));
+    }
+
     #[test]
     fn a_task_names_its_array_and_its_own_jobid() {
         let mut r = report(
             Key::Task(5, 3),
             0,
-            What::Started { gpus: Some(2), parent: Some("lab-abc".into()), released_by: None },
+            What::Started { gpus: Some(Gpus::whole(2)), parent: Some("lab-abc".into()), released_by: None },
         );
         r.bursar_id = "lab-abc_3".into();
         r.slurm_id = 22;

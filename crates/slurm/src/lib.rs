@@ -38,6 +38,11 @@
 //!   `job_submit.lua` (what an `--exclusive` job holds).
 //! - [`state`]: what the watcher remembers between polls (a `bursar-agent` state file, versioned).
 //! - [`watch`], [`enforce`]: the two agents.
+//!
+//! GPUs are counted as [`bursar_model::Gpus`]: a GRES type naming a MIG profile (`gpu:1g.10gb:2`) is
+//! its share of a GPU ([`gres_share`]: two `1g.10gb` are 2/7) wherever a job's GPUs are read; the
+//! node-level figures that stay whole numbers (the inventory's rows, the `--exclusive` file) say how
+//! they round.
 
 pub mod detail;
 pub mod enforce;
@@ -48,6 +53,19 @@ pub mod queue;
 pub mod slurm;
 pub mod state;
 pub mod watch;
+
+/// What one GPU of a `gpu` GRES type is to bursar: its MIG share when the type names a MIG profile
+/// (`1g.10gb`, AutoDetect's `a100_1g.10gb`: 1/7; the A30's `1g.6gb`: 1/4; [`bursar_model::mig_share`]),
+/// else a whole GPU (`h100`, untyped). The submit hook counts a request the same way (its `mig_shares`
+/// setting aside, which the watcher does not know: an admission it changed is corrected at the start).
+pub fn gres_share(gres_type: &str) -> bursar_model::Gpus {
+    bursar_model::mig_share(gres_type).unwrap_or(bursar_model::Gpus::whole(1))
+}
+
+/// `count` GPUs of a `gpu` GRES type, counted as [`gres_share`] says: `2` of `1g.10gb` are 2/7.
+pub fn gres_gpus_of(gres_type: &str, count: u32) -> bursar_model::Gpus {
+    gres_share(gres_type).saturating_mul(count)
+}
 
 /// What can stop an agent or one of its steps.
 #[derive(Debug, thiserror::Error)]

@@ -23,6 +23,11 @@
 //! for the admission: when the run starts, the watcher reports what Slurm really allocated and bursar
 //! corrects the reservation.
 //!
+//! **MIG slices.** A MIG type counts as its slices' share ([`crate::gres_share`]), and the file holds
+//! whole GPUs (the hook reads a whole number), so a node's sum is rounded *up*, keeping the figure an
+//! upper bound: seven `1g.10gb` are 1; two `3g.40gb` (6/7: that layout leaves the seventh slice unused)
+//! beside them are 13/7, written 2. The start's correction brings the reservation to the exact share.
+//!
 //! **Writing.** Only when the content changed (compared with the file on disk, so a deleted file is
 //! written again at the next read of the nodes), through a temporary file in the same directory and a
 //! rename: the hook never reads half a file. The file is made world-readable (`0644`): slurmctld runs
@@ -51,11 +56,12 @@ pub struct WriteError {
 }
 
 /// The GPUs of the largest node of each partition named in `nodes`' records (every node, in any
-/// state; all its GPU types summed; 0 for a partition without GPUs).
+/// state; all its GPU types summed, MIG slices as their share and the sum rounded up to whole GPUs;
+/// 0 for a partition without GPUs).
 pub fn largest_per_partition(nodes: &[Node]) -> BTreeMap<String, u32> {
     let mut out: BTreeMap<String, u32> = BTreeMap::new();
     for n in nodes {
-        let gpus = n.gpus.values().fold(0u32, |a, &g| a.saturating_add(g));
+        let gpus = n.total_gpus().ceil();
         for p in &n.partitions {
             let e = out.entry(p.clone()).or_insert(0);
             *e = (*e).max(gpus);
@@ -155,11 +161,37 @@ mod tests {
         assert_eq!(got, want);
     }
 
+    /// MIG slices count as their share, a node's sum rounded up (issue 55): seven `1g.10gb` are one
+    /// GPU, two `3g.40gb` more make 13/7, written 2; whole GPUs beside slices add.
+    #[test]
+    fn mig_nodes_are_their_slices_share_rounded_up() {
+        let text = [
+            node("m1", "gpu:1g.10gb:7", "IDLE", "mig7"),
+            node("m2", "gpu:1g.10gb:7,gpu:3g.40gb:2", "MIXED", "mig"),
+            node("m3", "gpu:a100_3g.40gb:2", "IDLE", "mig6"),
+            node("x1", "gpu:h100:4,gpu:1g.10gb:3(S:0)", "IDLE", "mixed"),
+        ]
+        .concat();
+        let got = largest_per_partition(&parse_nodes(&text));
+        let want: BTreeMap<String, u32> =
+            [("mig", 2), ("mig6", 1), ("mig7", 1), ("mixed", 5)].map(|(p, g)| (p.to_owned(), g)).into();
+        assert_eq!(got, want);
+    }
+
     /// The lab's capture: n2 is drained, and both nodes have 8 GPUs in all three partitions.
     #[test]
     fn the_lab_reads_as_eight_in_each_partition() {
         let text = render(&largest_per_partition(&parse_nodes(LAB)));
         assert_eq!(text, format!("{HEADER}\ndebug\t8\nother\t8\nurgent\t8\n"));
+    }
+
+    /// The lab with SLURM_MIG=1: m1's seven `1g.10gb` and two `3g.40gb` (13/7) are written 2 for
+    /// partition `mig`; the H100 partitions are as before.
+    #[test]
+    fn the_mig_lab_reads_as_two_in_partition_mig() {
+        let nodes = parse_nodes(include_str!("../tests/data/scontrol-nodes-mig-22.05.txt"));
+        let text = render(&largest_per_partition(&nodes));
+        assert_eq!(text, format!("{HEADER}\ndebug\t8\nmig\t2\nother\t8\nurgent\t8\n"));
     }
 
     #[test]

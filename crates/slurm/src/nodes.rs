@@ -15,22 +15,30 @@
 //! upper-cased (`h100` → `H100`) unless the watcher's `--gpu-type h100=H100-SXM` says otherwise; an
 //! untyped `gpu:8` is `GPU`. Only `gpu` GRES count.
 //!
+//! **MIG slices.** A GRES type naming a MIG profile (`gpu:1g.10gb:7`, AutoDetect's
+//! `gpu:a100_1g.10gb:7`) is a type of its own (`1G.10GB`, the name the submit hook gives a job asking
+//! for it), and its GPUs are the slices' share ([`crate::gres_share`]): seven `1g.10gb` are one GPU,
+//! two `3g.40gb` are 6/7 of one. A `pool.inventory` row counts whole GPUs, so a MIG type's row is
+//! rounded down: in service and drained to the whole GPUs their slices make, free to the whole GPUs
+//! its free slices make, allocated the rest (in service = allocated + free, as for whole GPUs). Seven
+//! `1g.10gb` with two taken are 1 in service, 1 allocated, 0 free; two `3g.40gb` are 0 GPUs.
+//!
 //! The read costs one `scontrol` call whatever the queue (on the lab, well under 50 ms for two
 //! nodes); the watcher makes it every few polls and sends an inventory only when the rows changed
 //! ([`crate::watch`]).
 
 use std::collections::BTreeMap;
 
-use bursar_model::CapacityRow;
+use bursar_model::{CapacityRow, Gpus};
 
 /// One node as `scontrol -d show node -o` prints it (the fields the inventory needs).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Node {
     /// `NodeName`.
     pub name: String,
-    /// GPUs per GRES type (`""`: untyped), from `Gres`.
+    /// GPUs per GRES type (`""`: untyped), from `Gres`: Slurm's counts (a MIG slice is one).
     pub gpus: BTreeMap<String, u32>,
-    /// GPUs in use per GRES type, from `GresUsed`.
+    /// GPUs in use per GRES type, from `GresUsed` (Slurm's counts).
     pub used: BTreeMap<String, u32>,
     /// `State`, as printed (`IDLE+DRAIN`).
     pub state: String,
@@ -39,6 +47,17 @@ pub struct Node {
 }
 
 impl Node {
+    /// All its GPUs, every type, MIG slices as their share ([`crate::gres_share`]): `gpu:h100:8` is 8,
+    /// `gpu:1g.10gb:7,gpu:3g.40gb:2` is 13/7.
+    pub fn total_gpus(&self) -> Gpus {
+        self.gpus.iter().map(|(ty, &n)| crate::gres_gpus_of(ty, n)).sum()
+    }
+
+    /// Whether one of its GRES types is a MIG slice.
+    pub fn has_mig(&self) -> bool {
+        self.gpus.keys().any(|ty| bursar_model::mig_share(ty).is_some())
+    }
+
     /// Whether no new job starts here: drained or draining, down, failing, not responding, or in
     /// maintenance or reboot.
     pub fn unavailable(&self) -> bool {
@@ -139,14 +158,16 @@ pub fn gpu_type(gres_type: &str, types: &BTreeMap<String, String>) -> String {
     if gres_type.is_empty() { "GPU".to_owned() } else { gres_type.to_ascii_uppercase() }
 }
 
-/// The inventory rows of `nodes` in `region`: one per (GPU type, partition), in that order.
+/// The inventory rows of `nodes` in `region`: one per (GPU type, partition), in that order. MIG
+/// slices count as their share, rounded down to whole GPUs (see the module's documentation).
 pub fn inventory(nodes: &[Node], region: &str, types: &BTreeMap<String, String>) -> Vec<CapacityRow> {
-    // (type, partition) → (in service, allocated, drained)
-    let mut sums: BTreeMap<(String, String), (u32, u32, u32)> = BTreeMap::new();
+    // (type, partition) → (in service, allocated, drained), exact.
+    let mut sums: BTreeMap<(String, String), (Gpus, Gpus, Gpus)> = BTreeMap::new();
     for n in nodes {
         let down = n.unavailable();
         for (ty, &count) in &n.gpus {
-            let used = n.used.get(ty).copied().unwrap_or(0).min(count);
+            let used = crate::gres_gpus_of(ty, n.used.get(ty).copied().unwrap_or(0).min(count));
+            let count = crate::gres_gpus_of(ty, count);
             for p in &n.partitions {
                 let e = sums.entry((gpu_type(ty, types), p.clone())).or_default();
                 if down {
@@ -159,15 +180,19 @@ pub fn inventory(nodes: &[Node], region: &str, types: &BTreeMap<String, String>)
         }
     }
     sums.into_iter()
-        .map(|((gpu_type, queue), (in_service, allocated, drained))| CapacityRow {
-            region: region.to_owned(),
-            gpu_type,
-            queue,
-            in_service,
-            allocated,
-            free: in_service.saturating_sub(allocated),
-            drained,
-            backfill: None,
+        .map(|((gpu_type, queue), (in_service, allocated, drained))| {
+            // Whole GPUs: exact for whole types; for slices, what whole GPUs they make.
+            let free = in_service.saturating_sub(allocated).floor().min(in_service.floor());
+            CapacityRow {
+                region: region.to_owned(),
+                gpu_type,
+                queue,
+                in_service: in_service.floor(),
+                allocated: in_service.floor().saturating_sub(free),
+                free,
+                drained: drained.floor(),
+                backfill: None,
+            }
         })
         .collect()
 }
@@ -209,6 +234,37 @@ mod tests {
         assert_eq!(
             (gpu_type("h100", &types), gpu_type("a100", &types), gpu_type("", &types)),
             ("H100-SXM".to_owned(), "A100".to_owned(), "GPU".to_owned())
+        );
+    }
+
+    /// MIG slices (issue 55): the lab with SLURM_MIG=1 (`integrations/slurm/up.sh`): node m1 has one
+    /// GPU cut into seven `1g.10gb` and one into two `3g.40gb` (the seventh slice of that layout
+    /// unusable), two `1g.10gb` and one `3g.40gb` taken; n1 runs a 3-GPU job on its H100s.
+    #[test]
+    fn mig_slices_are_rows_of_their_own_in_whole_gpus() {
+        let nodes = parse_nodes(include_str!("../tests/data/scontrol-nodes-mig-22.05.txt"));
+        let nodes = &nodes[..1];
+        assert_eq!(nodes[0].name, "m1");
+        assert_eq!(nodes[0].gpus.get("1g.10gb"), Some(&7), "Slurm's count: seven slices");
+        assert_eq!(nodes[0].total_gpus(), Gpus::fraction(13, 7).unwrap(), "1 + 6/7");
+        assert!(nodes[0].has_mig());
+        assert!(!parse_nodes(LAB)[0].has_mig());
+        let rows = inventory(nodes, "lab", &BTreeMap::new());
+        let got: Vec<(&str, &str, u32, u32, u32, u32)> = rows
+            .iter()
+            .map(|r| (r.gpu_type.as_str(), r.queue.as_str(), r.in_service, r.allocated, r.free, r.drained))
+            .collect();
+        // 1g.10gb: one GPU, two slices taken: no whole GPU free. 3g.40gb: 6/7, no whole GPU.
+        assert_eq!(got, [("1G.10GB", "mig", 1, 1, 0, 0), ("3G.40GB", "mig", 0, 0, 0, 0)]);
+        // Fourteen slices, one taken: 2 in service, one whole GPU free; drained ones round down too.
+        let two = parse_nodes(
+            "NodeName=m2 Gres=gpu:a100_1g.10gb:14 GresUsed=gpu:a100_1g.10gb:1(IDX:0) State=MIXED Partitions=mig\n\
+             NodeName=m3 Gres=gpu:a100_1g.10gb:10 GresUsed=gpu:a100_1g.10gb:0 State=IDLE+DRAIN Partitions=mig\n",
+        );
+        let rows = inventory(&two, "lab", &BTreeMap::new());
+        assert_eq!(
+            (rows[0].gpu_type.as_str(), rows[0].in_service, rows[0].allocated, rows[0].free, rows[0].drained),
+            ("A100_1G.10GB", 2, 1, 1, 1)
         );
     }
 

@@ -14,6 +14,8 @@
 
 use std::fmt;
 
+use bursar_model::Gpus;
+
 use crate::{Error, Result};
 
 /// The `--Format` argument: each field followed by `|` (`field:|` = no width, `|` as suffix).
@@ -108,6 +110,10 @@ pub struct Row {
     pub user: String,
     /// Why it is in its state (`JobHeldUser`, `BeginTime`, `job requeued in held state`, …).
     pub reason: String,
+    /// Not read from the row: set by the watcher when Slurm's nodes have MIG GRES types. Then an
+    /// untyped `gres/gpu=N` in `tres-alloc` that typed entries do not account for may be slices (each
+    /// one unit), so [`Row::tres_gpus`] does not take it and the job's record is read instead.
+    pub mig_pool: bool,
 }
 
 /// Where a row is in its life, as far as bursar cares.
@@ -183,26 +189,52 @@ impl Row {
     }
 
     /// GPUs in `tres-alloc`, where slurmdbd tracks them (`gres/gpu=8`, `gres/gpu:h100=8`; typed and
-    /// untyped entries count once: the untyped one when present).
-    pub fn tres_gpus(&self) -> Option<u32> {
-        tres_gpus(&self.tres_alloc)
+    /// untyped entries count once: the untyped one when present; MIG slices as their share). `None`
+    /// also when [`Row::mig_pool`] is set and the untyped count is more than the typed entries say.
+    pub fn tres_gpus(&self) -> Option<Gpus> {
+        tres_gpus_in(&self.tres_alloc, self.mig_pool)
     }
 }
 
 /// GPUs in a TRES string (`cpu=64,mem=…,gres/gpu=8,gres/gpu:h100=8`); `None` when it names none.
-pub fn tres_gpus(tres: &str) -> Option<u32> {
-    let mut untyped = None;
-    let mut typed: Option<u32> = None;
+///
+/// The untyped `gres/gpu=N` counts every GPU unit the job holds, a MIG slice as one: where typed
+/// entries name MIG profiles (`gres/gpu=3,gres/gpu:1g.10gb=2`, types tracked with
+/// `AccountingStorageTRES=gres/gpu:1g.10gb`) those units count as their share and the rest of the
+/// untyped count as whole GPUs (2/7 + 1 here). Without an untyped entry the typed ones are summed.
+pub fn tres_gpus(tres: &str) -> Option<Gpus> {
+    tres_gpus_in(tres, false)
+}
+
+/// [`tres_gpus`], and in a pool with MIG slices (`mig_pool`) `None` when the untyped count holds
+/// units no typed entry names: slurmdbd tracking only `gres/gpu` writes two `1g.10gb` as
+/// `gres/gpu=2`, which are 2/7 of a GPU, not 2 GPUs.
+pub fn tres_gpus_in(tres: &str, mig_pool: bool) -> Option<Gpus> {
+    let mut untyped: Option<u32> = None;
+    let mut typed: Option<Gpus> = None;
+    let mut typed_units = 0u32;
+    // The MIG units the typed entries name, and what they are.
+    let (mut mig_units, mut mig) = (0u32, Gpus::ZERO);
     for item in tres.split(',') {
         let Some((name, value)) = item.split_once('=') else { continue };
         let Ok(n) = value.trim().parse::<u32>() else { continue };
         if name == "gres/gpu" {
             untyped = Some(n);
-        } else if name.starts_with("gres/gpu:") {
-            typed = Some(typed.unwrap_or(0).saturating_add(n));
+        } else if let Some(ty) = name.strip_prefix("gres/gpu:") {
+            let g = crate::gres_gpus_of(ty, n);
+            typed = Some(typed.unwrap_or(Gpus::ZERO).saturating_add(g));
+            typed_units = typed_units.saturating_add(n);
+            if bursar_model::mig_share(ty).is_some() {
+                mig_units = mig_units.saturating_add(n);
+                mig = mig.saturating_add(g);
+            }
         }
     }
-    untyped.or(typed)
+    match untyped {
+        Some(n) if mig_pool && typed_units < n => None,
+        Some(n) => Some(Gpus::whole(n.saturating_sub(mig_units)).saturating_add(mig)),
+        None => typed,
+    }
 }
 
 fn bad(line_no: usize, line: &str, why: impl fmt::Display) -> Error {
@@ -306,6 +338,7 @@ fn parse_row(line_no: usize, line: &str) -> Result<Row> {
         exit_code,
         user: f[14].trim().to_owned(),
         reason: f[15].trim().to_owned(),
+        mig_pool: false,
     })
 }
 
@@ -364,10 +397,34 @@ mod tests {
 
     #[test]
     fn gpus_in_tres_alloc_where_slurmdbd_tracks_them() {
-        assert_eq!(tres_gpus("cpu=2,mem=2000M,node=2,billing=2,gres/gpu=4,gres/gpu:h100=4"), Some(4));
-        assert_eq!(tres_gpus("cpu=2,gres/gpu:h100=4,gres/gpu:a100=2"), Some(6));
+        let w = |n| Some(Gpus::whole(n));
+        assert_eq!(tres_gpus("cpu=2,mem=2000M,node=2,billing=2,gres/gpu=4,gres/gpu:h100=4"), w(4));
+        assert_eq!(tres_gpus("cpu=2,gres/gpu:h100=4,gres/gpu:a100=2"), w(6));
         assert_eq!(tres_gpus("cpu=1,mem=1000M,node=1,billing=1"), None);
         assert_eq!(tres_gpus(""), None);
+    }
+
+    /// MIG slices in `tres-alloc` (issue 55): the untyped count holds each slice as one unit; the
+    /// typed entries say which are slices.
+    #[test]
+    fn mig_slices_in_tres_alloc_are_their_share() {
+        let f = |n, d| Gpus::fraction(n, d);
+        assert_eq!(tres_gpus("cpu=1,mem=1000M,node=1,billing=1,gres/gpu=2,gres/gpu:1g.10gb=2"), f(2, 7));
+        assert_eq!(tres_gpus("cpu=1,gres/gpu:a100_1g.10gb=2"), f(2, 7), "typed only");
+        assert_eq!(tres_gpus("cpu=1,gres/gpu=3,gres/gpu:1g.10gb=2"), f(9, 7), "one untracked whole GPU beside");
+        assert_eq!(tres_gpus("cpu=1,gres/gpu=5,gres/gpu:1g.10gb=4,gres/gpu:3g.40gb=1"), f(7, 7));
+        assert_eq!(tres_gpus("cpu=1,gres/gpu=2"), Some(Gpus::whole(2)), "untracked types: as whole GPUs");
+        // Where the nodes have slices, an untyped count the typed entries do not cover is no answer
+        // (the record is read); one they cover, or typed entries alone, still are.
+        assert_eq!(tres_gpus_in("cpu=1,gres/gpu=2", true), None);
+        assert_eq!(tres_gpus_in("cpu=1,gres/gpu=3,gres/gpu:1g.10gb=2", true), None);
+        assert_eq!(tres_gpus_in("cpu=1,gres/gpu=3,gres/gpu:1g.10gb=2,gres/gpu:h100=1", true), f(9, 7));
+        assert_eq!(tres_gpus_in("cpu=1,gres/gpu:1g.10gb=2", true), f(2, 7));
+        assert_eq!(tres_gpus_in("cpu=1,mem=1000M", true), None);
+        let mut row = parse_rows("17|17|N/A|N/A|N/A|RUNNING|0|1|2|1|cpu=1,gres/gpu=2|n1|mig|0|root|None|\n").unwrap();
+        assert_eq!(row[0].tres_gpus(), Some(Gpus::whole(2)));
+        row[0].mig_pool = true;
+        assert_eq!(row[0].tres_gpus(), None, "read from the record instead");
     }
 
     #[test]

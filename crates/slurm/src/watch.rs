@@ -224,7 +224,8 @@ impl Planner<'_> {
         if why.is_empty() || why == "None" || why == m.waits {
             return;
         }
-        let queued = self.plan.reports.iter_mut().rev().find(|x| x.key == key && matches!(x.what, What::Queued));
+        let queued =
+            self.plan.reports.iter_mut().rev().find(|x| x.key == key && matches!(x.what, What::Queued | What::Moved));
         match queued {
             Some(q) => q.reason = Some(why.to_owned()),
             None => {
@@ -276,8 +277,10 @@ impl Planner<'_> {
                 let mut gone = m.clone();
                 gone.bursar = old.clone();
                 self.report(key, &gone, 0, self.now, What::Replaced { by: new.clone() });
+                self.report(key, &m, 0, self.now, What::Moved);
+            } else {
+                self.report(key, &m, 0, self.now, What::Queued);
             }
-            self.report(key, &m, 0, self.now, What::Queued);
         }
         Some(m)
     }
@@ -531,7 +534,7 @@ fn readmitted(p: &mut Planner<'_>, key: Key, mut m: Memo, r: &Row) -> Memo {
         let new = new.to_owned();
         p.report(key, &m, m.restarts, p.now, What::Replaced { by: new.clone() });
         m.bursar = new;
-        p.report(key, &m, m.restarts, p.now, What::Queued);
+        p.report(key, &m, m.restarts, p.now, What::Moved);
     }
     m
 }
@@ -566,6 +569,15 @@ pub struct WatchConfig {
 pub struct Sent {
     rows: Option<Vec<bursar_model::CapacityRow>>,
     polls: u32,
+    mig: bool,
+}
+
+impl Sent {
+    /// Whether the last read of the nodes found MIG GRES types (then `tres-alloc`'s untyped GPU
+    /// count is not taken for a job's GPUs: [`Row::mig_pool`]).
+    pub fn mig_pool(&self) -> bool {
+        self.mig
+    }
 }
 
 /// Every [`WatchConfig::nodes_every`] polls: reads the nodes, writes the largest node's GPUs per
@@ -589,6 +601,7 @@ pub fn inventory_once(cfg: &WatchConfig, sent: &mut Sent) -> Result<bool> {
             return Ok(false);
         }
     };
+    sent.mig = nodes.iter().any(crate::nodes::Node::has_mig);
     if let Some(path) = &cfg.node_gpus_file {
         let largest = crate::node_gpus::largest_per_partition(&nodes);
         match crate::node_gpus::write(path, &largest) {
@@ -633,9 +646,18 @@ pub struct PollReport {
 
 /// One poll: list, read what is new, plan, send, persist; then release the admissions Slurm never
 /// created ([`never_created`]), when a poll began at `previous` (Unix seconds) before this one.
-pub fn poll_once(cfg: &WatchConfig, state: &mut WatchState, previous: Option<i64>) -> Result<PollReport> {
+/// `mig_pool`: the nodes have MIG GRES types ([`Sent::mig_pool`]; see [`Row::mig_pool`]).
+pub fn poll_once(
+    cfg: &WatchConfig,
+    state: &mut WatchState,
+    previous: Option<i64>,
+    mig_pool: bool,
+) -> Result<PollReport> {
     let t0 = Instant::now();
-    let rows = cfg.slurm.queue()?;
+    let mut rows = cfg.slurm.queue()?;
+    for r in &mut rows {
+        r.mig_pool = mig_pool;
+    }
     let read = cfg.slurm.details(&asks(state, &rows), rows.len())?;
     if let Some(why) = &read.dumped {
         tracing::info!(why = %why, "read the queue as JSON");
@@ -750,7 +772,7 @@ pub fn run(cfg: &WatchConfig, once: bool) -> Result<PollReport> {
         if let Err(e) = inventory_once(cfg, &mut sent) {
             tracing::warn!(error = %e, "could not send the inventory; retrying at the next read");
         }
-        match poll_once(cfg, &mut state, previous) {
+        match poll_once(cfg, &mut state, previous, sent.mig_pool()) {
             Ok(r) => {
                 previous = Some(began);
                 if r.sent > 0 || r.dumped {
@@ -804,6 +826,7 @@ mod tests {
     }
 
     fn details(markers: Markers, gpus: Option<u32>) -> BTreeMap<u64, Details> {
+        let gpus = gpus.map(bursar_model::Gpus::whole);
         BTreeMap::from([(33, Details { job_id: 33, admin_comment: String::new(), markers, gpus })])
     }
 
@@ -820,7 +843,7 @@ mod tests {
             let p = plan(&state, std::slice::from_ref(r), &d, T + now);
             for rep in &p.reports {
                 let w = match &rep.what {
-                    What::Queued => "queued".to_owned(),
+                    What::Queued | What::Moved => "queued".to_owned(),
                     What::Started { .. } => "started".to_owned(),
                     What::Requeued => "requeued".to_owned(),
                     What::Rerun => "rerun".to_owned(),
@@ -1002,13 +1025,17 @@ mod tests {
         assert_eq!(asks(&state, std::slice::from_ref(&moved)).len(), 1, "a partition change reads the record");
         let readmit = Markers { job: Some("lab-old".into()), readmit: Some("lab-new".into()), ..Markers::default() };
         let p = plan(&state, std::slice::from_ref(&moved), &details(readmit, None), T + 5);
+        // The new id's `job.queued` has an event id of its own: the first admission's `queued` took the
+        // job's plain one, and serve would drop a second as a duplicate (the move never confirmed).
+        let ids: Vec<String> = p.reports.iter().map(|r| r.event_id("lab")).collect();
+        assert_eq!(ids[1], "slurm-lab-33-queued-lab-new", "{ids:?}");
         let got: Vec<(String, String)> =
             p.reports.iter().map(|r| (r.bursar_id.clone(), format!("{:?}", r.what))).collect();
         assert_eq!(
             got,
             [
                 ("lab-old".to_owned(), "Replaced { by: \"lab-new\" }".to_owned()),
-                ("lab-new".to_owned(), "Queued".to_owned())
+                ("lab-new".to_owned(), "Moved".to_owned())
             ]
         );
         p.apply(&mut state);

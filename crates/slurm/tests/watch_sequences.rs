@@ -4,7 +4,7 @@
 //! run, requeue, rerun of a completed job, SPECIAL_EXIT, requeue-hold then cancel, an administrator's
 //! release of a held job, cancel before start, failure, timeout, exclusive / multi-node / per-socket
 //! GPUs, an array with a throttle and cancelled tasks, a heterogeneous job, preemption then a node
-//! failure. The table says what bursar must be told for each; the properties say that any subset of
+//! failure, jobs on MIG slices. The table says what bursar must be told for each; the properties say that any subset of
 //! the polls (a slower watcher), and a restart between any two polls (from the saved state file, or
 //! from a crash before it was saved), lose and double nothing.
 
@@ -75,7 +75,7 @@ fn run(polls: &[Poll]) -> Vec<Report> {
 /// A report in a line: `<type> <key> r<run> @<time offset>` and its particulars.
 fn line(r: &Report, t0: i64) -> String {
     let what = match &r.what {
-        What::Queued => "queued".to_owned(),
+        What::Queued | What::Moved => "queued".to_owned(),
         What::Started { gpus, parent, released_by } => format!(
             "started{}{}{}",
             gpus.map(|g| format!(" gpus={g}")).unwrap_or_default(),
@@ -169,6 +169,30 @@ fn gpus_are_what_slurm_allocated_not_what_the_hook_saw() {
     }
 }
 
+/// MIG slices (issue 55): four jobs on the lab's MIG node (SLURM_MIG=1) start with their share of a
+/// GPU, not the count of slices: `--gres=gpu:1g.10gb:2` 2/7, `gpu:1g.10gb:1,gpu:3g.40gb:1` 4/7,
+/// `--gpus=1g.10gb:4` 4/7, `gpu:3g.40gb:1` 3/7 (`JOB_GRES` read from each record).
+#[test]
+fn mig_slices_start_with_their_share() {
+    assert_eq!(
+        lines(&["mig"]),
+        [
+            "4 r0 @0 queued",
+            "5 r0 @0 queued",
+            "6 r0 @0 queued",
+            "7 r0 @0 queued",
+            "4 r0 @0 started gpus=2/7",
+            "5 r0 @0 started gpus=4/7",
+            "6 r0 @0 started gpus=4/7",
+            "7 r0 @0 started gpus=3/7",
+            "4 r0 @3 finished succeeded COMPLETED",
+            "5 r0 @3 finished succeeded COMPLETED",
+            "6 r0 @3 finished succeeded COMPLETED",
+            "7 r0 @3 finished succeeded COMPLETED",
+        ]
+    );
+}
+
 #[test]
 fn array_tasks_are_children_and_the_array_ends_after_its_last_task() {
     let polls = capture("array");
@@ -181,7 +205,7 @@ fn array_tasks_are_children_and_the_array_ends_after_its_last_task() {
     for t in [0, 1, 2, 3, 5] {
         let of: Vec<&Report> = reports.iter().filter(|r| r.key.to_string() == format!("46_{t}")).collect();
         assert_eq!(of.len(), 2, "task {t}: {got:#?}");
-        assert!(matches!(&of[0].what, What::Started { parent: Some(p), gpus: Some(2), .. } if *p == parent));
+        assert!(matches!(&of[0].what, What::Started { parent: Some(p), gpus: Some(g), .. } if *p == parent && *g == 2));
         assert!(matches!(of[1].what, What::Finished { .. }));
         assert_eq!(of[0].bursar_id, format!("{parent}_{t}"));
     }
@@ -256,7 +280,7 @@ fn well_formed(reports: &[Report], sent_at: &[i64]) {
                 last_t = r.at;
             }
             match &r.what {
-                What::Queued => assert!(!running && !finished, "{key}: queued late"),
+                What::Queued | What::Moved => assert!(!running && !finished, "{key}: queued late"),
                 What::Waits { .. } => assert!(!running && !finished, "{key}: a reason to wait while not waiting"),
                 What::Started { .. } => {
                     assert!(!running && !finished, "{key}: started twice or after the end: {evs:#?}");
@@ -280,7 +304,7 @@ fn well_formed(reports: &[Report], sent_at: &[i64]) {
     }
 }
 
-const ALL: [&str; 14] = [
+const ALL: [&str; 15] = [
     "plain",
     "requeue",
     "rerun",
@@ -295,6 +319,7 @@ const ALL: [&str; 14] = [
     "het",
     "preempt",
     "nodefail",
+    "mig",
 ];
 
 /// Every event id sent, with what it said; an id sent twice must say the same thing.

@@ -173,7 +173,7 @@ mod tests {
 
     fn job(id: &str, sub: i64, start: Option<i64>, end: Option<i64>) -> JobTrace {
         JobTrace {
-            spec: JobSpec { id: id.into(), project: "p".into(), gpus: 1, nodes: 1, ..JobSpec::default() },
+            spec: JobSpec { id: id.into(), project: "p".into(), gpus: 1.into(), nodes: 1, ..JobSpec::default() },
             submitted: Timestamp(sub * 1000),
             started: start.map(|s| Timestamp(s * 1000)),
             finished: end.map(|e| (Timestamp(e * 1000), FinishStatus::Succeeded)),

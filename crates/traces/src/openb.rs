@@ -139,7 +139,7 @@ fn map<'a>(get: &dyn Fn(usize) -> &'a str) -> Result<JobTrace, String> {
     let spec = JobSpec {
         id: name.to_owned(),
         project: qos.to_owned(),
-        gpus,
+        gpus: gpus.into(),
         gpu_type: Some(get(3)).filter(|s| !s.is_empty()).map(str::to_owned),
         nodes: 1,
         requested_hours,

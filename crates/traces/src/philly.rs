@@ -112,7 +112,7 @@ fn map(rec: &Value, fill: Fill) -> Result<JobTrace, String> {
         id: id.to_owned(),
         project: vc.to_owned(),
         user: user.to_owned(),
-        gpus,
+        gpus: gpus.into(),
         nodes: u32::try_from(detail.len()).unwrap_or(u32::MAX).max(1),
         requested_hours: runtime_h,
         ready,
@@ -146,7 +146,7 @@ mod tests {
         assert_eq!((r.records, r.mapped, r.skipped_total()), (2, 2, 0));
         let j = &jobs[0];
         assert_eq!((j.spec.project.as_str(), j.spec.user.as_str()), ("ee9e8c", "ce2f4c"));
-        assert_eq!((j.spec.gpus, j.spec.nodes), (5, 2));
+        assert_eq!((j.spec.gpus, j.spec.nodes), (5.into(), 2));
         assert!((j.spec.requested_hours - 1.5).abs() < 1e-9);
         assert_eq!(j.submitted.to_string(), "2017-10-07T01:11:39Z");
         assert_eq!(j.finished.map(|f| f.1), Some(FinishStatus::Succeeded));

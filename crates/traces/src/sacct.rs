@@ -194,7 +194,7 @@ fn map<'a>(get: &dyn Fn(usize) -> &'a str, report: &mut Report) -> Result<JobTra
         project: account.to_owned(),
         user: get(1).to_owned(),
         queue: Some(get(3)).filter(|q| !q.is_empty()).map(str::to_owned),
-        gpus,
+        gpus: gpus.into(),
         gpu_type,
         nodes,
         requested_hours,
@@ -244,13 +244,13 @@ mod tests {
         assert_eq!(r.skipped.get("job step (only job allocations are imported)"), Some(&1));
         assert_eq!(r.skipped.get("no GPUs in `AllocTRES` or `ReqTRES`"), Some(&1));
         let j = &jobs[0];
-        assert_eq!((j.spec.project.as_str(), j.spec.queue.as_deref(), j.spec.gpus), ("nlp", Some("gpu"), 8));
+        assert_eq!((j.spec.project.as_str(), j.spec.queue.as_deref(), j.spec.gpus), ("nlp", Some("gpu"), 8.into()));
         assert_eq!(j.spec.gpu_type.as_deref(), Some("h200"));
         assert_eq!(j.spec.requested_hours, 4.0);
         assert_eq!(j.finished.map(|f| f.1), Some(FinishStatus::Succeeded));
         assert_eq!((jobs[1].started, jobs[1].finished.map(|f| f.1)), (None, Some(FinishStatus::Cancelled)));
         assert_eq!(jobs[1].spec.requested_hours, 0.0);
-        assert_eq!((jobs[2].spec.gpus, jobs[2].spec.nodes, jobs[2].finished), (16, 2, None));
+        assert_eq!((jobs[2].spec.gpus, jobs[2].spec.nodes, jobs[2].finished), (16.into(), 2, None));
     }
 
     #[test]

@@ -70,7 +70,7 @@ impl ThroughputModel {
             .map_or((1.0, 0.0), |(_, s, p)| (*s, *p));
         let per_gpu = 800.0 * 2f64.powf(3.0 * self.u(&[&config, "rate"])) * speed;
         let e = 0.80 + 0.18 * self.u(&[&config, "scaling"]) - penalty;
-        let n = f64::from(spec.gpus.max(1));
+        let n = spec.gpus.as_f64().max(1.0);
         let mut eff = e.powf(n.log2());
         if spec.nodes > 1 {
             eff *= 0.85;
@@ -92,7 +92,14 @@ mod tests {
 
     fn job(id: &str, user: &str, machine: Option<&str>, gpus: u32, nodes: u32) -> JobTrace {
         JobTrace {
-            spec: JobSpec { id: id.into(), project: "p".into(), user: user.into(), gpus, nodes, ..JobSpec::default() },
+            spec: JobSpec {
+                id: id.into(),
+                project: "p".into(),
+                user: user.into(),
+                gpus: gpus.into(),
+                nodes,
+                ..JobSpec::default()
+            },
             submitted: bursar_model::Timestamp(0),
             started: None,
             finished: None,
@@ -130,10 +137,11 @@ mod tests {
     #[test]
     fn the_model_scales_below_linear_and_is_seeded() {
         let m = ThroughputModel { seed: 7 };
-        let mut spec = JobSpec { id: "j".into(), gpus: 1, nodes: 1, config: Some("c".into()), ..JobSpec::default() };
+        let mut spec =
+            JobSpec { id: "j".into(), gpus: 1.into(), nodes: 1, config: Some("c".into()), ..JobSpec::default() };
         spec.gpu_type = Some("modelled-a".into());
         let one = m.peak(&spec);
-        spec.gpus = 8;
+        spec.gpus = 8.into();
         let eight = m.peak(&spec);
         let per_gpu_ratio = eight / 8.0 / one;
         assert!(per_gpu_ratio > 0.80f64.powi(3) - 1e-9 && per_gpu_ratio < 0.98f64.powi(3) + 1e-9, "{per_gpu_ratio}");

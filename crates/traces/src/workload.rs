@@ -212,7 +212,7 @@ impl Generator {
             project: format!("p{project}"),
             user: format!("u{project}-{user}"),
             queue: Some(if requested_h <= 4.0 { "short" } else { "long" }.to_owned()),
-            gpus,
+            gpus: gpus.into(),
             gpu_type: Some(gpu_name.to_owned()),
             gpu_mem_gb: Some(gpu_mem),
             nodes: gpus.div_ceil(8),

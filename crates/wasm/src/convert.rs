@@ -43,7 +43,7 @@ fn job_spec<'a>(j: &'a JobSpec, x: &'a Extras<'a>) -> t::JobSpec<'a> {
         project: &j.project,
         user: &j.user,
         queue: j.queue.as_deref(),
-        gpus: j.gpus,
+        gpus: j.gpus.ceil(),
         gpu_type: j.gpu_type.as_deref(),
         gpu_mem_gb: j.gpu_mem_gb,
         nodes: j.nodes,

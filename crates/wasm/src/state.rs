@@ -64,7 +64,11 @@ impl wit_state::Host for StoreData {
 
     fn ledger(&mut self, s: t::ScopeKind, name: String) -> Option<t::GpusNow> {
         with_state(None, |st| {
-            st.ledger(scope(s), &name).map(|l| t::GpusNow { name, held: l.held_gpus, running: l.running_gpus })
+            st.ledger(scope(s), &name).map(|l| t::GpusNow {
+                name,
+                held: l.held_gpus.ceil(),
+                running: l.running_gpus.ceil(),
+            })
         })
     }
 
@@ -72,7 +76,11 @@ impl wit_state::Host for StoreData {
         with_state(Vec::new(), |st| {
             let mut all: Vec<t::GpusNow> = st
                 .ledgers(bursar_engine::ScopeKind::Project)
-                .map(|(name, l)| t::GpusNow { name: name.to_string(), held: l.held_gpus, running: l.running_gpus })
+                .map(|(name, l)| t::GpusNow {
+                    name: name.to_string(),
+                    held: l.held_gpus.ceil(),
+                    running: l.running_gpus.ceil(),
+                })
                 .collect();
             // The map's order is not stable; the guest must see the same list on every replay.
             all.sort_by(|a, b| a.name.cmp(&b.name));
@@ -85,7 +93,7 @@ impl wit_state::Host for StoreData {
             st.job(&id).map(|j| t::JobInfo {
                 project: j.project().to_string(),
                 user: j.user().to_string(),
-                gpus: j.gpus(),
+                gpus: j.gpus().ceil(),
                 requested_hours: j.requested_hours(),
                 phase: phase(j.phase()),
                 submitted: j.submitted().millis(),
@@ -116,7 +124,7 @@ impl wit_state::Host for StoreData {
         with_state(None, |st| {
             st.trial(&config_key).map(|h| {
                 let mut successes: Vec<t::TrialRun> =
-                    h.successes.iter().map(|(gpus, at)| t::TrialRun { gpus: *gpus, at: at.millis() }).collect();
+                    h.successes.iter().map(|(gpus, at)| t::TrialRun { gpus: gpus.ceil(), at: at.millis() }).collect();
                 successes.sort_by_key(|r| (r.gpus, r.at));
                 t::TrialHistory { successes, last_failure: h.last_failure.map(Timestamp::millis) }
             })

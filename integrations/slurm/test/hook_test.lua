@@ -319,6 +319,67 @@ rc = submit(excl({ partition = "debug" }))
 check("the file is read again only after node_gpus_file_every seconds", first == 8 and gpus_sent() == 8, body())
 node_gpus(nil)
 
+-- 15. MIG slices (issue 55, item 7): a GRES type holding a MIG profile counts as its share of a GPU,
+-- summed exactly and sent as "2/7" when not whole; whole counts stay integers (byte-identical JSON).
+configure('node_gpus = 8, node_gpus_file_every = 0')
+answer(200, ALLOW)
+local function sent(field) return body():match('"' .. field .. '":("?[^,"]*"?)') end
+for _, c in ipairs({
+  { "--gres=gpu:1g.10gb:2", { tres_per_node = "gres:gpu:1g.10gb:2" }, '"2/7"', "1G.10GB" },
+  { "AutoDetect's a100_1g.10gb, gres/gpu:T=N", { tres_per_node = "gres/gpu:a100_1g.10gb=2" }, '"2/7"', "A100_1G.10GB" },
+  { "a count-less slice", { tres_per_node = "gres:gpu:1g.10gb" }, '"1/7"', "1G.10GB" },
+  { "--gpus=3g.40gb:1 (per job)", { tres_per_node = false, tres_per_job = "gres:gpu:3g.40gb:1" }, '"3/7"', "3G.40GB" },
+  { "seven tasks of one slice: one whole GPU, an integer", { tres_per_node = false,
+    tres_per_task = "gres:gpu:1g.10gb:1", num_tasks = 7 }, "1", "1G.10GB" },
+  { "-N 2 of three slices", { tres_per_node = "gres:gpu:1g.10gb:3", min_nodes = 2 }, '"6/7"', "1G.10GB" },
+  { "-N 1-3 of three slices: at the maximum, 9/7", { tres_per_node = "gres:gpu:1g.10gb:3", max_nodes = 3 }, '"9/7"', "1G.10GB" },
+  { "--gpus-per-socket=1g.10gb:1 on 2 sockets", { tres_per_node = false, tres_per_socket = "gres:gpu:1g.10gb:1" }, '"2/7"', "1G.10GB" },
+  { "A30 1g.6gb x2: a half", { tres_per_node = "gres:gpu:1g.6gb:2" }, '"1/2"', "1G.6GB" },
+  { "A30 2g.12gb", { tres_per_node = "gres:gpu:2g.12gb:1" }, '"1/2"', "2G.12GB" },
+  { "A30 4g.24gb: a whole GPU", { tres_per_node = "gres:gpu:4g.24gb:1" }, "1", "4G.24GB" },
+  { "H100 94 GB 2g.24gb", { tres_per_node = "gres:gpu:2g.24gb:1" }, '"2/7"', "2G.24GB" },
+  { "7g.80gb: the whole GPU", { tres_per_node = "gres:gpu:7g.80gb:2" }, "2", "7G.80GB" },
+  { "mixed: one h100 and two slices", { tres_per_node = "gres:gpu:h100:1,gres:gpu:1g.10gb:2" }, '"9/7"', "H100" },
+  { "slices of two profiles", { tres_per_node = "gres:gpu:3g.40gb:1,gres:gpu:1g.10gb:2" }, '"5/7"', "3G.40GB" },
+  { "not a profile at a word's start: a whole GPU", { tres_per_node = "gres:gpu:x1g.10gb:2" }, "2", nil },
+  { "more slices than a GPU has: a whole GPU", { tres_per_node = "gres:gpu:9g.90gb:1" }, "1", nil },
+  { "a plain --gres=gpu:2 is as before", {}, "2", nil },
+  { "a typed --gres=gpu:h100:2 is as before", { tres_per_node = "gres:gpu:h100:2" }, "2", "H100" },
+}) do
+  rc, job = submit(c[2])
+  local ok_type = c[4] == nil and not body():find('"gpu_type"', 1, true) or body():find('"gpu_type":"' .. tostring(c[4]) .. '"', 1, true)
+  check("MIG: " .. c[1] .. " -> " .. c[3], rc == slurm.SUCCESS and sent("gpus") == c[3] and ok_type
+    and tostring(job.admin_comment):find("bursar_gpus=" .. c[3]:gsub('"', "") .. "$"), body() .. "\n" .. tostring(job.admin_comment))
+end
+rc = submit({ tres_per_node = "gres:gpu:1g.10gb:2", array_inx = "0-9%3" })
+check("MIG: an array of 2-slice tasks: 2/7 a task, every task and the throttle", sent("gpus") == '"2/7"'
+  and body():find('"array":{"tasks":10,"max_running":3}', 1, true), body())
+rc = submit({ shared = 0, tres_per_node = "gres:gpu:1g.10gb:2" })
+check("MIG: --exclusive stays whole GPUs (the node's 8)", sent("gpus") == "8", body())
+-- A re-admission keeps what was admitted, a fraction included.
+rc, job = modify({ partition = "other" }, { tres_per_node = "gres:gpu:1g.10gb:2",
+  admin_comment = "bursar_job=t-000000000001 bursar_gpus=3/7" }, 1000)
+check("MIG: a partition change re-admits at least the admitted 3/7", rc == slurm.SUCCESS and sent("gpus") == '"3/7"', body())
+rc, job = modify({ partition = "other" }, { tres_per_node = "gres:gpu:1g.10gb:2",
+  admin_comment = "bursar_job=t-000000000001 bursar_gpus=1/7" }, 1000)
+check("MIG: ... or the 2/7 it asks", rc == slurm.SUCCESS and sent("gpus") == '"2/7"', body())
+
+-- mig_shares overrides a profile's share, or a whole GRES type's; an inexact share is logged and ignored.
+logs = {}
+configure('node_gpus = 8, node_gpus_file_every = 0, mig_shares = { ["1g.10gb"] = "1/8", mig_small = "1/7", ["2g.20gb"] = 0.25, ["3g.40gb"] = "1/9" }')
+local load_log = table.concat(logs, "\n")
+rc = submit({ tres_per_node = "gres:gpu:1g.10gb:2" })
+check("mig_shares: 1g.10gb = 1/8, two of them: 1/4", sent("gpus") == '"1/4"', body())
+rc = submit({ tres_per_node = "gres/gpu:a100_1g.10gb=2" })
+check("mig_shares: the profile's override applies inside a longer type", sent("gpus") == '"1/4"', body())
+rc = submit({ tres_per_node = "gres:gpu:mig_small:3" })
+check("mig_shares: a site's own type name", sent("gpus") == '"3/7"' and body():find('"gpu_type":"MIG_SMALL"', 1, true), body())
+rc = submit({ tres_per_node = "gres:gpu:2g.20gb:1" })
+check("mig_shares: a number", sent("gpus") == '"1/4"', body())
+rc = submit({ tres_per_node = "gres:gpu:3g.40gb:1" })
+check("mig_shares: an inexact share is logged at load and ignored", sent("gpus") == '"3/7"'
+  and load_log:find("mig_shares[3g.40gb] = 1/9", 1, true), body() .. "\n" .. load_log)
+
 if failures > 0 then
   print(failures .. " case(s) failed")
   os.exit(1)

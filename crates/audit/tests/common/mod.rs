@@ -53,7 +53,7 @@ pub fn decision(i: u64, n: usize, project: &str, user: &str, day: u32, kind: Dec
         dry_run: false,
         admission: n == 0,
         user: Some(user.into()),
-        gpus: Some(8),
+        gpus: Some(8.into()),
         gpu_hours: Some(32.0),
         hints: None,
     }

@@ -160,6 +160,20 @@ impl Cluster {
         labels: Value,
         annotations: Value,
     ) -> (String, String) {
+        self.submit_workload_with(ns, name, pods, json!({"nvidia.com/gpu": gpus.to_string()}), labels, annotations)
+    }
+
+    /// As [`Cluster::submit_workload`], each pod's resource `limits` (and requests) given (MIG
+    /// slices: `{"nvidia.com/mig-1g.10gb": "2"}`).
+    pub fn submit_workload_with(
+        &self,
+        ns: &str,
+        name: &str,
+        pods: u32,
+        limits: Value,
+        labels: Value,
+        annotations: Value,
+    ) -> (String, String) {
         let job = self
             .api
             .create(
@@ -167,7 +181,7 @@ impl Cluster {
                 ns,
                 json!({"metadata": {"name": name, "labels": labels.clone()}, "spec": {"suspend": true, "parallelism": pods, "completions": pods,
                     "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "trainer", "image": "registry.example/llm:1.4",
-                        "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}}]}}}}),
+                        "resources": {"limits": limits.clone()}}]}}}}),
             )
             .unwrap();
         let job_uid = job["metadata"]["uid"].as_str().unwrap().to_owned();
@@ -181,7 +195,7 @@ impl Cluster {
                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": job_uid, "controller": true, "blockOwnerDeletion": true}]},
                     "spec": {"active": true, "queueName": "team", "podSets": [{"name": "main", "count": pods,
                         "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "trainer", "image": "registry.example/llm:1.4",
-                            "resources": {"requests": {"nvidia.com/gpu": gpus.to_string()}, "limits": {"nvidia.com/gpu": gpus.to_string()}}}]}}}]}}),
+                            "resources": {"requests": limits.clone(), "limits": limits}}]}}}]}}),
             )
             .unwrap();
         (format!("job-{name}-3f2a1"), wl["metadata"]["uid"].as_str().unwrap().to_owned())
@@ -190,10 +204,16 @@ impl Cluster {
     /// Kueue reserves quota on flavor `h100` and sets every admission check of the ClusterQueue
     /// (`bursar` and `provisioning`, already Ready) to its state.
     pub fn reserve_quota(&self, ns: &str, wl: &str, pods: u32) {
+        self.reserve_quota_on(ns, wl, pods, json!({"nvidia.com/gpu": "h100"}));
+    }
+
+    /// As [`Cluster::reserve_quota`], on `flavors` (resource → flavor: `{"nvidia.com/mig-1g.10gb":
+    /// "a100-mig"}`).
+    pub fn reserve_quota_on(&self, ns: &str, wl: &str, pods: u32, flavors: Value) {
         let now = kubeapi::rfc3339(unix_now());
         self.api
             .update(WORKLOADS, ns, wl, true, json!({"status": {
-                "admission": {"clusterQueue": "gpu", "podSetAssignments": [{"name": "main", "flavors": {"nvidia.com/gpu": "h100"}, "count": pods}]},
+                "admission": {"clusterQueue": "gpu", "podSetAssignments": [{"name": "main", "flavors": flavors, "count": pods}]},
                 "conditions": [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "Quota reserved in ClusterQueue gpu", "lastTransitionTime": now}],
                 "admissionChecks": [{"name": "bursar", "state": "Pending", "message": "", "lastTransitionTime": now},
                                     {"name": "provisioning", "state": "Ready", "message": "", "lastTransitionTime": now}]}}))
@@ -230,6 +250,12 @@ impl Cluster {
 
     /// The Job controller creates pod `name` of Job `job` and the scheduler binds it at `at`.
     pub fn run_pod(&self, ns: &str, job: &str, name: &str, gpus: u32, at: i64) {
+        self.run_pod_with(ns, job, name, json!({"nvidia.com/gpu": gpus.to_string()}), at);
+    }
+
+    /// As [`Cluster::run_pod`], its container's resource `limits` given (MIG slices:
+    /// `{"nvidia.com/mig-1g.10gb": "2"}`).
+    pub fn run_pod_with(&self, ns: &str, job: &str, name: &str, limits: Value, at: i64) {
         let j = self.api.get(kubeapi::JOBS, ns, job).unwrap();
         let uid = j["metadata"]["uid"].as_str().unwrap();
         let labels = j.pointer("/spec/template/metadata/labels").cloned().unwrap_or(json!({}));
@@ -237,7 +263,7 @@ impl Cluster {
             .create(PODS, ns, json!({"metadata": {"name": name, "labels": merge(&labels, &json!({"batch.kubernetes.io/job-name": job})),
                 "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": uid, "controller": true}]},
                 "spec": {"nodeName": "node1", "restartPolicy": "Never", "containers": [{"name": "trainer", "image": "registry.example/llm:1.4",
-                    "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}}]}}))
+                    "resources": {"limits": limits}}]}}))
             .unwrap();
         let t = kubeapi::rfc3339(at);
         self.api

@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::Sequenced;
+use crate::gpus::Gpus;
 
 /// A job waiting for a person's approval, in [`PendingReply`] and [`PoolView`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -19,7 +20,7 @@ pub struct ApprovalWait {
     /// Its user.
     pub user: String,
     /// GPUs asked for.
-    pub gpus: u32,
+    pub gpus: Gpus,
     /// Hours asked for.
     pub requested_hours: f64,
     /// When it was submitted (held since then).
@@ -66,7 +67,7 @@ pub struct IdleWait {
     /// Its user (who may keep it alive).
     pub user: String,
     /// GPUs it holds.
-    pub gpus: u32,
+    pub gpus: Gpus,
     /// When the owner was alerted.
     pub alerted: String,
     /// When it is reclaimed unless kept alive.
@@ -165,7 +166,7 @@ pub struct QueueLine {
     /// Its user.
     pub user: String,
     /// GPUs asked for.
-    pub gpus: u32,
+    pub gpus: Gpus,
     /// The GPU type asked for, if named.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_type: Option<String>,
@@ -216,7 +217,7 @@ pub struct DeferredWait {
     /// Its user.
     pub user: String,
     /// GPUs.
-    pub gpus: u32,
+    pub gpus: Gpus,
     /// When it may start.
     pub until: String,
 }
@@ -271,7 +272,7 @@ pub struct JobLine {
     /// Its user.
     pub user: String,
     /// GPUs.
-    pub gpus: u32,
+    pub gpus: Gpus,
     /// `admitted`, `running` or `deferred`.
     pub phase: String,
     /// When it started.
@@ -296,7 +297,7 @@ pub struct RunsView {
     /// GPUs the admission reserved, when the scheduler allocated a different number (`gpus` is then
     /// the allocation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub admitted_gpus: Option<u32>,
+    pub admitted_gpus: Option<Gpus>,
     /// Runs after the first (requeues, preemptions, reruns of a finished job).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub reruns: u32,
@@ -344,9 +345,9 @@ pub struct ProjectLine {
     /// The project.
     pub project: String,
     /// GPUs of admitted jobs not yet released.
-    pub held_gpus: u32,
+    pub held_gpus: Gpus,
     /// GPUs of started jobs not yet released.
-    pub running_gpus: u32,
+    pub running_gpus: Gpus,
     /// Jobs holding or about to hold GPUs.
     pub live_jobs: u64,
     /// The first of them (running first, the longest-running first), at most
@@ -546,7 +547,7 @@ pub struct NoticeLink {
     pub token_sha256: String,
     /// An approval link's request (GPUs, hours, submission time in ms), which the link is bound to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub request: Option<(u32, f64, i64)>,
+    pub request: Option<(Gpus, f64, i64)>,
 }
 
 /// One notice as the webhook sink sends it (`POST` to the configured URL, one notice per request;

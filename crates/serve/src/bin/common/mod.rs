@@ -44,7 +44,7 @@ pub fn submit_line(tag: &str, n: usize, projects: usize) -> String {
         project: format!("p{}", n % projects.max(1)),
         user: format!("u{}", n % 97),
         queue: Some("batch".into()),
-        gpus: 1 + (n % 8) as u32,
+        gpus: (1 + (n % 8) as u32).into(),
         gpu_type: Some("H100".into()),
         gpu_mem_gb: Some(80.0),
         nodes: 1,
