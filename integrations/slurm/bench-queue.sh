@@ -16,6 +16,7 @@
 #
 #   sudo BURSAR=target/release/bursar integrations/slurm/bench-queue.sh
 #   SIZES="2000 4000" REPS=2 HOOK_N=10 ...          # a quick run
+#   PERF_DIR=/tmp/prof ...    # also `perf record -g` slurmctld during each hook's submissions ($PERF_DIR/<size>-<hook>.data)
 # Needs root, Slurm and munge installed (see e2e.sh), GNU time (/usr/bin/time), python3.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -148,11 +149,18 @@ for size in $SIZES; do
       noop) use_hook "$WORK/noop_submit.lua" ;;
     esac
     b=$(rpc_us REQUEST_SUBMIT_BATCH_JOB)
+    PERF_PID=
+    if [ -n "${PERF_DIR:-}" ]; then  # profile slurmctld (call graphs) while this hook serves the submissions
+      mkdir -p "$PERF_DIR"
+      perf record -q -F 1999 -g -p "$(cat "$LAB/run/slurmctld.pid")" -o "$PERF_DIR/$size-$hook.data" 2>/dev/null &
+      PERF_PID=$!; sleep 0.5
+    fi
     for _ in $(seq "$HOOK_N"); do
       s=$(date +%s%N)
       sbatch -Q -H --gres=gpu:1 -t 10 -o /dev/null --wrap true
       echo "$size:sbatch-$hook $(( ($(date +%s%N) - s) / 1000 ))" >> "$WORK/sbatch"
     done
+    if [ -n "$PERF_PID" ]; then kill -INT "$PERF_PID"; wait "$PERF_PID" 2>/dev/null || true; fi
     a=$(rpc_us REQUEST_SUBMIT_BATCH_JOB)
     echo "$size:ctld-submit-$hook $(echo "($a - $b) / 1000 / $HOOK_N" | bc -l)" >> "$WORK/sbatch"
   done
