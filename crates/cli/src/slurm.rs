@@ -80,6 +80,11 @@ enum SlurmCommand {
         /// /var/lib/bursar/slurm-watch.json → /var/lib/bursar/slurm-watch.node-gpus.tsv].
         #[arg(long, value_name = "FILE")]
         node_gpus_file: Option<PathBuf>,
+        /// A MIG GRES type's (or profile's) share of a GPU, as the submit hook's `mig_shares` maps
+        /// it (`1g.24gb=1/4`, `a100_1g.10gb=1/7`); repeatable. Without it, a profile's compute slices
+        /// over the GPU's seven (over four for the A30's): `1g.10gb` is 1/7.
+        #[arg(long = "mig-share", value_name = "TYPE=SHARE", value_parser = mig_share)]
+        mig_shares: Vec<(String, bursar_model::Gpus)>,
     },
     /// Follow the decision stream and execute reclaims (scancel of exactly the job, array task or
     /// array named), approvals (scontrol release) and expiries (scancel of a job still held), checking
@@ -110,6 +115,17 @@ enum SlurmCommand {
 }
 
 /// `h100=H100-SXM`: a GRES type and the GPU type bursar names it by.
+fn mig_share(s: &str) -> Result<(String, bursar_model::Gpus), String> {
+    let Some((t, v)) = s.split_once('=').filter(|(t, v)| !t.trim().is_empty() && !v.trim().is_empty()) else {
+        return Err(format!("`{s}` is not TYPE=SHARE, e.g. `1g.10gb=1/7`"));
+    };
+    let g = bursar_model::Gpus::parse(v).map_err(|e| e.to_string())?;
+    if g.is_zero() || g > 1 {
+        return Err(format!("`{v}` is not a share of one GPU (above 0, at most 1)"));
+    }
+    Ok((t.trim().to_owned(), g))
+}
+
 fn gres_type(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((g, t)) if !g.trim().is_empty() && !t.trim().is_empty() => Ok((g.trim().to_owned(), t.trim().to_owned())),
@@ -131,8 +147,15 @@ impl Common {
 pub fn run(args: &SlurmArgs) -> Result<ExitCode, CliError> {
     let fail = |e: bursar_slurm::Error| CliError::Message(e.to_string());
     match &args.command {
-        SlurmCommand::Watch { common, interval, nodes_every, region, gpu_types, node_gpus_file } => {
+        SlurmCommand::Watch { common, interval, nodes_every, region, gpu_types, node_gpus_file, mig_shares } => {
             crate::values::init_agent_logging(common.log_level);
+            let mut table = std::collections::BTreeMap::new();
+            for (t, g) in mig_shares {
+                if table.insert(t.clone(), *g).is_some_and(|before| before != *g) {
+                    return Err(CliError::Message(format!("--mig-share gives `{t}` two shares")));
+                }
+            }
+            bursar_slurm::set_mig_shares(table);
             let cfg = WatchConfig {
                 server: common.server()?,
                 slurm: common.slurm(),

@@ -54,11 +54,33 @@ pub mod slurm;
 pub mod state;
 pub mod watch;
 
-/// What one GPU of a `gpu` GRES type is to bursar: its MIG share when the type names a MIG profile
-/// (`1g.10gb`, AutoDetect's `a100_1g.10gb`: 1/7; the A30's `1g.6gb`: 1/4; [`bursar_model::mig_share`]),
-/// else a whole GPU (`h100`, untyped). The submit hook counts a request the same way (its `mig_shares`
-/// setting aside, which the watcher does not know: an admission it changed is corrected at the start).
+/// The site's table of MIG shares (`bursar slurm watch --mig-share TYPE=SHARE`, the submit hook's
+/// `mig_shares`): set once, at the start of the process, before any record is read.
+static MIG_SHARES: std::sync::OnceLock<std::collections::BTreeMap<String, bursar_model::Gpus>> =
+    std::sync::OnceLock::new();
+
+/// Sets the site's MIG shares for this process: a GRES type (`a100_1g.10gb`) or a profile (`1g.10gb`)
+/// to the share of a GPU one of it is, as the submit hook's `mig_shares` maps them. Only the first
+/// call counts; false when the table was already set.
+pub fn set_mig_shares(table: std::collections::BTreeMap<String, bursar_model::Gpus>) -> bool {
+    MIG_SHARES.set(table).is_ok()
+}
+
+/// What one GPU of a `gpu` GRES type is to bursar: the site's share for the type or its profile
+/// ([`set_mig_shares`]), else its MIG share when the type names a MIG profile (`1g.10gb`, AutoDetect's
+/// `a100_1g.10gb`: 1/7; the A30's `1g.6gb`: 1/4; [`bursar_model::mig_share`]), else a whole GPU
+/// (`h100`, untyped). The submit hook counts a request the same way, in the same order.
 pub fn gres_share(gres_type: &str) -> bursar_model::Gpus {
+    if let Some(table) = MIG_SHARES.get().filter(|t| !t.is_empty()) {
+        if let Some(g) = table.get(gres_type) {
+            return *g;
+        }
+        if let Some((slices, mem)) = bursar_model::gpus::mig_profile(gres_type)
+            && let Some(g) = table.get(&format!("{slices}g.{mem}gb"))
+        {
+            return *g;
+        }
+    }
     bursar_model::mig_share(gres_type).unwrap_or(bursar_model::Gpus::whole(1))
 }
 
@@ -98,3 +120,23 @@ pub enum Error {
 
 /// Shorthand for results in this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use bursar_model::Gpus;
+
+    /// The site's table comes first, by type and then by profile, as the hook's `mig_shares`; the
+    /// built-in share otherwise. (The table is the process's: the keys here are used by no other test.)
+    #[test]
+    fn a_site_table_overrides_the_built_in_share() {
+        let quarter = Gpus::fraction(1, 4).unwrap_or(Gpus::ZERO);
+        let table =
+            [("lab_small".to_owned(), Gpus::fraction(1, 7).unwrap_or(Gpus::ZERO)), ("2g.48gb".to_owned(), quarter)];
+        assert!(super::set_mig_shares(table.into_iter().collect()));
+        assert_eq!(super::gres_share("lab_small").to_string(), "1/7", "a site's own type name");
+        assert_eq!(super::gres_share("x9_2g.48gb").to_string(), "1/4", "by its profile");
+        assert_eq!(super::gres_share("3g.40gb").to_string(), "3/7", "built in");
+        assert_eq!(super::gres_share("h100"), Gpus::whole(1));
+        assert!(!super::set_mig_shares(Default::default()), "set once");
+    }
+}
