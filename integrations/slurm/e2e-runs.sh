@@ -537,12 +537,16 @@ charged migx "$(times 13/7 $(( e - s )))" 1 0 0.01
 ok "--exclusive on the MIG node: admitted for 2 (the file's whole GPUs), held and charged as the 13/7 allocated ($(slurm_gres "$MX"))"
 inv=$(sql "SELECT raw FROM events WHERE type='pool.inventory' ORDER BY seq DESC LIMIT 1")
 if [ -n "$inv" ]; then
-  python3 - "$inv" <<'PY' || fail "the inventory does not count m1's slices as whole GPUs: $inv"
+  python3 - "$inv" <<'PY' || fail "the inventory does not count m1's slices as their share: $inv"
 import json, sys
+from fractions import Fraction
 rows = {(r["gpu_type"], r["queue"]): r for r in json.loads(sys.argv[1])["capacity"]}
 one, three = rows[("1G.10GB", "mig")], rows[("3G.40GB", "mig")]
-assert (one["in_service"], three["in_service"]) == (1, 0), (one, three)
+# Seven 1g.10gb are one GPU, two 3g.40gb six sevenths (wire format v1.x writes a share as "6/7").
+assert (one["in_service"], three["in_service"]) == (1, "6/7"), (one, three)
+for r in (one, three):
+    assert Fraction(r["allocated"]) + Fraction(r["free"]) == Fraction(r["in_service"]), r
 assert rows[("H100", "debug")]["in_service"] + rows[("H100", "debug")]["drained"] == 16
-print(f"    inventory of partition mig: 1G.10GB in service {one['in_service']}, 3G.40GB {three['in_service']} (6/7, rounded down)")
+print(f"    inventory of partition mig: 1G.10GB in service {one['in_service']} ({one['free']} free), 3G.40GB {three['in_service']} ({three['free']} free)")
 PY
 fi

@@ -88,7 +88,7 @@ pub fn run(args: &ConfigArgs, error_format: ErrorFormat) -> Result<ExitCode, Cli
         ConfigCommand::Check { .. } => {
             let mut found = vec![format!("{} principal(s)", site.auth.principals.len())];
             if !site.capacity.is_empty() {
-                let gpus: u64 = site.capacity.iter().map(|c| u64::from(c.gpus)).sum();
+                let gpus: bursar_model::Gpus = site.capacity.iter().map(|c| c.gpus).sum();
                 found.push(format!("{} capacity row(s), {gpus} GPUs", site.capacity.len()));
             }
             for (on, what) in [
@@ -287,7 +287,9 @@ fn show(site: &bursar_config::SiteConfig, r: &crate::serve::Resolved) -> String 
         if !c.queue.is_empty() {
             let _ = writeln!(out, "queue = {:?}", c.queue);
         }
-        let _ = writeln!(out, "gpus = {}\ndrained = {}", c.gpus, c.drained);
+        // A share is TOML text (`"30/7"`), a whole count a number.
+        let toml = |g: bursar_model::Gpus| if g.is_whole() { g.to_string() } else { format!("\"{g}\"") };
+        let _ = writeln!(out, "gpus = {}\ndrained = {}", toml(c.gpus), toml(c.drained));
         let _ = writeln!(out, "backfill = {:?}", c.backfill.as_deref().unwrap_or("easy"));
     }
     for key in ["utilisation", "notify"] {

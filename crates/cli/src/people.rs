@@ -81,9 +81,9 @@ pub struct PendingArgs {
 /// `bursar estimate`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct EstimateArgs {
-    /// GPUs the job would ask for.
-    #[arg(long)]
-    gpus: u32,
+    /// GPUs the job would ask for: whole (8), or MIG slices as their share of a GPU (2/7).
+    #[arg(long, value_parser = parse_gpus)]
+    gpus: bursar_model::Gpus,
     /// The GPU type (as the inventory names it, e.g. H100).
     #[arg(long = "gpu-type", value_name = "TYPE")]
     gpu_type: String,
@@ -317,6 +317,14 @@ pub fn pending(args: &PendingArgs) -> Result<ExitCode, CliError> {
     };
     std::io::stdout().lock().write_all(text.as_bytes()).map_err(|e| CliError::io("write to stdout", e))?;
     Ok(ExitCode::Ok)
+}
+
+fn parse_gpus(text: &str) -> Result<bursar_model::Gpus, String> {
+    match bursar_model::Gpus::parse(text) {
+        Ok(g) if g.is_zero() => Err("a job asks for more than 0 GPUs".to_owned()),
+        Ok(g) => Ok(g),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// `bursar estimate`.

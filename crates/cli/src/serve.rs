@@ -430,7 +430,7 @@ pub fn settings(
                 gpu_type: c.gpu_type.clone(),
                 queue: c.queue.clone(),
                 in_service: c.gpus,
-                allocated: 0,
+                allocated: bursar_model::Gpus::ZERO,
                 free: c.gpus,
                 drained: c.drained,
                 backfill: c.backfill.clone(),

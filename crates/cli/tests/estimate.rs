@@ -175,3 +175,51 @@ copy_hours = 1
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("dataset: has a copy here"), "{text}");
 }
+
+/// Issue 55, item 7: a partition of MIG slices is counted exactly. One A100 cut into seven
+/// `1g.10gb`, five of them held by a running job bursar admitted (2 h limit): two sevenths are
+/// free. A request for two slices starts now; one for three waits for the running job's end; the
+/// pool shows the shares, and `bursar estimate` takes one.
+#[test]
+fn mig_slices_are_placed_as_their_share() {
+    let s = Scratch::new("estimate-mig");
+    let server = Server::start(&s, &["--tick", "1h"]);
+    let inventory = format!(
+        r#"{{"id":"inv-mig","time":"{}","type":"pool.inventory","source":"slurm:lab","capacity":[{{"region":"lab","gpu_type":"1G.10GB","queue":"mig","in_service":1,"allocated":"5/7","free":"2/7"}}]}}"#,
+        now()
+    );
+    let r = server.post("/v1/events", &format!("{inventory}\n"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let submit = format!(
+        r#"{{"id":"e1","time":"{}","type":"job.submitted","job":{{"id":"j1","project":"cv","user":"alice","gpus":"5/7","gpu_type":"1G.10GB","queue":"mig","requested_hours":2.0}}}}"#,
+        now()
+    );
+    assert_eq!(server.post("/v1/admit", &submit).status, 200);
+    assert_eq!(server.post("/v1/events", &job_event("e2", "job.started", "j1", "")).status, 200);
+
+    let two = server.get_json("/v1/estimate?gpus=2/7&gpu_type=1G.10GB&hours=1");
+    let p = &two["partitions"][0];
+    assert_eq!((two["gpus"].as_str(), p["wait_s"].as_i64()), (Some("2/7"), Some(0)), "two slices are free: {two}");
+    assert_eq!(
+        (p["in_service"].as_u64(), p["free"].as_str(), p["allocated"].as_str()),
+        (Some(1), Some("2/7"), Some("5/7"))
+    );
+    let three = server.get_json("/v1/estimate?gpus=3%2F7&gpu_type=1G.10GB&hours=1");
+    let wait = three["partitions"][0]["wait_s"].as_i64().unwrap_or_else(|| panic!("{three}"));
+    assert!((2 * 3600 - 120..=2 * 3600).contains(&wait), "the third slice is free when the running job ends: {three}");
+    let bad = server.get("/v1/estimate?gpus=1/11&gpu_type=1G.10GB&hours=1").unwrap();
+    assert_eq!(bad.status, 400);
+    assert!(bad.text().contains("840ths"), "{}", bad.text());
+
+    let pool = server.get_json("/v1/pool");
+    let c = &pool["capacity"][0];
+    assert_eq!((c["free"].as_str(), c["in_service"].as_u64()), (Some("2/7"), Some(1)), "{pool}");
+    assert_eq!(c["free_in_hour"], "2/7", "the running job's 2 h limit has not ended in an hour: {pool}");
+
+    let addr = server.addr.to_string();
+    let out = bursar(&["estimate", "--gpus", "2/7", "--gpu-type", "1G.10GB", "--hours", "1", "--server", &addr]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.starts_with("2/7 × 1G.10GB") && text.contains("lab / mig: now"), "{text}");
+    assert!(text.contains("2/7 free of 1 in service (5/7 allocated"), "{text}");
+}

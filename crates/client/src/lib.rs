@@ -239,14 +239,15 @@ impl Client {
     /// partition of the pool (in `region` or `queue` only, when given), soonest first.
     pub fn estimate(
         &self,
-        gpus: u32,
+        gpus: bursar_model::Gpus,
         gpu_type: &str,
         hours: f64,
         region: Option<&str>,
         queue: Option<&str>,
         dataset: Option<&str>,
     ) -> Result<bursar_model::api::EstimateReply> {
-        let mut path = format!("/v1/estimate?gpus={gpus}&gpu_type={}&hours={hours}", encode(gpu_type));
+        let mut path =
+            format!("/v1/estimate?gpus={}&gpu_type={}&hours={hours}", encode(&gpus.to_string()), encode(gpu_type));
         for (key, value) in [("region", region), ("queue", queue), ("dataset", dataset)] {
             if let Some(v) = value {
                 path.push_str(&format!("&{key}={}", encode(v)));

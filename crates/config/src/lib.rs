@@ -202,7 +202,7 @@ pub struct SiteConfig {
 /// region = "cn-east"
 /// gpu_type = "H100"
 /// queue = "gpu"          # optional: the GPU type's capacity in the region whatever the queue
-/// gpus = 16              # in service
+/// gpus = 16              # in service; a partition of MIG slices counts their share: "30/7"
 /// drained = 0            # optional
 /// backfill = "easy"      # optional: easy, strict, best_effort
 /// ```
@@ -214,10 +214,10 @@ pub struct CapacityDecl {
     pub gpu_type: String,
     /// `queue` (empty: any).
     pub queue: String,
-    /// `gpus`: in service.
-    pub gpus: u32,
+    /// `gpus`: in service (a share, `"30/7"`, for a partition of MIG slices).
+    pub gpus: bursar_model::Gpus,
     /// `drained`.
-    pub drained: u32,
+    pub drained: bursar_model::Gpus,
     /// `backfill`.
     pub backfill: Option<String>,
 }
@@ -227,19 +227,6 @@ pub const CAPACITY_KEYS: &[&str] = &["region", "gpu_type", "queue", "gpus", "dra
 
 /// The `backfill` rules a `[[capacity]]` may name (`bursar_estimate::Backfill`).
 const BACKFILLS: &[&str] = &["easy", "strict", "best_effort"];
-
-/// The most GPUs one `[[capacity]]` may declare (the wire format's bound on `pool.inventory`).
-const CAPACITY_GPUS_MAX: u32 = 1_000_000;
-
-/// A whole number of GPUs from 0 to [`CAPACITY_GPUS_MAX`], or an error at its place.
-fn gpu_count(r: &mut Reader<'_>, f: &mut Fields<'_, '_>, key: &str) -> Option<u32> {
-    let (n, span) = f.num(r, key)?;
-    if n < 0.0 || n.fract() != 0.0 || n > f64::from(CAPACITY_GPUS_MAX) {
-        r.error(span, format!("`{key}` must be a whole number of GPUs from 0 to {CAPACITY_GPUS_MAX}, found {n}"));
-        return None;
-    }
-    Some(n as u32)
-}
 
 fn capacity(r: &mut Reader<'_>, mut f: Fields<'_, '_>) -> Option<CapacityDecl> {
     f.what = "a `[[capacity]]`".into();
@@ -260,8 +247,9 @@ fn capacity(r: &mut Reader<'_>, mut f: Fields<'_, '_>) -> Option<CapacityDecl> {
             "give the GPUs in service, e.g. `gpus = 16`",
         );
     }
-    let gpus = gpu_count(r, &mut f, "gpus");
-    let drained = gpu_count(r, &mut f, "drained").unwrap_or(0);
+    // Whole GPUs or a share exact to a MIG slice, at most the wire format's bound, errors placed.
+    let gpus = f.gpus(r, "gpus");
+    let drained = f.gpus(r, "drained").unwrap_or_default();
     let backfill = match f.str(r, "backfill") {
         Some((b, span)) if !BACKFILLS.contains(&b.as_str()) => {
             let help = match did_you_mean(&b, BACKFILLS) {
@@ -955,8 +943,8 @@ mod tests {
                 region: "cn-east".into(),
                 gpu_type: "H100".into(),
                 queue: "gpu".into(),
-                gpus: 16,
-                drained: 2,
+                gpus: bursar_model::Gpus::whole(16),
+                drained: bursar_model::Gpus::whole(2),
                 backfill: Some("strict".into())
             }
         );
@@ -967,6 +955,15 @@ mod tests {
         assert!(e[0].starts_with("bursar.toml:4:8:") && e[0].contains("whole number of GPUs"), "{e:?}");
         let e = errors("[[capacity]]\nregion = \"r\"\ngpu_type = \"H100\"\n");
         assert!(e[0].contains("missing `gpus`"), "{e:?}");
+        let c = parse(
+            "bursar.toml",
+            "[[capacity]]\nregion = \"r\"\ngpu_type = \"1G.10GB\"\ngpus = \"14/7\"\ndrained = \"3/7\"\n",
+            Path::new("/etc/bursar"),
+        )
+        .expect("a partition of MIG slices reads");
+        assert_eq!((c.capacity[0].gpus.reduced(), c.capacity[0].drained.reduced()), ((2, 1), (3, 7)));
+        let e = errors("[[capacity]]\nregion = \"r\"\ngpu_type = \"H100\"\ngpus = \"1/11\"\n");
+        assert!(e[0].starts_with("bursar.toml:4:8:") && e[0].contains("840ths"), "{e:?}");
         let e = errors("[[capacity]]\nregion = \"r\"\ngpu_type = \"H100\"\ngpus = 8\nqueu = \"gpu\"\n");
         assert!(e[0].contains("unknown field `queu`") && e[0].contains("did you mean `queue`"), "{e:?}");
         let e = errors(

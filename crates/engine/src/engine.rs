@@ -2441,7 +2441,7 @@ mod tests {
         assert_eq!(e.apply(&inv("i2", 5, 2), None, &mut out), Outcome::Applied);
         assert_eq!(e.apply(&inv("i2", 5, 2), None, &mut out), Outcome::Duplicate);
         let rows: Vec<_> = e.state().inventory().collect();
-        assert_eq!((rows.len(), rows[0].row.free), (1, 2), "the later row replaced the first");
+        assert_eq!((rows.len(), rows[0].row.free), (1, Gpus::whole(2)), "the later row replaced the first");
         assert!(out.is_empty(), "an inventory makes no decision");
         run(
             &mut e,
@@ -2461,6 +2461,6 @@ mod tests {
         let back: Snapshot = serde_json::from_str(&json).expect("and reads back");
         let e = Engine::restore(Arc::new(PolicySet::empty()), back);
         let rows: Vec<_> = e.state().inventory().collect();
-        assert_eq!((rows.len(), &*rows[0].row.region, rows[0].row.free), (1, "r", 2), "through JSON");
+        assert_eq!((rows.len(), &*rows[0].row.region, rows[0].row.free), (1, "r", Gpus::whole(2)), "through JSON");
     }
 }

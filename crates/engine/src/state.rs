@@ -1759,10 +1759,10 @@ pub(crate) mod tests {
             region: region.into(),
             gpu_type: gpu_type.into(),
             queue: String::new(),
-            in_service: 8,
-            allocated: 0,
-            free: 8,
-            drained: 0,
+            in_service: bursar_model::Gpus::whole(8),
+            allocated: bursar_model::Gpus::ZERO,
+            free: bursar_model::Gpus::whole(8),
+            drained: bursar_model::Gpus::ZERO,
             backfill: None,
         };
         let inv = |capacity| bursar_model::Inventory { id: "i".into(), time: Timestamp(0), source: None, capacity };

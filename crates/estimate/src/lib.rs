@@ -16,6 +16,9 @@
 //! no dependency. It does not know bursar's events or state: `bursar-serve` builds the
 //! [`Partition`]s from the engine's jobs and the pool's inventory, and the benchmark from traces.
 //! Times are milliseconds since the Unix epoch (bursar's event time), durations milliseconds.
+//! GPU counts are in whatever unit the caller counts, the same for every count of a partition:
+//! `bursar-serve` counts 840ths of a GPU (`bursar_model::Gpus`), so a MIG slice is placed as its
+//! share; the benchmark counts the traces' whole GPUs.
 //!
 //! Layout: [`predict`] (runtime from history), [`sim`] (the scheduler, shared by the estimator and
 //! the benchmark's replay), this file (a partition's estimates: [`estimate`]).
@@ -38,7 +41,7 @@ pub struct Job {
     pub user: String,
     /// Its configuration (`JobSpec::config`), when it names one.
     pub config: Option<String>,
-    /// GPUs it holds or asks for.
+    /// GPUs it holds or asks for, in the caller's unit (see the crate's documentation).
     pub gpus: u32,
     /// The time limit it requested (ms): the scheduler plans with it, the job is ended at it.
     pub limit: Millis,

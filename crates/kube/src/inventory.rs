@@ -4,9 +4,8 @@
 //!
 //! One row per ClusterQueue and GPU flavor (a flavor of its `spec.resourceGroups` that lists a
 //! resource counting GPUs: a `--gpu-resource` name, `nvidia.com/gpu` by default, or a MIG slice,
-//! `nvidia.com/mig-*`, [`crate::gpus`]). The rows count whole GPUs: a flavor's or a node's MIG
-//! slices count as the whole GPUs they add up to, rounded down (14 `nvidia.com/mig-1g.10gb` are 2,
-//! 3 of them none), and the slices in use as the GPUs they occupy, rounded up:
+//! `nvidia.com/mig-*`, [`crate::gpus`]). MIG slices count exactly as their share (wire format v1.x:
+//! `"3/7"`): 14 `nvidia.com/mig-1g.10gb` are 2 GPUs, 3 of them 3/7, and so are the slices in use:
 //!
 //! | field | from |
 //! |---|---|
@@ -132,7 +131,7 @@ pub fn inventory(
                     let in_service = quota.min(up);
                     (in_service, down.min(quota.saturating_sub(in_service)))
                 };
-                let (in_service, drained, allocated) = (in_service.floor(), drained.floor(), usage(flavor).ceil());
+                let allocated = usage(flavor);
                 rows.push(CapacityRow {
                     region: region.to_owned(),
                     gpu_type,
@@ -203,10 +202,10 @@ mod tests {
                 region: "gpu-a".into(),
                 gpu_type: "NVIDIA-H100-80GB-HBM3".into(),
                 queue: "team-nlp".into(),
-                in_service: 16,
-                allocated: 6,
-                free: 10,
-                drained: 8,
+                in_service: Gpus::whole(16),
+                allocated: Gpus::whole(6),
+                free: Gpus::whole(10),
+                drained: Gpus::whole(8),
                 backfill: Some("strict".into()),
             }]
         );
@@ -220,15 +219,15 @@ mod tests {
         let r = &rows[0];
         assert_eq!(
             (r.gpu_type.as_str(), r.in_service, r.allocated, r.free, r.backfill.as_deref()),
-            ("h100", 8, 8, 0, Some("best_effort"))
+            ("h100", Gpus::whole(8), Gpus::whole(8), Gpus::ZERO, Some("best_effort"))
         );
     }
 
     #[test]
-    fn mig_slices_count_as_the_whole_gpus_they_add_up_to() {
+    fn mig_slices_count_as_their_share() {
         // A100 nodes in the mixed strategy: one with 2 GPUs cut in sevenths (14 slices) and one whole
-        // GPU, one with 3 slices left (3/7: no whole GPU). The flavor's quota: 21 slices (3 GPUs) and
-        // 1 GPU; 8 slices in use occupy 2 GPUs.
+        // GPU, one with 3 slices left (3/7). The flavor's quota: 21 slices (3 GPUs) and 1 GPU; 8
+        // slices in use: 8/7.
         let node = |name: &str, alloc: Value| {
             json!({"metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}},
                    "status": {"allocatable": alloc, "conditions": [{"type": "Ready", "status": "True"}]}})
@@ -245,10 +244,11 @@ mod tests {
             "status": {"flavorsUsage": [{"name": "a100", "resources": [{"name": "nvidia.com/mig-1g.10gb", "total": "8"}]}]}});
         let rows = inventory(&[cq], &[flavor], &nodes, &Mapping::default(), "gpu-a");
         let r = &rows[0];
-        // Quota 1 + 21/7 = 4; nodes 1 + 2 + 3/7 = 24/7: 3 whole GPUs in service; 8/7 used: 2.
+        // Quota 1 + 21/7 = 4; nodes 1 + 2 + 3/7 = 24/7 in service; 8/7 used; 16/7 free.
+        let counts = [r.in_service, r.allocated, r.free, r.drained].map(|g| g.to_string());
         assert_eq!(
-            (r.gpu_type.as_str(), r.in_service, r.allocated, r.free, r.drained),
-            ("NVIDIA-A100-SXM4-80GB", 3, 2, 1, 0)
+            (r.gpu_type.as_str(), counts),
+            ("NVIDIA-A100-SXM4-80GB", ["24/7", "8/7", "16/7", "0"].map(String::from))
         );
     }
 }

@@ -348,7 +348,7 @@ impl CrossRegion {
             })
             .collect();
         // No partition has room even before what bursar promised is taken off: nothing to scan.
-        if rows.iter().all(|row| Gpus::whole(row.free) < job.gpus) {
+        if rows.iter().all(|row| row.free < job.gpus) {
             return None;
         }
         let mut promised = vec![Gpus::ZERO; rows.len()];
@@ -372,7 +372,7 @@ impl CrossRegion {
         let mut fits: Vec<RegionFit<'_>> = Vec::new();
         let mut short: Vec<(&str, Gpus)> = Vec::new();
         for (row, promised) in rows.into_iter().zip(promised) {
-            let free = Gpus::whole(row.free).saturating_sub(promised);
+            let free = row.free.saturating_sub(promised);
             if free >= job.gpus {
                 match fits.iter_mut().find(|f| f.region == row.region) {
                     Some(f) => f.free = f.free.max(free),

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::decision::Decision;
 use crate::event::FinishStatus;
+use crate::gpus::Gpus;
 
 mod people;
 pub use people::{
@@ -587,7 +588,7 @@ pub struct EstimateReply {
     /// The engine's clock when estimated (RFC 3339).
     pub now: String,
     /// GPUs asked for.
-    pub gpus: u32,
+    pub gpus: Gpus,
     /// GPU type asked for.
     pub gpu_type: String,
     /// Hours asked for (the limit).
@@ -634,13 +635,13 @@ pub struct PartitionEstimate {
     /// The queue or partition (empty: any).
     pub queue: String,
     /// GPUs in service, allocated, free and drained, as last reported.
-    pub in_service: u32,
+    pub in_service: Gpus,
     /// GPUs allocated.
-    pub allocated: u32,
+    pub allocated: Gpus,
     /// GPUs free.
-    pub free: u32,
+    pub free: Gpus,
     /// GPUs drained or down.
-    pub drained: u32,
+    pub drained: Gpus,
     /// When the figures were read (RFC 3339), and by whom.
     pub reported: String,
     /// The inventory's source, if it named one.

@@ -238,11 +238,16 @@ impl std::iter::Sum for Gpus {
     }
 }
 
-/// `3`, or a share in lowest terms: `2/7`, `10/7`.
+/// `3`, or a share in lowest terms: `2/7`, `10/7`. A width pads it as text (`{:>6}` in a table).
 impl fmt::Display for Gpus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (n, d) = self.reduced();
-        if d == 1 { write!(f, "{n}") } else { write!(f, "{n}/{d}") }
+        match (d, f.width()) {
+            (1, None) => write!(f, "{n}"),
+            (_, None) => write!(f, "{n}/{d}"),
+            (1, Some(_)) => f.pad(&n.to_string()),
+            (_, Some(_)) => f.pad(&format!("{n}/{d}")),
+        }
     }
 }
 
@@ -355,6 +360,11 @@ mod tests {
         assert_eq!(Gpus::fraction(10, 7).unwrap().to_string(), "10/7");
         assert_eq!(Gpus::whole(8).to_string(), "8");
         assert_eq!(Gpus::fraction(2, 4).unwrap().to_string(), "1/2");
+        assert_eq!(
+            (format!("[{:>5}]", Gpus::fraction(2, 7).unwrap()), format!("[{:<3}]", Gpus::whole(8))),
+            ("[  2/7]".to_owned(), "[8  ]".to_owned()),
+            "padded as text"
+        );
         assert_eq!(Gpus::fraction(1, 9), None, "ninths are not 840ths");
         assert_eq!(seventh.ceil(), 1);
         assert_eq!(Gpus::fraction(15, 7).unwrap().ceil(), 3);

@@ -58,21 +58,36 @@ pub struct CapacityRow {
     /// The queue or partition; empty: the GPU type's capacity in the region, whatever the queue.
     #[serde(default)]
     pub queue: String,
-    /// GPUs in service (not drained or down).
-    pub in_service: u32,
+    /// GPUs in service (not drained or down). Like every count here, a whole number or a share
+    /// (`"30/7"`: thirty MIG slices of a seventh).
+    #[serde(deserialize_with = "in_service")]
+    pub in_service: Gpus,
     /// GPUs allocated to jobs now.
-    pub allocated: u32,
+    #[serde(deserialize_with = "allocated")]
+    pub allocated: Gpus,
     /// GPUs free now (in service and not allocated; a producer that knows better than
     /// in_service − allocated, fragmentation for one, says so here).
-    pub free: u32,
+    #[serde(deserialize_with = "free")]
+    pub free: Gpus,
     /// GPUs drained or down.
-    #[serde(default)]
-    pub drained: u32,
+    #[serde(default, deserialize_with = "drained")]
+    pub drained: Gpus,
     /// How the scheduler lets later jobs pass a blocked one: `easy` (default), `strict`,
     /// `best_effort` (`docs/estimate.md`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backfill: Option<String>,
 }
+
+/// Readers of [`CapacityRow`]'s counts whose errors name the field (serde's do not).
+macro_rules! named_gpus {
+    ($($name:ident),*) => {$(
+        fn $name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Gpus, D::Error> {
+            <Gpus as serde::Deserialize>::deserialize(d)
+                .map_err(|e| serde::de::Error::custom(format!(concat!("`", stringify!($name), "`: {}"), e)))
+        }
+    )*};
+}
+named_gpus!(in_service, allocated, free, drained);
 
 /// `pool.inventory` (v1.x): the pool's capacity per region, GPU type and queue at `time`:
 /// `{"id":"inv-1","time":…,"type":"pool.inventory","source":"slurm:lab","capacity":[{"region":"cn-north",
@@ -491,20 +506,33 @@ mod tests {
         let input = decode_input(line).unwrap();
         assert_eq!(input.to_json(), line);
         let Input::Inventory(inv) = input else { panic!("not an inventory") };
-        assert_eq!((inv.capacity.len(), inv.capacity[0].free, inv.source.as_deref()), (2, 12, Some("slurm:lab")));
+        assert_eq!(
+            (inv.capacity.len(), inv.capacity[0].free, inv.source.as_deref()),
+            (2, Gpus::whole(12), Some("slurm:lab"))
+        );
         // queue and drained may be left out.
         let short = r#"{"id":"i","time":"2026-11-02T09:00:00Z","type":"pool.inventory","capacity":[{"region":"r","gpu_type":"A100","in_service":8,"allocated":2,"free":6}]}"#;
         let Input::Inventory(inv) = decode_input(short).unwrap() else { panic!("not an inventory") };
-        assert_eq!((inv.capacity[0].queue.as_str(), inv.capacity[0].drained), ("", 0));
+        assert_eq!((inv.capacity[0].queue.as_str(), inv.capacity[0].drained), ("", Gpus::ZERO));
+        // MIG slices are counted as their share (v1.x), and written back as they came.
+        let mig = r#"{"id":"i","time":"2026-11-02T09:00:00Z","type":"pool.inventory","capacity":[{"region":"r","gpu_type":"1G.10GB","queue":"mig","in_service":1,"allocated":"2/7","free":"5/7","drained":"10/7"}]}"#;
+        let input = decode_input(mig).unwrap();
+        assert_eq!(input.to_json(), mig);
+        let Input::Inventory(inv) = input else { panic!("not an inventory") };
+        assert_eq!(inv.capacity[0].free, Gpus::fraction(5, 7).unwrap());
         for (bad, says) in [
             (r#"{"id":"i","time":"2026-11-02T09:00:00Z","type":"pool.inventory"}"#, "capacity"),
             (
                 r#"{"id":"i","time":"2026-11-02T09:00:00Z","type":"pool.inventory","capacity":[{"region":"r","gpu_type":"A","in_service":-1,"allocated":0,"free":0}]}"#,
-                "`capacity`: invalid value: integer `-1`",
+                "`capacity`: `in_service`: `-1` is not a GPU count",
             ),
             (
                 r#"{"id":"i","time":"2026-11-02T09:00:00Z","type":"pool.inventory","capacity":[{"region":"r","gpu_type":"A","in_service":2000000,"allocated":0,"free":0}]}"#,
-                "in_service",
+                "`in_service`: `2000000` GPUs is above the largest value",
+            ),
+            (
+                r#"{"id":"i","time":"2026-11-02T09:00:00Z","type":"pool.inventory","capacity":[{"region":"r","gpu_type":"A","in_service":1,"allocated":0,"free":"1/11"}]}"#,
+                "`free`: `1/11` is not a whole number of 840ths",
             ),
             (
                 r#"{"id":"i","time":"2026-11-02T09:00:00Z","type":"pool.inventory","capacity":[{"region":"r","gpu_type":"A","in_service":1,"allocated":0,"free":0,"backfill":"lifo"}]}"#,

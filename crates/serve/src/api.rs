@@ -158,8 +158,7 @@ fn estimate_request(item: &bursar_session::Incoming) -> Option<crate::estimate::
     let bursar_model::Input::Event(e) = &item.input else { return None };
     let bursar_model::EventKind::JobSubmitted(spec) = &e.kind else { return None };
     Some(crate::estimate::Request {
-        // The simulator places whole GPUs: a MIG slice waits for (part of) one GPU.
-        gpus: spec.gpus.ceil(),
+        gpus: spec.gpus,
         gpu_type: spec.gpu_type.clone()?,
         hours: spec.requested_hours,
         // `region = "any"`: the job may run anywhere (cross-region placement); every region answers.

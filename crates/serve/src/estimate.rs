@@ -70,8 +70,7 @@ impl EstimateInput {
                 .iter()
                 .filter(|j| j.started.is_some() && counts_in(c, j))
                 .map(|j| j.gpus)
-                .sum::<bursar_model::Gpus>()
-                .ceil();
+                .sum::<bursar_model::Gpus>();
             let mut row = c.clone();
             row.allocated = allocated.min(row.in_service);
             row.free = row.in_service.saturating_sub(allocated);
@@ -129,14 +128,21 @@ fn config_key(config: u64) -> Option<String> {
 }
 
 fn as_job(j: &LiveJob) -> Job {
-    Job { id: j.id.clone(), user: j.user.clone(), config: config_key(j.config), gpus: j.gpus.ceil(), limit: j.limit_ms }
+    Job { id: j.id.clone(), user: j.user.clone(), config: config_key(j.config), gpus: units(j.gpus), limit: j.limit_ms }
+}
+
+/// A count as the estimator's units: 840ths of a GPU, so a MIG slice is placed as its share (one
+/// `1g.10gb` of seven fits where six are taken). Every count bursar accepts fits (1,000,000 GPUs
+/// are 840,000,000 parts).
+fn units(g: bursar_model::Gpus) -> u32 {
+    u32::try_from(g.parts()).unwrap_or(u32::MAX)
 }
 
 /// What was asked.
 #[derive(Debug, Clone)]
 pub struct Request {
-    /// GPUs.
-    pub gpus: u32,
+    /// GPUs (a share counts MIG slices).
+    pub gpus: bursar_model::Gpus,
     /// GPU type.
     pub gpu_type: String,
     /// Hours (the limit).
@@ -180,7 +186,7 @@ fn partition<'a>(input: &'a EstimateInput, row: &bursar_model::CapacityRow) -> (
         .filter_map(|j| j.started.map(|s| RunningJob { job: as_job(j), started: s.millis() }))
         .collect();
     let p = Partition {
-        free: row.free,
+        free: units(row.free),
         running,
         waiting: waiting.iter().map(|j| as_job(j)).collect(),
         backfill: row.backfill.as_deref().and_then(Backfill::parse).unwrap_or_default(),
@@ -226,8 +232,8 @@ pub fn queue(input: &EstimateInput) -> (Vec<CapacityLine>, Vec<QueueLine>) {
                 short.entry(j.id.as_str()).or_insert_with(|| {
                     if j.gpus > row.in_service {
                         format!(
-                            "asks {} GPUs, more than {} / {} has ({} in service)",
-                            j.gpus, row.region, row.gpu_type, row.in_service
+                            "asks {}, more than {} / {} has ({} in service)",
+                            gpus_text(j.gpus), row.region, row.gpu_type, row.in_service
                         )
                     } else {
                         format!(
@@ -246,8 +252,10 @@ pub fn queue(input: &EstimateInput) -> (Vec<CapacityLine>, Vec<QueueLine>) {
             allocated: row.allocated,
             free: row.free,
             drained: row.drained,
-            free_in_hour: bursar_estimate::free_at(now, in_hour, &p, &history),
-            reserved: waiting.iter().filter(|j| !j.released).map(|j| j.gpus).sum::<bursar_model::Gpus>().ceil(),
+            free_in_hour: bursar_model::Gpus::from_parts(u64::from(bursar_estimate::free_at(
+                now, in_hour, &p, &history,
+            ))),
+            reserved: waiting.iter().filter(|j| !j.released).map(|j| j.gpus).sum(),
             running_jobs: count(p.running.len()),
             waiting_jobs: count(p.waiting.len()),
             backfill: p.backfill.name().to_owned(),
@@ -340,7 +348,7 @@ pub fn answer(input: &EstimateInput, req: &Request) -> EstimateReply {
         id: "request".to_owned(),
         user: String::new(),
         config: None,
-        gpus: req.gpus,
+        gpus: units(req.gpus),
         limit: (req.hours * 3_600_000.0).round() as i64,
     };
     // The dataset's copies, when the request names one whose copies' regions are known, and the
@@ -382,8 +390,10 @@ pub fn answer(input: &EstimateInput, req: &Request) -> EstimateReply {
         let start = e.and_then(|e| e.start);
         let reason = start.is_none().then(|| {
             format!(
-                "{} GPUs asked, more than this partition has ({} in service, {} drained)",
-                req.gpus, row.in_service, row.drained
+                "{} asked, more than this partition has ({} in service, {} drained)",
+                gpus_text(req.gpus),
+                row.in_service,
+                row.drained
             )
         });
         partitions.push(PartitionEstimate {

@@ -197,7 +197,7 @@ async fn report_answer(st: &Local, q: ReportQuery, html: bool) -> Response {
 /// three required. Read as text and checked here, so a mistake gets a sentence, not serde's.
 #[derive(Debug, Deserialize)]
 pub struct EstimateQuery {
-    /// GPUs (1 to 1,000,000).
+    /// GPUs (above 0, at most 1,000,000; a share such as `2/7` counts MIG slices).
     pub gpus: Option<String>,
     /// GPU type.
     pub gpu_type: Option<String>,
@@ -214,14 +214,11 @@ pub struct EstimateQuery {
 impl EstimateQuery {
     /// The request, or what is wrong with the query.
     pub fn request(self) -> Result<crate::estimate::Request, String> {
-        let gpus = self
-            .gpus
-            .as_deref()
-            .ok_or("`gpus` is required (`?gpus=8&gpu_type=H100&hours=12`)")?
-            .parse::<u32>()
-            .ok()
-            .filter(|g| (1..=bursar_model::limits::GPUS).contains(g))
-            .ok_or("`gpus` is a whole number of GPUs from 1 to 1000000")?;
+        let text = self.gpus.as_deref().ok_or("`gpus` is required (`?gpus=8&gpu_type=H100&hours=12`)")?;
+        let gpus = bursar_model::Gpus::parse(text).map_err(|e| format!("`gpus`: {e}"))?;
+        if gpus.is_zero() {
+            return Err("`gpus` is above 0: whole GPUs (`8`) or a share of one (`2/7`, `0.5`)".to_owned());
+        }
         let hours = self
             .hours
             .as_deref()

@@ -18,10 +18,9 @@
 //! **MIG slices.** A GRES type naming a MIG profile (`gpu:1g.10gb:7`, AutoDetect's
 //! `gpu:a100_1g.10gb:7`) is a type of its own (`1G.10GB`, the name the submit hook gives a job asking
 //! for it), and its GPUs are the slices' share ([`crate::gres_share`]): seven `1g.10gb` are one GPU,
-//! two `3g.40gb` are 6/7 of one. A `pool.inventory` row counts whole GPUs, so a MIG type's row is
-//! rounded down: in service and drained to the whole GPUs their slices make, free to the whole GPUs
-//! its free slices make, allocated the rest (in service = allocated + free, as for whole GPUs). Seven
-//! `1g.10gb` with two taken are 1 in service, 1 allocated, 0 free; two `3g.40gb` are 0 GPUs.
+//! two `3g.40gb` are 6/7 of one. A `pool.inventory` row counts them exactly (wire format v1.x: a
+//! share is `"5/7"`): seven `1g.10gb` with two taken are 1 in service, 2/7 allocated, 5/7 free, so
+//! the queue's estimates place a slice where one is free.
 //!
 //! The read costs one `scontrol` call whatever the queue (on the lab, well under 50 ms for two
 //! nodes); the watcher makes it every few polls and sends an inventory only when the rows changed
@@ -159,7 +158,7 @@ pub fn gpu_type(gres_type: &str, types: &BTreeMap<String, String>) -> String {
 }
 
 /// The inventory rows of `nodes` in `region`: one per (GPU type, partition), in that order. MIG
-/// slices count as their share, rounded down to whole GPUs (see the module's documentation).
+/// slices count as their share, exactly: seven `1g.10gb` with two taken are `5/7` free.
 pub fn inventory(nodes: &[Node], region: &str, types: &BTreeMap<String, String>) -> Vec<CapacityRow> {
     // (type, partition) → (in service, allocated, drained), exact.
     let mut sums: BTreeMap<(String, String), (Gpus, Gpus, Gpus)> = BTreeMap::new();
@@ -180,19 +179,15 @@ pub fn inventory(nodes: &[Node], region: &str, types: &BTreeMap<String, String>)
         }
     }
     sums.into_iter()
-        .map(|((gpu_type, queue), (in_service, allocated, drained))| {
-            // Whole GPUs: exact for whole types; for slices, what whole GPUs they make.
-            let free = in_service.saturating_sub(allocated).floor().min(in_service.floor());
-            CapacityRow {
-                region: region.to_owned(),
-                gpu_type,
-                queue,
-                in_service: in_service.floor(),
-                allocated: in_service.floor().saturating_sub(free),
-                free,
-                drained: drained.floor(),
-                backfill: None,
-            }
+        .map(|((gpu_type, queue), (in_service, allocated, drained))| CapacityRow {
+            region: region.to_owned(),
+            gpu_type,
+            queue,
+            in_service,
+            allocated,
+            free: in_service.saturating_sub(allocated),
+            drained,
+            backfill: None,
         })
         .collect()
 }
@@ -215,12 +210,8 @@ mod tests {
         assert_eq!(nodes[0].partitions, ["debug", "other", "urgent"]);
         assert!(nodes[1].unavailable(), "{:?}", nodes[1]);
         let rows = inventory(&nodes, "lab", &BTreeMap::new());
-        let got: Vec<(&str, &str, u32, u32, u32, u32)> = rows
-            .iter()
-            .map(|r| (r.gpu_type.as_str(), r.queue.as_str(), r.in_service, r.allocated, r.free, r.drained))
-            .collect();
         // n1: 8 in service, 3 allocated, 5 free; n2: 8 drained; in each of the three partitions.
-        assert_eq!(got, [("H100", "debug", 8, 3, 5, 8), ("H100", "other", 8, 3, 5, 8), ("H100", "urgent", 8, 3, 5, 8)]);
+        assert_eq!(counts(&rows), ["H100 debug 8 3 5 8", "H100 other 8 3 5 8", "H100 urgent 8 3 5 8"]);
     }
 
     #[test]
@@ -240,8 +231,15 @@ mod tests {
     /// MIG slices (issue 55): the lab with SLURM_MIG=1 (`integrations/slurm/up.sh`): node m1 has one
     /// GPU cut into seven `1g.10gb` and one into two `3g.40gb` (the seventh slice of that layout
     /// unusable), two `1g.10gb` and one `3g.40gb` taken; n1 runs a 3-GPU job on its H100s.
+    /// Each row as `type queue in_service allocated free drained`.
+    fn counts(rows: &[CapacityRow]) -> Vec<String> {
+        rows.iter()
+            .map(|r| format!("{} {} {} {} {} {}", r.gpu_type, r.queue, r.in_service, r.allocated, r.free, r.drained))
+            .collect()
+    }
+
     #[test]
-    fn mig_slices_are_rows_of_their_own_in_whole_gpus() {
+    fn mig_slices_are_rows_of_their_own_counted_exactly() {
         let nodes = parse_nodes(include_str!("../tests/data/scontrol-nodes-mig-22.05.txt"));
         let nodes = &nodes[..1];
         assert_eq!(nodes[0].name, "m1");
@@ -250,22 +248,15 @@ mod tests {
         assert!(nodes[0].has_mig());
         assert!(!parse_nodes(LAB)[0].has_mig());
         let rows = inventory(nodes, "lab", &BTreeMap::new());
-        let got: Vec<(&str, &str, u32, u32, u32, u32)> = rows
-            .iter()
-            .map(|r| (r.gpu_type.as_str(), r.queue.as_str(), r.in_service, r.allocated, r.free, r.drained))
-            .collect();
-        // 1g.10gb: one GPU, two slices taken: no whole GPU free. 3g.40gb: 6/7, no whole GPU.
-        assert_eq!(got, [("1G.10GB", "mig", 1, 1, 0, 0), ("3G.40GB", "mig", 0, 0, 0, 0)]);
-        // Fourteen slices, one taken: 2 in service, one whole GPU free; drained ones round down too.
+        // 1g.10gb: one GPU, two slices taken: five sevenths free. 3g.40gb: 6/7, one taken.
+        assert_eq!(counts(&rows), ["1G.10GB mig 1 2/7 5/7 0", "3G.40GB mig 6/7 3/7 3/7 0"]);
+        // Fourteen slices, one taken; a drained node's ten slices are 10/7 drained.
         let two = parse_nodes(
             "NodeName=m2 Gres=gpu:a100_1g.10gb:14 GresUsed=gpu:a100_1g.10gb:1(IDX:0) State=MIXED Partitions=mig\n\
              NodeName=m3 Gres=gpu:a100_1g.10gb:10 GresUsed=gpu:a100_1g.10gb:0 State=IDLE+DRAIN Partitions=mig\n",
         );
         let rows = inventory(&two, "lab", &BTreeMap::new());
-        assert_eq!(
-            (rows[0].gpu_type.as_str(), rows[0].in_service, rows[0].allocated, rows[0].free, rows[0].drained),
-            ("A100_1G.10GB", 2, 1, 1, 1)
-        );
+        assert_eq!(counts(&rows), ["A100_1G.10GB mig 2 1/7 13/7 10/7"]);
     }
 
     #[test]

@@ -126,18 +126,18 @@ pub struct CapacityLine {
     /// The queue or partition (empty: the GPU type's capacity in the region whatever the queue).
     pub queue: String,
     /// GPUs in service (not drained or down).
-    pub in_service: u32,
+    pub in_service: Gpus,
     /// GPUs allocated to jobs.
-    pub allocated: u32,
+    pub allocated: Gpus,
     /// GPUs free now.
-    pub free: u32,
+    pub free: Gpus,
     /// GPUs drained or down.
-    pub drained: u32,
+    pub drained: Gpus,
     /// GPUs expected free an hour from the engine's clock.
-    pub free_in_hour: u32,
+    pub free_in_hour: Gpus,
     /// GPUs bursar holds for admitted jobs of this GPU type and queue that have not started (a job
     /// whose reservation was released as stale holds none).
-    pub reserved: u32,
+    pub reserved: Gpus,
     /// Jobs bursar knows running in it.
     pub running_jobs: u32,
     /// Jobs bursar knows waiting for it (admitted, not started).
