@@ -4,8 +4,15 @@
 //! Per GPU (one label set, see [`crate::promql::Labels`]) the utilisation is `engine_active` when the
 //! GPU has that series, else `gpu_util` / 100. Per job (the attribution key, resolved by
 //! [`Jobs::lookup`]) a sample is made only when every GPU of the job is in the answer with a fresh,
-//! in-range value and the count matches what bursar expects. Anything else is no sample and a
+//! in-range value and the GPUs add up to what bursar expects. Anything else is no sample and a
 //! counter: a missing or broken reading is never read as "0 % used".
+//!
+//! **MIG.** dcgm-exporter labels a MIG instance's series with `GPU_I_PROFILE` (`1g.10gb`) and
+//! `GPU_I_ID`: such a device counts as its profile's share of a GPU ([`bursar_model::mig_share`]),
+//! so a job holding `2/7` is matched by two `1g.10gb` instances (or one `2g.20gb`), and its
+//! utilisation is the mean over its devices weighted by their shares (for whole GPUs, the plain
+//! mean). A profile bursar cannot read counts as a whole GPU, so its job is skipped as holding more
+//! GPUs than bursar knows, never sampled wrongly. The sample's `gpus` counts devices.
 //!
 //! The job-level metrics (`metrics.throughput`, `metrics.progress`) are grouped by the attribution
 //! key alone and summed over the job's series (one per rank or node); a job's sample carries them
@@ -15,7 +22,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use bursar_model::{Event, EventKind, RawJson, Sample, Timestamp};
+use bursar_model::{Event, EventKind, Gpus, RawJson, Sample, Timestamp};
 use serde_json::value::RawValue;
 
 use crate::config::Config;
@@ -91,6 +98,21 @@ struct Gpu<'a> {
     free: Option<&'a Reading>,
 }
 
+/// A device's readings and its share of a GPU.
+type Device<'a> = (&'a Gpu<'a>, Gpus);
+
+/// The label dcgm-exporter gives a MIG instance's series: its profile (`1g.10gb`).
+pub const MIG_PROFILE_LABEL: &str = "GPU_I_PROFILE";
+
+/// The share of a GPU the device of `labels` is: its MIG profile's share, else one GPU.
+fn device_share(labels: &Labels) -> Gpus {
+    labels
+        .iter()
+        .find(|(k, v)| k == MIG_PROFILE_LABEL && !v.is_empty())
+        .and_then(|(_, profile)| bursar_model::mig_share(profile))
+        .unwrap_or(Gpus::whole(1))
+}
+
 /// The event id of job `job`'s sample at `at`: `<prefix>-<job>-<RFC 3339 time>`. The same job and
 /// evaluation time always give the same id, so a repeat poll, a second instance or a replay is
 /// dropped by bursar's dedupe.
@@ -135,17 +157,17 @@ pub enum Skip {
     Stale,
     /// Fewer GPUs in the answer than the job holds.
     MissingGpu {
-        /// GPUs with a value.
-        got: u64,
+        /// GPUs with a value (MIG instances at their share).
+        got: Gpus,
         /// GPUs the job holds.
-        holds: u32,
+        holds: Gpus,
     },
     /// More GPUs in the answer than the job holds.
     ExtraGpu {
-        /// GPUs with a value.
-        got: u64,
+        /// GPUs with a value (MIG instances at their share).
+        got: Gpus,
         /// GPUs the job holds.
-        holds: u32,
+        holds: Gpus,
     },
     /// Prometheus has no series for the job's key at all.
     NoSeries,
@@ -194,11 +216,11 @@ pub fn samples(
         gpus.entry(&r.labels).or_default().free = Some(r);
     }
 
-    let mut by_key: BTreeMap<String, Vec<&Gpu<'_>>> = BTreeMap::new();
+    let mut by_key: BTreeMap<String, Vec<Device<'_>>> = BTreeMap::new();
     for (labels, gpu) in &gpus {
         let label = |n: &str| labels.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
         if let Some(key) = cfg.attribution.key_of(label) {
-            by_key.entry(key).or_default().push(gpu);
+            by_key.entry(key).or_default().push((gpu, device_share(labels)));
         }
     }
 
@@ -210,7 +232,7 @@ pub fn samples(
     let progress = on(&cfg.metrics.progress, &answers.progress, counts);
     let base = if cfg.metrics.unit.is_empty() { bursar_model::throughput::DEFAULT_UNIT } else { &cfg.metrics.unit };
     // Several keys may name one job (its pods on Kubernetes): a sample covers every GPU of the job.
-    let mut by_job: BTreeMap<String, (crate::jobs::Expected, Vec<&Gpu<'_>>, Vec<String>)> = BTreeMap::new();
+    let mut by_job: BTreeMap<String, (crate::jobs::Expected, Vec<Device<'_>>, Vec<String>)> = BTreeMap::new();
     for (key, key_gpus) in by_key {
         let Some(expected) = jobs.lookup(&key) else {
             counts.jobs_unknown += 1;
@@ -231,9 +253,10 @@ pub fn samples(
     let mut out = Vec::new();
     for (_, (expected, job_gpus, keys)) in by_job {
         seen.insert(expected.job_id.clone());
+        // (utilisation, share) per device with a value.
         let (mut utils, mut bad, mut stale, mut missing) = (Vec::with_capacity(job_gpus.len()), false, false, false);
         let (mut used, mut free) = (Some(0.0), Some(0.0));
-        for g in &job_gpus {
+        for (g, share) in &job_gpus {
             let v = match (g.engine, g.util) {
                 (Some(r), _) => read(r, at, cfg, 1.0, counts),
                 (None, Some(r)) => read(r, at, cfg, 100.0, counts),
@@ -243,7 +266,7 @@ pub fn samples(
                 }
             };
             match v {
-                Value::Ok(u) => utils.push(u),
+                Value::Ok(u) => utils.push((u, *share)),
                 Value::Bad => bad = true,
                 Value::Stale => stale = true,
             }
@@ -253,6 +276,7 @@ pub fn samples(
             free = free.zip(f).map(|(a, b)| a + b);
         }
         let n = utils.len() as u64;
+        let got: Gpus = utils.iter().map(|&(_, share)| share).sum();
         let holds = expected.gpus;
         if bad {
             counts.jobs_bad_value += 1;
@@ -260,15 +284,16 @@ pub fn samples(
         } else if stale {
             counts.jobs_stale += 1;
             skipped.push((expected.job_id, Skip::Stale));
-        } else if missing || n < u64::from(holds) {
+        } else if missing || got < holds {
             counts.jobs_missing_gpu += 1;
-            skipped.push((expected.job_id, Skip::MissingGpu { got: n, holds }));
-        } else if n > u64::from(holds) {
+            skipped.push((expected.job_id, Skip::MissingGpu { got, holds }));
+        } else if got > holds {
             counts.jobs_extra_gpu += 1;
-            skipped.push((expected.job_id, Skip::ExtraGpu { got: n, holds }));
+            skipped.push((expected.job_id, Skip::ExtraGpu { got, holds }));
         } else {
-            let mean = utils.iter().sum::<f64>() / n as f64;
-            let max = utils.iter().copied().fold(0.0, f64::max);
+            // Weighted by share: a 3g.40gb busy and a 1g.10gb idle are 3/4 busy, not half.
+            let mean = utils.iter().map(|&(u, share)| u * share.as_f64()).sum::<f64>() / got.as_f64();
+            let max = utils.iter().map(|&(u, _)| u).fold(0.0, f64::max);
             let mem_util = used.zip(free).and_then(|(u, f)| (u + f > 0.0).then(|| u / (u + f)));
             let tp = sum_over(&throughput, &keys);
             let pg = sum_over(&progress, &keys);
@@ -326,10 +351,11 @@ mod tests {
         }
     }
 
-    fn jobs() -> ByJobId<impl Fn(&str) -> Option<u32>> {
+    fn jobs() -> ByJobId<impl Fn(&str) -> Option<Gpus>> {
         ByJobId(|id: &str| match id {
-            "busy" | "idle" | "bad" | "old" => Some(1),
-            "multi" | "gone" => Some(2),
+            "busy" | "idle" | "bad" | "old" => Some(Gpus::whole(1)),
+            "multi" | "gone" => Some(Gpus::whole(2)),
+            "mig" => Gpus::fraction(4, 7),
             _ => None,
         })
     }
@@ -385,7 +411,10 @@ mod tests {
             Answers { engine_active: vec![k("train-0", "0", 0.1), k("train-0", "1", 0.3)], ..Answers::default() };
         let (mut c, mut skipped) = (Counters::default(), Vec::new());
         assert!(samples(&cfg, AT, &half, &jobs, &mut c, &mut skipped).is_empty());
-        assert_eq!(skipped, vec![("kube-1".to_owned(), Skip::MissingGpu { got: 2, holds: 4 })]);
+        assert_eq!(
+            skipped,
+            vec![("kube-1".to_owned(), Skip::MissingGpu { got: Gpus::whole(2), holds: Gpus::whole(4) })]
+        );
     }
 
     #[test]
@@ -489,16 +518,52 @@ mod tests {
         assert!(ev.is_empty() && c.jobs_missing_gpu == 1, "memory without utilisation is not a sample");
     }
 
+    /// A job holding 4/7 of an A100: one `3g.40gb` and one `1g.10gb` instance, as dcgm-exporter
+    /// labels them (`GPU_I_PROFILE`, `GPU_I_ID`, on the GPU that holds them).
+    #[test]
+    fn mig_instances_count_as_their_share() {
+        let mig = |gpu_i: &str, profile: &str, value: f64| {
+            let mut reading = r("mig", "0", value);
+            reading.labels.push(("GPU_I_ID".into(), gpu_i.into()));
+            reading.labels.push((MIG_PROFILE_LABEL.into(), profile.into()));
+            reading
+        };
+        let a =
+            Answers { engine_active: vec![mig("1", "3g.40gb", 0.8), mig("9", "1g.10gb", 0.0)], ..Answers::default() };
+        let ((ev, c), skipped) = run_skipping(&a);
+        assert!(skipped.is_empty(), "{skipped:?}");
+        let s = sample(&ev[0]);
+        assert_eq!((s.job_id.as_str(), s.gpus, s.gpu_util_max), ("mig", Some(2), Some(0.8)), "gpus counts devices");
+        assert!((s.gpu_util - 0.6).abs() < 1e-12, "3/4 of its share at 0.8: {}", s.gpu_util);
+        assert_eq!(c.samples, 1);
+        // Three 1g.10gb are 3/7 of the job's 4/7; a fifth slice is more than it holds.
+        let short = Answers {
+            engine_active: vec![mig("9", "1g.10gb", 0.1), mig("10", "1g.10gb", 0.1), mig("11", "1g.10gb", 0.1)],
+            ..Answers::default()
+        };
+        let (_, skipped) = run_skipping(&short);
+        let (three, four) = (Gpus::fraction(3, 7).unwrap(), Gpus::fraction(4, 7).unwrap());
+        assert_eq!(skipped, [("mig".to_owned(), Skip::MissingGpu { got: three, holds: four })]);
+        let mut extra = a.clone();
+        extra.engine_active.push(mig("12", "1g.10gb", 0.1));
+        let (_, skipped) = run_skipping(&extra);
+        assert_eq!(skipped, [("mig".to_owned(), Skip::ExtraGpu { got: Gpus::fraction(5, 7).unwrap(), holds: four })]);
+        // An unreadable profile counts as a whole GPU: skipped, never sampled as the wrong share.
+        let odd = Answers { engine_active: vec![mig("1", "custom", 0.5)], ..Answers::default() };
+        let (_, skipped) = run_skipping(&odd);
+        assert_eq!(skipped, [("mig".to_owned(), Skip::ExtraGpu { got: Gpus::whole(1), holds: four })]);
+    }
+
     #[test]
     fn unknown_jobs_and_jobs_without_series_are_counted() {
         struct Listed;
         impl Jobs for Listed {
             fn lookup(&self, key: &str) -> Option<Expected> {
-                (key == "busy").then(|| Expected { job_id: "busy".into(), gpus: 1 })
+                (key == "busy").then(|| Expected { job_id: "busy".into(), gpus: Gpus::whole(1) })
             }
-            fn for_each_running(&self, f: &mut dyn FnMut(&str, u32)) {
-                f("busy", 1);
-                f("silent", 4);
+            fn for_each_running(&self, f: &mut dyn FnMut(&str, Gpus)) {
+                f("busy", Gpus::whole(1));
+                f("silent", Gpus::whole(4));
             }
         }
         let a = Answers { engine_active: vec![r("busy", "0", 0.5), r("stranger", "1", 0.5)], ..Answers::default() };

@@ -16,15 +16,16 @@
 
 use std::collections::HashMap;
 
-use bursar_model::{Event, EventKind};
+use bursar_model::{Event, EventKind, Gpus};
 
 /// The job a key names, as bursar knows it now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expected {
     /// bursar's job id, the `job_id` of the samples.
     pub job_id: String,
-    /// GPUs bursar expects the job to hold (the job's `gpus`); a sample needs exactly this many.
-    pub gpus: u32,
+    /// GPUs bursar expects the job to hold (the job's `gpus`, exact to a MIG slice); a sample needs
+    /// devices adding up to exactly this many (a MIG instance counts as its profile's share).
+    pub gpus: Gpus,
 }
 
 /// The caller's view of running jobs.
@@ -35,15 +36,15 @@ pub trait Jobs {
 
     /// Calls `f(job_id, gpus)` for every running job with GPUs, so the source can count the ones
     /// Prometheus shows nothing for (`no_series`). Optional: the default offers none.
-    fn for_each_running(&self, f: &mut dyn FnMut(&str, u32)) {
+    fn for_each_running(&self, f: &mut dyn FnMut(&str, Gpus)) {
         let _ = f;
     }
 }
 
-/// Keys that are bursar job ids, looked up with `expected_gpus(job) -> Option<u32>`.
+/// Keys that are bursar job ids, looked up with `expected_gpus(job) -> Option<Gpus>`.
 pub struct ByJobId<F>(pub F);
 
-impl<F: Fn(&str) -> Option<u32>> Jobs for ByJobId<F> {
+impl<F: Fn(&str) -> Option<Gpus>> Jobs for ByJobId<F> {
     fn lookup(&self, key: &str) -> Option<Expected> {
         (self.0)(key).map(|gpus| Expected { job_id: key.to_owned(), gpus })
     }
@@ -117,7 +118,7 @@ impl SlurmIds {
     }
 
     /// A [`Jobs`] whose keys are Slurm ids, with `expected_gpus(bursar id)` from the engine.
-    pub fn jobs<F: Fn(&str) -> Option<u32>>(&self, expected_gpus: F) -> SlurmJobs<'_, F> {
+    pub fn jobs<F: Fn(&str) -> Option<Gpus>>(&self, expected_gpus: F) -> SlurmJobs<'_, F> {
         SlurmJobs { ids: self, expected_gpus }
     }
 }
@@ -128,17 +129,17 @@ pub struct SlurmJobs<'a, F> {
     expected_gpus: F,
 }
 
-impl<F: Fn(&str) -> Option<u32>> Jobs for SlurmJobs<'_, F> {
+impl<F: Fn(&str) -> Option<Gpus>> Jobs for SlurmJobs<'_, F> {
     fn lookup(&self, key: &str) -> Option<Expected> {
         let id = self.ids.bursar_id(key)?;
         (self.expected_gpus)(id).map(|gpus| Expected { job_id: id.to_owned(), gpus })
     }
 
-    fn for_each_running(&self, f: &mut dyn FnMut(&str, u32)) {
+    fn for_each_running(&self, f: &mut dyn FnMut(&str, Gpus)) {
         let mut ids: Vec<&str> = self.ids.by_slurm.values().map(String::as_str).collect();
         ids.sort_unstable();
         for id in ids {
-            if let Some(g) = (self.expected_gpus)(id).filter(|g| *g > 0) {
+            if let Some(g) = (self.expected_gpus)(id).filter(|g| !g.is_zero()) {
                 f(id, g);
             }
         }
@@ -219,7 +220,7 @@ pub(crate) struct KubeTestJobs;
 #[cfg(test)]
 impl Jobs for KubeTestJobs {
     fn lookup(&self, key: &str) -> Option<Expected> {
-        matches!(key, "nlp/train-0" | "nlp/train-1").then(|| Expected { job_id: "kube-1".into(), gpus: 4 })
+        matches!(key, "nlp/train-0" | "nlp/train-1").then(|| Expected { job_id: "kube-1".into(), gpus: Gpus::whole(4) })
     }
 }
 
@@ -241,12 +242,12 @@ mod tests {
         assert_eq!(ids.bursar_id("17"), Some("lab-0a1b2c3d4e5f"));
         assert_eq!(ids.bursar_id("18"), None, "another cluster's job");
         assert_eq!(ids.len(), 1);
-        let jobs = ids.jobs(|id| (id == "lab-0a1b2c3d4e5f").then_some(2));
-        assert_eq!(jobs.lookup("17"), Some(Expected { job_id: "lab-0a1b2c3d4e5f".into(), gpus: 2 }));
+        let jobs = ids.jobs(|id| (id == "lab-0a1b2c3d4e5f").then_some(Gpus::whole(2)));
+        assert_eq!(jobs.lookup("17"), Some(Expected { job_id: "lab-0a1b2c3d4e5f".into(), gpus: Gpus::whole(2) }));
         assert_eq!(jobs.lookup("99"), None);
         let mut running = Vec::new();
         jobs.for_each_running(&mut |id, g| running.push((id.to_owned(), g)));
-        assert_eq!(running, vec![("lab-0a1b2c3d4e5f".to_owned(), 2)]);
+        assert_eq!(running, vec![("lab-0a1b2c3d4e5f".to_owned(), Gpus::whole(2))]);
         ids.observe(&ev(r#"{"id":"slurm-lab-17-finished","time":"2026-12-01T10:00:00Z","type":"job.finished","job_id":"lab-0a1b2c3d4e5f","status":"succeeded","slurm_job_id":"17","slurm_cluster":"lab"}"#));
         assert!(ids.is_empty());
     }
@@ -271,8 +272,8 @@ mod tests {
 
     #[test]
     fn by_job_id_is_the_expected_gpus_lookup() {
-        let jobs = ByJobId(|id: &str| (id == "j1").then_some(8));
-        assert_eq!(jobs.lookup("j1").map(|e| e.gpus), Some(8));
+        let jobs = ByJobId(|id: &str| (id == "j1").then_some(Gpus::whole(8)));
+        assert_eq!(jobs.lookup("j1").map(|e| e.gpus), Some(Gpus::whole(8)));
         assert_eq!(jobs.lookup("j2"), None);
     }
 }

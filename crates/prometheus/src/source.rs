@@ -350,7 +350,7 @@ mod tests {
             ..Config::default()
         };
         let mut s = Source::new(cfg).unwrap();
-        let p = s.poll(Timestamp(1_764_581_460_000), &ByJobId(|_: &str| Some(1)));
+        let p = s.poll(Timestamp(1_764_581_460_000), &ByJobId(|_: &str| Some(bursar_model::Gpus::whole(1))));
         assert!(p.events.is_empty());
         assert!(matches!(p.error, Some(PollError::Unreachable { .. })), "{:?}", p.error);
         assert_eq!(
@@ -359,8 +359,11 @@ mod tests {
             "stops at the first failed query"
         );
         assert_eq!(s.counters().poll_failures(), 1);
-        let c =
-            s.catch_up(Some(Timestamp(1_764_581_400_000)), Timestamp(1_764_581_520_000), &ByJobId(|_: &str| Some(1)));
+        let c = s.catch_up(
+            Some(Timestamp(1_764_581_400_000)),
+            Timestamp(1_764_581_520_000),
+            &ByJobId(|_: &str| Some(bursar_model::Gpus::whole(1))),
+        );
         assert_eq!(c.polls.len(), 1, "stops at the first failure");
         assert_eq!(c.resume, Some(Timestamp(1_764_581_400_000)), "the resume point does not move");
         assert!(p.error.unwrap().help().contains("retried"));

@@ -60,7 +60,7 @@ struct World {
 
 impl World {
     fn jobs(&self) -> impl Jobs + '_ {
-        self.ids.jobs(|id| self.gpus.get(id).copied())
+        self.ids.jobs(|id| self.gpus.get(id).copied().map(bursar_model::Gpus::whole))
     }
 
     fn source(&self) -> Source {

@@ -57,7 +57,7 @@ impl Jobs for Running {
         self.by_key.get(key).cloned()
     }
 
-    fn for_each_running(&self, f: &mut dyn FnMut(&str, u32)) {
+    fn for_each_running(&self, f: &mut dyn FnMut(&str, bursar_model::Gpus)) {
         let mut all: Vec<&Expected> = self.by_key.values().collect();
         all.sort_by(|a, b| a.job_id.cmp(&b.job_id));
         for e in all {
@@ -114,12 +114,12 @@ impl JobIndex {
     /// The running jobs by key, from the engine's state.
     pub fn running(&self, engine: &Engine) -> Running {
         let state = engine.state();
-        let gpus = |id: &str| state.job(id).filter(|j| j.phase() == JobPhase::Running).map(|j| j.gpus().ceil());
+        let gpus = |id: &str| state.job(id).filter(|j| j.phase() == JobPhase::Running).map(|j| j.gpus());
         let mut by_key = HashMap::new();
         match self.keys {
             Keys::Bursar => {
                 for (id, j) in state.jobs().filter(|(_, j)| j.phase() == JobPhase::Running) {
-                    by_key.insert(id.to_owned(), Expected { job_id: id.to_owned(), gpus: j.gpus().ceil() });
+                    by_key.insert(id.to_owned(), Expected { job_id: id.to_owned(), gpus: j.gpus() });
                 }
             }
             Keys::Slurm => {
