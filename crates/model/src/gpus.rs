@@ -346,6 +346,46 @@ pub fn mig_profile(name: &str) -> Option<(u64, u64)> {
     None
 }
 
+/// GPUs in a Slurm TRES string (`AllocTRES`, `tres-alloc`: `cpu=64,mem=…,gres/gpu=8,gres/gpu:h100=8`);
+/// `None` when it names none. `share(type)` is what one unit of a typed entry is to bursar (the
+/// Slurm agents pass their site table; [`mig_share`] or a whole GPU without one).
+///
+/// The untyped `gres/gpu=N` counts every GPU unit the job holds, a MIG slice as one: the units of
+/// typed entries that are not whole GPUs (`gres/gpu=3,gres/gpu:1g.10gb=2`, types tracked with
+/// `AccountingStorageTRES=gres/gpu:1g.10gb`) count as their share and the rest of the untyped count
+/// as whole GPUs (2/7 + 1 here). Without an untyped entry the typed ones are summed. In a pool with
+/// MIG slices (`mig_pool`) the answer is `None` when the untyped count holds units no typed entry
+/// names: slurmdbd tracking only `gres/gpu` writes two `1g.10gb` as `gres/gpu=2`, which are 2/7 of
+/// a GPU, not 2 GPUs.
+pub fn slurm_tres_gpus(tres: &str, share: impl Fn(&str) -> Gpus, mig_pool: bool) -> Option<Gpus> {
+    let mut untyped: Option<u32> = None;
+    let mut typed: Option<Gpus> = None;
+    let mut typed_units = 0u32;
+    // The units of typed entries that are not whole GPUs, and what they are.
+    let (mut part_units, mut parts) = (0u32, Gpus::ZERO);
+    for item in tres.split(',') {
+        let Some((name, value)) = item.split_once('=') else { continue };
+        let Ok(n) = value.trim().parse::<u32>() else { continue };
+        if name == "gres/gpu" {
+            untyped = Some(n);
+        } else if let Some(ty) = name.strip_prefix("gres/gpu:") {
+            let one = share(ty);
+            let g = one.saturating_mul(n);
+            typed = Some(typed.unwrap_or(Gpus::ZERO).saturating_add(g));
+            typed_units = typed_units.saturating_add(n);
+            if one != Gpus::whole(1) {
+                part_units = part_units.saturating_add(n);
+                parts = parts.saturating_add(g);
+            }
+        }
+    }
+    match untyped {
+        Some(n) if mig_pool && typed_units < n => None,
+        Some(n) => Some(Gpus::whole(n.saturating_sub(part_units)).saturating_add(parts)),
+        None => typed,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

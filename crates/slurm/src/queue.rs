@@ -207,34 +207,9 @@ pub fn tres_gpus(tres: &str) -> Option<Gpus> {
 }
 
 /// [`tres_gpus`], and in a pool with MIG slices (`mig_pool`) `None` when the untyped count holds
-/// units no typed entry names: slurmdbd tracking only `gres/gpu` writes two `1g.10gb` as
-/// `gres/gpu=2`, which are 2/7 of a GPU, not 2 GPUs.
+/// units no typed entry names ([`bursar_model::gpus::slurm_tres_gpus`], with the site's shares).
 pub fn tres_gpus_in(tres: &str, mig_pool: bool) -> Option<Gpus> {
-    let mut untyped: Option<u32> = None;
-    let mut typed: Option<Gpus> = None;
-    let mut typed_units = 0u32;
-    // The MIG units the typed entries name, and what they are.
-    let (mut mig_units, mut mig) = (0u32, Gpus::ZERO);
-    for item in tres.split(',') {
-        let Some((name, value)) = item.split_once('=') else { continue };
-        let Ok(n) = value.trim().parse::<u32>() else { continue };
-        if name == "gres/gpu" {
-            untyped = Some(n);
-        } else if let Some(ty) = name.strip_prefix("gres/gpu:") {
-            let g = crate::gres_gpus_of(ty, n);
-            typed = Some(typed.unwrap_or(Gpus::ZERO).saturating_add(g));
-            typed_units = typed_units.saturating_add(n);
-            if bursar_model::mig_share(ty).is_some() {
-                mig_units = mig_units.saturating_add(n);
-                mig = mig.saturating_add(g);
-            }
-        }
-    }
-    match untyped {
-        Some(n) if mig_pool && typed_units < n => None,
-        Some(n) => Some(Gpus::whole(n.saturating_sub(mig_units)).saturating_add(mig)),
-        None => typed,
-    }
+    bursar_model::gpus::slurm_tres_gpus(tres, crate::gres_share, mig_pool)
 }
 
 fn bad(line_no: usize, line: &str, why: impl fmt::Display) -> Error {

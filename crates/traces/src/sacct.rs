@@ -10,7 +10,8 @@
 //!
 //! Mapping: `job.id` ← `JobID`; `job.project` ← `Account`; `job.user` ← `User`; `job.queue` ←
 //! `Partition`; `job.nodes` ← `NNodes`; `job.gpus` ← `gres/gpu=N` in `AllocTRES` (or `ReqTRES` when
-//! nothing was allocated), or the sum of the typed `gres/gpu:TYPE=N` counts; `job.gpu_type` ← the first
+//! nothing was allocated), or the sum of the typed `gres/gpu:TYPE=N` counts, a MIG profile's units at
+//! their share (`gres/gpu:1g.10gb=2` is `"2/7"`); `job.gpu_type` ← the first
 //! `TYPE`; `job.requested_hours` ← `Timelimit` (`UNLIMITED`/`Partition_Limit`: the elapsed time
 //! `End − Start`, noted in the report). Times are read as UTC (sacct prints local time without a zone: run
 //! it with `TZ=UTC`). `State` → `job.finished`: `COMPLETED` → succeeded; `FAILED`, `TIMEOUT`,
@@ -21,7 +22,8 @@
 use std::collections::HashSet;
 use std::io::BufRead;
 
-use bursar_model::{FinishStatus, JobSpec};
+use bursar_model::gpus::slurm_tres_gpus;
+use bursar_model::{FinishStatus, Gpus, JobSpec, mig_share};
 
 use crate::{ImportError, JobTrace, Report, parse_naive_utc};
 
@@ -90,25 +92,17 @@ pub fn read(reader: impl BufRead, report: &mut Report) -> Result<Vec<JobTrace>, 
     Ok(jobs)
 }
 
-/// GPUs and GPU type from a TRES string such as `cpu=8,gres/gpu:a100=4,gres/gpu=4,mem=64G,node=1`.
-pub fn tres_gpus(tres: &str) -> (u32, Option<String>) {
-    let (mut plain, mut typed, mut kind) = (None, 0u32, None);
-    for item in tres.split(',') {
-        let Some((k, v)) = item.split_once('=') else { continue };
-        let Some(rest) = k.strip_prefix("gres/gpu") else { continue };
-        let Ok(n) = v.parse::<u32>() else { continue };
-        match rest.strip_prefix(':') {
-            None if rest.is_empty() => plain = Some(n),
-            Some(t) if !t.is_empty() => {
-                typed = typed.saturating_add(n);
-                if kind.is_none() {
-                    kind = Some(t.to_owned());
-                }
-            }
-            _ => {}
-        }
-    }
-    (plain.unwrap_or(typed), kind)
+/// GPUs and GPU type from a TRES string such as `cpu=8,gres/gpu:a100=4,gres/gpu=4,mem=64G,node=1`: the
+/// GPUs as bursar counts them, a typed MIG profile (`gres/gpu:1g.10gb=2`) at its share
+/// ([`bursar_model::gpus::slurm_tres_gpus`]), and the first typed entry's type.
+pub fn tres_gpus(tres: &str) -> (Gpus, Option<String>) {
+    let gpus = slurm_tres_gpus(tres, |ty| mig_share(ty).unwrap_or(Gpus::whole(1)), false).unwrap_or(Gpus::ZERO);
+    let kind = tres
+        .split(',')
+        .filter_map(|item| item.split_once('=')?.0.strip_prefix("gres/gpu:"))
+        .find(|t| !t.is_empty())
+        .map(str::to_owned);
+    (gpus, kind)
 }
 
 /// Hours of a Slurm time limit (`MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`, `D-HH:MM:SS`); `None` for
@@ -154,10 +148,10 @@ fn map<'a>(get: &dyn Fn(usize) -> &'a str, report: &mut Report) -> Result<JobTra
         _ => return Err("unknown `State`".into()),
     };
     let (mut gpus, mut gpu_type) = tres_gpus(get(10));
-    if gpus == 0 {
+    if gpus.is_zero() {
         (gpus, gpu_type) = tres_gpus(get(11));
     }
-    if gpus == 0 {
+    if gpus.is_zero() {
         return Err("no GPUs in `AllocTRES` or `ReqTRES`".into());
     }
     let nodes = match get(9) {
@@ -194,7 +188,7 @@ fn map<'a>(get: &dyn Fn(usize) -> &'a str, report: &mut Report) -> Result<JobTra
         project: account.to_owned(),
         user: get(1).to_owned(),
         queue: Some(get(3)).filter(|q| !q.is_empty()).map(str::to_owned),
-        gpus: gpus.into(),
+        gpus,
         gpu_type,
         nodes,
         requested_hours,
@@ -216,10 +210,21 @@ mod tests {
 
     #[test]
     fn tres_and_timelimit_forms() {
-        assert_eq!(tres_gpus("billing=8,cpu=8,gres/gpu=4,mem=64G,node=1"), (4, None));
-        assert_eq!(tres_gpus("cpu=8,gres/gpu:a100=2,gres/gpu:h100=2"), (4, Some("a100".into())));
-        assert_eq!(tres_gpus("cpu=8,gres/gpu:a100=2,gres/gpu=2"), (2, Some("a100".into())));
-        assert_eq!(tres_gpus("cpu=8,mem=1G"), (0, None));
+        let whole = Gpus::whole;
+        assert_eq!(tres_gpus("billing=8,cpu=8,gres/gpu=4,mem=64G,node=1"), (whole(4), None));
+        assert_eq!(tres_gpus("cpu=8,gres/gpu:a100=2,gres/gpu:h100=2"), (whole(4), Some("a100".into())));
+        assert_eq!(tres_gpus("cpu=8,gres/gpu:a100=2,gres/gpu=2"), (whole(2), Some("a100".into())));
+        assert_eq!(
+            tres_gpus("cpu=8,gres/gpu:a100=2,gres/gpu=4"),
+            (whole(4), Some("a100".into())),
+            "2 typed, 2 untyped"
+        );
+        assert_eq!(tres_gpus("cpu=8,mem=1G"), (Gpus::ZERO, None));
+        // MIG slices, typed as the lab's gres.conf types them: their share; a slice is one in gres/gpu=N.
+        let seventh = |n| Gpus::fraction(n, 7).unwrap();
+        assert_eq!(tres_gpus("cpu=2,gres/gpu:1g.10gb=2,gres/gpu=2"), (seventh(2), Some("1g.10gb".into())));
+        assert_eq!(tres_gpus("gres/gpu:a100_3g.40gb=1,gres/gpu=3"), (seventh(17), Some("a100_3g.40gb".into())));
+        assert_eq!(tres_gpus("gres/gpu:1g.10gb=7"), (whole(1), Some("1g.10gb".into())), "seven slices are one GPU");
         assert_eq!(timelimit_hours("90"), Some(1.5));
         assert_eq!(timelimit_hours("30:00"), Some(0.5));
         assert_eq!(timelimit_hours("02:30:00"), Some(2.5));
